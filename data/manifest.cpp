@@ -1,0 +1,120 @@
+// manifest.json read/write with nlohmann::json; every field is type-checked before use.
+#include "data/manifest.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/status.h"
+
+namespace zt::data {
+
+using nlohmann::json;
+
+uint64_t Manifest::total_tokens() const {
+  uint64_t n = 0;
+  for (const auto& s : shards) n += s.tokens;
+  return n;
+}
+uint64_t Manifest::total_documents() const {
+  uint64_t n = 0;
+  for (const auto& s : shards) n += s.documents;
+  return n;
+}
+
+namespace {
+const json& field(const json& obj, const char* key, const std::string& where) {
+  if (!obj.is_object() || !obj.contains(key)) user_error("{}: missing field \"{}\"", where, key);
+  return obj.at(key);
+}
+uint64_t get_uint(const json& obj, const char* key, const std::string& where) {
+  const json& v = field(obj, key, where);
+  if (!v.is_number_unsigned()) user_error("{}: field \"{}\" must be a non-negative integer", where, key);
+  return v.get<uint64_t>();
+}
+std::string get_string(const json& obj, const char* key, const std::string& where) {
+  const json& v = field(obj, key, where);
+  if (!v.is_string()) user_error("{}: field \"{}\" must be a string", where, key);
+  return v.get<std::string>();
+}
+}  // namespace
+
+Manifest parse_manifest(const std::string& text, const std::string& name) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) user_error("{}: not valid JSON", name);
+  if (!j.is_object()) user_error("{}: expected a JSON object", name);
+  if (get_string(j, "format", name) != "ztrain-shards")
+    user_error("{}: field \"format\" must be \"ztrain-shards\"", name);
+  if (get_uint(j, "version", name) != 1) user_error("{}: manifest version must be 1", name);
+  Manifest m;
+  const uint64_t tb = get_uint(j, "token_bytes", name);
+  if (tb != 2 && tb != 4) user_error("{}: token_bytes must be 2 or 4, got {}", name, tb);
+  m.token_bytes = uint32_t(tb);
+  const json& tok = field(j, "tokenizer", name);
+  const std::string tw = name + ": tokenizer";
+  m.tokenizer.kind = get_string(tok, "kind", tw);
+  if (m.tokenizer.kind != "byte" && m.tokenizer.kind != "bpe")
+    user_error("{}: kind must be \"byte\" or \"bpe\"", tw);
+  m.tokenizer.name = get_string(tok, "name", tw);
+  const uint64_t nv = get_uint(tok, "n_vocab", tw), eot = get_uint(tok, "eot", tw);
+  if (nv == 0 || nv > (1ull << 31)) user_error("{}: n_vocab {} out of range", tw, nv);
+  if (eot >= nv) user_error("{}: eot {} is not < n_vocab {}", tw, eot, nv);
+  if (tb == 2 && nv > 65536) user_error("{}: n_vocab {} does not fit 2-byte tokens", tw, nv);
+  m.tokenizer.n_vocab = uint32_t(nv);
+  m.tokenizer.eot = uint32_t(eot);
+  if (tok.contains("vocab_file")) m.tokenizer.vocab_file = get_string(tok, "vocab_file", tw);
+  const json& shards = field(j, "shards", name);
+  if (!shards.is_array() || shards.empty()) user_error("{}: \"shards\" must be a non-empty array", name);
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string sw = fmt::format("{}: shards[{}]", name, i);
+    ShardEntry e;
+    e.file = get_string(shards[i], "file", sw);
+    if (e.file.empty() || e.file.find("..") != std::string::npos || e.file.front() == '/')
+      user_error("{}: file \"{}\" must be a plain name inside the dataset directory", sw, e.file);
+    e.tokens = get_uint(shards[i], "tokens", sw);
+    e.documents = get_uint(shards[i], "documents", sw);
+    e.bytes = get_uint(shards[i], "bytes", sw);
+    const uint64_t crc = get_uint(shards[i], "crc32", sw);
+    if (crc > 0xffffffffull) user_error("{}: crc32 does not fit 32 bits", sw);
+    e.crc32 = uint32_t(crc);
+    if (e.tokens > (UINT64_MAX - 64) / m.token_bytes || e.bytes != 64 + e.tokens * m.token_bytes)
+      user_error("{}: bytes = {} does not equal the 64-byte header + {} tokens x {} bytes", sw,
+                 e.bytes, e.tokens, m.token_bytes);
+    m.shards.push_back(std::move(e));
+  }
+  return m;
+}
+
+Manifest read_manifest(const std::string& dir) {
+  const std::string path = (std::filesystem::path(dir) / kManifestName).string();
+  std::ifstream f(path, std::ios::binary);
+  if (!f) user_error("{}: cannot open dataset manifest (is '{}' a directory made by `ztrain-tokenize shards`?)", path, dir);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_manifest(ss.str(), path);
+}
+
+void write_manifest(const std::string& dir, const Manifest& m) {
+  json shards = json::array();
+  for (const auto& s : m.shards)
+    shards.push_back({{"file", s.file}, {"tokens", s.tokens}, {"documents", s.documents},
+                      {"bytes", s.bytes}, {"crc32", s.crc32}});
+  json tok = {{"kind", m.tokenizer.kind}, {"name", m.tokenizer.name},
+              {"n_vocab", m.tokenizer.n_vocab}, {"eot", m.tokenizer.eot}};
+  if (!m.tokenizer.vocab_file.empty()) tok["vocab_file"] = m.tokenizer.vocab_file;
+  json j = {{"format", "ztrain-shards"}, {"version", 1},      {"token_bytes", m.token_bytes},
+            {"tokenizer", tok},          {"total_tokens", m.total_tokens()},
+            {"total_documents", m.total_documents()}, {"shards", shards}};
+  const std::string path = (std::filesystem::path(dir) / kManifestName).string();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    f << j.dump(1) << "\n";
+    if (!f) throw RuntimeFailure(fmt::format("{}: write failed", tmp));
+  }
+  std::filesystem::rename(tmp, path);
+}
+
+}  // namespace zt::data

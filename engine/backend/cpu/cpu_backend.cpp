@@ -1,0 +1,130 @@
+// The CPU backend: the Backend interface over the float instantiations of the reference ops.
+#include <cblas.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cpu/ops.h"
+#include "engine/core/status.h"
+
+extern "C" void openblas_set_num_threads(int);
+
+namespace zt {
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) {
+    if (threads <= 0) threads = omp_get_num_procs();
+    omp_set_num_threads(threads);
+    openblas_set_num_threads(threads);
+    threads_ = threads;
+  }
+  DeviceKind kind() const override { return DeviceKind::CPU; }
+  std::string name() const override { return fmt::format("cpu ({} threads)", threads_); }
+
+  void* alloc(size_t bytes) override {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+    if (rounded && !p)
+      throw RuntimeFailure(fmt::format("out of host memory allocating {} bytes ({} allocated now)",
+                                       bytes, stats_.allocated));
+    if (p) std::memset(p, 0, rounded);
+    std::lock_guard lock(mu_);
+    sizes_[p] = rounded;
+    stats_.allocated += rounded;
+    stats_.peak = std::max(stats_.peak, stats_.allocated);
+    stats_.n_allocs++;
+    return p;
+  }
+  void free(void* p) override {
+    if (!p) return;
+    std::lock_guard lock(mu_);
+    auto it = sizes_.find(p);
+    ZT_CHECK(it != sizes_.end(), "free of a pointer this backend did not allocate");
+    stats_.allocated -= it->second;
+    stats_.n_allocs--;
+    sizes_.erase(it);
+    std::free(p);
+  }
+  void copy_to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
+  void fill_zero(void* p, size_t n) override { std::memset(p, 0, n); }
+  MemoryStats memory_stats() const override {
+    std::lock_guard lock(mu_);
+    return stats_;
+  }
+
+  void embedding_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
+                         int T, int C) override {
+    cpu::embedding_forward(out, inp, wte, wpe, B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
+                          int T, int C) override {
+    cpu::embedding_backward(dwte, dwpe, dout, inp, B, T, C);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C,
+                         float eps) override {
+    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) override {
+    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int C, int OC) override {
+    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int N, int C, int OC) override {
+    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  }
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    cpu::attention_forward(out, lse, qkv, B, T, C, NH);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                          int B, int T, int C, int NH) override {
+    cpu::attention_backward(dqkv, dout, qkv, lse, B, T, C, NH);
+  }
+  void gelu_forward(float* out, const float* inp, int64_t n) override {
+    cpu::gelu_forward(out, inp, n);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override {
+    cpu::gelu_backward(dinp, inp, dout, n);
+  }
+  void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N, int V,
+                            float grad_scale) override {
+    cpu::softmax_crossentropy(losses, logits, targets, N, V, grad_scale);
+  }
+  void add(float* out, const float* a, const float* b, int64_t n) override {
+    cpu::add(out, a, b, n);
+  }
+  void scale(float* x, float s, int64_t n) override { cpu::scale(x, s, n); }
+  double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }
+  void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, int t) override {
+    cpu::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+  }
+
+ private:
+  int threads_ = 1;
+  mutable std::mutex mu_;
+  std::unordered_map<void*, size_t> sizes_;
+  MemoryStats stats_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace zt

@@ -1,0 +1,57 @@
+// Elementwise helpers: residual add, gradient accumulation, scaling, sum of squares.
+#include <algorithm>
+#include <vector>
+
+#include <omp.h>
+
+#include "engine/backend/cpu/ops.h"
+
+namespace zt::cpu {
+
+template <typename F>
+void add(F* out, const F* a, const F* b, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <typename F>
+void accumulate(F* acc, const F* x, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+
+template <typename F>
+void scale(F* x, F s, int64_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+template <typename F>
+double sum_squares(const F* x, int64_t n) {
+  // Fixed-size chunks summed in chunk order: the result does not depend on the thread count.
+  constexpr int64_t kChunk = 1 << 14;
+  const int64_t n_chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(n_chunks);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < n_chunks; ++c) {
+    double acc = 0;
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+#pragma omp simd reduction(+ : acc)
+    for (int64_t i = c * kChunk; i < end; ++i) acc += double(x[i]) * double(x[i]);
+    partial[c] = acc;
+  }
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+template void add<float>(float*, const float*, const float*, int64_t);
+template void add<double>(double*, const double*, const double*, int64_t);
+template void accumulate<float>(float*, const float*, int64_t);
+template void accumulate<double>(double*, const double*, int64_t);
+template void scale<float>(float*, float, int64_t);
+template void scale<double>(double*, double, int64_t);
+template double sum_squares<float>(const float*, int64_t);
+template double sum_squares<double>(const double*, int64_t);
+
+}  // namespace zt::cpu

@@ -1,0 +1,48 @@
+// Token + position embedding, forward and backward.
+#include <algorithm>
+
+#include "engine/backend/cpu/ops.h"
+
+namespace zt::cpu {
+
+template <typename F>
+void embedding_forward(F* out, const int32_t* inp, const F* wte, const F* wpe, int B, int T,
+                       int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < int64_t(B) * T; ++bt) {
+    const int t = int(bt % T);
+    const F* te = wte + int64_t(inp[bt]) * C;
+    const F* pe = wpe + int64_t(t) * C;
+    F* o = out + bt * C;
+    for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
+  }
+}
+
+template <typename F>
+void embedding_backward(F* dwte, F* dwpe, const F* dout, const int32_t* inp, int B, int T, int C) {
+  // Tokens repeat, so rows of dwte collide: threads own channel slices instead of rows, which
+  // keeps the summation order fixed (b, t ascending) whatever the thread count.
+  constexpr int kSlice = 32;
+  const int n_slices = (C + kSlice - 1) / kSlice;
+#pragma omp parallel for schedule(static)
+  for (int s = 0; s < n_slices; ++s) {
+    const int c0 = s * kSlice, c1 = std::min(C, c0 + kSlice);
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t) {
+        const F* d = dout + (int64_t(b) * T + t) * C;
+        F* te = dwte + int64_t(inp[int64_t(b) * T + t]) * C;
+        F* pe = dwpe + int64_t(t) * C;
+        for (int c = c0; c < c1; ++c) {
+          te[c] += d[c];
+          pe[c] += d[c];
+        }
+      }
+  }
+}
+
+template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int, int, int);
+template void embedding_forward<double>(double*, const int32_t*, const double*, const double*, int, int, int);
+template void embedding_backward<float>(float*, float*, const float*, const int32_t*, int, int, int);
+template void embedding_backward<double>(double*, double*, const double*, const int32_t*, int, int, int);
+
+}  // namespace zt::cpu

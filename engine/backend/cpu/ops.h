@@ -1,0 +1,79 @@
+// CPU reference ops, forward and backward, one family per source file. They are templates over the
+// float type: the engine runs them in float; the tests also run them in double, where finite
+// differences are exact enough to prove every backward, and then compare float against double.
+// Conventions: row-major, shape comments name the dims, backward ops ACCUMULATE (+=) into grads so
+// gradient accumulation and residual branches need no extra pass. Threads: OpenMP, static
+// partitions chosen so every reduction has a fixed order (bit-identical reruns).
+#pragma once
+#include <cstdint>
+
+namespace zt::cpu {
+
+// C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X^T when trans_X.
+template <typename F>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, F alpha, const F* A, int lda,
+          const F* B, int ldb, F beta, F* C, int ldc);
+
+// out (B,T,C) = wte[inp[b,t], :] + wpe[t, :]
+template <typename F>
+void embedding_forward(F* out, const int32_t* inp, const F* wte, const F* wpe, int B, int T, int C);
+// dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b
+template <typename F>
+void embedding_backward(F* dwte, F* dwpe, const F* dout, const int32_t* inp, int B, int T, int C);
+
+// out (N,C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved for backward.
+template <typename F>
+void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* weight, const F* bias,
+                       int N, int C, float eps);
+template <typename F>
+void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
+                        const F* weight, const F* mean, const F* rstd, int N, int C);
+
+// out (N,OC) = inp (N,C) @ weight^T (weight (OC,C), as nn.Linear) + bias (OC, may be null)
+template <typename F>
+void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC);
+// dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
+// Any of dinp / dbias may be null.
+template <typename F>
+void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
+                     int N, int C, int OC);
+
+// Causal self-attention on packed qkv (B,T,3C) = [q | k | v], head h owns channels
+// [h*hs, (h+1)*hs) of each part (hs = C/NH). out (B,T,C); lse (B,NH,T) = log-sum-exp of each
+// score row, saved so backward recomputes probabilities instead of storing (T,T) per head.
+template <typename F>
+void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH);
+template <typename F>
+void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int B, int T, int C,
+                        int NH);
+
+// GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+template <typename F>
+void gelu_forward(F* out, const F* inp, int64_t n);
+template <typename F>
+void gelu_backward(F* dinp, const F* inp, const F* dout, int64_t n);
+
+// Fused softmax cross-entropy over logits (N,V): losses (N) = logsumexp(row) - row[target].
+// When grad_scale != 0, overwrites logits with dlogits = (softmax - onehot(target)) * grad_scale,
+// so the probability tensor never exists separately.
+template <typename F>
+void softmax_crossentropy(F* losses, F* logits, const int32_t* targets, int N, int V,
+                          F grad_scale);
+
+// Elementwise helpers.
+template <typename F>
+void add(F* out, const F* a, const F* b, int64_t n);  // out = a + b
+template <typename F>
+void accumulate(F* acc, const F* x, int64_t n);  // acc += x
+template <typename F>
+void scale(F* x, F s, int64_t n);  // x *= s
+template <typename F>
+double sum_squares(const F* x, int64_t n);  // sum x^2, accumulated in double, fixed order
+
+// AdamW step as torch.optim.AdamW: p *= 1 - lr*wd; m,v updated; p -= lr/bc1 * m/(sqrt(v)/sqrt(bc2)+eps)
+// with bias corrections bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (t counts from 1).
+template <typename F>
+void adamw_update(F* params, const F* grads, F* m, F* v, int64_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t);
+
+}  // namespace zt::cpu

@@ -1,0 +1,286 @@
+// Run spec loading: TOML -> RunSpec via the schema table, --set overrides, validation, and the
+// resolved dump. Every failure is a UserError naming the file (or --set), the key and the line.
+#include "engine/config/spec.h"
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include "engine/config/spec_schema.h"
+#include "engine/core/status.h"
+
+namespace zt {
+
+namespace {
+
+constexpr int64_t kMaxInt = (int64_t(1) << 31) - 1;  // dims and counts stay within int32
+
+const char* type_name(const toml::node& v) {
+  switch (v.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    default: return "a date/time";
+  }
+}
+
+std::string full_name(const SpecKey& k) { return fmt::format("[{}] {}", k.section, k.key); }
+
+const SpecKey* find_key(const std::string& section, const std::string& key) {
+  for (const auto& k : spec_schema())
+    if (section == k.section && key == k.key) return &k;
+  return nullptr;
+}
+
+std::vector<std::string> section_names() {
+  std::vector<std::string> out;
+  for (const auto& k : spec_schema())
+    if (out.empty() || out.back() != k.section) out.push_back(k.section);
+  return out;
+}
+
+// "unknown key" with the nearest key of the section, or the same key in another section.
+[[noreturn]] void unknown_key(const std::string& where, const std::string& section,
+                              const std::string& key) {
+  std::vector<std::string> in_section;
+  for (const auto& k : spec_schema())
+    if (section == k.section) in_section.push_back(k.key);
+  std::string hint;
+  std::string near = nearest_name(key, in_section);
+  if (!near.empty()) hint = fmt::format(" (did you mean '{}'?)", near);
+  else
+    for (const auto& k : spec_schema())
+      if (key == k.key) hint = fmt::format(" (did you mean [{}] {}?)", k.section, k.key);
+  user_error("{}: unknown key [{}] {}{}", where, section, key, hint);
+}
+
+[[noreturn]] void unknown_section(const std::string& where, const std::string& section) {
+  std::string near = nearest_name(section, section_names());
+  user_error("{}: unknown section [{}]{}", where, section,
+             near.empty() ? std::string() : fmt::format(" (did you mean [{}]?)", near));
+}
+
+struct Loader {
+  RunSpec spec;
+  std::map<std::string, std::string> where;  // "section.key" -> "file:line" or "--set"
+
+  void assign(const SpecKey& k, const toml::node& v, const std::string& loc) {
+    const std::string name = full_name(k);
+    std::visit(
+        [&](auto* field) {
+          using T = std::remove_pointer_t<decltype(field)>;
+          if constexpr (std::is_same_v<T, int64_t>) {
+            if (!v.is_integer())
+              user_error("{}: {} must be an integer, got {}", loc, name, type_name(v));
+            *field = v.as_integer()->get();
+          } else if constexpr (std::is_same_v<T, double>) {
+            if (v.is_integer()) *field = double(v.as_integer()->get());
+            else if (v.is_floating_point()) *field = v.as_floating_point()->get();
+            else user_error("{}: {} must be a number, got {}", loc, name, type_name(v));
+          } else {
+            if (!v.is_string()) user_error("{}: {} must be a string, got {}", loc, name, type_name(v));
+            *field = v.as_string()->get();
+          }
+        },
+        k.field(spec));
+    where[std::string(k.section) + "." + k.key] = loc;
+  }
+
+  void load_table(const toml::table& tbl, const std::string& source) {
+    for (const auto& [sec_key, sec_node] : tbl) {
+      const std::string section(sec_key.str());
+      const std::string loc = fmt::format("{}:{}", source, sec_node.source().begin.line);
+      bool known = false;
+      for (const auto& s : section_names()) known |= (s == section);
+      if (!known) unknown_section(loc, section);
+      const toml::table* t = sec_node.as_table();
+      if (!t) user_error("{}: [{}] must be a table, got {}", loc, section, type_name(sec_node));
+      for (const auto& [key, node] : *t) {
+        const std::string kloc = fmt::format("{}:{}", source, node.source().begin.line);
+        const SpecKey* k = find_key(section, std::string(key.str()));
+        if (!k) unknown_key(kloc, section, std::string(key.str()));
+        assign(*k, node, kloc);
+      }
+    }
+  }
+
+  void apply_override(const std::string& text) {
+    const auto eq = text.find('=');
+    if (eq == std::string::npos)
+      user_error("--set {}: expected section.key=value", text);
+    const std::string name = text.substr(0, eq), value = text.substr(eq + 1);
+    const auto dot = name.find('.');
+    if (dot == std::string::npos)
+      user_error("--set {}: expected section.key=value (no section in '{}')", text, name);
+    const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
+    const std::string loc = "--set " + name;
+    bool known = false;
+    for (const auto& s : section_names()) known |= (s == section);
+    if (!known) unknown_section(loc, section);
+    const SpecKey* k = find_key(section, key);
+    if (!k) unknown_key(loc, section, key);
+    // The value is read as TOML (so 3e-4, 12, "x" work); a bare word is taken as a string.
+    toml::table parsed;
+    bool parsed_ok = true;
+    try {
+      parsed = toml::parse("v = " + value);
+    } catch (const toml::parse_error&) {
+      parsed_ok = false;
+    }
+    if (parsed_ok && parsed.contains("v") && parsed["v"].node()) {
+      const toml::node& v = *parsed["v"].node();
+      if (std::holds_alternative<std::string*>(k->field(spec)) && !v.is_string()) {
+        toml::value<std::string> raw(value);
+        assign(*k, raw, loc);
+      } else {
+        assign(*k, v, loc);
+      }
+    } else if (std::holds_alternative<std::string*>(k->field(spec))) {
+      toml::value<std::string> raw(value);
+      assign(*k, raw, loc);
+    } else {
+      user_error("{}: cannot read '{}' as a value for {}", loc, value, full_name(*k));
+    }
+  }
+
+  std::string at(const char* section, const char* key) const {
+    auto it = where.find(std::string(section) + "." + key);
+    return it != where.end() ? it->second : spec.source + " (default)";
+  }
+
+  void check(bool ok, const char* section, const char* key, const std::string& msg) const {
+    if (!ok) user_error("{}: [{}] {}: {}", at(section, key), section, key, msg);
+  }
+
+  void validate() {
+    for (const auto& k : spec_schema())
+      if (k.required && !where.count(std::string(k.section) + "." + k.key))
+        user_error("{}: missing required key {} ({})", spec.source, full_name(k), k.help);
+    // Every integer key is a count or a dimension: none may be negative or beyond int32.
+    for (const auto& k : spec_schema()) {
+      const SpecField f = k.field(spec);
+      if (auto* p = std::get_if<int64_t*>(&f)) {
+        if (std::string(k.key) == "seed") continue;
+        check(**p >= 0 && **p <= kMaxInt, k.section, k.key,
+              fmt::format("{} is out of range [0, {}]", **p, kMaxInt));
+      }
+      if (auto* p = std::get_if<double*>(&f))
+        check(std::isfinite(**p), k.section, k.key, fmt::format("{} is not a finite number", **p));
+    }
+    auto& r = spec.run;
+    check(r.device == "auto" || r.device == "cpu" || r.device == "cuda", "run", "device",
+          fmt::format("'{}' is not one of \"auto\", \"cpu\", \"cuda\"", r.device));
+    check(!r.out_dir.empty(), "run", "out_dir", "must not be empty");
+    auto& m = spec.model;
+    check(m.arch == "gpt2", "model", "arch",
+          fmt::format("'{}' is not a supported architecture (supported: \"gpt2\")", m.arch));
+    check(m.n_layer >= 1, "model", "n_layer", fmt::format("must be >= 1, got {}", m.n_layer));
+    check(m.n_head >= 1, "model", "n_head", fmt::format("must be >= 1, got {}", m.n_head));
+    check(m.d_model >= 1, "model", "d_model", fmt::format("must be >= 1, got {}", m.d_model));
+    check(m.d_model % m.n_head == 0, "model", "d_model",
+          fmt::format("d_model = {} is not divisible by n_head = {}", m.d_model, m.n_head));
+    if (m.d_ff == 0) m.d_ff = 4 * m.d_model;
+    check(m.vocab_size >= 2, "model", "vocab_size", fmt::format("must be >= 2, got {}", m.vocab_size));
+    check(m.seq_len >= 1, "model", "seq_len", fmt::format("must be >= 1, got {}", m.seq_len));
+    auto& t = spec.train;
+    check(t.micro_batch >= 1, "train", "micro_batch", fmt::format("must be >= 1, got {}", t.micro_batch));
+    check(t.global_batch >= 1, "train", "global_batch", fmt::format("must be >= 1, got {}", t.global_batch));
+    check(t.global_batch % t.micro_batch == 0, "train", "global_batch",
+          fmt::format("global_batch = {} is not a multiple of micro_batch = {}", t.global_batch,
+                      t.micro_batch));
+    check(t.log_every >= 1, "train", "log_every", fmt::format("must be >= 1, got {}", t.log_every));
+    check(t.eval_steps >= 1, "train", "eval_steps", fmt::format("must be >= 1, got {}", t.eval_steps));
+    check(t.sample_temperature > 0, "train", "sample_temperature",
+          fmt::format("must be > 0, got {}", t.sample_temperature));
+    check(int64_t(t.micro_batch) * m.seq_len <= kMaxInt, "train", "micro_batch",
+          fmt::format("micro_batch * seq_len = {} tokens is too large", t.micro_batch * m.seq_len));
+    auto& o = spec.optim;
+    check(o.lr >= 0, "optim", "lr", fmt::format("must be >= 0, got {}", o.lr));
+    check(o.min_lr >= 0 && o.min_lr <= o.lr, "optim", "min_lr",
+          fmt::format("must be in [0, lr = {}], got {}", o.lr, o.min_lr));
+    check(o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant", "optim",
+          "schedule",
+          fmt::format("'{}' is not one of \"cosine\", \"linear\", \"constant\"", o.schedule));
+    check(o.weight_decay >= 0, "optim", "weight_decay", fmt::format("must be >= 0, got {}", o.weight_decay));
+    check(o.beta1 >= 0 && o.beta1 < 1, "optim", "beta1", fmt::format("must be in [0, 1), got {}", o.beta1));
+    check(o.beta2 >= 0 && o.beta2 < 1, "optim", "beta2", fmt::format("must be in [0, 1), got {}", o.beta2));
+    check(o.eps > 0, "optim", "eps", fmt::format("must be > 0, got {}", o.eps));
+    check(o.grad_clip >= 0, "optim", "grad_clip", fmt::format("must be >= 0, got {}", o.grad_clip));
+    check(!spec.data.train.empty(), "data", "train", "must name a directory of shards");
+  }
+};
+
+}  // namespace
+
+RunSpec parse_run_spec(const std::string& text, const std::string& source,
+                       const std::vector<std::string>& overrides) {
+  Loader l;
+  l.spec.source = source;
+  toml::table parsed;
+  try {
+    parsed = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    user_error("{}:{}:{}: TOML syntax error: {}", source, e.source().begin.line,
+               e.source().begin.column, e.description());
+  }
+  l.load_table(parsed, source);
+  for (const auto& o : overrides) l.apply_override(o);
+  l.validate();
+  return l.spec;
+}
+
+RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) user_error("{}: cannot open run spec", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_run_spec(ss.str(), path, overrides);
+}
+
+namespace {
+std::string toml_quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') out += '\\', out += char(c);
+    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\u{:04X}", c);
+    else out += char(c);
+  }
+  return out + "\"";
+}
+std::string toml_float(double v) {
+  std::string s = fmt::format("{}", v);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // keep it a TOML float
+  return s;
+}
+}  // namespace
+
+std::string resolved_toml(const RunSpec& spec_in) {
+  RunSpec spec = spec_in;  // field accessors take a non-const spec
+  std::string out = "# Fully resolved run spec written by ztrain: every key, defaults filled in.\n";
+  std::string section;
+  for (const auto& k : spec_schema()) {
+    if (section != k.section) {
+      section = k.section;
+      out += fmt::format("\n[{}]\n", section);
+    }
+    std::visit(
+        [&](auto* field) {
+          using T = std::remove_pointer_t<decltype(field)>;
+          if constexpr (std::is_same_v<T, int64_t>) out += fmt::format("{} = {}", k.key, *field);
+          else if constexpr (std::is_same_v<T, double>) out += fmt::format("{} = {}", k.key, toml_float(*field));
+          else out += fmt::format("{} = {}", k.key, toml_quote(*field));
+        },
+        k.field(spec));
+    out += fmt::format("  # {}\n", k.help);
+  }
+  return out;
+}
+
+}  // namespace zt

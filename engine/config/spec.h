@@ -1,0 +1,59 @@
+// The run spec: a TOML file the user edits, turned into a typed struct with every default filled
+// in and every value validated. Errors are UserError naming the file, the key and the line.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zt {
+
+struct RunSpec {
+  struct Run {
+    std::string name = "run";
+    std::string out_dir = "runs/run";
+    int64_t seed = 1337;
+    std::string device = "auto";  // "auto" | "cpu" | "cuda"
+    int64_t threads = 0;          // CPU threads; 0 = all cores
+  } run;
+  struct Model {
+    std::string arch = "gpt2";
+    int64_t n_layer = 0, n_head = 0, d_model = 0;
+    int64_t d_ff = 0;  // 0 in the file means 4 * d_model; resolved after loading
+    int64_t vocab_size = 0, seq_len = 0;
+  } model;
+  struct Train {
+    int64_t micro_batch = 8;    // sequences per forward/backward
+    int64_t global_batch = 8;   // sequences per optimizer step (multiple of micro_batch)
+    int64_t max_steps = 100;
+    int64_t log_every = 10;
+    int64_t eval_every = 0;     // 0 = evaluate only at the end (when [data] val is set)
+    int64_t eval_steps = 10;    // micro-batches per evaluation
+    int64_t sample_tokens = 0;  // tokens generated after training (0 = none)
+    double sample_temperature = 0.8;
+  } train;
+  struct Optim {
+    double lr = 6e-4, min_lr = 6e-5;
+    int64_t warmup_steps = 0;
+    std::string schedule = "cosine";  // "cosine" | "linear" | "constant"
+    double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+    double grad_clip = 1.0;  // global-norm clipping threshold; 0 disables
+  } optim;
+  struct Data {
+    std::string train;  // directory with manifest.json (required)
+    std::string val;    // optional
+  } data;
+
+  std::string source;  // the file the spec came from, for messages
+};
+
+// Loads and validates `path`, applying `overrides` ("section.key=value") after the file.
+RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// Same, from TOML text (tests, fuzzing); `source` names it in messages.
+RunSpec parse_run_spec(const std::string& toml_text, const std::string& source,
+                       const std::vector<std::string>& overrides = {});
+
+// The fully resolved spec as TOML, every key present.
+std::string resolved_toml(const RunSpec& spec);
+
+}  // namespace zt

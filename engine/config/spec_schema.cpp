@@ -1,0 +1,76 @@
+// The run spec's key table (see spec_schema.h) and the "did you mean" helper.
+#include "engine/config/spec_schema.h"
+
+#include <algorithm>
+
+namespace zt {
+
+#define ZT_KEY(sec, member, req, help) \
+  SpecKey { #sec, #member, req, [](RunSpec& s) -> SpecField { return &s.sec.member; }, help }
+
+const std::vector<SpecKey>& spec_schema() {
+  static const std::vector<SpecKey> keys = {
+      ZT_KEY(run, name, false, "run name, shown in logs"),
+      ZT_KEY(run, out_dir, false, "directory for metrics.jsonl and config.resolved.toml"),
+      ZT_KEY(run, seed, false, "seed for initialization and data order"),
+      ZT_KEY(run, device, false, "\"auto\", \"cpu\" or \"cuda\""),
+      ZT_KEY(run, threads, false, "CPU threads (0 = all cores)"),
+      ZT_KEY(model, arch, false, "model family: \"gpt2\""),
+      ZT_KEY(model, n_layer, true, "transformer blocks"),
+      ZT_KEY(model, n_head, true, "attention heads"),
+      ZT_KEY(model, d_model, true, "embedding width"),
+      ZT_KEY(model, d_ff, false, "MLP hidden width (default 4 * d_model)"),
+      ZT_KEY(model, vocab_size, true, "vocabulary size (>= the tokenizer's)"),
+      ZT_KEY(model, seq_len, true, "context length in tokens"),
+      ZT_KEY(train, micro_batch, false, "sequences per forward/backward"),
+      ZT_KEY(train, global_batch, false, "sequences per optimizer step"),
+      ZT_KEY(train, max_steps, false, "optimizer steps"),
+      ZT_KEY(train, log_every, false, "steps between progress lines / metrics"),
+      ZT_KEY(train, eval_every, false, "steps between evaluations (0 = at the end only)"),
+      ZT_KEY(train, eval_steps, false, "micro-batches per evaluation"),
+      ZT_KEY(train, sample_tokens, false, "tokens to generate after training (0 = none)"),
+      ZT_KEY(train, sample_temperature, false, "sampling temperature"),
+      ZT_KEY(optim, lr, false, "peak learning rate"),
+      ZT_KEY(optim, min_lr, false, "final learning rate of the decay"),
+      ZT_KEY(optim, warmup_steps, false, "linear warmup steps"),
+      ZT_KEY(optim, schedule, false, "\"cosine\", \"linear\" or \"constant\""),
+      ZT_KEY(optim, weight_decay, false, "decoupled weight decay (not on biases/norms)"),
+      ZT_KEY(optim, beta1, false, "AdamW beta1"),
+      ZT_KEY(optim, beta2, false, "AdamW beta2"),
+      ZT_KEY(optim, eps, false, "AdamW epsilon"),
+      ZT_KEY(optim, grad_clip, false, "global gradient-norm clip (0 = off)"),
+      ZT_KEY(data, train, true, "training shards: a directory with manifest.json"),
+      ZT_KEY(data, val, false, "validation shards (optional)"),
+  };
+  return keys;
+}
+
+#undef ZT_KEY
+
+namespace {
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+}  // namespace
+
+std::string nearest_name(const std::string& name, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = SIZE_MAX;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(name, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  // Close enough to be a typo: at most a third of the longer name.
+  size_t limit = std::max<size_t>(2, std::max(name.size(), best.size()) / 3);
+  return best_d <= limit ? best : "";
+}
+
+}  // namespace zt

@@ -1,0 +1,29 @@
+// The run spec's schema: one row per key, with its type, whether it is required, and where it
+// lives in RunSpec. Parsing, --set overrides, validation messages and the resolved dump all read
+// this one table, so a new key is one new row.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "engine/config/spec.h"
+
+namespace zt {
+
+using SpecField = std::variant<int64_t*, double*, std::string*>;
+
+struct SpecKey {
+  const char* section;
+  const char* key;
+  bool required;
+  SpecField (*field)(RunSpec&);
+  const char* help;
+};
+
+const std::vector<SpecKey>& spec_schema();
+
+// Nearest name by edit distance among `candidates`, or "" when nothing is close.
+std::string nearest_name(const std::string& name, const std::vector<std::string>& candidates);
+
+}  // namespace zt

@@ -1,0 +1,36 @@
+// Typed errors and check macros. Library code throws; only main() turns an error into an exit
+// code: UserError (bad spec, CLI, data, checkpoint) -> 2, everything else -> 1.
+#pragma once
+#include <stdexcept>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace zt {
+
+// Bad input from the user: the message names the file and key/offset. Exit status 2.
+struct UserError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A failure of the engine or the machine (I/O error, broken invariant). Exit status 1.
+struct RuntimeFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void throw_check_failure(const char* file, int line, const char* cond,
+                                      const std::string& msg);
+
+template <typename... Args>
+[[noreturn]] void user_error(fmt::format_string<Args...> f, Args&&... args) {
+  throw UserError(fmt::format(f, std::forward<Args>(args)...));
+}
+
+}  // namespace zt
+
+// ZT_CHECK(cond, "fmt", args...): an engine invariant; reports file and line.
+#define ZT_CHECK(cond, ...)                                                          \
+  do {                                                                               \
+    if (!(cond)) ::zt::throw_check_failure(__FILE__, __LINE__, #cond,               \
+                                           ::fmt::format(__VA_ARGS__));              \
+  } while (0)

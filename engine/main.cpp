@@ -1,0 +1,115 @@
+// ztrain command line: `ztrain <command> SPEC.toml [--set section.key=value ...]`.
+// Only this file turns errors into exit codes: 0 ok, 1 runtime failure, 2 bad input.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/config/spec.h"
+#include "engine/core/log.h"
+#include "engine/core/status.h"
+#include "engine/train/dump_state.h"
+#include "engine/train/trainer.h"
+
+using namespace zt;
+
+namespace {
+
+const char* kUsage = R"(usage: ztrain <command> SPEC.toml [--set section.key=value ...]
+
+commands:
+  train SPEC.toml               train the model the spec describes
+  check SPEC.toml               validate the spec and print it fully resolved (defaults filled in)
+  debug dump-state SPEC.toml --out FILE.h5 [--steps N]
+                                write initial parameters, first batch, loss and gradients (and,
+                                with --steps, N training steps) to HDF5 for parity tests
+
+options:
+  --set section.key=value       override a spec value (repeatable), e.g. --set optim.lr=3e-4
+  --verbose                     debug logging
+  --help                        this text
+
+exit status: 0 ok, 1 runtime failure, 2 bad input (spec, CLI, data)
+)";
+
+struct Cli {
+  std::string command, spec_path, out;
+  std::vector<std::string> overrides;
+  int steps = 0;
+  bool verbose = false, help = false;
+};
+
+Cli parse_cli(int argc, char** argv) {
+  Cli c;
+  int i = 1;
+  if (i < argc && std::string(argv[i]) == "debug") {
+    if (i + 1 >= argc) user_error("debug needs a subcommand (dump-state)");
+    c.command = std::string("debug ") + argv[i + 1];
+    i += 2;
+  } else if (i < argc) {
+    c.command = argv[i++];
+  }
+  for (; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) user_error("{} needs a value", a);
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") c.help = true;
+    else if (a == "--verbose") c.verbose = true;
+    else if (a == "--set") c.overrides.push_back(value());
+    else if (a.rfind("--set=", 0) == 0) c.overrides.push_back(a.substr(6));
+    else if (a == "--out") c.out = value();
+    else if (a == "--steps") {
+      const std::string v = value();
+      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos)
+        user_error("--steps: expected a count, got '{}'", v);
+      c.steps = std::stoi(v);
+    } else if (a.size() > 1 && a[0] == '-') user_error("unknown option {} (see ztrain --help)", a);
+    else if (c.spec_path.empty()) c.spec_path = a;
+    else user_error("unexpected argument '{}' (one SPEC.toml per command)", a);
+  }
+  return c;
+}
+
+int run(int argc, char** argv) {
+  const Cli c = parse_cli(argc, argv);
+  if (c.help || c.command.empty() || c.command == "help" || c.command == "--help" || c.command == "-h") {
+    std::fputs(kUsage, stdout);
+    return c.command.empty() && !c.help ? 2 : 0;
+  }
+  log_init(c.verbose);
+  if (c.command != "train" && c.command != "check" && c.command != "debug dump-state")
+    user_error("unknown command '{}' (see ztrain --help)", c.command);
+  if (c.spec_path.empty()) user_error("{}: missing SPEC.toml", c.command);
+  const RunSpec spec = load_run_spec(c.spec_path, c.overrides);
+  if (c.command == "check") {
+    std::fputs(resolved_toml(spec).c_str(), stdout);
+    return 0;
+  }
+  if (c.command == "train") {
+    Trainer trainer(spec);
+    trainer.run();
+    return 0;
+  }
+  if (c.out.empty()) user_error("debug dump-state: --out FILE.h5 is required");
+  dump_state(spec, c.out, c.steps);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const UserError& e) {
+    std::fprintf(stderr, "ztrain: error: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "ztrain: failure: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ztrain: failure: %s\n", e.what());
+    return 1;
+  }
+}

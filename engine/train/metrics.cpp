@@ -1,0 +1,36 @@
+// metrics.jsonl writer.
+#include "engine/train/metrics.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include "engine/core/log.h"
+#include "engine/core/status.h"
+
+namespace zt {
+
+MetricsWriter::MetricsWriter(const std::string& out_dir) {
+  namespace fs = std::filesystem;
+  path_ = (fs::path(out_dir) / "metrics.jsonl").string();
+  if (fs::exists(path_) && fs::file_size(path_) > 0) {
+    int n = 1;
+    while (fs::exists(fs::path(out_dir) / fmt::format("metrics.{}.jsonl", n))) ++n;
+    const fs::path kept = fs::path(out_dir) / fmt::format("metrics.{}.jsonl", n);
+    fs::rename(path_, kept);
+    spdlog::info("kept the previous run's metrics as {}", kept.string());
+  }
+  f_ = std::fopen(path_.c_str(), "w");
+  if (!f_) throw RuntimeFailure(fmt::format("{}: cannot create: {}", path_, std::strerror(errno)));
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (f_) std::fclose(f_);
+}
+
+void MetricsWriter::write(const nlohmann::json& record) {
+  const std::string line = record.dump() + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
+    throw RuntimeFailure(fmt::format("{}: write failed: {}", path_, std::strerror(errno)));
+}
+
+}  // namespace zt

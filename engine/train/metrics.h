@@ -1,0 +1,26 @@
+// metrics.jsonl: one JSON object per line, flushed as written so a crash keeps what was logged.
+#pragma once
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace zt {
+
+class MetricsWriter {
+ public:
+  // Opens OUT_DIR/metrics.jsonl for a new run; an earlier run's file is kept as
+  // metrics.<n>.jsonl rather than overwritten.
+  explicit MetricsWriter(const std::string& out_dir);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+  void write(const nlohmann::json& record);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  FILE* f_ = nullptr;
+};
+
+}  // namespace zt

@@ -1,0 +1,16 @@
+// Text generation from a model: temperature sampling with the counter-based generator.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "models/gpt2.h"
+
+namespace zt {
+
+// Extends `prompt` (non-empty) by n_new tokens, each drawn from softmax(logits / temperature)
+// over ids < n_vocab (the tokenizer's vocabulary, which may be smaller than the model's).
+// The context is the last seq_len tokens. Deterministic for a given seed.
+std::vector<uint32_t> generate(GPT2& model, Backend& backend, std::vector<uint32_t> prompt,
+                               int n_new, double temperature, uint32_t n_vocab, uint64_t seed);
+
+}  // namespace zt

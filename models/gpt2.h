@@ -1,0 +1,112 @@
+// GPT-2 family model on the op interface: learned position embeddings, pre-LayerNorm blocks,
+// causal multi-head attention, GELU (tanh) MLP, final LayerNorm, output head tied to the token
+// embedding. Forward and backward are written out by hand, llm.c style, over one contiguous
+// parameter buffer (and a gradient buffer of the same layout).
+//
+// Parameters, in buffer order, with PyTorch (nanoGPT) names and nn.Linear layouts (out, in):
+//   transformer.wte.weight            (V, C)   token embedding; also the output head (tied)
+//   transformer.wpe.weight            (T, C)   position embedding, T = seq_len
+//   transformer.h.{i}.ln_1.weight/bias         (C)
+//   transformer.h.{i}.attn.c_attn.weight       (3C, C)  packed QKV: rows [0,C) = q, [C,2C) = k,
+//   transformer.h.{i}.attn.c_attn.bias         (3C)     [2C,3C) = v; head h uses rows h*hs..+hs
+//                                                        of each (hs = C / n_head)
+//   transformer.h.{i}.attn.c_proj.weight/bias  (C, C) / (C)
+//   transformer.h.{i}.ln_2.weight/bias         (C)
+//   transformer.h.{i}.mlp.c_fc.weight/bias     (F, C) / (F)    F = d_ff
+//   transformer.h.{i}.mlp.c_proj.weight/bias   (C, F) / (C)
+//   transformer.ln_f.weight/bias               (C)
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+
+namespace zt {
+
+struct GPT2Config {
+  int n_layer = 0, n_head = 0, d_model = 0, d_ff = 0, vocab_size = 0, seq_len = 0;
+};
+
+struct ParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  size_t offset = 0;  // in floats, into the parameter buffer
+  size_t numel = 0;
+  bool decay = false;      // weight decay applies (matrices and embeddings, not biases/norms)
+  float init_std = 0.0f;   // normal(0, init_std); 0 means constant init_value
+  float init_value = 0.0f;
+};
+
+class GPT2 {
+ public:
+  // Allocates parameters, gradients and activations for batches of up to max_batch x seq_len.
+  GPT2(const GPT2Config& cfg, Backend& backend, int max_batch);
+  ~GPT2();
+  GPT2(const GPT2&) = delete;
+  GPT2& operator=(const GPT2&) = delete;
+
+  const GPT2Config& config() const { return cfg_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  size_t num_params() const { return n_params_; }
+  float* param_data() { return param_buf_; }  // device memory
+  float* grad_data() { return grad_buf_; }    // device memory
+
+  // Every element from normal_at(seed, name_hash(name), index): independent of layout.
+  void init_params(uint64_t seed);
+  void zero_grad();
+
+  // inputs, targets: host (B, T) int32; B <= max_batch, T <= seq_len. Returns the mean loss
+  // over the B*T positions (targets may be null: logits only, returns 0). With grad_scale != 0
+  // the logits are replaced by dloss/dlogits scaled by grad_scale, ready for backward().
+  float forward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale);
+  // Accumulates gradients of the last forward (which must have had grad_scale != 0).
+  void backward();
+  // Logits of the last forward without targets: (B, T, V), device memory.
+  const float* logits() const { return acts_.logits; }
+
+ private:
+  struct LayerPtrs {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
+        *fcprojb;
+  };
+  struct Acts {  // shapes for the current (B, T); L = n_layer, F = d_ff, NH = n_head
+    float* encoded;              // (B,T,C)
+    float *ln1, *ln1_mean, *ln1_rstd;  // (L,B,T,C), (L,B,T), (L,B,T)
+    float* qkv;                  // (L,B,T,3C)
+    float* atty;                 // (L,B,T,C)
+    float* att_lse;              // (L,B,NH,T)
+    float* attproj;              // (L,B,T,C)
+    float* res2;                 // (L,B,T,C)  residual after attention
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float* fch;                  // (L,B,T,F)
+    float* fch_gelu;             // (L,B,T,F)
+    float* fcproj;               // (L,B,T,C)
+    float* res3;                 // (L,B,T,C)  residual after MLP = block output
+    float *lnf, *lnf_mean, *lnf_rstd;  // (B,T,C), (B,T), (B,T)
+    float* logits;               // (B,T,V)
+    float* losses;               // (B,T)
+    // backward scratch
+    float *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu;
+  };
+  LayerPtrs layer(float* base, int l) const;
+  float* wte(float* base) const { return base + params_[0].offset; }
+  float* wpe(float* base) const { return base + params_[1].offset; }
+  float* lnfw(float* base) const { return base + params_[params_.size() - 2].offset; }
+  float* lnfb(float* base) const { return base + params_[params_.size() - 1].offset; }
+
+  GPT2Config cfg_;
+  Backend& be_;
+  int max_batch_;
+  std::vector<ParamInfo> params_;
+  size_t n_params_ = 0;
+  float* param_buf_ = nullptr;
+  float* grad_buf_ = nullptr;
+  float* act_buf_ = nullptr;
+  int32_t* tokens_buf_ = nullptr;  // inputs (B*T) then targets (B*T)
+  Acts acts_{};
+  int cur_B_ = 0, cur_T_ = 0;
+  bool grads_ready_ = false;
+};
+
+}  // namespace zt

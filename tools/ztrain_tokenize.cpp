@@ -1,0 +1,208 @@
+// ztrain-tokenize: encode / decode text with a tiktoken-format BPE or the byte-level tokenizer,
+// and turn text or JSONL files into token shards plus a manifest (data/FORMAT.md).
+#include <omp.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "data/shard_writer.h"
+#include "data/tokenizer/tokenizer.h"
+#include "engine/core/status.h"
+
+using namespace zt;
+using namespace zt::data;
+
+namespace {
+
+const char* kUsage = R"(usage:
+  ztrain-tokenize encode --vocab VOCAB [--allow-special] [INPUT]
+      prints the token ids of INPUT (a file, or stdin when absent or "-"), space-separated
+  ztrain-tokenize decode --vocab VOCAB [INPUT]
+      reads space-separated ids and writes the decoded bytes to stdout
+  ztrain-tokenize shards --vocab VOCAB --out DIR [--shard-tokens N] [--format auto|text|jsonl]
+                         [--threads N] INPUT...
+      tokenizes documents into DIR/shard_NNNNN.ztok + DIR/manifest.json. A text file is one
+      document; a .jsonl file (or --format jsonl) holds one document per line in its "text" field.
+
+VOCAB is "byte" (256 byte tokens + <|endoftext|> = 256) or a .tiktoken file with a .meta.json
+beside it (split regex and special tokens), e.g. gpt2.tiktoken or cl100k_base.tiktoken.
+Exit status: 0 ok, 1 runtime failure, 2 bad input.
+)";
+
+std::string read_input(const std::string& path) {
+  std::stringstream ss;
+  if (path.empty() || path == "-") {
+    ss << std::cin.rdbuf();
+  } else {
+    std::ifstream f(path, std::ios::binary);
+    if (!f) user_error("{}: cannot open input", path);
+    ss << f.rdbuf();
+  }
+  return ss.str();
+}
+
+struct Args {
+  std::string command, vocab, out, format = "auto";
+  bool allow_special = false;
+  uint64_t shard_tokens = 100'000'000;
+  int threads = 0;
+  std::vector<std::string> inputs;
+};
+
+uint64_t parse_count(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(v, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (used != v.size() || n == 0 || v[0] == '-') user_error("{}: expected a positive integer, got '{}'", flag, v);
+  return n;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  if (argc < 2) user_error("missing command\n{}", kUsage);
+  a.command = argv[1];
+  for (int i = 2; i < argc; ++i) {
+    const std::string s = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) user_error("{} needs a value", s);
+      return argv[++i];
+    };
+    if (s == "--vocab") a.vocab = value();
+    else if (s == "--out") a.out = value();
+    else if (s == "--format") a.format = value();
+    else if (s == "--allow-special") a.allow_special = true;
+    else if (s == "--shard-tokens") a.shard_tokens = parse_count(s, value());
+    else if (s == "--threads") a.threads = int(parse_count(s, value()));
+    else if (s.size() > 1 && s[0] == '-' && s != "-") user_error("unknown option {}\n{}", s, kUsage);
+    else a.inputs.push_back(s);
+  }
+  if (a.vocab.empty()) user_error("{}: --vocab is required (a .tiktoken file or \"byte\")", a.command);
+  if (a.threads <= 0) a.threads = omp_get_num_procs();
+  return a;
+}
+
+int cmd_encode(const Args& a) {
+  if (a.inputs.size() > 1) user_error("encode takes one INPUT");
+  const Tokenizer tok = Tokenizer::load(a.vocab);
+  const std::string text = read_input(a.inputs.empty() ? "-" : a.inputs[0]);
+  const auto ids = a.allow_special ? tok.encode_with_special(text, a.threads)
+                                   : tok.encode_ordinary(text, a.threads);
+  std::string out;
+  out.reserve(ids.size() * 6);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) out += ' ';
+    out += std::to_string(ids[i]);
+  }
+  out += '\n';
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+int cmd_decode(const Args& a) {
+  if (a.inputs.size() > 1) user_error("decode takes one INPUT");
+  const Tokenizer tok = Tokenizer::load(a.vocab);
+  std::istringstream in(read_input(a.inputs.empty() ? "-" : a.inputs[0]));
+  std::vector<uint32_t> ids;
+  std::string word;
+  while (in >> word) {
+    const bool digits = !word.empty() && word.size() <= 10 &&
+                        word.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoull(word) > UINT32_MAX) user_error("decode: '{}' is not a token id", word);
+    ids.push_back(uint32_t(std::stoull(word)));
+  }
+  const std::string bytes = tok.decode(ids);
+  std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  return 0;
+}
+
+// Documents of one input file: the whole file, or the "text" field of each JSONL line.
+std::vector<std::string> read_documents(const std::string& path, const std::string& format) {
+  const std::string text = read_input(path);
+  const bool jsonl = format == "jsonl" || (format == "auto" && path.size() > 6 &&
+                                           path.compare(path.size() - 6, 6, ".jsonl") == 0);
+  if (!jsonl) return {text};
+  std::vector<std::string> docs;
+  std::istringstream in(text);
+  std::string line;
+  for (size_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
+      user_error("{}:{}: expected a JSON object with a string \"text\" field", path, line_no);
+    docs.push_back(j["text"].get<std::string>());
+  }
+  return docs;
+}
+
+int cmd_shards(const Args& a) {
+  if (a.out.empty()) user_error("shards: --out DIR is required");
+  if (a.inputs.empty()) user_error("shards: no INPUT files");
+  if (a.format != "auto" && a.format != "text" && a.format != "jsonl")
+    user_error("--format must be auto, text or jsonl, got '{}'", a.format);
+  const Tokenizer tok = Tokenizer::load(a.vocab);
+  TokenizerInfo info{tok.kind(), tok.name(), tok.n_vocab(), tok.eot(), tok.vocab_file()};
+  ShardWriter writer(a.out, info, a.shard_tokens);
+  for (const auto& path : a.inputs) {
+    const std::vector<std::string> docs = read_documents(path, a.format);
+    // Many documents: one per thread. Few: each document's pieces are split over the threads.
+    std::vector<std::vector<uint32_t>> encoded(docs.size());
+    if (docs.size() >= size_t(a.threads)) {
+#pragma omp parallel for schedule(dynamic, 16) num_threads(a.threads)
+      for (size_t i = 0; i < docs.size(); ++i) {
+        try {
+          encoded[i] = tok.encode_ordinary(docs[i], 1);
+        } catch (const UserError& e) {
+#pragma omp critical
+          std::fprintf(stderr, "ztrain-tokenize: error: %s: document %zu: %s\n", path.c_str(), i + 1, e.what());
+          std::exit(2);
+        }
+      }
+    } else {
+      for (size_t i = 0; i < docs.size(); ++i) encoded[i] = tok.encode_ordinary(docs[i], a.threads);
+    }
+    for (const auto& d : encoded) writer.add_document(d);
+  }
+  const Manifest m = writer.finish();
+  std::fprintf(stderr, "ztrain-tokenize: wrote %zu shard(s), %llu tokens, %llu documents to %s\n",
+               m.shards.size(), (unsigned long long)m.total_tokens(),
+               (unsigned long long)m.total_documents(), a.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h" ||
+                      std::string(argv[1]) == "help")) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    for (int i = 2; i < argc; ++i)
+      if (std::string(argv[i]) == "--help") {
+        std::fputs(kUsage, stdout);
+        return 0;
+      }
+    const Args a = parse_args(argc, argv);
+    if (a.command == "encode") return cmd_encode(a);
+    if (a.command == "decode") return cmd_decode(a);
+    if (a.command == "shards") return cmd_shards(a);
+    user_error("unknown command '{}'\n{}", a.command, kUsage);
+  } catch (const UserError& e) {
+    std::fprintf(stderr, "ztrain-tokenize: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ztrain-tokenize: failure: %s\n", e.what());
+    return 1;
+  }
+}
