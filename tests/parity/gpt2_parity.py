@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""PyTorch parity for the GPT-2 model on the CPU backend (fp32).
+
+For several odd model sizes: ztrain writes its initial parameters, first batch, loss and every
+gradient (`ztrain debug dump-state`), plus 10 training steps; PyTorch builds the same GPT-2 from
+those parameters and must agree on the loss and on every gradient (normalized error
+||a - b|| / ||b|| <= 1e-4 per tensor), and 10 steps of torch.optim.AdamW with the same schedule,
+clipping and batches must give the same losses (relative error <= 1e-4) and final parameters.
+"""
+import argparse
+import math
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import testlib  # noqa: E402
+
+try:
+    import h5py
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # a user's machine without the reference stack
+    print(f"SKIP: PyTorch/h5py not available ({e}); install python3-torch python3-h5py")
+    sys.exit(testlib.SKIP)
+
+TOL = 1e-4
+# Final parameters after 10 AdamW steps: Adam divides by sqrt(v), so for parameters whose gradient
+# is near zero (fresh biases) float reassociation differences are amplified; 5e-4 still catches any
+# real mismatch (a wrong decay mask, schedule or clip moves them by > 1e-2).
+FINAL_TOL = 5e-4
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH, FF):
+        super().__init__()
+        self.n_head = NH
+        self.ln_1 = nn.LayerNorm(C)
+        self.attn = nn.Module()
+        self.attn.c_attn = nn.Linear(C, 3 * C)
+        self.attn.c_proj = nn.Linear(C, C)
+        self.ln_2 = nn.LayerNorm(C)
+        self.mlp = nn.Module()
+        self.mlp.c_fc = nn.Linear(C, FF)
+        self.mlp.c_proj = nn.Linear(FF, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.attn.c_attn(self.ln_1(x)).split(C, dim=2)
+        hs = C // self.n_head
+        q, k, v = (t.view(B, T, self.n_head, hs).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.attn.c_proj(y)
+        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, L, NH, C, FF, V, T):
+        super().__init__()
+        self.transformer = nn.Module()
+        self.transformer.wte = nn.Embedding(V, C)
+        self.transformer.wpe = nn.Embedding(T, C)
+        self.transformer.h = nn.ModuleList([Block(C, NH, FF) for _ in range(L)])
+        self.transformer.ln_f = nn.LayerNorm(C)
+
+    def forward(self, idx, targets):
+        B, T = idx.shape
+        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T))
+        for blk in self.transformer.h:
+            x = blk(x)
+        logits = self.transformer.ln_f(x) @ self.transformer.wte.weight.t()  # tied head
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1).long())
+
+
+def lr_at(cfg, step):
+    lr, min_lr, warm, max_steps = cfg["lr"], cfg["min_lr"], int(cfg["warmup_steps"]), int(cfg["max_steps"])
+    if step < warm:
+        return lr * (step + 1) / warm
+    if cfg["schedule"] == 2:
+        return lr
+    r = min(max((step - warm) / max(1, max_steps - warm), 0.0), 1.0)
+    if cfg["schedule"] == 1:
+        return lr - r * (lr - min_lr)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * r)) * (lr - min_lr)
+
+
+def rel(a, b):
+    return ((a - b).norm() / max(b.norm().item(), 1e-30)).item()
+
+
+def check_case(args, work, name, model, train, optim):
+    spec = os.path.join(work, f"{name}.toml")
+    testlib.write_spec(spec, {
+        "run": {"name": name, "out_dir": os.path.join(work, name), "seed": 1234, "device": "cpu", "threads": 2},
+        "model": model, "train": train, "optim": optim, "data": {"train": args.data},
+    })
+    h5path = os.path.join(work, f"{name}.h5")
+    testlib.run([args.ztrain, "debug", "dump-state", spec, "--out", h5path, "--steps", "10"])
+    f = h5py.File(h5path, "r")
+    cfg = {k: float(f["config"][k][()]) for k in f["config"]}
+    m = GPT(int(cfg["n_layer"]), int(cfg["n_head"]), int(cfg["d_model"]), int(cfg["d_ff"]),
+            int(cfg["vocab_size"]), int(cfg["seq_len"]))
+    names = [n for n, _ in m.named_parameters()]
+    assert sorted(names) == sorted(f["params"].keys()), (sorted(names), sorted(f["params"].keys()))
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            p.copy_(torch.from_numpy(f["params"][n][()]))
+    failures = []
+    # 1. loss and every gradient on the first batch
+    x = torch.from_numpy(f["batch"]["inputs"][()]).long()
+    y = torch.from_numpy(f["batch"]["targets"][()]).long()
+    loss = m(x, y)
+    loss.backward()
+    ref_loss = float(f["out"]["loss"][()])
+    e = abs(loss.item() - ref_loss) / abs(loss.item())
+    print(f"  [{name}] loss ztrain {ref_loss:.7f} torch {loss.item():.7f} rel {e:.2e}")
+    if e > TOL:
+        failures.append(f"loss rel err {e:.2e}")
+    worst = (0.0, "")
+    for n, p in m.named_parameters():
+        g = torch.from_numpy(f["grads"][n][()])
+        err = rel(g, p.grad)
+        worst = max(worst, (err, n))
+        if err > TOL:
+            failures.append(f"grad {n}: rel err {err:.2e}")
+    print(f"  [{name}] worst gradient rel err {worst[0]:.2e} ({worst[1]}), {len(names)} tensors")
+    # 2. ten training steps from the same initialization
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            p.copy_(torch.from_numpy(f["params"][n][()]))
+    decay = [p for n, p in m.named_parameters() if p.dim() >= 2]
+    no_decay = [p for n, p in m.named_parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]), eps=cfg["eps"])
+    tin = torch.from_numpy(f["train"]["inputs"][()]).long()
+    ttg = torch.from_numpy(f["train"]["targets"][()]).long()
+    mb, gb = int(cfg["micro_batch"]), int(cfg["global_batch"])
+    accum = gb // mb
+    zl = f["train"]["loss"][()]
+    for s in range(tin.shape[0]):
+        opt.zero_grad()
+        total = 0.0
+        for a in range(accum):
+            l = m(tin[s, a * mb:(a + 1) * mb], ttg[s, a * mb:(a + 1) * mb]) / accum
+            l.backward()
+            total += l.item()
+        if cfg["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(m.parameters(), cfg["grad_clip"])
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg, s)
+        opt.step()
+        e = abs(total - zl[s]) / abs(total)
+        if e > TOL:
+            failures.append(f"train step {s + 1}: loss ztrain {zl[s]:.7f} torch {total:.7f} rel {e:.2e}")
+    print(f"  [{name}] 10-step losses ztrain {zl[0]:.5f} -> {zl[-1]:.5f}, torch final {total:.5f}")
+    worst = (0.0, "")
+    for n, p in m.named_parameters():
+        err = rel(torch.from_numpy(f["final"][n][()]), p.detach())
+        worst = max(worst, (err, n))
+        if err > FINAL_TOL:
+            failures.append(f"final param {n}: rel err {err:.2e}")
+    print(f"  [{name}] worst final-parameter rel err {worst[0]:.2e} ({worst[1]})")
+    return failures
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ztrain", required=True)
+    ap.add_argument("--tokenize", required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+    with tempfile.TemporaryDirectory() as work:
+        args.data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 7)
+        cases = [
+            ("tiny", {"n_layer": 1, "n_head": 1, "d_model": 8, "vocab_size": 257, "seq_len": 7},
+             {"micro_batch": 3, "global_batch": 3, "max_steps": 10},
+             {"lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 2, "schedule": "cosine"}),
+            ("odd", {"n_layer": 2, "n_head": 3, "d_model": 27, "d_ff": 37, "vocab_size": 263, "seq_len": 33},
+             {"micro_batch": 2, "global_batch": 6, "max_steps": 10},
+             {"lr": 3e-3, "min_lr": 0.0, "warmup_steps": 3, "schedule": "linear", "grad_clip": 0.5}),
+            ("deeper", {"n_layer": 3, "n_head": 2, "d_model": 14, "vocab_size": 301, "seq_len": 17},
+             {"micro_batch": 5, "global_batch": 5, "max_steps": 20},
+             {"lr": 5e-3, "schedule": "constant", "weight_decay": 0.3, "beta2": 0.99}),
+        ]
+        failures = []
+        for name, model, train, optim in cases:
+            failures += [f"{name}: {x}" for x in check_case(args, work, name, model, train, optim)]
+    if failures:
+        print("FAIL:\n  " + "\n  ".join(failures))
+        return 1
+    print(f"PASS: loss, every gradient and 10 AdamW steps agree with PyTorch within {TOL} ({len(cases)} model sizes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

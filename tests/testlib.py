@@ -1,0 +1,61 @@
+"""Shared helpers for ztrain's script tests: generated text, shard datasets, specs, runs."""
+import os
+import random
+import subprocess
+import sys
+
+SKIP = 77  # ctest SKIP_RETURN_CODE
+
+
+def generated_text(n_words, seed):
+    """Deterministic English-like text (no download): words from a fixed list, lines, punctuation."""
+    words = ("the of and to in is was he that it for on are as with his they at be this from "
+             "have or by one had not but what all were when we there can an your which their said "
+             "if do will each about how up out them then she many some so these would other into "
+             "has more her two like him see time could no make than first been its who now people "
+             "my made over did down only way find use may water long little very after words "
+             "called just where most know get through back much go good new write our me man too "
+             "any day same right look think also around another came come work three word must "
+             "because does part even place well such here take why things help put years different "
+             "away again off went old number great tell men say small every found still between").split()
+    rng = random.Random(seed)
+    out, line = [], []
+    for i in range(n_words):
+        w = rng.choice(words)
+        if not line:
+            w = w.capitalize()
+        line.append(w)
+        if len(line) >= rng.randint(6, 14):
+            out.append(" ".join(line) + rng.choice([".", ",", ";", "!", "?"]))
+            line = []
+    return "\n".join(out) + "\n"
+
+
+def write_spec(path, sections):
+    """sections: {"run": {...}, ...} -> TOML file."""
+    with open(path, "w") as f:
+        for sec, kv in sections.items():
+            f.write(f"[{sec}]\n")
+            for k, v in kv.items():
+                if isinstance(v, str):
+                    f.write(f'{k} = "{v}"\n')
+                else:
+                    f.write(f"{k} = {v!r}\n")
+            f.write("\n")
+
+
+def run(cmd, check=True, **kw):
+    p = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if check and p.returncode != 0:
+        sys.stderr.write(f"command failed ({p.returncode}): {' '.join(map(str, cmd))}\n{p.stdout}\n{p.stderr}\n")
+        raise SystemExit(1)
+    return p
+
+
+def make_byte_dataset(tokenize, out_dir, n_words, seed):
+    os.makedirs(out_dir, exist_ok=True)
+    txt = os.path.join(out_dir, "input.txt")
+    with open(txt, "w") as f:
+        f.write(generated_text(n_words, seed))
+    run([tokenize, "shards", "--vocab", "byte", "--out", os.path.join(out_dir, "shards"), txt])
+    return os.path.join(out_dir, "shards")
