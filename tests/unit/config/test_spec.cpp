@@ -1,0 +1,142 @@
+// Run spec loading: every kind of bad spec is one UserError naming the file, the key and the line;
+// good specs resolve with defaults and survive a round trip through the resolved dump.
+#include <catch2/catch.hpp>
+
+#include "engine/config/spec.h"
+#include "engine/core/status.h"
+
+using namespace zt;
+
+namespace {
+
+const std::string kGood = R"([run]
+name = "t"
+[model]
+n_layer = 2
+n_head = 2
+d_model = 16
+vocab_size = 300
+seq_len = 32
+[train]
+micro_batch = 4
+global_batch = 8
+[optim]
+lr = 1e-3
+[data]
+train = "some/dir"
+)";
+
+// Replaces the first occurrence of `from` in the good spec.
+std::string with(const std::string& from, const std::string& to) {
+  std::string s = kGood;
+  const auto at = s.find(from);
+  REQUIRE(at != std::string::npos);
+  return s.replace(at, from.size(), to);
+}
+
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_run_spec(text, "spec.toml", overrides);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  FAIL("expected a UserError");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a good spec resolves defaults", "[config]") {
+  const RunSpec s = parse_run_spec(kGood, "spec.toml");
+  REQUIRE(s.model.d_ff == 64);
+  REQUIRE(s.optim.lr == 1e-3);
+  REQUIRE(s.optim.schedule == "cosine");
+  REQUIRE(s.run.device == "auto");
+}
+
+TEST_CASE("the resolved dump parses back to the same spec", "[config]") {
+  const RunSpec s = parse_run_spec(kGood, "spec.toml", {"optim.lr=3e-4", "run.name=x y"});
+  const std::string dump = resolved_toml(s);
+  const RunSpec s2 = parse_run_spec(dump, "resolved.toml");
+  REQUIRE(resolved_toml(s2) == dump);
+  REQUIRE(s2.optim.lr == 3e-4);
+  REQUIRE(s2.run.name == "x y");
+}
+
+TEST_CASE("unknown keys name the key, the line and the nearest valid key", "[config][errors]") {
+  const std::string e = error_of(with("lr = 1e-3", "lrr = 1e-3"));
+  CHECK_THAT(e, Catch::Contains("spec.toml:13"));
+  CHECK_THAT(e, Catch::Contains("unknown key [optim] lrr"));
+  CHECK_THAT(e, Catch::Contains("did you mean 'lr'"));
+  CHECK_THAT(error_of(with("micro_batch = 4", "microbatch = 4")), Catch::Contains("did you mean 'micro_batch'"));
+  // a key placed in the wrong section points to the right one
+  CHECK_THAT(error_of(with("global_batch = 8", "global_batch = 8\nwarmup_steps = 3")),
+             Catch::Contains("did you mean [optim] warmup_steps"));
+  CHECK_THAT(error_of(kGood + "[modle]\nx = 1\n"), Catch::Contains("unknown section [modle] (did you mean [model]?)"));
+}
+
+TEST_CASE("wrong types name the key and the type", "[config][errors]") {
+  const std::string e = error_of(with("n_layer = 2", "n_layer = \"two\""));
+  CHECK_THAT(e, Catch::Contains("spec.toml:4"));
+  CHECK_THAT(e, Catch::Contains("[model] n_layer must be an integer, got a string"));
+  CHECK_THAT(error_of(with("lr = 1e-3", "lr = [1]")), Catch::Contains("[optim] lr must be a number, got an array"));
+  CHECK_THAT(error_of(with("name = \"t\"", "name = 3")), Catch::Contains("[run] name must be a string"));
+  CHECK_THAT(error_of(with("n_layer = 2", "n_layer = 2.5")), Catch::Contains("must be an integer, got a float"));
+  CHECK_THAT(error_of("model = 3\n"), Catch::Contains("[model] must be a table"));
+}
+
+TEST_CASE("missing required values are named", "[config][errors]") {
+  CHECK_THAT(error_of(with("n_layer = 2\n", "")), Catch::Contains("missing required key [model] n_layer"));
+  CHECK_THAT(error_of(with("train = \"some/dir\"\n", "")), Catch::Contains("missing required key [data] train"));
+}
+
+TEST_CASE("out-of-range and inconsistent values are named with their numbers", "[config][errors]") {
+  CHECK_THAT(error_of(with("d_model = 16", "d_model = 15")),
+             Catch::Contains("[model] d_model: d_model = 15 is not divisible by n_head = 2"));
+  CHECK_THAT(error_of(with("global_batch = 8", "global_batch = 6")),
+             Catch::Contains("global_batch = 6 is not a multiple of micro_batch = 4"));
+  const std::string neg = error_of(with("lr = 1e-3", "lr = -1e-3"));
+  CHECK_THAT(neg, Catch::Contains("spec.toml:13"));
+  CHECK_THAT(neg, Catch::Contains("[optim] lr: must be >= 0"));
+  CHECK_THAT(error_of(with("n_layer = 2", "n_layer = -2")), Catch::Contains("[model] n_layer: -2 is out of range"));
+  CHECK_THAT(error_of(with("n_layer = 2", "n_layer = 0")), Catch::Contains("[model] n_layer: must be >= 1"));
+  CHECK_THAT(error_of(with("lr = 1e-3", "lr = nan")), Catch::Contains("[optim] lr: nan is not a finite number"));
+  CHECK_THAT(error_of(with("lr = 1e-3", "lr = 1e-3\nmin_lr = 1.0")), Catch::Contains("[optim] min_lr: must be in [0, lr"));
+  CHECK_THAT(error_of(with("name = \"t\"", "device = \"tpu\"")), Catch::Contains("[run] device: 'tpu' is not one of"));
+  CHECK_THAT(error_of(with("lr = 1e-3", "schedule = \"cos\"")), Catch::Contains("[optim] schedule: 'cos'"));
+  CHECK_THAT(error_of(with("n_layer = 2", "n_layer = 99999999999")), Catch::Contains("out of range"));
+}
+
+TEST_CASE("TOML syntax errors give the line", "[config][errors]") {
+  CHECK_THAT(error_of(with("lr = 1e-3", "lr = = 3")), Catch::Contains("spec.toml:13"));
+  CHECK_THAT(error_of(with("lr = 1e-3", "lr = = 3")), Catch::Contains("TOML syntax error"));
+  CHECK_THAT(error_of(kGood + "[model]\n"), Catch::Contains("spec.toml"));  // redefined table
+}
+
+TEST_CASE("--set overrides are checked like the file", "[config][errors]") {
+  REQUIRE(parse_run_spec(kGood, "spec.toml", {"optim.lr=0.5"}).optim.lr == 0.5);
+  REQUIRE(parse_run_spec(kGood, "spec.toml", {"model.n_layer=7"}).model.n_layer == 7);
+  REQUIRE(parse_run_spec(kGood, "spec.toml", {"data.train=/x/y"}).data.train == "/x/y");
+  CHECK_THAT(error_of(kGood, {"optim.lrr=1"}), Catch::Contains("--set optim.lrr: unknown key [optim] lrr (did you mean 'lr'?)"));
+  CHECK_THAT(error_of(kGood, {"nosection=1"}), Catch::Contains("expected section.key=value"));
+  CHECK_THAT(error_of(kGood, {"optim.lr"}), Catch::Contains("expected section.key=value"));
+  CHECK_THAT(error_of(kGood, {"model.n_layer=abc"}), Catch::Contains("--set model.n_layer"));
+  CHECK_THAT(error_of(kGood, {"model.n_layer=1.5"}), Catch::Contains("[model] n_layer must be an integer"));
+  CHECK_THAT(error_of(kGood, {"foo.bar=1"}), Catch::Contains("unknown section [foo]"));
+}
+
+TEST_CASE("arbitrary bytes never crash the loader", "[config][errors]") {
+  std::string junk;
+  uint32_t x = 12345;
+  for (int i = 0; i < 2000; ++i) {
+    x = x * 1664525u + 1013904223u;
+    junk.push_back(char(x >> 24));
+  }
+  for (size_t len : {size_t(0), size_t(1), size_t(17), size_t(500), junk.size()}) {
+    try {
+      parse_run_spec(junk.substr(0, len), "junk.toml");
+    } catch (const UserError&) {
+    }
+  }
+  SUCCEED();
+}
