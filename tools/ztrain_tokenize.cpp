@@ -2,6 +2,7 @@
 // and turn text or JSONL files into token shards plus a manifest (data/FORMAT.md).
 #include <omp.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -25,6 +26,8 @@ const char* kUsage = R"(usage:
       prints the token ids of INPUT (a file, or stdin when absent or "-"), space-separated
   ztrain-tokenize decode --vocab VOCAB [INPUT]
       reads space-separated ids and writes the decoded bytes to stdout
+  ztrain-tokenize bench --vocab VOCAB [--threads N] [--repeats R] INPUT
+      times encoding INPUT (best of R, vocabulary load excluded); prints JSON
   ztrain-tokenize shards --vocab VOCAB --out DIR [--shard-tokens N] [--format auto|text|jsonl]
                          [--threads N] INPUT...
       tokenizes documents into DIR/shard_NNNNN.ztok + DIR/manifest.json. A text file is one
@@ -51,6 +54,7 @@ struct Args {
   std::string command, vocab, out, format = "auto";
   bool allow_special = false;
   uint64_t shard_tokens = 100'000'000;
+  int repeats = 3;
   int threads = 0;
   std::vector<std::string> inputs;
 };
@@ -83,6 +87,7 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--allow-special") a.allow_special = true;
     else if (s == "--shard-tokens") a.shard_tokens = parse_count(s, value());
     else if (s == "--threads") a.threads = int(parse_count(s, value()));
+    else if (s == "--repeats") a.repeats = int(parse_count(s, value()));
     else if (s.size() > 1 && s[0] == '-' && s != "-") user_error("unknown option {}\n{}", s, kUsage);
     else a.inputs.push_back(s);
   }
@@ -122,6 +127,22 @@ int cmd_decode(const Args& a) {
   }
   const std::string bytes = tok.decode(ids);
   std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  return 0;
+}
+
+int cmd_bench(const Args& a) {
+  if (a.inputs.size() != 1) user_error("bench takes one INPUT");
+  const Tokenizer tok = Tokenizer::load(a.vocab);
+  const std::string text = read_input(a.inputs[0]);
+  double best = 1e30;
+  size_t n = 0;
+  for (int r = 0; r < a.repeats; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    n = tok.encode_ordinary(text, a.threads).size();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::printf("{\"tokens\": %zu, \"bytes\": %zu, \"seconds\": %.6f, \"threads\": %d}\n", n,
+              text.size(), best, a.threads);
   return 0;
 }
 
@@ -197,6 +218,7 @@ int main(int argc, char** argv) {
     if (a.command == "encode") return cmd_encode(a);
     if (a.command == "decode") return cmd_decode(a);
     if (a.command == "shards") return cmd_shards(a);
+    if (a.command == "bench") return cmd_bench(a);
     user_error("unknown command '{}'\n{}", a.command, kUsage);
   } catch (const UserError& e) {
     std::fprintf(stderr, "ztrain-tokenize: error: %s\n", e.what());

@@ -19,8 +19,7 @@ import testlib  # noqa: E402
 try:
     import h5py
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
+    from torch_gpt import GPT
 except ImportError as e:  # a user's machine without the reference stack
     print(f"SKIP: PyTorch/h5py not available ({e}); install python3-torch python3-h5py")
     sys.exit(testlib.SKIP)
@@ -30,50 +29,6 @@ TOL = 1e-4
 # is near zero (fresh biases) float reassociation differences are amplified; 5e-4 still catches any
 # real mismatch (a wrong decay mask, schedule or clip moves them by > 1e-2).
 FINAL_TOL = 5e-4
-
-
-class Block(nn.Module):
-    def __init__(self, C, NH, FF):
-        super().__init__()
-        self.n_head = NH
-        self.ln_1 = nn.LayerNorm(C)
-        self.attn = nn.Module()
-        self.attn.c_attn = nn.Linear(C, 3 * C)
-        self.attn.c_proj = nn.Linear(C, C)
-        self.ln_2 = nn.LayerNorm(C)
-        self.mlp = nn.Module()
-        self.mlp.c_fc = nn.Linear(C, FF)
-        self.mlp.c_proj = nn.Linear(FF, C)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.attn.c_attn(self.ln_1(x)).split(C, dim=2)
-        hs = C // self.n_head
-        q, k, v = (t.view(B, T, self.n_head, hs).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        x = x + self.attn.c_proj(y)
-        return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, L, NH, C, FF, V, T):
-        super().__init__()
-        self.transformer = nn.Module()
-        self.transformer.wte = nn.Embedding(V, C)
-        self.transformer.wpe = nn.Embedding(T, C)
-        self.transformer.h = nn.ModuleList([Block(C, NH, FF) for _ in range(L)])
-        self.transformer.ln_f = nn.LayerNorm(C)
-
-    def forward(self, idx, targets):
-        B, T = idx.shape
-        x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T))
-        for blk in self.transformer.h:
-            x = blk(x)
-        logits = self.transformer.ln_f(x) @ self.transformer.wte.weight.t()  # tied head
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1).long())
 
 
 def lr_at(cfg, step):
