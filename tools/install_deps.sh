@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what ztrain needs to build and test, from Debian/Ubuntu packages and npm; does nothing
+# for what is already there. Used by tools/demo.sh, tools/test.sh and CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Build: compiler, CMake, toml++ (run spec), spdlog (logging), nlohmann-json (manifests), HDF5
+# (state dumps, checkpoints), Open MPI (launch), OpenBLAS (CPU GEMM), PCRE2 (tokenizer regex),
+# zlib (CRC-32). Tests: Catch2, Debian's PyTorch + h5py (parity reference), Node.js + npm
+# (tiktoken reference).
+PKGS=(build-essential cmake pkg-config git libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
+      libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libpcre2-dev zlib1g-dev
+      catch2 python3 python3-torch python3-h5py python3-numpy)
+if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" = 1 ]; then
+  PKGS=(build-essential cmake pkg-config libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
+        libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libpcre2-dev zlib1g-dev catch2)
+fi
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install_deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The tokenizer tests' reference (OpenAI's tiktoken, npm), pinned by tests/tokenizer/package-lock.json.
+if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" != 1 ] && [ ! -d tests/tokenizer/node_modules/tiktoken ]; then
+  (cd tests/tokenizer && npm ci --no-audit --no-fund --loglevel=error)
+fi
