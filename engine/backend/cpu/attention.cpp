@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/backend/cpu/ops.h"
+#include "engine/backend/cpu/vec_math.h"
 
 namespace zt::cpu {
 
@@ -44,8 +45,9 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
             mx = std::max(mx, score[t2]);
           }
           F sum = 0;
+#pragma omp simd reduction(+ : sum)
           for (int t2 = 0; t2 <= t; ++t2) {
-            score[t2] = std::exp(score[t2] - mx);
+            score[t2] = vexp(score[t2] - mx);
             sum += score[t2];
           }
           F* o = out + (int64_t(b) * T + t) * C + h * hs;
@@ -77,12 +79,14 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int 
           const F* q = base + int64_t(t) * C3 + h * hs;
           const F* d = dout + (int64_t(b) * T + t) * C + h * hs;
           const F l = lse[(int64_t(b) * NH + h) * T + t];
-          F D = 0;  // sum_t2 p * dp  (= dout . out)
           for (int t2 = 0; t2 <= t; ++t2) {
-            const F* k = base + int64_t(t2) * C3 + C + h * hs;
-            const F* v = base + int64_t(t2) * C3 + 2 * C + h * hs;
-            p[t2] = std::exp(dot(q, k, hs) * scale - l);
-            dp[t2] = dot(d, v, hs);
+            p[t2] = dot(q, base + int64_t(t2) * C3 + C + h * hs, hs) * scale - l;
+            dp[t2] = dot(d, base + int64_t(t2) * C3 + 2 * C + h * hs, hs);
+          }
+          F D = 0;  // sum_t2 p * dp  (= dout . out)
+#pragma omp simd reduction(+ : D)
+          for (int t2 = 0; t2 <= t; ++t2) {
+            p[t2] = vexp(p[t2]);
             D += p[t2] * dp[t2];
           }
           F* dq = dbase + int64_t(t) * C3 + h * hs;

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "engine/backend/cpu/ops.h"
+#include "engine/backend/cpu/vec_math.h"
 
 namespace zt::cpu {
 
@@ -19,13 +20,13 @@ void softmax_crossentropy(F* losses, F* logits, const int32_t* targets, int N, i
     for (int i = 0; i < V; ++i) mx = std::max(mx, row[i]);
     F sum = 0;
 #pragma omp simd reduction(+ : sum)
-    for (int i = 0; i < V; ++i) sum += std::exp(row[i] - mx);
+    for (int i = 0; i < V; ++i) sum += vexp(row[i] - mx);
     const F lse = mx + std::log(sum);
     const int tgt = targets[n];
     losses[n] = lse - row[tgt];
     if (grad_scale != F(0)) {
 #pragma omp simd
-      for (int i = 0; i < V; ++i) row[i] = std::exp(row[i] - lse) * grad_scale;
+      for (int i = 0; i < V; ++i) row[i] = vexp(row[i] - lse) * grad_scale;
       row[tgt] -= grad_scale;
     }
   }

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "engine/backend/cpu/ops.h"
+#include "engine/backend/cpu/vec_math.h"
 
 namespace zt::cpu {
 
@@ -15,7 +16,7 @@ void gelu_forward(F* out, const F* inp, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const F x = inp[i];
-    out[i] = F(0.5) * x * (F(1) + std::tanh(k * (x + F(0.044715) * x * x * x)));
+    out[i] = F(0.5) * x * (F(1) + vtanh(k * (x + F(0.044715) * x * x * x)));
   }
 }
 
@@ -26,7 +27,7 @@ void gelu_backward(F* dinp, const F* inp, const F* dout, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const F x = inp[i];
     const F u = k * (x + F(0.044715) * x * x * x);
-    const F th = std::tanh(u);
+    const F th = vtanh(u);
     const F sech2 = F(1) - th * th;
     const F grad = F(0.5) * (F(1) + th) + F(0.5) * x * sech2 * k * (F(1) + F(3 * 0.044715) * x * x);
     dinp[i] += grad * dout[i];

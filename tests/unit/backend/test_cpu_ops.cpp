@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "engine/backend/cpu/ops.h"
+#include "engine/backend/cpu/vec_math.h"
 #include "tests/unit/op_test_util.h"
 
 using namespace zt;
@@ -248,4 +249,23 @@ TEST_CASE("sum_squares is exact for known values and independent of chunking", "
   REQUIRE(out == std::vector<float>{11, 22, 33});
   cpu::scale(out.data(), 0.5f, 3);
   REQUIRE(out == std::vector<float>{5.5f, 11, 16.5f});
+}
+
+TEST_CASE("the vectorizable float exp and tanh are within a few ulp of libm", "[ops][vec_math]") {
+  double worst_exp = 0, worst_tanh = 0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = -87.0f + 175.0f * float(i) / 200000.0f;
+    const double ref = std::exp(double(x));
+    worst_exp = std::max(worst_exp, std::abs(double(cpu::exp_f32(x)) - ref) / ref);
+    const float u = -10.0f + 20.0f * float(i) / 200000.0f;
+    worst_tanh = std::max(worst_tanh, std::abs(double(cpu::vtanh(u)) - std::tanh(double(u))));
+  }
+  CAPTURE(worst_exp, worst_tanh);
+  REQUIRE(worst_exp < 4e-7);   // ~3 ulp
+  REQUIRE(worst_tanh < 3e-7);  // absolute
+  REQUIRE(cpu::exp_f32(-100.0f) == 0.0f);
+  REQUIRE(cpu::exp_f32(0.0f) == 1.0f);
+  REQUIRE(std::isfinite(cpu::exp_f32(1000.0f)));
+  REQUIRE(cpu::vtanh(50.0f) == 1.0f);
+  REQUIRE(cpu::vtanh(-50.0f) == -1.0f);
 }
