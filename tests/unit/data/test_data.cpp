@@ -1,0 +1,172 @@
+// Shards, manifests and the sample order: malformed input is a UserError naming the file and
+// never an out-of-bounds read; the order depends only on (seed, epoch, dataset).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "data/loader.h"
+#include "data/manifest.h"
+#include "data/shard.h"
+#include "data/shard_writer.h"
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+
+using namespace zt;
+using namespace zt::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / ("ztrain_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// A byte-level dataset of `docs` documents with known contents.
+Manifest make_dataset(const fs::path& dir, int docs, int doc_len, uint64_t shard_tokens) {
+  ShardWriter w(dir.string(), TokenizerInfo{"byte", "byte", 257, 256, ""}, shard_tokens);
+  for (int d = 0; d < docs; ++d) {
+    std::vector<uint32_t> t(doc_len);
+    for (int i = 0; i < doc_len; ++i) t[i] = uint32_t((d * 31 + i) % 256);
+    w.add_document(t);
+  }
+  return w.finish();
+}
+
+std::string user_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("shards round-trip through the writer, manifest and reader", "[data]") {
+  const fs::path dir = temp_dir("roundtrip");
+  const Manifest m = make_dataset(dir, 10, 100, 333);
+  REQUIRE(m.shards.size() == 4);  // 10 * (100 + 1 eot) = 1010 tokens in shards of 333
+  REQUIRE(m.total_tokens() == 1010);
+  REQUIRE(m.total_documents() == 10);
+  const Manifest r = read_manifest(dir.string());
+  REQUIRE(r.shards.size() == 4);
+  REQUIRE(r.shards[3].tokens == 11);
+  ShardView v((dir / r.shards[0].file).string());
+  REQUIRE(v.header().n_tokens == 333);
+  REQUIRE(v.token(0) == 256);  // each document starts with end-of-text
+  REQUIRE(v.token(1) == 0);
+  REQUIRE(v.token(102) == 31);  // second document's first token
+}
+
+TEST_CASE("malformed shard headers are named, never read out of bounds", "[data][errors]") {
+  std::vector<uint8_t> good(64 + 2 * 10, 0);
+  std::memcpy(good.data(), "ZTOKSHRD", 8);
+  uint32_t v = 1, tb = 2;
+  uint64_t n = 10;
+  std::memcpy(good.data() + 8, &v, 4);
+  std::memcpy(good.data() + 12, &tb, 4);
+  std::memcpy(good.data() + 16, &n, 8);
+  REQUIRE(parse_shard_header(good.data(), good.size(), "s").n_tokens == 10);
+  CHECK_THAT(user_error_of([&] { parse_shard_header(good.data(), 10, "s.ztok"); }), Catch::Contains("s.ztok: not a token shard: 10 bytes"));
+  auto bad = good;
+  bad[0] = 'X';
+  CHECK_THAT(user_error_of([&] { parse_shard_header(bad.data(), bad.size(), "s"); }), Catch::Contains("wrong magic"));
+  CHECK_THAT(user_error_of([&] { parse_shard_header(good.data(), good.size() - 1, "s"); }), Catch::Contains("truncated or corrupt"));
+  bad = good;
+  uint64_t huge = ~0ull / 2;
+  std::memcpy(bad.data() + 16, &huge, 8);
+  CHECK_THAT(user_error_of([&] { parse_shard_header(bad.data(), bad.size(), "s"); }), Catch::Contains("truncated or corrupt"));
+  bad = good;
+  bad[12] = 3;
+  CHECK_THAT(user_error_of([&] { parse_shard_header(bad.data(), bad.size(), "s"); }), Catch::Contains("token width 3"));
+  bad = good;
+  bad[8] = 9;
+  CHECK_THAT(user_error_of([&] { parse_shard_header(bad.data(), bad.size(), "s"); }), Catch::Contains("version 9"));
+}
+
+TEST_CASE("malformed manifests are named with the field", "[data][errors]") {
+  const std::string good = R"({"format":"ztrain-shards","version":1,"token_bytes":2,
+    "tokenizer":{"kind":"byte","name":"byte","n_vocab":257,"eot":256},
+    "shards":[{"file":"a.ztok","tokens":10,"documents":1,"bytes":84,"crc32":5}]})";
+  REQUIRE(parse_manifest(good, "m").shards.size() == 1);
+  auto edit = [&](const std::string& from, const std::string& to) {
+    std::string s = good;
+    s.replace(s.find(from), from.size(), to);
+    return user_error_of([&] { parse_manifest(s, "m.json"); });
+  };
+  CHECK_THAT(edit("\"bytes\":84", "\"bytes\":85"), Catch::Contains("bytes = 85 does not equal"));
+  CHECK_THAT(edit("\"a.ztok\"", "\"../etc/passwd\""), Catch::Contains("must be a plain name"));
+  CHECK_THAT(edit("\"eot\":256", "\"eot\":257"), Catch::Contains("eot 257 is not < n_vocab 257"));
+  CHECK_THAT(edit("\"tokens\":10", "\"tokens\":-1"), Catch::Contains("\"tokens\" must be a non-negative integer"));
+  CHECK_THAT(edit("\"token_bytes\":2", "\"token_bytes\":3"), Catch::Contains("token_bytes must be 2 or 4"));
+  CHECK_THAT(edit("\"shards\":[", "\"shards\":7,\"x\":["), Catch::Contains("\"shards\" must be a non-empty array"));
+  CHECK_THAT(user_error_of([] { parse_manifest("{not json", "m.json"); }), Catch::Contains("m.json: not valid JSON"));
+  CHECK_THAT(user_error_of([] { parse_manifest("[]", "m.json"); }), Catch::Contains("expected a JSON object"));
+}
+
+TEST_CASE("the sample order is a permutation per epoch, fixed by the seed", "[data]") {
+  const fs::path dir = temp_dir("order");
+  make_dataset(dir, 20, 50, 400);
+  const TokenDataset ds(dir.string(), 16, 257);
+  const uint64_t n = ds.n_windows();
+  REQUIRE(n > 40);
+  SampleOrder a(ds, 7, true), b(ds, 7, true), c(ds, 8, true);
+  std::set<uint64_t> epoch0, epoch1;
+  bool differs_from_other_seed = false, epochs_differ = false;
+  for (uint64_t g = 0; g < n; ++g) {
+    epoch0.insert(a.window_for(g));
+    epoch1.insert(a.window_for(n + g));
+    differs_from_other_seed |= a.window_for(g) != c.window_for(g);
+    epochs_differ |= a.window_for(g) != a.window_for(n + g);
+  }
+  REQUIRE(epoch0.size() == n);  // every window exactly once per epoch
+  REQUIRE(epoch1.size() == n);
+  REQUIRE(differs_from_other_seed);
+  REQUIRE(epochs_differ);
+  for (uint64_t g = 0; g < 3 * n; g += 7) REQUIRE(a.window_for(g) == b.window_for(g));
+  // batches are contiguous runs of the global order: a (4, T) batch == four (1, T) batches
+  std::vector<int32_t> in4(4 * 16), tg4(4 * 16), in1(16), tg1(16);
+  a.fill(12, 4, in4.data(), tg4.data());
+  for (int i = 0; i < 4; ++i) {
+    b.fill(12 + i, 1, in1.data(), tg1.data());
+    REQUIRE(std::equal(in1.begin(), in1.end(), in4.begin() + i * 16));
+    REQUIRE(std::equal(tg1.begin(), tg1.end(), tg4.begin() + i * 16));
+    REQUIRE(std::equal(in1.begin() + 1, in1.end(), tg1.begin()));  // targets are inputs shifted by one
+  }
+}
+
+TEST_CASE("tokens outside the model's vocabulary are rejected with their position", "[data][errors]") {
+  const fs::path dir = temp_dir("vocab");
+  make_dataset(dir, 2, 40, 1000);
+  CHECK_THAT(user_error_of([&] { TokenDataset(dir.string(), 8, 200); }), Catch::Contains("has 257 tokens but [model] vocab_size is 200"));
+  CHECK_THAT(user_error_of([&] { TokenDataset(dir.string(), 500, 257); }), Catch::Contains("no shard holds more than seq_len = 500"));
+}
+
+TEST_CASE("the counter-based generator depends only on (seed, stream, index)", "[core][rng]") {
+  REQUIRE(normal_at(1, 2, 3) == normal_at(1, 2, 3));
+  REQUIRE(normal_at(1, 2, 3) != normal_at(1, 2, 4));
+  REQUIRE(normal_at(1, 2, 3) != normal_at(2, 2, 3));
+  REQUIRE(normal_at(1, 2, 3) != normal_at(1, 3, 3));
+  // Philox4x32-10 known-answer test (Random123 kat_vectors: ctr = key = 0)
+  const Philox4 z = philox4x32(0, 0, 0);
+  REQUIRE(z.v[0] == 0x6627e8d5u);
+  REQUIRE(z.v[1] == 0xe169c58du);
+  REQUIRE(z.v[2] == 0xbc57ac4cu);
+  REQUIRE(z.v[3] == 0x9b00dbd8u);
+  double sum = 0, sq = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double x = normal_at(42, name_hash("w"), uint64_t(i));
+    sum += x;
+    sq += x * x;
+  }
+  REQUIRE(std::abs(sum / n) < 0.01);
+  REQUIRE(std::abs(sq / n - 1.0) < 0.01);
+}

@@ -1,0 +1,49 @@
+// GPT-2 model: initialization is a pure function of (seed, parameter name, element index) with
+// GPT-2's scaled residual projections, and the parameter table follows the documented layout.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "engine/backend/backend.h"
+#include "engine/core/rng.h"
+#include "models/gpt2.h"
+
+using namespace zt;
+
+TEST_CASE("every parameter element comes from (seed, name, index)", "[model][init]") {
+  auto be = make_cpu_backend(2);
+  GPT2Config small{2, 2, 8, 32, 50, 16}, deeper{3, 2, 8, 32, 50, 16};
+  GPT2 a(small, *be, 1), b(deeper, *be, 4);
+  a.init_params(5);
+  b.init_params(5);
+  const float* pa = a.param_data();
+  const float* pb = b.param_data();
+  // Same name -> same values, whatever else the model holds (layer count, batch capacity).
+  for (size_t i = 0; i < a.params().size() - 2; ++i) {
+    const ParamInfo& p = a.params()[i];
+    const ParamInfo& q = b.params()[i];
+    REQUIRE(p.name == q.name);
+    if (p.init_std == q.init_std) {
+      for (size_t k = 0; k < p.numel; ++k) REQUIRE(pa[p.offset + k] == pb[q.offset + k]);
+    } else {  // residual projections: std scales with depth, the underlying normals do not
+      REQUIRE(p.name.find("c_proj.weight") != std::string::npos);
+      for (size_t k = 0; k < p.numel; ++k)
+        REQUIRE(pa[p.offset + k] / p.init_std == Approx(pb[q.offset + k] / q.init_std).epsilon(1e-5));
+    }
+  }
+  // And the value is the documented formula.
+  const ParamInfo& wte = a.params()[0];
+  REQUIRE(wte.name == "transformer.wte.weight");
+  REQUIRE(wte.shape == std::vector<int64_t>{50, 8});
+  for (size_t k = 0; k < wte.numel; k += 37)
+    REQUIRE(pa[wte.offset + k] == float(normal_at(5, name_hash(wte.name), k) * double(0.02f)));
+  for (const auto& p : a.params()) {
+    if (p.name.find("c_proj.weight") != std::string::npos)
+      REQUIRE(p.init_std == Approx(0.02 / std::sqrt(2.0 * 2)));
+    if (p.name.find("ln_") != std::string::npos && p.name.find("weight") != std::string::npos)
+      REQUIRE((p.init_value == 1.0f && !p.decay));
+    if (p.name.find("bias") != std::string::npos) REQUIRE((p.init_value == 0.0f && !p.decay));
+  }
+  REQUIRE(a.params()[4].name == "transformer.h.0.attn.c_attn.weight");
+  REQUIRE(a.params()[4].shape == std::vector<int64_t>{24, 8});
+}
