@@ -113,7 +113,7 @@ TEST_CASE("TOML syntax errors give the line", "[config][errors]") {
   CHECK_THAT(error_of(kGood + "[model]\n"), Catch::Contains("spec.toml"));  // redefined table
 }
 
-TEST_CASE("--set overrides are checked like the file", "[config][errors]") {
+TEST_CASE("overrides given with --set are checked like the file", "[config][errors]") {
   REQUIRE(parse_run_spec(kGood, "spec.toml", {"optim.lr=0.5"}).optim.lr == 0.5);
   REQUIRE(parse_run_spec(kGood, "spec.toml", {"model.n_layer=7"}).model.n_layer == 7);
   REQUIRE(parse_run_spec(kGood, "spec.toml", {"data.train=/x/y"}).data.train == "/x/y");
