@@ -138,6 +138,12 @@ def main():
         with open(shard, "r+b") as f:
             f.truncate(500)
         check_bad(args, work, data, "truncated", lambda t: t.replace(data, bad), "truncated or corrupt")
+        # a model that cannot fit: a clear message and exit 1, not the OOM killer
+        path = os.path.join(work, "huge.toml")
+        testlib.write_spec(path, base_spec(work, data, model__n_layer=4000, model__d_model=4096, model__n_head=32))
+        p = testlib.run([args.ztrain, "train", path], check=False)
+        expect(p.returncode == 1 and "out of host memory" in p.stderr,
+               f"huge model: expected exit 1 with 'out of host memory', got {p.returncode}: {p.stderr!r}")
         # CLI errors
         for argv, needle in ([["train", os.path.join(work, "nope.toml")], "cannot open run spec"],
                              [["frobnicate", spec_path], "unknown command"],

@@ -2,6 +2,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -17,6 +18,22 @@ namespace zt {
 
 namespace {
 
+// MemAvailable from /proc/meminfo (bytes); "unlimited" where it cannot be read.
+size_t available_host_bytes() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return SIZE_MAX;
+  char line[256];
+  size_t kib = 0;
+  bool found = false;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %zu kB", &kib) == 1) {
+      found = true;
+      break;
+    }
+  std::fclose(f);
+  return found ? kib * 1024 : SIZE_MAX;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) {
@@ -30,10 +47,15 @@ class CpuBackend final : public Backend {
 
   void* alloc(size_t bytes) override {
     const size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
+    // Linux overcommits: a too-large malloc succeeds and the OOM killer ends the job later, with
+    // no message. Compare with what the machine can still give first.
+    const size_t avail = available_host_bytes();
+    void* p = rounded && rounded <= avail ? std::aligned_alloc(64, rounded) : nullptr;
     if (rounded && !p)
-      throw RuntimeFailure(fmt::format("out of host memory allocating {} bytes ({} allocated now)",
-                                       bytes, stats_.allocated));
+      throw RuntimeFailure(fmt::format(
+          "out of host memory: allocating {:.1f} MiB with {:.1f} MiB already allocated by ztrain and "
+          "{:.1f} MiB available; use a smaller model or micro_batch",
+          bytes / 1048576.0, stats_.allocated / 1048576.0, avail / 1048576.0));
     if (p) std::memset(p, 0, rounded);
     std::lock_guard lock(mu_);
     sizes_[p] = rounded;
