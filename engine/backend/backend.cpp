@@ -10,6 +10,17 @@
 
 namespace zt {
 
+const char* mem_tag_name(MemTag tag) {
+  switch (tag) {
+    case MemTag::Params: return "params";
+    case MemTag::Grads: return "grads";
+    case MemTag::OptimStates: return "optimizer";
+    case MemTag::Activations: return "activations";
+    case MemTag::CommBuffers: return "buffers";
+    default: return "other";
+  }
+}
+
 int cuda_device_count() {
 #ifdef ZTRAIN_HAVE_CUDA
   return cuda::visible_device_count();

@@ -12,10 +12,17 @@ namespace zt {
 
 enum class DeviceKind { CPU, CUDA };
 
+// What an allocation holds, so the memory breakdown (and the ZeRO memory test) can tell model
+// states from working buffers.
+enum class MemTag { Params, Grads, OptimStates, Activations, CommBuffers, Other, kCount };
+const char* mem_tag_name(MemTag tag);
+
 struct MemoryStats {
   size_t allocated = 0;  // bytes currently handed out
   size_t peak = 0;       // high-water mark of `allocated`
   size_t n_allocs = 0;   // live allocations
+  size_t by_tag[size_t(MemTag::kCount)] = {};       // bytes currently held per tag
+  size_t peak_by_tag[size_t(MemTag::kCount)] = {};  // high-water mark per tag
 };
 
 class Backend {
@@ -25,7 +32,8 @@ class Backend {
   virtual std::string name() const = 0;
 
   // ---- memory: every buffer the engine uses comes from here, so budgets and peaks are known
-  virtual void* alloc(size_t bytes) = 0;  // zero-filled; throws RuntimeFailure on exhaustion
+  // Zero-filled; throws RuntimeFailure (with the breakdown) on exhaustion.
+  virtual void* alloc(size_t bytes, MemTag tag = MemTag::Other) = 0;
   virtual void free(void* ptr) = 0;
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;

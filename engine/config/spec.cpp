@@ -214,6 +214,21 @@ struct Loader {
     check(o.eps > 0, "optim", "eps", fmt::format("must be > 0, got {}", o.eps));
     check(o.grad_clip >= 0, "optim", "grad_clip", fmt::format("must be >= 0, got {}", o.grad_clip));
     check(!spec.data.train.empty(), "data", "train", "must name a directory of shards");
+    auto& p = spec.parallel;
+    check(p.tensor >= 1, "parallel", "tensor", fmt::format("must be >= 1, got {}", p.tensor));
+    check(p.zero_stage <= 3, "parallel", "zero_stage", fmt::format("must be 0, 1, 2 or 3, got {}", p.zero_stage));
+    check(p.bucket_mb > 0, "parallel", "bucket_mb", fmt::format("must be > 0, got {}", p.bucket_mb));
+    check(m.n_head % p.tensor == 0, "parallel", "tensor",
+          fmt::format("n_head = {} is not divisible by tensor = {}", m.n_head, p.tensor));
+    check(m.d_ff % p.tensor == 0, "parallel", "tensor",
+          fmt::format("d_ff = {} is not divisible by tensor = {}", m.d_ff, p.tensor));
+    check(m.vocab_size % p.tensor == 0, "parallel", "tensor",
+          fmt::format("vocab_size = {} is not divisible by tensor = {} (pad the vocabulary)",
+                      m.vocab_size, p.tensor));
+    auto& c = spec.comm;
+    check(c.backend == "auto" || c.backend == "mpi" || c.backend == "nccl", "comm", "backend",
+          fmt::format("'{}' is not one of \"auto\", \"mpi\", \"nccl\"", c.backend));
+    check(c.timeout_s > 0, "comm", "timeout_s", fmt::format("must be > 0, got {}", c.timeout_s));
   }
 };
 

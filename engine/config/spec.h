@@ -38,6 +38,18 @@ struct RunSpec {
     double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
     double grad_clip = 1.0;  // global-norm clipping threshold; 0 disables
   } optim;
+  struct Parallel {
+    int64_t tensor = 1;       // tensor-parallel degree T; data-parallel D = world / T
+    int64_t zero_stage = 0;   // 0: replicate; 1: shard optimizer states; 2: + gradients; 3: + parameters
+    double bucket_mb = 25.0;  // gradient reduce-scatter bucket size (MiB)
+    int64_t prefetch = 1;     // ZeRO-3: layers whose parameters are gathered ahead of use
+  } parallel;
+  struct Comm {
+    std::string backend = "auto";  // "auto" | "mpi" | "nccl"
+    double timeout_s = 300;        // a collective slower than this ends the job
+    std::string nccl_algo;         // exported as NCCL_ALGO when set
+    std::string nccl_proto;        // exported as NCCL_PROTO when set
+  } comm;
   struct Data {
     std::string train;  // directory with manifest.json (required)
     std::string val;    // optional

@@ -45,7 +45,7 @@ class CpuBackend final : public Backend {
   DeviceKind kind() const override { return DeviceKind::CPU; }
   std::string name() const override { return fmt::format("cpu ({} threads)", threads_); }
 
-  void* alloc(size_t bytes) override {
+  void* alloc(size_t bytes, MemTag tag) override {
     const size_t rounded = (bytes + 63) / 64 * 64;
     // Linux overcommits: a too-large malloc succeeds and the OOM killer ends the job later, with
     // no message. Compare with what the machine can still give first.
@@ -58,10 +58,13 @@ class CpuBackend final : public Backend {
           bytes / 1048576.0, stats_.allocated / 1048576.0, avail / 1048576.0));
     if (p) std::memset(p, 0, rounded);
     std::lock_guard lock(mu_);
-    sizes_[p] = rounded;
+    sizes_[p] = {rounded, tag};
     stats_.allocated += rounded;
     stats_.peak = std::max(stats_.peak, stats_.allocated);
     stats_.n_allocs++;
+    const size_t t = size_t(tag);
+    stats_.by_tag[t] += rounded;
+    stats_.peak_by_tag[t] = std::max(stats_.peak_by_tag[t], stats_.by_tag[t]);
     return p;
   }
   void free(void* p) override {
@@ -69,7 +72,8 @@ class CpuBackend final : public Backend {
     std::lock_guard lock(mu_);
     auto it = sizes_.find(p);
     ZT_CHECK(it != sizes_.end(), "free of a pointer this backend did not allocate");
-    stats_.allocated -= it->second;
+    stats_.allocated -= it->second.first;
+    stats_.by_tag[size_t(it->second.second)] -= it->second.first;
     stats_.n_allocs--;
     sizes_.erase(it);
     std::free(p);
@@ -139,7 +143,7 @@ class CpuBackend final : public Backend {
  private:
   int threads_ = 1;
   mutable std::mutex mu_;
-  std::unordered_map<void*, size_t> sizes_;
+  std::unordered_map<void*, std::pair<size_t, MemTag>> sizes_;
   MemoryStats stats_;
 };
 

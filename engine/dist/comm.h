@@ -1,0 +1,44 @@
+// Collective communication behind one interface. Implementations: SelfComm (a group of one: no
+// communication), MpiComm (host memory; the CPU backend, and a host-staged fallback for device
+// memory). Collectives are asynchronous: each returns a handle and the caller overlaps compute
+// until wait(). A collective that does not finish within the group's timeout ends the whole job
+// with a message naming the collective and the rank, never a hang.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace zt {
+
+enum class ReduceOp { Sum, Max };
+
+class Comm {
+ public:
+  using Handle = int64_t;
+  virtual ~Comm() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  virtual std::string name() const = 0;  // e.g. "dp(mpi)"
+
+  // buf (n) <- reduce over ranks of buf (n), in place.
+  virtual Handle all_reduce(float* buf, size_t n, ReduceOp op) = 0;
+  // recv (n) <- chunk `rank` of the sum over ranks of send (size * n).
+  virtual Handle reduce_scatter(const float* send, float* recv, size_t n) = 0;
+  // recv (size * n) <- concatenation over ranks of send (n). send may alias recv + rank * n.
+  virtual Handle all_gather(const float* send, float* recv, size_t n) = 0;
+  // buf (n) <- buf of `root`.
+  virtual Handle broadcast(float* buf, size_t n, int root) = 0;
+  virtual void wait(Handle h) = 0;
+
+  // Blocking sum of doubles (loss sums, squared norms): small and exact enough in double.
+  virtual void all_reduce_doubles(double* buf, size_t n) = 0;
+  virtual void barrier() = 0;
+
+  void all_reduce_sync(float* buf, size_t n, ReduceOp op = ReduceOp::Sum) { wait(all_reduce(buf, n, op)); }
+};
+
+// A group of one rank: every collective is the identity (or a copy).
+std::unique_ptr<Comm> make_self_comm(const std::string& name);
+
+}  // namespace zt

@@ -1,0 +1,90 @@
+// Launch detection, MPI lifetime, and the one place where process groups are made.
+#include "engine/dist/topology.h"
+
+#include <mpi.h>
+
+#include <cstdlib>
+
+#include "engine/core/status.h"
+#include "engine/dist/comm_mpi.h"
+
+namespace zt {
+
+namespace {
+bool g_mpi = false;
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+}  // namespace
+
+void dist_init(int* argc, char*** argv) {
+  if (!launched_by_mpi()) return;
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  g_mpi = true;
+}
+
+void dist_finalize() {
+  if (!g_mpi) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
+bool dist_active() {
+  if (!g_mpi) return false;
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n > 1;
+}
+
+int dist_world_rank() {
+  if (!g_mpi) return 0;
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+void dist_abort(int code) {
+  if (dist_active()) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+Topology make_topology(int tensor, double timeout_s) {
+  Topology t;
+  if (g_mpi) {
+    MPI_Comm_size(MPI_COMM_WORLD, &t.world_size);
+    MPI_Comm_rank(MPI_COMM_WORLD, &t.world_rank);
+    MPI_Comm node;  // ranks sharing a machine, for the local rank (device index)
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t.world_rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &t.local_rank);
+    MPI_Comm_free(&node);
+  }
+  if (tensor < 1 || t.world_size % tensor != 0)
+    user_error("[parallel] tensor = {} does not divide the world size {} (ranks launched by mpirun)",
+               tensor, t.world_size);
+  t.tp = tensor;
+  t.dp = t.world_size / tensor;
+  t.tp_rank = t.world_rank % tensor;  // tensor-parallel ranks are consecutive
+  t.dp_rank = t.world_rank / tensor;
+  if (!g_mpi || t.world_size == 1) {
+    t.world = make_self_comm("world");
+    t.tp_group = make_self_comm("tp");
+    t.dp_group = make_self_comm("dp");
+    return t;
+  }
+  MPI_Comm tp_comm, dp_comm;
+  MPI_Comm_split(MPI_COMM_WORLD, t.dp_rank, t.tp_rank, &tp_comm);
+  MPI_Comm_split(MPI_COMM_WORLD, t.tp_rank, t.dp_rank, &dp_comm);
+  t.world = make_mpi_comm(MPI_COMM_WORLD, "world", timeout_s);
+  t.tp_group = t.tp > 1 ? make_mpi_comm(tp_comm, "tp", timeout_s) : make_self_comm("tp");
+  t.dp_group = t.dp > 1 ? make_mpi_comm(dp_comm, "dp", timeout_s) : make_self_comm("dp");
+  if (t.tp == 1) MPI_Comm_free(&tp_comm);
+  if (t.dp == 1) MPI_Comm_free(&dp_comm);
+  return t;
+}
+
+}  // namespace zt

@@ -1,0 +1,31 @@
+// The process layout: world -> tensor-parallel groups of T consecutive ranks (inside one machine
+// when T <= GPUs per machine) x data-parallel groups of the ranks with equal tp_rank. Every
+// process group is created here, once; everything else receives the groups it needs.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "engine/dist/comm.h"
+
+namespace zt {
+
+struct Topology {
+  int world_size = 1, world_rank = 0, local_rank = 0;
+  int tp = 1, dp = 1, tp_rank = 0, dp_rank = 0;
+  std::unique_ptr<Comm> world, tp_group, dp_group;
+  bool is_root() const { return world_rank == 0; }
+};
+
+// Starts MPI when the process was launched by an MPI launcher (mpirun/srun); otherwise ztrain is
+// a single process and MPI is never touched.
+void dist_init(int* argc, char*** argv);
+void dist_finalize();
+bool dist_active();  // MPI initialized with more than one rank
+int dist_world_rank();
+// Ends every rank of the job with `code` (MPI_Abort when multi-rank, else exit).
+[[noreturn]] void dist_abort(int code);
+
+// Builds the groups. UserError (exit 2) when `tensor` does not divide the world size.
+Topology make_topology(int tensor, double timeout_s);
+
+}  // namespace zt
