@@ -8,6 +8,7 @@
 #include "engine/config/spec.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
+#include "engine/dist/topology.h"
 #include "engine/train/dump_state.h"
 #include "engine/train/trainer.h"
 
@@ -83,6 +84,9 @@ int run(int argc, char** argv) {
     user_error("unknown command '{}' (see ztrain --help)", c.command);
   if (c.spec_path.empty()) user_error("{}: missing SPEC.toml", c.command);
   const RunSpec spec = load_run_spec(c.spec_path, c.overrides);
+  // [comm] NCCL settings apply to this run only: exported before any communicator exists.
+  if (!spec.comm.nccl_algo.empty()) setenv("NCCL_ALGO", spec.comm.nccl_algo.c_str(), 1);
+  if (!spec.comm.nccl_proto.empty()) setenv("NCCL_PROTO", spec.comm.nccl_proto.c_str(), 1);
   if (c.command == "check") {
     std::fputs(resolved_toml(spec).c_str(), stdout);
     return 0;
@@ -99,17 +103,29 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
+// In a multi-rank job an error on one rank must end every rank (the others would wait in a
+// collective): the first failure aborts the whole job with its exit code. Rank 0 prints bad-input
+// messages; the other ranks, which hit the same error, stay quiet.
 int main(int argc, char** argv) {
+  dist_init(&argc, &argv);
+  int code = 0;
   try {
-    return run(argc, argv);
+    code = run(argc, argv);
   } catch (const UserError& e) {
-    std::fprintf(stderr, "ztrain: error: %s\n", e.what());
-    return 2;
+    if (dist_world_rank() == 0) std::fprintf(stderr, "ztrain: error: %s\n", e.what());
+    code = 2;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "ztrain: failure: out of memory\n");
-    return 1;
+    std::fprintf(stderr, "ztrain: failure: rank %d: out of memory\n", dist_world_rank());
+    code = 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ztrain: failure: %s\n", e.what());
-    return 1;
+    std::fprintf(stderr, "ztrain: failure: %s%s\n",
+                 dist_active() ? fmt::format("rank {}: ", dist_world_rank()).c_str() : "", e.what());
+    code = 1;
   }
+  if (code != 0 && dist_active()) {
+    std::fflush(stderr);
+    dist_abort(code);
+  }
+  dist_finalize();
+  return code;
 }

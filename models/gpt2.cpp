@@ -53,8 +53,17 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch)
   add("transformer.ln_f.weight", {C}, false, 0, 1);
   add("transformer.ln_f.bias", {C}, false, 0, 0);
 
-  param_buf_ = static_cast<float*>(be_.alloc(n_params_ * sizeof(float)));
-  grad_buf_ = static_cast<float*>(be_.alloc(n_params_ * sizeof(float)));
+  auto group = [&](std::string name, size_t first, size_t n) {
+    ParamGroup g{std::move(name), params_[first].offset, 0, first, n};
+    for (size_t i = first; i < first + n; ++i) {
+      g.numel += params_[i].numel;
+      group_of_.push_back(int(groups_.size()));
+    }
+    groups_.push_back(std::move(g));
+  };
+  group("embeddings", 0, 2);
+  for (int l = 0; l < cfg.n_layer; ++l) group("h." + std::to_string(l), 2 + size_t(l) * 12, 12);
+  group("ln_f", params_.size() - 2, 2);
 
   // Activations for the largest batch, carved from one allocation.
   const int64_t L = cfg.n_layer, B = max_batch, NH = cfg.n_head, BT = B * T;
@@ -73,7 +82,7 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch)
       BT * C, BT * C, BT * 3 * C, BT * C, BT * F, BT * F};  // dres, dln, dqkv, datty, dfch, dfch_gelu
   size_t total = 0;
   for (auto s : sizes) total += size_t(s + 15) / 16 * 16;  // 64-byte aligned sub-buffers
-  act_buf_ = static_cast<float*>(be_.alloc(total * sizeof(float)));
+  act_buf_ = static_cast<float*>(be_.alloc(total * sizeof(float), MemTag::Activations));
   float* p = act_buf_;
   float** slots[] = {&acts_.encoded, &acts_.ln1,      &acts_.ln1_mean, &acts_.ln1_rstd,
                      &acts_.qkv,     &acts_.atty,     &acts_.att_lse,  &acts_.attproj,
@@ -87,39 +96,35 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch)
     *slots[i] = p;
     p += size_t(sizes[i] + 15) / 16 * 16;
   }
-  tokens_buf_ = static_cast<int32_t*>(be_.alloc(size_t(2 * BT) * sizeof(int32_t)));
+  tokens_buf_ = static_cast<int32_t*>(be_.alloc(size_t(2 * BT) * sizeof(int32_t), MemTag::Activations));
 }
 
 GPT2::~GPT2() {
-  be_.free(param_buf_);
-  be_.free(grad_buf_);
   be_.free(act_buf_);
   be_.free(tokens_buf_);
 }
 
-GPT2::LayerPtrs GPT2::layer(float* base, int l) const {
-  const size_t first = 2 + size_t(l) * 12;  // wte, wpe, then 12 tensors per block
-  auto at = [&](size_t k) { return base + params_[first + k].offset; };
-  return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
+GPT2::LayerPtrs GPT2::layer(float* g, int l) const {
+  const size_t first = groups_[1 + l].first_param;  // the block's 12 tensors, in table order
+  auto p = [&](size_t k) { return at(g, first + k); };
+  return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11)};
 }
 
-void GPT2::init_params(uint64_t seed) {
-  std::vector<float> host(n_params_);
+void GPT2::init_range(uint64_t seed, size_t begin, size_t end, float* dst) const {
   for (const auto& p : params_) {
-    float* dst = host.data() + p.offset;
+    const size_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
+    if (lo >= hi) continue;
+    float* out = dst + (lo - begin);
     if (p.init_std == 0.0f) {
-      std::fill(dst, dst + p.numel, p.init_value);
+      std::fill(out, out + (hi - lo), p.init_value);
       continue;
     }
     const uint64_t stream = name_hash(p.name);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < int64_t(p.numel); ++i)
-      dst[i] = float(normal_at(seed, stream, uint64_t(i)) * p.init_std);
+    for (int64_t i = 0; i < int64_t(hi - lo); ++i)
+      out[i] = float(normal_at(seed, stream, uint64_t(lo - p.offset + i)) * p.init_std);
   }
-  be_.copy_to_device(param_buf_, host.data(), n_params_ * sizeof(float));
 }
-
-void GPT2::zero_grad() { be_.fill_zero(grad_buf_, n_params_ * sizeof(float)); }
 
 float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
   ZT_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= cfg_.seq_len, "batch ({}, {}) exceeds ({}, {})",
@@ -133,12 +138,22 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   be_.copy_to_device(d_inputs, inputs, BT * sizeof(int32_t));
   if (targets) be_.copy_to_device(d_targets, targets, BT * sizeof(int32_t));
   Acts& a = acts_;
-  float* P = param_buf_;
+  ZT_CHECK(prov_ != nullptr, "GPT2 has no ParamProvider");
+  ParamProvider& prov = *prov_;
+  const int L = cfg_.n_layer, lnf_group = head_group();
+  const size_t wte_i = 0, wpe_i = 1, lnfw_i = params_.size() - 2, lnfb_i = params_.size() - 1;
+  std::vector<int> order = {0};  // embeddings, blocks, ln_f, embeddings again (tied head)
+  for (int l = 0; l < L; ++l) order.push_back(1 + l);
+  order.push_back(lnf_group);
+  order.push_back(0);
+  prov.begin_pass(order);
 
-  be_.embedding_forward(a.encoded, d_inputs, wte(P), wpe(P), B, T, C);  // (B,T,C)
+  float* emb = prov.params(0);
+  be_.embedding_forward(a.encoded, d_inputs, at(emb, wte_i), at(emb, wpe_i), B, T, C);  // (B,T,C)
+  prov.release_params(0);
   const float* residual = a.encoded;
-  for (int l = 0; l < cfg_.n_layer; ++l) {
-    const LayerPtrs w = layer(P, l);
+  for (int l = 0; l < L; ++l) {
+    const LayerPtrs w = layer(prov.params(1 + l), l);
     float* ln1 = a.ln1 + l * BT * C;
     float* ln1_mean = a.ln1_mean + l * BT;
     float* ln1_rstd = a.ln1_rstd + l * BT;
@@ -165,11 +180,16 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     be_.gelu_forward(fch_gelu, fch, BT * F);
     be_.matmul_forward(fcproj, fch_gelu, w.fcprojw, w.fcprojb, BT, F, C);
     be_.add(res3, res2, fcproj, BT * C);
+    prov.release_params(1 + l);
     residual = res3;
   }
-  be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, lnfw(P), lnfb(P), BT, C,
-                        kLayerNormEps);
-  be_.matmul_forward(a.logits, a.lnf, wte(P), nullptr, BT, C, V);  // (B,T,V), tied head
+  float* lnf = prov.params(lnf_group);
+  be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, at(lnf, lnfw_i), at(lnf, lnfb_i),
+                        BT, C, kLayerNormEps);
+  prov.release_params(lnf_group);
+  emb = prov.params(0);
+  be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), nullptr, BT, C, V);  // (B,T,V), tied head
+  prov.release_params(0);
   grads_ready_ = false;
   if (!targets) return 0.0f;
 
@@ -188,20 +208,32 @@ void GPT2::backward() {
   const int C = cfg_.d_model, F = cfg_.d_ff, V = cfg_.vocab_size, NH = cfg_.n_head;
   const int64_t BT = int64_t(B) * T;
   Acts& a = acts_;
-  float* P = param_buf_;
-  float* G = grad_buf_;
+  ParamProvider& prov = *prov_;
+  const int lnf_group = head_group();
+  const size_t wte_i = 0, wpe_i = 1, lnfw_i = params_.size() - 2, lnfb_i = params_.size() - 1;
   const int32_t* d_inputs = tokens_buf_;
+  std::vector<int> order = {0, lnf_group};  // head (tied wte), ln_f, blocks in reverse
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) order.push_back(1 + l);
+  prov.begin_pass(order);
 
-  // Head: logits now hold dlogits (B,T,V).
+  // Head: logits now hold dlogits (B,T,V). dwte collects the head's part here and the
+  // embedding's part at the very end, so group 0's gradient stays open until then.
+  float* emb = prov.params(0);
+  float* emb_g = prov.grads(0);
   be_.fill_zero(a.dln, BT * C * sizeof(float));
-  be_.matmul_backward(a.dln, wte(G), nullptr, a.logits, a.lnf, wte(P), BT, C, V);
+  be_.matmul_backward(a.dln, at(emb_g, wte_i), nullptr, a.logits, a.lnf, at(emb, wte_i), BT, C, V);
+  prov.release_params(0);
   be_.fill_zero(a.dres, BT * C * sizeof(float));
   const float* last = cfg_.n_layer > 0 ? a.res3 + (cfg_.n_layer - 1) * BT * C : a.encoded;
-  be_.layernorm_backward(a.dres, lnfw(G), lnfb(G), a.dln, last, lnfw(P), a.lnf_mean, a.lnf_rstd,
-                         BT, C);
+  float* lnf = prov.params(lnf_group);
+  float* lnf_g = prov.grads(lnf_group);
+  be_.layernorm_backward(a.dres, at(lnf_g, lnfw_i), at(lnf_g, lnfb_i), a.dln, last, at(lnf, lnfw_i),
+                         a.lnf_mean, a.lnf_rstd, BT, C);
+  prov.grads_done(lnf_group);
+  prov.release_params(lnf_group);
   // dres is the gradient w.r.t. the residual stream; each block adds its branches into it.
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
-    const LayerPtrs w = layer(P, l), g = layer(G, l);
+    const LayerPtrs w = layer(prov.params(1 + l), l), g = layer(prov.grads(1 + l), l);
     const float* residual = l == 0 ? a.encoded : a.res3 + (l - 1) * BT * C;
     const float* ln1 = a.ln1 + l * BT * C;
     const float* qkv = a.qkv + l * BT * 3 * C;
@@ -230,8 +262,12 @@ void GPT2::backward() {
     be_.matmul_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, ln1, w.qkvw, BT, C, 3 * C);
     be_.layernorm_backward(a.dres, g.ln1w, g.ln1b, a.dln, residual, w.ln1w, a.ln1_mean + l * BT,
                            a.ln1_rstd + l * BT, BT, C);
+    prov.grads_done(1 + l);
+    prov.release_params(1 + l);
   }
-  be_.embedding_backward(wte(G), wpe(G), a.dres, d_inputs, B, T, C);
+  be_.embedding_backward(at(emb_g, wte_i), at(emb_g, wpe_i), a.dres, d_inputs, B, T, C);
+  prov.grads_done(0);
+
   grads_ready_ = false;
 }
 

@@ -24,6 +24,28 @@
 
 namespace zt {
 
+// Where the full parameters and the gradient accumulator of a parameter group live while the
+// model uses them. engine/parallel/param_store.h implements it for every ZeRO stage: with
+// stage 3 params() gathers the group's shards (prefetching along the announced order) and
+// release_params() frees them; with stages 2-3 grads_done() starts the group's reduce-scatter.
+class ParamProvider {
+ public:
+  virtual ~ParamProvider() = default;
+  virtual void begin_pass(const std::vector<int>& group_order) {}  // the order of params() calls
+  virtual float* params(int group) = 0;
+  virtual void release_params(int group) {}
+  virtual float* grads(int group) = 0;   // accumulate (+=) into it
+  virtual void grads_done(int group) {}  // no more gradient for this group in this micro-batch
+};
+
+// A contiguous run of parameters that is gathered, reduced and sharded as a unit: group 0 is the
+// embeddings (wte, wpe), group 1 + l is block l, the last group is ln_f.
+struct ParamGroup {
+  std::string name;
+  size_t offset = 0, numel = 0;  // in floats, in the model's flat parameter layout
+  size_t first_param = 0, n_params = 0;
+};
+
 struct GPT2Config {
   int n_layer = 0, n_head = 0, d_model = 0, d_ff = 0, vocab_size = 0, seq_len = 0;
 };
@@ -40,7 +62,8 @@ struct ParamInfo {
 
 class GPT2 {
  public:
-  // Allocates parameters, gradients and activations for batches of up to max_batch x seq_len.
+  // Allocates activations for batches of up to max_batch x seq_len. Parameters and gradients
+  // live in a ParamProvider (set_provider) so that ZeRO can shard them.
   GPT2(const GPT2Config& cfg, Backend& backend, int max_batch);
   ~GPT2();
   GPT2(const GPT2&) = delete;
@@ -48,19 +71,21 @@ class GPT2 {
 
   const GPT2Config& config() const { return cfg_; }
   const std::vector<ParamInfo>& params() const { return params_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
   size_t num_params() const { return n_params_; }
-  float* param_data() { return param_buf_; }  // device memory
-  float* grad_data() { return grad_buf_; }    // device memory
+  void set_provider(ParamProvider* p) { prov_ = p; }
 
-  // Every element from normal_at(seed, name_hash(name), index): independent of layout.
-  void init_params(uint64_t seed);
-  void zero_grad();
+  // Initial values of the flat elements [begin, end) of the layout into dst (host memory).
+  // Element i of parameter `name` is normal_at(seed, name_hash(name), i) * init_std (or its
+  // constant): a pure function of (seed, name, index), whatever the layout of ranks and shards.
+  void init_range(uint64_t seed, size_t begin, size_t end, float* dst) const;
 
   // inputs, targets: host (B, T) int32; B <= max_batch, T <= seq_len. Returns the mean loss
   // over the B*T positions (targets may be null: logits only, returns 0). With grad_scale != 0
   // the logits are replaced by dloss/dlogits scaled by grad_scale, ready for backward().
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale);
-  // Accumulates gradients of the last forward (which must have had grad_scale != 0).
+  // Accumulates gradients of the last forward (which must have had grad_scale != 0) into the
+  // provider's gradient buffers.
   void backward();
   // Logits of the last forward without targets: (B, T, V), device memory.
   const float* logits() const { return acts_.logits; }
@@ -89,19 +114,21 @@ class GPT2 {
     // backward scratch
     float *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu;
   };
-  LayerPtrs layer(float* base, int l) const;
-  float* wte(float* base) const { return base + params_[0].offset; }
-  float* wpe(float* base) const { return base + params_[1].offset; }
-  float* lnfw(float* base) const { return base + params_[params_.size() - 2].offset; }
-  float* lnfb(float* base) const { return base + params_[params_.size() - 1].offset; }
+  // Pointers into a group's buffer (params or grads), by the tensors' offsets within the group.
+  LayerPtrs layer(float* group_base, int l) const;
+  float* at(float* group_base, size_t param) const {
+    return group_base + (params_[param].offset - groups_[group_of_[param]].offset);
+  }
+  int head_group() const { return int(groups_.size()) - 1; }  // ln_f
 
   GPT2Config cfg_;
   Backend& be_;
   int max_batch_;
   std::vector<ParamInfo> params_;
+  std::vector<ParamGroup> groups_;
+  std::vector<int> group_of_;  // param index -> group index
   size_t n_params_ = 0;
-  float* param_buf_ = nullptr;
-  float* grad_buf_ = nullptr;
+  ParamProvider* prov_ = nullptr;
   float* act_buf_ = nullptr;
   int32_t* tokens_buf_ = nullptr;  // inputs (B*T) then targets (B*T)
   Acts acts_{};

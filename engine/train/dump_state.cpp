@@ -1,6 +1,7 @@
 // dump-state for parity tests (layout in dump_state.h).
 #include "engine/train/dump_state.h"
 
+#include <memory>
 #include <vector>
 
 #include "engine/checkpoint/h5_file.h"
@@ -10,20 +11,25 @@
 namespace zt {
 
 namespace {
-void write_tensors(H5File& f, const std::string& group, GPT2& model, Backend& be, const float* buf) {
-  std::vector<float> host(model.num_params());
-  be.copy_to_host(host.data(), buf, host.size() * sizeof(float));
-  for (const auto& p : model.params()) f.write(group + "/" + p.name, host.data() + p.offset, p.shape);
+// `flat`: host vector in the model's flat layout (ParamStore::full_params / full_grads).
+void write_tensors(H5File* f, const std::string& group, const GPT2& model, const std::vector<float>& flat) {
+  if (!f) return;
+  for (const auto& p : model.params()) f->write(group + "/" + p.name, flat.data() + p.offset, p.shape);
 }
-void write_scalar(H5File& f, const std::string& name, double v) { f.write(name, &v, {}); }
+void write_scalar(H5File* f, const std::string& name, double v) {
+  if (f) f->write(name, &v, {});
+}
 }  // namespace
 
 void dump_state(const RunSpec& spec, const std::string& out_path, int train_steps) {
   Trainer trainer(spec);
   GPT2& model = trainer.model();
-  Backend& be = trainer.backend();
+  ParamStore& store = trainer.store();
   const int B = int(spec.train.micro_batch), T = int(spec.model.seq_len);
-  H5File f(out_path, H5File::Mode::Create);
+  // Every rank takes part (the states may be sharded); rank 0 writes the file.
+  std::unique_ptr<H5File> file;
+  if (trainer.topology().is_root()) file = std::make_unique<H5File>(out_path, H5File::Mode::Create);
+  H5File* f = file.get();
 
   const auto& m = spec.model;
   const auto& o = spec.optim;
@@ -38,16 +44,21 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
       {"global_batch", double(spec.train.global_batch)}};
   for (const auto& [k, v] : config) write_scalar(f, std::string("/config/") + k, v);
 
-  write_tensors(f, "/params", model, be, model.param_data());
+  write_tensors(f, "/params", model, store.full_params());
   std::vector<int32_t> inputs(size_t(B) * T), targets(inputs.size());
   trainer.train_order().fill(0, B, inputs.data(), targets.data());
-  f.write("/batch/inputs", inputs.data(), {B, T});
-  f.write("/batch/targets", targets.data(), {B, T});
-  model.zero_grad();
-  const float loss = model.forward(inputs.data(), targets.data(), B, T, 1.0f / float(B * T));
+  if (f) f->write("/batch/inputs", inputs.data(), {B, T});
+  if (f) f->write("/batch/targets", targets.data(), {B, T});
+  // Every data-parallel rank computes the same batch; scaling by 1/D makes the reduced gradient
+  // that of one process.
+  const int D = trainer.topology().dp;
+  store.zero_grad();
+  store.set_last_micro_batch(true);
+  const float loss = model.forward(inputs.data(), targets.data(), B, T, 1.0f / float(B * T * D));
   model.backward();
-  f.write("/out/loss", &loss, {});
-  write_tensors(f, "/grads", model, be, model.grad_data());
+  store.finish_backward();
+  if (f) f->write("/out/loss", &loss, {});
+  write_tensors(f, "/grads", model, store.full_grads());
   spdlog::info("dump-state: loss {:.6f} at initialization", loss);
 
   if (train_steps > 0) {
@@ -64,16 +75,22 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
       lrs.push_back(r.lr);
       norms.push_back(r.grad_norm);
     }
-    f.write("/train/inputs", all_in.data(), {train_steps, GB, T});
-    f.write("/train/targets", all_tgt.data(), {train_steps, GB, T});
-    f.write("/train/loss", losses.data(), {train_steps});
-    f.write("/train/lr", lrs.data(), {train_steps});
-    f.write("/train/grad_norm", norms.data(), {train_steps});
-    write_tensors(f, "/final", model, be, model.param_data());
+    // This rank saw its data-parallel slice; the file records the global batches (rank 0 with
+    // D = 1 is the common case for parity tests).
+    if (f && D == 1) {
+      f->write("/train/inputs", all_in.data(), {train_steps, GB, T});
+      f->write("/train/targets", all_tgt.data(), {train_steps, GB, T});
+    }
+    if (f) f->write("/train/loss", losses.data(), {train_steps});
+    if (f) f->write("/train/lr", lrs.data(), {train_steps});
+    if (f) f->write("/train/grad_norm", norms.data(), {train_steps});
+    write_tensors(f, "/final", model, store.full_params());
     spdlog::info("dump-state: {} training steps, final loss {:.6f}", train_steps, losses.back());
   }
-  f.close();
-  spdlog::info("dump-state: wrote {}", out_path);
+  if (f) {
+    f->close();
+    spdlog::info("dump-state: wrote {}", out_path);
+  }
 }
 
 }  // namespace zt

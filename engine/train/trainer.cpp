@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -33,19 +34,44 @@ void write_text_atomic(const std::filesystem::path& path, const std::string& tex
   std::filesystem::rename(tmp, path);
 }
 
+// Test hook for the failure tests: ZTRAIN_FAULT_EXIT=RANK:STEP makes that rank exit abruptly
+// (no cleanup, no MPI_Finalize) in the middle of that step, as a crashed process would.
+void exit_if_fault_injected(int rank, int64_t step) {
+  static const char* spec = std::getenv("ZTRAIN_FAULT_EXIT");
+  if (!spec) return;
+  int r = -1;
+  long long s = -1;
+  if (std::sscanf(spec, "%d:%lld", &r, &s) == 2 && r == rank && s == step) {
+    std::fprintf(stderr, "ztrain: fault injection: rank %d exits during step %lld\n", rank, s + 1);
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+}
+
 }  // namespace
 
-Trainer::Trainer(const RunSpec& spec) : spec_(spec) {
+Trainer::Trainer(const RunSpec& spec)
+    : spec_(spec), topo_(make_topology(int(spec.parallel.tensor), spec.comm.timeout_s)) {
   const auto& m = spec.model;
+  const auto& t = spec.train;
+  if (topo_.tp > 1)
+    throw RuntimeFailure(fmt::format("[parallel] tensor = {}: tensor parallelism is not implemented "
+                                     "yet; use tensor = 1 (data parallelism + ZeRO)", topo_.tp));
+  if (t.global_batch % (t.micro_batch * topo_.dp) != 0)
+    user_error("{}: [train] global_batch = {} is not a multiple of micro_batch * data-parallel "
+               "degree = {} * {} (world {} / tensor {})", spec.source, t.global_batch,
+               t.micro_batch, topo_.dp, topo_.world_size, topo_.tp);
+  local_batch_ = t.global_batch / topo_.dp;
   train_ = std::make_unique<data::TokenDataset>(spec.data.train, int(m.seq_len), int(m.vocab_size));
   if (!spec.data.val.empty())
     val_ = std::make_unique<data::TokenDataset>(spec.data.val, int(m.seq_len), int(m.vocab_size));
   train_order_ = std::make_unique<data::SampleOrder>(*train_, uint64_t(spec.run.seed), true);
   backend_ = make_backend(spec.run.device, int(spec.run.threads));
-  model_ = std::make_unique<GPT2>(model_config(spec), *backend_, int(spec.train.micro_batch));
-  model_->init_params(uint64_t(spec.run.seed));
-  optim_ = std::make_unique<AdamW>(spec.optim, *backend_, model_->num_params());
-  inputs_.resize(size_t(spec.train.micro_batch * m.seq_len));
+  model_ = std::make_unique<GPT2>(model_config(spec), *backend_, int(t.micro_batch));
+  store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
+  store_->init(uint64_t(spec.run.seed));
+  model_->set_provider(store_.get());
+  inputs_.resize(size_t(t.micro_batch * m.seq_len));
   targets_.resize(inputs_.size());
 }
 
@@ -54,25 +80,32 @@ Trainer::~Trainer() = default;
 StepResult Trainer::step(int64_t step) {
   Timer timer;
   const int B = int(spec_.train.micro_batch), T = int(spec_.model.seq_len);
-  const int64_t accum = spec_.train.global_batch / spec_.train.micro_batch;
-  // Each micro-batch contributes mean-loss / accum, so the gradient is that of the mean over the
-  // global batch.
-  const float grad_scale = 1.0f / float(int64_t(B) * T * accum);
-  model_->zero_grad();
+  const int64_t accum = local_batch_ / B;
+  // Every micro-batch contributes its mean loss / (micro-batches in the global batch), so the
+  // summed (reduced) gradient is that of the mean over the global batch.
+  const int64_t global_micro = spec_.train.global_batch / B;
+  const float grad_scale = 1.0f / float(int64_t(B) * T * global_micro);
+  // This rank's slice of the step's global samples: [first, first + local_batch).
+  const uint64_t first = uint64_t(step * spec_.train.global_batch + topo_.dp_rank * local_batch_);
+  store_->zero_grad();
   double loss_sum = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
-    train_order_->fill(uint64_t(step * spec_.train.global_batch + micro * B), B, inputs_.data(),
-                       targets_.data());
+    train_order_->fill(first + uint64_t(micro * B), B, inputs_.data(), targets_.data());
     if (on_batch) on_batch(inputs_.data(), targets_.data());
+    store_->set_last_micro_batch(micro == accum - 1);
     loss_sum += model_->forward(inputs_.data(), targets_.data(), B, T, grad_scale);
+    exit_if_fault_injected(topo_.world_rank, step);
     model_->backward();
   }
+  store_->finish_backward();
+  double loss = loss_sum / double(global_micro);
+  topo_.dp_group->all_reduce_doubles(&loss, 1);
   StepResult r;
   r.step = step;
-  r.loss = float(loss_sum / double(accum));
-  r.grad_norm = optim_->clip(model_->grad_data(), model_->num_params(), spec_.optim.grad_clip);
+  r.loss = float(loss);
+  r.grad_norm = store_->clip_grad_norm(spec_.optim.grad_clip);
   r.lr = lr_at(spec_.optim, step, spec_.train.max_steps);
-  optim_->step(model_->param_data(), model_->grad_data(), model_->params(), r.lr, int(step + 1));
+  store_->step(r.lr, int(step + 1));
   backend_->synchronize();
   r.step_ms = timer.ms();
   r.tokens_per_s = double(spec_.train.global_batch) * T / (r.step_ms / 1e3);
@@ -83,49 +116,69 @@ float Trainer::evaluate() {
   ZT_CHECK(val_ != nullptr, "evaluate() without [data] val");
   const int B = int(spec_.train.micro_batch), T = int(spec_.model.seq_len);
   data::SampleOrder order(*val_, 0, /*shuffle=*/false);
+  // Micro-batch i is evaluated by data-parallel rank i mod D; every rank runs the same number of
+  // forwards (possibly with zero weight) so that ZeRO-3's collectives stay matched.
+  const int64_t n = spec_.train.eval_steps, rounds = (n + topo_.dp - 1) / topo_.dp;
   double sum = 0;
-  for (int64_t i = 0; i < spec_.train.eval_steps; ++i) {
-    order.fill(uint64_t(i * B), B, inputs_.data(), targets_.data());
-    sum += model_->forward(inputs_.data(), targets_.data(), B, T, 0.0f);
+  for (int64_t r = 0; r < rounds; ++r) {
+    const int64_t i = r * topo_.dp + topo_.dp_rank;
+    order.fill(uint64_t(std::min(i, n - 1) * B), B, inputs_.data(), targets_.data());
+    const float l = model_->forward(inputs_.data(), targets_.data(), B, T, 0.0f);
+    if (i < n) sum += l;
   }
-  return float(sum / double(spec_.train.eval_steps));
+  topo_.dp_group->all_reduce_doubles(&sum, 1);
+  return float(sum / double(n));
+}
+
+void Trainer::log_memory() const {
+  const MemoryStats s = backend_->memory_stats();
+  auto mib = [&](MemTag t) { return s.by_tag[size_t(t)] / 1048576.0; };
+  spdlog::info("rank {} memory: params {:.2f} MiB, grads {:.2f} MiB, optimizer {:.2f} MiB, "
+               "activations {:.2f} MiB (ZeRO-{} over {} data-parallel ranks)",
+               topo_.world_rank, mib(MemTag::Params), mib(MemTag::Grads), mib(MemTag::OptimStates),
+               mib(MemTag::Activations), spec_.parallel.zero_stage, topo_.dp);
 }
 
 void Trainer::run() {
   namespace fs = std::filesystem;
   const auto& t = spec_.train;
-  fs::create_directories(spec_.run.out_dir);
-  write_text_atomic(fs::path(spec_.run.out_dir) / "config.resolved.toml", resolved_toml(spec_));
-  MetricsWriter metrics(spec_.run.out_dir);
+  const bool root = topo_.is_root();
+  std::unique_ptr<MetricsWriter> metrics;
+  if (root) {
+    fs::create_directories(spec_.run.out_dir);
+    write_text_atomic(fs::path(spec_.run.out_dir) / "config.resolved.toml", resolved_toml(spec_));
+    metrics = std::make_unique<MetricsWriter>(spec_.run.out_dir);
+  }
   const auto& m = spec_.model;
-  spdlog::info("run '{}': gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}: {:.2f}M parameters",
-               spec_.run.name, m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size,
-               model_->num_params() / 1e6);
-  spdlog::info("data: {} ({} tokens, {} samples of {}); batch {} x {} micro-batches; {} steps",
-               spec_.data.train, train_->manifest().total_tokens(), train_->n_windows(), m.seq_len,
-               t.micro_batch, t.global_batch / t.micro_batch, t.max_steps);
-  const MemoryStats mem = backend_->memory_stats();
-  spdlog::info("memory: {:.1f} MiB allocated (params + grads + AdamW states {:.1f} MiB)",
-               mem.allocated / 1048576.0, 4.0 * model_->num_params() * 4 / 1048576.0);
+  if (root) {
+    spdlog::info("run '{}': gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}: {:.2f}M parameters",
+                 spec_.run.name, m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size,
+                 model_->num_params() / 1e6);
+    spdlog::info("data: {} ({} tokens, {} samples of {}); global batch {} = {} ranks x {} micro-batches x {}; {} steps",
+                 spec_.data.train, train_->manifest().total_tokens(), train_->n_windows(), m.seq_len,
+                 t.global_batch, topo_.dp, local_batch_ / t.micro_batch, t.micro_batch, t.max_steps);
+  }
+  log_memory();
 
   auto do_eval = [&](int64_t step) {
     if (!val_) return;
     const float vl = evaluate();
+    if (!root) return;
     std::printf("step %lld | val_loss %.4f\n", (long long)step, vl);
     std::fflush(stdout);
-    metrics.write({{"kind", "eval"}, {"step", step}, {"val_loss", vl}});
+    metrics->write({{"kind", "eval"}, {"step", step}, {"val_loss", vl}});
   };
   for (int64_t s = 0; s < t.max_steps; ++s) {
     const StepResult r = step(s);
     if (!std::isfinite(r.loss))
       throw RuntimeFailure(fmt::format("step {}: loss is {} (diverged); lower [optim] lr", s + 1, r.loss));
     const int64_t done = s + 1;
-    if (done % t.log_every == 0 || done == t.max_steps || s == 0) {
+    if (root && (done % t.log_every == 0 || done == t.max_steps || s == 0)) {
       std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.4f | %.0f tok/s | %.1f ms\n",
                   (long long)done, (long long)t.max_steps, r.loss, r.lr, r.grad_norm,
                   r.tokens_per_s, r.step_ms);
       std::fflush(stdout);
-      metrics.write({{"kind", "train"}, {"step", done}, {"loss", r.loss}, {"lr", r.lr},
+      metrics->write({{"kind", "train"}, {"step", done}, {"loss", r.loss}, {"lr", r.lr},
                      {"grad_norm", r.grad_norm}, {"tokens_per_s", r.tokens_per_s},
                      {"step_ms", r.step_ms}});
     }
@@ -139,8 +192,10 @@ void Trainer::run() {
     if (info.kind == "byte") tok = data::Tokenizer::byte_level();
     else if (!info.vocab_file.empty() && fs::exists(info.vocab_file))
       tok = data::Tokenizer::from_tiktoken(info.vocab_file);
+    // Every rank generates (ZeRO-3 gathers are collective); rank 0 prints.
     const auto out = generate(*model_, *backend_, {info.eot}, int(t.sample_tokens),
                               t.sample_temperature, info.n_vocab, uint64_t(spec_.run.seed));
+    if (!root) return;
     std::vector<uint32_t> gen(out.begin() + 1, out.end());
     std::printf("---- sample (%lld tokens, temperature %.2f) ----\n", (long long)t.sample_tokens,
                 t.sample_temperature);
@@ -153,7 +208,7 @@ void Trainer::run() {
     std::printf("\n---- end of sample ----\n");
     std::fflush(stdout);
   }
-  spdlog::info("done: metrics in {}", metrics.path());
+  if (root) spdlog::info("done: metrics in {}", metrics->path());
 }
 
 }  // namespace zt

@@ -1,14 +1,16 @@
-// The training loop: data -> forward/backward with gradient accumulation -> clip -> AdamW,
-// with progress lines, metrics.jsonl, periodic evaluation and a generated sample at the end.
+// The training loop: data -> forward/backward with gradient accumulation -> gradient reduction
+// over the data-parallel group (ZeRO stage as configured) -> clip -> AdamW, with progress lines,
+// metrics.jsonl, periodic evaluation and a generated sample at the end. Every rank runs it; rank 0
+// prints and writes files.
 #pragma once
 #include <functional>
 #include <memory>
-#include <optional>
 
 #include "data/loader.h"
 #include "engine/backend/backend.h"
 #include "engine/config/spec.h"
-#include "engine/optim/optimizer.h"
+#include "engine/dist/topology.h"
+#include "engine/parallel/param_store.h"
 #include "models/gpt2.h"
 
 namespace zt {
@@ -21,33 +23,39 @@ struct StepResult {
 
 class Trainer {
  public:
-  // Builds backend, model (initialized from run.seed), optimizer and datasets.
+  // Builds topology, backend, model, parameter store (initialized from run.seed) and datasets.
+  // UserError (exit 2) for layouts that do not fit the world size or the batch.
   explicit Trainer(const RunSpec& spec);
   ~Trainer();
 
-  // One optimizer step over global_batch sequences (global_batch / micro_batch micro-steps).
+  // One optimizer step over global_batch sequences; this rank does its data-parallel slice.
   StepResult step(int64_t step);
   // Mean loss over eval_steps micro-batches of the validation set (in dataset order).
   float evaluate();
-  // The whole run: writes config.resolved.toml and metrics.jsonl under run.out_dir.
+  // The whole run: rank 0 writes config.resolved.toml and metrics.jsonl under run.out_dir.
   void run();
 
   GPT2& model() { return *model_; }
+  ParamStore& store() { return *store_; }
   Backend& backend() { return *backend_; }
+  const Topology& topology() const { return topo_; }
   data::SampleOrder& train_order() { return *train_order_; }
-  const data::TokenDataset& train_data() const { return *train_; }
 
   // Called with each micro-batch (inputs, targets: (micro_batch, seq_len)) before it is used.
   std::function<void(const int32_t*, const int32_t*)> on_batch;
 
  private:
+  void log_memory() const;
+
   RunSpec spec_;
+  Topology topo_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<GPT2> model_;
-  std::unique_ptr<AdamW> optim_;
+  std::unique_ptr<ParamStore> store_;
   std::unique_ptr<data::TokenDataset> train_, val_;
   std::unique_ptr<data::SampleOrder> train_order_;
   std::vector<int32_t> inputs_, targets_;  // (micro_batch, seq_len) host staging
+  int64_t local_batch_ = 0;                // sequences per step on this rank
 };
 
 }  // namespace zt

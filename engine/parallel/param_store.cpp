@@ -1,0 +1,287 @@
+// ParamStore: ZeRO stages 0-3 over the data-parallel group (see param_store.h).
+#include "engine/parallel/param_store.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/status.h"
+
+namespace zt {
+
+ParamStore::ParamStore(const GPT2& model, Backend& be, const Topology& topo, const RunSpec& spec)
+    : model_(model),
+      be_(be),
+      topo_(topo),
+      dp_(*topo.dp_group),
+      optim_(spec.optim),
+      stage_(int(spec.parallel.zero_stage)),
+      parts_(stage_ == 0 ? 1 : topo.dp),
+      my_part_(stage_ == 0 ? 0 : topo.dp_rank),
+      prefetch_(int(spec.parallel.prefetch)) {
+  const size_t bucket = std::max<size_t>(
+      size_t(parts_), size_t(spec.parallel.bucket_mb * 1048576.0 / sizeof(float)) / parts_ * parts_);
+  const auto& groups = model.groups();
+  group_units_.resize(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    group_full_off_.push_back(total_full_);
+    size_t padded_sum = 0;
+    for (size_t begin = 0; begin < groups[g].numel; begin += bucket) {
+      Unit u;
+      u.group = int(g);
+      u.begin = begin;
+      u.len = std::min(bucket, groups[g].numel - begin);
+      u.padded = (u.len + parts_ - 1) / parts_ * parts_;
+      u.shard = u.padded / parts_;
+      u.full_off = total_full_;
+      u.shard_off = total_shard_;
+      total_full_ += u.padded;
+      total_shard_ += u.shard;
+      padded_sum += u.padded;
+      group_units_[g].push_back(int(units_.size()));
+      units_.push_back(u);
+    }
+    group_padded_.push_back(padded_sum);
+  }
+  auto alloc = [&](size_t n, MemTag tag) { return static_cast<float*>(be_.alloc(n * sizeof(float), tag)); };
+  if (stage_ <= 2) full_params_ = alloc(total_full_, MemTag::Params);
+  else shard_params_ = alloc(total_shard_, MemTag::Params);
+  if (stage_ <= 1) full_grads_ = alloc(total_full_, MemTag::Grads);
+  if (stage_ >= 1) grad_shard_ = alloc(total_shard_, MemTag::Grads);
+  const size_t moments = stage_ == 0 ? total_full_ : total_shard_;
+  m_ = alloc(moments, MemTag::OptimStates);
+  v_ = alloc(moments, MemTag::OptimStates);
+}
+
+ParamStore::~ParamStore() {
+  try {
+    complete_all();
+  } catch (...) {
+  }
+  for (auto& [g, gb] : gathered_) be_.free(gb.buf);
+  for (auto& [g, buf] : grad_tmp_) be_.free(buf);
+  for (float* p : {full_params_, shard_params_, full_grads_, grad_shard_, m_, v_}) be_.free(p);
+}
+
+size_t ParamStore::my_len(const Unit& u) const {
+  const size_t b = my_begin(u);
+  return b >= u.len ? 0 : std::min(u.shard, u.len - b);
+}
+
+float* ParamStore::shard_params(const Unit& u) {
+  return stage_ == 3 ? shard_params_ + u.shard_off : full_params_ + u.full_off + my_begin(u);
+}
+
+float* ParamStore::shard_grads(const Unit& u) {
+  return stage_ == 0 ? full_grads_ + u.full_off : grad_shard_ + u.shard_off;
+}
+
+// Calls fn(param_info, offset_in_my_shard, count) for each tensor overlapping my shard of u.
+template <typename Fn>
+void ParamStore::for_each_tensor_piece(const Unit& u, Fn fn) const {
+  const ParamGroup& g = model_.groups()[u.group];
+  const size_t lo = g.offset + u.begin + my_begin(u), hi = lo + my_len(u);  // model-flat range
+  for (size_t i = g.first_param; i < g.first_param + g.n_params; ++i) {
+    const ParamInfo& p = model_.params()[i];
+    const size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
+    if (a < b) fn(p, a - lo, b - a);
+  }
+}
+
+void ParamStore::init(uint64_t seed) {
+  const auto& groups = model_.groups();
+  std::vector<float> host;
+  if (stage_ <= 2) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      host.assign(groups[g].numel, 0.0f);
+      model_.init_range(seed, groups[g].offset, groups[g].offset + groups[g].numel, host.data());
+      be_.copy_to_device(full_params_ + group_full_off_[g], host.data(), host.size() * sizeof(float));
+    }
+    return;
+  }
+  for (const Unit& u : units_) {  // stage 3: only this rank's shards are ever materialized
+    const size_t n = my_len(u);
+    if (n == 0) continue;
+    const size_t lo = groups[u.group].offset + u.begin + my_begin(u);
+    host.assign(n, 0.0f);
+    model_.init_range(seed, lo, lo + n, host.data());
+    be_.copy_to_device(shard_params_ + u.shard_off, host.data(), n * sizeof(float));
+  }
+}
+
+void ParamStore::zero_grad() {
+  if (full_grads_) be_.fill_zero(full_grads_, total_full_ * sizeof(float));
+  if (grad_shard_) be_.fill_zero(grad_shard_, total_shard_ * sizeof(float));
+}
+
+// ---- parameters ----
+
+void ParamStore::begin_pass(const std::vector<int>& order) {
+  order_ = order;
+  order_pos_ = 0;
+}
+
+void ParamStore::gather_group(int g) {
+  if (gathered_.count(g)) return;
+  Gathered& gb = gathered_[g];
+  gb.buf = static_cast<float*>(be_.alloc(group_padded_[g] * sizeof(float), MemTag::CommBuffers));
+  for (int ui : group_units_[g]) {
+    const Unit& u = units_[ui];
+    gb.handles.push_back(dp_.all_gather(shard_params_ + u.shard_off,
+                                        gb.buf + (u.full_off - group_full_off_[g]), u.shard));
+  }
+}
+
+float* ParamStore::params(int g) {
+  if (stage_ <= 2) return full_params_ + group_full_off_[g];
+  gather_group(g);
+  // Prefetch: start the gathers of the next groups of this pass while this one computes.
+  while (order_pos_ < order_.size() && order_[order_pos_] != g) ++order_pos_;
+  for (size_t k = order_pos_ + 1; k < order_.size() && k <= order_pos_ + size_t(prefetch_); ++k)
+    gather_group(order_[k]);
+  if (order_pos_ < order_.size()) ++order_pos_;
+  Gathered& gb = gathered_[g];
+  for (auto h : gb.handles) dp_.wait(h);
+  gb.handles.clear();
+  return gb.buf;
+}
+
+void ParamStore::release_params(int g) {
+  if (stage_ <= 2) return;
+  auto it = gathered_.find(g);
+  if (it == gathered_.end()) return;
+  for (auto h : it->second.handles) dp_.wait(h);
+  be_.free(it->second.buf);
+  gathered_.erase(it);
+}
+
+// ---- gradients ----
+
+float* ParamStore::grads(int g) {
+  if (stage_ <= 1) return full_grads_ + group_full_off_[g];
+  auto it = grad_tmp_.find(g);
+  if (it != grad_tmp_.end()) return it->second;
+  float* buf = static_cast<float*>(be_.alloc(group_padded_[g] * sizeof(float), MemTag::CommBuffers));
+  grad_tmp_[g] = buf;
+  return buf;
+}
+
+void ParamStore::grads_done(int g) {
+  if (stage_ <= 1 && !last_micro_) return;  // accumulate locally until the step's last micro-batch
+  // Stages 2-3: at most one group in flight, which bounds the temporary gradient buffers.
+  if (stage_ >= 2) complete_all();
+  Pending p;
+  p.group = g;
+  if (stage_ == 0) {
+    for (int ui : group_units_[g])
+      p.handles.push_back(dp_.all_reduce(full_grads_ + units_[ui].full_off, units_[ui].padded, ReduceOp::Sum));
+  } else if (stage_ == 1) {
+    for (int ui : group_units_[g]) {
+      const Unit& u = units_[ui];
+      p.handles.push_back(dp_.reduce_scatter(full_grads_ + u.full_off, grad_shard_ + u.shard_off, u.shard));
+    }
+  } else {
+    float* tmp = grad_tmp_.at(g);
+    size_t shards = 0;
+    for (int ui : group_units_[g]) shards += units_[ui].shard;
+    p.recv = static_cast<float*>(be_.alloc(shards * sizeof(float), MemTag::CommBuffers));
+    size_t off = 0;
+    for (int ui : group_units_[g]) {
+      const Unit& u = units_[ui];
+      p.handles.push_back(dp_.reduce_scatter(tmp + (u.full_off - group_full_off_[g]), p.recv + off, u.shard));
+      off += u.shard;
+    }
+  }
+  pending_.push_back(std::move(p));
+}
+
+void ParamStore::complete(Pending& p) {
+  for (auto h : p.handles) dp_.wait(h);
+  if (p.recv) {  // stages 2-3: add this micro-batch's reduced shard, free the group's buffers
+    size_t off = 0;
+    for (int ui : group_units_[p.group]) {
+      const Unit& u = units_[ui];
+      be_.add(grad_shard_ + u.shard_off, grad_shard_ + u.shard_off, p.recv + off, int64_t(u.shard));
+      off += u.shard;
+    }
+    be_.free(p.recv);
+    be_.free(grad_tmp_.at(p.group));
+    grad_tmp_.erase(p.group);
+  }
+}
+
+void ParamStore::complete_all() {
+  for (auto& p : pending_) complete(p);
+  pending_.clear();
+}
+
+void ParamStore::finish_backward() { complete_all(); }
+
+// ---- optimizer ----
+
+double ParamStore::clip_grad_norm(double max_norm) {
+  double sq = 0;
+  for (const Unit& u : units_)
+    if (my_len(u)) sq += be_.sum_squares(shard_grads(u), int64_t(my_len(u)));
+  if (stage_ >= 1) dp_.all_reduce_doubles(&sq, 1);  // shards: each rank holds a part of the sum
+  const double norm = std::sqrt(sq);
+  if (max_norm > 0) {
+    const double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0)
+      for (const Unit& u : units_)
+        if (my_len(u)) be_.scale(shard_grads(u), float(coef), int64_t(my_len(u)));
+  }
+  return norm;
+}
+
+void ParamStore::step(double lr, int t) {
+  for (const Unit& u : units_) {
+    float* p = shard_params(u);
+    float* g = shard_grads(u);
+    float* m = m_ + (stage_ == 0 ? u.full_off : u.shard_off);
+    float* v = v_ + (stage_ == 0 ? u.full_off : u.shard_off);
+    for_each_tensor_piece(u, [&](const ParamInfo& info, size_t off, size_t n) {
+      be_.adamw_update(p + off, g + off, m + off, v + off, int64_t(n), float(lr), float(optim_.beta1),
+                       float(optim_.beta2), float(optim_.eps),
+                       info.decay ? float(optim_.weight_decay) : 0.0f, t);
+    });
+  }
+  if (stage_ == 1 || stage_ == 2) {  // every rank needs the full updated parameters again
+    std::vector<Comm::Handle> hs;
+    for (const Unit& u : units_)
+      hs.push_back(dp_.all_gather(full_params_ + u.full_off + my_begin(u), full_params_ + u.full_off, u.shard));
+    for (auto h : hs) dp_.wait(h);
+  }
+}
+
+// ---- full views (dumps, tests) ----
+
+std::vector<float> ParamStore::full_params() {
+  const auto& groups = model_.groups();
+  std::vector<float> out(model_.num_params());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const float* src = params(int(g));
+    be_.copy_to_host(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
+    release_params(int(g));
+  }
+  return out;
+}
+
+std::vector<float> ParamStore::full_grads() {
+  const auto& groups = model_.groups();
+  std::vector<float> out(model_.num_params());
+  if (stage_ == 0) {
+    for (size_t g = 0; g < groups.size(); ++g)
+      be_.copy_to_host(out.data() + groups[g].offset, full_grads_ + group_full_off_[g],
+                       groups[g].numel * sizeof(float));
+    return out;
+  }
+  float* buf = static_cast<float*>(be_.alloc(total_full_ * sizeof(float), MemTag::CommBuffers));
+  for (const Unit& u : units_) dp_.wait(dp_.all_gather(grad_shard_ + u.shard_off, buf + u.full_off, u.shard));
+  for (const Unit& u : units_)
+    be_.copy_to_host(out.data() + model_.groups()[u.group].offset + u.begin, buf + u.full_off,
+                     u.len * sizeof(float));
+  be_.free(buf);
+  return out;
+}
+
+}  // namespace zt

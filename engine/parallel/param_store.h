@@ -1,0 +1,107 @@
+// Model states under ZeRO over the data-parallel group: where parameters, gradients and AdamW
+// moments live, how gradients are reduced, and the optimizer step on this rank's part.
+//
+// The flat parameter layout is cut into units: each parameter group (embeddings, each block,
+// ln_f) split into chunks of at most [parallel] bucket_mb, each padded to a multiple of the
+// partition count P (P = D for stages 1-3, 1 for stage 0) and cut into P equal shards; rank r owns
+// shard r of every unit. Per stage:
+//   0: full params, grads, moments on every rank; grads all-reduced per unit as backward finishes.
+//   1: full params and grads; moments sharded; grads reduce-scattered after the last micro-batch;
+//      after the update, params all-gathered.
+//   2: as 1, but gradients live only as shards: each group's gradient is a temporary buffer,
+//      reduce-scattered and added to the shard as soon as the group's backward is done.
+//   3: as 2, and parameters live only as shards: a group is all-gathered just before it runs (the
+//      next `prefetch` groups of the pass ahead of time) and freed after.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/config/spec.h"
+#include "engine/dist/topology.h"
+#include "models/gpt2.h"
+
+namespace zt {
+
+class ParamStore final : public ParamProvider {
+ public:
+  ParamStore(const GPT2& model, Backend& be, const Topology& topo, const RunSpec& spec);
+  ~ParamStore() override;
+  ParamStore(const ParamStore&) = delete;
+  ParamStore& operator=(const ParamStore&) = delete;
+
+  void init(uint64_t seed);  // parameters from the model's layout-independent initializer
+  void zero_grad();
+  // Tells the store whether the coming backward is the last micro-batch of the step (stages 0-1
+  // reduce only then).
+  void set_last_micro_batch(bool last) { last_micro_ = last; }
+  void finish_backward();                  // every gradient reduction of the step complete
+  double clip_grad_norm(double max_norm);  // global L2 norm before clipping (torch's rule)
+  void step(double lr, int t);             // AdamW on this rank's part, then re-gather (1-2)
+
+  // The full model-layout parameters / reduced gradients as host vectors. Collective when the
+  // states are sharded: every rank of the data-parallel group must call it.
+  std::vector<float> full_params();
+  std::vector<float> full_grads();
+
+  // ParamProvider
+  void begin_pass(const std::vector<int>& order) override;
+  float* params(int group) override;
+  void release_params(int group) override;
+  float* grads(int group) override;
+  void grads_done(int group) override;
+
+ private:
+  struct Unit {
+    int group;
+    size_t begin, len;  // group-local elements [begin, begin + len)
+    size_t padded;      // len rounded up to a multiple of parts_
+    size_t shard;       // padded / parts_
+    size_t full_off;    // offset in the padded full layout
+    size_t shard_off;   // offset in the shard arrays
+  };
+  struct Pending {
+    std::vector<Comm::Handle> handles;
+    int group = -1;
+    float* recv = nullptr;  // stages 2-3: reduced shard of this group's units, to add
+  };
+  size_t my_begin(const Unit& u) const { return size_t(my_part_) * u.shard; }  // unit-local
+  size_t my_len(const Unit& u) const;  // valid (unpadded) elements of my shard
+  float* shard_params(const Unit& u);
+  float* shard_grads(const Unit& u);
+  void gather_group(int group);  // stage 3: launch the all-gather of a group's shards
+  void complete(Pending& p);
+  void complete_all();
+  template <typename Fn>
+  void for_each_tensor_piece(const Unit& u, Fn fn) const;
+
+  const GPT2& model_;
+  Backend& be_;
+  const Topology& topo_;
+  Comm& dp_;
+  RunSpec::Optim optim_;
+  int stage_, parts_, my_part_, prefetch_;
+  std::vector<Unit> units_;
+  std::vector<std::vector<int>> group_units_;
+  std::vector<size_t> group_full_off_, group_padded_;
+  size_t total_full_ = 0, total_shard_ = 0;
+  float* full_params_ = nullptr;   // stages 0-2
+  float* shard_params_ = nullptr;  // stage 3
+  float* full_grads_ = nullptr;    // stages 0-1
+  float* grad_shard_ = nullptr;    // stages 1-3
+  float* m_ = nullptr;
+  float* v_ = nullptr;
+  bool last_micro_ = true;
+  std::vector<Pending> pending_;
+  struct Gathered {
+    float* buf = nullptr;
+    std::vector<Comm::Handle> handles;
+  };
+  std::map<int, Gathered> gathered_;  // stage 3: groups with full parameters present
+  std::map<int, float*> grad_tmp_;    // stages 2-3: groups with a gradient buffer open
+  std::vector<int> order_;
+  size_t order_pos_ = 0;
+};
+
+}  // namespace zt
