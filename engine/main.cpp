@@ -104,15 +104,21 @@ int run(int argc, char** argv) {
 }  // namespace
 
 // In a multi-rank job an error on one rank must end every rank (the others would wait in a
-// collective): the first failure aborts the whole job with its exit code. Rank 0 prints bad-input
-// messages; the other ranks, which hit the same error, stay quiet.
+// collective). Errors during start-up are agreed on by all ranks (Trainer) and end the job cleanly;
+// bad-input errors found identically by every rank before that (the spec) are printed by rank 0
+// only; any later failure aborts the whole job with its exit code.
 int main(int argc, char** argv) {
   dist_init(&argc, &argv);
   int code = 0;
   try {
     code = run(argc, argv);
+  } catch (const PeerFailure& e) {
+    code = e.code;  // the failing rank printed the reason
+    dist_finalize();
+    return code;
   } catch (const UserError& e) {
-    if (dist_world_rank() == 0) std::fprintf(stderr, "ztrain: error: %s\n", e.what());
+    if (dist_world_rank() == 0 || dist_phase() != DistPhase::Setup)
+      std::fprintf(stderr, "ztrain: error: %s\n", e.what());
     code = 2;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "ztrain: failure: rank %d: out of memory\n", dist_world_rank());
@@ -122,7 +128,7 @@ int main(int argc, char** argv) {
                  dist_active() ? fmt::format("rank {}: ", dist_world_rank()).c_str() : "", e.what());
     code = 1;
   }
-  if (code != 0 && dist_active()) {
+  if (code != 0 && dist_active() && dist_phase() == DistPhase::Running) {
     std::fflush(stderr);
     dist_abort(code);
   }

@@ -18,6 +18,12 @@ struct RuntimeFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Another rank of the job failed (and reported it); this rank stops quietly with `code`.
+struct PeerFailure : std::runtime_error {
+  int code;
+  PeerFailure(int c, const std::string& what) : std::runtime_error(what), code(c) {}
+};
+
 [[noreturn]] void throw_check_failure(const char* file, int line, const char* cond,
                                       const std::string& msg);
 

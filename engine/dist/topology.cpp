@@ -12,6 +12,7 @@ namespace zt {
 
 namespace {
 bool g_mpi = false;
+DistPhase g_phase = DistPhase::Setup;
 
 bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
@@ -47,6 +48,9 @@ int dist_world_rank() {
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
   return r;
 }
+
+void dist_set_phase(DistPhase phase) { g_phase = phase; }
+DistPhase dist_phase() { return g_phase; }
 
 void dist_abort(int code) {
   if (dist_active()) MPI_Abort(MPI_COMM_WORLD, code);

@@ -22,6 +22,11 @@ void dist_init(int* argc, char*** argv);
 void dist_finalize();
 bool dist_active();  // MPI initialized with more than one rank
 int dist_world_rank();
+// Where the job is, for error handling: in Setup (reading the spec) every rank sees the same
+// errors; in Startup ranks agree on failures before training; in Running a failure must abort.
+enum class DistPhase { Setup, Startup, Running };
+void dist_set_phase(DistPhase phase);
+DistPhase dist_phase();
 // Ends every rank of the job with `code` (MPI_Abort when multi-rank, else exit).
 [[noreturn]] void dist_abort(int code);
 

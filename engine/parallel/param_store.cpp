@@ -116,6 +116,9 @@ void ParamStore::zero_grad() {
 // ---- parameters ----
 
 void ParamStore::begin_pass(const std::vector<int>& order) {
+  // A group's gradient buffer may still be in flight from the previous micro-batch (group 0 is
+  // the last one done); finish it before the model opens the group again.
+  if (stage_ >= 2) complete_all();
   order_ = order;
   order_pos_ = 0;
 }

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <chrono>
+#include <exception>
+#include <thread>
 #include <filesystem>
 #include <fstream>
 
@@ -34,17 +37,25 @@ void write_text_atomic(const std::filesystem::path& path, const std::string& tex
   std::filesystem::rename(tmp, path);
 }
 
-// Test hook for the failure tests: ZTRAIN_FAULT_EXIT=RANK:STEP makes that rank exit abruptly
-// (no cleanup, no MPI_Finalize) in the middle of that step, as a crashed process would.
+// Test hooks for the failure tests, both RANK:STEP (0-based step): ZTRAIN_FAULT_EXIT makes that
+// rank exit abruptly (no cleanup, no MPI_Finalize) in the middle of the step, as a crashed
+// process would; ZTRAIN_FAULT_HANG makes it stop responding, as a wedged one would.
 void exit_if_fault_injected(int rank, int64_t step) {
-  static const char* spec = std::getenv("ZTRAIN_FAULT_EXIT");
-  if (!spec) return;
-  int r = -1;
-  long long s = -1;
-  if (std::sscanf(spec, "%d:%lld", &r, &s) == 2 && r == rank && s == step) {
-    std::fprintf(stderr, "ztrain: fault injection: rank %d exits during step %lld\n", rank, s + 1);
+  auto hit = [&](const char* var) {
+    const char* v = std::getenv(var);
+    int r = -1;
+    long long s = -1;
+    return v && std::sscanf(v, "%d:%lld", &r, &s) == 2 && r == rank && s == step;
+  };
+  if (hit("ZTRAIN_FAULT_EXIT")) {
+    std::fprintf(stderr, "ztrain: fault injection: rank %d exits during step %lld\n", rank, (long long)step + 1);
     std::fflush(stderr);
     std::_Exit(3);
+  }
+  if (hit("ZTRAIN_FAULT_HANG")) {
+    std::fprintf(stderr, "ztrain: fault injection: rank %d hangs during step %lld\n", rank, (long long)step + 1);
+    std::fflush(stderr);
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
 }
 
@@ -52,6 +63,30 @@ void exit_if_fault_injected(int rank, int64_t step) {
 
 Trainer::Trainer(const RunSpec& spec)
     : spec_(spec), topo_(make_topology(int(spec.parallel.tensor), spec.comm.timeout_s)) {
+  // Start-up can fail on some ranks only (a missing file on one machine). The ranks agree on
+  // the outcome before any training collective, so that every rank exits cleanly with the
+  // failing rank's status and only that rank prints its message.
+  dist_set_phase(DistPhase::Startup);
+  double failed[2] = {0, 0};  // user errors, runtime failures
+  std::exception_ptr error;
+  try {
+    build();
+  } catch (const UserError&) {
+    failed[0] = 1;
+    error = std::current_exception();
+  } catch (const std::exception&) {
+    failed[1] = 1;
+    error = std::current_exception();
+  }
+  topo_.world->all_reduce_doubles(failed, 2);
+  if (error) std::rethrow_exception(error);
+  dist_set_phase(DistPhase::Running);
+  if (failed[0] + failed[1] > 0)
+    throw PeerFailure(failed[1] > 0 ? 1 : 2, "another rank failed during start-up");
+}
+
+void Trainer::build() {
+  const RunSpec& spec = spec_;
   const auto& m = spec.model;
   const auto& t = spec.train;
   if (topo_.tp > 1)
@@ -133,8 +168,8 @@ float Trainer::evaluate() {
 void Trainer::log_memory() const {
   const MemoryStats s = backend_->memory_stats();
   auto mib = [&](MemTag t) { return s.by_tag[size_t(t)] / 1048576.0; };
-  spdlog::info("rank {} memory: params {:.2f} MiB, grads {:.2f} MiB, optimizer {:.2f} MiB, "
-               "activations {:.2f} MiB (ZeRO-{} over {} data-parallel ranks)",
+  spdlog::info("rank {} memory: params {:.3f} MiB, grads {:.3f} MiB, optimizer {:.3f} MiB, "
+               "activations {:.3f} MiB (ZeRO-{} over {} data-parallel ranks)",
                topo_.world_rank, mib(MemTag::Params), mib(MemTag::Grads), mib(MemTag::OptimStates),
                mib(MemTag::Activations), spec_.parallel.zero_stage, topo_.dp);
 }

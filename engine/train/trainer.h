@@ -45,6 +45,7 @@ class Trainer {
   std::function<void(const int32_t*, const int32_t*)> on_batch;
 
  private:
+  void build();  // everything after the topology (the part that may fail on one rank only)
   void log_memory() const;
 
   RunSpec spec_;

@@ -25,10 +25,6 @@ except ImportError as e:  # a user's machine without the reference stack
     sys.exit(testlib.SKIP)
 
 TOL = 1e-4
-# Final parameters after 10 AdamW steps: Adam divides by sqrt(v), so for parameters whose gradient
-# is near zero (fresh biases) float reassociation differences are amplified; 5e-4 still catches any
-# real mismatch (a wrong decay mask, schedule or clip moves them by > 1e-2).
-FINAL_TOL = 5e-4
 
 
 def lr_at(cfg, step):
@@ -115,9 +111,16 @@ def check_case(args, work, name, model, train, optim):
     print(f"  [{name}] 10-step losses ztrain {zl[0]:.5f} -> {zl[-1]:.5f}, torch final {total:.5f}")
     worst = (0.0, "")
     for n, p in m.named_parameters():
-        err = rel(torch.from_numpy(f["final"][n][()]), p.detach())
+        a, b = torch.from_numpy(f["final"][n][()]), p.detach()
+        if n.endswith("attn.c_attn.bias"):
+            # The key bias's gradient is exactly zero (softmax ignores a constant added to a row of
+            # scores), so it holds only float noise, which Adam normalizes into full-size steps:
+            # its values are arbitrary in both engines. Compare the q and v parts.
+            c = a.shape[0] // 3
+            a, b = torch.cat([a[:c], a[2 * c:]]), torch.cat([b[:c], b[2 * c:]])
+        err = rel(a, b)
         worst = max(worst, (err, n))
-        if err > FINAL_TOL:
+        if err > TOL:
             failures.append(f"final param {n}: rel err {err:.2e}")
     print(f"  [{name}] worst final-parameter rel err {worst[0]:.2e} ({worst[1]})")
     return failures
