@@ -6,6 +6,7 @@
 
 #include "engine/core/rng.h"
 #include "engine/core/status.h"
+#include "engine/dist/comm.h"
 
 namespace zt {
 
@@ -13,45 +14,67 @@ namespace {
 constexpr float kLayerNormEps = 1e-5f;
 }
 
-GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch)
-    : cfg_(cfg), be_(backend), max_batch_(max_batch) {
+GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
+    : cfg_(cfg), be_(backend), max_batch_(max_batch), tp_(tp) {
+  if (tp_ && tp_->size() > 1) {
+    tp_size_ = tp_->size();
+    tp_rank_ = tp_->rank();
+  }
+  const int TP = tp_size_;
+  ZT_CHECK(cfg.n_head % TP == 0 && cfg.d_ff % TP == 0 && cfg.vocab_size % TP == 0,
+           "tensor parallelism {} does not divide heads {}, d_ff {}, vocab {}", TP, cfg.n_head, cfg.d_ff,
+           cfg.vocab_size);
   const int64_t C = cfg.d_model, V = cfg.vocab_size, T = cfg.seq_len, F = cfg.d_ff;
+  NH_l_ = cfg.n_head / TP;
+  C_l_ = int(C / TP);  // attention width of this rank's heads: NH_l * hs
+  F_l_ = int(F / TP);
+  V_l_ = int(V / TP);
   const float std0 = 0.02f;
   // GPT-2 scales the init of the projections that write into the residual stream by
   // 1/sqrt(2 * n_layer): each block adds two such contributions.
   const float std_resid = 0.02f / std::sqrt(2.0f * cfg.n_layer);
-  auto add = [&](std::string name, std::vector<int64_t> shape, bool decay, float std_, float value) {
+  auto add = [&](std::string name, std::vector<int64_t> shape, TpSplit split, int blocks, bool decay,
+                 float std_, float value) {
     ParamInfo p;
     p.name = std::move(name);
-    p.shape = std::move(shape);
-    p.numel = 1;
+    p.global_shape = shape;
+    p.shape = shape;
+    if (split == TpSplit::Rows) p.shape[0] /= TP;
+    if (split == TpSplit::Cols) p.shape[1] /= TP;
+    p.split = split;
+    p.row_blocks = blocks;
+    p.numel = p.global_numel = 1;
     for (auto d : p.shape) p.numel *= size_t(d);
+    for (auto d : p.global_shape) p.global_numel *= size_t(d);
     p.offset = n_params_;
+    p.global_offset = n_global_params_;
     p.decay = decay;
     p.init_std = std_;
     p.init_value = value;
     n_params_ += p.numel;
+    n_global_params_ += p.global_numel;
     params_.push_back(std::move(p));
   };
-  add("transformer.wte.weight", {V, C}, true, std0, 0);
-  add("transformer.wpe.weight", {T, C}, true, std0, 0);
+  const auto None = TpSplit::None, Rows = TpSplit::Rows, Cols = TpSplit::Cols;
+  add("transformer.wte.weight", {V, C}, Rows, 1, true, std0, 0);  // vocabulary-parallel
+  add("transformer.wpe.weight", {T, C}, None, 1, true, std0, 0);
   for (int l = 0; l < cfg.n_layer; ++l) {
     const std::string h = "transformer.h." + std::to_string(l) + ".";
-    add(h + "ln_1.weight", {C}, false, 0, 1);
-    add(h + "ln_1.bias", {C}, false, 0, 0);
-    add(h + "attn.c_attn.weight", {3 * C, C}, true, std0, 0);
-    add(h + "attn.c_attn.bias", {3 * C}, false, 0, 0);
-    add(h + "attn.c_proj.weight", {C, C}, true, std_resid, 0);
-    add(h + "attn.c_proj.bias", {C}, false, 0, 0);
-    add(h + "ln_2.weight", {C}, false, 0, 1);
-    add(h + "ln_2.bias", {C}, false, 0, 0);
-    add(h + "mlp.c_fc.weight", {F, C}, true, std0, 0);
-    add(h + "mlp.c_fc.bias", {F}, false, 0, 0);
-    add(h + "mlp.c_proj.weight", {C, F}, true, std_resid, 0);
-    add(h + "mlp.c_proj.bias", {C}, false, 0, 0);
+    add(h + "ln_1.weight", {C}, None, 1, false, 0, 1);
+    add(h + "ln_1.bias", {C}, None, 1, false, 0, 0);
+    add(h + "attn.c_attn.weight", {3 * C, C}, Rows, 3, true, std0, 0);  // column-parallel, q|k|v
+    add(h + "attn.c_attn.bias", {3 * C}, Rows, 3, false, 0, 0);
+    add(h + "attn.c_proj.weight", {C, C}, Cols, 1, true, std_resid, 0);  // row-parallel
+    add(h + "attn.c_proj.bias", {C}, None, 1, false, 0, 0);
+    add(h + "ln_2.weight", {C}, None, 1, false, 0, 1);
+    add(h + "ln_2.bias", {C}, None, 1, false, 0, 0);
+    add(h + "mlp.c_fc.weight", {F, C}, Rows, 1, true, std0, 0);  // column-parallel
+    add(h + "mlp.c_fc.bias", {F}, Rows, 1, false, 0, 0);
+    add(h + "mlp.c_proj.weight", {C, F}, Cols, 1, true, std_resid, 0);  // row-parallel
+    add(h + "mlp.c_proj.bias", {C}, None, 1, false, 0, 0);
   }
-  add("transformer.ln_f.weight", {C}, false, 0, 1);
-  add("transformer.ln_f.bias", {C}, false, 0, 0);
+  add("transformer.ln_f.weight", {C}, None, 1, false, 0, 1);
+  add("transformer.ln_f.bias", {C}, None, 1, false, 0, 0);
 
   auto group = [&](std::string name, size_t first, size_t n) {
     ParamGroup g{std::move(name), params_[first].offset, 0, first, n};
@@ -65,21 +88,23 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch)
   for (int l = 0; l < cfg.n_layer; ++l) group("h." + std::to_string(l), 2 + size_t(l) * 12, 12);
   group("ln_f", params_.size() - 2, 2);
 
-  // Activations for the largest batch, carved from one allocation.
-  const int64_t L = cfg.n_layer, B = max_batch, NH = cfg.n_head, BT = B * T;
+  // Activations for the largest batch, carved from one allocation. With tensor parallelism the
+  // attention (Ca = C/TP), MLP (Fl = F/TP) and logits (Vl = V/TP) activations are this rank's part.
+  const int64_t L = cfg.n_layer, B = max_batch, NH = NH_l_, BT = B * T;
+  const int64_t Ca = C_l_, Fl = F_l_, Vl = V_l_;
   const std::vector<int64_t> sizes = {
       BT * C,                                   // encoded
       L * BT * C, L * BT, L * BT,               // ln1, mean, rstd
-      L * BT * 3 * C,                           // qkv
-      L * BT * C,                               // atty
+      L * BT * 3 * Ca,                          // qkv
+      L * BT * Ca,                              // atty
       L * B * NH * T,                           // att_lse
       L * BT * C, L * BT * C,                   // attproj, res2
       L * BT * C, L * BT, L * BT,               // ln2, mean, rstd
-      L * BT * F, L * BT * F,                   // fch, fch_gelu
+      L * BT * Fl, L * BT * Fl,                 // fch, fch_gelu
       L * BT * C, L * BT * C,                   // fcproj, res3
       BT * C, BT, BT,                           // lnf, mean, rstd
-      BT * V, BT,                               // logits, losses
-      BT * C, BT * C, BT * 3 * C, BT * C, BT * F, BT * F};  // dres, dln, dqkv, datty, dfch, dfch_gelu
+      BT * Vl, BT,                              // logits, losses
+      BT * C, BT * C, BT * 3 * Ca, BT * Ca, BT * Fl, BT * Fl};  // dres, dln, dqkv, datty, dfch, dfch_gelu
   size_t total = 0;
   for (auto s : sizes) total += size_t(s + 15) / 16 * 16;  // 64-byte aligned sub-buffers
   act_buf_ = static_cast<float*>(be_.alloc(total * sizeof(float), MemTag::Activations));
@@ -110,6 +135,19 @@ GPT2::LayerPtrs GPT2::layer(float* g, int l) const {
   return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11)};
 }
 
+size_t GPT2::global_index(const ParamInfo& p, size_t local, int rank) const {
+  if (p.split == TpSplit::None) return local;
+  const size_t rows = size_t(p.shape[0]), cols = p.shape.size() > 1 ? size_t(p.shape[1]) : 1;
+  const size_t r = local / cols, c = local % cols;
+  if (p.split == TpSplit::Cols) return r * size_t(p.global_shape[1]) + size_t(rank) * cols + c;
+  // Rows: local row r is row `within` of block `blk` of this rank's slice of every block.
+  const size_t local_block_rows = rows / p.row_blocks;
+  const size_t global_block_rows = size_t(p.global_shape[0]) / p.row_blocks;
+  const size_t blk = r / local_block_rows, within = r % local_block_rows;
+  const size_t grow = blk * global_block_rows + size_t(rank) * local_block_rows + within;
+  return grow * cols + c;
+}
+
 void GPT2::init_range(uint64_t seed, size_t begin, size_t end, float* dst) const {
   for (const auto& p : params_) {
     const size_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
@@ -119,29 +157,40 @@ void GPT2::init_range(uint64_t seed, size_t begin, size_t end, float* dst) const
       std::fill(out, out + (hi - lo), p.init_value);
       continue;
     }
+    // Keyed by the element's index in the full tensor: the same model for any tensor-parallel
+    // degree, ZeRO stage or shard boundary.
     const uint64_t stream = name_hash(p.name);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < int64_t(hi - lo); ++i)
-      out[i] = float(normal_at(seed, stream, uint64_t(lo - p.offset + i)) * p.init_std);
+      out[i] = float(normal_at(seed, stream, global_index(p, lo - p.offset + size_t(i), tp_rank_)) * p.init_std);
   }
+}
+
+void GPT2::tp_all_reduce(float* buf, int64_t n) const {
+  if (tp_size_ > 1) tp_->all_reduce_sync(buf, size_t(n));
 }
 
 float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
   ZT_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= cfg_.seq_len, "batch ({}, {}) exceeds ({}, {})",
            B, T, max_batch_, cfg_.seq_len);
-  const int C = cfg_.d_model, F = cfg_.d_ff, V = cfg_.vocab_size, NH = cfg_.n_head;
+  ZT_CHECK(prov_ != nullptr, "GPT2 has no ParamProvider");
+  const int C = cfg_.d_model, Ca = C_l_, Fl = F_l_, Vl = V_l_, NH = NH_l_;
+  const int v0 = tp_rank_ * V_l_;  // this rank's vocabulary slice [v0, v0 + Vl)
   const int64_t BT = int64_t(B) * T;
   cur_B_ = B;
   cur_T_ = T;
+  // Token ids as this rank's embedding rows (-1: another rank's slice); targets stay global.
+  std::vector<int32_t> local_ids(inputs, inputs + BT);
+  for (auto& id : local_ids) id = (id >= v0 && id < v0 + Vl) ? id - v0 : -1;
   int32_t* d_inputs = tokens_buf_;
   int32_t* d_targets = tokens_buf_ + BT;
-  be_.copy_to_device(d_inputs, inputs, BT * sizeof(int32_t));
+  be_.copy_to_device(d_inputs, local_ids.data(), BT * sizeof(int32_t));
   if (targets) be_.copy_to_device(d_targets, targets, BT * sizeof(int32_t));
   Acts& a = acts_;
-  ZT_CHECK(prov_ != nullptr, "GPT2 has no ParamProvider");
   ParamProvider& prov = *prov_;
   const int L = cfg_.n_layer, lnf_group = head_group();
   const size_t wte_i = 0, wpe_i = 1, lnfw_i = params_.size() - 2, lnfb_i = params_.size() - 1;
+  const bool tp0 = tp_rank_ == 0;  // replicated additions (positions, row-parallel biases) once
   std::vector<int> order = {0};  // embeddings, blocks, ln_f, embeddings again (tied head)
   for (int l = 0; l < L; ++l) order.push_back(1 + l);
   order.push_back(lnf_group);
@@ -149,36 +198,39 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   prov.begin_pass(order);
 
   float* emb = prov.params(0);
-  be_.embedding_forward(a.encoded, d_inputs, at(emb, wte_i), at(emb, wpe_i), B, T, C);  // (B,T,C)
+  be_.embedding_forward(a.encoded, d_inputs, at(emb, wte_i), tp0 ? at(emb, wpe_i) : nullptr, B, T, C);
   prov.release_params(0);
+  tp_all_reduce(a.encoded, BT * C);  // vocabulary-parallel embedding: (B,T,C)
   const float* residual = a.encoded;
   for (int l = 0; l < L; ++l) {
     const LayerPtrs w = layer(prov.params(1 + l), l);
     float* ln1 = a.ln1 + l * BT * C;
     float* ln1_mean = a.ln1_mean + l * BT;
     float* ln1_rstd = a.ln1_rstd + l * BT;
-    float* qkv = a.qkv + l * BT * 3 * C;
-    float* atty = a.atty + l * BT * C;
+    float* qkv = a.qkv + l * BT * 3 * Ca;
+    float* atty = a.atty + l * BT * Ca;
     float* lse = a.att_lse + l * BT * NH;
     float* attproj = a.attproj + l * BT * C;
     float* res2 = a.res2 + l * BT * C;
     float* ln2 = a.ln2 + l * BT * C;
     float* ln2_mean = a.ln2_mean + l * BT;
     float* ln2_rstd = a.ln2_rstd + l * BT;
-    float* fch = a.fch + l * BT * F;
-    float* fch_gelu = a.fch_gelu + l * BT * F;
+    float* fch = a.fch + l * BT * Fl;
+    float* fch_gelu = a.fch_gelu + l * BT * Fl;
     float* fcproj = a.fcproj + l * BT * C;
     float* res3 = a.res3 + l * BT * C;
 
     be_.layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, BT, C, kLayerNormEps);
-    be_.matmul_forward(qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * C);      // (B,T,3C)
-    be_.attention_forward(atty, lse, qkv, B, T, C, NH);              // (B,T,C)
-    be_.matmul_forward(attproj, atty, w.attprojw, w.attprojb, BT, C, C);
+    be_.matmul_forward(qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca);      // (B,T,3Ca) this rank's heads
+    be_.attention_forward(atty, lse, qkv, B, T, Ca, NH);              // (B,T,Ca)
+    be_.matmul_forward(attproj, atty, w.attprojw, tp0 ? w.attprojb : nullptr, BT, Ca, C);
+    tp_all_reduce(attproj, BT * C);                                   // row-parallel: sum of parts
     be_.add(res2, residual, attproj, BT * C);
     be_.layernorm_forward(ln2, ln2_mean, ln2_rstd, res2, w.ln2w, w.ln2b, BT, C, kLayerNormEps);
-    be_.matmul_forward(fch, ln2, w.fcw, w.fcb, BT, C, F);            // (B,T,F)
-    be_.gelu_forward(fch_gelu, fch, BT * F);
-    be_.matmul_forward(fcproj, fch_gelu, w.fcprojw, w.fcprojb, BT, F, C);
+    be_.matmul_forward(fch, ln2, w.fcw, w.fcb, BT, C, Fl);            // (B,T,Fl)
+    be_.gelu_forward(fch_gelu, fch, BT * Fl);
+    be_.matmul_forward(fcproj, fch_gelu, w.fcprojw, tp0 ? w.fcprojb : nullptr, BT, Fl, C);
+    tp_all_reduce(fcproj, BT * C);
     be_.add(res3, res2, fcproj, BT * C);
     prov.release_params(1 + l);
     residual = res3;
@@ -188,24 +240,63 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
                         BT, C, kLayerNormEps);
   prov.release_params(lnf_group);
   emb = prov.params(0);
-  be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), nullptr, BT, C, V);  // (B,T,V), tied head
+  be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), nullptr, BT, C, Vl);  // (B,T,Vl), tied head
   prov.release_params(0);
   grads_ready_ = false;
   if (!targets) return 0.0f;
 
-  be_.softmax_crossentropy(a.losses, a.logits, d_targets, BT, V, grad_scale);
-  grads_ready_ = grad_scale != 0.0f;
   std::vector<float> losses(BT);
-  be_.copy_to_host(losses.data(), a.losses, BT * sizeof(float));
-  double sum = 0;
-  for (float x : losses) sum += x;
-  return float(sum / double(BT));
+  if (tp_size_ == 1) {
+    be_.softmax_crossentropy(a.losses, a.logits, d_targets, BT, Vl, grad_scale);
+    be_.copy_to_host(losses.data(), a.losses, BT * sizeof(float));
+  } else {
+    // Vocabulary-parallel cross-entropy: the full logits never exist on one rank. Row max, sum of
+    // exponentials and the target's logit are reduced over the group ((B,T) floats each).
+    std::vector<float> mx(BT), sum(BT), tgt(BT);
+    float* tmp = a.losses;  // (B,T) scratch on the device
+    be_.logits_row_max(tmp, a.logits, BT, Vl);
+    be_.copy_to_host(mx.data(), tmp, BT * sizeof(float));
+    tp_->wait(tp_->all_reduce(mx.data(), BT, ReduceOp::Max));
+    be_.copy_to_device(tmp, mx.data(), BT * sizeof(float));
+    float* d_sum = a.dres;  // free until backward; (B,T) of it used here
+    be_.logits_row_sumexp(d_sum, a.logits, tmp, BT, Vl);
+    be_.copy_to_host(sum.data(), d_sum, BT * sizeof(float));
+    be_.logits_pick_target(d_sum, a.logits, d_targets, BT, Vl, v0);
+    be_.copy_to_host(tgt.data(), d_sum, BT * sizeof(float));
+    tp_->all_reduce_sync(sum.data(), BT);
+    tp_->all_reduce_sync(tgt.data(), BT);
+    for (int64_t i = 0; i < BT; ++i) {
+      const float lse = mx[i] + std::log(sum[i]);
+      losses[i] = lse - tgt[i];
+      mx[i] = lse;
+    }
+    if (grad_scale != 0.0f) {
+      be_.copy_to_device(tmp, mx.data(), BT * sizeof(float));
+      be_.crossentropy_grad_from_lse(a.logits, tmp, d_targets, BT, Vl, v0, grad_scale);
+    }
+  }
+  grads_ready_ = grad_scale != 0.0f;
+  double total = 0;
+  for (float x : losses) total += x;
+  return float(total / double(BT));
+}
+
+void GPT2::logits_row(int b, int t, float* out) const {
+  const size_t Vl = size_t(V_l_);
+  const float* row = acts_.logits + (size_t(b) * cur_T_ + t) * Vl;
+  if (tp_size_ == 1) {
+    be_.copy_to_host(out, row, Vl * sizeof(float));
+    return;
+  }
+  std::vector<float> mine(Vl);
+  be_.copy_to_host(mine.data(), row, Vl * sizeof(float));
+  tp_->wait(tp_->all_gather(mine.data(), out, Vl));  // slices in rank order = vocabulary order
 }
 
 void GPT2::backward() {
   ZT_CHECK(grads_ready_, "backward() needs a forward() with targets and grad_scale != 0");
   const int B = cur_B_, T = cur_T_;
-  const int C = cfg_.d_model, F = cfg_.d_ff, V = cfg_.vocab_size, NH = cfg_.n_head;
+  const int C = cfg_.d_model, Ca = C_l_, Fl = F_l_, Vl = V_l_, NH = NH_l_;
   const int64_t BT = int64_t(B) * T;
   Acts& a = acts_;
   ParamProvider& prov = *prov_;
@@ -216,13 +307,14 @@ void GPT2::backward() {
   for (int l = cfg_.n_layer - 1; l >= 0; --l) order.push_back(1 + l);
   prov.begin_pass(order);
 
-  // Head: logits now hold dlogits (B,T,V). dwte collects the head's part here and the
+  // Head: logits now hold dlogits (B,T,Vl). dwte collects the head's part here and the
   // embedding's part at the very end, so group 0's gradient stays open until then.
   float* emb = prov.params(0);
   float* emb_g = prov.grads(0);
   be_.fill_zero(a.dln, BT * C * sizeof(float));
-  be_.matmul_backward(a.dln, at(emb_g, wte_i), nullptr, a.logits, a.lnf, at(emb, wte_i), BT, C, V);
+  be_.matmul_backward(a.dln, at(emb_g, wte_i), nullptr, a.logits, a.lnf, at(emb, wte_i), BT, C, Vl);
   prov.release_params(0);
+  tp_all_reduce(a.dln, BT * C);  // each rank's vocabulary slice contributed a part
   be_.fill_zero(a.dres, BT * C * sizeof(float));
   const float* last = cfg_.n_layer > 0 ? a.res3 + (cfg_.n_layer - 1) * BT * C : a.encoded;
   float* lnf = prov.params(lnf_group);
@@ -231,35 +323,38 @@ void GPT2::backward() {
                          a.lnf_mean, a.lnf_rstd, BT, C);
   prov.grads_done(lnf_group);
   prov.release_params(lnf_group);
-  // dres is the gradient w.r.t. the residual stream; each block adds its branches into it.
+  // dres is the gradient w.r.t. the residual stream (the same on every tensor-parallel rank);
+  // each block adds its branches into it.
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     const LayerPtrs w = layer(prov.params(1 + l), l), g = layer(prov.grads(1 + l), l);
     const float* residual = l == 0 ? a.encoded : a.res3 + (l - 1) * BT * C;
     const float* ln1 = a.ln1 + l * BT * C;
-    const float* qkv = a.qkv + l * BT * 3 * C;
-    const float* atty = a.atty + l * BT * C;
+    const float* qkv = a.qkv + l * BT * 3 * Ca;
+    const float* atty = a.atty + l * BT * Ca;
     const float* lse = a.att_lse + l * BT * NH;
     const float* res2 = a.res2 + l * BT * C;
     const float* ln2 = a.ln2 + l * BT * C;
-    const float* fch = a.fch + l * BT * F;
-    const float* fch_gelu = a.fch_gelu + l * BT * F;
+    const float* fch = a.fch + l * BT * Fl;
+    const float* fch_gelu = a.fch_gelu + l * BT * Fl;
 
     // MLP branch: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
-    be_.fill_zero(a.dfch_gelu, BT * F * sizeof(float));
-    be_.matmul_backward(a.dfch_gelu, g.fcprojw, g.fcprojb, a.dres, fch_gelu, w.fcprojw, BT, F, C);
-    be_.fill_zero(a.dfch, BT * F * sizeof(float));
-    be_.gelu_backward(a.dfch, fch, a.dfch_gelu, BT * F);
+    be_.fill_zero(a.dfch_gelu, BT * Fl * sizeof(float));
+    be_.matmul_backward(a.dfch_gelu, g.fcprojw, g.fcprojb, a.dres, fch_gelu, w.fcprojw, BT, Fl, C);
+    be_.fill_zero(a.dfch, BT * Fl * sizeof(float));
+    be_.gelu_backward(a.dfch, fch, a.dfch_gelu, BT * Fl);
     be_.fill_zero(a.dln, BT * C * sizeof(float));
-    be_.matmul_backward(a.dln, g.fcw, g.fcb, a.dfch, ln2, w.fcw, BT, C, F);
+    be_.matmul_backward(a.dln, g.fcw, g.fcb, a.dfch, ln2, w.fcw, BT, C, Fl);
+    tp_all_reduce(a.dln, BT * C);  // column-parallel input: sum of the ranks' parts
     be_.layernorm_backward(a.dres, g.ln2w, g.ln2b, a.dln, res2, w.ln2w, a.ln2_mean + l * BT,
                            a.ln2_rstd + l * BT, BT, C);
     // Attention branch: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
-    be_.fill_zero(a.datty, BT * C * sizeof(float));
-    be_.matmul_backward(a.datty, g.attprojw, g.attprojb, a.dres, atty, w.attprojw, BT, C, C);
-    be_.fill_zero(a.dqkv, BT * 3 * C * sizeof(float));
-    be_.attention_backward(a.dqkv, a.datty, qkv, lse, B, T, C, NH);
+    be_.fill_zero(a.datty, BT * Ca * sizeof(float));
+    be_.matmul_backward(a.datty, g.attprojw, g.attprojb, a.dres, atty, w.attprojw, BT, Ca, C);
+    be_.fill_zero(a.dqkv, BT * 3 * Ca * sizeof(float));
+    be_.attention_backward(a.dqkv, a.datty, qkv, lse, B, T, Ca, NH);
     be_.fill_zero(a.dln, BT * C * sizeof(float));
-    be_.matmul_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, ln1, w.qkvw, BT, C, 3 * C);
+    be_.matmul_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, ln1, w.qkvw, BT, C, 3 * Ca);
+    tp_all_reduce(a.dln, BT * C);
     be_.layernorm_backward(a.dres, g.ln1w, g.ln1b, a.dln, residual, w.ln1w, a.ln1_mean + l * BT,
                            a.ln1_rstd + l * BT, BT, C);
     prov.grads_done(1 + l);
@@ -267,7 +362,6 @@ void GPT2::backward() {
   }
   be_.embedding_backward(at(emb_g, wte_i), at(emb_g, wpe_i), a.dres, d_inputs, B, T, C);
   prov.grads_done(0);
-
   grads_ready_ = false;
 }
 

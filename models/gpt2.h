@@ -50,21 +50,35 @@ struct GPT2Config {
   int n_layer = 0, n_head = 0, d_model = 0, d_ff = 0, vocab_size = 0, seq_len = 0;
 };
 
+class Comm;
+
+// How a tensor is cut across the tensor-parallel group (Megatron-LM): Rows = output features
+// (column-parallel Linear, vocabulary-parallel embedding), each of `row_blocks` equal row blocks
+// split separately (the packed QKV weight is 3 blocks, so every rank gets q, k and v rows of its
+// heads); Cols = input features (row-parallel Linear); None = replicated on every rank.
+enum class TpSplit { None, Rows, Cols };
+
 struct ParamInfo {
   std::string name;
-  std::vector<int64_t> shape;
-  size_t offset = 0;  // in floats, into the parameter buffer
+  std::vector<int64_t> shape;  // this rank's (local) shape
+  size_t offset = 0;           // in floats, into this rank's flat parameter layout
   size_t numel = 0;
   bool decay = false;      // weight decay applies (matrices and embeddings, not biases/norms)
   float init_std = 0.0f;   // normal(0, init_std); 0 means constant init_value
   float init_value = 0.0f;
+  TpSplit split = TpSplit::None;
+  int row_blocks = 1;
+  std::vector<int64_t> global_shape;  // the full logical shape (checkpoints, dumps)
+  size_t global_offset = 0;           // in the unsharded model's flat layout
+  size_t global_numel = 0;
 };
 
 class GPT2 {
  public:
   // Allocates activations for batches of up to max_batch x seq_len. Parameters and gradients
   // live in a ParamProvider (set_provider) so that ZeRO can shard them.
-  GPT2(const GPT2Config& cfg, Backend& backend, int max_batch);
+  // `tp` is the tensor-parallel group (null or size 1: the whole model on this rank).
+  GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp = nullptr);
   ~GPT2();
   GPT2(const GPT2&) = delete;
   GPT2& operator=(const GPT2&) = delete;
@@ -72,7 +86,12 @@ class GPT2 {
   const GPT2Config& config() const { return cfg_; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
-  size_t num_params() const { return n_params_; }
+  size_t num_params() const { return n_params_; }             // this rank's (local) count
+  size_t num_global_params() const { return n_global_params_; }  // the full model's
+  int tp_size() const { return tp_size_; }
+  int tp_rank() const { return tp_rank_; }
+  // Index in the full tensor of element `local` of tensor-parallel rank `rank`'s shard.
+  size_t global_index(const ParamInfo& p, size_t local, int rank) const;
   void set_provider(ParamProvider* p) { prov_ = p; }
 
   // Initial values of the flat elements [begin, end) of the layout into dst (host memory).
@@ -87,8 +106,9 @@ class GPT2 {
   // Accumulates gradients of the last forward (which must have had grad_scale != 0) into the
   // provider's gradient buffers.
   void backward();
-  // Logits of the last forward without targets: (B, T, V), device memory.
-  const float* logits() const { return acts_.logits; }
+  // Full-vocabulary logits of position (b, t) of the last forward, on the host (gathered across
+  // the tensor-parallel group). Collective when tensor-parallel.
+  void logits_row(int b, int t, float* out_host) const;
 
  private:
   struct LayerPtrs {
@@ -120,6 +140,7 @@ class GPT2 {
     return group_base + (params_[param].offset - groups_[group_of_[param]].offset);
   }
   int head_group() const { return int(groups_.size()) - 1; }  // ln_f
+  void tp_all_reduce(float* buf, int64_t n) const;  // sum over the tensor-parallel group
 
   GPT2Config cfg_;
   Backend& be_;
@@ -127,8 +148,11 @@ class GPT2 {
   std::vector<ParamInfo> params_;
   std::vector<ParamGroup> groups_;
   std::vector<int> group_of_;  // param index -> group index
-  size_t n_params_ = 0;
+  size_t n_params_ = 0, n_global_params_ = 0;
   ParamProvider* prov_ = nullptr;
+  Comm* tp_ = nullptr;
+  int tp_size_ = 1, tp_rank_ = 0;
+  int C_l_ = 0, F_l_ = 0, V_l_ = 0, NH_l_ = 0;  // this rank's attention width, MLP width, vocab, heads
   float* act_buf_ = nullptr;
   int32_t* tokens_buf_ = nullptr;  // inputs (B*T) then targets (B*T)
   Acts acts_{};

@@ -67,6 +67,13 @@ class Backend {
                              int64_t n) = 0;  // (accumulates)
   virtual void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N,
                                     int V, float grad_scale) = 0;
+  virtual void logits_row_max(float* out_max, const float* logits, int N, int V) = 0;
+  virtual void logits_row_sumexp(float* out_sum, const float* logits, const float* row_max, int N,
+                                 int V) = 0;
+  virtual void logits_pick_target(float* out, const float* logits, const int32_t* targets, int N,
+                                  int V, int v0) = 0;
+  virtual void crossentropy_grad_from_lse(float* logits, const float* lse, const int32_t* targets,
+                                          int N, int V, int v0, float grad_scale) = 0;
   virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;
   virtual void scale(float* x, float s, int64_t n) = 0;
   virtual double sum_squares(const float* x, int64_t n) = 0;

@@ -222,10 +222,21 @@ void ParamStore::finish_backward() { complete_all(); }
 // ---- optimizer ----
 
 double ParamStore::clip_grad_norm(double max_norm) {
+  // Sum of squares over what this rank holds: its ZeRO shard (all of it at stage 0) of its
+  // tensor-parallel slice. Replicated tensors (norms, row-parallel biases, positions) are the same
+  // on every tensor-parallel rank and are counted on rank 0 of the group only.
+  const bool count_replicated = topo_.tp_rank == 0;
   double sq = 0;
-  for (const Unit& u : units_)
-    if (my_len(u)) sq += be_.sum_squares(shard_grads(u), int64_t(my_len(u)));
-  if (stage_ >= 1) dp_.all_reduce_doubles(&sq, 1);  // shards: each rank holds a part of the sum
+  for (const Unit& u : units_) {
+    const float* g = shard_grads(u);
+    for_each_tensor_piece(u, [&](const ParamInfo& info, size_t off, size_t n) {
+      if (info.split != TpSplit::None || count_replicated) sq += be_.sum_squares(g + off, int64_t(n));
+    });
+  }
+  // Stage 0 grads are whole on every data-parallel rank: reduce over the tensor-parallel group.
+  // Stages 1-3 hold distinct shards on every rank: reduce over the world.
+  if (stage_ == 0) topo_.tp_group->all_reduce_doubles(&sq, 1);
+  else topo_.world->all_reduce_doubles(&sq, 1);
   const double norm = std::sqrt(sq);
   if (max_norm > 0) {
     const double coef = max_norm / (norm + 1e-6);
@@ -258,6 +269,21 @@ void ParamStore::step(double lr, int t) {
 
 // ---- full views (dumps, tests) ----
 
+std::vector<float> ParamStore::to_global(const std::vector<float>& local) {
+  if (topo_.tp == 1) return local;
+  // Every tensor-parallel rank's local flat vector, then each element to its place in the full
+  // tensors (GPT2::global_index).
+  const size_t n = local.size();
+  std::vector<float> all(n * size_t(topo_.tp));
+  topo_.tp_group->wait(topo_.tp_group->all_gather(local.data(), all.data(), n));
+  std::vector<float> out(model_.num_global_params());
+  for (int q = 0; q < topo_.tp; ++q)
+    for (const ParamInfo& p : model_.params())
+      for (size_t i = 0; i < p.numel; ++i)
+        out[p.global_offset + model_.global_index(p, i, q)] = all[size_t(q) * n + p.offset + i];
+  return out;
+}
+
 std::vector<float> ParamStore::full_params() {
   const auto& groups = model_.groups();
   std::vector<float> out(model_.num_params());
@@ -266,7 +292,7 @@ std::vector<float> ParamStore::full_params() {
     be_.copy_to_host(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
     release_params(int(g));
   }
-  return out;
+  return to_global(out);
 }
 
 std::vector<float> ParamStore::full_grads() {
@@ -276,7 +302,7 @@ std::vector<float> ParamStore::full_grads() {
     for (size_t g = 0; g < groups.size(); ++g)
       be_.copy_to_host(out.data() + groups[g].offset, full_grads_ + group_full_off_[g],
                        groups[g].numel * sizeof(float));
-    return out;
+    return to_global(out);
   }
   float* buf = static_cast<float*>(be_.alloc(total_full_ * sizeof(float), MemTag::CommBuffers));
   for (const Unit& u : units_) dp_.wait(dp_.all_gather(grad_shard_ + u.shard_off, buf + u.full_off, u.shard));
@@ -284,7 +310,7 @@ std::vector<float> ParamStore::full_grads() {
     be_.copy_to_host(out.data() + model_.groups()[u.group].offset + u.begin, buf + u.full_off,
                      u.len * sizeof(float));
   be_.free(buf);
-  return out;
+  return to_global(out);
 }
 
 }  // namespace zt

@@ -40,8 +40,9 @@ class ParamStore final : public ParamProvider {
   double clip_grad_norm(double max_norm);  // global L2 norm before clipping (torch's rule)
   void step(double lr, int t);             // AdamW on this rank's part, then re-gather (1-2)
 
-  // The full model-layout parameters / reduced gradients as host vectors. Collective when the
-  // states are sharded: every rank of the data-parallel group must call it.
+  // The full parameters / reduced gradients in the unsharded model's flat layout (global offsets
+  // and shapes of GPT2::params()), as host vectors. Collective when the states are sharded
+  // (ZeRO or tensor parallelism): every rank must call it.
   std::vector<float> full_params();
   std::vector<float> full_grads();
 
@@ -72,6 +73,7 @@ class ParamStore final : public ParamProvider {
   float* shard_grads(const Unit& u);
   void gather_group(int group);  // stage 3: launch the all-gather of a group's shards
   void complete(Pending& p);
+  std::vector<float> to_global(const std::vector<float>& local);  // gathers tensor-parallel slices
   void complete_all();
   template <typename Fn>
   void for_each_tensor_piece(const Unit& u, Fn fn) const;

@@ -11,10 +11,11 @@
 namespace zt {
 
 namespace {
-// `flat`: host vector in the model's flat layout (ParamStore::full_params / full_grads).
+// `flat`: host vector in the unsharded model's flat layout (ParamStore::full_params / full_grads).
 void write_tensors(H5File* f, const std::string& group, const GPT2& model, const std::vector<float>& flat) {
   if (!f) return;
-  for (const auto& p : model.params()) f->write(group + "/" + p.name, flat.data() + p.offset, p.shape);
+  for (const auto& p : model.params())
+    f->write(group + "/" + p.name, flat.data() + p.global_offset, p.global_shape);
 }
 void write_scalar(H5File* f, const std::string& name, double v) {
   if (f) f->write(name, &v, {});

@@ -22,7 +22,7 @@ std::vector<uint32_t> generate(GPT2& model, Backend& backend, std::vector<uint32
     const size_t len = std::min<size_t>(tokens.size(), size_t(T));
     ctx.assign(tokens.end() - len, tokens.end());
     model.forward(ctx.data(), nullptr, 1, int(len), 0.0f);
-    backend.copy_to_host(row.data(), model.logits() + (len - 1) * size_t(V), V * sizeof(float));
+    model.logits_row(0, int(len - 1), row.data());
     double mx = -INFINITY, sum = 0;
     for (uint32_t v = 0; v < usable; ++v) mx = std::max(mx, double(row[v]) / temperature);
     for (uint32_t v = 0; v < usable; ++v) sum += prob[v] = std::exp(double(row[v]) / temperature - mx);

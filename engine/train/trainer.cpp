@@ -89,9 +89,6 @@ void Trainer::build() {
   const RunSpec& spec = spec_;
   const auto& m = spec.model;
   const auto& t = spec.train;
-  if (topo_.tp > 1)
-    throw RuntimeFailure(fmt::format("[parallel] tensor = {}: tensor parallelism is not implemented "
-                                     "yet; use tensor = 1 (data parallelism + ZeRO)", topo_.tp));
   if (t.global_batch % (t.micro_batch * topo_.dp) != 0)
     user_error("{}: [train] global_batch = {} is not a multiple of micro_batch * data-parallel "
                "degree = {} * {} (world {} / tensor {})", spec.source, t.global_batch,
@@ -102,7 +99,7 @@ void Trainer::build() {
     val_ = std::make_unique<data::TokenDataset>(spec.data.val, int(m.seq_len), int(m.vocab_size));
   train_order_ = std::make_unique<data::SampleOrder>(*train_, uint64_t(spec.run.seed), true);
   backend_ = make_backend(spec.run.device, int(spec.run.threads));
-  model_ = std::make_unique<GPT2>(model_config(spec), *backend_, int(t.micro_batch));
+  model_ = std::make_unique<GPT2>(model_config(spec), *backend_, int(t.micro_batch), topo_.tp_group.get());
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   store_->init(uint64_t(spec.run.seed));
   model_->set_provider(store_.get());
@@ -169,9 +166,9 @@ void Trainer::log_memory() const {
   const MemoryStats s = backend_->memory_stats();
   auto mib = [&](MemTag t) { return s.by_tag[size_t(t)] / 1048576.0; };
   spdlog::info("rank {} memory: params {:.3f} MiB, grads {:.3f} MiB, optimizer {:.3f} MiB, "
-               "activations {:.3f} MiB (ZeRO-{} over {} data-parallel ranks)",
+               "activations {:.3f} MiB (tensor-parallel {}, ZeRO-{} over {} data-parallel ranks)",
                topo_.world_rank, mib(MemTag::Params), mib(MemTag::Grads), mib(MemTag::OptimStates),
-               mib(MemTag::Activations), spec_.parallel.zero_stage, topo_.dp);
+               mib(MemTag::Activations), topo_.tp, spec_.parallel.zero_stage, topo_.dp);
 }
 
 void Trainer::run() {
@@ -188,7 +185,7 @@ void Trainer::run() {
   if (root) {
     spdlog::info("run '{}': gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}: {:.2f}M parameters",
                  spec_.run.name, m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size,
-                 model_->num_params() / 1e6);
+                 model_->num_global_params() / 1e6);
     spdlog::info("data: {} ({} tokens, {} samples of {}); global batch {} = {} ranks x {} micro-batches x {}; {} steps",
                  spec_.data.train, train_->manifest().total_tokens(), train_->n_windows(), m.seq_len,
                  t.global_batch, topo_.dp, local_batch_ / t.micro_batch, t.micro_batch, t.max_steps);

@@ -130,6 +130,21 @@ class CpuBackend final : public Backend {
                             float grad_scale) override {
     cpu::softmax_crossentropy(losses, logits, targets, N, V, grad_scale);
   }
+  void logits_row_max(float* out_max, const float* logits, int N, int V) override {
+    cpu::logits_row_max(out_max, logits, N, V);
+  }
+  void logits_row_sumexp(float* out_sum, const float* logits, const float* row_max, int N,
+                         int V) override {
+    cpu::logits_row_sumexp(out_sum, logits, row_max, N, V);
+  }
+  void logits_pick_target(float* out, const float* logits, const int32_t* targets, int N, int V,
+                          int v0) override {
+    cpu::logits_pick_target(out, logits, targets, N, V, v0);
+  }
+  void crossentropy_grad_from_lse(float* logits, const float* lse, const int32_t* targets, int N,
+                                  int V, int v0, float grad_scale) override {
+    cpu::crossentropy_grad_from_lse(logits, lse, targets, N, V, v0, grad_scale);
+  }
   void add(float* out, const float* a, const float* b, int64_t n) override {
     cpu::add(out, a, b, n);
   }

@@ -11,10 +11,16 @@ void embedding_forward(F* out, const int32_t* inp, const F* wte, const F* wpe, i
 #pragma omp parallel for schedule(static)
   for (int64_t bt = 0; bt < int64_t(B) * T; ++bt) {
     const int t = int(bt % T);
-    const F* te = wte + int64_t(inp[bt]) * C;
-    const F* pe = wpe + int64_t(t) * C;
     F* o = out + bt * C;
-    for (int c = 0; c < C; ++c) o[c] = te[c] + pe[c];
+    std::fill(o, o + C, F(0));
+    if (inp[bt] >= 0) {
+      const F* te = wte + int64_t(inp[bt]) * C;
+      for (int c = 0; c < C; ++c) o[c] += te[c];
+    }
+    if (wpe) {
+      const F* pe = wpe + int64_t(t) * C;
+      for (int c = 0; c < C; ++c) o[c] += pe[c];
+    }
   }
 }
 
@@ -30,11 +36,14 @@ void embedding_backward(F* dwte, F* dwpe, const F* dout, const int32_t* inp, int
     for (int b = 0; b < B; ++b)
       for (int t = 0; t < T; ++t) {
         const F* d = dout + (int64_t(b) * T + t) * C;
-        F* te = dwte + int64_t(inp[int64_t(b) * T + t]) * C;
-        F* pe = dwpe + int64_t(t) * C;
-        for (int c = c0; c < c1; ++c) {
-          te[c] += d[c];
-          pe[c] += d[c];
+        const int32_t tok = inp[int64_t(b) * T + t];
+        if (tok >= 0) {
+          F* te = dwte + int64_t(tok) * C;
+          for (int c = c0; c < c1; ++c) te[c] += d[c];
+        }
+        if (dwpe) {
+          F* pe = dwpe + int64_t(t) * C;
+          for (int c = c0; c < c1; ++c) pe[c] += d[c];
         }
       }
   }

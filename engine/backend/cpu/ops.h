@@ -14,10 +14,13 @@ template <typename F>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, F alpha, const F* A, int lda,
           const F* B, int ldb, F beta, F* C, int ldc);
 
-// out (B,T,C) = wte[inp[b,t], :] + wpe[t, :]
+// out (B,T,C) = wte[inp[b,t], :] + wpe[t, :]. A negative id contributes no token row and a null
+// wpe no position row (vocabulary-parallel embedding: ids outside this rank's slice are -1, and
+// one rank adds positions).
 template <typename F>
 void embedding_forward(F* out, const int32_t* inp, const F* wte, const F* wpe, int B, int T, int C);
-// dwte (V,C) += scatter of dout by token; dwpe (maxT,C) += sum over b
+// dwte (V,C) += scatter of dout by token (negative ids skipped); dwpe (maxT,C) += sum over b
+// (skipped when null)
 template <typename F>
 void embedding_backward(F* dwte, F* dwpe, const F* dout, const int32_t* inp, int B, int T, int C);
 
@@ -59,6 +62,21 @@ void gelu_backward(F* dinp, const F* inp, const F* dout, int64_t n);
 template <typename F>
 void softmax_crossentropy(F* losses, F* logits, const int32_t* targets, int N, int V,
                           F grad_scale);
+
+// Vocabulary-parallel cross-entropy (Megatron): this rank holds logits (N,V) for the vocabulary
+// slice [v0, v0 + V). The caller reduces max / sum-of-exp / target logit over the group between
+// these steps, then loss = lse - target_logit with lse = max + log(sum).
+template <typename F>
+void logits_row_max(F* out_max, const F* logits, int N, int V);  // (N)
+template <typename F>
+void logits_row_sumexp(F* out_sum, const F* logits, const F* row_max, int N, int V);  // (N)
+// out (N) = logits[n, targets[n] - v0] when the target is in this slice, else 0
+template <typename F>
+void logits_pick_target(F* out, const F* logits, const int32_t* targets, int N, int V, int v0);
+// logits (N,V) <- (softmax - onehot(target)) * grad_scale, from the global lse (N)
+template <typename F>
+void crossentropy_grad_from_lse(F* logits, const F* lse, const int32_t* targets, int N, int V,
+                                int v0, F grad_scale);
 
 // Elementwise helpers.
 template <typename F>
