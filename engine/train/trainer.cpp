@@ -99,6 +99,9 @@ void Trainer::build() {
     val_ = std::make_unique<data::TokenDataset>(spec.data.val, int(m.seq_len), int(m.vocab_size));
   train_order_ = std::make_unique<data::SampleOrder>(*train_, uint64_t(spec.run.seed), true);
   backend_ = make_backend(spec.run.device, int(spec.run.threads));
+  if (spec.comm.backend == "nccl" && backend_->kind() != DeviceKind::CUDA)
+    user_error("{}: [comm] backend = \"nccl\" needs GPU buffers, but this run is on the {} backend "
+               "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
   model_ = std::make_unique<GPT2>(model_config(spec), *backend_, int(t.micro_batch), topo_.tp_group.get());
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   store_->init(uint64_t(spec.run.seed));

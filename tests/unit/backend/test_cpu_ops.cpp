@@ -269,3 +269,54 @@ TEST_CASE("the vectorizable float exp and tanh are within a few ulp of libm", "[
   REQUIRE(cpu::vtanh(50.0f) == 1.0f);
   REQUIRE(cpu::vtanh(-50.0f) == -1.0f);
 }
+
+TEST_CASE("vocabulary-parallel cross-entropy pieces equal the fused op", "[ops][crossentropy][tp]") {
+  // Split V = 33 columns into slices of 11 (three "ranks"), reduce like the model does, and
+  // compare losses and gradients with softmax_crossentropy on the full rows.
+  const int N = 7, V = 33, P = 3, Vl = V / P;
+  auto logits = randn(size_t(N) * V, 21, 2.0);
+  std::vector<int32_t> tgt(N);
+  for (int n = 0; n < N; ++n) tgt[n] = (n * 13 + 5) % V;
+  auto fused = logits;
+  std::vector<double> fused_loss(N);
+  cpu::softmax_crossentropy(fused_loss.data(), fused.data(), tgt.data(), N, V, 0.5);
+  std::vector<std::vector<double>> slices(P, std::vector<double>(size_t(N) * Vl));
+  for (int r = 0; r < P; ++r)
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < Vl; ++i) slices[r][size_t(n) * Vl + i] = logits[size_t(n) * V + r * Vl + i];
+  std::vector<double> mx(N, -1e300), sum(N, 0), pick(N, 0), part(N);
+  for (int r = 0; r < P; ++r) {
+    cpu::logits_row_max(part.data(), slices[r].data(), N, Vl);
+    for (int n = 0; n < N; ++n) mx[n] = std::max(mx[n], part[n]);
+  }
+  for (int r = 0; r < P; ++r) {
+    cpu::logits_row_sumexp(part.data(), slices[r].data(), mx.data(), N, Vl);
+    for (int n = 0; n < N; ++n) sum[n] += part[n];
+    cpu::logits_pick_target(part.data(), slices[r].data(), tgt.data(), N, Vl, r * Vl);
+    for (int n = 0; n < N; ++n) pick[n] += part[n];
+  }
+  std::vector<double> lse(N);
+  for (int n = 0; n < N; ++n) {
+    lse[n] = mx[n] + std::log(sum[n]);
+    REQUIRE(lse[n] - pick[n] == Approx(fused_loss[n]).epsilon(1e-12));
+  }
+  for (int r = 0; r < P; ++r) {
+    cpu::crossentropy_grad_from_lse(slices[r].data(), lse.data(), tgt.data(), N, Vl, r * Vl, 0.5);
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < Vl; ++i)
+        REQUIRE(slices[r][size_t(n) * Vl + i] == Approx(fused[size_t(n) * V + r * Vl + i]).margin(1e-12));
+  }
+}
+
+TEST_CASE("embedding skips negative ids and a null position table", "[ops][embedding][tp]") {
+  const int B = 1, T = 3, C = 2;
+  std::vector<double> wte = {1, 2, 3, 4}, wpe = {10, 20, 30, 40, 50, 60}, out(6), dwte(4), dwpe(6);
+  std::vector<int32_t> inp = {1, -1, 0};
+  cpu::embedding_forward(out.data(), inp.data(), wte.data(), wpe.data(), B, T, C);
+  REQUIRE(out == std::vector<double>{13, 24, 30, 40, 51, 62});
+  cpu::embedding_forward(out.data(), inp.data(), wte.data(), (const double*)nullptr, B, T, C);
+  REQUIRE(out == std::vector<double>{3, 4, 0, 0, 1, 2});
+  const std::vector<double> d = {1, 1, 5, 5, 2, 2};
+  cpu::embedding_backward(dwte.data(), (double*)nullptr, d.data(), inp.data(), B, T, C);
+  REQUIRE(dwte == std::vector<double>{2, 2, 1, 1});
+}
