@@ -1,5 +1,6 @@
 // ztrain-bench-comm: collective bandwidth in the manner of nccl-tests, over ztrain's Comm
-// interface. Run under mpirun: `mpirun -np N build/bin/ztrain-bench-comm [--min 1K] [--max 64M]`.
+// interface. Run under mpirun: `mpirun -np N build/bin/ztrain-bench-comm [--backend mpi|nccl]
+// [--min 1K] [--max 64M]` (mpi: host memory; nccl: device memory, one GPU per local rank).
 // For each of all_reduce, reduce_scatter and all_gather and each size: warm-up, then timed
 // iterations; prints time, algorithm bandwidth (bytes / time), bus bandwidth (all-reduce:
 // x 2(n-1)/n; reduce-scatter, all-gather: x (n-1)/n) and a #wrong column from an exact check
@@ -15,6 +16,11 @@
 #include "engine/core/status.h"
 #include "engine/dist/comm.h"
 #include "engine/dist/topology.h"
+#ifdef ZTRAIN_HAVE_NCCL
+#include <cuda_runtime_api.h>
+
+#include "engine/dist/comm_nccl.h"
+#endif
 
 using namespace zt;
 
@@ -41,6 +47,7 @@ int main(int argc, char** argv) {
   try {
     size_t min_bytes = 1024, max_bytes = 64u << 20;
     int iters = 20, warmup = 5;
+    std::string backend = "mpi";
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       auto value = [&]() -> std::string {
@@ -50,14 +57,34 @@ int main(int argc, char** argv) {
       if (a == "--min") min_bytes = parse_size(value());
       else if (a == "--max") max_bytes = parse_size(value());
       else if (a == "--iters") iters = std::max(1, std::atoi(value().c_str()));
+      else if (a == "--backend") backend = value();
       else if (a == "--help") {
-        std::puts("usage: mpirun -np N ztrain-bench-comm [--min 1K] [--max 64M] [--iters 20]");
+        std::puts("usage: mpirun -np N ztrain-bench-comm [--backend mpi|nccl] [--min 1K] [--max 64M] [--iters 20]");
         dist_finalize();
         return 0;
       } else user_error("unknown option {}", a);
     }
+    if (backend != "mpi" && backend != "nccl") user_error("--backend must be mpi or nccl, got '{}'", backend);
     Topology topo = make_topology(1, 600);
-    Comm& comm = *topo.world;
+    Comm* comm_ptr = topo.world.get();
+    std::unique_ptr<Comm> nccl;
+    const bool device = backend == "nccl";
+    if (device) {
+#ifdef ZTRAIN_HAVE_NCCL
+      int gpus = 0;
+      if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
+        if (topo.is_root()) std::puts("# SKIP: --backend nccl needs a visible CUDA device");
+        dist_finalize();
+        return 0;
+      }
+      cudaSetDevice(topo.local_rank % gpus);
+      nccl = make_nccl_comm(MPI_COMM_WORLD, "world", 600, nullptr);
+      comm_ptr = nccl.get();
+#else
+      user_error("--backend nccl: this build has no NCCL (configure with the CUDA toolkit)");
+#endif
+    }
+    Comm& comm = *comm_ptr;
     const int n = comm.size(), r = comm.rank();
     if (r == 0) {
       std::printf("# ztrain-bench-comm: %d ranks, backend %s, float32, %d iterations after %d warm-up\n",
@@ -71,13 +98,32 @@ int main(int argc, char** argv) {
         const size_t per = std::max<size_t>(1, bytes / sizeof(float) / n);
         const size_t count = std::string(op) == "all_reduce" ? std::max<size_t>(1, bytes / sizeof(float)) : per * n;
         std::vector<float> send(count), recv(count);
+        float* sp = send.data();  // the buffers the collectives see: host, or device for nccl
+        float* rp = recv.data();
+#ifdef ZTRAIN_HAVE_NCCL
+        if (device) {
+          cudaMalloc(reinterpret_cast<void**>(&sp), count * sizeof(float));
+          cudaMalloc(reinterpret_cast<void**>(&rp), count * sizeof(float));
+        }
+#endif
         auto fill = [&] {
           for (size_t i = 0; i < count; ++i) send[i] = float((i + size_t(r) * 7) % 13);
+#ifdef ZTRAIN_HAVE_NCCL
+          if (device) cudaMemcpy(sp, send.data(), count * sizeof(float), cudaMemcpyHostToDevice);
+#endif
+        };
+        auto fetch = [&] {
+#ifdef ZTRAIN_HAVE_NCCL
+          if (device) {
+            cudaMemcpy(send.data(), sp, count * sizeof(float), cudaMemcpyDeviceToHost);
+            cudaMemcpy(recv.data(), rp, count * sizeof(float), cudaMemcpyDeviceToHost);
+          }
+#endif
         };
         auto run_once = [&] {
-          if (std::string(op) == "all_reduce") comm.wait(comm.all_reduce(send.data(), count, ReduceOp::Sum));
-          else if (std::string(op) == "reduce_scatter") comm.wait(comm.reduce_scatter(send.data(), recv.data(), per));
-          else comm.wait(comm.all_gather(send.data() + size_t(r) * per, recv.data(), per));
+          if (std::string(op) == "all_reduce") comm.wait(comm.all_reduce(sp, count, ReduceOp::Sum));
+          else if (std::string(op) == "reduce_scatter") comm.wait(comm.reduce_scatter(sp, rp, per));
+          else comm.wait(comm.all_gather(sp + size_t(r) * per, rp, per));
         };
         for (int w = 0; w < warmup; ++w) {
           fill();
@@ -95,6 +141,13 @@ int main(int argc, char** argv) {
         comm.all_reduce_doubles(&t, 1);
         t /= n;  // mean over ranks
         // check the last iteration's result exactly
+        fetch();
+#ifdef ZTRAIN_HAVE_NCCL
+        if (device) {
+          cudaFree(sp);
+          cudaFree(rp);
+        }
+#endif
         double wrong = 0;
         for (size_t i = 0; i < (std::string(op) == "all_reduce" ? count : per); ++i) {
           if (std::string(op) == "all_reduce") {
@@ -121,7 +174,6 @@ int main(int argc, char** argv) {
                       algbw, algbw * factor, wrong);
       }
     }
-    if (r == 0) std::printf("# NCCL (device memory) is not implemented yet; this measures the MPI host path.\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ztrain-bench-comm: error: %s\n", e.what());
     dist_abort(2);

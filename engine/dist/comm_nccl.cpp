@@ -1,0 +1,154 @@
+// NcclComm (see comm_nccl.h). Plain C++ over the CUDA runtime and NCCL C APIs.
+#include "engine/dist/comm_nccl.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/core/status.h"
+
+namespace zt {
+
+namespace {
+
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw RuntimeFailure(fmt::format("CUDA {}: {}", what, cudaGetErrorString(e)));
+}
+
+class NcclComm final : public Comm {
+ public:
+  NcclComm(MPI_Comm group, std::string name, double timeout_s, void* producer)
+      : name_(std::move(name)), timeout_s_(timeout_s), producer_(static_cast<cudaStream_t>(producer)) {
+    MPI_Comm_size(group, &size_);
+    MPI_Comm_rank(group, &rank_);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+    ncclUniqueId id;
+    if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "get unique id");
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group);
+    nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "init");
+    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
+    cuda_check(cudaMalloc(&scratch_, 64 * sizeof(double)), "malloc");
+  }
+  ~NcclComm() override {
+    for (auto& [h, ev] : pending_) cudaEventDestroy(ev.event);
+    cudaFree(scratch_);
+    cudaStreamDestroy(stream_);
+    if (comm_) ncclCommDestroy(comm_);
+  }
+  int size() const override { return size_; }
+  int rank() const override { return rank_; }
+  std::string name() const override { return name_ + "(nccl)"; }
+
+  Handle all_reduce(float* buf, size_t n, ReduceOp op) override {
+    after_producer();
+    nccl_check(ncclAllReduce(buf, buf, n, ncclFloat, op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_),
+               "all_reduce");
+    return track("all_reduce", n);
+  }
+  Handle reduce_scatter(const float* send, float* recv, size_t n) override {
+    after_producer();
+    nccl_check(ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, comm_, stream_), "reduce_scatter");
+    return track("reduce_scatter", n);
+  }
+  Handle all_gather(const float* send, float* recv, size_t n) override {
+    after_producer();
+    nccl_check(ncclAllGather(send, recv, n, ncclFloat, comm_, stream_), "all_gather");
+    return track("all_gather", n);
+  }
+  Handle broadcast(float* buf, size_t n, int root) override {
+    after_producer();
+    nccl_check(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "broadcast");
+    return track("broadcast", n);
+  }
+  void wait(Handle h) override {
+    auto it = pending_.find(h);
+    ZT_CHECK(it != pending_.end(), "wait on unknown handle {}", h);
+    const Pending p = it->second;
+    pending_.erase(it);
+    poll(p.event, p.what, p.n);
+    cudaEventDestroy(p.event);
+  }
+  void all_reduce_doubles(double* buf, size_t n) override {
+    ZT_CHECK(n <= 64, "all_reduce_doubles of {} values", n);
+    cuda_check(cudaMemcpyAsync(scratch_, buf, n * sizeof(double), cudaMemcpyHostToDevice, stream_), "copy");
+    nccl_check(ncclAllReduce(scratch_, scratch_, n, ncclDouble, ncclSum, comm_, stream_), "all_reduce(double)");
+    cuda_check(cudaMemcpyAsync(buf, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, stream_), "copy");
+    wait(track("all_reduce(double)", n));
+  }
+  void barrier() override { all_reduce_doubles(dummy_, 1); }
+
+ private:
+  struct Pending {
+    cudaEvent_t event;
+    const char* what;
+    size_t n;
+  };
+  void nccl_check(ncclResult_t r, const char* what) const {
+    if (r != ncclSuccess)
+      throw RuntimeFailure(fmt::format("rank {}: NCCL {} on group {} failed: {}", world_rank_, what,
+                                       name(), ncclGetErrorString(r)));
+  }
+  // The collective must see the producer stream's writes: the comm stream waits on an event.
+  void after_producer() {
+    cudaEvent_t ev;
+    cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event");
+    cuda_check(cudaEventRecord(ev, producer_), "event record");
+    cuda_check(cudaStreamWaitEvent(stream_, ev, 0), "stream wait");
+    cudaEventDestroy(ev);
+  }
+  Handle track(const char* what, size_t n) {
+    cudaEvent_t ev;
+    cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event");
+    cuda_check(cudaEventRecord(ev, stream_), "event record");
+    const Handle h = next_++;
+    pending_[h] = {ev, what, n};
+    return h;
+  }
+  void poll(cudaEvent_t ev, const char* what, size_t n) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int spins = 0;; ++spins) {
+      const cudaError_t q = cudaEventQuery(ev);
+      if (q == cudaSuccess) return;
+      if (q != cudaErrorNotReady) cuda_check(q, what);
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) nccl_check(async, what);
+      if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > timeout_s_) {
+        std::fprintf(stderr,
+                     "ztrain: failure: rank %d: collective %s of %zu elements on group %s did not "
+                     "complete within %.0f s ([comm] timeout_s); another rank has probably failed. "
+                     "Aborting the job.\n",
+                     world_rank_, what, n, name().c_str(), timeout_s_);
+        std::fflush(stderr);
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    }
+  }
+
+  std::string name_;
+  double timeout_s_;
+  cudaStream_t producer_ = nullptr, stream_ = nullptr;
+  ncclComm_t comm_ = nullptr;
+  double* scratch_ = nullptr;
+  double dummy_[1] = {0};
+  int size_ = 1, rank_ = 0, world_rank_ = 0;
+  Handle next_ = 1;
+  std::unordered_map<Handle, Pending> pending_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_nccl_comm(MPI_Comm group, const std::string& name, double timeout_s,
+                                     void* producer_stream) {
+  return std::make_unique<NcclComm>(group, name, timeout_s, producer_stream);
+}
+
+}  // namespace zt
