@@ -1,7 +1,9 @@
-// TokenDataset (validated shards) and SampleOrder (seeded per-epoch permutation).
+// TokenDataset (validated shards, local or cached), SampleOrder (block-shuffled epochs) and
+// BatchLoader (background batch assembly and shard prefetch).
 #include "data/loader.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <numeric>
 
@@ -10,73 +12,268 @@
 
 namespace zt::data {
 
-TokenDataset::TokenDataset(const std::string& dir, int seq_len, int vocab_size)
-    : dir_(dir), seq_len_(seq_len), manifest_(read_manifest(dir)) {
+namespace {
+void check_tokens(const ShardView& sh, int vocab_size) {
+  for (uint64_t i = 0; i < sh.header().n_tokens; ++i)
+    if (sh.token(i) >= uint32_t(vocab_size))
+      user_error("{}: token {} at index {} is not < vocab_size {}", sh.path(), sh.token(i), i, vocab_size);
+}
+}  // namespace
+
+TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, const DataOptions& o)
+    : uri_(uri), seq_len_(seq_len), vocab_size_(vocab_size), options_(o) {
+  store_ = open_store(uri, o.store);
+  if (store_->is_local()) {
+    manifest_ = read_manifest(store_->local_path(""));
+  } else {
+    manifest_ = parse_manifest(store_->get(kManifestName), store_->describe(kManifestName));
+    cache_ = std::make_unique<ShardCache>(*store_, manifest_, uri, o.cache_dir, o.cache_limit);
+  }
   if (manifest_.tokenizer.n_vocab > uint32_t(vocab_size))
-    user_error("{}: the dataset's tokenizer '{}' has {} tokens but [model] vocab_size is {}", dir,
+    user_error("{}: the dataset's tokenizer '{}' has {} tokens but [model] vocab_size is {}", uri,
                manifest_.tokenizer.name, manifest_.tokenizer.n_vocab, vocab_size);
   window_start_.push_back(0);
+  uint64_t max_bytes = 0;
   for (const auto& e : manifest_.shards) {
-    const std::string path = (std::filesystem::path(dir) / e.file).string();
-    auto shard = std::make_unique<ShardView>(path);
-    const ShardHeader& h = shard->header();
-    if (shard->size() != e.bytes || h.n_tokens != e.tokens || h.token_bytes != manifest_.token_bytes)
-      user_error("{}: file has {} bytes / {} tokens of {} bytes, the manifest says {} / {} / {}",
-                 path, shard->size(), h.n_tokens, h.token_bytes, e.bytes, e.tokens,
-                 manifest_.token_bytes);
-    if (crc32_of(shard->bytes(), shard->size()) != e.crc32)
-      user_error("{}: CRC-32 does not match the manifest (corrupt shard)", path);
-    for (uint64_t i = 0; i < h.n_tokens; ++i)
-      if (shard->token(i) >= uint32_t(vocab_size))
-        user_error("{}: token {} at index {} is not < vocab_size {}", path, shard->token(i), i,
-                   vocab_size);
-    const uint64_t n = h.n_tokens > uint64_t(seq_len) ? (h.n_tokens - 1) / seq_len : 0;
+    const uint64_t n = e.tokens > uint64_t(seq_len) ? (e.tokens - 1) / seq_len : 0;
     window_start_.push_back(window_start_.back() + n);
-    shards_.push_back(std::move(shard));
+    max_bytes = std::max(max_bytes, e.bytes);
   }
   if (n_windows() == 0)
     user_error("{}: no shard holds more than seq_len = {} tokens, so there is no sample to train on",
-               dir, seq_len);
+               uri, seq_len);
+  max_open_ = size_t(2 * o.shuffle_block + o.prefetch + 1);
+  if (cache_) {
+    // What must be local at once: the block being read, the next one, and the prefetched ones.
+    const uint64_t need = uint64_t(2 + o.prefetch) * uint64_t(o.shuffle_block) * max_bytes;
+    if (o.cache_limit < need)
+      user_error("[data] cache_limit = {} bytes is smaller than what must be cached at once for {}: "
+                 "(2 + prefetch {}) blocks x shuffle_block {} shards x {} bytes = {} bytes",
+                 o.cache_limit, uri, o.prefetch, o.shuffle_block, max_bytes, need);
+    return;
+  }
+  // Local: check every shard now against the manifest and the vocabulary.
+  max_open_ = manifest_.shards.size();
+  for (size_t s = 0; s < manifest_.shards.size(); ++s) {
+    const auto& e = manifest_.shards[s];
+    const std::string path = store_->local_path(e.file);
+    auto sh = std::make_unique<OpenShard>();
+    sh->view = std::make_unique<ShardView>(path);
+    const ShardHeader& h = sh->view->header();
+    if (sh->view->size() != e.bytes || h.n_tokens != e.tokens || h.token_bytes != manifest_.token_bytes)
+      user_error("{}: file has {} bytes / {} tokens of {} bytes, the manifest says {} / {} / {}", path,
+                 sh->view->size(), h.n_tokens, h.token_bytes, e.bytes, e.tokens, manifest_.token_bytes);
+    if (crc32_of(sh->view->bytes(), sh->view->size()) != e.crc32)
+      user_error("{}: CRC-32 does not match the manifest (corrupt shard)", path);
+    check_tokens(*sh->view, vocab_size);
+    open_[s] = std::move(sh);
+  }
 }
 
-void TokenDataset::window(uint64_t w, int32_t* inputs, int32_t* targets) const {
+TokenDataset::~TokenDataset() = default;
+
+size_t TokenDataset::shard_of_window(uint64_t w) const {
+  return size_t(std::upper_bound(window_start_.begin(), window_start_.end(), w) - window_start_.begin() - 1);
+}
+
+const ShardView& TokenDataset::shard(size_t s) {
+  auto it = open_.find(s);
+  if (it != open_.end()) {
+    if (cache_) {
+      lru_.remove(s);
+      lru_.push_back(s);
+    }
+    return *it->second->view;
+  }
+  auto sh = cache_->open(s);
+  const ShardHeader& h = sh->view->header();
+  if (h.token_bytes != manifest_.token_bytes || h.n_tokens != manifest_.shards[s].tokens)
+    user_error("{}: header does not match the manifest", store_->describe(manifest_.shards[s].file));
+  check_tokens(*sh->view, vocab_size_);
+  while (lru_.size() >= max_open_) {  // unpin the least recently used
+    open_.erase(lru_.front());
+    lru_.pop_front();
+  }
+  lru_.push_back(s);
+  return *(open_[s] = std::move(sh))->view;
+}
+
+void TokenDataset::prefetch_shard(size_t s) {
+  if (cache_) cache_->ensure(s);
+}
+
+void TokenDataset::window(uint64_t w, int32_t* inputs, int32_t* targets) {
   ZT_CHECK(w < n_windows(), "window {} of {}", w, n_windows());
-  const size_t s = std::upper_bound(window_start_.begin(), window_start_.end(), w) -
-                   window_start_.begin() - 1;
+  const size_t s = shard_of_window(w);
   const uint64_t start = (w - window_start_[s]) * seq_len_;
-  const ShardView& sh = *shards_[s];
+  const ShardView& sh = shard(s);
   for (int t = 0; t < seq_len_; ++t) {
     inputs[t] = int32_t(sh.token(start + t));
     targets[t] = int32_t(sh.token(start + t + 1));
   }
 }
 
-SampleOrder::SampleOrder(const TokenDataset& ds, uint64_t seed, bool shuffle)
-    : ds_(ds), seed_(seed), shuffle_(shuffle) {}
+// ---- sample order ----
+
+SampleOrder::SampleOrder(const TokenDataset& ds, uint64_t seed, bool shuffle, int shuffle_block)
+    : ds_(ds), seed_(seed), shuffle_(shuffle), block_(std::max(1, shuffle_block)) {}
+
+void SampleOrder::plan_epoch(uint64_t epoch) {
+  if (epoch == epoch_) return;
+  const size_t n = ds_.n_shards();
+  shard_order_.resize(n);
+  std::iota(shard_order_.begin(), shard_order_.end(), 0);
+  const uint64_t stream = name_hash("data.shards") ^ (epoch * 0x9E3779B97F4A7C15ull);
+  for (size_t k = n; k-- > 1;)  // Fisher-Yates, keyed by (seed, epoch)
+    std::swap(shard_order_[k], shard_order_[bits64_at(seed_, stream, k) % (k + 1)]);
+  block_start_.assign(1, 0);
+  for (size_t b = 0; b < n; b += size_t(block_)) {
+    uint64_t w = 0;
+    for (size_t k = b; k < std::min(n, b + size_t(block_)); ++k) w += ds_.shard_windows(shard_order_[k]);
+    block_start_.push_back(block_start_.back() + w);
+  }
+  epoch_ = epoch;
+  perm_block_ = UINT64_MAX;
+}
 
 uint64_t SampleOrder::window_for(uint64_t g) {
   const uint64_t n = ds_.n_windows();
   const uint64_t epoch = g / n, i = g % n;
   if (!shuffle_) return i;
-  if (epoch != perm_epoch_) {
-    // Fisher-Yates driven by the counter-based generator keyed by (seed, "data.order", epoch).
-    perm_.resize(n);
-    std::iota(perm_.begin(), perm_.end(), 0);
-    const uint64_t stream = name_hash("data.order") ^ (epoch * 0x9E3779B97F4A7C15ull);
-    for (uint64_t k = n - 1; k > 0; --k) {
-      const uint64_t j = bits64_at(seed_, stream, k) % (k + 1);
-      std::swap(perm_[k], perm_[j]);
+  plan_epoch(epoch);
+  const uint64_t b = uint64_t(std::upper_bound(block_start_.begin(), block_start_.end(), i) - block_start_.begin() - 1);
+  if (b != perm_block_) {
+    perm_.clear();
+    for (size_t k = b * block_; k < std::min(shard_order_.size(), size_t((b + 1) * block_)); ++k) {
+      const size_t s = shard_order_[k];
+      for (uint64_t w = 0; w < ds_.shard_windows(s); ++w) perm_.push_back(ds_.shard_first_window(s) + w);
     }
-    perm_epoch_ = epoch;
+    const uint64_t stream = name_hash("data.block") ^ (epoch * 0x9E3779B97F4A7C15ull) ^ (b * 0xC2B2AE3D27D4EB4Full);
+    for (size_t k = perm_.size(); k-- > 1;)
+      std::swap(perm_[k], perm_[bits64_at(seed_, stream, k) % (k + 1)]);
+    perm_block_ = b;
   }
-  return perm_[i];
+  return perm_[i - block_start_[b]];
 }
 
-void SampleOrder::fill(uint64_t first, int B, int32_t* inputs, int32_t* targets) {
-  for (int b = 0; b < B; ++b) {
-    const size_t row = size_t(b) * size_t(ds_.seq_len());
-    ds_.window(window_for(first + b), inputs + row, targets + row);
+std::vector<size_t> SampleOrder::upcoming_shards(uint64_t g, int ahead) {
+  const uint64_t n = ds_.n_windows();
+  std::vector<size_t> out;
+  if (!shuffle_) {
+    for (int k = 0; k <= ahead && k < int(ds_.n_shards()); ++k)
+      out.push_back((ds_.shard_of_window(g % n) + size_t(k)) % ds_.n_shards());
+    return out;
   }
+  uint64_t epoch = g / n, i = g % n;
+  plan_epoch(epoch);
+  uint64_t b = uint64_t(std::upper_bound(block_start_.begin(), block_start_.end(), i) - block_start_.begin() - 1);
+  for (int k = 0; k <= ahead; ++k) {
+    if (b * block_ >= shard_order_.size()) {  // next epoch
+      plan_epoch(++epoch);
+      b = 0;
+    }
+    for (size_t j = b * block_; j < std::min(shard_order_.size(), size_t((b + 1) * block_)); ++j)
+      out.push_back(shard_order_[j]);
+    ++b;
+  }
+  return out;
+}
+
+void SampleOrder::fill(TokenDataset& ds, uint64_t first, int B, int32_t* inputs, int32_t* targets) {
+  for (int b = 0; b < B; ++b) {
+    const size_t row = size_t(b) * size_t(ds.seq_len());
+    ds.window(window_for(first + b), inputs + row, targets + row);
+  }
+}
+
+// ---- background loader ----
+
+BatchLoader::BatchLoader(TokenDataset& ds, SampleOrder& order, int B,
+                         std::function<uint64_t(uint64_t)> first_of, uint64_t start_k, int depth,
+                         int prefetch_blocks)
+    : ds_(ds), order_(order), prefetch_order_(order), B_(B), T_(ds.seq_len()),
+      first_of_(std::move(first_of)), depth_(std::max(1, depth)), prefetch_blocks_(prefetch_blocks),
+      next_k_(start_k) {
+  consumer_g_ = first_of_(start_k);
+  producer_ = std::thread([this] { produce(); });
+  if (ds_.cache()) prefetcher_ = std::thread([this] { prefetch_loop(); });
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (producer_.joinable()) producer_.join();
+  if (prefetcher_.joinable()) prefetcher_.join();
+}
+
+void BatchLoader::produce() {
+  try {
+    for (;;) {
+      uint64_t k;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || int(ready_.size()) < depth_; });
+        if (stop_) return;
+        k = next_k_++;
+      }
+      std::vector<int32_t> in(size_t(B_) * T_), tg(in.size());
+      order_.fill(ds_, first_of_(k), B_, in.data(), tg.data());
+      {
+        std::lock_guard g(mu_);
+        ready_.emplace_back(std::move(in), std::move(tg));
+      }
+      cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard g(mu_);
+    error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+void BatchLoader::prefetch_loop() {
+  try {
+    uint64_t done_for = UINT64_MAX;
+    while (true) {
+      {
+        std::unique_lock lock(mu_);
+        if (stop_) return;
+      }
+      const uint64_t g = consumer_g_.load();
+      if (g != done_for) {
+        for (size_t s : prefetch_order_.upcoming_shards(g, prefetch_blocks_)) {
+          ds_.prefetch_shard(s);
+          std::lock_guard lock(mu_);
+          if (stop_) return;
+        }
+        done_for = g;
+      }
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stop_; });
+    }
+  } catch (...) {
+    std::lock_guard g(mu_);
+    error_ = std::current_exception();
+    cv_.notify_all();
+  }
+}
+
+void BatchLoader::next(int32_t* inputs, int32_t* targets, double* wait_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return !ready_.empty() || error_; });
+  if (error_ && ready_.empty()) std::rethrow_exception(error_);
+  auto [in, tg] = std::move(ready_.front());
+  ready_.pop_front();
+  consumer_g_ = first_of_(next_k_ - ready_.size());
+  lock.unlock();
+  cv_.notify_all();
+  std::copy(in.begin(), in.end(), inputs);
+  std::copy(tg.begin(), tg.end(), targets);
+  if (wait_ms) *wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace zt::data

@@ -1,55 +1,133 @@
-// A dataset of token shards on local disk and the deterministic sample order over it.
+// A dataset of token shards (local directory, HTTP or S3 through the SSD cache) and the
+// deterministic sample order over it.
+//
 // A sample is a window of seq_len + 1 consecutive tokens inside one shard (inputs = first T,
-// targets = last T); windows start every seq_len tokens. The global order of samples is a
-// per-epoch permutation that depends only on (seed, epoch, dataset), never on world size, so a
-// data-parallel rank can take its slice of each global batch without changing the math.
+// targets = last T); windows start every seq_len tokens. The order of an epoch: the shards in a
+// seeded permutation, cut into blocks of `shuffle_block` shards, and the windows of each block in a
+// seeded permutation. It depends only on (seed, epoch, dataset), never on the number of ranks, so a
+// data-parallel rank takes its slice of each global batch without changing the math; and a few
+// blocks of shards are all that must be local at once, which is what lets the cache stream.
 #pragma once
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/manifest.h"
 #include "data/shard.h"
+#include "data/shard_cache.h"
+#include "data/store/object_store.h"
 
 namespace zt::data {
 
+struct DataOptions {
+  StoreOptions store;
+  std::string cache_dir = "/tmp/ztrain-cache";
+  uint64_t cache_limit = 200ull << 30;
+  int prefetch = 1;       // blocks of shards downloaded ahead of use
+  int shuffle_block = 4;  // shards whose windows are shuffled together
+};
+
 class TokenDataset {
  public:
-  // Opens DIR's manifest and shards, checks each shard's size and CRC against the manifest and
-  // every token against `vocab_size`. UserError on any mismatch, naming the shard.
-  TokenDataset(const std::string& dir, int seq_len, int vocab_size);
+  // Opens the manifest of `uri` (a directory, file://, http(s)://, s3://). Local shards are
+  // checked (size, CRC-32, ids < vocab_size) at once; remote ones when first opened. UserError on
+  // any mismatch, naming the shard.
+  TokenDataset(const std::string& uri, int seq_len, int vocab_size, const DataOptions& options = {});
+  ~TokenDataset();
 
   uint64_t n_windows() const { return window_start_.back(); }
   int seq_len() const { return seq_len_; }
-  // inputs (T), targets (T) of window `w` < n_windows()
-  void window(uint64_t w, int32_t* inputs, int32_t* targets) const;
+  size_t n_shards() const { return manifest_.shards.size(); }
+  uint64_t shard_first_window(size_t s) const { return window_start_[s]; }
+  uint64_t shard_windows(size_t s) const { return window_start_[s + 1] - window_start_[s]; }
+  size_t shard_of_window(uint64_t w) const;
+  // inputs (T), targets (T) of window `w` < n_windows(). Not thread-safe (one reader thread).
+  void window(uint64_t w, int32_t* inputs, int32_t* targets);
+  // Brings shard `s` into the cache ahead of use (thread-safe; no-op for local datasets).
+  void prefetch_shard(size_t s);
   const Manifest& manifest() const { return manifest_; }
-  const std::string& dir() const { return dir_; }
+  const std::string& uri() const { return uri_; }
+  ObjectStore& store() { return *store_; }
+  ShardCache* cache() { return cache_.get(); }
 
  private:
-  std::string dir_;
-  int seq_len_;
+  const ShardView& shard(size_t s);
+
+  std::string uri_;
+  int seq_len_, vocab_size_;
+  DataOptions options_;
+  std::unique_ptr<ObjectStore> store_;
   Manifest manifest_;
-  std::vector<std::unique_ptr<ShardView>> shards_;
+  std::unique_ptr<ShardCache> cache_;
   std::vector<uint64_t> window_start_;  // prefix sums of windows per shard (n_shards + 1)
+  // Open shards, most recently used last; local datasets keep all of them.
+  std::map<size_t, std::unique_ptr<OpenShard>> open_;
+  std::list<size_t> lru_;
+  size_t max_open_;
 };
 
 class SampleOrder {
  public:
   // shuffle = false gives windows in dataset order (evaluation).
-  SampleOrder(const TokenDataset& ds, uint64_t seed, bool shuffle);
+  SampleOrder(const TokenDataset& ds, uint64_t seed, bool shuffle, int shuffle_block = 4);
   // The window used for global sample number `g` (g counts samples from the start of training).
   uint64_t window_for(uint64_t g);
+  // The shards of the block holding global sample g, and of the `ahead` blocks after it.
+  std::vector<size_t> upcoming_shards(uint64_t g, int ahead);
   // Fills a (B, T) batch with global samples first, first+1, ..., first+B-1.
-  void fill(uint64_t first, int B, int32_t* inputs, int32_t* targets);
+  void fill(TokenDataset& ds, uint64_t first, int B, int32_t* inputs, int32_t* targets);
 
  private:
+  void plan_epoch(uint64_t epoch);
   const TokenDataset& ds_;
   uint64_t seed_;
   bool shuffle_;
-  uint64_t perm_epoch_ = UINT64_MAX;
-  std::vector<uint64_t> perm_;
+  int block_;
+  uint64_t epoch_ = UINT64_MAX;
+  std::vector<size_t> shard_order_;         // shards of this epoch, in order
+  std::vector<uint64_t> block_start_;       // first in-epoch index of each block (+ total)
+  uint64_t perm_block_ = UINT64_MAX;        // block whose permutation is cached
+  std::vector<uint64_t> perm_;              // windows of that block, permuted
+};
+
+// Assembles micro-batches on a background thread, ahead of the training step, and keeps the
+// next blocks of shards downloading on another. The trainer asks for the micro-batches in the
+// order it announced; `wait_ms` says how long it waited.
+class BatchLoader {
+ public:
+  // first_of(k): first global sample of the k-th micro-batch this rank will ask for.
+  BatchLoader(TokenDataset& ds, SampleOrder& order, int B, std::function<uint64_t(uint64_t)> first_of,
+              uint64_t start_k, int depth, int prefetch_blocks);
+  ~BatchLoader();
+  // The k-th micro-batch (k must be the next one): copies (B, T) inputs and targets.
+  void next(int32_t* inputs, int32_t* targets, double* wait_ms);
+
+ private:
+  void produce();
+  void prefetch_loop();
+  TokenDataset& ds_;
+  SampleOrder& order_;
+  SampleOrder prefetch_order_;  // a copy: the two threads keep separate permutation caches
+  int B_, T_;
+  std::function<uint64_t(uint64_t)> first_of_;
+  int depth_, prefetch_blocks_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<std::vector<int32_t>, std::vector<int32_t>>> ready_;
+  uint64_t next_k_;        // next micro-batch to produce
+  std::atomic<uint64_t> consumer_g_{0};  // first sample the consumer will need next
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread producer_, prefetcher_;
 };
 
 }  // namespace zt::data

@@ -9,11 +9,11 @@ cd "$(dirname "$0")/.."
 # zlib (CRC-32). Tests: Catch2, Debian's PyTorch + h5py (parity reference), Node.js + npm
 # (tiktoken reference).
 PKGS=(build-essential cmake pkg-config git libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
-      libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev
+      libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev
       catch2 python3 python3-torch python3-h5py python3-numpy)
 if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" = 1 ]; then
   PKGS=(build-essential cmake pkg-config libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
-        libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev catch2)
+        libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev catch2)
 fi
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)

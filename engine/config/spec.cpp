@@ -11,6 +11,7 @@
 #include <toml++/toml.h>
 
 #include "engine/config/spec_schema.h"
+#include "data/shard_cache.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -84,6 +85,9 @@ struct Loader {
             if (v.is_integer()) *field = double(v.as_integer()->get());
             else if (v.is_floating_point()) *field = v.as_floating_point()->get();
             else user_error("{}: {} must be a number, got {}", loc, name, type_name(v));
+          } else if constexpr (std::is_same_v<T, bool>) {
+            if (!v.is_boolean()) user_error("{}: {} must be true or false, got {}", loc, name, type_name(v));
+            *field = v.as_boolean()->get();
           } else {
             if (!v.is_string()) user_error("{}: {} must be a string, got {}", loc, name, type_name(v));
             *field = v.as_string()->get();
@@ -229,6 +233,15 @@ struct Loader {
     check(c.backend == "auto" || c.backend == "mpi" || c.backend == "nccl", "comm", "backend",
           fmt::format("'{}' is not one of \"auto\", \"mpi\", \"nccl\"", c.backend));
     check(c.timeout_s > 0, "comm", "timeout_s", fmt::format("must be > 0, got {}", c.timeout_s));
+    auto& d = spec.data;
+    try {
+      data::parse_byte_size(d.cache_limit, "cache_limit");
+    } catch (const UserError& e) {
+      check(false, "data", "cache_limit", fmt::format("'{}' is not a size (examples: 200GB, 512MiB, 1000000)", d.cache_limit));
+    }
+    check(d.shuffle_block >= 1, "data", "shuffle_block", fmt::format("must be >= 1, got {}", d.shuffle_block));
+    check(d.timeout_s > 0, "data", "timeout_s", fmt::format("must be > 0, got {}", d.timeout_s));
+    check(d.retries <= 100, "data", "retries", fmt::format("must be <= 100, got {}", d.retries));
   }
 };
 
@@ -290,10 +303,12 @@ std::string resolved_toml(const RunSpec& spec_in) {
           using T = std::remove_pointer_t<decltype(field)>;
           if constexpr (std::is_same_v<T, int64_t>) out += fmt::format("{} = {}", k.key, *field);
           else if constexpr (std::is_same_v<T, double>) out += fmt::format("{} = {}", k.key, toml_float(*field));
+          else if constexpr (std::is_same_v<T, bool>) out += fmt::format("{} = {}", k.key, *field ? "true" : "false");
+          else if (k.secret) out += fmt::format("{} = \"\"", k.key);  // never written out
           else out += fmt::format("{} = {}", k.key, toml_quote(*field));
         },
         k.field(spec));
-    out += fmt::format("  # {}\n", k.help);
+    out += fmt::format("  # {}{}\n", k.help, k.secret ? " (not written here; set it again or use the environment)" : "");
   }
   return out;
 }

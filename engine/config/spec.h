@@ -51,8 +51,18 @@ struct RunSpec {
     std::string nccl_proto;        // exported as NCCL_PROTO when set
   } comm;
   struct Data {
-    std::string train;  // directory with manifest.json (required)
-    std::string val;    // optional
+    std::string train;  // directory, file://, http(s):// or s3:// prefix with manifest.json (required)
+    std::string val;    // optional, same forms
+    std::string cache_dir = "/tmp/ztrain-cache";  // local SSD cache of remote shards
+    std::string cache_limit = "200GB";            // bytes, or a size such as "200GB"
+    int64_t prefetch = 1;                         // blocks of shards downloaded ahead
+    int64_t shuffle_block = 4;                    // shards whose windows are shuffled together
+    int64_t retries = 8;                          // retries of a failed request
+    double timeout_s = 60;                        // a request stalled this long is retried
+    std::string s3_endpoint;                      // S3-compatible endpoint URL (default AWS)
+    std::string s3_region = "us-east-1";
+    bool s3_path_style = false;                   // endpoint/bucket/key addressing
+    std::string s3_access_key_id, s3_secret_access_key, s3_session_token;  // default: AWS_* env
   } data;
 
   std::string source;  // the file the spec came from, for messages

@@ -8,6 +8,9 @@ namespace zt {
 #define ZT_KEY(sec, member, req, help) \
   SpecKey { #sec, #member, req, [](RunSpec& s) -> SpecField { return &s.sec.member; }, help }
 
+#define ZT_SECRET(sec, member, help) \
+  SpecKey { #sec, #member, false, [](RunSpec& s) -> SpecField { return &s.sec.member; }, help, true }
+
 const std::vector<SpecKey>& spec_schema() {
   static const std::vector<SpecKey> keys = {
       ZT_KEY(run, name, false, "run name, shown in logs"),
@@ -49,11 +52,24 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(comm, nccl_proto, false, "NCCL_PROTO for this run (empty = NCCL's choice)"),
       ZT_KEY(data, train, true, "training shards: a directory with manifest.json"),
       ZT_KEY(data, val, false, "validation shards (optional)"),
+      ZT_KEY(data, cache_dir, false, "local SSD cache of remote shards"),
+      ZT_KEY(data, cache_limit, false, "cache size: bytes or e.g. \"200GB\""),
+      ZT_KEY(data, prefetch, false, "blocks of shards downloaded ahead of use"),
+      ZT_KEY(data, shuffle_block, false, "shards whose samples are shuffled together"),
+      ZT_KEY(data, retries, false, "retries of a failed request (5xx, 429, reset, timeout)"),
+      ZT_KEY(data, timeout_s, false, "a request stalled this long is retried"),
+      ZT_KEY(data, s3_endpoint, false, "S3-compatible endpoint URL (empty = AWS)"),
+      ZT_KEY(data, s3_region, false, "S3 region for request signing"),
+      ZT_KEY(data, s3_path_style, false, "path-style S3 addressing (endpoint/bucket/key)"),
+      ZT_SECRET(data, s3_access_key_id, "S3 access key (default: AWS_ACCESS_KEY_ID)"),
+      ZT_SECRET(data, s3_secret_access_key, "S3 secret key (default: AWS_SECRET_ACCESS_KEY)"),
+      ZT_SECRET(data, s3_session_token, "S3 session token (default: AWS_SESSION_TOKEN)"),
   };
   return keys;
 }
 
 #undef ZT_KEY
+#undef ZT_SECRET
 
 namespace {
 size_t edit_distance(const std::string& a, const std::string& b) {

@@ -11,7 +11,7 @@
 
 namespace zt {
 
-using SpecField = std::variant<int64_t*, double*, std::string*>;
+using SpecField = std::variant<int64_t*, double*, std::string*, bool*>;
 
 struct SpecKey {
   const char* section;
@@ -19,6 +19,7 @@ struct SpecKey {
   bool required;
   SpecField (*field)(RunSpec&);
   const char* help;
+  bool secret = false;  // never written to the resolved spec, logs or messages
 };
 
 const std::vector<SpecKey>& spec_schema();

@@ -47,7 +47,7 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
 
   write_tensors(f, "/params", model, store.full_params());
   std::vector<int32_t> inputs(size_t(B) * T), targets(inputs.size());
-  trainer.train_order().fill(0, B, inputs.data(), targets.data());
+  trainer.train_order().fill(trainer.train_data(), 0, B, inputs.data(), targets.data());
   if (f) f->write("/batch/inputs", inputs.data(), {B, T});
   if (f) f->write("/batch/targets", targets.data(), {B, T});
   // Every data-parallel rank computes the same batch; scaling by 1/D makes the reduced gradient

@@ -94,10 +94,23 @@ void Trainer::build() {
                "degree = {} * {} (world {} / tensor {})", spec.source, t.global_batch,
                t.micro_batch, topo_.dp, topo_.world_size, topo_.tp);
   local_batch_ = t.global_batch / topo_.dp;
-  train_ = std::make_unique<data::TokenDataset>(spec.data.train, int(m.seq_len), int(m.vocab_size));
-  if (!spec.data.val.empty())
-    val_ = std::make_unique<data::TokenDataset>(spec.data.val, int(m.seq_len), int(m.vocab_size));
-  train_order_ = std::make_unique<data::SampleOrder>(*train_, uint64_t(spec.run.seed), true);
+  data::DataOptions dopt;
+  const auto& d = spec.data;
+  dopt.store.retries = int(d.retries);
+  dopt.store.timeout_s = d.timeout_s;
+  dopt.store.s3_endpoint = d.s3_endpoint;
+  dopt.store.s3_region = d.s3_region;
+  dopt.store.s3_path_style = d.s3_path_style;
+  dopt.store.access_key_id = d.s3_access_key_id;
+  dopt.store.secret_access_key = d.s3_secret_access_key;
+  dopt.store.session_token = d.s3_session_token;
+  dopt.cache_dir = d.cache_dir;
+  dopt.cache_limit = data::parse_byte_size(d.cache_limit, "[data] cache_limit");
+  dopt.prefetch = int(d.prefetch);
+  dopt.shuffle_block = int(d.shuffle_block);
+  train_ = std::make_unique<data::TokenDataset>(d.train, int(m.seq_len), int(m.vocab_size), dopt);
+  if (!d.val.empty()) val_ = std::make_unique<data::TokenDataset>(d.val, int(m.seq_len), int(m.vocab_size), dopt);
+  train_order_ = std::make_unique<data::SampleOrder>(*train_, uint64_t(spec.run.seed), true, int(d.shuffle_block));
   backend_ = make_backend(spec.run.device, int(spec.run.threads));
   if (spec.comm.backend == "nccl" && backend_->kind() != DeviceKind::CUDA)
     user_error("{}: [comm] backend = \"nccl\" needs GPU buffers, but this run is on the {} backend "
@@ -120,12 +133,20 @@ StepResult Trainer::step(int64_t step) {
   // summed (reduced) gradient is that of the mean over the global batch.
   const int64_t global_micro = spec_.train.global_batch / B;
   const float grad_scale = 1.0f / float(int64_t(B) * T * global_micro);
-  // This rank's slice of the step's global samples: [first, first + local_batch).
-  const uint64_t first = uint64_t(step * spec_.train.global_batch + topo_.dp_rank * local_batch_);
+  // Micro-batch k of this rank (k counts from the first step) covers global samples
+  // [first_of(k), first_of(k) + B): its slice of step k / accum's global batch.
+  const int64_t GB = spec_.train.global_batch, local = local_batch_, dp_rank = topo_.dp_rank;
+  auto first_of = [GB, local, dp_rank, accum, B](uint64_t k) {
+    return uint64_t(int64_t(k) / accum * GB + dp_rank * local + int64_t(k) % accum * B);
+  };
+  if (!loader_ || loader_step_ != step)  // (re)start the background loader at this step
+    loader_ = std::make_unique<data::BatchLoader>(*train_, *train_order_, B, first_of,
+                                                  uint64_t(step * accum), 2, int(spec_.data.prefetch));
+  loader_step_ = step + 1;
   store_->zero_grad();
-  double loss_sum = 0;
+  double loss_sum = 0, wait_ms = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
-    train_order_->fill(first + uint64_t(micro * B), B, inputs_.data(), targets_.data());
+    loader_->next(inputs_.data(), targets_.data(), &wait_ms);
     if (on_batch) on_batch(inputs_.data(), targets_.data());
     store_->set_last_micro_batch(micro == accum - 1);
     loss_sum += model_->forward(inputs_.data(), targets_.data(), B, T, grad_scale);
@@ -144,6 +165,7 @@ StepResult Trainer::step(int64_t step) {
   backend_->synchronize();
   r.step_ms = timer.ms();
   r.tokens_per_s = double(spec_.train.global_batch) * T / (r.step_ms / 1e3);
+  r.data_wait_ms = wait_ms;
   return r;
 }
 
@@ -157,7 +179,7 @@ float Trainer::evaluate() {
   double sum = 0;
   for (int64_t r = 0; r < rounds; ++r) {
     const int64_t i = r * topo_.dp + topo_.dp_rank;
-    order.fill(uint64_t(std::min(i, n - 1) * B), B, inputs_.data(), targets_.data());
+    order.fill(*val_, uint64_t(std::min(i, n - 1) * B), B, inputs_.data(), targets_.data());
     const float l = model_->forward(inputs_.data(), targets_.data(), B, T, 0.0f);
     if (i < n) sum += l;
   }
@@ -215,7 +237,7 @@ void Trainer::run() {
       std::fflush(stdout);
       metrics->write({{"kind", "train"}, {"step", done}, {"loss", r.loss}, {"lr", r.lr},
                      {"grad_norm", r.grad_norm}, {"tokens_per_s", r.tokens_per_s},
-                     {"step_ms", r.step_ms}});
+                     {"step_ms", r.step_ms}, {"data_wait_ms", r.data_wait_ms}});
     }
     if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) do_eval(done);
   }

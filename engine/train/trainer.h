@@ -19,6 +19,7 @@ struct StepResult {
   int64_t step = 0;  // 0-based optimizer step
   float loss = 0;    // mean over the global batch
   double lr = 0, grad_norm = 0, step_ms = 0, tokens_per_s = 0;
+  double data_wait_ms = 0;  // time this step waited for its batches
 };
 
 class Trainer {
@@ -40,6 +41,7 @@ class Trainer {
   Backend& backend() { return *backend_; }
   const Topology& topology() const { return topo_; }
   data::SampleOrder& train_order() { return *train_order_; }
+  data::TokenDataset& train_data() { return *train_; }
 
   // Called with each micro-batch (inputs, targets: (micro_batch, seq_len)) before it is used.
   std::function<void(const int32_t*, const int32_t*)> on_batch;
@@ -55,6 +57,8 @@ class Trainer {
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<data::TokenDataset> train_, val_;
   std::unique_ptr<data::SampleOrder> train_order_;
+  std::unique_ptr<data::BatchLoader> loader_;  // created at the first step
+  int64_t loader_step_ = -1;                   // the step the loader's next batch belongs to
   std::vector<int32_t> inputs_, targets_;  // (micro_batch, seq_len) host staging
   int64_t local_batch_ = 0;                // sequences per step on this rank
 };

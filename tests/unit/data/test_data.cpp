@@ -114,7 +114,7 @@ TEST_CASE("malformed manifests are named with the field", "[data][errors]") {
 TEST_CASE("the sample order is a permutation per epoch, fixed by the seed", "[data]") {
   const fs::path dir = temp_dir("order");
   make_dataset(dir, 20, 50, 400);
-  const TokenDataset ds(dir.string(), 16, 257);
+  TokenDataset ds(dir.string(), 16, 257);
   const uint64_t n = ds.n_windows();
   REQUIRE(n > 40);
   SampleOrder a(ds, 7, true), b(ds, 7, true), c(ds, 8, true);
@@ -133,9 +133,9 @@ TEST_CASE("the sample order is a permutation per epoch, fixed by the seed", "[da
   for (uint64_t g = 0; g < 3 * n; g += 7) REQUIRE(a.window_for(g) == b.window_for(g));
   // batches are contiguous runs of the global order: a (4, T) batch == four (1, T) batches
   std::vector<int32_t> in4(4 * 16), tg4(4 * 16), in1(16), tg1(16);
-  a.fill(12, 4, in4.data(), tg4.data());
+  a.fill(ds, 12, 4, in4.data(), tg4.data());
   for (int i = 0; i < 4; ++i) {
-    b.fill(12 + i, 1, in1.data(), tg1.data());
+    b.fill(ds, 12 + i, 1, in1.data(), tg1.data());
     REQUIRE(std::equal(in1.begin(), in1.end(), in4.begin() + i * 16));
     REQUIRE(std::equal(tg1.begin(), tg1.end(), tg4.begin() + i * 16));
     REQUIRE(std::equal(in1.begin() + 1, in1.end(), tg1.begin()));  // targets are inputs shifted by one

@@ -1,0 +1,157 @@
+// ShardCache (see shard_cache.h).
+#include "data/shard_cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "engine/core/rng.h"
+#include "engine/core/status.h"
+
+namespace zt::data {
+
+namespace fs = std::filesystem;
+
+OpenShard::~OpenShard() {
+  view.reset();
+  if (pin_fd >= 0) ::close(pin_fd);  // releases the shared lock
+}
+
+uint64_t parse_byte_size(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  std::string unit(end);
+  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
+  for (auto& c : unit) c = char(std::toupper(static_cast<unsigned char>(c)));
+  double mul = 0;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") mul = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") mul = 1048576.0;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") mul = 1073741824.0;
+  else if (unit == "T" || unit == "TB" || unit == "TIB") mul = 1099511627776.0;
+  if (end == text.c_str() || mul == 0 || !(v > 0) || !std::isfinite(v) || v * mul > 9e18)
+    user_error("{}: '{}' is not a size (examples: 200GB, 512MiB, 1000000)", what, text);
+  return uint64_t(v * mul);
+}
+
+ShardCache::ShardCache(ObjectStore& store, const Manifest& manifest, const std::string& uri,
+                       const std::string& cache_dir, uint64_t limit)
+    : store_(store), manifest_(manifest), root_(cache_dir), limit_(limit) {
+  dir_ = (fs::path(cache_dir) / fmt::format("{:016x}", name_hash(uri))).string();
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) user_error("[data] cache_dir {}: cannot create: {}", dir_, ec.message());
+}
+
+std::string ShardCache::path_of(size_t shard) const {
+  return (fs::path(dir_) / manifest_.shards[shard].file).string();
+}
+
+bool ShardCache::verify(size_t shard, const std::string& path) const {
+  std::error_code ec;
+  const auto size = fs::file_size(path, ec);
+  if (ec || size != manifest_.shards[shard].bytes) return false;
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return false;
+  void* m = size ? ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0) : nullptr;
+  ::close(fd);
+  if (m == MAP_FAILED) return false;
+  const bool ok = crc32_of(m, size) == manifest_.shards[shard].crc32;
+  if (m) ::munmap(m, size);
+  return ok;
+}
+
+void ShardCache::make_room(uint64_t bytes) {
+  // Every cached shard under cache_dir (all datasets share the limit), oldest use first.
+  struct Entry {
+    fs::path path;
+    uint64_t size;
+    fs::file_time_type used;
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(root_, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_regular_file() || it->path().extension() != ".ztok") continue;
+    const uint64_t size = it->file_size(ec);
+    entries.push_back({it->path(), size, it->last_write_time(ec)});
+    total += size;
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
+  for (const Entry& e : entries) {
+    if (total + bytes <= limit_) return;
+    const int fd = ::open(e.path.c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {  // nobody holds it: evict
+      fs::remove(e.path, ec);
+      total -= e.size;
+    }
+    ::close(fd);
+  }
+  if (total + bytes > limit_)
+    throw RuntimeFailure(fmt::format("[data] cache_limit {} bytes: {} bytes of shards in use, cannot fit "
+                                     "{} more; raise cache_limit", limit_, total, bytes));
+}
+
+void ShardCache::ensure(size_t shard) {
+  const std::string path = path_of(shard);
+  if (fs::exists(path)) return;  // verified when opened
+  const std::string lock_path = path + ".lock";
+  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+  if (lock < 0) throw RuntimeFailure(fmt::format("{}: cannot create: {}", lock_path, std::strerror(errno)));
+  ::flock(lock, LOCK_EX);  // one download per machine: the others wait here
+  try {
+    if (!fs::exists(path)) {
+      make_room(manifest_.shards[shard].bytes);
+      const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+      store_.download(manifest_.shards[shard].file, tmp);
+      if (!verify(shard, tmp)) {
+        fs::remove(tmp);
+        throw RuntimeFailure(fmt::format("{}: downloaded object does not match the manifest's size/CRC-32",
+                                         store_.describe(manifest_.shards[shard].file)));
+      }
+      fs::rename(tmp, path);
+      std::lock_guard g(mu_);
+      ++downloads_;
+    }
+  } catch (...) {
+    ::close(lock);
+    throw;
+  }
+  ::close(lock);
+}
+
+std::unique_ptr<OpenShard> ShardCache::open(size_t shard) {
+  const std::string path = path_of(shard);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    ensure(shard);
+    auto out = std::make_unique<OpenShard>();
+    out->pin_fd = ::open(path.c_str(), O_RDONLY);
+    if (out->pin_fd < 0) continue;  // evicted between ensure and open: fetch again
+    ::flock(out->pin_fd, LOCK_SH);
+    if (!fs::exists(path)) continue;
+    if (!verify(shard, path)) {  // corrupt or truncated cache file: replace it
+      const std::string lock_path = path + ".lock";
+      const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+      ::flock(lock, LOCK_EX);
+      if (fs::exists(path) && !verify(shard, path)) fs::remove(path);
+      ::close(lock);
+      continue;
+    }
+    ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // mark as recently used
+    out->view = std::make_unique<ShardView>(path);
+    return out;
+  }
+  throw RuntimeFailure(fmt::format("{}: could not obtain a valid copy after 3 tries",
+                                   store_.describe(manifest_.shards[shard].file)));
+}
+
+}  // namespace zt::data

@@ -1,0 +1,55 @@
+// The local SSD cache of remote shards, shared by every rank of a machine.
+//   cache_dir/<dataset id>/shard_NNNNN.ztok  (dataset id: hash of the dataset URI)
+// A download goes to a temporary file, is checked against the manifest's size and CRC-32, and is
+// renamed into place; an exclusive lock on `<shard>.lock` makes it happen once per machine (the
+// other ranks wait for it and then read the file). Readers hold a shared lock on the shard file
+// while it is open; eviction removes least-recently-used shards (file mtime, touched on open) that
+// nobody holds, to stay under the cache limit. A cached file that fails its check is deleted and
+// fetched again.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "data/manifest.h"
+#include "data/shard.h"
+#include "data/store/object_store.h"
+
+namespace zt::data {
+
+// A mapped shard plus the shared lock that pins it in the cache.
+struct OpenShard {
+  std::unique_ptr<ShardView> view;
+  int pin_fd = -1;
+  ~OpenShard();
+};
+
+class ShardCache {
+ public:
+  ShardCache(ObjectStore& store, const Manifest& manifest, const std::string& dataset_uri,
+             const std::string& cache_dir, uint64_t limit_bytes);
+  // The shard, downloaded if needed, verified, mapped and pinned until the result is dropped.
+  std::unique_ptr<OpenShard> open(size_t shard);
+  // Downloads the shard into the cache if absent (no pin); safe to call from another thread.
+  void ensure(size_t shard);
+  uint64_t downloads() const { return downloads_; }  // by this process
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string path_of(size_t shard) const;
+  bool verify(size_t shard, const std::string& path) const;  // size + CRC-32
+  void make_room(uint64_t bytes);
+
+  ObjectStore& store_;
+  const Manifest& manifest_;
+  std::string root_, dir_;
+  uint64_t limit_;
+  std::mutex mu_;
+  uint64_t downloads_ = 0;
+};
+
+// Parses "200GB", "512MiB", "1.5T", "1000000" into bytes; UserError naming `what` otherwise.
+uint64_t parse_byte_size(const std::string& text, const std::string& what);
+
+}  // namespace zt::data

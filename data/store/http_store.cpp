@@ -1,0 +1,194 @@
+// HTTP(S) and S3 object stores over libcurl. libcurl signs S3 requests (AWS Signature V4,
+// CURLOPT_AWS_SIGV4), so no hand-written crypto. One retry loop serves both.
+#include <curl/curl.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "data/store/object_store.h"
+#include "engine/core/status.h"
+
+namespace zt::data {
+
+std::unique_ptr<ObjectStore> make_local_store(const std::string& dir);
+
+namespace {
+
+struct Sink {
+  std::string* text = nullptr;
+  FILE* file = nullptr;
+  uint64_t bytes = 0;
+};
+
+size_t write_cb(char* data, size_t size, size_t n, void* user) {
+  auto* sink = static_cast<Sink*>(user);
+  const size_t len = size * n;
+  if (sink->text) sink->text->append(data, len);
+  if (sink->file && std::fwrite(data, 1, len, sink->file) != len) return 0;  // aborts the transfer
+  sink->bytes += len;
+  return len;
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+class HttpStore final : public ObjectStore {
+ public:
+  // For S3: `base` is the request URL prefix (endpoint + bucket, path- or host-style) and
+  // `display` the s3:// URI shown in messages.
+  HttpStore(std::string base, std::string display, const StoreOptions& o, bool s3)
+      : base_(std::move(base)), display_(std::move(display)), o_(o), s3_(s3) {
+    static std::once_flag once;
+    std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+    if (s3_) {
+      key_ = !o.access_key_id.empty() ? o.access_key_id : env_or("AWS_ACCESS_KEY_ID", "");
+      secret_ = !o.secret_access_key.empty() ? o.secret_access_key : env_or("AWS_SECRET_ACCESS_KEY", "");
+      token_ = !o.session_token.empty() ? o.session_token : env_or("AWS_SESSION_TOKEN", "");
+      if (key_.empty() || secret_.empty())
+        user_error("{}: no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or [data] "
+                   "s3_access_key_id / s3_secret_access_key", display_);
+    }
+  }
+  std::string describe(const std::string& name) const override { return display_ + "/" + name; }
+
+  std::string get(const std::string& name) override {
+    std::string out;
+    fetch(name, [&](Sink& s) {
+      out.clear();
+      s.text = &out;
+      return true;
+    });
+    return out;
+  }
+
+  uint64_t download(const std::string& name, const std::string& path) override {
+    FILE* f = nullptr;
+    const uint64_t n = fetch(name, [&](Sink& s) {
+      if (f) std::fclose(f);
+      f = std::fopen(path.c_str(), "wb");  // each attempt starts the file again
+      s.file = f;
+      return f != nullptr;
+    });
+    const bool ok = f && std::fflush(f) == 0;
+    if (f) std::fclose(f);
+    if (!ok) throw RuntimeFailure(fmt::format("{}: cannot write {}", describe(name), path));
+    return n;
+  }
+
+ private:
+  // Runs GET with retries; `reset(sink)` prepares the destination before each attempt.
+  template <typename Reset>
+  uint64_t fetch(const std::string& name, Reset reset) {
+    const std::string url = base_ + "/" + name;
+    std::mt19937_64 rng(std::random_device{}());
+    std::string last_error;
+    for (int attempt = 0; attempt <= o_.retries; ++attempt) {
+      if (attempt > 0) {
+        const double base = o_.backoff_s * double(1ull << std::min(attempt - 1, 10));
+        const double jitter = std::uniform_real_distribution<double>(0.5, 1.5)(rng);
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(base * jitter, 30.0)));
+      }
+      Sink sink;
+      if (!reset(sink)) throw RuntimeFailure(fmt::format("{}: cannot open the download target", describe(name)));
+      long status = 0;
+      double expected = -1;
+      const CURLcode rc = perform(url, sink, status, expected);
+      ++requests;
+      if (rc == CURLE_OK && status >= 200 && status < 300) {
+        if (expected >= 0 && double(sink.bytes) != expected) {
+          last_error = fmt::format("truncated body: {} of {} bytes", sink.bytes, uint64_t(expected));
+          continue;
+        }
+        return sink.bytes;
+      }
+      if (rc == CURLE_OK && (status == 403 || status == 404 || status == 400 || status == 401))
+        user_error("{}: HTTP {} ({})", describe(name), status,
+                   status == 404 ? "no such object" : status == 403 ? "access denied" : "rejected");
+      last_error = rc != CURLE_OK ? std::string(curl_easy_strerror(rc)) : fmt::format("HTTP {}", status);
+    }
+    throw RuntimeFailure(fmt::format("{}: giving up after {} attempts; last error: {}", describe(name),
+                                     o_.retries + 1, last_error));
+  }
+
+  CURLcode perform(const std::string& url, Sink& sink, long& status, double& expected) {
+    CURL* h = curl_easy_init();
+    if (!h) throw RuntimeFailure("curl_easy_init failed");
+    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, long(o_.timeout_s * 1000));
+    // A stalled transfer (under 1 KiB/s for timeout_s) counts as a timeout; a long, steady
+    // download of a big shard does not.
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, long(std::max(1.0, o_.timeout_s)));
+    curl_slist* headers = nullptr;
+    if (s3_) {
+      const std::string sigv4 = "aws:amz:" + o_.s3_region + ":s3";
+      curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4.c_str());
+      curl_easy_setopt(h, CURLOPT_USERNAME, key_.c_str());
+      curl_easy_setopt(h, CURLOPT_PASSWORD, secret_.c_str());
+      headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+      if (!token_.empty()) headers = curl_slist_append(headers, ("x-amz-security-token: " + token_).c_str());
+      curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    }
+    const CURLcode rc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_off_t len = -1;
+    curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &len);
+    expected = double(len);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(headers);
+    return rc;
+  }
+
+  std::string base_, display_;
+  StoreOptions o_;
+  bool s3_;
+  std::string key_, secret_, token_;
+};
+
+std::string trim_slashes(std::string s) {
+  while (!s.empty() && s.back() == '/') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+bool is_remote_uri(const std::string& uri) {
+  return uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0 || uri.rfind("s3://", 0) == 0;
+}
+
+std::unique_ptr<ObjectStore> open_store(const std::string& uri_in, const StoreOptions& o) {
+  const std::string uri = trim_slashes(uri_in);
+  if (uri.rfind("file://", 0) == 0) return make_local_store(uri.substr(7));
+  if (uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0)
+    return std::make_unique<HttpStore>(uri, uri, o, false);
+  if (uri.rfind("s3://", 0) == 0) {
+    const std::string rest = uri.substr(5);
+    const size_t slash = rest.find('/');
+    const std::string bucket = rest.substr(0, slash);
+    const std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
+    if (bucket.empty()) user_error("{}: an S3 URI is s3://bucket/prefix", uri_in);
+    std::string endpoint = trim_slashes(o.s3_endpoint);
+    if (endpoint.empty()) endpoint = "https://s3." + o.s3_region + ".amazonaws.com";
+    std::string base;
+    if (o.s3_path_style) {
+      base = endpoint + "/" + bucket;
+    } else {  // virtual-hosted style: the bucket becomes part of the host name
+      const size_t scheme = endpoint.find("://");
+      base = endpoint.substr(0, scheme + 3) + bucket + "." + endpoint.substr(scheme + 3);
+    }
+    if (!prefix.empty()) base += "/" + prefix;
+    return std::make_unique<HttpStore>(base, uri, o, true);
+  }
+  return make_local_store(uri);
+}
+
+}  // namespace zt::data
