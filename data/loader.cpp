@@ -42,7 +42,8 @@ TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, 
   if (n_windows() == 0)
     user_error("{}: no shard holds more than seq_len = {} tokens, so there is no sample to train on",
                uri, seq_len);
-  max_open_ = size_t(2 * o.shuffle_block + o.prefetch + 1);
+  // Pinned at once: the block being read and the one before it (batches straddle blocks).
+  max_open_ = size_t(2 * o.shuffle_block);
   if (cache_) {
     // What must be local at once: the block being read, the next one, and the prefetched ones.
     const uint64_t need = uint64_t(2 + o.prefetch) * uint64_t(o.shuffle_block) * max_bytes;
@@ -99,7 +100,7 @@ const ShardView& TokenDataset::shard(size_t s) {
 }
 
 void TokenDataset::prefetch_shard(size_t s) {
-  if (cache_) cache_->ensure(s);
+  if (cache_) cache_->ensure(s, /*best_effort=*/true);
 }
 
 void TokenDataset::window(uint64_t w, int32_t* inputs, int32_t* targets) {

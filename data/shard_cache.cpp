@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -69,7 +71,7 @@ bool ShardCache::verify(size_t shard, const std::string& path) const {
   return ok;
 }
 
-void ShardCache::make_room(uint64_t bytes) {
+bool ShardCache::make_room(uint64_t bytes) {
   // Every cached shard under cache_dir (all datasets share the limit), oldest use first.
   struct Entry {
     fs::path path;
@@ -87,7 +89,7 @@ void ShardCache::make_room(uint64_t bytes) {
   }
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
   for (const Entry& e : entries) {
-    if (total + bytes <= limit_) return;
+    if (total + bytes <= limit_) return true;
     const int fd = ::open(e.path.c_str(), O_RDONLY);
     if (fd < 0) continue;
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {  // nobody holds it: evict
@@ -96,21 +98,31 @@ void ShardCache::make_room(uint64_t bytes) {
     }
     ::close(fd);
   }
-  if (total + bytes > limit_)
-    throw RuntimeFailure(fmt::format("[data] cache_limit {} bytes: {} bytes of shards in use, cannot fit "
-                                     "{} more; raise cache_limit", limit_, total, bytes));
+  return total + bytes <= limit_;
 }
 
-void ShardCache::ensure(size_t shard) {
+bool ShardCache::ensure(size_t shard, bool best_effort) {
   const std::string path = path_of(shard);
-  if (fs::exists(path)) return;  // verified when opened
+  if (fs::exists(path)) return true;  // verified when opened
   const std::string lock_path = path + ".lock";
   const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
   if (lock < 0) throw RuntimeFailure(fmt::format("{}: cannot create: {}", lock_path, std::strerror(errno)));
   ::flock(lock, LOCK_EX);  // one download per machine: the others wait here
   try {
     if (!fs::exists(path)) {
-      make_room(manifest_.shards[shard].bytes);
+      // Shards pinned by readers (this machine's ranks) are released as training moves on:
+      // wait for room for a while before calling the limit too small.
+      const uint64_t bytes = manifest_.shards[shard].bytes;
+      for (int tries = 0; !make_room(bytes); ++tries) {
+        if (best_effort) {
+          ::close(lock);
+          return false;
+        }
+        if (tries >= 1200)
+          throw RuntimeFailure(fmt::format("[data] cache_limit {} bytes: the shards in use leave no room for "
+                                           "{} more bytes after 60 s; raise cache_limit", limit_, bytes));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
       const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
       store_.download(manifest_.shards[shard].file, tmp);
       if (!verify(shard, tmp)) {
@@ -127,6 +139,7 @@ void ShardCache::ensure(size_t shard) {
     throw;
   }
   ::close(lock);
+  return true;
 }
 
 std::unique_ptr<OpenShard> ShardCache::open(size_t shard) {

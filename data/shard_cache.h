@@ -32,14 +32,15 @@ class ShardCache {
   // The shard, downloaded if needed, verified, mapped and pinned until the result is dropped.
   std::unique_ptr<OpenShard> open(size_t shard);
   // Downloads the shard into the cache if absent (no pin); safe to call from another thread.
-  void ensure(size_t shard);
+  // best_effort (prefetch): returns false instead of waiting when the cache has no room.
+  bool ensure(size_t shard, bool best_effort = false);
   uint64_t downloads() const { return downloads_; }  // by this process
   const std::string& dir() const { return dir_; }
 
  private:
   std::string path_of(size_t shard) const;
   bool verify(size_t shard, const std::string& path) const;  // size + CRC-32
-  void make_room(uint64_t bytes);
+  bool make_room(uint64_t bytes);  // false when pinned shards leave no room
 
   ObjectStore& store_;
   const Manifest& manifest_;

@@ -37,7 +37,9 @@ def write_spec(path, sections):
         for sec, kv in sections.items():
             f.write(f"[{sec}]\n")
             for k, v in kv.items():
-                if isinstance(v, str):
+                if isinstance(v, bool):
+                    f.write(f"{k} = {'true' if v else 'false'}\n")
+                elif isinstance(v, str):
                     f.write(f'{k} = "{v}"\n')
                 else:
                     f.write(f"{k} = {v!r}\n")

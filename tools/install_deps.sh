@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # (tiktoken reference).
 PKGS=(build-essential cmake pkg-config git libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
       libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev
-      catch2 python3 python3-torch python3-h5py python3-numpy)
+      catch2 python3 python3-torch python3-h5py python3-numpy curl)
 if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" = 1 ]; then
   PKGS=(build-essential cmake pkg-config libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
         libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev catch2)
@@ -30,7 +30,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The tokenizer tests' reference (OpenAI's tiktoken, npm), pinned by tests/tokenizer/package-lock.json.
-if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" != 1 ] && [ ! -d tests/tokenizer/node_modules/tiktoken ]; then
-  (cd tests/tokenizer && npm ci --no-audit --no-fund --loglevel=error)
+# npm packages the tests use, pinned by their package-lock.json: OpenAI's tiktoken (the tokenizer
+# reference) and s3rver (the S3-compatible server the data streaming tests start themselves).
+if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" != 1 ]; then
+  [ -d tests/tokenizer/node_modules/tiktoken ] || (cd tests/tokenizer && npm ci --no-audit --no-fund --loglevel=error)
+  [ -d tests/data/node_modules/s3rver ] || (cd tests/data && npm ci --no-audit --no-fund --loglevel=error)
 fi
