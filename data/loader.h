@@ -99,6 +99,23 @@ class SampleOrder {
   std::vector<uint64_t> perm_;              // windows of that block, permuted
 };
 
+// The first global sample of micro-batch k (counted from step 0) of data-parallel rank `rank` of
+// `dp`: micro-batches of B sequences, `global_batch` sequences per step split evenly over ranks.
+// Whatever dp, the union over ranks of a step's micro-batches is that step's slice
+// [step * global_batch, (step + 1) * global_batch) of the global order.
+uint64_t micro_batch_first_sample(uint64_t k, int64_t global_batch, int dp, int rank, int B);
+
+// Where training is in the data: the next global sample, and what identifies the order. Saved
+// with checkpoints; restoring it with another data-parallel degree (same global batch) continues
+// the same global order.
+struct LoaderPosition {
+  uint64_t next_sample = 0;   // a multiple of global_batch: the first sample of the next step
+  uint64_t seed = 0;
+  uint64_t dataset_crc = 0;   // combined CRC-32s of the manifest's shards
+  int64_t global_batch = 0;
+};
+uint64_t dataset_fingerprint(const Manifest& m);
+
 // Assembles micro-batches on a background thread, ahead of the training step, and keeps the
 // next blocks of shards downloading on another. The trainer asks for the micro-batches in the
 // order it announced; `wait_ms` says how long it waited.

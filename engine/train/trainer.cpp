@@ -133,12 +133,11 @@ StepResult Trainer::step(int64_t step) {
   // summed (reduced) gradient is that of the mean over the global batch.
   const int64_t global_micro = spec_.train.global_batch / B;
   const float grad_scale = 1.0f / float(int64_t(B) * T * global_micro);
-  // Micro-batch k of this rank (k counts from the first step) covers global samples
+  // Micro-batch k of this rank (k counts from step 0) covers global samples
   // [first_of(k), first_of(k) + B): its slice of step k / accum's global batch.
-  const int64_t GB = spec_.train.global_batch, local = local_batch_, dp_rank = topo_.dp_rank;
-  auto first_of = [GB, local, dp_rank, accum, B](uint64_t k) {
-    return uint64_t(int64_t(k) / accum * GB + dp_rank * local + int64_t(k) % accum * B);
-  };
+  const int64_t GB = spec_.train.global_batch;
+  const int dp = topo_.dp, dp_rank = topo_.dp_rank;
+  auto first_of = [GB, dp, dp_rank, B](uint64_t k) { return data::micro_batch_first_sample(k, GB, dp, dp_rank, B); };
   if (!loader_ || loader_step_ != step)  // (re)start the background loader at this step
     loader_ = std::make_unique<data::BatchLoader>(*train_, *train_order_, B, first_of,
                                                   uint64_t(step * accum), 2, int(spec_.data.prefetch));
@@ -167,6 +166,22 @@ StepResult Trainer::step(int64_t step) {
   r.tokens_per_s = double(spec_.train.global_batch) * T / (r.step_ms / 1e3);
   r.data_wait_ms = wait_ms;
   return r;
+}
+
+data::LoaderPosition Trainer::loader_position(int64_t next_step) const {
+  return {uint64_t(next_step * spec_.train.global_batch), uint64_t(spec_.run.seed),
+          data::dataset_fingerprint(train_->manifest()), spec_.train.global_batch};
+}
+
+int64_t Trainer::restore_loader_position(const data::LoaderPosition& p) const {
+  if (p.dataset_crc != data::dataset_fingerprint(train_->manifest()))
+    user_error("the saved data position belongs to another dataset than {}", spec_.data.train);
+  if (p.seed != uint64_t(spec_.run.seed))
+    user_error("the saved data position used seed {}, this run has [run] seed = {}", p.seed, spec_.run.seed);
+  if (p.global_batch != spec_.train.global_batch || p.next_sample % uint64_t(p.global_batch) != 0)
+    user_error("the saved data position used global_batch {}, this run has {}", p.global_batch,
+               spec_.train.global_batch);
+  return int64_t(p.next_sample / uint64_t(p.global_batch));  // the step to continue with
 }
 
 float Trainer::evaluate() {

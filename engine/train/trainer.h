@@ -31,6 +31,11 @@ class Trainer {
 
   // One optimizer step over global_batch sequences; this rank does its data-parallel slice.
   StepResult step(int64_t step);
+  // The data position before step `next_step` (for checkpoints), and the step a saved position
+  // continues with (UserError when it belongs to another dataset, seed or global batch). The
+  // data-parallel degree may differ: positions are global.
+  data::LoaderPosition loader_position(int64_t next_step) const;
+  int64_t restore_loader_position(const data::LoaderPosition& p) const;
   // Mean loss over eval_steps micro-batches of the validation set (in dataset order).
   float evaluate();
   // The whole run: rank 0 writes config.resolved.toml and metrics.jsonl under run.out_dir.
