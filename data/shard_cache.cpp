@@ -27,23 +27,6 @@ OpenShard::~OpenShard() {
   if (pin_fd >= 0) ::close(pin_fd);  // releases the shared lock
 }
 
-uint64_t parse_byte_size(const std::string& text, const std::string& what) {
-  char* end = nullptr;
-  const double v = std::strtod(text.c_str(), &end);
-  std::string unit(end);
-  unit.erase(std::remove(unit.begin(), unit.end(), ' '), unit.end());
-  for (auto& c : unit) c = char(std::toupper(static_cast<unsigned char>(c)));
-  double mul = 0;
-  if (unit.empty() || unit == "B") mul = 1;
-  else if (unit == "K" || unit == "KB" || unit == "KIB") mul = 1024.0;
-  else if (unit == "M" || unit == "MB" || unit == "MIB") mul = 1048576.0;
-  else if (unit == "G" || unit == "GB" || unit == "GIB") mul = 1073741824.0;
-  else if (unit == "T" || unit == "TB" || unit == "TIB") mul = 1099511627776.0;
-  if (end == text.c_str() || mul == 0 || !(v > 0) || !std::isfinite(v) || v * mul > 9e18)
-    user_error("{}: '{}' is not a size (examples: 200GB, 512MiB, 1000000)", what, text);
-  return uint64_t(v * mul);
-}
-
 ShardCache::ShardCache(ObjectStore& store, const Manifest& manifest, const std::string& uri,
                        const std::string& cache_dir, uint64_t limit)
     : store_(store), manifest_(manifest), root_(cache_dir), limit_(limit) {

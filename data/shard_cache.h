@@ -50,7 +50,4 @@ class ShardCache {
   uint64_t downloads_ = 0;
 };
 
-// Parses "200GB", "512MiB", "1.5T", "1000000" into bytes; UserError naming `what` otherwise.
-uint64_t parse_byte_size(const std::string& text, const std::string& what);
-
 }  // namespace zt::data

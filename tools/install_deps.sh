@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # (tiktoken reference).
 PKGS=(build-essential cmake pkg-config git libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
       libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev
-      catch2 python3 python3-torch python3-h5py python3-numpy curl)
+      catch2 python3 python3-torch python3-h5py python3-numpy curl clang libclang-rt-14-dev)
 if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" = 1 ]; then
   PKGS=(build-essential cmake pkg-config libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
         libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev catch2)

@@ -11,7 +11,7 @@
 #include <toml++/toml.h>
 
 #include "engine/config/spec_schema.h"
-#include "data/shard_cache.h"
+#include "engine/core/byte_size.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -235,7 +235,7 @@ struct Loader {
     check(c.timeout_s > 0, "comm", "timeout_s", fmt::format("must be > 0, got {}", c.timeout_s));
     auto& d = spec.data;
     try {
-      data::parse_byte_size(d.cache_limit, "cache_limit");
+      parse_byte_size(d.cache_limit, "cache_limit");
     } catch (const UserError& e) {
       check(false, "data", "cache_limit", fmt::format("'{}' is not a size (examples: 200GB, 512MiB, 1000000)", d.cache_limit));
     }
@@ -247,8 +247,55 @@ struct Loader {
 
 }  // namespace
 
+namespace {
+// toml++ 3.3 reaches an unreachable branch (undefined behaviour) when it tests some non-ASCII
+// characters for whitespace between tokens (found by fuzzing). Non-ASCII text is only meaningful
+// inside strings and comments, so anything else is rejected here, before toml++ sees it.
+void reject_non_ascii_outside_strings(const std::string& text, const std::string& source) {
+  enum { Code, Comment, Basic, Literal, MultiBasic, MultiLiteral } state = Code;
+  size_t line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const bool triple = i + 2 < text.size() && text[i + 1] == c && text[i + 2] == c;
+    if (c == '\n') {
+      ++line;
+      if (state == Comment || state == Basic || state == Literal) state = Code;
+      continue;
+    }
+    switch (state) {
+      case Code:
+        if (static_cast<unsigned char>(c) >= 0x80)
+          user_error("{}:{}: TOML syntax error: non-ASCII character outside a string or comment",
+                     source, line);
+        if (c == '#') state = Comment;
+        else if (c == '"') state = triple ? (i += 2, MultiBasic) : Basic;
+        else if (c == '\'') state = triple ? (i += 2, MultiLiteral) : Literal;
+        break;
+      case Basic:
+      case MultiBasic:
+        if (c == '\\') ++i;  // escaped character
+        else if (c == '"' && (state == Basic || triple)) {
+          if (state == MultiBasic) i += 2;
+          state = Code;
+        }
+        break;
+      case Literal:
+      case MultiLiteral:
+        if (c == '\'' && (state == Literal || triple)) {
+          if (state == MultiLiteral) i += 2;
+          state = Code;
+        }
+        break;
+      case Comment:
+        break;
+    }
+  }
+}
+}  // namespace
+
 RunSpec parse_run_spec(const std::string& text, const std::string& source,
                        const std::vector<std::string>& overrides) {
+  reject_non_ascii_outside_strings(text, source);
   Loader l;
   l.spec.source = source;
   toml::table parsed;

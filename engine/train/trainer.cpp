@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "data/tokenizer/tokenizer.h"
+#include "engine/core/byte_size.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/core/timer.h"
@@ -105,7 +106,7 @@ void Trainer::build() {
   dopt.store.secret_access_key = d.s3_secret_access_key;
   dopt.store.session_token = d.s3_session_token;
   dopt.cache_dir = d.cache_dir;
-  dopt.cache_limit = data::parse_byte_size(d.cache_limit, "[data] cache_limit");
+  dopt.cache_limit = parse_byte_size(d.cache_limit, "[data] cache_limit");
   dopt.prefetch = int(d.prefetch);
   dopt.shuffle_block = int(d.shuffle_block);
   train_ = std::make_unique<data::TokenDataset>(d.train, int(m.seq_len), int(m.vocab_size), dopt);

@@ -125,6 +125,17 @@ TEST_CASE("overrides given with --set are checked like the file", "[config][erro
   CHECK_THAT(error_of(kGood, {"foo.bar=1"}), Catch::Contains("unknown section [foo]"));
 }
 
+TEST_CASE("a table header broken by a carriage return is a syntax error (found by fuzzing)", "[config][errors]") {
+  CHECK_THAT(error_of(std::string("[\r\r\x03a]\nx=1\n")), Catch::Contains("TOML syntax error"));
+}
+
+TEST_CASE("non-ASCII text is allowed in strings and comments only", "[config][errors]") {
+  REQUIRE(parse_run_spec(with("name = \"t\"", "name = \"tëst ✓\"  # café"), "spec.toml").run.name == "tëst ✓");
+  REQUIRE(parse_run_spec(with("name = \"t\"", "name = '''l1\nÜ'''"), "spec.toml").run.name == "l1\nÜ");
+  CHECK_THAT(error_of(with("n_head = 2", "n_head = 2 \xcd\x85")), Catch::Contains("non-ASCII character outside a string"));
+  CHECK_THAT(error_of(with("n_layer = 2", "n_layer = 2\xc2\xa0")), Catch::Contains("spec.toml:4"));
+}
+
 TEST_CASE("arbitrary bytes never crash the loader", "[config][errors]") {
   std::string junk;
   uint32_t x = 12345;
