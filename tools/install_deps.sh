@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # (tiktoken reference).
 PKGS=(build-essential cmake pkg-config git libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
       libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev
-      catch2 python3 python3-torch python3-h5py python3-numpy curl clang libclang-rt-14-dev)
+      catch2 python3 python3-torch python3-h5py python3-numpy curl)
 if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" = 1 ]; then
   PKGS=(build-essential cmake pkg-config libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
         libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev catch2)
@@ -28,6 +28,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The fuzzers need clang with its libFuzzer runtime (Debian 12: libclang-rt-14-dev). Optional:
+# tools/fuzz.sh skips without clang, so a distribution with other package names still builds.
+if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" != 1 ] && ! dpkg -s libclang-rt-14-dev >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang libclang-rt-14-dev \
+    >/dev/null 2>&1 || echo "install_deps: clang/libFuzzer not installed; the fuzz test will skip"
 fi
 
 # npm packages the tests use, pinned by their package-lock.json: OpenAI's tiktoken (the tokenizer
