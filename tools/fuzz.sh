@@ -6,9 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-20}
 CXX=${FUZZ_CXX:-clang++}
-if ! command -v "$CXX" >/dev/null; then echo "fuzz.sh: SKIP: $CXX not found (Debian: clang libclang-rt-dev)"; exit 0; fi
 out=build/fuzz
 mkdir -p "$out"
+probe() { echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' > "$out/probe.cpp" &&
+  "$CXX" -fsanitize=fuzzer "$out/probe.cpp" -o "$out/probe" >/dev/null 2>&1; }
+if ! command -v "$CXX" >/dev/null || ! probe; then
+  echo "fuzz.sh: SKIP: $CXX with libFuzzer not available (Debian 12: clang libclang-rt-14-dev)"
+  exit 77  # ctest's skip code
+fi
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I.)
 common=(engine/core/status.cpp)
 libs=(-lfmt)
