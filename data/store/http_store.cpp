@@ -9,6 +9,8 @@
 #include <random>
 #include <thread>
 
+#include <unistd.h>
+
 #include "data/store/object_store.h"
 #include "engine/core/status.h"
 
@@ -21,12 +23,37 @@ namespace {
 struct Sink {
   std::string* text = nullptr;
   FILE* file = nullptr;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;         // body bytes received by this attempt
+  uint64_t resume = 0;        // bytes already in `file` from earlier attempts (Range request)
+  CURL* handle = nullptr;
+  bool checked = false;       // first chunk seen: the status says whether the range was honoured
+  bool ranges = false;        // the server sent "Accept-Ranges: bytes"
+  bool ok = true;             // 2xx status: the body is the object (else it is an error page)
 };
+
+size_t header_cb(char* data, size_t size, size_t n, void* user) {
+  auto* sink = static_cast<Sink*>(user);
+  std::string line(data, size * n);
+  for (auto& c : line) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (line.rfind("accept-ranges:", 0) == 0 && line.find("bytes") != std::string::npos) sink->ranges = true;
+  return size * n;
+}
 
 size_t write_cb(char* data, size_t size, size_t n, void* user) {
   auto* sink = static_cast<Sink*>(user);
   const size_t len = size * n;
+  if (!sink->checked) {
+    sink->checked = true;
+    long status = 0;
+    curl_easy_getinfo(sink->handle, CURLINFO_RESPONSE_CODE, &status);
+    sink->ok = status >= 200 && status < 300;
+    if (sink->resume > 0 && status == 200 && sink->file) {  // range ignored: start the file again
+      if (std::fflush(sink->file) != 0 || ::ftruncate(fileno(sink->file), 0) != 0) return 0;
+      std::rewind(sink->file);
+      sink->resume = 0;
+    }
+  }
+  if (!sink->ok) return len;  // an error page: never part of the object
   if (sink->text) sink->text->append(data, len);
   if (sink->file && std::fwrite(data, 1, len, sink->file) != len) return 0;  // aborts the transfer
   sink->bytes += len;
@@ -61,6 +88,7 @@ class HttpStore final : public ObjectStore {
     std::string out;
     fetch(name, [&](Sink& s) {
       out.clear();
+      s = Sink{};
       s.text = &out;
       return true;
     });
@@ -69,10 +97,21 @@ class HttpStore final : public ObjectStore {
 
   uint64_t download(const std::string& name, const std::string& path) override {
     FILE* f = nullptr;
+    uint64_t have = 0;       // bytes on disk from earlier attempts
+    bool ranges = false;     // the server accepts Range requests
     const uint64_t n = fetch(name, [&](Sink& s) {
-      if (f) std::fclose(f);
-      f = std::fopen(path.c_str(), "wb");  // each attempt starts the file again
+      if (f) {  // an earlier attempt broke off: keep its bytes when the server can resume
+        std::fflush(f);
+        have += s.bytes;
+        ranges = ranges || s.ranges;
+        std::fclose(f);
+      }
+      const bool resume = ranges && have > 0;
+      f = std::fopen(path.c_str(), resume ? "ab" : "wb");
+      if (!resume) have = 0;
+      s = Sink{};
       s.file = f;
+      s.resume = have;
       return f != nullptr;
     });
     const bool ok = f && std::fflush(f) == 0;
@@ -88,13 +127,13 @@ class HttpStore final : public ObjectStore {
     const std::string url = base_ + "/" + name;
     std::mt19937_64 rng(std::random_device{}());
     std::string last_error;
+    Sink sink;
     for (int attempt = 0; attempt <= o_.retries; ++attempt) {
       if (attempt > 0) {
         const double base = o_.backoff_s * double(1ull << std::min(attempt - 1, 10));
         const double jitter = std::uniform_real_distribution<double>(0.5, 1.5)(rng);
         std::this_thread::sleep_for(std::chrono::duration<double>(std::min(base * jitter, 30.0)));
       }
-      Sink sink;
       if (!reset(sink)) throw RuntimeFailure(fmt::format("{}: cannot open the download target", describe(name)));
       long status = 0;
       double expected = -1;
@@ -105,7 +144,11 @@ class HttpStore final : public ObjectStore {
           last_error = fmt::format("truncated body: {} of {} bytes", sink.bytes, uint64_t(expected));
           continue;
         }
-        return sink.bytes;
+        return sink.resume + sink.bytes;
+      }
+      if (rc == CURLE_OK && status == 416 && sink.resume > 0) {  // nothing left to fetch
+        last_error = "HTTP 416";
+        continue;
       }
       if (rc == CURLE_OK && (status == 403 || status == 404 || status == 400 || status == 401))
         user_error("{}: HTTP {} ({})", describe(name), status,
@@ -120,8 +163,13 @@ class HttpStore final : public ObjectStore {
     CURL* h = curl_easy_init();
     if (!h) throw RuntimeFailure("curl_easy_init failed");
     curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+    sink.handle = h;
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_cb);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &sink);
+    const std::string range = fmt::format("{}-", sink.resume);
+    if (sink.resume > 0) curl_easy_setopt(h, CURLOPT_RANGE, range.c_str());  // ranged GET: resume
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, long(o_.timeout_s * 1000));
     // A stalled transfer (under 1 KiB/s for timeout_s) counts as a timeout; a long, steady

@@ -19,7 +19,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 lock = threading.Lock()
-stats = {"gets": {}, "faults": {"503": 0, "429": 0, "reset": 0, "truncated": 0}, "requests": 0}
+stats = {"gets": {}, "faults": {"503": 0, "429": 0, "reset": 0, "truncated": 0}, "requests": 0, "ranged": 0}
 
 
 class Proxy(BaseHTTPRequestHandler):
@@ -52,6 +52,7 @@ class Proxy(BaseHTTPRequestHandler):
             path = urllib.parse.urlsplit(self.path).path
             if method == "GET":
                 stats["gets"][path] = stats["gets"].get(path, 0) + 1
+                stats["ranged"] += "Range" in self.headers
                 if rng.random() < args.fault_rate:
                     fault = kinds[stats["requests"] % len(kinds)]
                     stats["faults"][fault] += 1
