@@ -13,10 +13,20 @@
 namespace zt::data {
 
 namespace {
+// Every id must index the embedding: checked once per shard, in chunks (vectorized max).
 void check_tokens(const ShardView& sh, int vocab_size) {
-  for (uint64_t i = 0; i < sh.header().n_tokens; ++i)
-    if (sh.token(i) >= uint32_t(vocab_size))
-      user_error("{}: token {} at index {} is not < vocab_size {}", sh.path(), sh.token(i), i, vocab_size);
+  constexpr uint64_t kChunk = 1 << 16;
+  std::vector<int32_t> buf(kChunk);
+  for (uint64_t i = 0; i < sh.header().n_tokens; i += kChunk) {
+    const uint64_t n = std::min(kChunk, sh.header().n_tokens - i);
+    sh.read(i, n, buf.data());
+    uint32_t mx = 0;
+    for (uint64_t j = 0; j < n; ++j) mx = std::max(mx, uint32_t(buf[j]));
+    if (mx < uint32_t(vocab_size)) continue;
+    for (uint64_t j = 0; j < n; ++j)
+      if (uint32_t(buf[j]) >= uint32_t(vocab_size))
+        user_error("{}: token {} at index {} is not < vocab_size {}", sh.path(), uint32_t(buf[j]), i + j, vocab_size);
+  }
 }
 }  // namespace
 
@@ -108,10 +118,9 @@ void TokenDataset::window(uint64_t w, int32_t* inputs, int32_t* targets) {
   const size_t s = shard_of_window(w);
   const uint64_t start = (w - window_start_[s]) * seq_len_;
   const ShardView& sh = shard(s);
-  for (int t = 0; t < seq_len_; ++t) {
-    inputs[t] = int32_t(sh.token(start + t));
-    targets[t] = int32_t(sh.token(start + t + 1));
-  }
+  sh.read(start, uint64_t(seq_len_), inputs);       // tokens [start, start + T)
+  std::copy(inputs + 1, inputs + seq_len_, targets);  // targets are inputs shifted by one
+  sh.read(start + seq_len_, 1, targets + seq_len_ - 1);
 }
 
 // ---- sample order ----

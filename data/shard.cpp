@@ -117,6 +117,20 @@ ShardView::~ShardView() {
   if (base_) ::munmap(const_cast<uint8_t*>(base_), size_);
 }
 
+void ShardView::read(uint64_t first, uint64_t n, int32_t* out) const {
+  ZT_CHECK(first + n <= header_.n_tokens, "read of tokens [{}, {}) past {}", first, first + n, header_.n_tokens);
+  const uint8_t* p = base_ + kShardHeaderBytes + first * header_.token_bytes;
+  if (header_.token_bytes == 2) {
+    for (uint64_t j = 0; j < n; ++j) {
+      uint16_t t;
+      std::memcpy(&t, p + 2 * j, 2);
+      out[j] = int32_t(t);
+    }
+  } else {
+    std::memcpy(out, p, n * 4);
+  }
+}
+
 uint32_t ShardView::token(uint64_t i) const {
   const uint8_t* p = base_ + kShardHeaderBytes + i * header_.token_bytes;
   if (header_.token_bytes == 2) {

@@ -34,6 +34,8 @@ class ShardView {
 
   const ShardHeader& header() const { return header_; }
   uint32_t token(uint64_t i) const;  // i < n_tokens
+  // out[j] = token(first + j) for j < n (first + n <= n_tokens): one pass, vectorizable.
+  void read(uint64_t first, uint64_t n, int32_t* out) const;
   const std::string& path() const { return path_; }
   const uint8_t* bytes() const { return base_; }
   size_t size() const { return size_; }
