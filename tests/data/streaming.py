@@ -94,7 +94,7 @@ def main():
         wait_port(s3_port)
         wait_port(http_port)
         proxies = {}
-        for name, upstream, rate in [("clean", s3_port, 0.0), ("faulty", s3_port, 0.2)]:
+        for name, upstream, rate in [("clean", s3_port, 0.0), ("faulty", s3_port, 0.2), ("broken", s3_port, 1.0)]:
             port = free_port()
             procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "fault_proxy.py"), "--port", str(port),
                                            "--upstream", f"http://127.0.0.1:{upstream}", "--fault-rate", str(rate),
@@ -156,6 +156,15 @@ def main():
         expect(st["ranged"] >= 1, "no truncated download was resumed with a ranged GET")
         expect(sum(st["faults"].values()) >= 3, f"too few faults injected: {st['faults']}")
         expect(faulty == ref_long, "losses through the faulty proxy differ from the local run")
+
+        # ---- a store that always fails: the run stops after the retries, naming the object
+        t0 = time.time()
+        p = testlib.run([args.ztrain, "train", spec("broken", train="s3://zt/data", port=proxies["broken"],
+                                                    data__retries=2)], check=False, env=env, timeout=120)
+        expect(p.returncode == 1 and "s3://zt/data/manifest.json: giving up after 3 attempts; last error:" in p.stderr,
+               f"always-failing store: exit {p.returncode}: {p.stderr[-400:]}")
+        print(f"always-failing store: exit {p.returncode} after {time.time() - t0:.1f} s: "
+              f"{p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ''}")
 
         # ---- cache limit and eviction: room for (2 + prefetch) blocks of 2 shards
         limit = 6 * max_bytes + 1000
