@@ -29,23 +29,22 @@ int cuda_device_count() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads) {
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads, int local_rank) {
   const int gpus = cuda_device_count();
   if (device == "cuda") {
-    if (gpus == 0) user_error("run.device = \"cuda\" but no CUDA device is visible (built with CUDA: {})",
 #ifdef ZTRAIN_HAVE_CUDA
-                              "yes"
+    if (gpus == 0) user_error("run.device = \"cuda\" but no CUDA device is visible");
+    auto backend = cuda::make_cuda_backend(local_rank % gpus);
+    spdlog::info("backend: {}", backend->name());
+    return backend;
 #else
-                              "no"
+    user_error("run.device = \"cuda\" but this ztrain was built without CUDA (no nvcc at configure time)");
 #endif
-    );
-    // The CUDA op implementations are the CUDA-backend issue; until they land, say so plainly.
-    throw RuntimeFailure("run.device = \"cuda\": the CUDA backend's ops are not implemented yet; "
-                         "use device = \"cpu\"");
   }
+  // "auto" stays on the CPU until the CUDA backend has passed tools/gpu_check.sh on real hardware.
   if (device == "auto" && gpus > 0)
-    spdlog::warn("device = auto: {} GPU(s) visible, but the CUDA backend's ops are not implemented "
-                 "yet; running on the CPU backend", gpus);
+    spdlog::warn("device = auto: {} GPU(s) visible, but the CUDA backend has not been validated on a GPU "
+                 "yet; running on the CPU (set run.device = \"cuda\" to use it)", gpus);
   auto backend = make_cpu_backend(threads);
   spdlog::info("backend: {}", backend->name());
   return backend;

@@ -88,7 +88,8 @@ std::unique_ptr<Backend> make_cpu_backend(int threads);
 // Number of visible CUDA devices (0 when built without CUDA or when no driver/GPU is present).
 int cuda_device_count();
 
-// Resolves run.device ("auto", "cpu", "cuda") to a backend; logs the choice.
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads);
+// Resolves run.device ("auto", "cpu", "cuda") to a backend; logs the choice. CUDA uses GPU
+// local_rank % visible GPUs.
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads, int local_rank = 0);
 
 }  // namespace zt

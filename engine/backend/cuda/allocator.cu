@@ -1,0 +1,87 @@
+// CachingAllocator (see allocator.cuh).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "engine/backend/cuda/allocator.cuh"
+#include "engine/backend/cuda/cuda_common.cuh"
+
+namespace zt::cuda {
+
+CachingAllocator::~CachingAllocator() {
+  release_cache();
+  for (auto& [p, info] : live_) cudaFree(p);
+}
+
+size_t CachingAllocator::round(size_t bytes) {
+  if (bytes < (1u << 20)) return (bytes + 511) / 512 * 512;
+  return (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+}
+
+void CachingAllocator::release_cache() {
+  for (auto& [size, p] : free_) {
+    cudaFree(p);
+    reserved_ -= size;
+  }
+  free_.clear();
+}
+
+void* CachingAllocator::alloc(size_t bytes, MemTag tag) {
+  std::lock_guard lock(mu_);
+  const size_t size = round(std::max<size_t>(bytes, 1));
+  void* p = nullptr;
+  auto it = free_.find(size);  // exact size class: no splitting, so no fragmentation inside blocks
+  if (it != free_.end()) {
+    p = it->second;
+    free_.erase(it);
+  } else {
+    if (cudaMalloc(&p, size) != cudaSuccess) {
+      cudaGetLastError();
+      release_cache();  // give cached blocks back and try once more
+      if (cudaMalloc(&p, size) != cudaSuccess) {
+        cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        char msg[1024];
+        int n = std::snprintf(msg, sizeof msg,
+                              "out of GPU memory allocating %.1f MiB for %s: %.1f MiB allocated, %.1f MiB reserved, "
+                              "%.1f MiB peak, %.1f of %.1f MiB free on the device; largest consumers:",
+                              size / 1048576.0, mem_tag_name(tag), stats_.allocated / 1048576.0,
+                              reserved_ / 1048576.0, stats_.peak / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+        for (int t = 0; t < int(MemTag::kCount) && n < int(sizeof msg); ++t)
+          n += std::snprintf(msg + n, sizeof msg - n, " %s %.1f MiB", mem_tag_name(MemTag(t)),
+                             stats_.by_tag[t] / 1048576.0);
+        throw std::runtime_error(msg);
+      }
+    }
+    reserved_ += size;
+  }
+  live_[p] = {size, tag};
+  stats_.allocated += size;
+  stats_.peak = std::max(stats_.peak, stats_.allocated);
+  stats_.n_allocs++;
+  stats_.by_tag[size_t(tag)] += size;
+  stats_.peak_by_tag[size_t(tag)] = std::max(stats_.peak_by_tag[size_t(tag)], stats_.by_tag[size_t(tag)]);
+  return p;
+}
+
+void CachingAllocator::free(void* p) {
+  if (!p) return;
+  std::lock_guard lock(mu_);
+  auto it = live_.find(p);
+  if (it == live_.end()) fail(__FILE__, __LINE__, "CachingAllocator::free", "pointer not allocated here");
+  const auto [size, tag] = it->second;
+  live_.erase(it);
+  stats_.allocated -= size;
+  stats_.n_allocs--;
+  stats_.by_tag[size_t(tag)] -= size;
+  free_.emplace(size, p);  // kept for reuse (one stream: reuse is ordered after earlier work)
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace zt::cuda
