@@ -1,5 +1,4 @@
 // The CPU backend: the Backend interface over the float instantiations of the reference ops.
-#include <cblas.h>
 #include <omp.h>
 
 #include <cstdio>
@@ -12,7 +11,9 @@
 #include "engine/backend/cpu/ops.h"
 #include "engine/core/status.h"
 
+#ifndef ZTRAIN_NO_BLAS
 extern "C" void openblas_set_num_threads(int);
+#endif
 
 namespace zt {
 
@@ -39,7 +40,9 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads) {
     if (threads <= 0) threads = omp_get_num_procs();
     omp_set_num_threads(threads);
+#ifndef ZTRAIN_NO_BLAS  // tools/gpu_check.sh builds the CPU reference without BLAS
     openblas_set_num_threads(threads);
+#endif
     threads_ = threads;
   }
   DeviceKind kind() const override { return DeviceKind::CPU; }

@@ -1,0 +1,22 @@
+// The backend.cpp entries (device count, backend choice, tag names) without spdlog, for the
+// tools/gpu_check.sh build.
+#include <algorithm>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/device.h"
+
+namespace zt {
+
+const char* mem_tag_name(MemTag tag) {
+  static const char* names[] = {"params", "grads", "optimizer", "activations", "buffers", "other"};
+  return names[int(tag) < 6 ? int(tag) : 5];
+}
+
+int cuda_device_count() { return cuda::visible_device_count(); }
+
+std::unique_ptr<Backend> make_backend(const std::string& device, int threads, int local_rank) {
+  if (device == "cuda") return cuda::make_cuda_backend(local_rank % std::max(1, cuda_device_count()));
+  return make_cpu_backend(threads);
+}
+
+}  // namespace zt

@@ -1,0 +1,211 @@
+// GPU checks that need no dependency beyond the CUDA toolkit (built by tools/gpu_check.sh):
+//   parity: GPT-2 forward/backward and 5 AdamW steps on CUDA vs the CPU backend (which the
+//           PyTorch parity test proves), at odd sizes; prints per-tensor errors; exit 1 on failure
+//   bench:  GPT-2 124M (12 layers, d_model 768, 12 heads, seq_len 1024, vocab 50304) training
+//           steps with the largest micro-batch that fits; tokens/s, step ms, peak memory, MFU
+//   attention: the fused attention kernel's TFLOP/s forward and backward (B 8, T 1024, 12 x 64)
+// Output: one JSON object per check on stdout.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/backend/cuda/device.h"
+#include "models/gpt2.h"
+
+using namespace zt;
+
+namespace {
+
+// Full parameter and gradient buffers on one backend (no ZeRO): the simplest ParamProvider.
+class FullStore final : public ParamProvider {
+ public:
+  FullStore(GPT2& m, Backend& be, uint64_t seed) : m_(m), be_(be) {
+    const size_t n = m.num_params();
+    params_ = static_cast<float*>(be.alloc(n * 4, MemTag::Params));
+    grads_ = static_cast<float*>(be.alloc(n * 4, MemTag::Grads));
+    mom_ = static_cast<float*>(be.alloc(n * 4, MemTag::OptimStates));
+    var_ = static_cast<float*>(be.alloc(n * 4, MemTag::OptimStates));
+    std::vector<float> host(n);
+    m.init_range(seed, 0, n, host.data());
+    be.copy_to_device(params_, host.data(), n * 4);
+    m.set_provider(this);
+  }
+  ~FullStore() override {
+    for (float* p : {params_, grads_, mom_, var_}) be_.free(p);
+  }
+  float* params(int g) override { return params_ + m_.groups()[g].offset; }
+  float* grads(int g) override { return grads_ + m_.groups()[g].offset; }
+  void zero_grad() { be_.fill_zero(grads_, m_.num_params() * 4); }
+  void adamw(float lr, int t) {
+    for (const auto& p : m_.params())
+      be_.adamw_update(params_ + p.offset, grads_ + p.offset, mom_ + p.offset, var_ + p.offset, int64_t(p.numel), lr,
+                       0.9f, 0.95f, 1e-8f, p.decay ? 0.1f : 0.0f, t);
+  }
+  std::vector<float> host(const float* buf) {
+    std::vector<float> h(m_.num_params());
+    be_.copy_to_host(h.data(), buf, h.size() * 4);
+    return h;
+  }
+  float* grad_buf() { return grads_; }
+
+ private:
+  GPT2& m_;
+  Backend& be_;
+  float *params_, *grads_, *mom_, *var_;
+};
+
+std::vector<int32_t> tokens(size_t n, int vocab, unsigned seed) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = int32_t(g() % unsigned(vocab));
+  return v;
+}
+
+double rel(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num += double(a[i] - b[i]) * (a[i] - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+int parity() {
+  auto cpu = make_cpu_backend(0);
+  auto gpu = make_backend("cuda", 0);
+  int failures = 0;
+  std::printf("{\"check\": \"parity\", \"cases\": [");
+  const GPT2Config cases[] = {{2, 3, 48, 0, 263, 33}, {3, 4, 64, 200, 509, 64}};
+  for (size_t ci = 0; ci < 2; ++ci) {
+    GPT2Config cfg = cases[ci];
+    if (cfg.d_ff == 0) cfg.d_ff = 4 * cfg.d_model;
+    const int B = 3, T = cfg.seq_len;
+    GPT2 mc(cfg, *cpu, B), mg(cfg, *gpu, B);
+    FullStore sc(mc, *cpu, 7), sg(mg, *gpu, 7);
+    double worst_grad = 0, worst_loss = 0;
+    std::string worst_name;
+    for (int step = 1; step <= 5; ++step) {
+      const auto in = tokens(size_t(B) * T, cfg.vocab_size, 100 + step), tg = tokens(size_t(B) * T, cfg.vocab_size, 200 + step);
+      sc.zero_grad();
+      sg.zero_grad();
+      const float lc = mc.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
+      const float lg = mg.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
+      mc.backward();
+      mg.backward();
+      worst_loss = std::max(worst_loss, std::abs(double(lg) - lc) / std::abs(double(lc)));
+      if (step == 1) {
+        const auto gc = sc.host(sc.grad_buf()), gg = sg.host(sg.grad_buf());
+        for (const auto& p : mc.params()) {
+          const double e = rel(gg.data() + p.offset, gc.data() + p.offset, p.numel);
+          if (e > worst_grad) worst_grad = e, worst_name = p.name;
+        }
+      }
+      sc.adamw(3e-3f, step);
+      sg.adamw(3e-3f, step);
+    }
+    const bool ok = worst_loss <= 1e-4 && worst_grad <= 1e-4;
+    failures += !ok;
+    std::printf("%s{\"n_layer\": %d, \"d_model\": %d, \"n_head\": %d, \"vocab\": %d, \"seq_len\": %d, "
+                "\"worst_loss_rel_5_steps\": %.3e, \"worst_grad_rel\": %.3e, \"worst_grad_tensor\": \"%s\", \"ok\": %s}",
+                ci ? ", " : "", cfg.n_layer, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.seq_len, worst_loss, worst_grad,
+                worst_name.c_str(), ok ? "true" : "false");
+  }
+  std::printf("], \"ok\": %s}\n", failures ? "false" : "true");
+  return failures ? 1 : 0;
+}
+
+int bench(int steps) {
+  const GPT2Config cfg{12, 12, 768, 3072, 50304, 1024};
+  const int T = cfg.seq_len;
+  for (int B : {32, 16, 8, 4, 2, 1}) {
+    try {
+      auto gpu = make_backend("cuda", 0);
+      GPT2 m(cfg, *gpu, B);
+      FullStore st(m, *gpu, 1);
+      const auto in = tokens(size_t(B) * T, cfg.vocab_size, 1), tg = tokens(size_t(B) * T, cfg.vocab_size, 2);
+      auto one = [&](int t) {
+        st.zero_grad();
+        m.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
+        m.backward();
+        st.adamw(6e-4f, t);
+      };
+      for (int w = 1; w <= 3; ++w) one(w);
+      gpu->synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int s = 0; s < steps; ++s) one(4 + s);
+      gpu->synchronize();
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
+      const double n_params = double(m.num_params());
+      const double flops_per_token = 6.0 * n_params + 6.0 * cfg.n_layer * T * cfg.d_model;
+      const double tok_s = double(B) * T / sec;
+      const MemoryStats ms = gpu->memory_stats();
+      std::printf("{\"check\": \"bench_gpt2_124m\", \"precision\": \"fp32\", \"micro_batch\": %d, \"seq_len\": %d, "
+                  "\"params\": %.0f, \"step_ms\": %.2f, \"tokens_per_s\": %.0f, \"peak_memory_gib\": %.2f, "
+                  "\"model_tflops\": %.2f, \"mfu_vs_989_bf16\": %.4f}\n",
+                  B, T, n_params, sec * 1e3, tok_s, ms.peak / 1073741824.0, flops_per_token * tok_s / 1e12,
+                  flops_per_token * tok_s / 989e12);
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "micro_batch %d: %s\n", B, e.what());
+    }
+  }
+  return 1;
+}
+
+int attention() {
+  auto gpu = make_backend("cuda", 0);
+  const int B = 8, T = 1024, C = 768, NH = 12;
+  const size_t nq = size_t(B) * T * 3 * C;
+  float* qkv = static_cast<float*>(gpu->alloc(nq * 4));
+  float* out = static_cast<float*>(gpu->alloc(size_t(B) * T * C * 4));
+  float* lse = static_cast<float*>(gpu->alloc(size_t(B) * NH * T * 4));
+  float* dqkv = static_cast<float*>(gpu->alloc(nq * 4));
+  std::vector<float> h(nq);
+  std::mt19937 g(3);
+  std::normal_distribution<float> d;
+  for (auto& x : h) x = d(g);
+  gpu->copy_to_device(qkv, h.data(), nq * 4);
+  auto time = [&](auto fn) {
+    fn();
+    gpu->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 5; ++i) fn();
+    gpu->synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 5;
+  };
+  const double fwd = time([&] { gpu->attention_forward(out, lse, qkv, B, T, C, NH); });
+  const double bwd = time([&] { gpu->attention_backward(dqkv, out, qkv, lse, B, T, C, NH); });
+  // causal: half of the 4 * B * NH * T^2 * hs forward FLOPs; backward is 2.5x forward
+  const double f = 4.0 * B * NH * double(T) * T * (C / NH) / 2;
+  std::printf("{\"check\": \"attention\", \"B\": %d, \"T\": %d, \"heads\": %d, \"head_size\": %d, \"precision\": \"fp32\", "
+              "\"fwd_ms\": %.3f, \"bwd_ms\": %.3f, \"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f}\n",
+              B, T, NH, C / NH, fwd * 1e3, bwd * 1e3, f / fwd / 1e12, 2.5 * f / bwd / 1e12);
+  for (float* p : {qkv, out, lse, dqkv}) gpu->free(p);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (cuda_device_count() == 0) {
+    std::puts("{\"skip\": \"no CUDA device visible\"}");
+    return 77;
+  }
+  const std::string what = argc > 1 ? argv[1] : "parity";
+  try {
+    if (what == "parity") return parity();
+    if (what == "bench") return bench(argc > 2 ? std::atoi(argv[2]) : 30);
+    if (what == "attention") return attention();
+  } catch (const std::exception& e) {
+    std::printf("{\"check\": \"%s\", \"error\": \"%s\"}\n", what.c_str(), e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "usage: gpt2_cuda_check parity|bench [steps]|attention\n");
+  return 2;
+}
