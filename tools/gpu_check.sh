@@ -6,6 +6,7 @@
 #   2. GPT-2 parity: forward, every gradient and 5 AdamW steps, CUDA vs CPU, at odd sizes
 #   3. the cuBLASLt GEMM ceiling (bf16, fp32, tf32), the fused attention's TFLOP/s, and GPT-2 124M
 #      training throughput (tokens/s, step time, peak memory, MFU against 989 TFLOP/s bf16)
+#   4. ZeRO-3 against ZeRO-0 at world size 1 (GPT-2 124M step time through the ParamStore)
 # and writes everything to bench/results/gpu_check-<UTC time>.json (and $OUT if set).
 #   tools/gpu_check.sh [--quick]     (--quick: 5 timed steps instead of 30)
 set -uo pipefail
@@ -30,7 +31,7 @@ for f in engine/core/status.cpp engine/core/rng.cpp engine/backend/cpu/embedding
          engine/backend/cpu/matmul.cpp engine/backend/cpu/attention.cpp engine/backend/cpu/gelu.cpp \
          engine/backend/cpu/crossentropy.cpp engine/backend/cpu/elementwise.cpp engine/backend/cpu/adamw.cpp \
          engine/backend/cpu/cpu_backend.cpp models/gpt2.cpp tools/gpu_check/gemm_naive.cpp \
-         tools/gpu_check/backend_select.cpp; do
+         tools/gpu_check/backend_select.cpp engine/dist/comm_self.cpp engine/parallel/param_store.cpp; do
   o="$B/$(echo "$f" | tr / _).o"
   g++ "${CXXFLAGS[@]}" -c "$f" -o "$o" || build_failed=1
   objs+=("$o")
@@ -58,6 +59,7 @@ run parity 600 "$B/gpt2_cuda_check" parity
 run gemm 300 "$B/gemm_probe"
 run attention 300 "$B/gpt2_cuda_check" attention
 run bench 900 "$B/gpt2_cuda_check" bench "$STEPS"
+run zero3 600 "$B/gpt2_cuda_check" zero3 "$((STEPS / 3 + 1))"
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 result=bench/results/gpu_check-$stamp.json
@@ -87,6 +89,7 @@ res = {
     "gemm": {"exit": rc("gemm"), "result": objs("gemm")},
     "attention": {"exit": rc("attention"), "result": objs("attention")},
     "bench": {"exit": rc("bench"), "result": objs("bench")},
+    "zero3_overhead": {"exit": rc("zero3"), "result": objs("zero3")},
 }
 json.dump(res, open(out, "w"), indent=1)
 print(json.dumps(res, indent=1))

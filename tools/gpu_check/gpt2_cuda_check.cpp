@@ -4,6 +4,8 @@
 //   bench:  GPT-2 124M (12 layers, d_model 768, 12 heads, seq_len 1024, vocab 50304) training
 //           steps with the largest micro-batch that fits; tokens/s, step ms, peak memory, MFU
 //   attention: the fused attention kernel's TFLOP/s forward and backward (B 8, T 1024, 12 x 64)
+//   zero3:  GPT-2 124M step time through ParamStore with ZeRO-0 and ZeRO-3 at world size 1: the
+//           stage-3 machinery's own overhead (gathers into temporary buffers, per-group grads)
 // Output: one JSON object per check on stdout.
 #include <chrono>
 #include <cmath>
@@ -16,6 +18,9 @@
 
 #include "engine/backend/backend.h"
 #include "engine/backend/cuda/device.h"
+#include "engine/config/spec.h"
+#include "engine/dist/topology.h"
+#include "engine/parallel/param_store.h"
 #include "models/gpt2.h"
 
 using namespace zt;
@@ -190,6 +195,48 @@ int attention() {
   return 0;
 }
 
+// Step time of GPT-2 124M through the trainer's ParamStore at world size 1 (self communicators).
+int zero3(int steps) {
+  const GPT2Config cfg{12, 12, 768, 3072, 50304, 1024};
+  const int T = cfg.seq_len, B = 4;
+  double ms[2] = {0, 0};
+  size_t peak[2] = {0, 0};
+  for (int stage : {0, 3}) {
+    auto gpu = make_backend("cuda", 0);
+    Topology topo;
+    topo.world = make_self_comm("world");
+    topo.tp_group = make_self_comm("tp");
+    topo.dp_group = make_self_comm("dp");
+    RunSpec spec;
+    spec.parallel.zero_stage = stage;
+    GPT2 m(cfg, *gpu, B);
+    ParamStore store(m, *gpu, topo, spec);
+    store.init(1);
+    m.set_provider(&store);
+    const auto in = tokens(size_t(B) * T, cfg.vocab_size, 1), tg = tokens(size_t(B) * T, cfg.vocab_size, 2);
+    auto one = [&](int t) {
+      store.zero_grad();
+      store.set_last_micro_batch(true);
+      m.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
+      m.backward();
+      store.finish_backward();
+      store.clip_grad_norm(1.0);
+      store.step(6e-4, t);
+    };
+    for (int w = 1; w <= 3; ++w) one(w);
+    gpu->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int s = 0; s < steps; ++s) one(4 + s);
+    gpu->synchronize();
+    ms[stage ? 1 : 0] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+    peak[stage ? 1 : 0] = gpu->memory_stats().peak;
+  }
+  std::printf("{\"check\": \"zero3_overhead\", \"micro_batch\": %d, \"zero0_step_ms\": %.2f, \"zero3_step_ms\": %.2f, "
+              "\"overhead\": %.3f, \"zero0_peak_gib\": %.2f, \"zero3_peak_gib\": %.2f}\n",
+              B, ms[0], ms[1], ms[1] / ms[0] - 1.0, peak[0] / 1073741824.0, peak[1] / 1073741824.0);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,10 +249,11 @@ int main(int argc, char** argv) {
     if (what == "parity") return parity();
     if (what == "bench") return bench(argc > 2 ? std::atoi(argv[2]) : 30);
     if (what == "attention") return attention();
+    if (what == "zero3") return zero3(argc > 2 ? std::atoi(argv[2]) : 10);
   } catch (const std::exception& e) {
     std::printf("{\"check\": \"%s\", \"error\": \"%s\"}\n", what.c_str(), e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: gpt2_cuda_check parity|bench [steps]|attention\n");
+  std::fprintf(stderr, "usage: gpt2_cuda_check parity|bench [steps]|attention|zero3 [steps]\n");
   return 2;
 }
