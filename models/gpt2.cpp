@@ -251,28 +251,29 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     be_.copy_to_host(losses.data(), a.losses, BT * sizeof(float));
   } else {
     // Vocabulary-parallel cross-entropy: the full logits never exist on one rank. Row max, sum of
-    // exponentials and the target's logit are reduced over the group ((B,T) floats each).
+    // exponentials and the target's logit are reduced over the group ((B,T) floats each, in
+    // device memory so that the group may be NCCL).
+    float* d_max = a.losses;  // (B,T) scratch, free until the losses are known
+    float* d_sum = a.dres;    // free until backward
+    float* d_tgt = a.dln;     // free until backward
+    be_.logits_row_max(d_max, a.logits, BT, Vl);
+    tp_->wait(tp_->all_reduce(d_max, BT, ReduceOp::Max));
+    be_.logits_row_sumexp(d_sum, a.logits, d_max, BT, Vl);
+    be_.logits_pick_target(d_tgt, a.logits, d_targets, BT, Vl, v0);
+    tp_->all_reduce_sync(d_sum, BT);
+    tp_->all_reduce_sync(d_tgt, BT);
     std::vector<float> mx(BT), sum(BT), tgt(BT);
-    float* tmp = a.losses;  // (B,T) scratch on the device
-    be_.logits_row_max(tmp, a.logits, BT, Vl);
-    be_.copy_to_host(mx.data(), tmp, BT * sizeof(float));
-    tp_->wait(tp_->all_reduce(mx.data(), BT, ReduceOp::Max));
-    be_.copy_to_device(tmp, mx.data(), BT * sizeof(float));
-    float* d_sum = a.dres;  // free until backward; (B,T) of it used here
-    be_.logits_row_sumexp(d_sum, a.logits, tmp, BT, Vl);
+    be_.copy_to_host(mx.data(), d_max, BT * sizeof(float));
     be_.copy_to_host(sum.data(), d_sum, BT * sizeof(float));
-    be_.logits_pick_target(d_sum, a.logits, d_targets, BT, Vl, v0);
-    be_.copy_to_host(tgt.data(), d_sum, BT * sizeof(float));
-    tp_->all_reduce_sync(sum.data(), BT);
-    tp_->all_reduce_sync(tgt.data(), BT);
+    be_.copy_to_host(tgt.data(), d_tgt, BT * sizeof(float));
     for (int64_t i = 0; i < BT; ++i) {
       const float lse = mx[i] + std::log(sum[i]);
       losses[i] = lse - tgt[i];
       mx[i] = lse;
     }
     if (grad_scale != 0.0f) {
-      be_.copy_to_device(tmp, mx.data(), BT * sizeof(float));
-      be_.crossentropy_grad_from_lse(a.logits, tmp, d_targets, BT, Vl, v0, grad_scale);
+      be_.copy_to_device(d_max, mx.data(), BT * sizeof(float));
+      be_.crossentropy_grad_from_lse(a.logits, d_max, d_targets, BT, Vl, v0, grad_scale);
     }
   }
   grads_ready_ = grad_scale != 0.0f;
@@ -288,9 +289,11 @@ void GPT2::logits_row(int b, int t, float* out) const {
     be_.copy_to_host(out, row, Vl * sizeof(float));
     return;
   }
-  std::vector<float> mine(Vl);
-  be_.copy_to_host(mine.data(), row, Vl * sizeof(float));
-  tp_->wait(tp_->all_gather(mine.data(), out, Vl));  // slices in rank order = vocabulary order
+  // Gathered in device memory (the group may be NCCL), then copied out.
+  float* all = static_cast<float*>(be_.alloc(Vl * size_t(tp_size_) * sizeof(float), MemTag::CommBuffers));
+  tp_->wait(tp_->all_gather(row, all, Vl));  // slices in rank order = vocabulary order
+  be_.copy_to_host(out, all, Vl * size_t(tp_size_) * sizeof(float));
+  be_.free(all);
 }
 
 void GPT2::backward() {

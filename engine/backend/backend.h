@@ -39,6 +39,8 @@ class Backend {
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* ptr, size_t bytes) = 0;
   virtual void synchronize() {}
+  // The backend's compute stream (cudaStream_t) for device communicators; null on the CPU.
+  virtual void* native_stream() const { return nullptr; }
   virtual MemoryStats memory_stats() const = 0;
 
   // ---- ops (shapes as in engine/backend/cpu/ops.h, which documents each one)

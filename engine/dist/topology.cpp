@@ -5,8 +5,13 @@
 
 #include <cstdlib>
 
+#include "engine/backend/backend.h"
 #include "engine/core/status.h"
 #include "engine/dist/comm_mpi.h"
+#include "engine/dist/comm_staged.h"
+#ifdef ZTRAIN_HAVE_NCCL
+#include "engine/dist/comm_nccl.h"
+#endif
 
 namespace zt {
 
@@ -86,9 +91,33 @@ Topology make_topology(int tensor, double timeout_s) {
   t.world = make_mpi_comm(MPI_COMM_WORLD, "world", timeout_s);
   t.tp_group = t.tp > 1 ? make_mpi_comm(tp_comm, "tp", timeout_s) : make_self_comm("tp");
   t.dp_group = t.dp > 1 ? make_mpi_comm(dp_comm, "dp", timeout_s) : make_self_comm("dp");
+  t.mpi_world = MPI_COMM_WORLD;
+  t.mpi_tp = t.tp > 1 ? tp_comm : nullptr;  // owned by the MpiComm above
+  t.mpi_dp = t.dp > 1 ? dp_comm : nullptr;
   if (t.tp == 1) MPI_Comm_free(&tp_comm);
   if (t.dp == 1) MPI_Comm_free(&dp_comm);
   return t;
+}
+
+void attach_device_comms(Topology& t, const std::string& backend, Backend& device, double timeout_s) {
+  if (device.kind() == DeviceKind::CPU || t.world_size == 1) return;
+#ifdef ZTRAIN_HAVE_NCCL
+  if (backend == "nccl" || backend == "auto") {
+    void* stream = device.native_stream();
+    // All-reduces of host doubles (loss, norms) stay on MPI's world communicator: cheap and
+    // independent of device memory. Device buffers go over NCCL.
+    // (The MPI communicator only bootstraps NCCL's unique id; the MpiComm that owns it goes.)
+    if (t.mpi_tp) t.tp_group = make_nccl_comm(static_cast<MPI_Comm>(t.mpi_tp), "tp", timeout_s, stream);
+    if (t.mpi_dp) t.dp_group = make_nccl_comm(static_cast<MPI_Comm>(t.mpi_dp), "dp", timeout_s, stream);
+    t.mpi_tp = t.mpi_dp = nullptr;
+    return;
+  }
+#else
+  if (backend == "nccl") user_error("[comm] backend = \"nccl\": this ztrain was built without NCCL");
+#endif
+  // "mpi" (or no NCCL): host-staged MPI for the device buffers
+  if (t.tp > 1) t.tp_group = make_host_staged_comm(std::move(t.tp_group), device);
+  if (t.dp > 1) t.dp_group = make_host_staged_comm(std::move(t.dp_group), device);
 }
 
 }  // namespace zt

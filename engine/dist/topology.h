@@ -9,12 +9,24 @@
 
 namespace zt {
 
+class Backend;
+
 struct Topology {
   int world_size = 1, world_rank = 0, local_rank = 0;
   int tp = 1, dp = 1, tp_rank = 0, dp_rank = 0;
   std::unique_ptr<Comm> world, tp_group, dp_group;
   bool is_root() const { return world_rank == 0; }
+  // The MPI communicators behind the groups (MPI_Comm as void*; null without MPI), so that
+  // device communicators can be built over the same ranks.
+  void* mpi_world = nullptr;
+  void* mpi_tp = nullptr;
+  void* mpi_dp = nullptr;
 };
+
+// For a device backend: replaces the host (MPI) groups by device communicators. backend "nccl"
+// or "auto" (when built with NCCL) -> NCCL on the backend's stream; "mpi" -> MPI with host staging.
+// No-op for host backends and single-rank jobs.
+void attach_device_comms(Topology& t, const std::string& backend, Backend& device, double timeout_s);
 
 // Starts MPI when the process was launched by an MPI launcher (mpirun/srun); otherwise ztrain is
 // a single process and MPI is never touched.

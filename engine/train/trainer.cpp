@@ -113,9 +113,7 @@ void Trainer::build() {
   if (!d.val.empty()) val_ = std::make_unique<data::TokenDataset>(d.val, int(m.seq_len), int(m.vocab_size), dopt);
   train_order_ = std::make_unique<data::SampleOrder>(*train_, uint64_t(spec.run.seed), true, int(d.shuffle_block));
   backend_ = make_backend(spec.run.device, int(spec.run.threads), topo_.local_rank);
-  if (backend_->kind() == DeviceKind::CUDA && topo_.world_size > 1)
-    throw RuntimeFailure("multi-rank training on the CUDA backend needs the NCCL communicator in the "
-                         "topology, which is not wired yet; run one rank per job for now");
+  attach_device_comms(topo_, spec.comm.backend, *backend_, spec.comm.timeout_s);
   if (spec.comm.backend == "nccl" && backend_->kind() != DeviceKind::CUDA)
     user_error("{}: [comm] backend = \"nccl\" needs GPU buffers, but this run is on the {} backend "
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());

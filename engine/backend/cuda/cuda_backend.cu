@@ -35,6 +35,7 @@ class CudaBackend final : public Backend {
     cudaStreamDestroy(stream_);
   }
   DeviceKind kind() const override { return DeviceKind::CUDA; }
+  void* native_stream() const override { return stream_; }
   std::string name() const override { return name_; }
 
   void* alloc(size_t bytes, MemTag tag) override {
