@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,13 +19,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import testlib  # noqa: E402
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def main():
@@ -46,7 +38,7 @@ def main():
         local = os.path.join(work, "local")
         testlib.run([os.path.join(a.build, "ztrain-tokenize"), "shards", "--vocab", "byte", "--shard-tokens",
                      "2000000", "--out", local, text])
-        port = free_port()
+        port = testlib.free_port()
         proc = subprocess.Popen([s3rver, "-d", os.path.join(work, "s3"), "-a", "127.0.0.1", "-p", str(port),
                                  "--configure-bucket", "zt", "--silent"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(2)

@@ -1,6 +1,7 @@
 """Shared helpers for ztrain's script tests: generated text, shard datasets, specs, runs."""
 import os
 import random
+import socket
 import subprocess
 import sys
 
@@ -61,3 +62,21 @@ def make_byte_dataset(tokenize, out_dir, n_words, seed):
         f.write(generated_text(n_words, seed))
     run([tokenize, "shards", "--vocab", "byte", "--out", os.path.join(out_dir, "shards"), txt])
     return os.path.join(out_dir, "shards")
+
+
+def free_port():
+    """A TCP port on loopback that is free right now (for the test servers)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def report(failures, pass_message):
+    """Prints the outcome; returns the exit code (0 pass, 1 fail)."""
+    if failures:
+        print("FAIL:\n  " + "\n  ".join(failures))
+        return 1
+    print("PASS: " + pass_message)
+    return 0

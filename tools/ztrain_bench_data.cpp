@@ -12,6 +12,7 @@
 #include "engine/config/spec.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status.h"
+#include "engine/train/trainer.h"
 
 using namespace zt;
 
@@ -33,16 +34,7 @@ int main(int argc, char** argv) {
     if (spec_path.empty()) user_error("missing SPEC.toml");
     const RunSpec spec = load_run_spec(spec_path, sets);
     const auto& d = spec.data;
-    data::DataOptions o;
-    o.store.retries = int(d.retries);
-    o.store.timeout_s = d.timeout_s;
-    o.store.s3_endpoint = d.s3_endpoint;
-    o.store.s3_region = d.s3_region;
-    o.store.s3_path_style = d.s3_path_style;
-    o.cache_dir = d.cache_dir;
-    o.cache_limit = parse_byte_size(d.cache_limit, "[data] cache_limit");
-    o.prefetch = int(d.prefetch);
-    o.shuffle_block = int(d.shuffle_block);
+    const data::DataOptions o = data_options(spec);
     data::TokenDataset ds(d.train, int(spec.model.seq_len), int(spec.model.vocab_size), o);
     double cold_s = 0;
     uint64_t bytes = 0;

@@ -38,6 +38,10 @@ class Comm {
   void all_reduce_sync(float* buf, size_t n, ReduceOp op = ReduceOp::Sum) { wait(all_reduce(buf, n, op)); }
 };
 
+// The message every communicator prints when a collective times out (then it aborts the job).
+void print_collective_timeout(int world_rank, const char* what, size_t n, const std::string& group,
+                              double timeout_s);
+
 // A group of one rank: every collective is the identity (or a copy).
 std::unique_ptr<Comm> make_self_comm(const std::string& name);
 

@@ -120,12 +120,7 @@ class NcclComm final : public Comm {
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > timeout_s_) {
-        std::fprintf(stderr,
-                     "ztrain: failure: rank %d: collective %s of %zu elements on group %s did not "
-                     "complete within %.0f s ([comm] timeout_s); another rank has probably failed. "
-                     "Aborting the job.\n",
-                     world_rank_, what, n, name().c_str(), timeout_s_);
-        std::fflush(stderr);
+        print_collective_timeout(world_rank_, what, n, name(), timeout_s_);
         ncclCommAbort(comm_);
         comm_ = nullptr;
         MPI_Abort(MPI_COMM_WORLD, 1);

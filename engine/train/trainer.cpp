@@ -62,6 +62,24 @@ void exit_if_fault_injected(int rank, int64_t step) {
 
 }  // namespace
 
+data::DataOptions data_options(const RunSpec& spec) {
+  const auto& d = spec.data;
+  data::DataOptions o;
+  o.store.retries = int(d.retries);
+  o.store.timeout_s = d.timeout_s;
+  o.store.s3_endpoint = d.s3_endpoint;
+  o.store.s3_region = d.s3_region;
+  o.store.s3_path_style = d.s3_path_style;
+  o.store.access_key_id = d.s3_access_key_id;
+  o.store.secret_access_key = d.s3_secret_access_key;
+  o.store.session_token = d.s3_session_token;
+  o.cache_dir = d.cache_dir;
+  o.cache_limit = parse_byte_size(d.cache_limit, "[data] cache_limit");
+  o.prefetch = int(d.prefetch);
+  o.shuffle_block = int(d.shuffle_block);
+  return o;
+}
+
 Trainer::Trainer(const RunSpec& spec)
     : spec_(spec), topo_(make_topology(int(spec.parallel.tensor), spec.comm.timeout_s)) {
   // Start-up can fail on some ranks only (a missing file on one machine). The ranks agree on
@@ -95,20 +113,8 @@ void Trainer::build() {
                "degree = {} * {} (world {} / tensor {})", spec.source, t.global_batch,
                t.micro_batch, topo_.dp, topo_.world_size, topo_.tp);
   local_batch_ = t.global_batch / topo_.dp;
-  data::DataOptions dopt;
   const auto& d = spec.data;
-  dopt.store.retries = int(d.retries);
-  dopt.store.timeout_s = d.timeout_s;
-  dopt.store.s3_endpoint = d.s3_endpoint;
-  dopt.store.s3_region = d.s3_region;
-  dopt.store.s3_path_style = d.s3_path_style;
-  dopt.store.access_key_id = d.s3_access_key_id;
-  dopt.store.secret_access_key = d.s3_secret_access_key;
-  dopt.store.session_token = d.s3_session_token;
-  dopt.cache_dir = d.cache_dir;
-  dopt.cache_limit = parse_byte_size(d.cache_limit, "[data] cache_limit");
-  dopt.prefetch = int(d.prefetch);
-  dopt.shuffle_block = int(d.shuffle_block);
+  const data::DataOptions dopt = data_options(spec);
   train_ = std::make_unique<data::TokenDataset>(d.train, int(m.seq_len), int(m.vocab_size), dopt);
   if (!d.val.empty()) val_ = std::make_unique<data::TokenDataset>(d.val, int(m.seq_len), int(m.vocab_size), dopt);
   train_order_ = std::make_unique<data::SampleOrder>(*train_, uint64_t(spec.run.seed), true, int(d.shuffle_block));

@@ -22,6 +22,9 @@ struct StepResult {
   double data_wait_ms = 0;  // time this step waited for its batches
 };
 
+// The data pipeline's options from the spec's [data] section.
+data::DataOptions data_options(const RunSpec& spec);
+
 class Trainer {
  public:
   // Builds topology, backend, model, parameter store (initialized from run.seed) and datasets.

@@ -37,13 +37,6 @@ def expect(cond, msg):
         print(f"  failed: {msg}", flush=True)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
 
 def wait_port(port, timeout=20):
     t0 = time.time()
@@ -84,7 +77,7 @@ def main():
         max_bytes = max(os.path.getsize(os.path.join(local, f)) for f in shards)
 
         # ---- servers: s3rver, a plain HTTP server, and fault proxies in front of them
-        s3_port, http_port = free_port(), free_port()
+        s3_port, http_port = testlib.free_port(), testlib.free_port()
         procs.append(subprocess.Popen([s3rver, "-d", os.path.join(work, "s3"), "-a", "127.0.0.1", "-p", str(s3_port),
                                        "--configure-bucket", "zt", "--silent"], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))
@@ -95,7 +88,7 @@ def main():
         wait_port(http_port)
         proxies = {}
         for name, upstream, rate in [("clean", s3_port, 0.0), ("faulty", s3_port, 0.2), ("broken", s3_port, 1.0)]:
-            port = free_port()
+            port = testlib.free_port()
             procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "fault_proxy.py"), "--port", str(port),
                                            "--upstream", f"http://127.0.0.1:{upstream}", "--fault-rate", str(rate),
                                            "--seed", "7"]))
@@ -243,11 +236,7 @@ def main():
             except subprocess.TimeoutExpired:
                 p.kill()
         shutil.rmtree(work, ignore_errors=True)
-    if failures:
-        print("FAIL:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASS: s3://, http:// and local runs agree, survive faults, share one cache per machine and respect its limit")
-    return 0
+    return testlib.report(failures, "s3://, http:// and local runs agree, survive faults, share one cache per machine and respect its limit")
 
 
 if __name__ == "__main__":

@@ -164,11 +164,7 @@ def main():
             p = mpirun(np_, argv)
             expect(p.returncode == 2 and needle in p.stderr,
                    f"bad layout {sets} on {np_} ranks: expected exit 2 with {needle!r}, got {p.returncode}: {p.stderr[-800:]}")
-    if failures:
-        print("FAIL:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASS: tensor/data-parallel layouts with ZeRO 0-3 match the single process; ZeRO-3 memory scales as 1/(T*D); failures end the job")
-    return 0
+    return testlib.report(failures, "tensor/data-parallel layouts with ZeRO 0-3 match the single process; ZeRO-3 memory scales as 1/(T*D); failures end the job")
 
 
 if __name__ == "__main__":

@@ -151,11 +151,7 @@ def main():
                              [["train", spec_path, "--bogus"], "unknown option --bogus"]):
             p = testlib.run([args.ztrain, *argv], check=False)
             expect(p.returncode == 2 and needle in p.stderr, f"ztrain {argv}: expected exit 2 with {needle!r}, got {p.returncode}: {p.stderr!r}")
-    if failures:
-        print("FAIL:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASS: deterministic training, complete outputs, and exit 2 with a named key for every bad input")
-    return 0
+    return testlib.report(failures, "deterministic training, complete outputs, and exit 2 with a named key for every bad input")
 
 
 if __name__ == "__main__":

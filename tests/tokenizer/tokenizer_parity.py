@@ -118,11 +118,7 @@ def main():
         if p.returncode != 2 or "UTF-8" not in p.stderr or "offset 12" not in p.stderr:
             failures.append(f"invalid UTF-8: expected exit 2 naming offset 12, got {p.returncode}: {p.stderr.strip()}")
 
-    if failures:
-        print("FAIL:\n  " + "\n  ".join(failures))
-        return 1
-    print("PASS: ztrain-tokenize is byte-exact with tiktoken and round-trips every text")
-    return 0
+    return testlib.report(failures, "ztrain-tokenize is byte-exact with tiktoken and round-trips every text")
 
 
 if __name__ == "__main__":

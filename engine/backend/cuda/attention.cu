@@ -50,6 +50,22 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* qk
   if (lane == 0) lse[(int64_t(b) * NH + h) * T + t] = m + logf(l);
 }
 
+// Warp-wide q . k_t2 and dout . v_t2 for one key row (each lane holds its slice of q and dout).
+__device__ inline void qk_and_dv(const float* q, const float* d, const float* k, const float* v, int hs, int lane,
+                                 float& qk, float& dv) {
+  qk = 0;
+  dv = 0;
+  for (int j = 0; j < kMaxPerLane; ++j) {
+    const int c = lane + 32 * j;
+    if (c < hs) {
+      qk += q[j] * k[c];
+      dv += d[j] * v[c];
+    }
+  }
+  qk = warp_sum(qk);
+  dv = warp_sum(dv);
+}
+
 __global__ void attention_backward_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, int B,
                                           int T, int C, int NH) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -70,30 +86,15 @@ __global__ void attention_backward_kernel(float* dqkv, const float* dout, const 
   // D = sum_t2 p * dp (= dout . out), needed before any ds
   float D = 0;
   for (int t2 = 0; t2 <= t; ++t2) {
-    const float* k = base + int64_t(t2) * C3 + C + h * hs;
-    const float* v = base + int64_t(t2) * C3 + 2 * C + h * hs;
-    float qk = 0, dv = 0;
-    for (int j = 0; j < kMaxPerLane; ++j) {
-      const int c = lane + 32 * j;
-      if (c < hs) {
-        qk += q[j] * k[c];
-        dv += d[j] * v[c];
-      }
-    }
-    D += expf(warp_sum(qk) * scale - L) * warp_sum(dv);
+    float qk, dv;
+    qk_and_dv(q, d, base + int64_t(t2) * C3 + C + h * hs, base + int64_t(t2) * C3 + 2 * C + h * hs, hs, lane, qk, dv);
+    D += expf(qk * scale - L) * dv;
   }
   for (int t2 = 0; t2 <= t; ++t2) {
     const float* k = base + int64_t(t2) * C3 + C + h * hs;
-    const float* v = base + int64_t(t2) * C3 + 2 * C + h * hs;
-    float qk = 0, dv = 0;
-    for (int j = 0; j < kMaxPerLane; ++j) {
-      const int c = lane + 32 * j;
-      if (c < hs) {
-        qk += q[j] * k[c];
-        dv += d[j] * v[c];
-      }
-    }
-    const float p = expf(warp_sum(qk) * scale - L), dp = warp_sum(dv);
+    float qk, dp;
+    qk_and_dv(q, d, k, base + int64_t(t2) * C3 + 2 * C + h * hs, hs, lane, qk, dp);
+    const float p = expf(qk * scale - L);
     const float ds = p * (dp - D) * scale;
     float* dk = dbase + int64_t(t2) * C3 + C + h * hs;
     float* dvv = dbase + int64_t(t2) * C3 + 2 * C + h * hs;
