@@ -15,8 +15,10 @@ if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" = 1 ]; then
   PKGS=(build-essential cmake pkg-config libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
         libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev catch2)
 fi
-command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
-command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" != 1 ]; then  # Node.js runs the tests' npm references
+  command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+  command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
