@@ -43,14 +43,19 @@ def rel(a, b):
     return ((a - b).norm() / max(b.norm().item(), 1e-30)).item()
 
 
-def check_case(args, work, name, model, train, optim):
+def check_case(args, work, name, model, train, optim, device="cpu"):
     spec = os.path.join(work, f"{name}.toml")
     testlib.write_spec(spec, {
-        "run": {"name": name, "out_dir": os.path.join(work, name), "seed": 1234, "device": "cpu", "threads": 2},
+        "run": {"name": name, "out_dir": os.path.join(work, name), "seed": 1234, "device": device, "threads": 2},
         "model": model, "train": train, "optim": optim, "data": {"train": args.data},
     })
     h5path = os.path.join(work, f"{name}.h5")
-    testlib.run([args.ztrain, "debug", "dump-state", spec, "--out", h5path, "--steps", "10"])
+    p = testlib.run([args.ztrain, "debug", "dump-state", spec, "--out", h5path, "--steps", "10"], check=False)
+    if device == "cuda" and p.returncode == 2 and "no CUDA device is visible" in p.stderr:
+        print(f"  [{name}] SKIP on CUDA: no CUDA device visible")
+        return []
+    if p.returncode != 0:
+        return [f"dump-state failed ({p.returncode}): {p.stderr[-800:]}"]
     f = h5py.File(h5path, "r")
     cfg = {k: float(f["config"][k][()]) for k in f["config"]}
     m = GPT(int(cfg["n_layer"]), int(cfg["n_head"]), int(cfg["d_model"]), int(cfg["d_ff"]),
@@ -148,6 +153,9 @@ def main():
         failures = []
         for name, model, train, optim in cases:
             failures += [f"{name}: {x}" for x in check_case(args, work, name, model, train, optim)]
+        # The same on the CUDA backend (fp32) when a GPU is visible; skipped with a message otherwise.
+        for name, model, train, optim in cases:
+            failures += [f"{name} (cuda): {x}" for x in check_case(args, work, name + "_cuda", model, train, optim, "cuda")]
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1
