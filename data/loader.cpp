@@ -97,10 +97,12 @@ const ShardView& TokenDataset::shard(size_t s) {
     return *it->second->view;
   }
   auto sh = cache_->open(s);
-  const ShardHeader& h = sh->view->header();
-  if (h.token_bytes != manifest_.token_bytes || h.n_tokens != manifest_.shards[s].tokens)
-    user_error("{}: header does not match the manifest", store_->describe(manifest_.shards[s].file));
-  check_tokens(*sh->view, vocab_size_);
+  if (sh->verified_now) {  // first use of this file in this process: header and ids once
+    const ShardHeader& h = sh->view->header();
+    if (h.token_bytes != manifest_.token_bytes || h.n_tokens != manifest_.shards[s].tokens)
+      user_error("{}: header does not match the manifest", store_->describe(manifest_.shards[s].file));
+    check_tokens(*sh->view, vocab_size_);
+  }
   while (lru_.size() >= max_open_) {  // unpin the least recently used
     open_.erase(lru_.front());
     lru_.pop_front();
@@ -225,7 +227,9 @@ BatchLoader::~BatchLoader() {
     std::lock_guard g(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  producer_cv_.notify_all();
+  consumer_cv_.notify_all();
+  prefetch_cv_.notify_all();
   if (producer_.joinable()) producer_.join();
   if (prefetcher_.joinable()) prefetcher_.join();
 }
@@ -234,24 +238,30 @@ void BatchLoader::produce() {
   try {
     for (;;) {
       uint64_t k;
+      Batch b;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || int(ready_.size()) < depth_; });
+        producer_cv_.wait(lock, [&] { return stop_ || int(ready_.size()) < depth_; });
         if (stop_) return;
         k = next_k_++;
+        if (!spare_.empty()) {
+          b = std::move(spare_.back());
+          spare_.pop_back();
+        }
       }
-      std::vector<int32_t> in(size_t(B_) * T_), tg(in.size());
-      order_.fill(ds_, first_of_(k), B_, in.data(), tg.data());
+      b.first.resize(size_t(B_) * T_);
+      b.second.resize(b.first.size());
+      order_.fill(ds_, first_of_(k), B_, b.first.data(), b.second.data());
       {
         std::lock_guard g(mu_);
-        ready_.emplace_back(std::move(in), std::move(tg));
+        ready_.push_back(std::move(b));
       }
-      cv_.notify_all();
+      consumer_cv_.notify_one();
     }
   } catch (...) {
     std::lock_guard g(mu_);
     error_ = std::current_exception();
-    cv_.notify_all();
+    consumer_cv_.notify_all();
   }
 }
 
@@ -259,41 +269,45 @@ void BatchLoader::prefetch_loop() {
   try {
     uint64_t done_for = UINT64_MAX;
     while (true) {
-      {
-        std::unique_lock lock(mu_);
-        if (stop_) return;
-      }
       const uint64_t g = consumer_g_.load();
       if (g != done_for) {
         for (size_t s : prefetch_order_.upcoming_shards(g, prefetch_blocks_)) {
+          {
+            std::lock_guard lock(mu_);
+            if (stop_) return;
+          }
           ds_.prefetch_shard(s);
-          std::lock_guard lock(mu_);
-          if (stop_) return;
         }
         done_for = g;
       }
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(20), [&] { return stop_; });
+      prefetch_cv_.wait_for(lock, std::chrono::milliseconds(50), [&] { return stop_; });
+      if (stop_) return;
     }
   } catch (...) {
     std::lock_guard g(mu_);
     error_ = std::current_exception();
-    cv_.notify_all();
+    consumer_cv_.notify_all();
   }
 }
 
 void BatchLoader::next(int32_t* inputs, int32_t* targets, double* wait_ms) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return !ready_.empty() || error_; });
+  consumer_cv_.wait(lock, [&] { return !ready_.empty() || error_; });
   if (error_ && ready_.empty()) std::rethrow_exception(error_);
-  auto [in, tg] = std::move(ready_.front());
+  Batch b = std::move(ready_.front());
   ready_.pop_front();
   consumer_g_ = first_of_(next_k_ - ready_.size());
+  const bool wake = int(ready_.size()) <= depth_ / 2;
   lock.unlock();
-  cv_.notify_all();
-  std::copy(in.begin(), in.end(), inputs);
-  std::copy(tg.begin(), tg.end(), targets);
+  if (wake) producer_cv_.notify_one();
+  std::copy(b.first.begin(), b.first.end(), inputs);
+  std::copy(b.second.begin(), b.second.end(), targets);
+  {
+    std::lock_guard g(mu_);
+    spare_.push_back(std::move(b));
+  }
   if (wait_ms) *wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 

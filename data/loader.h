@@ -137,9 +137,13 @@ class BatchLoader {
   int B_, T_;
   std::function<uint64_t(uint64_t)> first_of_;
   int depth_, prefetch_blocks_;
+  using Batch = std::pair<std::vector<int32_t>, std::vector<int32_t>>;  // inputs, targets
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<std::vector<int32_t>, std::vector<int32_t>>> ready_;
+  // Separate wake-ups for the three threads: a step should not wake the prefetcher, and the
+  // producer is woken only when the queue is half empty (batches are handed over in bursts).
+  std::condition_variable producer_cv_, consumer_cv_, prefetch_cv_;
+  std::deque<Batch> ready_;
+  std::vector<Batch> spare_;  // recycled buffers: no allocation per micro-batch
   uint64_t next_k_;        // next micro-batch to produce
   std::atomic<uint64_t> consumer_g_{0};  // first sample the consumer will need next
   bool stop_ = false;

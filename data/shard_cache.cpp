@@ -134,6 +134,17 @@ std::unique_ptr<OpenShard> ShardCache::open(size_t shard) {
     if (out->pin_fd < 0) continue;  // evicted between ensure and open: fetch again
     ::flock(out->pin_fd, LOCK_SH);
     if (!fs::exists(path)) continue;
+    struct stat st {};
+    ::fstat(out->pin_fd, &st);
+    {
+      std::lock_guard g(mu_);
+      auto it = verified_inode_.find(shard);
+      if (it != verified_inode_.end() && it->second == uint64_t(st.st_ino)) {
+        ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
+        out->view = std::make_unique<ShardView>(path);
+        return out;
+      }
+    }
     if (!verify(shard, path)) {  // corrupt or truncated cache file: replace it
       const std::string lock_path = path + ".lock";
       const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
@@ -144,6 +155,9 @@ std::unique_ptr<OpenShard> ShardCache::open(size_t shard) {
     }
     ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // mark as recently used
     out->view = std::make_unique<ShardView>(path);
+    out->verified_now = true;
+    std::lock_guard g(mu_);
+    verified_inode_[shard] = uint64_t(st.st_ino);
     return out;
   }
   throw RuntimeFailure(fmt::format("{}: could not obtain a valid copy after 3 tries",

@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -22,6 +23,7 @@ namespace zt::data {
 struct OpenShard {
   std::unique_ptr<ShardView> view;
   int pin_fd = -1;
+  bool verified_now = false;  // checked against the manifest by this open (first use in this process)
   ~OpenShard();
 };
 
@@ -48,6 +50,9 @@ class ShardCache {
   uint64_t limit_;
   std::mutex mu_;
   uint64_t downloads_ = 0;
+  // Shard files this process has verified, by inode: a file replaced since (rename) has another
+  // inode and is verified again; reopening an unchanged one skips the CRC pass.
+  std::map<size_t, uint64_t> verified_inode_;
 };
 
 }  // namespace zt::data

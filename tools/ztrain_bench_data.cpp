@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     std::vector<int32_t> in(size_t(B) * T), tg(in.size());
     const auto t0 = std::chrono::steady_clock::now();
     {
-      data::BatchLoader loader(ds, order, B, [B](uint64_t k) { return k * uint64_t(B); }, 0, 4, int(d.prefetch));
+      data::BatchLoader loader(ds, order, B, [B](uint64_t k) { return k * uint64_t(B); }, 0, 8, int(d.prefetch));
       for (int k = 0; k < batches; ++k) loader.next(in.data(), tg.data(), nullptr);
     }
     const double warm_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

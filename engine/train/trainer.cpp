@@ -148,7 +148,7 @@ StepResult Trainer::step(int64_t step) {
   auto first_of = [GB, dp, dp_rank, B](uint64_t k) { return data::micro_batch_first_sample(k, GB, dp, dp_rank, B); };
   if (!loader_ || loader_step_ != step)  // (re)start the background loader at this step
     loader_ = std::make_unique<data::BatchLoader>(*train_, *train_order_, B, first_of,
-                                                  uint64_t(step * accum), 2, int(spec_.data.prefetch));
+                                                  uint64_t(step * accum), 4, int(spec_.data.prefetch));
   loader_step_ = step + 1;
   store_->zero_grad();
   double loss_sum = 0, wait_ms = 0;
