@@ -19,7 +19,7 @@
 #ifdef ZTRAIN_HAVE_NCCL
 #include <cuda_runtime_api.h>
 
-#include "engine/dist/comm_nccl.h"
+#include "engine/backend/cuda_plugin.h"
 #endif
 
 using namespace zt;
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
         return 0;
       }
       cudaSetDevice(topo.local_rank % gpus);
-      nccl = make_nccl_comm(MPI_COMM_WORLD, "world", 600, nullptr);
+      nccl = cuda_plugin::make_nccl_comm(MPI_COMM_WORLD, "world", 600, nullptr);
       comm_ptr = nccl.get();
 #else
       user_error("--backend nccl: this build has no NCCL (configure with the CUDA toolkit)");

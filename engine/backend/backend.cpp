@@ -4,26 +4,13 @@
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 
-#ifdef ZTRAIN_HAVE_CUDA
-#include "engine/backend/cuda/device.h"
-#endif
+#include "engine/backend/cuda_plugin.h"
 
 namespace zt {
 
-const char* mem_tag_name(MemTag tag) {
-  switch (tag) {
-    case MemTag::Params: return "params";
-    case MemTag::Grads: return "grads";
-    case MemTag::OptimStates: return "optimizer";
-    case MemTag::Activations: return "activations";
-    case MemTag::CommBuffers: return "buffers";
-    default: return "other";
-  }
-}
-
 int cuda_device_count() {
 #ifdef ZTRAIN_HAVE_CUDA
-  return cuda::visible_device_count();
+  return cuda_plugin::device_count();
 #else
   return 0;
 #endif
@@ -33,8 +20,11 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int threads, in
   const int gpus = cuda_device_count();
   if (device == "cuda") {
 #ifdef ZTRAIN_HAVE_CUDA
-    if (gpus == 0) user_error("run.device = \"cuda\" but no CUDA device is visible");
-    auto backend = cuda::make_cuda_backend(local_rank % gpus);
+    if (gpus == 0) {
+      const std::string why = cuda_plugin::why();
+      user_error("run.device = \"cuda\" but no CUDA device is visible{}", why.empty() ? "" : " (" + why + ")");
+    }
+    auto backend = cuda_plugin::make_backend(local_rank % gpus);
     spdlog::info("backend: {}", backend->name());
     return backend;
 #else

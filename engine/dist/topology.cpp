@@ -9,9 +9,7 @@
 #include "engine/core/status.h"
 #include "engine/dist/comm_mpi.h"
 #include "engine/dist/comm_staged.h"
-#ifdef ZTRAIN_HAVE_NCCL
-#include "engine/dist/comm_nccl.h"
-#endif
+#include "engine/backend/cuda_plugin.h"
 
 namespace zt {
 
@@ -107,8 +105,8 @@ void attach_device_comms(Topology& t, const std::string& backend, Backend& devic
     // All-reduces of host doubles (loss, norms) stay on MPI's world communicator: cheap and
     // independent of device memory. Device buffers go over NCCL.
     // (The MPI communicator only bootstraps NCCL's unique id; the MpiComm that owns it goes.)
-    if (t.mpi_tp) t.tp_group = make_nccl_comm(static_cast<MPI_Comm>(t.mpi_tp), "tp", timeout_s, stream);
-    if (t.mpi_dp) t.dp_group = make_nccl_comm(static_cast<MPI_Comm>(t.mpi_dp), "dp", timeout_s, stream);
+    if (t.mpi_tp) t.tp_group = cuda_plugin::make_nccl_comm(t.mpi_tp, "tp", timeout_s, stream);
+    if (t.mpi_dp) t.dp_group = cuda_plugin::make_nccl_comm(t.mpi_dp, "dp", timeout_s, stream);
     t.mpi_tp = t.mpi_dp = nullptr;
     return;
   }
