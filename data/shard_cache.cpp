@@ -114,8 +114,6 @@ bool ShardCache::ensure(size_t shard, bool best_effort) {
                                          store_.describe(manifest_.shards[shard].file)));
       }
       fs::rename(tmp, path);
-      std::lock_guard g(mu_);
-      ++downloads_;
     }
   } catch (...) {
     ::close(lock);

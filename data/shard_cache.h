@@ -36,7 +36,6 @@ class ShardCache {
   // Downloads the shard into the cache if absent (no pin); safe to call from another thread.
   // best_effort (prefetch): returns false instead of waiting when the cache has no room.
   bool ensure(size_t shard, bool best_effort = false);
-  uint64_t downloads() const { return downloads_; }  // by this process
   const std::string& dir() const { return dir_; }
 
  private:
@@ -49,7 +48,6 @@ class ShardCache {
   std::string root_, dir_;
   uint64_t limit_;
   std::mutex mu_;
-  uint64_t downloads_ = 0;
   // Shard files this process has verified, by inode: a file replaced since (rename) has another
   // inode and is verified again; reopening an unchanged one skips the CRC pass.
   std::map<size_t, uint64_t> verified_inode_;

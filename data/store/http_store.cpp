@@ -138,7 +138,6 @@ class HttpStore final : public ObjectStore {
       long status = 0;
       double expected = -1;
       const CURLcode rc = perform(url, sink, status, expected);
-      ++requests;
       if (rc == CURLE_OK && status >= 200 && status < 300) {
         if (expected >= 0 && double(sink.bytes) != expected) {
           last_error = fmt::format("truncated body: {} of {} bytes", sink.bytes, uint64_t(expected));
@@ -208,10 +207,6 @@ std::string trim_slashes(std::string s) {
 }
 
 }  // namespace
-
-bool is_remote_uri(const std::string& uri) {
-  return uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0 || uri.rfind("s3://", 0) == 0;
-}
 
 std::unique_ptr<ObjectStore> open_store(const std::string& uri_in, const StoreOptions& o) {
   const std::string uri = trim_slashes(uri_in);

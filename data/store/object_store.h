@@ -33,12 +33,9 @@ class ObjectStore {
   virtual std::string get(const std::string& name) = 0;
   // Streams the object into `path` (created or truncated); returns the bytes written.
   virtual uint64_t download(const std::string& name, const std::string& path) = 0;
-  uint64_t requests = 0;  // HTTP requests made, retries included (tests, benchmarks)
 };
 
 // "dir", "file:///dir", "http(s)://host/prefix", "s3://bucket/prefix".
 std::unique_ptr<ObjectStore> open_store(const std::string& uri, const StoreOptions& options);
-
-bool is_remote_uri(const std::string& uri);
 
 }  // namespace zt::data

@@ -75,22 +75,4 @@ void H5File::write(const std::string& name, const double* data, const std::vecto
   write_dataset(file_, path_, name, H5T_NATIVE_DOUBLE, data, shape);
 }
 
-std::vector<float> H5File::read_floats(const std::string& name, std::vector<int64_t>* shape) {
-  const hid_t ds = H5Dopen2(hid_t(file_), name.c_str(), H5P_DEFAULT);
-  if (ds < 0) user_error("HDF5 file has no dataset {}", name);
-  const hid_t space = H5Dget_space(ds);
-  const int rank = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> dims(std::max(rank, 0));
-  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  size_t n = 1;
-  for (auto d : dims) n *= d;
-  std::vector<float> out(n);
-  const bool ok = H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) >= 0;
-  H5Sclose(space);
-  H5Dclose(ds);
-  if (!ok) user_error("HDF5 dataset {}: cannot read as float", name);
-  if (shape) shape->assign(dims.begin(), dims.end());
-  return out;
-}
-
 }  // namespace zt

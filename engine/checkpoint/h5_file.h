@@ -1,4 +1,4 @@
-// A small RAII wrapper over the HDF5 C API: create a file, write and read float / int32 datasets
+// A small RAII wrapper over the HDF5 C API: create a file, write float / int32 / double datasets
 // by path ("/params/transformer.wte.weight"), creating intermediate groups as needed.
 #pragma once
 #include <cstdint>
@@ -18,7 +18,6 @@ class H5File {
   void write(const std::string& name, const float* data, const std::vector<int64_t>& shape);
   void write(const std::string& name, const int32_t* data, const std::vector<int64_t>& shape);
   void write(const std::string& name, const double* data, const std::vector<int64_t>& shape);
-  std::vector<float> read_floats(const std::string& name, std::vector<int64_t>* shape = nullptr);
   // Writes everything to disk and closes; the destructor does the same, silently.
   void close();
 

@@ -1,4 +1,4 @@
-// Elementwise helpers: residual add, gradient accumulation, scaling, sum of squares.
+// Elementwise helpers: residual add, scaling, sum of squares.
 #include <algorithm>
 #include <vector>
 
@@ -12,12 +12,6 @@ template <typename F>
 void add(F* out, const F* a, const F* b, int64_t n) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
-}
-
-template <typename F>
-void accumulate(F* acc, const F* x, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
 }
 
 template <typename F>
@@ -47,8 +41,6 @@ double sum_squares(const F* x, int64_t n) {
 
 template void add<float>(float*, const float*, const float*, int64_t);
 template void add<double>(double*, const double*, const double*, int64_t);
-template void accumulate<float>(float*, const float*, int64_t);
-template void accumulate<double>(double*, const double*, int64_t);
 template void scale<float>(float*, float, int64_t);
 template void scale<double>(double*, double, int64_t);
 template double sum_squares<float>(const float*, int64_t);

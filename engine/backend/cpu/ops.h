@@ -82,8 +82,6 @@ void crossentropy_grad_from_lse(F* logits, const F* lse, const int32_t* targets,
 template <typename F>
 void add(F* out, const F* a, const F* b, int64_t n);  // out = a + b
 template <typename F>
-void accumulate(F* acc, const F* x, int64_t n);  // acc += x
-template <typename F>
 void scale(F* x, F s, int64_t n);  // x *= s
 template <typename F>
 double sum_squares(const F* x, int64_t n);  // sum x^2, accumulated in double, fixed order
