@@ -90,46 +90,55 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
 
   // Activations for the largest batch, carved from one allocation. With tensor parallelism the
   // attention (Ca = C/TP), MLP (Fl = F/TP) and logits (Vl = V/TP) activations are this rank's part.
+  esize_ = be_.compute_size();
   const int64_t L = cfg.n_layer, B = max_batch, NH = NH_l_, BT = B * T;
   const int64_t Ca = C_l_, Fl = F_l_, Vl = V_l_;
-  const std::vector<int64_t> sizes = {
-      BT * C,                                   // encoded
-      L * BT * C, L * BT, L * BT,               // ln1, mean, rstd
-      L * BT * 3 * Ca,                          // qkv
-      L * BT * Ca,                              // atty
-      L * B * NH * T,                           // att_lse
-      L * BT * C, L * BT * C,                   // attproj, res2
-      L * BT * C, L * BT, L * BT,               // ln2, mean, rstd
-      L * BT * Fl, L * BT * Fl,                 // fch, fch_gelu
-      L * BT * C, L * BT * C,                   // fcproj, res3
-      BT * C, BT, BT,                           // lnf, mean, rstd
-      BT * Vl, BT,                              // logits, losses
-      BT * C, BT * C, BT * 3 * Ca, BT * Ca, BT * Fl, BT * Fl};  // dres, dln, dqkv, datty, dfch, dfch_gelu
+  Acts& a = acts_;
+  struct Slot {
+    void** compute;  // compute-precision tensor, or
+    float** stat;    // fp32 statistics
+    int64_t n;
+  };
+  const std::vector<Slot> slots = {
+      {&a.encoded, nullptr, BT * C},
+      {&a.ln1, nullptr, L * BT * C},       {nullptr, &a.ln1_mean, L * BT},   {nullptr, &a.ln1_rstd, L * BT},
+      {&a.qkv, nullptr, L * BT * 3 * Ca},  {&a.atty, nullptr, L * BT * Ca},  {nullptr, &a.att_lse, L * B * NH * T},
+      {&a.attproj, nullptr, L * BT * C},   {&a.res2, nullptr, L * BT * C},
+      {&a.ln2, nullptr, L * BT * C},       {nullptr, &a.ln2_mean, L * BT},   {nullptr, &a.ln2_rstd, L * BT},
+      {&a.fch, nullptr, L * BT * Fl},      {&a.fch_gelu, nullptr, L * BT * Fl},
+      {&a.fcproj, nullptr, L * BT * C},    {&a.res3, nullptr, L * BT * C},
+      {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_mean, BT},       {nullptr, &a.lnf_rstd, BT},
+      {&a.logits, nullptr, BT * Vl},
+      {nullptr, &a.losses, BT},            {nullptr, &a.ce_sum, BT},         {nullptr, &a.ce_tgt, BT},
+      {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * 3 * Ca},
+      {&a.datty, nullptr, BT * Ca},        {&a.dfch, nullptr, BT * Fl},      {&a.dfch_gelu, nullptr, BT * Fl}};
+  auto bytes_of = [&](const Slot& sl) {
+    const size_t raw = size_t(sl.n) * (sl.compute ? esize_ : sizeof(float));
+    return (raw + 63) / 64 * 64;  // 64-byte aligned sub-buffers (128-bit vector access)
+  };
   size_t total = 0;
-  for (auto s : sizes) total += size_t(s + 15) / 16 * 16;  // 64-byte aligned sub-buffers
-  act_buf_ = static_cast<float*>(be_.alloc(total * sizeof(float), MemTag::Activations));
-  float* p = act_buf_;
-  float** slots[] = {&acts_.encoded, &acts_.ln1,      &acts_.ln1_mean, &acts_.ln1_rstd,
-                     &acts_.qkv,     &acts_.atty,     &acts_.att_lse,  &acts_.attproj,
-                     &acts_.res2,    &acts_.ln2,      &acts_.ln2_mean, &acts_.ln2_rstd,
-                     &acts_.fch,     &acts_.fch_gelu, &acts_.fcproj,   &acts_.res3,
-                     &acts_.lnf,     &acts_.lnf_mean, &acts_.lnf_rstd, &acts_.logits,
-                     &acts_.losses,  &acts_.dres,     &acts_.dln,      &acts_.dqkv,
-                     &acts_.datty,   &acts_.dfch,     &acts_.dfch_gelu};
-  static_assert(sizeof(slots) / sizeof(slots[0]) == 27);
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    *slots[i] = p;
-    p += size_t(sizes[i] + 15) / 16 * 16;
+  for (const Slot& sl : slots) total += bytes_of(sl);
+  act_buf_ = be_.alloc(total, MemTag::Activations);
+  char* p = static_cast<char*>(act_buf_);
+  for (const Slot& sl : slots) {
+    if (sl.compute) *sl.compute = p;
+    else *sl.stat = reinterpret_cast<float*>(p);
+    p += bytes_of(sl);
   }
-  tokens_buf_ = static_cast<int32_t*>(be_.alloc(size_t(2 * BT) * sizeof(int32_t), MemTag::Activations));
+  tokens_buf_ = static_cast<int32_t*>(be_.alloc(size_t(4 * BT) * sizeof(int32_t), MemTag::Activations));
+  if (TP > 1 && esize_ != sizeof(float))
+    tp_scratch_ = static_cast<float*>(be_.alloc(size_t(BT * std::max<int64_t>(C, Vl)) * sizeof(float),
+                                                MemTag::Activations));
 }
 
 GPT2::~GPT2() {
   be_.free(act_buf_);
   be_.free(tokens_buf_);
+  be_.free(tp_scratch_);
 }
 
-GPT2::LayerPtrs GPT2::layer(float* g, int l) const {
+template <typename P>
+GPT2::LayerPtrs<P> GPT2::layer(P g, int l) const {
   const size_t first = groups_[1 + l].first_param;  // the block's 12 tensors, in table order
   auto p = [&](size_t k) { return at(g, first + k); };
   return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8), p(9), p(10), p(11)};
@@ -166,8 +175,16 @@ void GPT2::init_range(uint64_t seed, size_t begin, size_t end, float* dst) const
   }
 }
 
-void GPT2::tp_all_reduce(float* buf, int64_t n) const {
-  if (tp_size_ > 1) tp_->all_reduce_sync(buf, size_t(n));
+void GPT2::tp_all_reduce(void* buf, int64_t n) const {
+  if (tp_size_ == 1) return;
+  const DType ct = be_.compute_dtype();
+  if (ct == DType::F32) {
+    tp_->all_reduce_sync(static_cast<float*>(buf), size_t(n));
+    return;
+  }
+  be_.convert(tp_scratch_, DType::F32, buf, ct, n);
+  tp_->all_reduce_sync(tp_scratch_, size_t(n));
+  be_.convert(buf, ct, tp_scratch_, DType::F32, n);
 }
 
 float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
@@ -182,10 +199,13 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   // Token ids as this rank's embedding rows (-1: another rank's slice); targets stay global.
   std::vector<int32_t> local_ids(inputs, inputs + BT);
   for (auto& id : local_ids) id = (id >= v0 && id < v0 + Vl) ? id - v0 : -1;
-  int32_t* d_inputs = tokens_buf_;
-  int32_t* d_targets = tokens_buf_ + BT;
-  be_.copy_to_device(d_inputs, local_ids.data(), BT * sizeof(int32_t));
-  if (targets) be_.copy_to_device(d_targets, targets, BT * sizeof(int32_t));
+  // Two token slots used in turn: this batch's upload (on the copy stream) may overlap the
+  // previous micro-batch's backward, which still reads the other slot.
+  token_slot_ ^= 1;
+  int32_t* d_inputs = tokens_buf_ + int64_t(token_slot_) * 2 * max_batch_ * cfg_.seq_len;
+  int32_t* d_targets = d_inputs + BT;
+  be_.upload_async(d_inputs, local_ids.data(), BT * sizeof(int32_t));
+  if (targets) be_.upload_async(d_targets, targets, BT * sizeof(int32_t));
   Acts& a = acts_;
   ParamProvider& prov = *prov_;
   const int L = cfg_.n_layer, lnf_group = head_group();
@@ -197,47 +217,56 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   order.push_back(0);
   prov.begin_pass(order);
 
-  float* emb = prov.params(0);
+  void* emb = prov.params(0);
   be_.embedding_forward(a.encoded, d_inputs, at(emb, wte_i), tp0 ? at(emb, wpe_i) : nullptr, B, T, C);
   prov.release_params(0);
   tp_all_reduce(a.encoded, BT * C);  // vocabulary-parallel embedding: (B,T,C)
-  const float* residual = a.encoded;
+  // Each residual add is fused with the LayerNorm that reads its result: block l's attention
+  // residual with its ln_2, block l's MLP residual with block l+1's ln_1 (or ln_f), which runs
+  // at the start of block l+1 so that only that block's parameters are needed.
   for (int l = 0; l < L; ++l) {
-    const LayerPtrs w = layer(prov.params(1 + l), l);
-    float* ln1 = a.ln1 + l * BT * C;
+    const LayerPtrs<void*> w = layer(prov.params(1 + l), l);
+    void* ln1 = el(a.ln1, l * BT * C);
     float* ln1_mean = a.ln1_mean + l * BT;
     float* ln1_rstd = a.ln1_rstd + l * BT;
-    float* qkv = a.qkv + l * BT * 3 * Ca;
-    float* atty = a.atty + l * BT * Ca;
+    void* qkv = el(a.qkv, l * BT * 3 * Ca);
+    void* atty = el(a.atty, l * BT * Ca);
     float* lse = a.att_lse + l * BT * NH;
-    float* attproj = a.attproj + l * BT * C;
-    float* res2 = a.res2 + l * BT * C;
-    float* ln2 = a.ln2 + l * BT * C;
-    float* ln2_mean = a.ln2_mean + l * BT;
-    float* ln2_rstd = a.ln2_rstd + l * BT;
-    float* fch = a.fch + l * BT * Fl;
-    float* fch_gelu = a.fch_gelu + l * BT * Fl;
-    float* fcproj = a.fcproj + l * BT * C;
-    float* res3 = a.res3 + l * BT * C;
+    void* attproj = el(a.attproj, l * BT * C);
+    void* res2 = el(a.res2, l * BT * C);
+    void* ln2 = el(a.ln2, l * BT * C);
+    void* fch = el(a.fch, l * BT * Fl);
+    void* fch_gelu = el(a.fch_gelu, l * BT * Fl);
+    void* fcproj = el(a.fcproj, l * BT * C);
 
-    be_.layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, BT, C, kLayerNormEps);
+    if (l == 0) {
+      be_.layernorm_forward(ln1, ln1_mean, ln1_rstd, a.encoded, w.ln1w, w.ln1b, BT, C, kLayerNormEps);
+    } else {  // res3[l-1] = res2[l-1] + fcproj[l-1]; ln1 = ln_1(res3[l-1])
+      be_.residual_layernorm_forward(el(a.res3, (l - 1) * BT * C), ln1, ln1_mean, ln1_rstd,
+                                     el(a.res2, (l - 1) * BT * C), el(a.fcproj, (l - 1) * BT * C),
+                                     w.ln1w, w.ln1b, BT, C, kLayerNormEps);
+    }
+    const void* residual = l == 0 ? a.encoded : el(a.res3, (l - 1) * BT * C);
     be_.matmul_forward(qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca);      // (B,T,3Ca) this rank's heads
     be_.attention_forward(atty, lse, qkv, B, T, Ca, NH);              // (B,T,Ca)
     be_.matmul_forward(attproj, atty, w.attprojw, tp0 ? w.attprojb : nullptr, BT, Ca, C);
     tp_all_reduce(attproj, BT * C);                                   // row-parallel: sum of parts
-    be_.add(res2, residual, attproj, BT * C);
-    be_.layernorm_forward(ln2, ln2_mean, ln2_rstd, res2, w.ln2w, w.ln2b, BT, C, kLayerNormEps);
-    be_.matmul_forward(fch, ln2, w.fcw, w.fcb, BT, C, Fl);            // (B,T,Fl)
-    be_.gelu_forward(fch_gelu, fch, BT * Fl);
+    be_.residual_layernorm_forward(res2, ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual, attproj,
+                                   w.ln2w, w.ln2b, BT, C, kLayerNormEps);
+    be_.matmul_gelu_forward(fch_gelu, fch, ln2, w.fcw, w.fcb, BT, C, Fl);  // (B,T,Fl)
     be_.matmul_forward(fcproj, fch_gelu, w.fcprojw, tp0 ? w.fcprojb : nullptr, BT, Fl, C);
     tp_all_reduce(fcproj, BT * C);
-    be_.add(res3, res2, fcproj, BT * C);
     prov.release_params(1 + l);
-    residual = res3;
   }
-  float* lnf = prov.params(lnf_group);
-  be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, at(lnf, lnfw_i), at(lnf, lnfb_i),
-                        BT, C, kLayerNormEps);
+  void* lnf = prov.params(lnf_group);
+  if (L == 0) {
+    be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.encoded, at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C,
+                          kLayerNormEps);
+  } else {
+    be_.residual_layernorm_forward(el(a.res3, (L - 1) * BT * C), a.lnf, a.lnf_mean, a.lnf_rstd,
+                                   el(a.res2, (L - 1) * BT * C), el(a.fcproj, (L - 1) * BT * C),
+                                   at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C, kLayerNormEps);
+  }
   prov.release_params(lnf_group);
   emb = prov.params(0);
   be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), nullptr, BT, C, Vl);  // (B,T,Vl), tied head
@@ -254,8 +283,8 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     // exponentials and the target's logit are reduced over the group ((B,T) floats each, in
     // device memory so that the group may be NCCL).
     float* d_max = a.losses;  // (B,T) scratch, free until the losses are known
-    float* d_sum = a.dres;    // free until backward
-    float* d_tgt = a.dln;     // free until backward
+    float* d_sum = a.ce_sum;
+    float* d_tgt = a.ce_tgt;
     be_.logits_row_max(d_max, a.logits, BT, Vl);
     tp_->wait(tp_->all_reduce(d_max, BT, ReduceOp::Max));
     be_.logits_row_sumexp(d_sum, a.logits, d_max, BT, Vl);
@@ -283,16 +312,14 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
 }
 
 void GPT2::logits_row(int b, int t, float* out) const {
-  const size_t Vl = size_t(V_l_);
-  const float* row = acts_.logits + (size_t(b) * cur_T_ + t) * Vl;
-  if (tp_size_ == 1) {
-    be_.copy_to_host(out, row, Vl * sizeof(float));
-    return;
-  }
-  // Gathered in device memory (the group may be NCCL), then copied out.
-  float* all = static_cast<float*>(be_.alloc(Vl * size_t(tp_size_) * sizeof(float), MemTag::CommBuffers));
-  tp_->wait(tp_->all_gather(row, all, Vl));  // slices in rank order = vocabulary order
-  be_.copy_to_host(out, all, Vl * size_t(tp_size_) * sizeof(float));
+  const int64_t Vl = V_l_;
+  const void* row = el(acts_.logits, (int64_t(b) * cur_T_ + t) * Vl);
+  // Converted to fp32 in device memory, gathered there (the group may be NCCL), then copied out.
+  float* all = static_cast<float*>(be_.alloc(size_t(Vl) * size_t(tp_size_) * sizeof(float), MemTag::CommBuffers));
+  float* mine = all + int64_t(tp_rank_) * Vl;
+  be_.convert(mine, DType::F32, row, be_.compute_dtype(), Vl);
+  if (tp_size_ > 1) tp_->wait(tp_->all_gather(mine, all, size_t(Vl)));  // rank order = vocabulary order
+  be_.copy_to_host(out, all, size_t(Vl) * size_t(tp_size_) * sizeof(float));
   be_.free(all);
 }
 
@@ -305,22 +332,23 @@ void GPT2::backward() {
   ParamProvider& prov = *prov_;
   const int lnf_group = head_group();
   const size_t wte_i = 0, wpe_i = 1, lnfw_i = params_.size() - 2, lnfb_i = params_.size() - 1;
-  const int32_t* d_inputs = tokens_buf_;
+  const int32_t* d_inputs = tokens_buf_ + int64_t(token_slot_) * 2 * max_batch_ * cfg_.seq_len;
   std::vector<int> order = {0, lnf_group};  // head (tied wte), ln_f, blocks in reverse
   for (int l = cfg_.n_layer - 1; l >= 0; --l) order.push_back(1 + l);
   prov.begin_pass(order);
 
   // Head: logits now hold dlogits (B,T,Vl). dwte collects the head's part here and the
   // embedding's part at the very end, so group 0's gradient stays open until then.
-  float* emb = prov.params(0);
+  const size_t cs = esize_;
+  void* emb = prov.params(0);
   float* emb_g = prov.grads(0);
-  be_.fill_zero(a.dln, BT * C * sizeof(float));
+  be_.fill_zero(a.dln, BT * C * cs);
   be_.matmul_backward(a.dln, at(emb_g, wte_i), nullptr, a.logits, a.lnf, at(emb, wte_i), BT, C, Vl);
   prov.release_params(0);
   tp_all_reduce(a.dln, BT * C);  // each rank's vocabulary slice contributed a part
-  be_.fill_zero(a.dres, BT * C * sizeof(float));
-  const float* last = cfg_.n_layer > 0 ? a.res3 + (cfg_.n_layer - 1) * BT * C : a.encoded;
-  float* lnf = prov.params(lnf_group);
+  be_.fill_zero(a.dres, BT * C * cs);
+  const void* last = cfg_.n_layer > 0 ? el(a.res3, (cfg_.n_layer - 1) * BT * C) : a.encoded;
+  void* lnf = prov.params(lnf_group);
   float* lnf_g = prov.grads(lnf_group);
   be_.layernorm_backward(a.dres, at(lnf_g, lnfw_i), at(lnf_g, lnfb_i), a.dln, last, at(lnf, lnfw_i),
                          a.lnf_mean, a.lnf_rstd, BT, C);
@@ -329,33 +357,34 @@ void GPT2::backward() {
   // dres is the gradient w.r.t. the residual stream (the same on every tensor-parallel rank);
   // each block adds its branches into it.
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
-    const LayerPtrs w = layer(prov.params(1 + l), l), g = layer(prov.grads(1 + l), l);
-    const float* residual = l == 0 ? a.encoded : a.res3 + (l - 1) * BT * C;
-    const float* ln1 = a.ln1 + l * BT * C;
-    const float* qkv = a.qkv + l * BT * 3 * Ca;
-    const float* atty = a.atty + l * BT * Ca;
+    const LayerPtrs<void*> w = layer(prov.params(1 + l), l);
+    const LayerPtrs<float*> g = layer(prov.grads(1 + l), l);
+    const void* residual = l == 0 ? a.encoded : el(a.res3, (l - 1) * BT * C);
+    const void* ln1 = el(a.ln1, l * BT * C);
+    const void* qkv = el(a.qkv, l * BT * 3 * Ca);
+    const void* atty = el(a.atty, l * BT * Ca);
     const float* lse = a.att_lse + l * BT * NH;
-    const float* res2 = a.res2 + l * BT * C;
-    const float* ln2 = a.ln2 + l * BT * C;
-    const float* fch = a.fch + l * BT * Fl;
-    const float* fch_gelu = a.fch_gelu + l * BT * Fl;
+    const void* res2 = el(a.res2, l * BT * C);
+    const void* ln2 = el(a.ln2, l * BT * C);
+    const void* fch = el(a.fch, l * BT * Fl);
+    const void* fch_gelu = el(a.fch_gelu, l * BT * Fl);
 
     // MLP branch: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
-    be_.fill_zero(a.dfch_gelu, BT * Fl * sizeof(float));
+    be_.fill_zero(a.dfch_gelu, BT * Fl * cs);
     be_.matmul_backward(a.dfch_gelu, g.fcprojw, g.fcprojb, a.dres, fch_gelu, w.fcprojw, BT, Fl, C);
-    be_.fill_zero(a.dfch, BT * Fl * sizeof(float));
+    be_.fill_zero(a.dfch, BT * Fl * cs);
     be_.gelu_backward(a.dfch, fch, a.dfch_gelu, BT * Fl);
-    be_.fill_zero(a.dln, BT * C * sizeof(float));
+    be_.fill_zero(a.dln, BT * C * cs);
     be_.matmul_backward(a.dln, g.fcw, g.fcb, a.dfch, ln2, w.fcw, BT, C, Fl);
     tp_all_reduce(a.dln, BT * C);  // column-parallel input: sum of the ranks' parts
     be_.layernorm_backward(a.dres, g.ln2w, g.ln2b, a.dln, res2, w.ln2w, a.ln2_mean + l * BT,
                            a.ln2_rstd + l * BT, BT, C);
     // Attention branch: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
-    be_.fill_zero(a.datty, BT * Ca * sizeof(float));
+    be_.fill_zero(a.datty, BT * Ca * cs);
     be_.matmul_backward(a.datty, g.attprojw, g.attprojb, a.dres, atty, w.attprojw, BT, Ca, C);
-    be_.fill_zero(a.dqkv, BT * 3 * Ca * sizeof(float));
-    be_.attention_backward(a.dqkv, a.datty, qkv, lse, B, T, Ca, NH);
-    be_.fill_zero(a.dln, BT * C * sizeof(float));
+    be_.fill_zero(a.dqkv, BT * 3 * Ca * cs);
+    be_.attention_backward(a.dqkv, a.datty, atty, qkv, lse, B, T, Ca, NH);
+    be_.fill_zero(a.dln, BT * C * cs);
     be_.matmul_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, ln1, w.qkvw, BT, C, 3 * Ca);
     tp_all_reduce(a.dln, BT * C);
     be_.layernorm_backward(a.dres, g.ln1w, g.ln1b, a.dln, residual, w.ln1w, a.ln1_mean + l * BT,

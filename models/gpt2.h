@@ -32,9 +32,9 @@ class ParamProvider {
  public:
   virtual ~ParamProvider() = default;
   virtual void begin_pass(const std::vector<int>& group_order) {}  // the order of params() calls
-  virtual float* params(int group) = 0;
+  virtual void* params(int group) = 0;  // in the backend's compute dtype
   virtual void release_params(int group) {}
-  virtual float* grads(int group) = 0;   // accumulate (+=) into it
+  virtual float* grads(int group) = 0;   // fp32; accumulate (+=) into it
   virtual void grads_done(int group) {}  // no more gradient for this group in this micro-batch
 };
 
@@ -111,36 +111,48 @@ class GPT2 {
   void logits_row(int b, int t, float* out_host) const;
 
  private:
+  template <typename P>  // void* for compute-precision parameters, float* for gradients
   struct LayerPtrs {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
-        *fcprojb;
+    P ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
   };
-  struct Acts {  // shapes for the current (B, T); L = n_layer, F = d_ff, NH = n_head
-    float* encoded;              // (B,T,C)
-    float *ln1, *ln1_mean, *ln1_rstd;  // (L,B,T,C), (L,B,T), (L,B,T)
-    float* qkv;                  // (L,B,T,3C)
-    float* atty;                 // (L,B,T,C)
+  // Activations: void* in the compute dtype, float* for fp32 statistics. Shapes for the current
+  // (B, T); L = n_layer, Ca/Fl/Vl = this rank's attention width, MLP width and vocabulary slice.
+  struct Acts {
+    void* encoded;               // (B,T,C)
+    void* ln1;                   // (L,B,T,C)
+    float *ln1_mean, *ln1_rstd;  // (L,B,T)
+    void* qkv;                   // (L,B,T,3Ca)
+    void* atty;                  // (L,B,T,Ca)
     float* att_lse;              // (L,B,NH,T)
-    float* attproj;              // (L,B,T,C)
-    float* res2;                 // (L,B,T,C)  residual after attention
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float* fch;                  // (L,B,T,F)
-    float* fch_gelu;             // (L,B,T,F)
-    float* fcproj;               // (L,B,T,C)
-    float* res3;                 // (L,B,T,C)  residual after MLP = block output
-    float *lnf, *lnf_mean, *lnf_rstd;  // (B,T,C), (B,T), (B,T)
-    float* logits;               // (B,T,V)
-    float* losses;               // (B,T)
+    void* attproj;               // (L,B,T,C)
+    void* res2;                  // (L,B,T,C)  residual after attention
+    void* ln2;                   // (L,B,T,C)
+    float *ln2_mean, *ln2_rstd;  // (L,B,T)
+    void* fch;                   // (L,B,T,Fl) pre-GELU
+    void* fch_gelu;              // (L,B,T,Fl)
+    void* fcproj;                // (L,B,T,C)
+    void* res3;                  // (L,B,T,C)  residual after MLP = block output
+    void* lnf;                   // (B,T,C)
+    float *lnf_mean, *lnf_rstd;  // (B,T)
+    void* logits;                // (B,T,Vl)
+    float *losses, *ce_sum, *ce_tgt;  // (B,T)
     // backward scratch
-    float *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu;
+    void *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu;  // (B,T,C) x2, (B,T,3Ca), (B,T,Ca), (B,T,Fl) x2
   };
-  // Pointers into a group's buffer (params or grads), by the tensors' offsets within the group.
-  LayerPtrs layer(float* group_base, int l) const;
-  float* at(float* group_base, size_t param) const {
-    return group_base + (params_[param].offset - groups_[group_of_[param]].offset);
+  // Element `i` of a compute-precision tensor.
+  void* el(void* base, int64_t i) const { return static_cast<char*>(base) + i * int64_t(esize_); }
+  // Pointers into a group's buffer (compute params or fp32 grads), by the tensors' offsets.
+  template <typename P>
+  LayerPtrs<P> layer(P group_base, int l) const;
+  void* at(void* group_base, size_t param) const { return el(group_base, group_rel(param)); }
+  float* at(float* group_base, size_t param) const { return group_base + group_rel(param); }
+  int64_t group_rel(size_t param) const {
+    return int64_t(params_[param].offset - groups_[group_of_[param]].offset);
   }
   int head_group() const { return int(groups_.size()) - 1; }  // ln_f
-  void tp_all_reduce(float* buf, int64_t n) const;  // sum over the tensor-parallel group
+  // Sum over the tensor-parallel group of a compute-precision activation (n elements), reduced
+  // in fp32.
+  void tp_all_reduce(void* buf, int64_t n) const;
 
   GPT2Config cfg_;
   Backend& be_;
@@ -153,8 +165,11 @@ class GPT2 {
   Comm* tp_ = nullptr;
   int tp_size_ = 1, tp_rank_ = 0;
   int C_l_ = 0, F_l_ = 0, V_l_ = 0, NH_l_ = 0;  // this rank's attention width, MLP width, vocab, heads
-  float* act_buf_ = nullptr;
-  int32_t* tokens_buf_ = nullptr;  // inputs (B*T) then targets (B*T)
+  size_t esize_ = 4;              // bytes per compute-precision element
+  void* act_buf_ = nullptr;
+  float* tp_scratch_ = nullptr;    // (B,T,max(C,Vl)) fp32: reductions of 16-bit activations
+  int32_t* tokens_buf_ = nullptr;  // 2 slots of: inputs (B*T) then targets (B*T)
+  int token_slot_ = 0;
   Acts acts_{};
   int cur_B_ = 0, cur_T_ = 0;
   bool grads_ready_ = false;

@@ -1,12 +1,14 @@
 // The op interface: every op the models need, forward and backward, behind one virtual table per
 // device. CPU (cpu/) is the reference; CUDA (cuda/) implements the same entries with the same
-// semantics. Pointers are device pointers of the backend's device. All ops are fp32 at this level;
-// "(accumulates)" marks outputs that are added to rather than overwritten.
+// semantics. Pointers are device pointers of the backend's device. "(accumulates)" marks outputs
+// that are added to rather than overwritten.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+
+#include "engine/core/dtype.h"
 
 namespace zt {
 
@@ -21,6 +23,9 @@ struct MemoryStats {
   size_t allocated = 0;  // bytes currently handed out
   size_t peak = 0;       // high-water mark of `allocated`
   size_t n_allocs = 0;   // live allocations
+  size_t reserved = 0;   // bytes held from the system (CUDA: cudaMalloc'ed, cached included)
+  // Share of reserved bytes not handed out (cached free blocks, size-class slack).
+  double fragmentation() const { return reserved ? 1.0 - double(allocated) / double(reserved) : 0.0; }
   size_t by_tag[size_t(MemTag::kCount)] = {};       // bytes currently held per tag
   size_t peak_by_tag[size_t(MemTag::kCount)] = {};  // high-water mark per tag
 };
@@ -38,50 +43,77 @@ class Backend {
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* ptr, size_t bytes) = 0;
+  // Host -> device copy that may overlap running compute (CUDA: a separate copy stream from
+  // pinned staging; the compute stream waits for it before the ops enqueued after this call).
+  // The host buffer may be reused at once; dst must not be in use by earlier enqueued ops.
+  virtual void upload_async(void* dst, const void* host_src, size_t bytes) { copy_to_device(dst, host_src, bytes); }
   virtual void synchronize() {}
   // The backend's compute stream (cudaStream_t) for device communicators; null on the CPU.
   virtual void* native_stream() const { return nullptr; }
   virtual MemoryStats memory_stats() const = 0;
 
+  // ---- precision. Activations and the weights the ops read ("compute" tensors, void* below)
+  // are in compute_dtype(); statistics (mean, rstd, lse, losses), weight gradients (which
+  // accumulate) and optimizer states are always fp32 (float* below). Maths is fp32 throughout.
+  void set_compute_dtype(DType t) { compute_ = t; }
+  DType compute_dtype() const { return compute_; }
+  size_t compute_size() const { return dtype_size(compute_); }
+  // dst (n) = src (n) converted between any two dtypes, in device memory.
+  virtual void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) = 0;
+
   // ---- ops (shapes as in engine/backend/cpu/ops.h, which documents each one)
-  virtual void embedding_forward(float* out, const int32_t* inp, const float* wte, const float* wpe,
+  virtual void embedding_forward(void* out, const int32_t* inp, const void* wte, const void* wpe,
                                  int B, int T, int C) = 0;
-  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+  virtual void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp,
                                   int B, int T, int C) = 0;  // (accumulates)
-  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* weight, const float* bias, int N, int C,
+  virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
+                                 const void* weight, const void* bias, int N, int C,
                                  float eps) = 0;
-  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                  const float* inp, const float* weight, const float* mean,
+  // Residual add fused with the LayerNorm that follows it: res = a + b; out = layernorm(res).
+  virtual void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd,
+                                          const void* a, const void* b, const void* weight,
+                                          const void* bias, int N, int C, float eps) = 0;
+  virtual void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                                  const void* inp, const void* weight, const float* mean,
                                   const float* rstd, int N, int C) = 0;  // (accumulates)
-  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+  virtual void matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
                               int N, int C, int OC) = 0;
-  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int N, int C,
+  // out = gelu(inp @ weight^T + bias), keeping the pre-activation in `pre` for backward.
+  virtual void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
+                                   const void* bias, int N, int C, int OC) = 0;
+  virtual void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
+                               const void* inp, const void* weight, int N, int C,
                                int OC) = 0;  // (accumulates)
-  virtual void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
+  virtual void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
                                  int NH) = 0;
-  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+  // `out` is the forward's output (the GPU kernel takes rowsum(dout * out) from it; the CPU
+  // reference recomputes it).
+  virtual void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv,
                                   const float* lse, int B, int T, int C,
                                   int NH) = 0;  // (accumulates)
-  virtual void gelu_forward(float* out, const float* inp, int64_t n) = 0;
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout,
+  virtual void gelu_backward(void* dinp, const void* inp, const void* dout,
                              int64_t n) = 0;  // (accumulates)
-  virtual void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N,
+  virtual void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N,
                                     int V, float grad_scale) = 0;
-  virtual void logits_row_max(float* out_max, const float* logits, int N, int V) = 0;
-  virtual void logits_row_sumexp(float* out_sum, const float* logits, const float* row_max, int N,
+  virtual void logits_row_max(float* out_max, const void* logits, int N, int V) = 0;
+  virtual void logits_row_sumexp(float* out_sum, const void* logits, const float* row_max, int N,
                                  int V) = 0;
-  virtual void logits_pick_target(float* out, const float* logits, const int32_t* targets, int N,
+  virtual void logits_pick_target(float* out, const void* logits, const int32_t* targets, int N,
                                   int V, int v0) = 0;
-  virtual void crossentropy_grad_from_lse(float* logits, const float* lse, const int32_t* targets,
+  virtual void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets,
                                           int N, int V, int v0, float grad_scale) = 0;
+  // fp32 helpers for gradients and optimizer states.
   virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;
   virtual void scale(float* x, float s, int64_t n) = 0;
-  virtual double sum_squares(const float* x, int64_t n) = 0;
-  virtual void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n,
-                            float lr, float beta1, float beta2, float eps, float weight_decay,
-                            int t) = 0;
+  virtual double sum_squares(const float* x, int64_t n) = 0;  // inf/NaN propagate
+  // AdamW on fp32 masters; when params_compute is not null it receives the updated parameters
+  // in compute_dtype() in the same pass (no separate cast kernel).
+  virtual void adamw_update(float* params, const float* grads, float* m, float* v,
+                            void* params_compute, int64_t n, float lr, float beta1, float beta2,
+                            float eps, float weight_decay, int t) = 0;
+
+ private:
+  DType compute_ = DType::F32;
 };
 
 // The CPU backend; `threads` <= 0 means all cores. Sets OpenMP and OpenBLAS thread counts.

@@ -218,6 +218,15 @@ struct Loader {
     check(o.eps > 0, "optim", "eps", fmt::format("must be > 0, got {}", o.eps));
     check(o.grad_clip >= 0, "optim", "grad_clip", fmt::format("must be >= 0, got {}", o.grad_clip));
     check(!spec.data.train.empty(), "data", "train", "must name a directory of shards");
+    auto& pr = spec.precision;
+    check(pr.compute == "auto" || pr.compute == "fp32" || pr.compute == "bf16" || pr.compute == "fp16",
+          "precision", "compute",
+          fmt::format("'{}' is not one of \"auto\", \"fp32\", \"bf16\", \"fp16\"", pr.compute));
+    check(pr.loss_scale >= 0, "precision", "loss_scale", fmt::format("must be >= 0, got {}", pr.loss_scale));
+    check(pr.min_scale > 0, "precision", "min_scale", fmt::format("must be > 0, got {}", pr.min_scale));
+    check(pr.initial_scale >= pr.min_scale, "precision", "initial_scale",
+          fmt::format("must be >= min_scale = {}, got {}", pr.min_scale, pr.initial_scale));
+    check(pr.scale_window >= 1, "precision", "scale_window", fmt::format("must be >= 1, got {}", pr.scale_window));
     auto& p = spec.parallel;
     check(p.tensor >= 1, "parallel", "tensor", fmt::format("must be >= 1, got {}", p.tensor));
     check(p.zero_stage <= 3, "parallel", "zero_stage", fmt::format("must be 0, 1, 2 or 3, got {}", p.zero_stage));

@@ -38,6 +38,13 @@ struct RunSpec {
     double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
     double grad_clip = 1.0;  // global-norm clipping threshold; 0 disables
   } optim;
+  struct Precision {
+    std::string compute = "auto";  // "auto" (bf16 on GPU, fp32 on CPU) | "fp32" | "bf16" | "fp16"
+    double loss_scale = 0;         // fp16: 0 = dynamic loss scaling, > 0 = this fixed scale
+    double initial_scale = 65536;  // dynamic: the starting scale (2^16)
+    int64_t scale_window = 1000;   // dynamic: clean steps before the scale doubles
+    double min_scale = 1;          // dynamic: overflow at this scale ends the run
+  } precision;
   struct Parallel {
     int64_t tensor = 1;       // tensor-parallel degree T; data-parallel D = world / T
     int64_t zero_stage = 0;   // 0: replicate; 1: shard optimizer states; 2: + gradients; 3: + parameters

@@ -17,9 +17,13 @@ ParamStore::ParamStore(const GPT2& model, Backend& be, const Topology& topo, con
       stage_(int(spec.parallel.zero_stage)),
       parts_(stage_ == 0 ? 1 : topo.dp),
       my_part_(stage_ == 0 ? 0 : topo.dp_rank),
-      prefetch_(int(spec.parallel.prefetch)) {
+      prefetch_(int(spec.parallel.prefetch)),
+      ct_(be.compute_dtype()),
+      esize_(dtype_size(ct_)),
+      mixed_(ct_ != DType::F32) {
+  const size_t pad = size_t(parts_) * (mixed_ ? 2 : 1);  // see the header: whole 32-bit words
   const size_t bucket = std::max<size_t>(
-      size_t(parts_), size_t(spec.parallel.bucket_mb * 1048576.0 / sizeof(float)) / parts_ * parts_);
+      size_t(parts_), size_t(spec.parallel.bucket_mb * 1048576.0 / sizeof(float)) / pad * pad);
   const auto& groups = model.groups();
   group_units_.resize(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -30,7 +34,7 @@ ParamStore::ParamStore(const GPT2& model, Backend& be, const Topology& topo, con
       u.group = int(g);
       u.begin = begin;
       u.len = std::min(bucket, groups[g].numel - begin);
-      u.padded = (u.len + parts_ - 1) / parts_ * parts_;
+      u.padded = (u.len + pad - 1) / pad * pad;
       u.shard = u.padded / parts_;
       u.full_off = total_full_;
       u.shard_off = total_shard_;
@@ -50,6 +54,8 @@ ParamStore::ParamStore(const GPT2& model, Backend& be, const Topology& topo, con
   const size_t moments = stage_ == 0 ? total_full_ : total_shard_;
   m_ = alloc(moments, MemTag::OptimStates);
   v_ = alloc(moments, MemTag::OptimStates);
+  if (mixed_ && stage_ <= 2) full_compute_ = be_.alloc(total_full_ * esize_, MemTag::Params);
+  if (mixed_ && stage_ == 3) shard_compute_ = be_.alloc(total_shard_ * esize_, MemTag::Params);
 }
 
 ParamStore::~ParamStore() {
@@ -59,7 +65,9 @@ ParamStore::~ParamStore() {
   }
   for (auto& [g, gb] : gathered_) be_.free(gb.buf);
   for (auto& [g, buf] : grad_tmp_) be_.free(buf);
-  for (float* p : {full_params_, shard_params_, full_grads_, grad_shard_, m_, v_}) be_.free(p);
+  for (void* p : {(void*)full_params_, (void*)shard_params_, (void*)full_grads_, (void*)grad_shard_, (void*)m_,
+                  (void*)v_, full_compute_, shard_compute_})
+    be_.free(p);
 }
 
 size_t ParamStore::my_len(const Unit& u) const {
@@ -69,6 +77,15 @@ size_t ParamStore::my_len(const Unit& u) const {
 
 float* ParamStore::shard_params(const Unit& u) {
   return stage_ == 3 ? shard_params_ + u.shard_off : full_params_ + u.full_off + my_begin(u);
+}
+
+void* ParamStore::compute_copy(const Unit& u) {
+  if (!mixed_) return nullptr;
+  return stage_ == 3 ? cbyte(shard_compute_, u.shard_off) : cbyte(full_compute_, u.full_off + my_begin(u));
+}
+
+void ParamStore::refresh_compute_copy() {
+  if (mixed_ && stage_ <= 2) be_.convert(full_compute_, ct_, full_params_, DType::F32, int64_t(total_full_));
 }
 
 float* ParamStore::shard_grads(const Unit& u) {
@@ -96,6 +113,7 @@ void ParamStore::init(uint64_t seed) {
       model_.init_range(seed, groups[g].offset, groups[g].offset + groups[g].numel, host.data());
       be_.copy_to_device(full_params_ + group_full_off_[g], host.data(), host.size() * sizeof(float));
     }
+    refresh_compute_copy();
     return;
   }
   for (const Unit& u : units_) {  // stage 3: only this rank's shards are ever materialized
@@ -105,6 +123,7 @@ void ParamStore::init(uint64_t seed) {
     host.assign(n, 0.0f);
     model_.init_range(seed, lo, lo + n, host.data());
     be_.copy_to_device(shard_params_ + u.shard_off, host.data(), n * sizeof(float));
+    if (mixed_) be_.convert(compute_copy(u), ct_, shard_params_ + u.shard_off, DType::F32, int64_t(n));
   }
 }
 
@@ -126,16 +145,20 @@ void ParamStore::begin_pass(const std::vector<int>& order) {
 void ParamStore::gather_group(int g) {
   if (gathered_.count(g)) return;
   Gathered& gb = gathered_[g];
-  gb.buf = static_cast<float*>(be_.alloc(group_padded_[g] * sizeof(float), MemTag::CommBuffers));
+  gb.buf = be_.alloc(group_padded_[g] * esize_, MemTag::CommBuffers);
   for (int ui : group_units_[g]) {
     const Unit& u = units_[ui];
-    gb.handles.push_back(dp_.all_gather(shard_params_ + u.shard_off,
-                                        gb.buf + (u.full_off - group_full_off_[g]), u.shard));
+    // In mixed precision the 16-bit shards travel as 32-bit words (shards have even lengths):
+    // an all-gather only moves bytes.
+    const size_t words = u.shard * esize_ / sizeof(float);
+    const void* src = mixed_ ? cbyte(shard_compute_, u.shard_off) : shard_params_ + u.shard_off;
+    gb.handles.push_back(dp_.all_gather(static_cast<const float*>(src),
+                                        static_cast<float*>(cbyte(gb.buf, u.full_off - group_full_off_[g])), words));
   }
 }
 
-float* ParamStore::params(int g) {
-  if (stage_ <= 2) return full_params_ + group_full_off_[g];
+void* ParamStore::params(int g) {
+  if (stage_ <= 2) return mixed_ ? cbyte(full_compute_, group_full_off_[g]) : full_params_ + group_full_off_[g];
   gather_group(g);
   // Prefetch: start the gathers of the next groups of this pass while this one computes.
   while (order_pos_ < order_.size() && order_[order_pos_] != g) ++order_pos_;
@@ -221,7 +244,7 @@ void ParamStore::finish_backward() { complete_all(); }
 
 // ---- optimizer ----
 
-double ParamStore::clip_grad_norm(double max_norm) {
+double ParamStore::clip_grad_norm(double max_norm, double loss_scale) {
   // Sum of squares over what this rank holds: its ZeRO shard (all of it at stage 0) of its
   // tensor-parallel slice. Replicated tensors (norms, row-parallel biases, positions) are the same
   // on every tensor-parallel rank and are counted on rank 0 of the group only.
@@ -237,13 +260,13 @@ double ParamStore::clip_grad_norm(double max_norm) {
   // Stages 1-3 hold distinct shards on every rank: reduce over the world.
   if (stage_ == 0) topo_.tp_group->all_reduce_doubles(&sq, 1);
   else topo_.world->all_reduce_doubles(&sq, 1);
-  const double norm = std::sqrt(sq);
-  if (max_norm > 0) {
-    const double coef = max_norm / (norm + 1e-6);
-    if (coef < 1.0)
-      for (const Unit& u : units_)
-        if (my_len(u)) be_.scale(shard_grads(u), float(coef), int64_t(my_len(u)));
-  }
+  const double norm = std::sqrt(sq) / loss_scale;
+  if (!std::isfinite(norm)) return norm;
+  double coef = 1.0 / loss_scale;  // unscale and clip in one pass
+  if (max_norm > 0 && max_norm / (norm + 1e-6) < 1.0) coef *= max_norm / (norm + 1e-6);
+  if (coef != 1.0)
+    for (const Unit& u : units_)
+      if (my_len(u)) be_.scale(shard_grads(u), float(coef), int64_t(my_len(u)));
   return norm;
 }
 
@@ -253,8 +276,11 @@ void ParamStore::step(double lr, int t) {
     float* g = shard_grads(u);
     float* m = m_ + (stage_ == 0 ? u.full_off : u.shard_off);
     float* v = v_ + (stage_ == 0 ? u.full_off : u.shard_off);
+    // Stages 1-2 re-gather the fp32 masters below and refresh the whole copy from them.
+    void* pc = stage_ == 1 || stage_ == 2 ? nullptr : compute_copy(u);
     for_each_tensor_piece(u, [&](const ParamInfo& info, size_t off, size_t n) {
-      be_.adamw_update(p + off, g + off, m + off, v + off, int64_t(n), float(lr), float(optim_.beta1),
+      be_.adamw_update(p + off, g + off, m + off, v + off, pc ? cbyte(pc, off) : nullptr, int64_t(n),
+                       float(lr), float(optim_.beta1),
                        float(optim_.beta2), float(optim_.eps),
                        info.decay ? float(optim_.weight_decay) : 0.0f, t);
     });
@@ -264,6 +290,7 @@ void ParamStore::step(double lr, int t) {
     for (const Unit& u : units_)
       hs.push_back(dp_.all_gather(full_params_ + u.full_off + my_begin(u), full_params_ + u.full_off, u.shard));
     for (auto h : hs) dp_.wait(h);
+    refresh_compute_copy();
   }
 }
 
@@ -285,14 +312,26 @@ std::vector<float> ParamStore::to_global(const std::vector<float>& local) {
 }
 
 std::vector<float> ParamStore::full_params() {
+  // The fp32 masters (not the compute copy), whatever the precision.
   const auto& groups = model_.groups();
   std::vector<float> out(model_.num_params());
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const float* src = params(int(g));
-    be_.copy_to_host(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
-    release_params(int(g));
+  if (stage_ <= 2) {
+    for (size_t g = 0; g < groups.size(); ++g)
+      be_.copy_to_host(out.data() + groups[g].offset, full_params_ + group_full_off_[g],
+                       groups[g].numel * sizeof(float));
+    return to_global(out);
   }
+  gather_shards(shard_params_, out);
   return to_global(out);
+}
+
+void ParamStore::gather_shards(const float* shards, std::vector<float>& out) {
+  float* buf = static_cast<float*>(be_.alloc(total_full_ * sizeof(float), MemTag::CommBuffers));
+  for (const Unit& u : units_) dp_.wait(dp_.all_gather(shards + u.shard_off, buf + u.full_off, u.shard));
+  for (const Unit& u : units_)
+    be_.copy_to_host(out.data() + model_.groups()[u.group].offset + u.begin, buf + u.full_off,
+                     u.len * sizeof(float));
+  be_.free(buf);
 }
 
 std::vector<float> ParamStore::full_grads() {
@@ -304,12 +343,7 @@ std::vector<float> ParamStore::full_grads() {
                        groups[g].numel * sizeof(float));
     return to_global(out);
   }
-  float* buf = static_cast<float*>(be_.alloc(total_full_ * sizeof(float), MemTag::CommBuffers));
-  for (const Unit& u : units_) dp_.wait(dp_.all_gather(grad_shard_ + u.shard_off, buf + u.full_off, u.shard));
-  for (const Unit& u : units_)
-    be_.copy_to_host(out.data() + model_.groups()[u.group].offset + u.begin, buf + u.full_off,
-                     u.len * sizeof(float));
-  be_.free(buf);
+  gather_shards(grad_shard_, out);
   return to_global(out);
 }
 

@@ -12,6 +12,11 @@
 //      reduce-scattered and added to the shard as soon as the group's backward is done.
 //   3: as 2, and parameters live only as shards: a group is all-gathered just before it runs (the
 //      next `prefetch` groups of the pass ahead of time) and freed after.
+// Mixed precision (backend compute dtype bf16/fp16): parameters, gradients and moments above are
+// fp32 masters; the model reads a compute-precision copy that AdamW writes in the same pass —
+// full at stages 0-2, sharded and gathered in compute precision (half the bytes) at stage 3.
+// Units are then padded to a multiple of 2P so every 16-bit shard is a whole number of 32-bit
+// words for the (type-blind) all-gather.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -37,7 +42,10 @@ class ParamStore final : public ParamProvider {
   // reduce only then).
   void set_last_micro_batch(bool last) { last_micro_ = last; }
   void finish_backward();                  // every gradient reduction of the step complete
-  double clip_grad_norm(double max_norm);  // global L2 norm before clipping (torch's rule)
+  // Global L2 norm of the true gradients (the stored ones divided by loss_scale) before clipping
+  // (torch's rule); unscales and clips them in one pass. A non-finite norm (fp16 overflow) leaves
+  // the gradients as they are and is returned for the caller to skip the step.
+  double clip_grad_norm(double max_norm, double loss_scale = 1.0);
   void step(double lr, int t);             // AdamW on this rank's part, then re-gather (1-2)
 
   // The full parameters / reduced gradients in the unsharded model's flat layout (global offsets
@@ -48,7 +56,7 @@ class ParamStore final : public ParamProvider {
 
   // ParamProvider
   void begin_pass(const std::vector<int>& order) override;
-  float* params(int group) override;
+  void* params(int group) override;
   void release_params(int group) override;
   float* grads(int group) override;
   void grads_done(int group) override;
@@ -70,10 +78,15 @@ class ParamStore final : public ParamProvider {
   size_t my_begin(const Unit& u) const { return size_t(my_part_) * u.shard; }  // unit-local
   size_t my_len(const Unit& u) const;  // valid (unpadded) elements of my shard
   float* shard_params(const Unit& u);
+  void* compute_copy(const Unit& u);  // the compute-precision twin of shard_params(u); null in fp32
+  void* cbyte(void* base, size_t elems) const { return static_cast<char*>(base) + elems * esize_; }
+  void refresh_compute_copy();        // stages 0-2: full compute copy from the fp32 masters
   float* shard_grads(const Unit& u);
   void gather_group(int group);  // stage 3: launch the all-gather of a group's shards
   void complete(Pending& p);
-  std::vector<float> to_global(const std::vector<float>& local);  // gathers tensor-parallel slices
+  std::vector<float> to_global(const std::vector<float>& local);
+  // out (this rank's flat layout) <- every rank's fp32 shards of every unit (collective).
+  void gather_shards(const float* shards, std::vector<float>& out);  // gathers tensor-parallel slices
   void complete_all();
   template <typename Fn>
   void for_each_tensor_piece(const Unit& u, Fn fn) const;
@@ -88,7 +101,12 @@ class ParamStore final : public ParamProvider {
   std::vector<std::vector<int>> group_units_;
   std::vector<size_t> group_full_off_, group_padded_;
   size_t total_full_ = 0, total_shard_ = 0;
+  DType ct_;            // the backend's compute dtype
+  size_t esize_;        // its element size
+  bool mixed_;          // ct_ != F32: a compute-precision copy of the parameters exists
   float* full_params_ = nullptr;   // stages 0-2
+  void* full_compute_ = nullptr;   // stages 0-2, mixed
+  void* shard_compute_ = nullptr;  // stage 3, mixed
   float* shard_params_ = nullptr;  // stage 3
   float* full_grads_ = nullptr;    // stages 0-1
   float* grad_shard_ = nullptr;    // stages 1-3
@@ -97,7 +115,7 @@ class ParamStore final : public ParamProvider {
   bool last_micro_ = true;
   std::vector<Pending> pending_;
   struct Gathered {
-    float* buf = nullptr;
+    void* buf = nullptr;  // compute precision
     std::vector<Comm::Handle> handles;
   };
   std::map<int, Gathered> gathered_;  // stage 3: groups with full parameters present

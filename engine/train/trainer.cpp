@@ -62,6 +62,12 @@ void exit_if_fault_injected(int rank, int64_t step) {
 
 }  // namespace
 
+DType compute_dtype_for(const RunSpec& spec, const Backend& backend) {
+  const std::string& c = spec.precision.compute;
+  if (c == "auto") return backend.kind() == DeviceKind::CUDA ? DType::BF16 : DType::F32;
+  return c == "bf16" ? DType::BF16 : c == "fp16" ? DType::F16 : DType::F32;
+}
+
 data::DataOptions data_options(const RunSpec& spec) {
   const auto& d = spec.data;
   data::DataOptions o;
@@ -123,6 +129,14 @@ void Trainer::build() {
   if (spec.comm.backend == "nccl" && backend_->kind() != DeviceKind::CUDA)
     user_error("{}: [comm] backend = \"nccl\" needs GPU buffers, but this run is on the {} backend "
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
+  const DType compute = compute_dtype_for(spec, *backend_);
+  backend_->set_compute_dtype(compute);
+  scaler_ = std::make_unique<LossScaler>(spec.precision, compute);
+  if (topo_.is_root())
+    spdlog::info("precision: {} compute, fp32 master weights, gradients and optimizer states{}", dtype_name(compute),
+                 scaler_->active() ? fmt::format(", loss scale {} ({})", scaler_->scale(),
+                                                 spec.precision.loss_scale == 0 ? "dynamic" : "fixed")
+                                   : "");
   model_ = std::make_unique<GPT2>(model_config(spec), *backend_, int(t.micro_batch), topo_.tp_group.get());
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   store_->init(uint64_t(spec.run.seed));
@@ -140,7 +154,8 @@ StepResult Trainer::step(int64_t step) {
   // Every micro-batch contributes its mean loss / (micro-batches in the global batch), so the
   // summed (reduced) gradient is that of the mean over the global batch.
   const int64_t global_micro = spec_.train.global_batch / B;
-  const float grad_scale = 1.0f / float(int64_t(B) * T * global_micro);
+  const double loss_scale = scaler_->scale();
+  const float grad_scale = float(loss_scale / double(int64_t(B) * T * global_micro));
   // Micro-batch k of this rank (k counts from step 0) covers global samples
   // [first_of(k), first_of(k) + B): its slice of step k / accum's global batch.
   const int64_t GB = spec_.train.global_batch;
@@ -166,9 +181,13 @@ StepResult Trainer::step(int64_t step) {
   StepResult r;
   r.step = step;
   r.loss = float(loss);
-  r.grad_norm = store_->clip_grad_norm(spec_.optim.grad_clip);
+  r.grad_norm = store_->clip_grad_norm(spec_.optim.grad_clip, loss_scale);
   r.lr = lr_at(spec_.optim, step, spec_.train.max_steps);
-  store_->step(r.lr, int(step + 1));
+  r.loss_scale = loss_scale;
+  // The norm is global (reduced over every rank), so all ranks agree on skipping.
+  r.skipped = !scaler_->update(std::isfinite(r.grad_norm));
+  if (!r.skipped) store_->step(r.lr, ++adam_steps_);
+  r.skipped_total = scaler_->skipped();
   backend_->synchronize();
   r.step_ms = timer.ms();
   r.tokens_per_s = double(spec_.train.global_batch) * T / (r.step_ms / 1e3);
@@ -254,13 +273,23 @@ void Trainer::run() {
       throw RuntimeFailure(fmt::format("step {}: loss is {} (diverged); lower [optim] lr", s + 1, r.loss));
     const int64_t done = s + 1;
     if (root && (done % t.log_every == 0 || done == t.max_steps || s == 0)) {
-      std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %.4f | %.0f tok/s | %.1f ms\n",
-                  (long long)done, (long long)t.max_steps, r.loss, r.lr, r.grad_norm,
-                  r.tokens_per_s, r.step_ms);
+      const std::string scaling =
+          scaler_->active() ? fmt::format(" | scale {:g} | skipped {}", r.loss_scale, r.skipped_total) : "";
+      std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %s | %.0f tok/s | %.1f ms%s\n",
+                  (long long)done, (long long)t.max_steps, r.loss, r.lr,
+                  r.skipped ? "overflow (step skipped)" : fmt::format("{:.4f}", r.grad_norm).c_str(),
+                  r.tokens_per_s, r.step_ms, scaling.c_str());
       std::fflush(stdout);
-      metrics->write({{"kind", "train"}, {"step", done}, {"loss", r.loss}, {"lr", r.lr},
-                     {"grad_norm", r.grad_norm}, {"tokens_per_s", r.tokens_per_s},
-                     {"step_ms", r.step_ms}, {"data_wait_ms", r.data_wait_ms}});
+      nlohmann::json rec = {{"kind", "train"}, {"step", done}, {"loss", r.loss}, {"lr", r.lr},
+                            {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json()},
+                            {"tokens_per_s", r.tokens_per_s}, {"step_ms", r.step_ms},
+                            {"data_wait_ms", r.data_wait_ms}};
+      if (scaler_->active()) {
+        rec["loss_scale"] = r.loss_scale;
+        rec["skipped"] = r.skipped;
+        rec["skipped_steps"] = r.skipped_total;
+      }
+      metrics->write(rec);
     }
     if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) do_eval(done);
   }

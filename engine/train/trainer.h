@@ -11,6 +11,7 @@
 #include "engine/config/spec.h"
 #include "engine/dist/topology.h"
 #include "engine/parallel/param_store.h"
+#include "engine/train/loss_scaler.h"
 #include "models/gpt2.h"
 
 namespace zt {
@@ -20,7 +21,13 @@ struct StepResult {
   float loss = 0;    // mean over the global batch
   double lr = 0, grad_norm = 0, step_ms = 0, tokens_per_s = 0;
   double data_wait_ms = 0;  // time this step waited for its batches
+  double loss_scale = 1;    // fp16 loss scale this step used
+  bool skipped = false;     // fp16 overflow: the update was not applied
+  int64_t skipped_total = 0;
 };
+
+// [precision] compute resolved for a backend ("auto": bf16 on a GPU, fp32 on the CPU).
+DType compute_dtype_for(const RunSpec& spec, const Backend& backend);
 
 // The data pipeline's options from the spec's [data] section.
 data::DataOptions data_options(const RunSpec& spec);
@@ -65,6 +72,8 @@ class Trainer {
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<data::TokenDataset> train_, val_;
   std::unique_ptr<data::SampleOrder> train_order_;
+  std::unique_ptr<LossScaler> scaler_;
+  int adam_steps_ = 0;                         // applied updates (AdamW's t; skipped steps excluded)
   std::unique_ptr<data::BatchLoader> loader_;  // created at the first step
   int64_t loader_step_ = -1;                   // the step the loader's next batch belongs to
   std::vector<int32_t> inputs_, targets_;  // (micro_batch, seq_len) host staging

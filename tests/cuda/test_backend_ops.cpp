@@ -1,5 +1,6 @@
 // test-backend-ops for CUDA: every op of the interface on the CUDA backend and the CPU backend with
-// the same inputs at awkward shapes; normalized error per op (fp32 tolerances below), explicit
+// the same inputs at awkward shapes, in fp32, bf16 and fp16 compute; normalized error per op
+// (tolerances justified at tol_for below), explicit
 // NaN/Inf checks, and a guard region after every output that must come back untouched (catches
 // out-of-bounds writes). Exits 77 (ctest: skipped) without a visible GPU.
 #include <cmath>
@@ -28,41 +29,55 @@ std::vector<float> randn(size_t n, unsigned seed, float scale = 1.0f) {
   return v;
 }
 
-// A tensor present on both backends: same initial contents, guard region after the data.
+// A tensor present on both backends in type t: same initial contents (rounded to t), guard
+// region after the data.
 struct Pair {
   Backend &cpu, &gpu;
   size_t n;
-  float *c, *g;
-  Pair(Backend& cb, Backend& gb, const std::vector<float>& init) : cpu(cb), gpu(gb), n(init.size()) {
+  DType t;
+  void *c, *g;
+  Pair(Backend& cb, Backend& gb, const std::vector<float>& init, DType type = DType::F32)
+      : cpu(cb), gpu(gb), n(init.size()), t(type) {
     std::vector<float> h(init);
     h.resize(n + kGuard, kSentinel);
-    c = static_cast<float*>(cpu.alloc(h.size() * sizeof(float)));
-    g = static_cast<float*>(gpu.alloc(h.size() * sizeof(float)));
-    cpu.copy_to_device(c, h.data(), h.size() * sizeof(float));
-    gpu.copy_to_device(g, h.data(), h.size() * sizeof(float));
+    std::vector<char> raw(h.size() * dtype_size(t));
+    convert_host(raw.data(), t, h.data(), DType::F32, int64_t(h.size()));
+    c = cpu.alloc(raw.size());
+    g = gpu.alloc(raw.size());
+    cpu.copy_to_device(c, raw.data(), raw.size());
+    gpu.copy_to_device(g, raw.data(), raw.size());
   }
   ~Pair() {
     cpu.free(c);
     gpu.free(g);
   }
+  float* fc() { return static_cast<float*>(c); }
+  float* fg() { return static_cast<float*>(g); }
   void check(const std::string& what, double tol) {
+    const size_t es = dtype_size(t);
+    std::vector<char> rc((n + kGuard) * es), rg(rc.size());
+    cpu.copy_to_host(rc.data(), c, rc.size());
+    gpu.copy_to_host(rg.data(), g, rg.size());
     std::vector<float> hc(n + kGuard), hg(n + kGuard);
-    cpu.copy_to_host(hc.data(), c, hc.size() * sizeof(float));
-    gpu.copy_to_host(hg.data(), g, hg.size() * sizeof(float));
+    convert_host(hc.data(), DType::F32, rc.data(), t, int64_t(hc.size()));
+    convert_host(hg.data(), DType::F32, rg.data(), t, int64_t(hg.size()));
     double num = 0, den = 0;
-    bool finite = true, guard = true;
+    bool finite = true;
     for (size_t i = 0; i < n; ++i) {
       finite &= std::isfinite(hg[i]);
       num += double(hg[i] - hc[i]) * (hg[i] - hc[i]);
       den += double(hc[i]) * hc[i];
     }
-    for (size_t i = n; i < n + kGuard; ++i) guard &= hg[i] == kSentinel;
+    const std::vector<float> sentinel(kGuard, kSentinel);
+    std::vector<char> want(kGuard * es);
+    convert_host(want.data(), t, sentinel.data(), DType::F32, kGuard);
+    const bool guard = std::memcmp(rg.data() + n * es, want.data(), want.size()) == 0;
     const double err = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
     ++checks;
     const bool ok = finite && guard && err <= tol;
     if (!ok) ++failures;
-    std::printf("  %-44s nmse-err %.2e (tol %.0e)%s%s %s\n", what.c_str(), err, tol, finite ? "" : " NaN/Inf",
-                guard ? "" : " GUARD-OVERWRITTEN", ok ? "ok" : "FAIL");
+    std::printf("  %-4s %-44s nmse-err %.2e (tol %.0e)%s%s %s\n", dtype_name(t), what.c_str(), err, tol,
+                finite ? "" : " NaN/Inf", guard ? "" : " GUARD-OVERWRITTEN", ok ? "ok" : "FAIL");
   }
 };
 
@@ -81,8 +96,18 @@ struct IntPair {
   }
 };
 
-// fp32 on both sides; the GPU sums in another order (and attention/LayerNorm parameter gradients
-// use atomics), so allow reassociation error that grows with the reduction length.
+// Tolerances (normalized RMS error against the CPU backend running the same compute type; the CPU
+// emulates 16-bit storage with the same round-to-nearest-even, so both sides round the same fp32
+// values and differ only where fp32 summation order moves a value across a rounding boundary).
+//  fp32: reassociation error growing with the reduction length: 2e-5 (parameter-gradient
+//        column sums over 1000+ rows: 1e-4).
+//  bf16: an output that crosses a boundary is off by one ulp (2^-8 relative); if every element
+//        did, the error would be 3.9e-3. Allow 1e-2 for ops that chain a stored 16-bit
+//        intermediate (attention probabilities are recomputed in fp32, so no).
+//  fp16: the same argument with 2^-11: 4.9e-4 -> 2e-3.
+double tol_for(DType t, double fp32_tol) {
+  return t == DType::F32 ? fp32_tol : t == DType::BF16 ? std::max(fp32_tol, 1e-2) : std::max(fp32_tol, 2e-3);
+}
 constexpr double kTol = 2e-5;
 
 }  // namespace
@@ -96,111 +121,146 @@ int main() {
   auto gpu = make_backend("cuda", 0);
   Backend &C = *cpu, &G = *gpu;
   std::printf("test-backend-ops: %s vs %s\n", G.name().c_str(), C.name().c_str());
-
+  const auto F = DType::F32;
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+  C.set_compute_dtype(dt);
+  G.set_compute_dtype(dt);
+  auto tol = [&](double t32) { return tol_for(dt, t32); };
   for (auto [B, T, Ch, V] : {std::tuple{1, 1, 8, 7}, {2, 7, 33, 127}, {3, 33, 64, 1025}}) {
     std::vector<int32_t> ids(size_t(B) * T);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 11) % V);
     IntPair inp(C, G, ids);
-    Pair wte(C, G, randn(size_t(V) * Ch, 1)), wpe(C, G, randn(size_t(T) * Ch, 2)), out(C, G, randn(size_t(B) * T * Ch, 3));
+    Pair wte(C, G, randn(size_t(V) * Ch, 1), dt), wpe(C, G, randn(size_t(T) * Ch, 2), dt),
+        out(C, G, randn(size_t(B) * T * Ch, 3), dt);
     C.embedding_forward(out.c, inp.c, wte.c, wpe.c, B, T, Ch);
     G.embedding_forward(out.g, inp.g, wte.g, wpe.g, B, T, Ch);
-    out.check("embedding_forward B" + std::to_string(B) + " T" + std::to_string(T), kTol);
+    out.check("embedding_forward B" + std::to_string(B) + " T" + std::to_string(T), tol(kTol));
     Pair dwte(C, G, std::vector<float>(size_t(V) * Ch, 0.f)), dwpe(C, G, std::vector<float>(size_t(T) * Ch, 0.f));
-    C.embedding_backward(dwte.c, dwpe.c, out.c, inp.c, B, T, Ch);
-    G.embedding_backward(dwte.g, dwpe.g, out.g, inp.g, B, T, Ch);
+    C.embedding_backward(dwte.fc(), dwpe.fc(), out.c, inp.c, B, T, Ch);
+    G.embedding_backward(dwte.fg(), dwpe.fg(), out.g, inp.g, B, T, Ch);
     dwte.check("embedding_backward dwte", kTol);
     dwpe.check("embedding_backward dwpe", kTol);
   }
-  for (auto [N, Ch] : {std::pair{1, 7}, {33, 127}, {127, 1025}}) {
-    Pair x(C, G, randn(size_t(N) * Ch, 4, 2.f)), w(C, G, randn(Ch, 5)), b(C, G, randn(Ch, 6)), out(C, G, std::vector<float>(size_t(N) * Ch));
+  for (auto [N, Ch] : {std::pair{1, 7}, {33, 127}, {127, 1025}, {1031, 64}}) {
+    Pair x(C, G, randn(size_t(N) * Ch, 4, 2.f), dt), w(C, G, randn(Ch, 5), dt), b(C, G, randn(Ch, 6), dt),
+        out(C, G, std::vector<float>(size_t(N) * Ch), dt);
     Pair mean(C, G, std::vector<float>(N)), rstd(C, G, std::vector<float>(N));
-    C.layernorm_forward(out.c, mean.c, rstd.c, x.c, w.c, b.c, N, Ch, 1e-5f);
-    G.layernorm_forward(out.g, mean.g, rstd.g, x.g, w.g, b.g, N, Ch, 1e-5f);
-    out.check("layernorm_forward " + std::to_string(N) + "x" + std::to_string(Ch), kTol);
-    Pair dout(C, G, randn(size_t(N) * Ch, 7)), dx(C, G, randn(size_t(N) * Ch, 8)), dw(C, G, randn(Ch, 9)), db(C, G, randn(Ch, 10));
-    C.layernorm_backward(dx.c, dw.c, db.c, dout.c, x.c, w.c, mean.c, rstd.c, N, Ch);
-    G.layernorm_backward(dx.g, dw.g, db.g, dout.g, x.g, w.g, mean.g, rstd.g, N, Ch);
-    dx.check("layernorm_backward dinp", kTol);
+    C.layernorm_forward(out.c, mean.fc(), rstd.fc(), x.c, w.c, b.c, N, Ch, 1e-5f);
+    G.layernorm_forward(out.g, mean.fg(), rstd.fg(), x.g, w.g, b.g, N, Ch, 1e-5f);
+    out.check("layernorm_forward " + std::to_string(N) + "x" + std::to_string(Ch), tol(kTol));
+    mean.check("layernorm_forward mean", kTol);
+    rstd.check("layernorm_forward rstd", kTol);
+    Pair y(C, G, randn(size_t(N) * Ch, 40), dt), res(C, G, std::vector<float>(size_t(N) * Ch), dt);
+    C.residual_layernorm_forward(res.c, out.c, mean.fc(), rstd.fc(), x.c, y.c, w.c, b.c, N, Ch, 1e-5f);
+    G.residual_layernorm_forward(res.g, out.g, mean.fg(), rstd.fg(), x.g, y.g, w.g, b.g, N, Ch, 1e-5f);
+    res.check("residual_layernorm_forward residual", tol(kTol));
+    out.check("residual_layernorm_forward out", tol(kTol));
+    Pair dout(C, G, randn(size_t(N) * Ch, 7), dt), dx(C, G, randn(size_t(N) * Ch, 8), dt), dw(C, G, randn(Ch, 9)),
+        db(C, G, randn(Ch, 10));
+    C.layernorm_backward(dx.c, dw.fc(), db.fc(), dout.c, x.c, w.c, mean.fc(), rstd.fc(), N, Ch);
+    G.layernorm_backward(dx.g, dw.fg(), db.fg(), dout.g, x.g, w.g, mean.fg(), rstd.fg(), N, Ch);
+    dx.check("layernorm_backward dinp", tol(kTol));
     dw.check("layernorm_backward dweight", 1e-4);
     db.check("layernorm_backward dbias", 1e-4);
   }
-  for (auto [N, Ch, OC] : {std::tuple{1, 1, 1}, {7, 33, 127}, {127, 256, 33}, {1025, 64, 257}}) {
-    Pair x(C, G, randn(size_t(N) * Ch, 11)), w(C, G, randn(size_t(OC) * Ch, 12)), b(C, G, randn(OC, 13)), out(C, G, std::vector<float>(size_t(N) * OC));
+  // 16-bit GEMMs on tensor cores accumulate in fp32 in blocked orders: the fp32 tolerance applies
+  // to the fp32 weight gradient; outputs stored in 16 bits get the storage tolerance.
+  for (auto [N, Ch, OC] : {std::tuple{1, 1, 1}, {7, 33, 127}, {127, 256, 33}, {1025, 64, 257}, {256, 128, 512}}) {
+    Pair x(C, G, randn(size_t(N) * Ch, 11), dt), w(C, G, randn(size_t(OC) * Ch, 12), dt), b(C, G, randn(OC, 13), dt),
+        out(C, G, std::vector<float>(size_t(N) * OC), dt);
+    const std::string tag = std::to_string(N) + "x" + std::to_string(Ch) + "x" + std::to_string(OC);
     C.matmul_forward(out.c, x.c, w.c, b.c, N, Ch, OC);
     G.matmul_forward(out.g, x.g, w.g, b.g, N, Ch, OC);
-    out.check("matmul_forward " + std::to_string(N) + "x" + std::to_string(Ch) + "x" + std::to_string(OC), kTol);
-    Pair dout(C, G, randn(size_t(N) * OC, 14)), dx(C, G, randn(size_t(N) * Ch, 15)), dw(C, G, randn(size_t(OC) * Ch, 16)), db(C, G, randn(OC, 17));
-    C.matmul_backward(dx.c, dw.c, db.c, dout.c, x.c, w.c, N, Ch, OC);
-    G.matmul_backward(dx.g, dw.g, db.g, dout.g, x.g, w.g, N, Ch, OC);
-    dx.check("matmul_backward dinp", kTol);
-    dw.check("matmul_backward dweight", kTol);
-    db.check("matmul_backward dbias", kTol);
+    out.check("matmul_forward " + tag, tol(kTol));
+    Pair pre(C, G, std::vector<float>(size_t(N) * OC), dt), act(C, G, std::vector<float>(size_t(N) * OC), dt);
+    C.matmul_gelu_forward(act.c, pre.c, x.c, w.c, b.c, N, Ch, OC);
+    G.matmul_gelu_forward(act.g, pre.g, x.g, w.g, b.g, N, Ch, OC);
+    pre.check("matmul_gelu_forward pre-activation " + tag, tol(kTol));
+    act.check("matmul_gelu_forward gelu " + tag, tol(1e-4));  // cuBLASLt's GELU epilogue: its own tanh
+    Pair dout(C, G, randn(size_t(N) * OC, 14), dt), dx(C, G, randn(size_t(N) * Ch, 15), dt),
+        dw(C, G, randn(size_t(OC) * Ch, 16)), db(C, G, randn(OC, 17));
+    C.matmul_backward(dx.c, dw.fc(), db.fc(), dout.c, x.c, w.c, N, Ch, OC);
+    G.matmul_backward(dx.g, dw.fg(), db.fg(), dout.g, x.g, w.g, N, Ch, OC);
+    dx.check("matmul_backward dinp", tol(kTol));
+    dw.check("matmul_backward dweight", 1e-4);
+    db.check("matmul_backward dbias", 1e-4);
   }
-  for (auto [B, T, Ch, NH] : {std::tuple{1, 1, 32, 1}, {2, 7, 96, 3}, {1, 127, 64, 2}, {2, 257, 768, 12}}) {
-    Pair qkv(C, G, randn(size_t(B) * T * 3 * Ch, 18)), out(C, G, std::vector<float>(size_t(B) * T * Ch)), lse(C, G, std::vector<float>(size_t(B) * NH * T));
-    C.attention_forward(out.c, lse.c, qkv.c, B, T, Ch, NH);
-    G.attention_forward(out.g, lse.g, qkv.g, B, T, Ch, NH);
+  for (auto [B, T, Ch, NH] : {std::tuple{1, 1, 32, 1}, {2, 7, 96, 3}, {1, 127, 64, 2}, {2, 257, 768, 12},
+                              {1, 70, 200, 2}, {1, 65, 21, 3}}) {
+    Pair qkv(C, G, randn(size_t(B) * T * 3 * Ch, 18), dt), out(C, G, std::vector<float>(size_t(B) * T * Ch), dt),
+        lse(C, G, std::vector<float>(size_t(B) * NH * T));
+    C.attention_forward(out.c, lse.fc(), qkv.c, B, T, Ch, NH);
+    G.attention_forward(out.g, lse.fg(), qkv.g, B, T, Ch, NH);
     const std::string tag = " B" + std::to_string(B) + " T" + std::to_string(T) + " C" + std::to_string(Ch) + " NH" + std::to_string(NH);
-    out.check("attention_forward" + tag, kTol);
+    out.check("attention_forward" + tag, tol(kTol));
     lse.check("attention_forward lse", kTol);
-    Pair dout(C, G, randn(size_t(B) * T * Ch, 19)), dqkv(C, G, std::vector<float>(size_t(B) * T * 3 * Ch));
-    C.attention_backward(dqkv.c, dout.c, qkv.c, lse.c, B, T, Ch, NH);
-    G.attention_backward(dqkv.g, dout.g, qkv.g, lse.g, B, T, Ch, NH);
-    dqkv.check("attention_backward" + tag, 1e-4);
+    Pair dout(C, G, randn(size_t(B) * T * Ch, 19), dt), dqkv(C, G, std::vector<float>(size_t(B) * T * 3 * Ch), dt);
+    C.attention_backward(dqkv.c, dout.c, out.c, qkv.c, lse.fc(), B, T, Ch, NH);
+    G.attention_backward(dqkv.g, dout.g, out.g, qkv.g, lse.fg(), B, T, Ch, NH);
+    dqkv.check("attention_backward" + tag, tol(1e-4));
   }
-  for (int64_t n : {int64_t(1), int64_t(7), int64_t(1025), int64_t(100003)}) {
-    Pair x(C, G, randn(n, 20, 3.f)), out(C, G, std::vector<float>(n)), dout(C, G, randn(n, 21)), dx(C, G, randn(n, 22));
-    C.gelu_forward(out.c, x.c, n);
-    G.gelu_forward(out.g, x.g, n);
-    out.check("gelu_forward n" + std::to_string(n), kTol);
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(1025), int64_t(100003), int64_t(65536)}) {
+    Pair x(C, G, randn(n, 20, 3.f), dt), dout(C, G, randn(n, 21), dt), dx(C, G, randn(n, 22), dt);
     C.gelu_backward(dx.c, x.c, dout.c, n);
     G.gelu_backward(dx.g, x.g, dout.g, n);
-    dx.check("gelu_backward", kTol);
-    Pair y(C, G, randn(n, 23));
-    C.add(out.c, x.c, y.c, n);
-    G.add(out.g, x.g, y.g, n);
+    dx.check("gelu_backward n" + std::to_string(n), tol(kTol));
+    Pair xf(C, G, randn(n, 20, 3.f)), y(C, G, randn(n, 23)), out(C, G, std::vector<float>(n));
+    C.add(out.fc(), xf.fc(), y.fc(), n);
+    G.add(out.fg(), xf.fg(), y.fg(), n);
     out.check("add", kTol);
-    C.scale(out.c, 0.37f, n);
-    G.scale(out.g, 0.37f, n);
+    C.scale(out.fc(), 0.37f, n);
+    G.scale(out.fg(), 0.37f, n);
     out.check("scale", kTol);
-    const double sc = C.sum_squares(x.c, n), sg = G.sum_squares(x.g, n);
+    Pair conv(C, G, std::vector<float>(n), dt);
+    C.convert(conv.c, dt, xf.c, F, n);
+    G.convert(conv.g, dt, xf.g, F, n);
+    conv.check("convert fp32 -> compute", 0);  // both round to nearest even: bit-identical
+    C.convert(out.c, F, conv.c, dt, n);
+    G.convert(out.g, F, conv.g, dt, n);
+    out.check("convert compute -> fp32", 0);
+    const double sc = C.sum_squares(xf.fc(), n), sg = G.sum_squares(xf.fg(), n), sg2 = G.sum_squares(xf.fg(), n);
     ++checks;
-    const bool ok = std::abs(sc - sg) <= 1e-9 * std::abs(sc);
+    const bool ok = std::abs(sc - sg) <= 1e-9 * std::abs(sc) && sg == sg2;  // and the same on a rerun
     failures += !ok;
-    std::printf("  %-44s %.9g vs %.9g %s\n", "sum_squares", sg, sc, ok ? "ok" : "FAIL");
-    Pair p(C, G, randn(n, 24)), g(C, G, randn(n, 25)), m(C, G, std::vector<float>(n)), v(C, G, std::vector<float>(n));
+    std::printf("  %-49s %.9g vs %.9g %s\n", "sum_squares (and rerun bit-identical)", sg, sc, ok ? "ok" : "FAIL");
+    Pair p(C, G, randn(n, 24)), g(C, G, randn(n, 25)), m(C, G, std::vector<float>(n)), v(C, G, std::vector<float>(n)),
+        pc(C, G, std::vector<float>(n), dt);
     for (int t = 1; t <= 3; ++t) {
-      C.adamw_update(p.c, g.c, m.c, v.c, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-      G.adamw_update(p.g, g.g, m.g, v.g, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+      C.adamw_update(p.fc(), g.fc(), m.fc(), v.fc(), pc.c, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+      G.adamw_update(p.fg(), g.fg(), m.fg(), v.fg(), pc.g, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
     }
     p.check("adamw_update x3 params", kTol);
     v.check("adamw_update x3 second moment", kTol);
+    pc.check("adamw_update x3 compute copy", tol(kTol));
   }
   for (auto [N, V] : {std::pair{1, 2}, {7, 127}, {33, 50304}}) {
     std::vector<int32_t> tg(N);
     for (int n = 0; n < N; ++n) tg[n] = (n * 131 + 7) % V;
     IntPair targets(C, G, tg);
-    Pair logits(C, G, randn(size_t(N) * V, 26, 3.f)), losses(C, G, std::vector<float>(N));
-    C.softmax_crossentropy(losses.c, logits.c, targets.c, N, V, 0.25f);
-    G.softmax_crossentropy(losses.g, logits.g, targets.g, N, V, 0.25f);
+    Pair logits(C, G, randn(size_t(N) * V, 26, 3.f), dt), losses(C, G, std::vector<float>(N));
+    C.softmax_crossentropy(losses.fc(), logits.c, targets.c, N, V, 0.25f);
+    G.softmax_crossentropy(losses.fg(), logits.g, targets.g, N, V, 0.25f);
     losses.check("softmax_crossentropy loss N" + std::to_string(N) + " V" + std::to_string(V), kTol);
-    logits.check("softmax_crossentropy dlogits", kTol);
-    Pair l2(C, G, randn(size_t(N) * V, 27, 3.f)), mx(C, G, std::vector<float>(N)), se(C, G, std::vector<float>(N)), pk(C, G, std::vector<float>(N));
-    C.logits_row_max(mx.c, l2.c, N, V);
-    G.logits_row_max(mx.g, l2.g, N, V);
+    logits.check("softmax_crossentropy dlogits", tol(kTol));
+    Pair l2(C, G, randn(size_t(N) * V, 27, 3.f), dt), mx(C, G, std::vector<float>(N)), se(C, G, std::vector<float>(N)),
+        pk(C, G, std::vector<float>(N));
+    C.logits_row_max(mx.fc(), l2.c, N, V);
+    G.logits_row_max(mx.fg(), l2.g, N, V);
     mx.check("logits_row_max", 0);
-    C.logits_row_sumexp(se.c, l2.c, mx.c, N, V);
-    G.logits_row_sumexp(se.g, l2.g, mx.g, N, V);
+    C.logits_row_sumexp(se.fc(), l2.c, mx.fc(), N, V);
+    G.logits_row_sumexp(se.fg(), l2.g, mx.fg(), N, V);
     se.check("logits_row_sumexp", kTol);
-    C.logits_pick_target(pk.c, l2.c, targets.c, N, V, 0);
-    G.logits_pick_target(pk.g, l2.g, targets.g, N, V, 0);
+    C.logits_pick_target(pk.fc(), l2.c, targets.c, N, V, 0);
+    G.logits_pick_target(pk.fg(), l2.g, targets.g, N, V, 0);
     pk.check("logits_pick_target", 0);
-    C.crossentropy_grad_from_lse(l2.c, mx.c, targets.c, N, V, 0, 0.5f);
-    G.crossentropy_grad_from_lse(l2.g, mx.g, targets.g, N, V, 0, 0.5f);
-    l2.check("crossentropy_grad_from_lse", kTol);
+    C.crossentropy_grad_from_lse(l2.c, mx.fc(), targets.c, N, V, 0, 0.5f);
+    G.crossentropy_grad_from_lse(l2.g, mx.fg(), targets.g, N, V, 0, 0.5f);
+    l2.check("crossentropy_grad_from_lse", tol(kTol));
+  }
   }
   const MemoryStats ms = G.memory_stats();
-  std::printf("device allocator: %zu B allocated, %zu B peak\n", ms.allocated, ms.peak);
+  std::printf("device allocator: %zu B allocated, %zu B reserved, %zu B peak, fragmentation %.1f%%\n", ms.allocated,
+              ms.reserved, ms.peak, 100.0 * ms.fragmentation());
   std::printf("%d passed, %d failed\n", checks - failures, failures);
   return failures ? 1 : 0;
 }

@@ -1,11 +1,15 @@
 #!/usr/bin/python3
-"""PyTorch parity for the GPT-2 model on the CPU backend (fp32).
+"""PyTorch parity for the GPT-2 model on the CPU backend, fp32 and bf16 compute.
 
 For several odd model sizes: ztrain writes its initial parameters, first batch, loss and every
 gradient (`ztrain debug dump-state`), plus 10 training steps; PyTorch builds the same GPT-2 from
 those parameters and must agree on the loss and on every gradient (normalized error
 ||a - b|| / ||b|| <= 1e-4 per tensor), and 10 steps of torch.optim.AdamW with the same schedule,
 clipping and batches must give the same losses (relative error <= 1e-4) and final parameters.
+
+bf16 compute (activations and compute weights rounded to bf16, fp32 masters) is compared with the
+same fp32 PyTorch model: the reference is the exact computation, and the tolerances are what
+bf16's 8-bit significand allows (BF16_TOL below). With a visible GPU both run on CUDA as well.
 """
 import argparse
 import math
@@ -24,7 +28,13 @@ except ImportError as e:  # a user's machine without the reference stack
     print(f"SKIP: PyTorch/h5py not available ({e}); install python3-torch python3-h5py")
     sys.exit(testlib.SKIP)
 
-TOL = 1e-4
+TOL = {"loss": 1e-4, "grad": 1e-4, "train_loss": 1e-4, "final": 1e-4}
+# bf16 rounds every stored activation to 2^-9 relative (half an ulp). Measured on these cases
+# (CPU backend): loss rel err <= 1e-5, worst per-tensor gradient err 8.6e-3, 10-step losses
+# <= 2e-4, final parameters <= 5.8e-2 (biases that start at 0: Adam normalizes the small,
+# noisy gradients into full-size steps, so their relative error after 20 steps is large).
+# Tolerances: about 3x those, far below the O(1) errors of a wrong gradient.
+BF16_TOL = {"loss": 1e-3, "grad": 3e-2, "train_loss": 1e-3, "final": 1.5e-1}
 
 
 def lr_at(cfg, step):
@@ -43,11 +53,13 @@ def rel(a, b):
     return ((a - b).norm() / max(b.norm().item(), 1e-30)).item()
 
 
-def check_case(args, work, name, model, train, optim, device="cpu"):
+def check_case(args, work, name, model, train, optim, device="cpu", compute="fp32"):
+    tol = TOL if compute == "fp32" else BF16_TOL
     spec = os.path.join(work, f"{name}.toml")
     testlib.write_spec(spec, {
         "run": {"name": name, "out_dir": os.path.join(work, name), "seed": 1234, "device": device, "threads": 2},
         "model": model, "train": train, "optim": optim, "data": {"train": args.data},
+        "precision": {"compute": compute},
     })
     h5path = os.path.join(work, f"{name}.h5")
     p = testlib.run([args.ztrain, "debug", "dump-state", spec, "--out", h5path, "--steps", "10"], check=False)
@@ -74,14 +86,14 @@ def check_case(args, work, name, model, train, optim, device="cpu"):
     ref_loss = float(f["out"]["loss"][()])
     e = abs(loss.item() - ref_loss) / abs(loss.item())
     print(f"  [{name}] loss ztrain {ref_loss:.7f} torch {loss.item():.7f} rel {e:.2e}")
-    if e > TOL:
+    if e > tol["loss"]:
         failures.append(f"loss rel err {e:.2e}")
     worst = (0.0, "")
     for n, p in m.named_parameters():
         g = torch.from_numpy(f["grads"][n][()])
         err = rel(g, p.grad)
         worst = max(worst, (err, n))
-        if err > TOL:
+        if err > tol["grad"]:
             failures.append(f"grad {n}: rel err {err:.2e}")
     print(f"  [{name}] worst gradient rel err {worst[0]:.2e} ({worst[1]}), {len(names)} tensors")
     # 2. ten training steps from the same initialization
@@ -111,7 +123,7 @@ def check_case(args, work, name, model, train, optim, device="cpu"):
             g["lr"] = lr_at(cfg, s)
         opt.step()
         e = abs(total - zl[s]) / abs(total)
-        if e > TOL:
+        if e > tol["train_loss"]:
             failures.append(f"train step {s + 1}: loss ztrain {zl[s]:.7f} torch {total:.7f} rel {e:.2e}")
     print(f"  [{name}] 10-step losses ztrain {zl[0]:.5f} -> {zl[-1]:.5f}, torch final {total:.5f}")
     worst = (0.0, "")
@@ -125,7 +137,7 @@ def check_case(args, work, name, model, train, optim, device="cpu"):
             a, b = torch.cat([a[:c], a[2 * c:]]), torch.cat([b[:c], b[2 * c:]])
         err = rel(a, b)
         worst = max(worst, (err, n))
-        if err > TOL:
+        if err > tol["final"]:
             failures.append(f"final param {n}: rel err {err:.2e}")
     print(f"  [{name}] worst final-parameter rel err {worst[0]:.2e} ({worst[1]})")
     return failures
@@ -151,15 +163,20 @@ def main():
              {"lr": 5e-3, "schedule": "constant", "weight_decay": 0.3, "beta2": 0.99}),
         ]
         failures = []
-        for name, model, train, optim in cases:
-            failures += [f"{name}: {x}" for x in check_case(args, work, name, model, train, optim)]
-        # The same on the CUDA backend (fp32) when a GPU is visible; skipped with a message otherwise.
-        for name, model, train, optim in cases:
-            failures += [f"{name} (cuda): {x}" for x in check_case(args, work, name + "_cuda", model, train, optim, "cuda")]
+        for compute in ("fp32", "bf16"):
+            for name, model, train, optim in cases:
+                failures += [f"{name} ({compute}): {x}" for x in
+                             check_case(args, work, f"{name}_{compute}", model, train, optim, "cpu", compute)]
+        # The same on the CUDA backend when a GPU is visible; skipped with a message otherwise.
+        for compute in ("fp32", "bf16"):
+            for name, model, train, optim in cases:
+                failures += [f"{name} (cuda, {compute}): {x}" for x in
+                             check_case(args, work, f"{name}_cuda_{compute}", model, train, optim, "cuda", compute)]
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1
-    print(f"PASS: loss, every gradient and 10 AdamW steps agree with PyTorch within {TOL} ({len(cases)} model sizes)")
+    print(f"PASS: loss, every gradient and 10 AdamW steps agree with PyTorch: fp32 within {TOL['loss']}, "
+          f"bf16 within {BF16_TOL} ({len(cases)} model sizes)")
     return 0
 
 

@@ -4,7 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <mutex>
+#include <vector>
 #include <unordered_map>
 
 #include "engine/backend/backend.h"
@@ -35,6 +37,63 @@ size_t available_host_bytes() {
   return found ? kib * 1024 : SIZE_MAX;
 }
 
+// An fp32 view of a compute-precision tensor for the reference ops: the tensor itself when the
+// compute type is fp32 (no copy, the fp32 path is unchanged), else a converted copy. Out writes
+// its copy back, rounded, when it goes out of scope; `load` for outputs that are also read
+// (accumulated into, or transformed in place).
+class In {
+ public:
+  In(const void* p, int64_t n, DType t) {
+    if (!p || t == DType::F32) {
+      p_ = static_cast<const float*>(p);
+      return;
+    }
+    buf_.resize(size_t(n));
+    convert_host(buf_.data(), DType::F32, p, t, n);
+    p_ = buf_.data();
+  }
+  const float* get() const { return p_; }
+
+ private:
+  std::vector<float> buf_;
+  const float* p_ = nullptr;
+};
+
+class Out {
+ public:
+  Out(void* p, int64_t n, DType t, bool load) : dst_(p), n_(n), t_(t) {
+    if (!p || t == DType::F32) {
+      p_ = static_cast<float*>(p);
+      return;
+    }
+    buf_.assign(size_t(n), 0.0f);
+    if (load) convert_host(buf_.data(), DType::F32, p, t, n);
+    p_ = buf_.data();
+  }
+  ~Out() {
+    if (!buf_.empty()) convert_host(dst_, t_, buf_.data(), DType::F32, n_);
+  }
+  Out(const Out&) = delete;
+  Out& operator=(const Out&) = delete;
+  float* get() { return p_; }
+  void discard() { buf_.clear(); }
+
+ private:
+  void* dst_;
+  int64_t n_;
+  DType t_;
+  std::vector<float> buf_;
+  float* p_ = nullptr;
+};
+
+// Rows of the token embedding that `inp` can reach (its largest id + 1): the embedding ops do not
+// know V, and only those rows need converting.
+int64_t embedding_rows_hint(const int32_t* inp, int64_t n) {
+  int32_t mx = -1;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, inp[i]);
+  return int64_t(mx) + 1;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) {
@@ -46,6 +105,7 @@ class CpuBackend final : public Backend {
     threads_ = threads;
   }
   DeviceKind kind() const override { return DeviceKind::CPU; }
+  DType dt() const { return compute_dtype(); }
   std::string name() const override { return fmt::format("cpu ({} threads)", threads_); }
 
   void* alloc(size_t bytes, MemTag tag) override {
@@ -86,76 +146,114 @@ class CpuBackend final : public Backend {
   void fill_zero(void* p, size_t n) override { std::memset(p, 0, n); }
   MemoryStats memory_stats() const override {
     std::lock_guard lock(mu_);
-    return stats_;
+    MemoryStats s = stats_;
+    s.reserved = s.allocated;  // malloc'ed per allocation, nothing cached
+    return s;
   }
 
-  void embedding_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
+  void convert(void* dst, DType dt, const void* src, DType st, int64_t n) override {
+    convert_host(dst, dt, src, st, n);
+  }
+
+  void embedding_forward(void* out, const int32_t* inp, const void* wte, const void* wpe, int B,
                          int T, int C) override {
-    cpu::embedding_forward(out, inp, wte, wpe, B, T, C);
+    const int64_t V = embedding_rows_hint(inp, int64_t(B) * T);
+    Out o(out, int64_t(B) * T * C, dt(), false);
+    cpu::embedding_forward(o.get(), inp, In(wte, V * C, dt()).get(), In(wpe, int64_t(T) * C, dt()).get(),
+                           B, T, C);
   }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B,
+  void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp, int B,
                           int T, int C) override {
-    cpu::embedding_backward(dwte, dwpe, dout, inp, B, T, C);
+    cpu::embedding_backward(dwte, dwpe, In(dout, int64_t(B) * T * C, dt()).get(), inp, B, T, C);
   }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C,
-                         float eps) override {
-    cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                         const void* bias, int N, int C, float eps) override {
+    Out o(out, int64_t(N) * C, dt(), false);
+    cpu::layernorm_forward(o.get(), mean, rstd, In(inp, int64_t(N) * C, dt()).get(), In(weight, C, dt()).get(),
+                           In(bias, C, dt()).get(), N, C, eps);
   }
-  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C) override {
-    cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd, const void* a,
+                                  const void* b, const void* weight, const void* bias, int N, int C,
+                                  float eps) override {
+    const int64_t n = int64_t(N) * C;
+    {
+      Out r(res, n, dt(), false);
+      cpu::add(r.get(), In(a, n, dt()).get(), In(b, n, dt()).get(), n);
+    }  // res is rounded to the compute type before the norm reads it, as on the GPU
+    layernorm_forward(out, mean, rstd, res, weight, bias, N, C, eps);
   }
-  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int C, int OC) override {
-    cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+  void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                          const void* weight, const float* mean, const float* rstd, int N,
+                          int C) override {
+    const int64_t n = int64_t(N) * C;
+    Out d(dinp, n, dt(), true);
+    cpu::layernorm_backward(d.get(), dweight, dbias, In(dout, n, dt()).get(), In(inp, n, dt()).get(),
+                            In(weight, C, dt()).get(), mean, rstd, N, C);
   }
-  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int C, int OC) override {
-    cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+  void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N, int C,
+                      int OC) override {
+    Out o(out, int64_t(N) * OC, dt(), false);
+    cpu::matmul_forward(o.get(), In(inp, int64_t(N) * C, dt()).get(), In(weight, int64_t(OC) * C, dt()).get(),
+                        In(bias, OC, dt()).get(), N, C, OC);
   }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C,
-                         int NH) override {
-    cpu::attention_forward(out, lse, qkv, B, T, C, NH);
+  void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* weight, const void* bias,
+                           int N, int C, int OC) override {
+    matmul_forward(pre, inp, weight, bias, N, C, OC);
+    const int64_t n = int64_t(N) * OC;
+    Out o(out, n, dt(), false);
+    cpu::gelu_forward(o.get(), In(pre, n, dt()).get(), n);
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse,
+  void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                       const void* weight, int N, int C, int OC) override {
+    Out d(dinp, int64_t(N) * C, dt(), true);
+    cpu::matmul_backward(d.get(), dweight, dbias, In(dout, int64_t(N) * OC, dt()).get(),
+                         In(inp, int64_t(N) * C, dt()).get(), In(weight, int64_t(OC) * C, dt()).get(), N, C, OC);
+  }
+  void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) override {
+    const int64_t BT = int64_t(B) * T;
+    Out o(out, BT * C, dt(), false);
+    cpu::attention_forward(o.get(), lse, In(qkv, BT * 3 * C, dt()).get(), B, T, C, NH);
+  }
+  void attention_backward(void* dqkv, const void* dout, const void* /*out*/, const void* qkv, const float* lse,
                           int B, int T, int C, int NH) override {
-    cpu::attention_backward(dqkv, dout, qkv, lse, B, T, C, NH);
+    const int64_t BT = int64_t(B) * T;
+    Out d(dqkv, BT * 3 * C, dt(), true);
+    cpu::attention_backward(d.get(), In(dout, BT * C, dt()).get(), In(qkv, BT * 3 * C, dt()).get(), lse, B,
+                            T, C, NH);
   }
-  void gelu_forward(float* out, const float* inp, int64_t n) override {
-    cpu::gelu_forward(out, inp, n);
+  void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override {
+    Out d(dinp, n, dt(), true);
+    cpu::gelu_backward(d.get(), In(inp, n, dt()).get(), In(dout, n, dt()).get(), n);
   }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override {
-    cpu::gelu_backward(dinp, inp, dout, n);
-  }
-  void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N, int V,
+  void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N, int V,
                             float grad_scale) override {
-    cpu::softmax_crossentropy(losses, logits, targets, N, V, grad_scale);
+    Out l(logits, int64_t(N) * V, dt(), true);
+    cpu::softmax_crossentropy(losses, l.get(), targets, N, V, grad_scale);
+    if (grad_scale == 0.0f) l.discard();  // logits unchanged: no write-back rounding pass
   }
-  void logits_row_max(float* out_max, const float* logits, int N, int V) override {
-    cpu::logits_row_max(out_max, logits, N, V);
+  void logits_row_max(float* out_max, const void* logits, int N, int V) override {
+    cpu::logits_row_max(out_max, In(logits, int64_t(N) * V, dt()).get(), N, V);
   }
-  void logits_row_sumexp(float* out_sum, const float* logits, const float* row_max, int N,
-                         int V) override {
-    cpu::logits_row_sumexp(out_sum, logits, row_max, N, V);
+  void logits_row_sumexp(float* out_sum, const void* logits, const float* row_max, int N, int V) override {
+    cpu::logits_row_sumexp(out_sum, In(logits, int64_t(N) * V, dt()).get(), row_max, N, V);
   }
-  void logits_pick_target(float* out, const float* logits, const int32_t* targets, int N, int V,
+  void logits_pick_target(float* out, const void* logits, const int32_t* targets, int N, int V,
                           int v0) override {
-    cpu::logits_pick_target(out, logits, targets, N, V, v0);
+    cpu::logits_pick_target(out, In(logits, int64_t(N) * V, dt()).get(), targets, N, V, v0);
   }
-  void crossentropy_grad_from_lse(float* logits, const float* lse, const int32_t* targets, int N,
-                                  int V, int v0, float grad_scale) override {
-    cpu::crossentropy_grad_from_lse(logits, lse, targets, N, V, v0, grad_scale);
+  void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets, int N, int V,
+                                  int v0, float grad_scale) override {
+    Out l(logits, int64_t(N) * V, dt(), true);
+    cpu::crossentropy_grad_from_lse(l.get(), lse, targets, N, V, v0, grad_scale);
   }
-  void add(float* out, const float* a, const float* b, int64_t n) override {
-    cpu::add(out, a, b, n);
-  }
+  void add(float* out, const float* a, const float* b, int64_t n) override { cpu::add(out, a, b, n); }
   void scale(float* x, float s, int64_t n) override { cpu::scale(x, s, n); }
   double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }
-  void adamw_update(float* params, const float* grads, float* m, float* v, int64_t n, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, int t) override {
+  void adamw_update(float* params, const float* grads, float* m, float* v, void* params_compute,
+                    int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
+                    int t) override {
     cpu::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+    if (params_compute) convert_host(params_compute, dt(), params, DType::F32, n);
   }
 
  private:

@@ -46,9 +46,11 @@ void* CachingAllocator::alloc(size_t bytes, MemTag tag) {
         char msg[1024];
         int n = std::snprintf(msg, sizeof msg,
                               "out of GPU memory allocating %.1f MiB for %s: %.1f MiB allocated, %.1f MiB reserved, "
-                              "%.1f MiB peak, %.1f of %.1f MiB free on the device; largest consumers:",
+                              "%.1f MiB peak, fragmentation %.1f%%, %.1f of %.1f MiB free on the device; consumers:",
                               size / 1048576.0, mem_tag_name(tag), stats_.allocated / 1048576.0,
-                              reserved_ / 1048576.0, stats_.peak / 1048576.0, free_b / 1048576.0, total_b / 1048576.0);
+                              reserved_ / 1048576.0, stats_.peak / 1048576.0,
+                              reserved_ ? 100.0 * (1.0 - double(stats_.allocated) / double(reserved_)) : 0.0,
+                              free_b / 1048576.0, total_b / 1048576.0);
         for (int t = 0; t < int(MemTag::kCount) && n < int(sizeof msg); ++t)
           n += std::snprintf(msg + n, sizeof msg - n, " %s %.1f MiB", mem_tag_name(MemTag(t)),
                              stats_.by_tag[t] / 1048576.0);
@@ -81,7 +83,9 @@ void CachingAllocator::free(void* p) {
 
 MemoryStats CachingAllocator::stats() const {
   std::lock_guard lock(mu_);
-  return stats_;
+  MemoryStats s = stats_;
+  s.reserved = reserved_;
+  return s;
 }
 
 }  // namespace zt::cuda

@@ -1,131 +1,309 @@
-// Causal self-attention, online softmax (flash-attention's recurrence): one warp per query row,
-// keys streamed, no (T, T) matrix anywhere. Forward saves the row's log-sum-exp; backward
-// recomputes the probabilities from it. Head size up to 256 (8 values per lane).
-// This is the correct, simple version; the tiled shared-memory kernel is the next step.
+// Causal self-attention as fused kernels in the flash-attention style: tiles of 32 queries x 32
+// keys staged in shared memory, online softmax, no (T, T) matrix in global memory. Forward saves
+// each row's log-sum-exp; backward recomputes probabilities from it (FlashAttention-2's
+// recurrences) in two kernels, dK/dV parallel over key tiles and dQ parallel over query tiles, so
+// every output element has one writer: no atomics, a fixed summation order.
+//
+// Layout inside a warp: for scores, lane j takes key j of the tile (or query j, in the dK/dV
+// kernel) and computes its whole dot product from shared memory (rows padded to hs + 1 floats so
+// the 32 lanes hit 32 banks); for outputs, lane owns dims c = lane + 32 k and takes each
+// probability from its lane with a shuffle. Maths in fp32; q, k, v, dout in T.
+// Head size up to 128 (KD = ceil(hs / 32) <= 4 dims per lane).
+#include <cmath>
+
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
 namespace zt::cuda {
 
 namespace {
-constexpr int kMaxPerLane = 8;  // hs <= 32 * 8
+constexpr int kTile = 32;                    // queries per block and keys per tile
+constexpr int kWarps = 8;                    // each warp owns kTile / kWarps rows
+constexpr int kRowsPerWarp = kTile / kWarps;
+constexpr int kMaxHead = 128;
 
-__global__ void attention_forward_kernel(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (row >= B * NH * T) return;
-  const int t = row % T, h = (row / T) % NH, b = row / (T * NH);
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = rsqrtf(float(hs));
-  const float* base = qkv + int64_t(b) * T * C3;
-  float q[kMaxPerLane], acc[kMaxPerLane];
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int c = lane + 32 * j;
-    q[j] = c < hs ? base[int64_t(t) * C3 + h * hs + c] : 0.0f;
-    acc[j] = 0.0f;
+struct Geo {  // where (b, h) lives in qkv (B,T,3C) / out (B,T,C) / lse (B,NH,T)
+  int T, C, NH, hs, ld;
+  int b, h;
+  __device__ Geo(int T_, int C_, int NH_, int bh) : T(T_), C(C_), NH(NH_), hs(C_ / NH_), ld(C_ / NH_ + 1) {
+    b = bh / NH;
+    h = bh % NH;
   }
-  float m = -INFINITY, l = 0.0f;
-  for (int t2 = 0; t2 <= t; ++t2) {
-    const float* k = base + int64_t(t2) * C3 + C + h * hs;
-    const float* v = base + int64_t(t2) * C3 + 2 * C + h * hs;
-    float dot = 0;
-    for (int j = 0; j < kMaxPerLane; ++j) {
-      const int c = lane + 32 * j;
-      if (c < hs) dot += q[j] * k[c];
-    }
-    const float sc = warp_sum(dot) * scale;
-    const float m_new = fmaxf(m, sc);
-    const float corr = expf(m - m_new), p = expf(sc - m_new);
-    l = l * corr + p;
-    for (int j = 0; j < kMaxPerLane; ++j) {
-      const int c = lane + 32 * j;
-      acc[j] = acc[j] * corr + (c < hs ? p * v[c] : 0.0f);
-    }
-    m = m_new;
+  __device__ int64_t q(int t) const { return (int64_t(b) * T + t) * 3 * C + int64_t(h) * hs; }
+  __device__ int64_t k(int t) const { return q(t) + C; }
+  __device__ int64_t v(int t) const { return q(t) + 2 * C; }
+  __device__ int64_t o(int t) const { return (int64_t(b) * T + t) * C + int64_t(h) * hs; }
+  __device__ int64_t stat(int t) const { return (int64_t(b) * NH + h) * T + t; }
+};
+
+// tile (kTile, ld) <- rows [t0, t0 + kTile) of src at offsets off(t), times mul; zero past T.
+template <typename T, typename Off>
+__device__ void load_tile(float* tile, const T* src, int t0, const Geo& g, float mul, Off off) {
+  for (int idx = threadIdx.x; idx < kTile * g.hs; idx += blockDim.x) {
+    const int r = idx / g.hs, c = idx % g.hs, t = t0 + r;
+    tile[r * g.ld + c] = t < g.T ? to_float(src[off(t) + c]) * mul : 0.0f;
   }
-  float* o = out + (int64_t(b) * T + t) * C + h * hs;
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int c = lane + 32 * j;
-    if (c < hs) o[c] = acc[j] / l;
-  }
-  if (lane == 0) lse[(int64_t(b) * NH + h) * T + t] = m + logf(l);
 }
 
-// Warp-wide q . k_t2 and dout . v_t2 for one key row (each lane holds its slice of q and dout).
-__device__ inline void qk_and_dv(const float* q, const float* d, const float* k, const float* v, int hs, int lane,
-                                 float& qk, float& dv) {
-  qk = 0;
-  dv = 0;
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int c = lane + 32 * j;
-    if (c < hs) {
-      qk += q[j] * k[c];
-      dv += d[j] * v[c];
-    }
-  }
-  qk = warp_sum(qk);
-  dv = warp_sum(dv);
+__device__ inline float dot_rows(const float* a, const float* b, int hs) {
+  float s = 0;
+  for (int c = 0; c < hs; ++c) s += a[c] * b[c];
+  return s;
 }
 
-__global__ void attention_backward_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse, int B,
-                                          int T, int C, int NH) {
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (row >= B * NH * T) return;
-  const int t = row % T, h = (row / T) % NH, b = row / (T * NH);
-  const int hs = C / NH, C3 = 3 * C;
-  const float scale = rsqrtf(float(hs));
-  const float* base = qkv + int64_t(b) * T * C3;
-  float* dbase = dqkv + int64_t(b) * T * C3;
-  float q[kMaxPerLane], d[kMaxPerLane], dq[kMaxPerLane];
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int c = lane + 32 * j;
-    q[j] = c < hs ? base[int64_t(t) * C3 + h * hs + c] : 0.0f;
-    d[j] = c < hs ? dout[(int64_t(b) * T + t) * C + h * hs + c] : 0.0f;
-    dq[j] = 0.0f;
+template <typename T, int KD>
+__global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, float scale) {
+  const Geo g(T_, C, NH, blockIdx.y);
+  const int q0 = blockIdx.x * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  extern __shared__ float sm[];
+  float* Qs = sm;  // (kTile, ld), pre-scaled by 1/sqrt(hs)
+  float* Ks = Qs + kTile * g.ld;
+  float* Vs = Ks + kTile * g.ld;
+  load_tile(Qs, qkv, q0, g, scale, [&](int t) { return g.q(t); });
+  float acc[kRowsPerWarp][KD], m[kRowsPerWarp], l[kRowsPerWarp];
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    m[i] = -INFINITY;
+    l[i] = 0;
+    for (int k = 0; k < KD; ++k) acc[i][k] = 0;
   }
-  const float L = lse[(int64_t(b) * NH + h) * T + t];
-  // D = sum_t2 p * dp (= dout . out), needed before any ds
-  float D = 0;
-  for (int t2 = 0; t2 <= t; ++t2) {
-    float qk, dv;
-    qk_and_dv(q, d, base + int64_t(t2) * C3 + C + h * hs, base + int64_t(t2) * C3 + 2 * C + h * hs, hs, lane, qk, dv);
-    D += expf(qk * scale - L) * dv;
+  const int last_q = min(q0 + kTile, g.T) - 1;
+  for (int k0 = 0; k0 <= last_q; k0 += kTile) {
+    __syncthreads();  // the previous tile is consumed (and Q is loaded, on the first pass)
+    load_tile(Ks, qkv, k0, g, 1.0f, [&](int t) { return g.k(t); });
+    load_tile(Vs, qkv, k0, g, 1.0f, [&](int t) { return g.v(t); });
+    __syncthreads();
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int r = warp * kRowsPerWarp + i, t = q0 + r;
+      if (t >= g.T || k0 > t) continue;  // warp-uniform
+      const bool valid = k0 + lane <= t;
+      const float s = valid ? dot_rows(Qs + r * g.ld, Ks + lane * g.ld, g.hs) : -INFINITY;
+      const float m_new = fmaxf(m[i], warp_max(s));
+      const float p = valid ? expf(s - m_new) : 0.0f;
+      const float corr = expf(m[i] - m_new);  // 0 on the first tile (m = -inf)
+      l[i] = l[i] * corr + warp_sum(p);
+      for (int k = 0; k < KD; ++k) acc[i][k] *= corr;
+      for (int j = 0; j < kTile; ++j) {
+        const float pj = __shfl_sync(0xffffffffu, p, j);
+        for (int k = 0; k < KD; ++k) {
+          const int c = lane + 32 * k;
+          if (c < g.hs) acc[i][k] += pj * Vs[j * g.ld + c];
+        }
+      }
+      m[i] = m_new;
+    }
   }
-  for (int t2 = 0; t2 <= t; ++t2) {
-    const float* k = base + int64_t(t2) * C3 + C + h * hs;
-    float qk, dp;
-    qk_and_dv(q, d, k, base + int64_t(t2) * C3 + 2 * C + h * hs, hs, lane, qk, dp);
-    const float p = expf(qk * scale - L);
-    const float ds = p * (dp - D) * scale;
-    float* dk = dbase + int64_t(t2) * C3 + C + h * hs;
-    float* dvv = dbase + int64_t(t2) * C3 + 2 * C + h * hs;
-    for (int j = 0; j < kMaxPerLane; ++j) {
-      const int c = lane + 32 * j;
-      if (c < hs) {
-        dq[j] += ds * k[c];
-        atomicAdd(&dk[c], ds * q[j]);  // key/value rows collect from every later query
-        atomicAdd(&dvv[c], p * d[j]);
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int t = q0 + warp * kRowsPerWarp + i;
+    if (t >= g.T) continue;
+    for (int k = 0; k < KD; ++k) {
+      const int c = lane + 32 * k;
+      if (c < g.hs) out[g.o(t) + c] = from_float<T>(acc[i][k] / l[i]);
+    }
+    if (lane == 0) lse[g.stat(t)] = m[i] + logf(l[i]);
+  }
+}
+
+// D[b,h,t] = dout[t] . out[t] (= sum over keys of p * dp), one warp per row.
+template <typename T>
+__global__ void attention_rowdot_kernel(float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
+  const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= int64_t(B) * NH * T_) return;
+  const int t = int(row % T_), bh = int(row / T_);
+  const Geo g(T_, C, NH, bh);
+  float s = 0;
+  for (int c = lane; c < g.hs; c += 32) s += to_float(dout[g.o(t) + c]) * to_float(out[g.o(t) + c]);
+  s = warp_sum(s);
+  if (lane == 0) D[g.stat(t)] = s;
+}
+
+// dK, dV for one tile of 32 keys: loops over the query tiles at or after it.
+template <typename T, int KD>
+__global__ void attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
+                                               const float* D, int T_, int C, int NH, float scale) {
+  const Geo g(T_, C, NH, blockIdx.y);
+  const int k0 = blockIdx.x * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  extern __shared__ float sm[];
+  float* Ks = sm;
+  float* Vs = Ks + kTile * g.ld;
+  float* Qs = Vs + kTile * g.ld;
+  float* dOs = Qs + kTile * g.ld;
+  float* Ls = dOs + kTile * g.ld;  // (kTile) lse of the query tile
+  float* Ds = Ls + kTile;          // (kTile)
+  load_tile(Ks, qkv, k0, g, 1.0f, [&](int t) { return g.k(t); });
+  load_tile(Vs, qkv, k0, g, 1.0f, [&](int t) { return g.v(t); });
+  float dk[kRowsPerWarp][KD], dv[kRowsPerWarp][KD];
+  for (int i = 0; i < kRowsPerWarp; ++i)
+    for (int k = 0; k < KD; ++k) dk[i][k] = dv[i][k] = 0;
+  for (int q0 = k0; q0 < g.T; q0 += kTile) {
+    __syncthreads();
+    load_tile(Qs, qkv, q0, g, 1.0f, [&](int t) { return g.q(t); });
+    load_tile(dOs, dout, q0, g, 1.0f, [&](int t) { return g.o(t); });
+    for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+      const int t = q0 + r;
+      Ls[r] = t < g.T ? lse[g.stat(t)] : 0.0f;
+      Ds[r] = t < g.T ? D[g.stat(t)] : 0.0f;
+    }
+    __syncthreads();
+    const int t = q0 + lane;  // this lane's query
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int j = warp * kRowsPerWarp + i, t2 = k0 + j;
+      if (t2 >= g.T) continue;  // warp-uniform
+      const bool valid = t < g.T && t >= t2;
+      float p = 0, ds = 0;
+      if (valid) {
+        p = expf(dot_rows(Qs + lane * g.ld, Ks + j * g.ld, g.hs) * scale - Ls[lane]);
+        const float dp = dot_rows(dOs + lane * g.ld, Vs + j * g.ld, g.hs);
+        ds = p * (dp - Ds[lane]) * scale;
+      }
+      for (int r = 0; r < kTile; ++r) {
+        const float pr = __shfl_sync(0xffffffffu, p, r), dsr = __shfl_sync(0xffffffffu, ds, r);
+        for (int k = 0; k < KD; ++k) {
+          const int c = lane + 32 * k;
+          if (c < g.hs) {
+            dv[i][k] += pr * dOs[r * g.ld + c];
+            dk[i][k] += dsr * Qs[r * g.ld + c];
+          }
+        }
       }
     }
   }
-  float* dqo = dbase + int64_t(t) * C3 + h * hs;
-  for (int j = 0; j < kMaxPerLane; ++j) {
-    const int c = lane + 32 * j;
-    if (c < hs) dqo[c] += dq[j];
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int t2 = k0 + warp * kRowsPerWarp + i;
+    if (t2 >= g.T) continue;
+    for (int k = 0; k < KD; ++k) {
+      const int c = lane + 32 * k;
+      if (c >= g.hs) continue;
+      T* pk = dqkv + g.k(t2) + c;
+      T* pv = dqkv + g.v(t2) + c;
+      *pk = from_float<T>(to_float(*pk) + dk[i][k]);
+      *pv = from_float<T>(to_float(*pv) + dv[i][k]);
+    }
   }
+}
+
+// dQ for one tile of 32 queries: loops over the key tiles up to the diagonal.
+template <typename T, int KD>
+__global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
+                                             int T_, int C, int NH, float scale) {
+  const Geo g(T_, C, NH, blockIdx.y);
+  const int q0 = blockIdx.x * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  extern __shared__ float sm[];
+  float* Qs = sm;
+  float* dOs = Qs + kTile * g.ld;
+  float* Ks = dOs + kTile * g.ld;
+  float* Vs = Ks + kTile * g.ld;
+  load_tile(Qs, qkv, q0, g, 1.0f, [&](int t) { return g.q(t); });
+  load_tile(dOs, dout, q0, g, 1.0f, [&](int t) { return g.o(t); });
+  float dq[kRowsPerWarp][KD], L[kRowsPerWarp], Dr[kRowsPerWarp];
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int t = q0 + warp * kRowsPerWarp + i;
+    L[i] = t < g.T ? lse[g.stat(t)] : 0.0f;
+    Dr[i] = t < g.T ? D[g.stat(t)] : 0.0f;
+    for (int k = 0; k < KD; ++k) dq[i][k] = 0;
+  }
+  const int last_q = min(q0 + kTile, g.T) - 1;
+  for (int k0 = 0; k0 <= last_q; k0 += kTile) {
+    __syncthreads();
+    load_tile(Ks, qkv, k0, g, 1.0f, [&](int t) { return g.k(t); });
+    load_tile(Vs, qkv, k0, g, 1.0f, [&](int t) { return g.v(t); });
+    __syncthreads();
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int r = warp * kRowsPerWarp + i, t = q0 + r;
+      if (t >= g.T || k0 > t) continue;  // warp-uniform
+      const int t2 = k0 + lane;
+      float ds = 0;
+      if (t2 <= t) {
+        const float p = expf(dot_rows(Qs + r * g.ld, Ks + lane * g.ld, g.hs) * scale - L[i]);
+        const float dp = dot_rows(dOs + r * g.ld, Vs + lane * g.ld, g.hs);
+        ds = p * (dp - Dr[i]) * scale;
+      }
+      for (int j = 0; j < kTile; ++j) {
+        const float dsj = __shfl_sync(0xffffffffu, ds, j);
+        for (int k = 0; k < KD; ++k) {
+          const int c = lane + 32 * k;
+          if (c < g.hs) dq[i][k] += dsj * Ks[j * g.ld + c];
+        }
+      }
+    }
+  }
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int t = q0 + warp * kRowsPerWarp + i;
+    if (t >= g.T) continue;
+    for (int k = 0; k < KD; ++k) {
+      const int c = lane + 32 * k;
+      if (c >= g.hs) continue;
+      T* pq = dqkv + g.q(t) + c;
+      *pq = from_float<T>(to_float(*pq) + dq[i][k]);
+    }
+  }
+}
+
+// Runs fn(std::integral_constant<int, KD>) for the head size's KD.
+template <typename Fn>
+void with_kd(int hs, const char* what, Fn fn) {
+  if (hs > kMaxHead) fail(__FILE__, __LINE__, what, "head size above 128 is not supported");
+  switch ((hs + 31) / 32) {
+    case 1: fn(std::integral_constant<int, 1>{}); break;
+    case 2: fn(std::integral_constant<int, 2>{}); break;
+    case 3: fn(std::integral_constant<int, 3>{}); break;
+    default: fn(std::integral_constant<int, 4>{}); break;
+  }
+}
+
+// Dynamic shared memory above the 48 KiB default needs an opt-in per kernel.
+template <typename K>
+void allow_smem(K kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t s) {
-  if (C / NH > 32 * kMaxPerLane) fail(__FILE__, __LINE__, "attention_forward", "head size above 256");
-  attention_forward_kernel<<<blocks_for(int64_t(B) * NH * T, 8), 256, 0, s>>>(out, lse, qkv, B, T, C, NH);
+template <typename T>
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t s) {
+  if (B * T_ <= 0) return;
+  const int hs = C / NH;
+  const dim3 grid(blocks_for(T_, kTile), unsigned(B * NH));
+  const size_t smem = size_t(3) * kTile * (hs + 1) * sizeof(float);
+  with_kd(hs, "attention_forward", [&](auto kd) {
+    auto kernel = attention_forward_kernel<T, decltype(kd)::value>;
+    allow_smem(kernel, smem);
+    kernel<<<grid, 32 * kWarps, smem, s>>>(out, lse, qkv, T_, C, NH, 1.0f / std::sqrt(float(hs)));
+  });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse, int B, int T, int C,
-                        int NH, cudaStream_t s) {
-  if (C / NH > 32 * kMaxPerLane) fail(__FILE__, __LINE__, "attention_backward", "head size above 256");
-  attention_backward_kernel<<<blocks_for(int64_t(B) * NH * T, 8), 256, 0, s>>>(dqkv, dout, qkv, lse, B, T, C, NH);
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
+                        int NH, float* scratch, cudaStream_t s) {
+  if (B * T_ <= 0) return;
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(float(hs));
+  float* D = scratch;  // (B,NH,T)
+  attention_rowdot_kernel<T><<<blocks_for(int64_t(B) * NH * T_, kWarps), 32 * kWarps, 0, s>>>(D, dout, out, B, T_, C,
+                                                                                               NH);
+  ZT_CUDA_LAUNCH_CHECK();
+  const dim3 grid(blocks_for(T_, kTile), unsigned(B * NH));
+  const size_t tiles = size_t(4) * kTile * (hs + 1) * sizeof(float);
+  with_kd(hs, "attention_backward", [&](auto kd) {
+    auto dkdv = attention_backward_dkdv_kernel<T, decltype(kd)::value>;
+    allow_smem(dkdv, tiles + 2 * kTile * sizeof(float));
+    dkdv<<<grid, 32 * kWarps, tiles + 2 * kTile * sizeof(float), s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, scale);
+    ZT_CUDA_LAUNCH_CHECK();
+    auto dq = attention_backward_dq_kernel<T, decltype(kd)::value>;
+    allow_smem(dq, tiles);
+    dq<<<grid, 32 * kWarps, tiles, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, scale);
+  });
   ZT_CUDA_LAUNCH_CHECK();
 }
+
+#define ZT_INSTANTIATE(T)                                                                             \
+  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, cudaStream_t);        \
+  template void attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, \
+                                      int, float*, cudaStream_t);
+ZT_INSTANTIATE(float)
+ZT_INSTANTIATE(__nv_bfloat16)
+ZT_INSTANTIATE(__half)
+#undef ZT_INSTANTIATE
 
 }  // namespace zt::cuda

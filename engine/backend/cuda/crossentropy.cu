@@ -1,5 +1,6 @@
 // Softmax cross-entropy fused with its gradient (one block per row), and the vocabulary-parallel
-// pieces. The probability tensor is never stored: the gradient overwrites the logits.
+// pieces. The probability tensor is never stored: the gradient overwrites the logits. Logits are
+// in the compute type; the maths (max, sum of exponentials, log) is fp32.
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
@@ -8,77 +9,112 @@ namespace zt::cuda {
 namespace {
 constexpr int kThreads = 512;
 
-__global__ void softmax_crossentropy_kernel(float* losses, float* logits, const int32_t* targets, int V,
-                                            float grad_scale) {
-  float* row = logits + int64_t(blockIdx.x) * V;
-  float mx = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, row[i]);
-  mx = block_max(mx);
-  float sum = 0;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(row[i] - mx);
-  sum = block_sum(sum);
-  const float lse = mx + logf(sum);
+// One pass for max and sum of exponentials (online rescaling, as flash attention's softmax).
+template <typename T>
+__device__ float row_logsumexp(const T* row, int V) {
+  float mx = -INFINITY, sum = 0;
+  for (int i = threadIdx.x; i < V; i += blockDim.x) {
+    const float x = to_float(row[i]);
+    if (x > mx) {
+      sum = sum * expf(mx - x) + 1.0f;
+      mx = x;
+    } else {
+      sum += expf(x - mx);
+    }
+  }
+  const float bmx = block_max(mx);
+  const float scaled = mx == -INFINITY ? 0.0f : sum * expf(mx - bmx);
+  return bmx + logf(block_sum(scaled));
+}
+template <typename T>
+__global__ void softmax_crossentropy_kernel(float* losses, T* logits, const int32_t* targets, int V, float grad_scale) {
+  T* row = logits + int64_t(blockIdx.x) * V;
+  const float lse = row_logsumexp(row, V);
   const int tgt = targets[blockIdx.x];
   __syncthreads();
-  if (threadIdx.x == 0) losses[blockIdx.x] = lse - row[tgt];
+  if (threadIdx.x == 0) losses[blockIdx.x] = lse - to_float(row[tgt]);
   __syncthreads();  // the target logit is read before it is overwritten
   if (grad_scale != 0.0f)
     for (int i = threadIdx.x; i < V; i += blockDim.x)
-      row[i] = (expf(row[i] - lse) - (i == tgt ? 1.0f : 0.0f)) * grad_scale;
+      row[i] = from_float<T>((expf(to_float(row[i]) - lse) - (i == tgt ? 1.0f : 0.0f)) * grad_scale);
 }
-__global__ void row_max_kernel(float* out, const float* logits, int V) {
-  const float* row = logits + int64_t(blockIdx.x) * V;
+template <typename T>
+__global__ void row_max_kernel(float* out, const T* logits, int V) {
+  const T* row = logits + int64_t(blockIdx.x) * V;
   float mx = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, row[i]);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, to_float(row[i]));
   mx = block_max(mx);
   if (threadIdx.x == 0) out[blockIdx.x] = mx;
 }
-__global__ void row_sumexp_kernel(float* out, const float* logits, const float* row_max, int V) {
-  const float* row = logits + int64_t(blockIdx.x) * V;
+template <typename T>
+__global__ void row_sumexp_kernel(float* out, const T* logits, const float* row_max, int V) {
+  const T* row = logits + int64_t(blockIdx.x) * V;
   const float mx = row_max[blockIdx.x];
   float sum = 0;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(row[i] - mx);
+  for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(to_float(row[i]) - mx);
   sum = block_sum(sum);
   if (threadIdx.x == 0) out[blockIdx.x] = sum;
 }
-__global__ void pick_target_kernel(float* out, const float* logits, const int32_t* targets, int N, int V, int v0) {
+template <typename T>
+__global__ void pick_target_kernel(float* out, const T* logits, const int32_t* targets, int N, int V, int v0) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
   const int local = targets[n] - v0;
-  out[n] = local >= 0 && local < V ? logits[int64_t(n) * V + local] : 0.0f;
+  out[n] = local >= 0 && local < V ? to_float(logits[int64_t(n) * V + local]) : 0.0f;
 }
-__global__ void grad_from_lse_kernel(float* logits, const float* lse, const int32_t* targets, int V, int v0,
+template <typename T>
+__global__ void grad_from_lse_kernel(T* logits, const float* lse, const int32_t* targets, int V, int v0,
                                      float grad_scale) {
-  float* row = logits + int64_t(blockIdx.x) * V;
+  T* row = logits + int64_t(blockIdx.x) * V;
   const float l = lse[blockIdx.x];
   const int local = targets[blockIdx.x] - v0;
   for (int i = threadIdx.x; i < V; i += blockDim.x)
-    row[i] = (expf(row[i] - l) - (i == local ? 1.0f : 0.0f)) * grad_scale;
+    row[i] = from_float<T>((expf(to_float(row[i]) - l) - (i == local ? 1.0f : 0.0f)) * grad_scale);
 }
 }  // namespace
 
-void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N, int V, float grad_scale,
+template <typename T>
+void softmax_crossentropy(float* losses, T* logits, const int32_t* targets, int N, int V, float grad_scale,
                           cudaStream_t s) {
-  softmax_crossentropy_kernel<<<N, kThreads, 0, s>>>(losses, logits, targets, V, grad_scale);
+  if (N <= 0) return;
+  softmax_crossentropy_kernel<T><<<N, kThreads, 0, s>>>(losses, logits, targets, V, grad_scale);
   ZT_CUDA_LAUNCH_CHECK();
 }
-void logits_row_max(float* out, const float* logits, int N, int V, cudaStream_t s) {
-  row_max_kernel<<<N, kThreads, 0, s>>>(out, logits, V);
+template <typename T>
+void logits_row_max(float* out, const T* logits, int N, int V, cudaStream_t s) {
+  if (N <= 0) return;
+  row_max_kernel<T><<<N, kThreads, 0, s>>>(out, logits, V);
   ZT_CUDA_LAUNCH_CHECK();
 }
-void logits_row_sumexp(float* out, const float* logits, const float* row_max, int N, int V, cudaStream_t s) {
-  row_sumexp_kernel<<<N, kThreads, 0, s>>>(out, logits, row_max, V);
+template <typename T>
+void logits_row_sumexp(float* out, const T* logits, const float* row_max, int N, int V, cudaStream_t s) {
+  if (N <= 0) return;
+  row_sumexp_kernel<T><<<N, kThreads, 0, s>>>(out, logits, row_max, V);
   ZT_CUDA_LAUNCH_CHECK();
 }
-void logits_pick_target(float* out, const float* logits, const int32_t* targets, int N, int V, int v0,
-                        cudaStream_t s) {
-  pick_target_kernel<<<blocks_for(N, 256), 256, 0, s>>>(out, logits, targets, N, V, v0);
+template <typename T>
+void logits_pick_target(float* out, const T* logits, const int32_t* targets, int N, int V, int v0, cudaStream_t s) {
+  if (N <= 0) return;
+  pick_target_kernel<T><<<blocks_for(N, 256), 256, 0, s>>>(out, logits, targets, N, V, v0);
   ZT_CUDA_LAUNCH_CHECK();
 }
-void crossentropy_grad_from_lse(float* logits, const float* lse, const int32_t* targets, int N, int V, int v0,
+template <typename T>
+void crossentropy_grad_from_lse(T* logits, const float* lse, const int32_t* targets, int N, int V, int v0,
                                 float grad_scale, cudaStream_t s) {
-  grad_from_lse_kernel<<<N, kThreads, 0, s>>>(logits, lse, targets, V, v0, grad_scale);
+  if (N <= 0) return;
+  grad_from_lse_kernel<T><<<N, kThreads, 0, s>>>(logits, lse, targets, V, v0, grad_scale);
   ZT_CUDA_LAUNCH_CHECK();
 }
+
+#define ZT_INSTANTIATE(T)                                                                                          \
+  template void softmax_crossentropy<T>(float*, T*, const int32_t*, int, int, float, cudaStream_t);               \
+  template void logits_row_max<T>(float*, const T*, int, int, cudaStream_t);                                      \
+  template void logits_row_sumexp<T>(float*, const T*, const float*, int, int, cudaStream_t);                     \
+  template void logits_pick_target<T>(float*, const T*, const int32_t*, int, int, int, cudaStream_t);             \
+  template void crossentropy_grad_from_lse<T>(T*, const float*, const int32_t*, int, int, int, float, cudaStream_t);
+ZT_INSTANTIATE(float)
+ZT_INSTANTIATE(__nv_bfloat16)
+ZT_INSTANTIATE(__half)
+#undef ZT_INSTANTIATE
 
 }  // namespace zt::cuda

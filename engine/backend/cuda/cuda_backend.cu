@@ -1,8 +1,10 @@
 // The CUDA backend: the Backend interface over the kernels in this folder and cuBLASLt, on one
-// compute stream, with the caching allocator. fp32 at this interface; the mixed-precision path
-// (bf16/fp16 compute with fp32 masters) is the next layer.
+// compute stream plus a copy stream for uploads, with the caching allocator. Compute-precision
+// tensors (void*) are dispatched on compute_dtype() to the float / bf16 / fp16 instantiations.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -17,21 +19,55 @@ namespace zt::cuda {
 
 namespace {
 
+// Runs `body` with T bound to the storage type of `dt`.
+#define ZT_DISPATCH(dt, T, ...)          \
+  switch (dt) {                          \
+    case DType::F32: {                   \
+      using T = float;                   \
+      __VA_ARGS__;                       \
+      break;                             \
+    }                                    \
+    case DType::BF16: {                  \
+      using T = __nv_bfloat16;           \
+      __VA_ARGS__;                       \
+      break;                             \
+    }                                    \
+    case DType::F16: {                   \
+      using T = __half;                  \
+      __VA_ARGS__;                       \
+      break;                             \
+    }                                    \
+  }
+
+template <typename T>
+T* tp(void* p) { return static_cast<T*>(p); }
+template <typename T>
+const T* tp(const void* p) { return static_cast<const T*>(p); }
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
     ZT_CUDA_CHECK(cudaSetDevice(device));
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
+    for (auto& st : staging_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
     gemm_ = std::make_unique<Gemm>();
-    scratch_ = static_cast<double*>(alloc_.alloc(sizeof(double), MemTag::Other));
+    sum_ = static_cast<double*>(alloc_.alloc((1 + kSumBlocks) * sizeof(double), MemTag::Other));
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, device);
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
-    alloc_.free(scratch_);
+    cudaStreamSynchronize(copy_stream_);
+    alloc_.free(sum_);
+    if (scratch_) alloc_.free(scratch_);
+    for (auto& st : staging_) {
+      if (st.host) cudaFreeHost(st.host);
+      cudaEventDestroy(st.done);
+    }
     gemm_.reset();
+    cudaStreamDestroy(copy_stream_);
     cudaStreamDestroy(stream_);
   }
   DeviceKind kind() const override { return DeviceKind::CUDA; }
@@ -48,6 +84,22 @@ class CudaBackend final : public Backend {
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may be reused at once
   }
+  void upload_async(void* dst, const void* src, size_t n) override {
+    // Two pinned staging buffers used in turn; a buffer is refilled only after its last copy
+    // finished. The compute stream waits for the copy before anything enqueued after this.
+    Staging& st = staging_[next_staging_];
+    next_staging_ = (next_staging_ + 1) % 2;
+    ZT_CUDA_CHECK(cudaEventSynchronize(st.done));
+    if (st.bytes < n) {
+      if (st.host) ZT_CUDA_CHECK(cudaFreeHost(st.host));
+      st.bytes = std::max<size_t>(n, 1 << 20);
+      ZT_CUDA_CHECK(cudaHostAlloc(&st.host, st.bytes, cudaHostAllocDefault));
+    }
+    std::memcpy(st.host, src, n);
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, st.host, n, cudaMemcpyHostToDevice, copy_stream_));
+    ZT_CUDA_CHECK(cudaEventRecord(st.done, copy_stream_));
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(stream_, st.done, 0));
+  }
   void copy_to_host(void* dst, const void* src, size_t n) override {
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -56,78 +108,126 @@ class CudaBackend final : public Backend {
   void synchronize() override { ZT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   MemoryStats memory_stats() const override { return alloc_.stats(); }
 
-  void embedding_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T,
+  void convert(void* dst, DType dt, const void* src, DType st, int64_t n) override {
+    ZT_DISPATCH(dt, D, ZT_DISPATCH(st, S, cuda::convert(tp<D>(dst), tp<S>(src), n, stream_)));
+  }
+
+  void embedding_forward(void* out, const int32_t* inp, const void* wte, const void* wpe, int B, int T_,
                          int C) override {
-    cuda::embedding_forward(out, inp, wte, wpe, B, T, C, stream_);
+    ZT_DISPATCH(dt(), T, cuda::embedding_forward(tp<T>(out), inp, tp<T>(wte), tp<T>(wpe), B, T_, C, stream_));
   }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
+  void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp, int B, int T_,
                           int C) override {
-    cuda::embedding_backward(dwte, dwpe, dout, inp, B, T, C, stream_);
+    ZT_DISPATCH(dt(), T, cuda::embedding_backward(dwte, dwpe, tp<T>(dout), inp, B, T_, C, stream_));
   }
-  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
-                         int N, int C, float eps) override {
-    cuda::layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps, stream_);
+  void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b, int N,
+                         int C, float eps) override {
+    ZT_DISPATCH(dt(), T,
+                cuda::layernorm_forward(tp<T>(out), mean, rstd, tp<T>(inp), tp<T>(w), tp<T>(b), N, C, eps, stream_));
   }
-  void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+  void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd, const void* a, const void* b_,
+                                  const void* w, const void* b, int N, int C, float eps) override {
+    ZT_DISPATCH(dt(), T,
+                cuda::residual_layernorm_forward(tp<T>(res), tp<T>(out), mean, rstd, tp<T>(a), tp<T>(b_), tp<T>(w),
+                                                 tp<T>(b), N, C, eps, stream_));
+  }
+  void layernorm_backward(void* dinp, float* dw, float* db, const void* dout, const void* inp, const void* w,
                           const float* mean, const float* rstd, int N, int C) override {
-    cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C, stream_);
+    float* sc = scratch(column_scratch_floats(C));
+    ZT_DISPATCH(dt(), T,
+                cuda::layernorm_backward(tp<T>(dinp), dw, db, tp<T>(dout), tp<T>(inp), tp<T>(w), mean, rstd, N, C,
+                                         sc, stream_));
   }
-  void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int N, int C,
-                      int OC) override {
-    gemm_->linear_forward(out, inp, w, bias, N, C, OC, stream_);
+  void matmul_forward(void* out, const void* inp, const void* w, const void* bias, int N, int C, int OC) override {
+    gemm_->linear_forward(out, inp, w, bias, N, C, OC, dt(), stream_);
   }
-  void matmul_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* inp, const float* w,
-                       int N, int C, int OC) override {
-    gemm_->linear_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, stream_);
+  void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* w, const void* bias, int N, int C,
+                           int OC) override {
+    if (gemm_->linear_gelu_forward(out, pre, inp, w, bias, N, C, OC, dt(), stream_)) return;
+    gemm_->linear_forward(pre, inp, w, bias, N, C, OC, dt(), stream_);  // no fused algorithm: two passes
+    ZT_DISPATCH(dt(), T, cuda::gelu_forward(tp<T>(out), tp<T>(pre), int64_t(N) * OC, stream_));
   }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
-    cuda::attention_forward(out, lse, qkv, B, T, C, NH, stream_);
+  void matmul_backward(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w, int N,
+                       int C, int OC) override {
+    gemm_->linear_backward(dinp, dw, dout, inp, w, N, C, OC, dt(), stream_);
+    if (dbias) {
+      float* sc = scratch(column_scratch_floats(OC));
+      ZT_DISPATCH(dt(), T, cuda::bias_backward(dbias, tp<T>(dout), N, OC, sc, stream_));
+    }
   }
-  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse, int B, int T, int C,
-                          int NH) override {
-    cuda::attention_backward(dqkv, dout, qkv, lse, B, T, C, NH, stream_);
+  void attention_forward(void* out, float* lse, const void* qkv, int B, int T_, int C, int NH) override {
+    ZT_DISPATCH(dt(), T, cuda::attention_forward(tp<T>(out), lse, tp<T>(qkv), B, T_, C, NH, stream_));
   }
-  void gelu_forward(float* out, const float* inp, int64_t n) override { cuda::gelu_forward(out, inp, n, stream_); }
-  void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) override {
-    cuda::gelu_backward(dinp, inp, dout, n, stream_);
+  void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv, const float* lse, int B,
+                          int T_, int C, int NH) override {
+    float* sc = scratch(attention_scratch_floats(B, T_, NH));
+    ZT_DISPATCH(dt(), T,
+                cuda::attention_backward(tp<T>(dqkv), tp<T>(dout), tp<T>(out), tp<T>(qkv), lse, B, T_, C, NH, sc,
+                                         stream_));
   }
-  void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N, int V,
+  void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override {
+    ZT_DISPATCH(dt(), T, cuda::gelu_backward(tp<T>(dinp), tp<T>(inp), tp<T>(dout), n, stream_));
+  }
+  void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N, int V,
                             float grad_scale) override {
-    cuda::softmax_crossentropy(losses, logits, targets, N, V, grad_scale, stream_);
+    ZT_DISPATCH(dt(), T, cuda::softmax_crossentropy(losses, tp<T>(logits), targets, N, V, grad_scale, stream_));
   }
-  void logits_row_max(float* out, const float* logits, int N, int V) override {
-    cuda::logits_row_max(out, logits, N, V, stream_);
+  void logits_row_max(float* out, const void* logits, int N, int V) override {
+    ZT_DISPATCH(dt(), T, cuda::logits_row_max(out, tp<T>(logits), N, V, stream_));
   }
-  void logits_row_sumexp(float* out, const float* logits, const float* row_max, int N, int V) override {
-    cuda::logits_row_sumexp(out, logits, row_max, N, V, stream_);
+  void logits_row_sumexp(float* out, const void* logits, const float* row_max, int N, int V) override {
+    ZT_DISPATCH(dt(), T, cuda::logits_row_sumexp(out, tp<T>(logits), row_max, N, V, stream_));
   }
-  void logits_pick_target(float* out, const float* logits, const int32_t* targets, int N, int V, int v0) override {
-    cuda::logits_pick_target(out, logits, targets, N, V, v0, stream_);
+  void logits_pick_target(float* out, const void* logits, const int32_t* targets, int N, int V, int v0) override {
+    ZT_DISPATCH(dt(), T, cuda::logits_pick_target(out, tp<T>(logits), targets, N, V, v0, stream_));
   }
-  void crossentropy_grad_from_lse(float* logits, const float* lse, const int32_t* targets, int N, int V, int v0,
+  void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets, int N, int V, int v0,
                                   float grad_scale) override {
-    cuda::crossentropy_grad_from_lse(logits, lse, targets, N, V, v0, grad_scale, stream_);
+    ZT_DISPATCH(dt(), T, cuda::crossentropy_grad_from_lse(tp<T>(logits), lse, targets, N, V, v0, grad_scale, stream_));
   }
   void add(float* out, const float* a, const float* b, int64_t n) override { cuda::add(out, a, b, n, stream_); }
   void scale(float* x, float s, int64_t n) override { cuda::scale(x, s, n, stream_); }
   double sum_squares(const float* x, int64_t n) override {
-    cuda::sum_squares(scratch_, x, n, stream_);
+    cuda::sum_squares(sum_, sum_ + 1, x, n, stream_);
     double out = 0;
-    copy_to_host(&out, scratch_, sizeof out);
+    copy_to_host(&out, sum_, sizeof out);
     return out;
   }
-  void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-                    float eps, float wd, int t) override {
-    cuda::adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, wd, t, stream_);
+  void adamw_update(float* p, const float* g, float* m, float* v, void* pc, int64_t n, float lr, float beta1,
+                    float beta2, float eps, float wd, int t) override {
+    ZT_DISPATCH(dt(), T, cuda::adamw_update(p, g, m, v, tp<T>(pc), n, lr, beta1, beta2, eps, wd, t, stream_));
   }
 
  private:
+  DType dt() const { return compute_dtype(); }
+  // A device buffer of at least n floats for ops' intermediate sums. It grows during the first
+  // step only (every later step asks for the same sizes), so steady state allocates nothing.
+  // Ops on the one compute stream use it in turn.
+  float* scratch(int64_t n) {
+    const size_t bytes = size_t(n) * sizeof(float);
+    if (bytes > scratch_bytes_) {
+      if (scratch_) alloc_.free(scratch_);
+      scratch_bytes_ = bytes;
+      scratch_ = static_cast<float*>(alloc_.alloc(bytes, MemTag::Other));
+    }
+    return scratch_;
+  }
+
+  struct Staging {
+    void* host = nullptr;  // pinned
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
   int device_;
   std::string name_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
+  Staging staging_[2];
+  int next_staging_ = 0;
   CachingAllocator alloc_;
   std::unique_ptr<Gemm> gemm_;
-  double* scratch_ = nullptr;
+  double* sum_ = nullptr;  // sum_squares: result, then kSumBlocks partials
+  float* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
 };
 
 }  // namespace

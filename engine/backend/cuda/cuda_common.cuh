@@ -1,7 +1,11 @@
 // Shared helpers for the CUDA backend: error checks (file:line, thrown as std::runtime_error so
 // the C++ side reports them and exits 1) and warp/block reductions.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include <cstdio>
 #include <stdexcept>
@@ -60,5 +64,43 @@ __device__ inline float block_max(float v) {
 }
 
 inline unsigned blocks_for(long long n, int threads) { return unsigned((n + threads - 1) / threads); }
+
+// ---- storage types: activations and compute weights are float, __nv_bfloat16 or __half; every
+// kernel loads them to float, computes in float and rounds once when it stores (round to nearest
+// even, as the CPU backend's emulation).
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+template <typename T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float x) { return __float2half(x); }
+
+// V elements loaded or stored as one access (128-bit when V * sizeof(T) == 16).
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+template <int V, typename T>
+__device__ __forceinline__ void load_floats(float (&out)[V], const T* p) {
+  const Vec<T, V> x = *reinterpret_cast<const Vec<T, V>*>(p);
+#pragma unroll
+  for (int i = 0; i < V; ++i) out[i] = to_float(x.v[i]);
+}
+template <int V, typename T>
+__device__ __forceinline__ void store_floats(T* p, const float (&in)[V]) {
+  Vec<T, V> x;
+#pragma unroll
+  for (int i = 0; i < V; ++i) x.v[i] = from_float<T>(in[i]);
+  *reinterpret_cast<Vec<T, V>*>(p) = x;
+}
+// Elements per 128-bit access of T.
+template <typename T>
+constexpr int kVec = 16 / int(sizeof(T));
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 }  // namespace zt::cuda

@@ -1,4 +1,7 @@
-// Elementwise ops, bias, GELU, sum of squares, AdamW (fp32 master weights and moments).
+// Elementwise ops: conversions, GELU, bias, fp32 gradient helpers, sum of squares (fixed order)
+// and AdamW (fp32 master weights and moments, compute copy written in the same pass). Kernels
+// take V elements per thread: V = 16 bytes / element size (128-bit accesses) when every pointer
+// is 16-byte aligned and n is a multiple of V, else 1.
 #include <algorithm>
 
 #include "engine/backend/cuda/cuda_common.cuh"
@@ -8,108 +11,223 @@ namespace zt::cuda {
 
 namespace {
 constexpr int kThreads = 256;
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
 
+// Launches kernel<V> over n elements with the widest V the pointers and n allow (V <= VMAX).
+template <int VMAX, typename Launch>
+void launch_vec(int64_t n, std::initializer_list<const void*> ptrs, Launch launch) {
+  bool ok = n % VMAX == 0;
+  for (const void* p : ptrs) ok = ok && (p == nullptr || aligned16(p));
+  if (ok) launch(std::integral_constant<int, VMAX>{}, blocks_for(n / VMAX, kThreads));
+  else launch(std::integral_constant<int, 1>{}, blocks_for(n, kThreads));
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+template <int V, typename Dst, typename Src>
+__global__ void convert_kernel(Dst* dst, const Src* src, int64_t n) {
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (i >= n) return;
+  float x[V];
+  load_floats<V>(x, src + i);
+  store_floats<V>(dst + i, x);
+}
+template <int V>
 __global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = a[i] + b[i];
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (i >= n) return;
+  float x[V], y[V];
+  load_floats<V>(x, a + i);
+  load_floats<V>(y, b + i);
+#pragma unroll
+  for (int k = 0; k < V; ++k) x[k] += y[k];
+  store_floats<V>(out + i, x);
 }
+template <int V>
 __global__ void scale_kernel(float* x, float f, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] *= f;
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (i >= n) return;
+  float v[V];
+  load_floats<V>(v, x + i);
+#pragma unroll
+  for (int k = 0; k < V; ++k) v[k] *= f;
+  store_floats<V>(x + i, v);
 }
-__global__ void add_bias_kernel(float* out, const float* bias, int64_t n, int OC) {
+template <typename T>
+__global__ void add_bias_kernel(T* out, const T* bias, int64_t n, int OC) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] += bias[i % OC];
+  if (i < n) out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % OC]));
 }
-// One block per column chunk of 32, rows strided over the block's warps; a fixed order per column.
-__global__ void bias_backward_kernel(float* dbias, const float* dout, int N, int OC) {
+// Column sums of dout (N,OC): block (x: 32 columns, y: row chunk), 32 warps striding the chunk's
+// rows; partials (kColChunks, OC) then summed in chunk order.
+template <typename T>
+__global__ void column_partial_kernel(float* partial, const T* dout, int N, int OC) {
   const int col = blockIdx.x * 32 + threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  __shared__ float partial[32][33];
+  const int rows = (N + kColChunks - 1) / kColChunks, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+  __shared__ float part[32][33];
   float acc = 0;
   if (col < OC)
-    for (int n = warp; n < N; n += warps) acc += dout[int64_t(n) * OC + col];
-  partial[warp][threadIdx.x % 32] = acc;
+    for (int n = r0 + warp; n < r1; n += warps) acc += to_float(dout[int64_t(n) * OC + col]);
+  part[warp][threadIdx.x % 32] = acc;
   __syncthreads();
   if (warp == 0 && col < OC) {
     float total = 0;
-    for (int w = 0; w < warps; ++w) total += partial[w][threadIdx.x];
-    dbias[col] += total;
+    for (int w = 0; w < warps; ++w) total += part[w][threadIdx.x];
+    partial[int64_t(blockIdx.y) * OC + col] = total;
   }
 }
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-__global__ void gelu_forward_kernel(float* out, const float* inp, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float x = inp[i];
-  out[i] = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+__global__ void column_finish_kernel(float* out, const float* partial, int OC) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= OC) return;
+  float total = 0;
+  for (int k = 0; k < kColChunks; ++k) total += partial[int64_t(k) * OC + col];
+  out[col] += total;
 }
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float x = inp[i];
-  const float th = tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x));
-  const float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
-  dinp[i] += grad * dout[i];
+__device__ __forceinline__ float gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
-__global__ void sum_squares_kernel(double* out, const float* x, int64_t n) {
+template <int V, typename T>
+__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (i >= n) return;
+  float x[V];
+  load_floats<V>(x, inp + i);
+#pragma unroll
+  for (int k = 0; k < V; ++k) x[k] = gelu(x[k]);
+  store_floats<V>(out + i, x);
+}
+template <int V, typename T>
+__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (i >= n) return;
+  float x[V], d[V], acc[V];
+  load_floats<V>(x, inp + i);
+  load_floats<V>(d, dout + i);
+  load_floats<V>(acc, dinp + i);
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    const float th = tanhf(kSqrt2OverPi * (x[k] + 0.044715f * x[k] * x[k] * x[k]));
+    const float grad =
+        0.5f * (1.0f + th) + 0.5f * x[k] * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x[k] * x[k]);
+    acc[k] += grad * d[k];
+  }
+  store_floats<V>(dinp + i, acc);
+}
+// Grid-stride partial sums, one per block (the grid is fixed: kSumBlocks), then one block sums
+// the partials: the same order on every run.
+__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n) {
   double acc = 0;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     acc += double(x[i]) * double(x[i]);
   acc = block_sum(acc);
-  if (threadIdx.x == 0) atomicAdd(out, acc);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+__global__ void sum_partials_kernel(double* out, const double* partial, int n) {
+  double acc = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
+  acc = block_sum(acc);
+  if (threadIdx.x == 0) *out = acc;
+}
+template <int V, typename T>
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, T* pc, int64_t n, float lr, float beta1,
                              float beta2, float eps, float wd, float step_size, float bc2_sqrt) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n) return;
-  const float gi = g[i];
-  float pi = p[i] * (1.0f - lr * wd);
-  const float mi = m[i] * beta1 + gi * (1.0f - beta1);
-  const float vi = v[i] * beta2 + gi * gi * (1.0f - beta2);
-  pi -= step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-  p[i] = pi;
-  m[i] = mi;
-  v[i] = vi;
+  float pi[V], gi[V], mi[V], vi[V];
+  load_floats<V>(pi, p + i);
+  load_floats<V>(gi, g + i);
+  load_floats<V>(mi, m + i);
+  load_floats<V>(vi, v + i);
+#pragma unroll
+  for (int k = 0; k < V; ++k) {  // the order of torch.optim.AdamW, as cpu/adamw.cpp
+    pi[k] *= 1.0f - lr * wd;
+    mi[k] = mi[k] * beta1 + gi[k] * (1.0f - beta1);
+    vi[k] = vi[k] * beta2 + gi[k] * gi[k] * (1.0f - beta2);
+    pi[k] -= step_size * mi[k] / (sqrtf(vi[k]) / bc2_sqrt + eps);
+  }
+  store_floats<V>(p + i, pi);
+  store_floats<V>(m + i, mi);
+  store_floats<V>(v + i, vi);
+  if (pc) store_floats<V>(pc + i, pi);
 }
 }  // namespace
 
+template <typename Dst, typename Src>
+void convert(Dst* dst, const Src* src, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  constexpr int VM = kVec<Dst> < kVec<Src> ? kVec<Dst> : kVec<Src>;
+  launch_vec<VM>(n, {dst, src}, [&](auto vc, unsigned blocks) {
+    convert_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(dst, src, n);
+  });
+}
 void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s) {
-  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(out, a, b, n);
-  ZT_CUDA_LAUNCH_CHECK();
+  if (n <= 0) return;
+  launch_vec<4>(n, {out, a, b}, [&](auto vc, unsigned blocks) {
+    add_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(out, a, b, n);
+  });
 }
 void scale(float* x, float f, int64_t n, cudaStream_t s) {
-  scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(x, f, n);
-  ZT_CUDA_LAUNCH_CHECK();
+  if (n <= 0) return;
+  launch_vec<4>(n, {x}, [&](auto vc, unsigned blocks) {
+    scale_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(x, f, n);
+  });
 }
-void add_bias(float* out, const float* bias, int N, int OC, cudaStream_t s) {
+template <typename T>
+void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s) {
   const int64_t n = int64_t(N) * OC;
+  if (n <= 0) return;
   add_bias_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(out, bias, n, OC);
   ZT_CUDA_LAUNCH_CHECK();
 }
-void bias_backward(float* dbias, const float* dout, int N, int OC, cudaStream_t s) {
-  bias_backward_kernel<<<blocks_for(OC, 32), 1024, 0, s>>>(dbias, dout, N, OC);
+template <typename T>
+void bias_backward(float* dbias, const T* dout, int N, int OC, float* scratch, cudaStream_t s) {
+  if (N <= 0 || OC <= 0) return;
+  column_partial_kernel<<<dim3(blocks_for(OC, 32), kColChunks), 1024, 0, s>>>(scratch, dout, N, OC);
+  column_finish_kernel<<<blocks_for(OC, kThreads), kThreads, 0, s>>>(dbias, scratch, OC);
   ZT_CUDA_LAUNCH_CHECK();
 }
-void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t s) {
-  gelu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(out, inp, n);
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  launch_vec<kVec<T>>(n, {out, inp}, [&](auto vc, unsigned blocks) {
+    gelu_forward_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(out, inp, n);
+  });
+}
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  launch_vec<kVec<T>>(n, {dinp, inp, dout}, [&](auto vc, unsigned blocks) {
+    gelu_backward_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(dinp, inp, dout, n);
+  });
+}
+void sum_squares(double* out, double* partial, const float* x, int64_t n, cudaStream_t s) {
+  sum_squares_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n);
+  sum_partials_kernel<<<1, kThreads, 0, s>>>(out, partial, kSumBlocks);
   ZT_CUDA_LAUNCH_CHECK();
 }
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, cudaStream_t s) {
-  gelu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(dinp, inp, dout, n);
-  ZT_CUDA_LAUNCH_CHECK();
-}
-void sum_squares(double* out, const float* x, int64_t n, cudaStream_t s) {
-  ZT_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), s));
-  const unsigned blocks = unsigned(std::min<int64_t>(1024, blocks_for(n, kThreads)));
-  if (n > 0) sum_squares_kernel<<<blocks, kThreads, 0, s>>>(out, x, n);
-  ZT_CUDA_LAUNCH_CHECK();
-}
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+template <typename T>
+void adamw_update(float* p, const float* g, float* m, float* v, T* pc, int64_t n, float lr, float beta1, float beta2,
                   float eps, float wd, int t, cudaStream_t s) {
+  if (n <= 0) return;
   const float bc1 = 1.0f - powf(beta1, float(t)), bc2 = 1.0f - powf(beta2, float(t));
-  adamw_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(p, g, m, v, n, lr, beta1, beta2, eps, wd, lr / bc1,
-                                                           sqrtf(bc2));
-  ZT_CUDA_LAUNCH_CHECK();
+  launch_vec<4>(n, {p, g, m, v, pc}, [&](auto vc, unsigned blocks) {
+    adamw_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(p, g, m, v, pc, n, lr, beta1, beta2, eps, wd,
+                                                                   lr / bc1, sqrtf(bc2));
+  });
 }
+
+#define ZT_INSTANTIATE(T)                                                                                    \
+  template void add_bias<T>(T*, const T*, int, int, cudaStream_t);                                          \
+  template void bias_backward<T>(float*, const T*, int, int, float*, cudaStream_t);                         \
+  template void gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                                       \
+  template void gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                            \
+  template void adamw_update<T>(float*, const float*, float*, float*, T*, int64_t, float, float, float, float, \
+                                float, int, cudaStream_t);                                                  \
+  template void convert<T, float>(T*, const float*, int64_t, cudaStream_t);                                 \
+  template void convert<T, __nv_bfloat16>(T*, const __nv_bfloat16*, int64_t, cudaStream_t);                 \
+  template void convert<T, __half>(T*, const __half*, int64_t, cudaStream_t);
+ZT_INSTANTIATE(float)
+ZT_INSTANTIATE(__nv_bfloat16)
+ZT_INSTANTIATE(__half)
+#undef ZT_INSTANTIATE
 
 }  // namespace zt::cuda

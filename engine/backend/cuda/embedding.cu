@@ -5,39 +5,51 @@
 namespace zt::cuda {
 
 namespace {
-__global__ void embedding_forward_kernel(float* out, const int32_t* inp, const float* wte, const float* wpe,
-                                         int T, int C) {
-  const int bt = blockIdx.x, t = bt % T;
+template <typename T>
+__global__ void embedding_forward_kernel(T* out, const int32_t* inp, const T* wte, const T* wpe, int T_, int C) {
+  const int bt = blockIdx.x, t = bt % T_;
   const int tok = inp[bt];
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float v = tok >= 0 ? wte[int64_t(tok) * C + c] : 0.0f;
-    if (wpe) v += wpe[int64_t(t) * C + c];
-    out[int64_t(bt) * C + c] = v;
+    float v = tok >= 0 ? to_float(wte[int64_t(tok) * C + c]) : 0.0f;
+    if (wpe) v += to_float(wpe[int64_t(t) * C + c]);
+    out[int64_t(bt) * C + c] = from_float<T>(v);
   }
 }
-// Tokens repeat, so rows of dwte collide: atomics (the summation order is not fixed on the GPU).
-__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
-                                          int T, int C) {
-  const int bt = blockIdx.x, t = bt % T;
+// Tokens repeat, so rows of dwte collide: fp32 atomics (the one reduction on the GPU whose order
+// is not fixed; the gradient buffers are fp32, so only the last bits vary between runs).
+template <typename T>
+__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int T_, int C) {
+  const int bt = blockIdx.x, t = bt % T_;
   const int tok = inp[bt];
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float d = dout[int64_t(bt) * C + c];
+    const float d = to_float(dout[int64_t(bt) * C + c]);
     if (tok >= 0) atomicAdd(&dwte[int64_t(tok) * C + c], d);
     if (dwpe) atomicAdd(&dwpe[int64_t(t) * C + c], d);
   }
 }
 }  // namespace
 
-void embedding_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T, int C,
-                       cudaStream_t s) {
-  embedding_forward_kernel<<<B * T, 256, 0, s>>>(out, inp, wte, wpe, T, C);
+template <typename T>
+void embedding_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C, cudaStream_t s) {
+  if (B * T_ <= 0) return;
+  embedding_forward_kernel<T><<<B * T_, 256, 0, s>>>(out, inp, wte, wpe, T_, C);
   ZT_CUDA_LAUNCH_CHECK();
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C,
+template <typename T>
+void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_, int C,
                         cudaStream_t s) {
-  embedding_backward_kernel<<<B * T, 256, 0, s>>>(dwte, dwpe, dout, inp, T, C);
+  if (B * T_ <= 0) return;
+  embedding_backward_kernel<T><<<B * T_, 256, 0, s>>>(dwte, dwpe, dout, inp, T_, C);
   ZT_CUDA_LAUNCH_CHECK();
 }
+
+#define ZT_INSTANTIATE(T)                                                                                    \
+  template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, cudaStream_t); \
+  template void embedding_backward<T>(float*, float*, const T*, const int32_t*, int, int, int, cudaStream_t);
+ZT_INSTANTIATE(float)
+ZT_INSTANTIATE(__nv_bfloat16)
+ZT_INSTANTIATE(__half)
+#undef ZT_INSTANTIATE
 
 }  // namespace zt::cuda

@@ -1,64 +1,158 @@
-// LayerNorm forward/backward: one warp per row; parameter gradients by atomics per element.
+// LayerNorm forward (optionally fused with the residual add before it) and backward: one warp per
+// row for the row-wise parts; the weight/bias gradients are column sums over rows computed in
+// row chunks and summed in chunk order (deterministic, no atomics).
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
 namespace zt::cuda {
 
 namespace {
-__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* w,
-                                         const float* b, int N, int C, float eps) {
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+constexpr int kWarps = 8;  // rows per block
+
+// res = a + b (rounded to T) when a is not null, then out = layernorm(res or inp). The row is
+// read from global memory three times; the second and third reads hit L1/L2.
+template <typename T>
+__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, T* res, const T* a,
+                                         const T* b_, const T* w, const T* b, int N, int C, float eps) {
+  const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + int64_t(row) * C;
+  const int64_t off = int64_t(row) * C;
+  const T* x = inp + off;
   float sum = 0;
-  for (int c = lane; c < C; c += 32) sum += x[c];
+  if (a) {
+    for (int c = lane; c < C; c += 32) {
+      const T r = from_float<T>(to_float(a[off + c]) + to_float(b_[off + c]));
+      res[off + c] = r;
+      sum += to_float(r);
+    }
+    x = res + off;
+    __syncwarp();
+  } else {
+    for (int c = lane; c < C; c += 32) sum += to_float(x[c]);
+  }
   const float m = warp_sum(sum) / C;
   float var = 0;
-  for (int c = lane; c < C; c += 32) var += (x[c] - m) * (x[c] - m);
+  for (int c = lane; c < C; c += 32) {
+    const float d = to_float(x[c]) - m;
+    var += d * d;
+  }
   const float s = rsqrtf(warp_sum(var) / C + eps);
-  float* o = out + int64_t(row) * C;
-  for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * s * w[c] + b[c];
+  T* o = out + off;
+  for (int c = lane; c < C; c += 32) o[c] = from_float<T>((to_float(x[c]) - m) * s * to_float(w[c]) + to_float(b[c]));
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
   }
 }
 
-__global__ void layernorm_backward_kernel(float* dinp, float* dw, float* db, const float* dout, const float* inp,
-                                          const float* w, const float* mean, const float* rstd, int N, int C) {
-  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+template <typename T>
+__global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* mean,
+                                               const float* rstd, int N, int C) {
+  const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float* x = inp + int64_t(row) * C;
-  const float* d = dout + int64_t(row) * C;
+  const int64_t off = int64_t(row) * C;
+  const T* x = inp + off;
+  const T* d = dout + off;
   const float m = mean[row], s = rstd[row];
   float dnorm_mean = 0, dnorm_norm_mean = 0;
   for (int c = lane; c < C; c += 32) {
-    const float dn = w[c] * d[c];
+    const float dn = to_float(w[c]) * to_float(d[c]);
     dnorm_mean += dn;
-    dnorm_norm_mean += dn * (x[c] - m) * s;
+    dnorm_norm_mean += dn * (to_float(x[c]) - m) * s;
   }
   dnorm_mean = warp_sum(dnorm_mean) / C;
   dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
-  float* di = dinp + int64_t(row) * C;
+  T* di = dinp + off;
   for (int c = lane; c < C; c += 32) {
-    const float norm = (x[c] - m) * s;
-    di[c] += (w[c] * d[c] - dnorm_mean - norm * dnorm_norm_mean) * s;
-    atomicAdd(&dw[c], norm * d[c]);
-    atomicAdd(&db[c], d[c]);
+    const float norm = (to_float(x[c]) - m) * s;
+    const float g = (to_float(w[c]) * to_float(d[c]) - dnorm_mean - norm * dnorm_norm_mean) * s;
+    di[c] = from_float<T>(to_float(di[c]) + g);
   }
+}
+
+// Partial column sums of norm * dout (dw) and dout (db) over a chunk of rows: block (x: 32
+// columns, y: row chunk); partial layout (2, kColChunks, C).
+template <typename T>
+__global__ void layernorm_param_partial_kernel(float* partial, const T* dout, const T* inp, const float* mean,
+                                               const float* rstd, int N, int C) {
+  const int col = blockIdx.x * 32 + threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int rows = (N + kColChunks - 1) / kColChunks, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+  __shared__ float pw[32][33], pb[32][33];
+  float accw = 0, accb = 0;
+  if (col < C)
+    for (int n = r0 + warp; n < r1; n += warps) {
+      const int64_t i = int64_t(n) * C + col;
+      const float d = to_float(dout[i]);
+      accw += (to_float(inp[i]) - mean[n]) * rstd[n] * d;
+      accb += d;
+    }
+  pw[warp][threadIdx.x % 32] = accw;
+  pb[warp][threadIdx.x % 32] = accb;
+  __syncthreads();
+  if (warp == 0 && col < C) {
+    float tw = 0, tb = 0;
+    for (int k = 0; k < warps; ++k) {
+      tw += pw[k][threadIdx.x];
+      tb += pb[k][threadIdx.x];
+    }
+    partial[int64_t(blockIdx.y) * C + col] = tw;
+    partial[(int64_t(kColChunks) + blockIdx.y) * C + col] = tb;
+  }
+}
+
+__global__ void layernorm_param_finish_kernel(float* dw, float* db, const float* partial, int C) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= C) return;
+  float tw = 0, tb = 0;
+  for (int k = 0; k < kColChunks; ++k) {
+    tw += partial[int64_t(k) * C + col];
+    tb += partial[(int64_t(kColChunks) + k) * C + col];
+  }
+  dw[col] += tw;
+  db[col] += tb;
 }
 }  // namespace
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
-                       int N, int C, float eps, cudaStream_t s) {
-  layernorm_forward_kernel<<<blocks_for(N, 8), 256, 0, s>>>(out, mean, rstd, inp, w, b, N, C, eps);
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C, float eps,
+                       cudaStream_t s) {
+  if (N <= 0) return;
+  layernorm_forward_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(out, mean, rstd, inp, nullptr, nullptr,
+                                                                             nullptr, w, b, N, C, eps);
   ZT_CUDA_LAUNCH_CHECK();
 }
 
-void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
-                        const float* mean, const float* rstd, int N, int C, cudaStream_t s) {
-  layernorm_backward_kernel<<<blocks_for(N, 8), 256, 0, s>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+template <typename T>
+void residual_layernorm_forward(T* res, T* out, float* mean, float* rstd, const T* a, const T* b_, const T* w,
+                                const T* b, int N, int C, float eps, cudaStream_t s) {
+  if (N <= 0) return;
+  layernorm_forward_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(out, mean, rstd, nullptr, res, a, b_, w,
+                                                                             b, N, C, eps);
   ZT_CUDA_LAUNCH_CHECK();
 }
+
+template <typename T>
+void layernorm_backward(T* dinp, float* dw, float* db, const T* dout, const T* inp, const T* w, const float* mean,
+                        const float* rstd, int N, int C, float* scratch, cudaStream_t s) {
+  if (N <= 0) return;
+  layernorm_backward_dinp_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(dinp, dout, inp, w, mean, rstd, N,
+                                                                                   C);
+  layernorm_param_partial_kernel<T><<<dim3(blocks_for(C, 32), kColChunks), 1024, 0, s>>>(scratch, dout, inp, mean,
+                                                                                         rstd, N, C);
+  layernorm_param_finish_kernel<<<blocks_for(C, 256), 256, 0, s>>>(dw, db, scratch, C);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+#define ZT_INSTANTIATE(T)                                                                                     \
+  template void layernorm_forward<T>(T*, float*, float*, const T*, const T*, const T*, int, int, float,      \
+                                     cudaStream_t);                                                          \
+  template void residual_layernorm_forward<T>(T*, T*, float*, float*, const T*, const T*, const T*, const T*, \
+                                              int, int, float, cudaStream_t);                                \
+  template void layernorm_backward<T>(T*, float*, float*, const T*, const T*, const T*, const float*,        \
+                                      const float*, int, int, float*, cudaStream_t);
+ZT_INSTANTIATE(float)
+ZT_INSTANTIATE(__nv_bfloat16)
+ZT_INSTANTIATE(__half)
+#undef ZT_INSTANTIATE
 
 }  // namespace zt::cuda

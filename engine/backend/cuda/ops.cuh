@@ -1,6 +1,9 @@
-// CUDA implementations of the op interface (engine/backend/backend.h), fp32, on `stream`. Same
-// semantics as engine/backend/cpu/ops.h, including "(accumulates)". Plain pointers + a stream;
-// the CudaBackend class validates nothing further and dispatches here.
+// CUDA implementations of the op interface (engine/backend/backend.h) on `stream`. Same semantics
+// as engine/backend/cpu/ops.h, including "(accumulates)". T is the compute storage type (float,
+// __nv_bfloat16 or __half); statistics, weight gradients and optimizer states are float. Every
+// template is instantiated for the three types in its .cu file. Reductions have a fixed order
+// (no atomics) except the embedding's token-row scatter. `scratch` arguments are device buffers
+// of at least the *_scratch_floats() size, owned by the backend (no allocation inside a step).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -8,24 +11,64 @@
 
 namespace zt::cuda {
 
-void embedding_forward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B, int T, int C, cudaStream_t s);
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T, int C, cudaStream_t s);
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b, int N, int C, float eps, cudaStream_t s);
-void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w, const float* mean, const float* rstd, int N, int C, cudaStream_t s);
-void add_bias(float* out, const float* bias, int N, int OC, cudaStream_t s);                 // out (N,OC) += bias
-void bias_backward(float* dbias, const float* dout, int N, int OC, cudaStream_t s);          // dbias += sum_n dout
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t s);
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* lse, int B, int T, int C, int NH, cudaStream_t s);
-void gelu_forward(float* out, const float* inp, int64_t n, cudaStream_t s);
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n, cudaStream_t s);
-void softmax_crossentropy(float* losses, float* logits, const int32_t* targets, int N, int V, float grad_scale, cudaStream_t s);
-void logits_row_max(float* out, const float* logits, int N, int V, cudaStream_t s);
-void logits_row_sumexp(float* out, const float* logits, const float* row_max, int N, int V, cudaStream_t s);
-void logits_pick_target(float* out, const float* logits, const int32_t* targets, int N, int V, int v0, cudaStream_t s);
-void crossentropy_grad_from_lse(float* logits, const float* lse, const int32_t* targets, int N, int V, int v0, float grad_scale, cudaStream_t s);
+template <typename T>
+void embedding_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C, cudaStream_t s);
+template <typename T>
+void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_, int C, cudaStream_t s);
+
+// Column sums over rows are split into this many row chunks, summed in chunk order at the end.
+constexpr int kColChunks = 32;
+inline int64_t column_scratch_floats(int C) { return int64_t(2) * kColChunks * C; }
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C, float eps,
+                       cudaStream_t s);
+template <typename T>
+void residual_layernorm_forward(T* res, T* out, float* mean, float* rstd, const T* a, const T* b_, const T* w,
+                                const T* b, int N, int C, float eps, cudaStream_t s);
+template <typename T>
+void layernorm_backward(T* dinp, float* dw, float* db, const T* dout, const T* inp, const T* w, const float* mean,
+                        const float* rstd, int N, int C, float* scratch, cudaStream_t s);
+template <typename T>
+void bias_backward(float* dbias, const T* dout, int N, int OC, float* scratch, cudaStream_t s);  // dbias += sum_n dout
+template <typename T>
+void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s);  // out (N,OC) += bias
+
+inline int64_t attention_scratch_floats(int B, int T_, int NH) { return int64_t(B) * NH * T_; }
+template <typename T>
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t s);
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
+                        int NH, float* scratch, cudaStream_t s);
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t s);
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t s);
+
+template <typename T>
+void softmax_crossentropy(float* losses, T* logits, const int32_t* targets, int N, int V, float grad_scale,
+                          cudaStream_t s);
+template <typename T>
+void logits_row_max(float* out, const T* logits, int N, int V, cudaStream_t s);
+template <typename T>
+void logits_row_sumexp(float* out, const T* logits, const float* row_max, int N, int V, cudaStream_t s);
+template <typename T>
+void logits_pick_target(float* out, const T* logits, const int32_t* targets, int N, int V, int v0, cudaStream_t s);
+template <typename T>
+void crossentropy_grad_from_lse(T* logits, const float* lse, const int32_t* targets, int N, int V, int v0,
+                                float grad_scale, cudaStream_t s);
+
+// dst (n) = src (n) converted; Src/Dst any of the three types.
+template <typename Dst, typename Src>
+void convert(Dst* dst, const Src* src, int64_t n, cudaStream_t s);
 void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s);
 void scale(float* x, float f, int64_t n, cudaStream_t s);
-void sum_squares(double* out, const float* x, int64_t n, cudaStream_t s);  // *out = sum x^2 (device double)
-void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps, float wd, int t, cudaStream_t s);
+constexpr int kSumBlocks = 1024;  // sum_squares: fixed grid, so a fixed summation order
+// *out = sum x^2 (device double); partial holds kSumBlocks doubles.
+void sum_squares(double* out, double* partial, const float* x, int64_t n, cudaStream_t s);
+// AdamW on fp32 p, g, m, v; pc (may be null) receives p in T in the same pass.
+template <typename T>
+void adamw_update(float* p, const float* g, float* m, float* v, T* pc, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float wd, int t, cudaStream_t s);
 
 }  // namespace zt::cuda

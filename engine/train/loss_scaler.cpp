@@ -1,0 +1,41 @@
+// Loss scaling (see loss_scaler.h).
+#include "engine/train/loss_scaler.h"
+
+#include <algorithm>
+
+#include "engine/core/status.h"
+
+namespace zt {
+
+LossScaler::LossScaler(const RunSpec::Precision& p, DType compute) {
+  if (compute != DType::F16) return;
+  active_ = true;
+  dynamic_ = p.loss_scale == 0;
+  scale_ = dynamic_ ? p.initial_scale : p.loss_scale;
+  min_scale_ = p.min_scale;
+  window_ = p.scale_window;
+}
+
+bool LossScaler::update(bool grads_finite) {
+  if (!active_) return true;
+  if (grads_finite) {
+    if (dynamic_ && ++clean_ >= window_) {
+      scale_ *= 2;
+      clean_ = 0;
+    }
+    return true;
+  }
+  ++skipped_;
+  clean_ = 0;
+  if (dynamic_) {
+    if (scale_ <= min_scale_)
+      throw RuntimeFailure(fmt::format(
+          "fp16 gradients overflow even at the minimum loss scale {} ([precision] min_scale); the "
+          "model's values exceed fp16's range: use [precision] compute = \"bf16\" or a lower lr",
+          min_scale_));
+    scale_ = std::max(scale_ / 2, min_scale_);
+  }
+  return false;
+}
+
+}  // namespace zt
