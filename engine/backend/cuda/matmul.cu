@@ -12,6 +12,7 @@
 
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/matmul.cuh"
+#include "engine/backend/cuda/ops.cuh"
 
 namespace zt::cuda {
 
@@ -117,6 +118,18 @@ void Gemm::linear_forward(void* out, const void* inp, const void* w, const void*
   if (bias) {
     a.epilogue = CUBLASLT_EPILOGUE_BIAS;
     a.bias = bias;
+    if (run(a, s, /*may_fail=*/true)) return;
+    a.epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // no fused-bias algorithm for this shape: two passes
+    a.bias = nullptr;
+    run(a, s);
+    switch (t) {
+      case DType::F32: add_bias(static_cast<float*>(out), static_cast<const float*>(bias), N, OC, s); break;
+      case DType::BF16:
+        add_bias(static_cast<__nv_bfloat16*>(out), static_cast<const __nv_bfloat16*>(bias), N, OC, s);
+        break;
+      case DType::F16: add_bias(static_cast<__half*>(out), static_cast<const __half*>(bias), N, OC, s); break;
+    }
+    return;
   }
   run(a, s);
 }
