@@ -8,8 +8,13 @@
 // kernel) and computes its whole dot product from shared memory (rows padded to hs + 1 floats so
 // the 32 lanes hit 32 banks); for outputs, lane owns dims c = lane + 32 k and takes each
 // probability from its lane with a shuffle. Maths in fp32; q, k, v, dout in T.
-// Head size up to 128 (KD = ceil(hs / 32) <= 4 dims per lane).
+// Head size up to 128 (KD = ceil(hs / 32) <= 4 dims per lane). For bf16/fp16 and head sizes that
+// are multiples of 16, the forward runs on tensor cores instead (attention_forward_tc_kernel).
+#include <mma.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/ops.cuh"
@@ -239,6 +244,134 @@ __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qk
   }
 }
 
+// ---- Tensor-core forward (bf16 / fp16, head size a multiple of 16, <= 128): FlashAttention-2's
+// forward with WMMA 16x16x16 tiles. A block of 4 warps takes 64 queries (16 per warp) and streams
+// 64-key tiles of K and V through shared memory; each warp computes S = Q K^T for its 16 rows on
+// tensor cores (fp32 accumulation), does the online softmax on S in shared memory (2 lanes per
+// row), writes P in T and accumulates O += P V on tensor cores into an fp32 O tile in shared
+// memory that the softmax step rescales. P is rounded to T before P V, as in FlashAttention.
+constexpr int kTcRows = 64, kTcWarps = 4;
+
+struct TcLayout {  // shared-memory carve-up; every piece 128-byte aligned, leading dims padded
+  int ldq, lds, ldp, ldo;
+  size_t q, k, v, s, p, o, total;
+  __host__ __device__ static size_t up(size_t b) { return (b + 127) / 128 * 128; }
+  __host__ __device__ explicit TcLayout(int hs) {
+    ldq = hs + 8;         // T elements (a multiple of 8, as WMMA needs for 16-bit)
+    lds = kTcRows + 4;    // floats (a multiple of 4)
+    ldp = kTcRows + 8;    // T elements
+    ldo = hs + 4;         // floats
+    q = 0;
+    k = q + up(size_t(kTcRows) * ldq * 2);
+    v = k + up(size_t(kTcRows) * ldq * 2);
+    s = v + up(size_t(kTcRows) * ldq * 2);
+    p = s + up(size_t(kTcRows) * lds * 4);
+    o = p + up(size_t(kTcRows) * ldp * 2);
+    total = o + up(size_t(kTcRows) * ldo * 4);
+  }
+};
+
+template <typename T>
+__device__ void load_tile_raw(T* tile, int ld, const T* src, int t0, const Geo& g, int64_t base_off) {
+  // rows [t0, t0 + kTcRows) of the q, k or v part (base_off selects it), zero past T
+  for (int idx = threadIdx.x; idx < kTcRows * g.hs; idx += blockDim.x) {
+    const int r = idx / g.hs, c = idx % g.hs, t = t0 + r;
+    tile[r * ld + c] = t < g.T ? src[g.q(t) + base_off + c] : from_float<T>(0.0f);
+  }
+}
+
+template <typename T>
+__global__ void attention_forward_tc_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, float scale) {
+  using namespace nvcuda;
+  const Geo g(T_, C, NH, blockIdx.y);
+  const TcLayout L(g.hs);
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem + L.q);
+  T* Ks = reinterpret_cast<T*>(smem + L.k);
+  T* Vs = reinterpret_cast<T*>(smem + L.v);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* Ss = reinterpret_cast<float*>(smem + L.s) + warp * 16 * L.lds;  // this warp's 16 rows
+  T* Ps = reinterpret_cast<T*>(smem + L.p) + warp * 16 * L.ldp;
+  float* Os = reinterpret_cast<float*>(smem + L.o) + warp * 16 * L.ldo;
+  const int q0 = blockIdx.x * kTcRows, hs = g.hs;
+  load_tile_raw(Qs, L.ldq, qkv, q0, g, 0);
+  for (int idx = lane; idx < 16 * hs; idx += 32) Os[(idx / hs) * L.ldo + idx % hs] = 0.0f;
+  // softmax bookkeeping: lane owns row r = lane / 2 of the warp's 16, columns half * 32 ..
+  const int r = lane / 2, half = lane % 2, t = q0 + warp * 16 + r;
+  float m = -INFINITY, l = 0.0f;
+  const int last_q = min(q0 + kTcRows, g.T) - 1;
+  for (int k0 = 0; k0 <= last_q; k0 += kTcRows) {
+    __syncthreads();  // every warp is done with the previous K/V tile
+    load_tile_raw(Ks, L.ldq, qkv, k0, g, C);
+    load_tile_raw(Vs, L.ldq, qkv, k0, g, 2 * C);
+    __syncthreads();
+    // S (16 x 64) = Q_w (16 x hs) K^T (hs x 64)
+    for (int nb = 0; nb < kTcRows / 16; ++nb) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::fill_fragment(acc, 0.0f);
+      for (int kk = 0; kk < hs; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> b;
+        wmma::load_matrix_sync(a, Qs + (warp * 16) * L.ldq + kk, L.ldq);
+        wmma::load_matrix_sync(b, Ks + (nb * 16) * L.ldq + kk, L.ldq);
+        wmma::mma_sync(acc, a, b, acc);
+      }
+      wmma::store_matrix_sync(Ss + nb * 16, acc, L.lds, wmma::mem_row_major);
+    }
+    __syncwarp();
+    // online softmax over this tile's 64 keys for row r (two lanes, 32 keys each)
+    float mx = -INFINITY;
+    for (int j = half * 32; j < half * 32 + 32; ++j) {
+      const float sc = k0 + j <= t ? Ss[r * L.lds + j] * scale : -INFINITY;
+      Ss[r * L.lds + j] = sc;
+      mx = fmaxf(mx, sc);
+    }
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    const float m_new = fmaxf(m, mx);  // finite: key k0 <= t is always in the tile
+    float sum = 0;
+    for (int j = half * 32; j < half * 32 + 32; ++j) {
+      const float pj = expf(Ss[r * L.lds + j] - m_new);
+      Ps[r * L.ldp + j] = from_float<T>(pj);
+      sum += pj;
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    const float corr = expf(m - m_new);
+    l = l * corr + sum;
+    m = m_new;
+    for (int c = half; c < hs; c += 2) Os[r * L.ldo + c] *= corr;
+    __syncwarp();
+    // O_w (16 x hs) += P (16 x 64) V (64 x hs)
+    for (int nb = 0; nb < hs / 16; ++nb) {
+      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+      wmma::load_matrix_sync(acc, Os + nb * 16, L.ldo, wmma::mem_row_major);
+      for (int kk = 0; kk < kTcRows; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> b;
+        wmma::load_matrix_sync(a, Ps + kk, L.ldp);
+        wmma::load_matrix_sync(b, Vs + kk * L.ldq + nb * 16, L.ldq);
+        wmma::mma_sync(acc, a, b, acc);
+      }
+      wmma::store_matrix_sync(Os + nb * 16, acc, L.ldo, wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+  if (t < g.T) {
+    for (int c = half; c < hs; c += 2) out[g.o(t) + c] = from_float<T>(Os[r * L.ldo + c] / l);
+    if (half == 0) lse[g.stat(t)] = m + logf(l);
+  }
+}
+
+// The tensor-core path applies to 16-bit types and head sizes that are multiples of 16; the
+// environment variable ZTRAIN_ATTENTION=simt forces the CUDA-core kernels (for comparison).
+template <typename T>
+bool use_tensor_cores(int hs) {
+  static const bool forced_simt = [] {
+    const char* v = std::getenv("ZTRAIN_ATTENTION");
+    return v && std::string(v) == "simt";
+  }();
+  return sizeof(T) == 2 && hs % 16 == 0 && hs <= kMaxHead && !forced_simt;
+}
+
 // Runs fn(std::integral_constant<int, KD>) for the head size's KD.
 template <typename Fn>
 void with_kd(int hs, const char* what, Fn fn) {
@@ -263,6 +396,17 @@ template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t s) {
   if (B * T_ <= 0) return;
   const int hs = C / NH;
+  if constexpr (sizeof(T) == 2) {
+    if (use_tensor_cores<T>(hs)) {
+      const TcLayout L(hs);
+      auto kernel = attention_forward_tc_kernel<T>;
+      allow_smem(kernel, L.total);
+      kernel<<<dim3(blocks_for(T_, kTcRows), unsigned(B * NH)), 32 * kTcWarps, L.total, s>>>(
+          out, lse, qkv, T_, C, NH, 1.0f / std::sqrt(float(hs)));
+      ZT_CUDA_LAUNCH_CHECK();
+      return;
+    }
+  }
   const dim3 grid(blocks_for(T_, kTile), unsigned(B * NH));
   const size_t smem = size_t(3) * kTile * (hs + 1) * sizeof(float);
   with_kd(hs, "attention_forward", [&](auto kd) {
