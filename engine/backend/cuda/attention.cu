@@ -271,12 +271,12 @@ struct TcLayout {  // shared-memory carve-up; every piece 128-byte aligned, lead
   }
 };
 
-template <typename T>
-__device__ void load_tile_raw(T* tile, int ld, const T* src, int t0, const Geo& g, int64_t base_off) {
-  // rows [t0, t0 + kTcRows) of the q, k or v part (base_off selects it), zero past T
+// tile (kTcRows, ld) in T <- rows [t0, t0 + kTcRows) of src at offsets off(t); zero past T.
+template <typename T, typename Off>
+__device__ void load_tile_raw(T* tile, int ld, const T* src, int t0, const Geo& g, Off off) {
   for (int idx = threadIdx.x; idx < kTcRows * g.hs; idx += blockDim.x) {
     const int r = idx / g.hs, c = idx % g.hs, t = t0 + r;
-    tile[r * ld + c] = t < g.T ? src[g.q(t) + base_off + c] : from_float<T>(0.0f);
+    tile[r * ld + c] = t < g.T ? src[off(t) + c] : from_float<T>(0.0f);
   }
 }
 
@@ -294,7 +294,7 @@ __global__ void attention_forward_tc_kernel(T* out, float* lse, const T* qkv, in
   T* Ps = reinterpret_cast<T*>(smem + L.p) + warp * 16 * L.ldp;
   float* Os = reinterpret_cast<float*>(smem + L.o) + warp * 16 * L.ldo;
   const int q0 = blockIdx.x * kTcRows, hs = g.hs;
-  load_tile_raw(Qs, L.ldq, qkv, q0, g, 0);
+  load_tile_raw(Qs, L.ldq, qkv, q0, g, [&](int t) { return g.q(t); });
   for (int idx = lane; idx < 16 * hs; idx += 32) Os[(idx / hs) * L.ldo + idx % hs] = 0.0f;
   // softmax bookkeeping: lane owns row r = lane / 2 of the warp's 16, columns half * 32 ..
   const int r = lane / 2, half = lane % 2, t = q0 + warp * 16 + r;
@@ -302,8 +302,8 @@ __global__ void attention_forward_tc_kernel(T* out, float* lse, const T* qkv, in
   const int last_q = min(q0 + kTcRows, g.T) - 1;
   for (int k0 = 0; k0 <= last_q; k0 += kTcRows) {
     __syncthreads();  // every warp is done with the previous K/V tile
-    load_tile_raw(Ks, L.ldq, qkv, k0, g, C);
-    load_tile_raw(Vs, L.ldq, qkv, k0, g, 2 * C);
+    load_tile_raw(Ks, L.ldq, qkv, k0, g, [&](int t) { return g.k(t); });
+    load_tile_raw(Vs, L.ldq, qkv, k0, g, [&](int t) { return g.v(t); });
     __syncthreads();
     // S (16 x 64) = Q_w (16 x hs) K^T (hs x 64)
     for (int nb = 0; nb < kTcRows / 16; ++nb) {
@@ -361,6 +361,199 @@ __global__ void attention_forward_tc_kernel(T* out, float* lse, const T* qkv, in
   }
 }
 
+// ---- Tensor-core backward (bf16 / fp16): the SIMT backward's two-kernel split with WMMA tiles.
+// Each warp owns 16 rows (keys in the dK/dV kernel, queries in the dQ kernel) against a 64-wide
+// tile of the other side: S and dP come from tensor-core products into fp32 shared tiles, the
+// probabilities and dS = P (dP - D) scale are formed in fp32 and rounded to T (as FlashAttention
+// does), and dK, dV or dQ accumulate in fp32 shared tiles through tensor-core products.
+struct TcBwdLayout {
+  int ldq, lds, ldp, ldo;
+  size_t a, b, c, d, l, dv, s, dp, p, ds, acc0, acc1, total;
+  __host__ __device__ explicit TcBwdLayout(int hs) {
+    ldq = hs + 8;
+    lds = kTcRows + 4;
+    ldp = kTcRows + 8;
+    ldo = hs + 4;
+    const size_t tile = TcLayout::up(size_t(kTcRows) * ldq * 2);
+    const size_t wf = TcLayout::up(size_t(kTcWarps) * 16 * lds * 4);  // per-warp fp32 16x64 tiles
+    const size_t wt = TcLayout::up(size_t(kTcWarps) * 16 * ldp * 2);  // per-warp T 16x64 tiles
+    const size_t wo = TcLayout::up(size_t(kTcWarps) * 16 * ldo * 4);  // per-warp fp32 16 x hs
+    a = 0;            // four (64, hs) T tiles: the kernel's own rows and the streamed ones
+    b = a + tile;
+    c = b + tile;
+    d = c + tile;
+    l = d + tile;     // (64) lse and (64) D of the query tile
+    dv = l + 256;
+    s = dv + 256;
+    dp = s + wf;
+    p = dp + wf;
+    ds = p + wt;
+    acc0 = ds + wt;
+    acc1 = acc0 + wo;
+    total = acc1 + wo;
+  }
+};
+
+// S_w (16 x 64) = A_w (16 x hs, rows of `rows`) times the transpose of B (64 x hs), into fp32.
+template <typename T>
+__device__ void tc_rows_times_cols(float* S, int lds, const T* rows, const T* cols, int ldq, int hs) {
+  using namespace nvcuda;
+  for (int nb = 0; nb < kTcRows / 16; ++nb) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk < hs; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+      wmma::load_matrix_sync(fa, rows + kk, ldq);
+      wmma::load_matrix_sync(fb, cols + (nb * 16) * ldq + kk, ldq);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(S + nb * 16, acc, lds, wmma::mem_row_major);
+  }
+}
+
+// Acc (16 x hs, fp32) += P (16 x 64, T) times M (64 x hs, T).
+template <typename T>
+__device__ void tc_accumulate(float* Acc, int ldo, const T* P, int ldp, const T* M, int ldq, int hs) {
+  using namespace nvcuda;
+  for (int nb = 0; nb < hs / 16; ++nb) {
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, Acc + nb * 16, ldo, wmma::mem_row_major);
+    for (int kk = 0; kk < kTcRows; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+      wmma::load_matrix_sync(fa, P + kk, ldp);
+      wmma::load_matrix_sync(fb, M + kk * ldq + nb * 16, ldq);
+      wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(Acc + nb * 16, acc, ldo, wmma::mem_row_major);
+  }
+}
+
+template <typename T>
+__device__ void tc_load_stats(float* Ls, float* Ds, const float* lse, const float* D, int t0, const Geo& g) {
+  for (int r = threadIdx.x; r < kTcRows; r += blockDim.x) {
+    const int t = t0 + r;
+    Ls[r] = t < g.T ? lse[g.stat(t)] : 0.0f;
+    Ds[r] = t < g.T ? D[g.stat(t)] : 0.0f;
+  }
+}
+
+// dK, dV for 64 keys (16 per warp) over the query tiles at or after them.
+template <typename T>
+__global__ void attention_backward_dkdv_tc_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
+                                                  const float* D, int T_, int C, int NH, float scale) {
+  const Geo g(T_, C, NH, blockIdx.y);
+  const TcBwdLayout L(g.hs);
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Ks = reinterpret_cast<T*>(smem + L.a);
+  T* Vs = reinterpret_cast<T*>(smem + L.b);
+  T* Qs = reinterpret_cast<T*>(smem + L.c);
+  T* dOs = reinterpret_cast<T*>(smem + L.d);
+  float* Ls = reinterpret_cast<float*>(smem + L.l);
+  float* Dq = reinterpret_cast<float*>(smem + L.dv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hs = g.hs;
+  float* S = reinterpret_cast<float*>(smem + L.s) + warp * 16 * L.lds;    // S^T: (16 keys, 64 queries)
+  float* dP = reinterpret_cast<float*>(smem + L.dp) + warp * 16 * L.lds;  // dP^T
+  T* P = reinterpret_cast<T*>(smem + L.p) + warp * 16 * L.ldp;
+  T* dS = reinterpret_cast<T*>(smem + L.ds) + warp * 16 * L.ldp;
+  float* dK = reinterpret_cast<float*>(smem + L.acc0) + warp * 16 * L.ldo;
+  float* dV = reinterpret_cast<float*>(smem + L.acc1) + warp * 16 * L.ldo;
+  const int k0 = blockIdx.x * kTcRows;
+  load_tile_raw(Ks, L.ldq, qkv, k0, g, [&](int t) { return g.k(t); });
+  load_tile_raw(Vs, L.ldq, qkv, k0, g, [&](int t) { return g.v(t); });
+  for (int idx = lane; idx < 16 * hs; idx += 32) dK[(idx / hs) * L.ldo + idx % hs] = dV[(idx / hs) * L.ldo + idx % hs] = 0;
+  const int r = lane / 2, half = lane % 2, key = k0 + warp * 16 + r;  // lane's row for the elementwise step
+  for (int q0 = k0; q0 < g.T; q0 += kTcRows) {
+    __syncthreads();
+    load_tile_raw(Qs, L.ldq, qkv, q0, g, [&](int t) { return g.q(t); });
+    load_tile_raw(dOs, L.ldq, dout, q0, g, [&](int t) { return g.o(t); });
+    tc_load_stats<T>(Ls, Dq, lse, D, q0, g);
+    __syncthreads();
+    tc_rows_times_cols(S, L.lds, Ks + warp * 16 * L.ldq, Qs, L.ldq, hs);   // K_w Q^T
+    tc_rows_times_cols(dP, L.lds, Vs + warp * 16 * L.ldq, dOs, L.ldq, hs);  // V_w dO^T
+    __syncwarp();
+    for (int i = half * 32; i < half * 32 + 32; ++i) {
+      const int t = q0 + i;
+      const bool valid = key < g.T && t < g.T && t >= key;
+      const float p = valid ? expf(S[r * L.lds + i] * scale - Ls[i]) : 0.0f;
+      P[r * L.ldp + i] = from_float<T>(p);
+      dS[r * L.ldp + i] = from_float<T>(p * (dP[r * L.lds + i] - Dq[i]) * scale);
+    }
+    __syncwarp();
+    tc_accumulate(dV, L.ldo, P, L.ldp, dOs, L.ldq, hs);  // dV_w += P^T_w dO
+    tc_accumulate(dK, L.ldo, dS, L.ldp, Qs, L.ldq, hs);  // dK_w += dS^T_w Q
+    __syncwarp();
+  }
+  if (key < g.T)
+    for (int c = half; c < hs; c += 2) {
+      T* pk = dqkv + g.k(key) + c;
+      T* pv = dqkv + g.v(key) + c;
+      *pk = from_float<T>(to_float(*pk) + dK[r * L.ldo + c]);
+      *pv = from_float<T>(to_float(*pv) + dV[r * L.ldo + c]);
+    }
+}
+
+// dQ for 64 queries (16 per warp) over the key tiles up to the diagonal.
+template <typename T>
+__global__ void attention_backward_dq_tc_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
+                                                int T_, int C, int NH, float scale) {
+  const Geo g(T_, C, NH, blockIdx.y);
+  const TcBwdLayout L(g.hs);
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* Qs = reinterpret_cast<T*>(smem + L.a);
+  T* dOs = reinterpret_cast<T*>(smem + L.b);
+  T* Ks = reinterpret_cast<T*>(smem + L.c);
+  T* Vs = reinterpret_cast<T*>(smem + L.d);
+  float* Ls = reinterpret_cast<float*>(smem + L.l);
+  float* Dq = reinterpret_cast<float*>(smem + L.dv);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hs = g.hs;
+  float* S = reinterpret_cast<float*>(smem + L.s) + warp * 16 * L.lds;
+  float* dP = reinterpret_cast<float*>(smem + L.dp) + warp * 16 * L.lds;
+  T* dS = reinterpret_cast<T*>(smem + L.ds) + warp * 16 * L.ldp;
+  float* dQ = reinterpret_cast<float*>(smem + L.acc0) + warp * 16 * L.ldo;
+  const int q0 = blockIdx.x * kTcRows;
+  load_tile_raw(Qs, L.ldq, qkv, q0, g, [&](int t) { return g.q(t); });
+  load_tile_raw(dOs, L.ldq, dout, q0, g, [&](int t) { return g.o(t); });
+  tc_load_stats<T>(Ls, Dq, lse, D, q0, g);
+  for (int idx = lane; idx < 16 * hs; idx += 32) dQ[(idx / hs) * L.ldo + idx % hs] = 0;
+  const int r = lane / 2, half = lane % 2, row = warp * 16 + r, t = q0 + row;
+  const int last_q = min(q0 + kTcRows, g.T) - 1;
+  for (int k0 = 0; k0 <= last_q; k0 += kTcRows) {
+    __syncthreads();
+    load_tile_raw(Ks, L.ldq, qkv, k0, g, [&](int t) { return g.k(t); });
+    load_tile_raw(Vs, L.ldq, qkv, k0, g, [&](int t) { return g.v(t); });
+    __syncthreads();
+    tc_rows_times_cols(S, L.lds, Qs + warp * 16 * L.ldq, Ks, L.ldq, hs);    // Q_w K^T
+    tc_rows_times_cols(dP, L.lds, dOs + warp * 16 * L.ldq, Vs, L.ldq, hs);  // dO_w V^T
+    __syncwarp();
+    for (int j = half * 32; j < half * 32 + 32; ++j) {
+      const bool valid = t < g.T && k0 + j <= t;
+      const float p = valid ? expf(S[r * L.lds + j] * scale - Ls[row]) : 0.0f;
+      dS[r * L.ldp + j] = from_float<T>(p * (dP[r * L.lds + j] - Dq[row]) * scale);
+    }
+    __syncwarp();
+    tc_accumulate(dQ, L.ldo, dS, L.ldp, Ks, L.ldq, hs);  // dQ_w += dS_w K
+    __syncwarp();
+  }
+  if (t < g.T)
+    for (int c = half; c < hs; c += 2) {
+      T* pq = dqkv + g.q(t) + c;
+      *pq = from_float<T>(to_float(*pq) + dQ[r * L.ldo + c]);
+    }
+}
+
+// Largest dynamic shared memory a block may opt in to on the current device.
+inline size_t smem_optin_limit() {
+  static const size_t limit = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    return size_t(v);
+  }();
+  return limit;
+}
+
 // The tensor-core path applies to 16-bit types and head sizes that are multiples of 16; the
 // environment variable ZTRAIN_ATTENTION=simt forces the CUDA-core kernels (for comparison).
 template <typename T>
@@ -397,8 +590,8 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
   if (B * T_ <= 0) return;
   const int hs = C / NH;
   if constexpr (sizeof(T) == 2) {
-    if (use_tensor_cores<T>(hs)) {
-      const TcLayout L(hs);
+    const TcLayout L(hs);
+    if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
       auto kernel = attention_forward_tc_kernel<T>;
       allow_smem(kernel, L.total);
       kernel<<<dim3(blocks_for(T_, kTcRows), unsigned(B * NH)), 32 * kTcWarps, L.total, s>>>(
@@ -427,6 +620,21 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
   attention_rowdot_kernel<T><<<blocks_for(int64_t(B) * NH * T_, kWarps), 32 * kWarps, 0, s>>>(D, dout, out, B, T_, C,
                                                                                                NH);
   ZT_CUDA_LAUNCH_CHECK();
+  if constexpr (sizeof(T) == 2) {
+    const TcBwdLayout L(hs);
+    if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
+      const dim3 tc_grid(blocks_for(T_, kTcRows), unsigned(B * NH));
+      auto dkdv = attention_backward_dkdv_tc_kernel<T>;
+      allow_smem(dkdv, L.total);
+      dkdv<<<tc_grid, 32 * kTcWarps, L.total, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, scale);
+      ZT_CUDA_LAUNCH_CHECK();
+      auto dq = attention_backward_dq_tc_kernel<T>;
+      allow_smem(dq, L.total);
+      dq<<<tc_grid, 32 * kTcWarps, L.total, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, scale);
+      ZT_CUDA_LAUNCH_CHECK();
+      return;
+    }
+  }
   const dim3 grid(blocks_for(T_, kTile), unsigned(B * NH));
   const size_t tiles = size_t(4) * kTile * (hs + 1) * sizeof(float);
   with_kd(hs, "attention_backward", [&](auto kd) {
