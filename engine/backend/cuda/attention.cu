@@ -394,6 +394,28 @@ struct TcBwdLayout {
   }
 };
 
+// The pieces of TcBwdLayout as pointers; S, dP, P, dS and acc are this warp's 16 rows.
+template <typename T>
+struct TcBwdShared {
+  T* tile[4];           // (64, ldq) each
+  float *lse, *D;       // (64) of the query tile
+  float *S, *dP;        // (16, lds)
+  T *P, *dS;            // (16, ldp)
+  float* acc[2];        // (16, ldo)
+  __device__ TcBwdShared(unsigned char* smem, const TcBwdLayout& L, int warp) {
+    const size_t tiles[4] = {L.a, L.b, L.c, L.d};
+    for (int i = 0; i < 4; ++i) tile[i] = reinterpret_cast<T*>(smem + tiles[i]);
+    lse = reinterpret_cast<float*>(smem + L.l);
+    D = reinterpret_cast<float*>(smem + L.dv);
+    S = reinterpret_cast<float*>(smem + L.s) + warp * 16 * L.lds;
+    dP = reinterpret_cast<float*>(smem + L.dp) + warp * 16 * L.lds;
+    P = reinterpret_cast<T*>(smem + L.p) + warp * 16 * L.ldp;
+    dS = reinterpret_cast<T*>(smem + L.ds) + warp * 16 * L.ldp;
+    acc[0] = reinterpret_cast<float*>(smem + L.acc0) + warp * 16 * L.ldo;
+    acc[1] = reinterpret_cast<float*>(smem + L.acc1) + warp * 16 * L.ldo;
+  }
+};
+
 // S_w (16 x 64) = A_w (16 x hs, rows of `rows`) times the transpose of B (64 x hs), into fp32.
 template <typename T>
 __device__ void tc_rows_times_cols(float* S, int lds, const T* rows, const T* cols, int ldq, int hs) {
@@ -446,19 +468,13 @@ __global__ void attention_backward_dkdv_tc_kernel(T* dqkv, const T* dout, const 
   const Geo g(T_, C, NH, blockIdx.y);
   const TcBwdLayout L(g.hs);
   extern __shared__ __align__(128) unsigned char smem[];
-  T* Ks = reinterpret_cast<T*>(smem + L.a);
-  T* Vs = reinterpret_cast<T*>(smem + L.b);
-  T* Qs = reinterpret_cast<T*>(smem + L.c);
-  T* dOs = reinterpret_cast<T*>(smem + L.d);
-  float* Ls = reinterpret_cast<float*>(smem + L.l);
-  float* Dq = reinterpret_cast<float*>(smem + L.dv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hs = g.hs;
-  float* S = reinterpret_cast<float*>(smem + L.s) + warp * 16 * L.lds;    // S^T: (16 keys, 64 queries)
-  float* dP = reinterpret_cast<float*>(smem + L.dp) + warp * 16 * L.lds;  // dP^T
-  T* P = reinterpret_cast<T*>(smem + L.p) + warp * 16 * L.ldp;
-  T* dS = reinterpret_cast<T*>(smem + L.ds) + warp * 16 * L.ldp;
-  float* dK = reinterpret_cast<float*>(smem + L.acc0) + warp * 16 * L.ldo;
-  float* dV = reinterpret_cast<float*>(smem + L.acc1) + warp * 16 * L.ldo;
+  const TcBwdShared<T> sh(smem, L, warp);
+  T *Ks = sh.tile[0], *Vs = sh.tile[1], *Qs = sh.tile[2], *dOs = sh.tile[3];
+  float *Ls = sh.lse, *Dq = sh.D;
+  float *S = sh.S, *dP = sh.dP;  // transposed here: (16 keys, 64 queries)
+  T *P = sh.P, *dS = sh.dS;
+  float *dK = sh.acc[0], *dV = sh.acc[1];
   const int k0 = blockIdx.x * kTcRows;
   load_tile_raw(Ks, L.ldq, qkv, k0, g, [&](int t) { return g.k(t); });
   load_tile_raw(Vs, L.ldq, qkv, k0, g, [&](int t) { return g.v(t); });
@@ -501,17 +517,11 @@ __global__ void attention_backward_dq_tc_kernel(T* dqkv, const T* dout, const T*
   const Geo g(T_, C, NH, blockIdx.y);
   const TcBwdLayout L(g.hs);
   extern __shared__ __align__(128) unsigned char smem[];
-  T* Qs = reinterpret_cast<T*>(smem + L.a);
-  T* dOs = reinterpret_cast<T*>(smem + L.b);
-  T* Ks = reinterpret_cast<T*>(smem + L.c);
-  T* Vs = reinterpret_cast<T*>(smem + L.d);
-  float* Ls = reinterpret_cast<float*>(smem + L.l);
-  float* Dq = reinterpret_cast<float*>(smem + L.dv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hs = g.hs;
-  float* S = reinterpret_cast<float*>(smem + L.s) + warp * 16 * L.lds;
-  float* dP = reinterpret_cast<float*>(smem + L.dp) + warp * 16 * L.lds;
-  T* dS = reinterpret_cast<T*>(smem + L.ds) + warp * 16 * L.ldp;
-  float* dQ = reinterpret_cast<float*>(smem + L.acc0) + warp * 16 * L.ldo;
+  const TcBwdShared<T> sh(smem, L, warp);
+  T *Qs = sh.tile[0], *dOs = sh.tile[1], *Ks = sh.tile[2], *Vs = sh.tile[3];
+  float *Ls = sh.lse, *Dq = sh.D, *S = sh.S, *dP = sh.dP, *dQ = sh.acc[0];
+  T* dS = sh.dS;
   const int q0 = blockIdx.x * kTcRows;
   load_tile_raw(Qs, L.ldq, qkv, q0, g, [&](int t) { return g.q(t); });
   load_tile_raw(dOs, L.ldq, dout, q0, g, [&](int t) { return g.o(t); });
