@@ -2,10 +2,13 @@
 # The GPU check: run on a machine with the NVIDIA driver, the CUDA toolkit, CMake and Python, but
 # none of ztrain's other dependencies and no network. Builds, with nvcc and the host compiler only,
 # the CUDA backend, the CPU reference backend (without BLAS) and three check programs, then runs:
-#   1. test-backend-ops: every op on CUDA vs the CPU backend (tests/cuda/test_backend_ops.cpp)
-#   2. GPT-2 parity: forward, every gradient and 5 AdamW steps, CUDA vs CPU, at odd sizes
-#   3. the cuBLASLt GEMM ceiling (bf16, fp32, tf32), the fused attention's TFLOP/s, and GPT-2 124M
-#      training throughput (tokens/s, step time, peak memory, MFU against 989 TFLOP/s bf16)
+#   1. test-backend-ops: every op on CUDA vs the CPU backend in fp32, bf16 and fp16
+#      (tests/cuda/test_backend_ops.cpp)
+#   2. GPT-2 parity: forward, every gradient and 5 AdamW steps, CUDA vs CPU, at odd sizes, in fp32,
+#      bf16 and fp16 (the CPU backend emulates the 16-bit storage rounding)
+#   3. the cuBLASLt GEMM ceiling (bf16, fp32, tf32), the fused attention's TFLOP/s (bf16 on tensor
+#      cores, fp32 on CUDA cores), and GPT-2 124M bf16 training throughput (tokens/s, step time,
+#      peak memory, MFU against 989 TFLOP/s bf16)
 #   4. ZeRO-3 against ZeRO-0 at world size 1 (GPT-2 124M step time through the ParamStore)
 # and writes everything to bench/results/gpu_check-<UTC time>.json (and $OUT if set).
 #   tools/gpu_check.sh [--quick]     (--quick: 5 timed steps instead of 30)
