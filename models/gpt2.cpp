@@ -126,6 +126,7 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
     p += bytes_of(sl);
   }
   tokens_buf_ = static_cast<int32_t*>(be_.alloc(size_t(4 * BT) * sizeof(int32_t), MemTag::Activations));
+  loss_acc_ = static_cast<double*>(be_.alloc(sizeof(double), MemTag::Activations));
   if (TP > 1 && esize_ != sizeof(float))
     tp_scratch_ = static_cast<float*>(be_.alloc(size_t(BT * std::max<int64_t>(C, Vl)) * sizeof(float),
                                                 MemTag::Activations));
@@ -135,6 +136,7 @@ GPT2::~GPT2() {
   be_.free(act_buf_);
   be_.free(tokens_buf_);
   be_.free(tp_scratch_);
+  be_.free(loss_acc_);
 }
 
 template <typename P>
@@ -188,6 +190,22 @@ void GPT2::tp_all_reduce(void* buf, int64_t n) const {
 }
 
 float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
+  ZT_CHECK(deferred_ == 0, "forward() with {} deferred losses not taken", deferred_);
+  forward_deferred(inputs, targets, B, T, grad_scale);
+  return targets ? float(take_losses()) : 0.0f;
+}
+
+double GPT2::take_losses() {
+  double device_sum = 0;
+  be_.copy_to_host(&device_sum, loss_acc_, sizeof device_sum);
+  be_.fill_zero(loss_acc_, sizeof(double));
+  const double total = device_sum + host_losses_;
+  host_losses_ = 0;
+  deferred_ = 0;
+  return total;
+}
+
+void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
   ZT_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= cfg_.seq_len, "batch ({}, {}) exceeds ({}, {})",
            B, T, max_batch_, cfg_.seq_len);
   ZT_CHECK(prov_ != nullptr, "GPT2 has no ParamProvider");
@@ -272,12 +290,12 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
   be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), nullptr, BT, C, Vl);  // (B,T,Vl), tied head
   prov.release_params(0);
   grads_ready_ = false;
-  if (!targets) return 0.0f;
+  if (!targets) return;
 
-  std::vector<float> losses(BT);
+  ++deferred_;
   if (tp_size_ == 1) {
     be_.softmax_crossentropy(a.losses, a.logits, d_targets, BT, Vl, grad_scale);
-    be_.copy_to_host(losses.data(), a.losses, BT * sizeof(float));
+    be_.sum_accumulate(loss_acc_, a.losses, BT, 1.0 / double(BT));
   } else {
     // Vocabulary-parallel cross-entropy: the full logits never exist on one rank. Row max, sum of
     // exponentials and the target's logit are reduced over the group ((B,T) floats each, in
@@ -295,20 +313,19 @@ float GPT2::forward(const int32_t* inputs, const int32_t* targets, int B, int T,
     be_.copy_to_host(mx.data(), d_max, BT * sizeof(float));
     be_.copy_to_host(sum.data(), d_sum, BT * sizeof(float));
     be_.copy_to_host(tgt.data(), d_tgt, BT * sizeof(float));
+    double total = 0;
     for (int64_t i = 0; i < BT; ++i) {
       const float lse = mx[i] + std::log(sum[i]);
-      losses[i] = lse - tgt[i];
+      total += lse - tgt[i];
       mx[i] = lse;
     }
+    host_losses_ += total / double(BT);
     if (grad_scale != 0.0f) {
       be_.copy_to_device(d_max, mx.data(), BT * sizeof(float));
       be_.crossentropy_grad_from_lse(a.logits, d_max, d_targets, BT, Vl, v0, grad_scale);
     }
   }
   grads_ready_ = grad_scale != 0.0f;
-  double total = 0;
-  for (float x : losses) total += x;
-  return float(total / double(BT));
 }
 
 void GPT2::logits_row(int b, int t, float* out) const {

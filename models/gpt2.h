@@ -103,6 +103,11 @@ class GPT2 {
   // over the B*T positions (targets may be null: logits only, returns 0). With grad_scale != 0
   // the logits are replaced by dloss/dlogits scaled by grad_scale, ready for backward().
   float forward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale);
+  // The same without waiting for the loss: the batch's mean loss is added to a device-side sum
+  // that take_losses() reads (once per step instead of once per micro-batch, so the host runs
+  // ahead of the GPU). forward() needs no deferred losses pending.
+  void forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale);
+  double take_losses();  // sum of the deferred mean losses since the last call; resets it
   // Accumulates gradients of the last forward (which must have had grad_scale != 0) into the
   // provider's gradient buffers.
   void backward();
@@ -168,6 +173,9 @@ class GPT2 {
   size_t esize_ = 4;              // bytes per compute-precision element
   void* act_buf_ = nullptr;
   float* tp_scratch_ = nullptr;    // (B,T,max(C,Vl)) fp32: reductions of 16-bit activations
+  double* loss_acc_ = nullptr;     // (1) device: sum of deferred mean losses
+  double host_losses_ = 0;         // deferred losses computed on the host (vocabulary-parallel)
+  int deferred_ = 0;               // forwards whose loss is pending
   int32_t* tokens_buf_ = nullptr;  // 2 slots of: inputs (B*T) then targets (B*T)
   int token_slot_ = 0;
   Acts acts_{};

@@ -56,6 +56,7 @@ ParamStore::ParamStore(const GPT2& model, Backend& be, const Topology& topo, con
   v_ = alloc(moments, MemTag::OptimStates);
   if (mixed_ && stage_ <= 2) full_compute_ = be_.alloc(total_full_ * esize_, MemTag::Params);
   if (mixed_ && stage_ == 3) shard_compute_ = be_.alloc(total_shard_ * esize_, MemTag::Params);
+  norm_acc_ = static_cast<double*>(be_.alloc(sizeof(double), MemTag::Other));
 }
 
 ParamStore::~ParamStore() {
@@ -66,7 +67,7 @@ ParamStore::~ParamStore() {
   for (auto& [g, gb] : gathered_) be_.free(gb.buf);
   for (auto& [g, buf] : grad_tmp_) be_.free(buf);
   for (void* p : {(void*)full_params_, (void*)shard_params_, (void*)full_grads_, (void*)grad_shard_, (void*)m_,
-                  (void*)v_, full_compute_, shard_compute_})
+                  (void*)v_, full_compute_, shard_compute_, (void*)norm_acc_})
     be_.free(p);
 }
 
@@ -249,13 +250,16 @@ double ParamStore::clip_grad_norm(double max_norm, double loss_scale) {
   // tensor-parallel slice. Replicated tensors (norms, row-parallel biases, positions) are the same
   // on every tensor-parallel rank and are counted on rank 0 of the group only.
   const bool count_replicated = topo_.tp_rank == 0;
-  double sq = 0;
+  // Accumulated on the device, read once (no synchronization per tensor).
+  be_.fill_zero(norm_acc_, sizeof(double));
   for (const Unit& u : units_) {
     const float* g = shard_grads(u);
     for_each_tensor_piece(u, [&](const ParamInfo& info, size_t off, size_t n) {
-      if (info.split != TpSplit::None || count_replicated) sq += be_.sum_squares(g + off, int64_t(n));
+      if (info.split != TpSplit::None || count_replicated) be_.sum_squares_accumulate(norm_acc_, g + off, int64_t(n));
     });
   }
+  double sq = 0;
+  be_.copy_to_host(&sq, norm_acc_, sizeof sq);
   // Stage 0 grads are whole on every data-parallel rank: reduce over the tensor-parallel group.
   // Stages 1-3 hold distinct shards on every rank: reduce over the world.
   if (stage_ == 0) topo_.tp_group->all_reduce_doubles(&sq, 1);

@@ -112,6 +112,7 @@ class ParamStore final : public ParamProvider {
   float* grad_shard_ = nullptr;    // stages 1-3
   float* m_ = nullptr;
   float* v_ = nullptr;
+  double* norm_acc_ = nullptr;  // (1) device: the squared gradient norm being summed
   bool last_micro_ = true;
   std::vector<Pending> pending_;
   struct Gathered {

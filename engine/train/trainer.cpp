@@ -166,17 +166,17 @@ StepResult Trainer::step(int64_t step) {
                                                   uint64_t(step * accum), 4, int(spec_.data.prefetch));
   loader_step_ = step + 1;
   store_->zero_grad();
-  double loss_sum = 0, wait_ms = 0;
+  double wait_ms = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
     loader_->next(inputs_.data(), targets_.data(), &wait_ms);
     if (on_batch) on_batch(inputs_.data(), targets_.data());
     store_->set_last_micro_batch(micro == accum - 1);
-    loss_sum += model_->forward(inputs_.data(), targets_.data(), B, T, grad_scale);
+    model_->forward_deferred(inputs_.data(), targets_.data(), B, T, grad_scale);
     exit_if_fault_injected(topo_.world_rank, step);
     model_->backward();
   }
   store_->finish_backward();
-  double loss = loss_sum / double(global_micro);
+  double loss = model_->take_losses() / double(global_micro);
   topo_.dp_group->all_reduce_doubles(&loss, 1);
   StepResult r;
   r.step = step;

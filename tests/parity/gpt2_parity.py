@@ -63,8 +63,9 @@ def check_case(args, work, name, model, train, optim, device="cpu", compute="fp3
     })
     h5path = os.path.join(work, f"{name}.h5")
     p = testlib.run([args.ztrain, "debug", "dump-state", spec, "--out", h5path, "--steps", "10"], check=False)
-    if device == "cuda" and p.returncode == 2 and "no CUDA device is visible" in p.stderr:
-        print(f"  [{name}] SKIP on CUDA: no CUDA device visible")
+    if device == "cuda" and p.returncode == 2 and ("no CUDA device is visible" in p.stderr
+                                                   or "built without CUDA" in p.stderr):
+        print(f"  [{name}] SKIP on CUDA: {p.stderr.strip().splitlines()[-1]}")
         return []
     if p.returncode != 0:
         return [f"dump-state failed ({p.returncode}): {p.stderr[-800:]}"]

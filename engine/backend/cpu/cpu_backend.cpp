@@ -249,6 +249,12 @@ class CpuBackend final : public Backend {
   void add(float* out, const float* a, const float* b, int64_t n) override { cpu::add(out, a, b, n); }
   void scale(float* x, float s, int64_t n) override { cpu::scale(x, s, n); }
   double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }
+  void sum_squares_accumulate(double* acc, const float* x, int64_t n) override { *acc += cpu::sum_squares(x, n); }
+  void sum_accumulate(double* acc, const float* x, int64_t n, double scale) override {
+    double total = 0;
+    for (int64_t i = 0; i < n; ++i) total += x[i];
+    *acc += scale * total;
+  }
   void adamw_update(float* params, const float* grads, float* m, float* v, void* params_compute,
                     int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                     int t) override {

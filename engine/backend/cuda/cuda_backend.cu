@@ -193,6 +193,12 @@ class CudaBackend final : public Backend {
     copy_to_host(&out, sum_, sizeof out);
     return out;
   }
+  void sum_squares_accumulate(double* acc, const float* x, int64_t n) override {
+    cuda::sum_accumulate(acc, sum_ + 1, x, n, true, 1.0, stream_);
+  }
+  void sum_accumulate(double* acc, const float* x, int64_t n, double scale) override {
+    cuda::sum_accumulate(acc, sum_ + 1, x, n, false, scale, stream_);
+  }
   void adamw_update(float* p, const float* g, float* m, float* v, void* pc, int64_t n, float lr, float beta1,
                     float beta2, float eps, float wd, int t) override {
     ZT_DISPATCH(dt(), T, cuda::adamw_update(p, g, m, v, tp<T>(pc), n, lr, beta1, beta2, eps, wd, t, stream_));

@@ -114,18 +114,19 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64
 }
 // Grid-stride partial sums, one per block (the grid is fixed: kSumBlocks), then one block sums
 // the partials: the same order on every run.
-__global__ void sum_squares_partial_kernel(double* partial, const float* x, int64_t n) {
+__global__ void sum_partial_kernel(double* partial, const float* x, int64_t n, bool square) {
   double acc = 0;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    acc += double(x[i]) * double(x[i]);
+    acc += square ? double(x[i]) * double(x[i]) : double(x[i]);
   acc = block_sum(acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
-__global__ void sum_partials_kernel(double* out, const double* partial, int n) {
+// *out = scale * sum(partial), or *out += that when accumulate
+__global__ void sum_partials_kernel(double* out, const double* partial, int n, double scale, bool accumulate) {
   double acc = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
   acc = block_sum(acc);
-  if (threadIdx.x == 0) *out = acc;
+  if (threadIdx.x == 0) *out = (accumulate ? *out : 0.0) + scale * acc;
 }
 template <int V, typename T>
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, T* pc, int64_t n, float lr, float beta1,
@@ -200,8 +201,14 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t
   });
 }
 void sum_squares(double* out, double* partial, const float* x, int64_t n, cudaStream_t s) {
-  sum_squares_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n);
-  sum_partials_kernel<<<1, kThreads, 0, s>>>(out, partial, kSumBlocks);
+  sum_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n, true);
+  sum_partials_kernel<<<1, kThreads, 0, s>>>(out, partial, kSumBlocks, 1.0, false);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+void sum_accumulate(double* acc, double* partial, const float* x, int64_t n, bool square, double scale,
+                    cudaStream_t s) {
+  sum_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n, square);
+  sum_partials_kernel<<<1, kThreads, 0, s>>>(acc, partial, kSumBlocks, scale, true);
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
