@@ -222,8 +222,8 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
   token_slot_ ^= 1;
   int32_t* d_inputs = tokens_buf_ + int64_t(token_slot_) * 2 * max_batch_ * cfg_.seq_len;
   int32_t* d_targets = d_inputs + BT;
-  be_.upload_async(d_inputs, local_ids.data(), BT * sizeof(int32_t));
-  if (targets) be_.upload_async(d_targets, targets, BT * sizeof(int32_t));
+  be_.upload_async(d_inputs, local_ids.data(), BT * sizeof(int32_t), slot_free_[token_slot_]);
+  if (targets) be_.upload_async(d_targets, targets, BT * sizeof(int32_t), slot_free_[token_slot_]);
   Acts& a = acts_;
   ParamProvider& prov = *prov_;
   const int L = cfg_.n_layer, lnf_group = head_group();
@@ -290,7 +290,10 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
   be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), nullptr, BT, C, Vl);  // (B,T,Vl), tied head
   prov.release_params(0);
   grads_ready_ = false;
-  if (!targets) return;
+  if (!targets) {
+    slot_free_[token_slot_] = be_.mark();  // the token slot's last reader so far
+    return;
+  }
 
   ++deferred_;
   if (tp_size_ == 1) {
@@ -326,6 +329,7 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
     }
   }
   grads_ready_ = grad_scale != 0.0f;
+  slot_free_[token_slot_] = be_.mark();  // the token slot's last reader so far (backward moves it)
 }
 
 void GPT2::logits_row(int b, int t, float* out) const {
@@ -410,6 +414,7 @@ void GPT2::backward() {
     prov.release_params(1 + l);
   }
   be_.embedding_backward(at(emb_g, wte_i), at(emb_g, wpe_i), a.dres, d_inputs, B, T, C);
+  slot_free_[token_slot_] = be_.mark();  // the token slot's last reader
   prov.grads_done(0);
   grads_ready_ = false;
 }

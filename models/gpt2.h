@@ -178,6 +178,7 @@ class GPT2 {
   int deferred_ = 0;               // forwards whose loss is pending
   int32_t* tokens_buf_ = nullptr;  // 2 slots of: inputs (B*T) then targets (B*T)
   int token_slot_ = 0;
+  uint64_t slot_free_[2] = {0, 0};  // Backend::mark() after the last op reading each slot
   Acts acts_{};
   int cur_B_ = 0, cur_T_ = 0;
   bool grads_ready_ = false;

@@ -43,10 +43,17 @@ class Backend {
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* ptr, size_t bytes) = 0;
+  // A mark after the compute work enqueued so far (CUDA: an event on the compute stream), for
+  // upload_async to wait on. 0 means "nothing to wait for".
+  virtual uint64_t mark() { return 0; }
   // Host -> device copy that may overlap running compute (CUDA: a separate copy stream from
   // pinned staging; the compute stream waits for it before the ops enqueued after this call).
-  // The host buffer may be reused at once; dst must not be in use by earlier enqueued ops.
-  virtual void upload_async(void* dst, const void* host_src, size_t bytes) { copy_to_device(dst, host_src, bytes); }
+  // The host buffer may be reused at once. The copy starts only after `after` (a mark()), so
+  // the caller passes the mark after the last enqueued op that reads dst's old contents.
+  virtual void upload_async(void* dst, const void* host_src, size_t bytes, uint64_t after = 0) {
+    (void)after;
+    copy_to_device(dst, host_src, bytes);
+  }
   virtual void synchronize() {}
   // The backend's compute stream (cudaStream_t) for device communicators; null on the CPU.
   virtual void* native_stream() const { return nullptr; }

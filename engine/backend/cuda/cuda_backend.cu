@@ -51,6 +51,7 @@ class CudaBackend final : public Backend {
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     for (auto& st : staging_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
+    for (auto& e : mark_events_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     gemm_ = std::make_unique<Gemm>();
     sum_ = static_cast<double*>(alloc_.alloc((1 + kSumBlocks) * sizeof(double), MemTag::Other));
     cudaDeviceProp prop{};
@@ -66,6 +67,7 @@ class CudaBackend final : public Backend {
       if (st.host) cudaFreeHost(st.host);
       cudaEventDestroy(st.done);
     }
+    for (auto& e : mark_events_) cudaEventDestroy(e);
     gemm_.reset();
     cudaStreamDestroy(copy_stream_);
     cudaStreamDestroy(stream_);
@@ -84,7 +86,15 @@ class CudaBackend final : public Backend {
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may be reused at once
   }
-  void upload_async(void* dst, const void* src, size_t n) override {
+  uint64_t mark() override {
+    const uint64_t id = ++marks_;
+    ZT_CUDA_CHECK(cudaEventRecord(mark_events_[id % kMarks], stream_));
+    return id;
+  }
+  void upload_async(void* dst, const void* src, size_t n, uint64_t after) override {
+    // A mark's event is re-recorded kMarks marks later; an older mark has long completed.
+    if (after != 0 && marks_ - after < kMarks)
+      ZT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, mark_events_[after % kMarks], 0));
     // Two pinned staging buffers used in turn; a buffer is refilled only after its last copy
     // finished. The compute stream waits for the copy before anything enqueued after this.
     Staging& st = staging_[next_staging_];
@@ -229,6 +239,9 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   Staging staging_[2];
   int next_staging_ = 0;
+  static constexpr uint64_t kMarks = 64;
+  cudaEvent_t mark_events_[kMarks] = {};
+  uint64_t marks_ = 0;
   CachingAllocator alloc_;
   std::unique_ptr<Gemm> gemm_;
   double* sum_ = nullptr;  // sum_squares: result, then kSumBlocks partials
