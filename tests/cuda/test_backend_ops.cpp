@@ -223,6 +223,23 @@ int main() {
     const bool ok = std::abs(sc - sg) <= 1e-9 * std::abs(sc) && sg == sg2;  // and the same on a rerun
     failures += !ok;
     std::printf("  %-49s %.9g vs %.9g %s\n", "sum_squares (and rerun bit-identical)", sg, sc, ok ? "ok" : "FAIL");
+    {  // device-side accumulators: acc += sum x^2, then acc += 0.5 * sum x
+      double* ac = static_cast<double*>(C.alloc(sizeof(double)));
+      double* ag = static_cast<double*>(G.alloc(sizeof(double)));
+      C.sum_squares_accumulate(ac, xf.fc(), n);
+      G.sum_squares_accumulate(ag, xf.fg(), n);
+      C.sum_accumulate(ac, xf.fc(), n, 0.5);
+      G.sum_accumulate(ag, xf.fg(), n, 0.5);
+      double hc = 0, hg = 0;
+      C.copy_to_host(&hc, ac, sizeof hc);
+      G.copy_to_host(&hg, ag, sizeof hg);
+      const bool acc_ok = std::abs(hc - hg) <= 1e-9 * std::max(1.0, std::abs(hc));
+      ++checks;
+      failures += !acc_ok;
+      std::printf("  %-49s %.9g vs %.9g %s\n", "sum_squares_accumulate + sum_accumulate", hg, hc, acc_ok ? "ok" : "FAIL");
+      C.free(ac);
+      G.free(ag);
+    }
     Pair p(C, G, randn(n, 24)), g(C, G, randn(n, 25)), m(C, G, std::vector<float>(n)), v(C, G, std::vector<float>(n)),
         pc(C, G, std::vector<float>(n), dt);
     for (int t = 1; t <= 3; ++t) {
