@@ -30,20 +30,23 @@ CXXFLAGS=(-std=c++20 -O2 -fopenmp -DZTRAIN_NO_BLAS -I. -Itools/gpu_check/shim -I
 NVFLAGS=(-std=c++17 -O3 -arch=sm_"$arch" -I. -Itools/gpu_check/shim)
 objs=()
 build_failed=0
+pids=()
+# Every translation unit compiles in parallel (the check's time is mostly the build otherwise).
 for f in engine/core/status.cpp engine/core/rng.cpp engine/backend/cpu/embedding.cpp engine/backend/cpu/layernorm.cpp \
          engine/backend/cpu/matmul.cpp engine/backend/cpu/attention.cpp engine/backend/cpu/gelu.cpp \
          engine/backend/cpu/crossentropy.cpp engine/backend/cpu/elementwise.cpp engine/backend/cpu/adamw.cpp \
          engine/backend/cpu/cpu_backend.cpp models/gpt2.cpp tools/gpu_check/gemm_naive.cpp \
          tools/gpu_check/backend_select.cpp engine/dist/comm_self.cpp engine/parallel/param_store.cpp; do
   o="$B/$(echo "$f" | tr / _).o"
-  g++ "${CXXFLAGS[@]}" -c "$f" -o "$o" || build_failed=1
+  g++ "${CXXFLAGS[@]}" -c "$f" -o "$o" & pids+=($!)
   objs+=("$o")
 done
 for f in engine/backend/cuda/*.cu; do
   o="$B/$(basename "$f").o"
-  nvcc "${NVFLAGS[@]}" -c "$f" -o "$o" || build_failed=1
+  nvcc "${NVFLAGS[@]}" -c "$f" -o "$o" & pids+=($!)
   objs+=("$o")
 done
+for p in "${pids[@]}"; do wait "$p" || build_failed=1; done
 LIBS=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -lcudart -lcublasLt -fopenmp)
 g++ "${CXXFLAGS[@]}" tests/cuda/test_backend_ops.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/test_backend_ops" || build_failed=1
 g++ "${CXXFLAGS[@]}" tools/gpu_check/gpt2_cuda_check.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/gpt2_cuda_check" || build_failed=1
