@@ -47,8 +47,8 @@ ParamStore::ParamStore(const GPT2& model, Backend& be, const Topology& topo, con
     group_padded_.push_back(padded_sum);
   }
   auto alloc = [&](size_t n, MemTag tag) { return static_cast<float*>(be_.alloc(n * sizeof(float), tag)); };
-  if (stage_ <= 2) full_params_ = alloc(total_full_, MemTag::Params);
-  else shard_params_ = alloc(total_shard_, MemTag::Params);
+  if (sharded_masters()) shard_params_ = alloc(total_shard_, MemTag::Params);
+  else full_params_ = alloc(total_full_, MemTag::Params);
   if (stage_ <= 1) full_grads_ = alloc(total_full_, MemTag::Grads);
   if (stage_ >= 1) grad_shard_ = alloc(total_shard_, MemTag::Grads);
   const size_t moments = stage_ == 0 ? total_full_ : total_shard_;
@@ -77,7 +77,7 @@ size_t ParamStore::my_len(const Unit& u) const {
 }
 
 float* ParamStore::shard_params(const Unit& u) {
-  return stage_ == 3 ? shard_params_ + u.shard_off : full_params_ + u.full_off + my_begin(u);
+  return sharded_masters() ? shard_params_ + u.shard_off : full_params_ + u.full_off + my_begin(u);
 }
 
 void* ParamStore::compute_copy(const Unit& u) {
@@ -85,8 +85,16 @@ void* ParamStore::compute_copy(const Unit& u) {
   return stage_ == 3 ? cbyte(shard_compute_, u.shard_off) : cbyte(full_compute_, u.full_off + my_begin(u));
 }
 
-void ParamStore::refresh_compute_copy() {
-  if (mixed_ && stage_ <= 2) be_.convert(full_compute_, ct_, full_params_, DType::F32, int64_t(total_full_));
+void ParamStore::gather_compute_copy() {
+  // Each rank's part of the compute copy was written by its AdamW; the parts travel as 32-bit
+  // words (shards have even lengths), an all-gather only moves bytes.
+  std::vector<Comm::Handle> hs;
+  for (const Unit& u : units_) {
+    const size_t words = u.shard * esize_ / sizeof(float);
+    hs.push_back(dp_.all_gather(static_cast<const float*>(compute_copy(u)),
+                                static_cast<float*>(cbyte(full_compute_, u.full_off)), words));
+  }
+  for (auto h : hs) dp_.wait(h);
 }
 
 float* ParamStore::shard_grads(const Unit& u) {
@@ -108,16 +116,16 @@ void ParamStore::for_each_tensor_piece(const Unit& u, Fn fn) const {
 void ParamStore::init(uint64_t seed) {
   const auto& groups = model_.groups();
   std::vector<float> host;
-  if (stage_ <= 2) {
+  if (!sharded_masters()) {
     for (size_t g = 0; g < groups.size(); ++g) {
       host.assign(groups[g].numel, 0.0f);
       model_.init_range(seed, groups[g].offset, groups[g].offset + groups[g].numel, host.data());
       be_.copy_to_device(full_params_ + group_full_off_[g], host.data(), host.size() * sizeof(float));
     }
-    refresh_compute_copy();
+    if (mixed_) be_.convert(full_compute_, ct_, full_params_, DType::F32, int64_t(total_full_));
     return;
   }
-  for (const Unit& u : units_) {  // stage 3: only this rank's shards are ever materialized
+  for (const Unit& u : units_) {  // only this rank's fp32 shards are ever materialized
     const size_t n = my_len(u);
     if (n == 0) continue;
     const size_t lo = groups[u.group].offset + u.begin + my_begin(u);
@@ -126,6 +134,7 @@ void ParamStore::init(uint64_t seed) {
     be_.copy_to_device(shard_params_ + u.shard_off, host.data(), n * sizeof(float));
     if (mixed_) be_.convert(compute_copy(u), ct_, shard_params_ + u.shard_off, DType::F32, int64_t(n));
   }
+  if (stage_ <= 2) gather_compute_copy();  // stages 1-2 (mixed): every rank needs the full copy
 }
 
 void ParamStore::zero_grad() {
@@ -280,8 +289,7 @@ void ParamStore::step(double lr, int t) {
     float* g = shard_grads(u);
     float* m = m_ + (stage_ == 0 ? u.full_off : u.shard_off);
     float* v = v_ + (stage_ == 0 ? u.full_off : u.shard_off);
-    // Stages 1-2 re-gather the fp32 masters below and refresh the whole copy from them.
-    void* pc = stage_ == 1 || stage_ == 2 ? nullptr : compute_copy(u);
+    void* pc = compute_copy(u);
     for_each_tensor_piece(u, [&](const ParamInfo& info, size_t off, size_t n) {
       be_.adamw_update(p + off, g + off, m + off, v + off, pc ? cbyte(pc, off) : nullptr, int64_t(n),
                        float(lr), float(optim_.beta1),
@@ -290,11 +298,14 @@ void ParamStore::step(double lr, int t) {
     });
   }
   if (stage_ == 1 || stage_ == 2) {  // every rank needs the full updated parameters again
+    if (mixed_) {
+      gather_compute_copy();  // in compute precision: half the bytes of the fp32 masters
+      return;
+    }
     std::vector<Comm::Handle> hs;
     for (const Unit& u : units_)
       hs.push_back(dp_.all_gather(full_params_ + u.full_off + my_begin(u), full_params_ + u.full_off, u.shard));
     for (auto h : hs) dp_.wait(h);
-    refresh_compute_copy();
   }
 }
 
@@ -319,7 +330,7 @@ std::vector<float> ParamStore::full_params() {
   // The fp32 masters (not the compute copy), whatever the precision.
   const auto& groups = model_.groups();
   std::vector<float> out(model_.num_params());
-  if (stage_ <= 2) {
+  if (!sharded_masters()) {
     for (size_t g = 0; g < groups.size(); ++g)
       be_.copy_to_host(out.data() + groups[g].offset, full_params_ + group_full_off_[g],
                        groups[g].numel * sizeof(float));

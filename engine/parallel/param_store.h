@@ -13,8 +13,10 @@
 //   3: as 2, and parameters live only as shards: a group is all-gathered just before it runs (the
 //      next `prefetch` groups of the pass ahead of time) and freed after.
 // Mixed precision (backend compute dtype bf16/fp16): parameters, gradients and moments above are
-// fp32 masters; the model reads a compute-precision copy that AdamW writes in the same pass —
-// full at stages 0-2, sharded and gathered in compute precision (half the bytes) at stage 3.
+// fp32 masters; the model reads a compute-precision copy that AdamW writes in the same pass. At
+// stages 1-2 the fp32 masters are then sharded too (as DeepSpeed's) and the updated compute
+// copy is all-gathered; at stage 3 the compute copy is sharded and gathered per group. Either
+// way parameters travel in compute precision (half the bytes of fp32).
 // Units are then padded to a multiple of 2P so every 16-bit shard is a whole number of 32-bit
 // words for the (type-blind) all-gather.
 #pragma once
@@ -80,7 +82,10 @@ class ParamStore final : public ParamProvider {
   float* shard_params(const Unit& u);
   void* compute_copy(const Unit& u);  // the compute-precision twin of shard_params(u); null in fp32
   void* cbyte(void* base, size_t elems) const { return static_cast<char*>(base) + elems * esize_; }
-  void refresh_compute_copy();        // stages 0-2: full compute copy from the fp32 masters
+  void gather_compute_copy();         // stages 1-2, mixed: every rank's part of the compute copy
+  // fp32 masters exist only as this rank's shards: stage 3, and stages 1-2 in mixed precision
+  // (the model reads the compute copy, so full fp32 parameters are not needed).
+  bool sharded_masters() const { return stage_ == 3 || (mixed_ && stage_ >= 1); }
   float* shard_grads(const Unit& u);
   void gather_group(int group);  // stage 3: launch the all-gather of a group's shards
   void complete(Pending& p);
@@ -104,10 +109,10 @@ class ParamStore final : public ParamProvider {
   DType ct_;            // the backend's compute dtype
   size_t esize_;        // its element size
   bool mixed_;          // ct_ != F32: a compute-precision copy of the parameters exists
-  float* full_params_ = nullptr;   // stages 0-2
-  void* full_compute_ = nullptr;   // stages 0-2, mixed
+  float* full_params_ = nullptr;   // stage 0; stages 1-2 in fp32
+  void* full_compute_ = nullptr;   // stages 0-2, mixed (stages 1-2: this rank's part written here)
   void* shard_compute_ = nullptr;  // stage 3, mixed
-  float* shard_params_ = nullptr;  // stage 3
+  float* shard_params_ = nullptr;  // sharded_masters()
   float* full_grads_ = nullptr;    // stages 0-1
   float* grad_shard_ = nullptr;    // stages 1-3
   float* m_ = nullptr;
