@@ -66,9 +66,11 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T
   float* Vs = Ks + kTile * g.ld;
   load_tile(Qs, qkv, q0, g, scale, [&](int t) { return g.q(t); });
   float acc[kRowsPerWarp][KD], m[kRowsPerWarp], l[kRowsPerWarp];
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     m[i] = -INFINITY;
     l[i] = 0;
+    #pragma unroll
     for (int k = 0; k < KD; ++k) acc[i][k] = 0;
   }
   const int last_q = min(q0 + kTile, g.T) - 1;
@@ -77,6 +79,7 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T
     load_tile(Ks, qkv, k0, g, 1.0f, [&](int t) { return g.k(t); });
     load_tile(Vs, qkv, k0, g, 1.0f, [&](int t) { return g.v(t); });
     __syncthreads();
+    #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int r = warp * kRowsPerWarp + i, t = q0 + r;
       if (t >= g.T || k0 > t) continue;  // warp-uniform
@@ -86,9 +89,11 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T
       const float p = valid ? expf(s - m_new) : 0.0f;
       const float corr = expf(m[i] - m_new);  // 0 on the first tile (m = -inf)
       l[i] = l[i] * corr + warp_sum(p);
+      #pragma unroll
       for (int k = 0; k < KD; ++k) acc[i][k] *= corr;
       for (int j = 0; j < kTile; ++j) {
         const float pj = __shfl_sync(0xffffffffu, p, j);
+        #pragma unroll
         for (int k = 0; k < KD; ++k) {
           const int c = lane + 32 * k;
           if (c < g.hs) acc[i][k] += pj * Vs[j * g.ld + c];
@@ -97,9 +102,11 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T
       m[i] = m_new;
     }
   }
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int t = q0 + warp * kRowsPerWarp + i;
     if (t >= g.T) continue;
+    #pragma unroll
     for (int k = 0; k < KD; ++k) {
       const int c = lane + 32 * k;
       if (c < g.hs) out[g.o(t) + c] = from_float<T>(acc[i][k] / l[i]);
@@ -138,7 +145,9 @@ __global__ void attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* 
   load_tile(Ks, qkv, k0, g, 1.0f, [&](int t) { return g.k(t); });
   load_tile(Vs, qkv, k0, g, 1.0f, [&](int t) { return g.v(t); });
   float dk[kRowsPerWarp][KD], dv[kRowsPerWarp][KD];
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i)
+    #pragma unroll
     for (int k = 0; k < KD; ++k) dk[i][k] = dv[i][k] = 0;
   for (int q0 = k0; q0 < g.T; q0 += kTile) {
     __syncthreads();
@@ -151,6 +160,7 @@ __global__ void attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* 
     }
     __syncthreads();
     const int t = q0 + lane;  // this lane's query
+    #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int j = warp * kRowsPerWarp + i, t2 = k0 + j;
       if (t2 >= g.T) continue;  // warp-uniform
@@ -163,6 +173,7 @@ __global__ void attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* 
       }
       for (int r = 0; r < kTile; ++r) {
         const float pr = __shfl_sync(0xffffffffu, p, r), dsr = __shfl_sync(0xffffffffu, ds, r);
+        #pragma unroll
         for (int k = 0; k < KD; ++k) {
           const int c = lane + 32 * k;
           if (c < g.hs) {
@@ -173,9 +184,11 @@ __global__ void attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* 
       }
     }
   }
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int t2 = k0 + warp * kRowsPerWarp + i;
     if (t2 >= g.T) continue;
+    #pragma unroll
     for (int k = 0; k < KD; ++k) {
       const int c = lane + 32 * k;
       if (c >= g.hs) continue;
@@ -201,10 +214,12 @@ __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qk
   load_tile(Qs, qkv, q0, g, 1.0f, [&](int t) { return g.q(t); });
   load_tile(dOs, dout, q0, g, 1.0f, [&](int t) { return g.o(t); });
   float dq[kRowsPerWarp][KD], L[kRowsPerWarp], Dr[kRowsPerWarp];
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int t = q0 + warp * kRowsPerWarp + i;
     L[i] = t < g.T ? lse[g.stat(t)] : 0.0f;
     Dr[i] = t < g.T ? D[g.stat(t)] : 0.0f;
+    #pragma unroll
     for (int k = 0; k < KD; ++k) dq[i][k] = 0;
   }
   const int last_q = min(q0 + kTile, g.T) - 1;
@@ -213,6 +228,7 @@ __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qk
     load_tile(Ks, qkv, k0, g, 1.0f, [&](int t) { return g.k(t); });
     load_tile(Vs, qkv, k0, g, 1.0f, [&](int t) { return g.v(t); });
     __syncthreads();
+    #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int r = warp * kRowsPerWarp + i, t = q0 + r;
       if (t >= g.T || k0 > t) continue;  // warp-uniform
@@ -225,6 +241,7 @@ __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qk
       }
       for (int j = 0; j < kTile; ++j) {
         const float dsj = __shfl_sync(0xffffffffu, ds, j);
+        #pragma unroll
         for (int k = 0; k < KD; ++k) {
           const int c = lane + 32 * k;
           if (c < g.hs) dq[i][k] += dsj * Ks[j * g.ld + c];
@@ -232,9 +249,11 @@ __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qk
       }
     }
   }
+  #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int t = q0 + warp * kRowsPerWarp + i;
     if (t >= g.T) continue;
+    #pragma unroll
     for (int k = 0; k < KD; ++k) {
       const int c = lane + 32 * k;
       if (c >= g.hs) continue;
