@@ -49,7 +49,8 @@ class Backend {
   // Host -> device copy that may overlap running compute (CUDA: a separate copy stream from
   // pinned staging; the compute stream waits for it before the ops enqueued after this call).
   // The host buffer may be reused at once. The copy starts only after `after` (a mark()), so
-  // the caller passes the mark after the last enqueued op that reads dst's old contents.
+  // the caller passes the mark after the last enqueued op that touches dst (0: after all work
+  // enqueued so far).
   virtual void upload_async(void* dst, const void* host_src, size_t bytes, uint64_t after = 0) {
     (void)after;
     copy_to_device(dst, host_src, bytes);

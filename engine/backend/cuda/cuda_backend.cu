@@ -92,8 +92,11 @@ class CudaBackend final : public Backend {
     return id;
   }
   void upload_async(void* dst, const void* src, size_t n, uint64_t after) override {
-    // A mark's event is re-recorded kMarks marks later; an older mark has long completed.
-    if (after != 0 && marks_ - after < kMarks)
+    // No mark: wait for everything enqueued so far (e.g. the zero-fill of a fresh buffer, which
+    // the compute stream may not have run yet). A mark's event is re-recorded kMarks marks
+    // later; an older mark has long completed.
+    if (after == 0) after = mark();
+    if (marks_ - after < kMarks)
       ZT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, mark_events_[after % kMarks], 0));
     // Two pinned staging buffers used in turn; a buffer is refilled only after its last copy
     // finished. The compute stream waits for the copy before anything enqueued after this.
