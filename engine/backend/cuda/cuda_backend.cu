@@ -48,14 +48,18 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
     ZT_CUDA_CHECK(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    ZT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    if (prop.major < 8)  // bf16 tensor-core tiles and the build's sm_80/sm_90 code need Ampere or newer
+      throw std::runtime_error(std::string("GPU ") + prop.name + " has compute capability " +
+                               std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                               "; ztrain's CUDA backend needs 8.0 or newer (A100, H100, H200, L4, RTX 30xx/40xx)");
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     for (auto& st : staging_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
     for (auto& e : mark_events_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     gemm_ = std::make_unique<Gemm>();
     sum_ = static_cast<double*>(alloc_.alloc((1 + kSumBlocks) * sizeof(double), MemTag::Other));
-    cudaDeviceProp prop{};
-    cudaGetDeviceProperties(&prop, device);
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
   }
   ~CudaBackend() override {
