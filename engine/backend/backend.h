@@ -113,9 +113,9 @@ class Backend {
   // fp32 helpers for gradients and optimizer states.
   virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;
   virtual void scale(float* x, float s, int64_t n) = 0;
-  virtual double sum_squares(const float* x, int64_t n) = 0;  // inf/NaN propagate
   // Device-side accumulation, no host synchronization (one copy_to_host reads the result):
-  // acc (1 double, device memory) += sum of x^2, or += scale * sum of x. Fixed summation order.
+  // acc (1 double, device memory) += sum of x^2, or += scale * sum of x. Fixed summation order;
+  // inf/NaN propagate.
   virtual void sum_squares_accumulate(double* acc, const float* x, int64_t n) = 0;
   virtual void sum_accumulate(double* acc, const float* x, int64_t n, double scale) = 0;
   // AdamW on fp32 masters; when params_compute is not null it receives the updated parameters

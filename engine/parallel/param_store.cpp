@@ -85,15 +85,16 @@ void* ParamStore::compute_copy(const Unit& u) {
   return stage_ == 3 ? cbyte(shard_compute_, u.shard_off) : cbyte(full_compute_, u.full_off + my_begin(u));
 }
 
+Comm::Handle ParamStore::all_gather_compute(const void* send, void* recv, size_t elems) {
+  // Compute-precision elements travel as 32-bit words (16-bit shards have even lengths): an
+  // all-gather only moves bytes.
+  return dp_.all_gather(static_cast<const float*>(send), static_cast<float*>(recv), elems * esize_ / sizeof(float));
+}
+
 void ParamStore::gather_compute_copy() {
-  // Each rank's part of the compute copy was written by its AdamW; the parts travel as 32-bit
-  // words (shards have even lengths), an all-gather only moves bytes.
+  // Each rank's part of the compute copy was written by its AdamW.
   std::vector<Comm::Handle> hs;
-  for (const Unit& u : units_) {
-    const size_t words = u.shard * esize_ / sizeof(float);
-    hs.push_back(dp_.all_gather(static_cast<const float*>(compute_copy(u)),
-                                static_cast<float*>(cbyte(full_compute_, u.full_off)), words));
-  }
+  for (const Unit& u : units_) hs.push_back(all_gather_compute(compute_copy(u), cbyte(full_compute_, u.full_off), u.shard));
   for (auto h : hs) dp_.wait(h);
 }
 
@@ -158,12 +159,8 @@ void ParamStore::gather_group(int g) {
   gb.buf = be_.alloc(group_padded_[g] * esize_, MemTag::CommBuffers);
   for (int ui : group_units_[g]) {
     const Unit& u = units_[ui];
-    // In mixed precision the 16-bit shards travel as 32-bit words (shards have even lengths):
-    // an all-gather only moves bytes.
-    const size_t words = u.shard * esize_ / sizeof(float);
     const void* src = mixed_ ? cbyte(shard_compute_, u.shard_off) : shard_params_ + u.shard_off;
-    gb.handles.push_back(dp_.all_gather(static_cast<const float*>(src),
-                                        static_cast<float*>(cbyte(gb.buf, u.full_off - group_full_off_[g])), words));
+    gb.handles.push_back(all_gather_compute(src, cbyte(gb.buf, u.full_off - group_full_off_[g]), u.shard));
   }
 }
 
@@ -328,37 +325,24 @@ std::vector<float> ParamStore::to_global(const std::vector<float>& local) {
 
 std::vector<float> ParamStore::full_params() {
   // The fp32 masters (not the compute copy), whatever the precision.
-  const auto& groups = model_.groups();
-  std::vector<float> out(model_.num_params());
-  if (!sharded_masters()) {
-    for (size_t g = 0; g < groups.size(); ++g)
-      be_.copy_to_host(out.data() + groups[g].offset, full_params_ + group_full_off_[g],
-                       groups[g].numel * sizeof(float));
-    return to_global(out);
-  }
-  gather_shards(shard_params_, out);
-  return to_global(out);
+  return full_view(sharded_masters() ? nullptr : full_params_, shard_params_);
 }
 
-void ParamStore::gather_shards(const float* shards, std::vector<float>& out) {
+std::vector<float> ParamStore::full_grads() { return full_view(stage_ == 0 ? full_grads_ : nullptr, grad_shard_); }
+
+std::vector<float> ParamStore::full_view(const float* full, const float* shards) {
+  const auto& groups = model_.groups();
+  std::vector<float> out(model_.num_params());
+  if (full) {
+    for (size_t g = 0; g < groups.size(); ++g)
+      be_.copy_to_host(out.data() + groups[g].offset, full + group_full_off_[g], groups[g].numel * sizeof(float));
+    return to_global(out);
+  }
   float* buf = static_cast<float*>(be_.alloc(total_full_ * sizeof(float), MemTag::CommBuffers));
   for (const Unit& u : units_) dp_.wait(dp_.all_gather(shards + u.shard_off, buf + u.full_off, u.shard));
   for (const Unit& u : units_)
-    be_.copy_to_host(out.data() + model_.groups()[u.group].offset + u.begin, buf + u.full_off,
-                     u.len * sizeof(float));
+    be_.copy_to_host(out.data() + groups[u.group].offset + u.begin, buf + u.full_off, u.len * sizeof(float));
   be_.free(buf);
-}
-
-std::vector<float> ParamStore::full_grads() {
-  const auto& groups = model_.groups();
-  std::vector<float> out(model_.num_params());
-  if (stage_ == 0) {
-    for (size_t g = 0; g < groups.size(); ++g)
-      be_.copy_to_host(out.data() + groups[g].offset, full_grads_ + group_full_off_[g],
-                       groups[g].numel * sizeof(float));
-    return to_global(out);
-  }
-  gather_shards(grad_shard_, out);
   return to_global(out);
 }
 

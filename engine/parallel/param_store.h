@@ -90,8 +90,11 @@ class ParamStore final : public ParamProvider {
   void gather_group(int group);  // stage 3: launch the all-gather of a group's shards
   void complete(Pending& p);
   std::vector<float> to_global(const std::vector<float>& local);
-  // out (this rank's flat layout) <- every rank's fp32 shards of every unit (collective).
-  void gather_shards(const float* shards, std::vector<float>& out);  // gathers tensor-parallel slices
+  // The full tensors from `full` (a padded full-layout buffer) or, when it is null, from every
+  // rank's fp32 `shards` (collective), in the unsharded model's layout.
+  std::vector<float> full_view(const float* full, const float* shards);
+  // recv (size * elems) <- every rank's send (elems), in the compute dtype.
+  Comm::Handle all_gather_compute(const void* send, void* recv, size_t elems);  // gathers tensor-parallel slices
   void complete_all();
   template <typename Fn>
   void for_each_tensor_piece(const Unit& u, Fn fn) const;

@@ -218,7 +218,15 @@ int main() {
     C.convert(out.c, F, conv.c, dt, n);
     G.convert(out.g, F, conv.g, dt, n);
     out.check("convert compute -> fp32", 0);
-    const double sc = C.sum_squares(xf.fc(), n), sg = G.sum_squares(xf.fg(), n), sg2 = G.sum_squares(xf.fg(), n);
+    auto sum_squares = [&](Backend& be, const float* x) {  // a fresh accumulator: the plain sum of squares
+      double* acc = static_cast<double*>(be.alloc(sizeof(double)));
+      be.sum_squares_accumulate(acc, x, n);
+      double h = 0;
+      be.copy_to_host(&h, acc, sizeof h);
+      be.free(acc);
+      return h;
+    };
+    const double sc = sum_squares(C, xf.fc()), sg = sum_squares(G, xf.fg()), sg2 = sum_squares(G, xf.fg());
     ++checks;
     const bool ok = std::abs(sc - sg) <= 1e-9 * std::abs(sc) && sg == sg2;  // and the same on a rerun
     failures += !ok;

@@ -157,7 +157,7 @@ class CpuBackend final : public Backend {
 
   void embedding_forward(void* out, const int32_t* inp, const void* wte, const void* wpe, int B,
                          int T, int C) override {
-    const int64_t V = embedding_rows_hint(inp, int64_t(B) * T);
+    const int64_t V = dt() == DType::F32 ? 0 : embedding_rows_hint(inp, int64_t(B) * T);  // fp32: no copy
     Out o(out, int64_t(B) * T * C, dt(), false);
     cpu::embedding_forward(o.get(), inp, In(wte, V * C, dt()).get(), In(wpe, int64_t(T) * C, dt()).get(),
                            B, T, C);
@@ -248,7 +248,6 @@ class CpuBackend final : public Backend {
   }
   void add(float* out, const float* a, const float* b, int64_t n) override { cpu::add(out, a, b, n); }
   void scale(float* x, float s, int64_t n) override { cpu::scale(x, s, n); }
-  double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }
   void sum_squares_accumulate(double* acc, const float* x, int64_t n) override { *acc += cpu::sum_squares(x, n); }
   void sum_accumulate(double* acc, const float* x, int64_t n, double scale) override {
     double total = 0;

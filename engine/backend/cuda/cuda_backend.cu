@@ -59,13 +59,13 @@ class CudaBackend final : public Backend {
     for (auto& st : staging_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
     for (auto& e : mark_events_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     gemm_ = std::make_unique<Gemm>();
-    sum_ = static_cast<double*>(alloc_.alloc((1 + kSumBlocks) * sizeof(double), MemTag::Other));
+    sum_partials_ = static_cast<double*>(alloc_.alloc(kSumBlocks * sizeof(double), MemTag::Other));
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     cudaStreamSynchronize(copy_stream_);
-    alloc_.free(sum_);
+    alloc_.free(sum_partials_);
     if (scratch_) alloc_.free(scratch_);
     for (auto& st : staging_) {
       if (st.host) cudaFreeHost(st.host);
@@ -204,17 +204,11 @@ class CudaBackend final : public Backend {
   }
   void add(float* out, const float* a, const float* b, int64_t n) override { cuda::add(out, a, b, n, stream_); }
   void scale(float* x, float s, int64_t n) override { cuda::scale(x, s, n, stream_); }
-  double sum_squares(const float* x, int64_t n) override {
-    cuda::sum_squares(sum_, sum_ + 1, x, n, stream_);
-    double out = 0;
-    copy_to_host(&out, sum_, sizeof out);
-    return out;
-  }
   void sum_squares_accumulate(double* acc, const float* x, int64_t n) override {
-    cuda::sum_accumulate(acc, sum_ + 1, x, n, true, 1.0, stream_);
+    cuda::sum_accumulate(acc, sum_partials_, x, n, true, 1.0, stream_);
   }
   void sum_accumulate(double* acc, const float* x, int64_t n, double scale) override {
-    cuda::sum_accumulate(acc, sum_ + 1, x, n, false, scale, stream_);
+    cuda::sum_accumulate(acc, sum_partials_, x, n, false, scale, stream_);
   }
   void adamw_update(float* p, const float* g, float* m, float* v, void* pc, int64_t n, float lr, float beta1,
                     float beta2, float eps, float wd, int t) override {
@@ -251,7 +245,7 @@ class CudaBackend final : public Backend {
   uint64_t marks_ = 0;
   CachingAllocator alloc_;
   std::unique_ptr<Gemm> gemm_;
-  double* sum_ = nullptr;  // sum_squares: result, then kSumBlocks partials
+  double* sum_partials_ = nullptr;  // (kSumBlocks) per-block partial sums of the sum ops
   float* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
 };

@@ -121,12 +121,12 @@ __global__ void sum_partial_kernel(double* partial, const float* x, int64_t n, b
   acc = block_sum(acc);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
-// *out = scale * sum(partial), or *out += that when accumulate
-__global__ void sum_partials_kernel(double* out, const double* partial, int n, double scale, bool accumulate) {
+// *out += scale * sum(partial)
+__global__ void sum_partials_kernel(double* out, const double* partial, int n, double scale) {
   double acc = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
   acc = block_sum(acc);
-  if (threadIdx.x == 0) *out = (accumulate ? *out : 0.0) + scale * acc;
+  if (threadIdx.x == 0) *out += scale * acc;
 }
 template <int V, typename T>
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, T* pc, int64_t n, float lr, float beta1,
@@ -200,15 +200,10 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t
     gelu_backward_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(dinp, inp, dout, n);
   });
 }
-void sum_squares(double* out, double* partial, const float* x, int64_t n, cudaStream_t s) {
-  sum_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n, true);
-  sum_partials_kernel<<<1, kThreads, 0, s>>>(out, partial, kSumBlocks, 1.0, false);
-  ZT_CUDA_LAUNCH_CHECK();
-}
 void sum_accumulate(double* acc, double* partial, const float* x, int64_t n, bool square, double scale,
                     cudaStream_t s) {
   sum_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n, square);
-  sum_partials_kernel<<<1, kThreads, 0, s>>>(acc, partial, kSumBlocks, scale, true);
+  sum_partials_kernel<<<1, kThreads, 0, s>>>(acc, partial, kSumBlocks, scale);
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>

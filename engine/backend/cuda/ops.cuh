@@ -64,9 +64,7 @@ void convert(Dst* dst, const Src* src, int64_t n, cudaStream_t s);
 void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s);
 void scale(float* x, float f, int64_t n, cudaStream_t s);
 constexpr int kSumBlocks = 1024;  // sum_squares: fixed grid, so a fixed summation order
-// *out = sum x^2 (device double); partial holds kSumBlocks doubles.
-void sum_squares(double* out, double* partial, const float* x, int64_t n, cudaStream_t s);
-// *acc += scale * sum of x^2 (square) or of x, in a fixed order.
+// *acc += scale * sum of x^2 (square) or of x, in a fixed order; partial holds kSumBlocks doubles.
 void sum_accumulate(double* acc, double* partial, const float* x, int64_t n, bool square, double scale,
                     cudaStream_t s);
 // AdamW on fp32 p, g, m, v; pc (may be null) receives p in T in the same pass.
