@@ -260,8 +260,12 @@ double ParamStore::clip_grad_norm(double max_norm, double loss_scale) {
   be_.fill_zero(norm_acc_, sizeof(double));
   for (const Unit& u : units_) {
     const float* g = shard_grads(u);
+    if (count_replicated) {  // every tensor counts: the whole shard at once
+      if (my_len(u)) be_.sum_squares_accumulate(norm_acc_, g, int64_t(my_len(u)));
+      continue;
+    }
     for_each_tensor_piece(u, [&](const ParamInfo& info, size_t off, size_t n) {
-      if (info.split != TpSplit::None || count_replicated) be_.sum_squares_accumulate(norm_acc_, g + off, int64_t(n));
+      if (info.split != TpSplit::None) be_.sum_squares_accumulate(norm_acc_, g + off, int64_t(n));
     });
   }
   double sq = 0;
