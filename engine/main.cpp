@@ -8,7 +8,7 @@
 #include "engine/config/spec.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
-#include "engine/dist/topology.h"
+#include "engine/comm/topology.h"
 #include "engine/train/dump_state.h"
 #include "engine/train/trainer.h"
 

@@ -31,19 +31,16 @@ NVFLAGS=(-std=c++17 -O3 -arch=sm_"$arch" -I. -Itools/gpu_check/shim)
 objs=()
 build_failed=0
 pids=()
-# Every translation unit compiles in parallel (the check's time is mostly the build otherwise).
-for f in engine/core/status.cpp engine/core/rng.cpp engine/backend/cpu/embedding.cpp engine/backend/cpu/layernorm.cpp \
-         engine/backend/cpu/matmul.cpp engine/backend/cpu/attention.cpp engine/backend/cpu/gelu.cpp \
-         engine/backend/cpu/crossentropy.cpp engine/backend/cpu/elementwise.cpp engine/backend/cpu/adamw.cpp \
-         engine/backend/cpu/cpu_backend.cpp models/gpt2.cpp tools/gpu_check/gemm_naive.cpp \
-         tools/gpu_check/backend_select.cpp engine/dist/comm_self.cpp engine/parallel/param_store.cpp; do
+# The libraries that need only the CUDA toolkit, from the same list CMake builds (sources.list),
+# plus the run-time backend choice without spdlog. Every translation unit compiles in parallel
+# (the check's time is mostly the build otherwise).
+srcs=$(awk '$1 == "base" || $1 == "cpu" || $1 == "model" || $1 == "cuda" { print $2 }' sources.list)
+for f in $srcs tools/gpu_check/backend_select.cpp; do
   o="$B/$(echo "$f" | tr / _).o"
-  g++ "${CXXFLAGS[@]}" -c "$f" -o "$o" & pids+=($!)
-  objs+=("$o")
-done
-for f in engine/backend/cuda/*.cu; do
-  o="$B/$(basename "$f").o"
-  nvcc "${NVFLAGS[@]}" -c "$f" -o "$o" & pids+=($!)
+  case "$f" in
+    *.cu) nvcc "${NVFLAGS[@]}" -c "$f" -o "$o" & pids+=($!) ;;
+    *) g++ "${CXXFLAGS[@]}" -c "$f" -o "$o" & pids+=($!) ;;
+  esac
   objs+=("$o")
 done
 for p in "${pids[@]}"; do wait "$p" || build_failed=1; done

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "engine/core/status.h"
-#include "engine/dist/comm.h"
-#include "engine/dist/topology.h"
+#include "engine/comm/comm.h"
+#include "engine/comm/topology.h"
 #ifdef ZTRAIN_HAVE_NCCL
 #include <cuda_runtime_api.h>
 
-#include "engine/backend/cuda_plugin.h"
+#include "engine/comm/device_comms.h"
 #endif
 
 using namespace zt;
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
         return 0;
       }
       cudaSetDevice(topo.local_rank % gpus);
-      nccl = cuda_plugin::make_nccl_comm(MPI_COMM_WORLD, "world", 600, nullptr);
+      nccl = make_nccl_comm(MPI_COMM_WORLD, "world", 600, nullptr);
       comm_ptr = nccl.get();
 #else
       user_error("--backend nccl: this build has no NCCL (configure with the CUDA toolkit)");

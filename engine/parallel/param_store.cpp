@@ -8,7 +8,7 @@
 
 namespace zt {
 
-ParamStore::ParamStore(const GPT2& model, Backend& be, const Topology& topo, const RunSpec& spec)
+ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, const RunSpec& spec)
     : model_(model),
       be_(be),
       topo_(topo),
@@ -315,7 +315,7 @@ void ParamStore::step(double lr, int t) {
 std::vector<float> ParamStore::to_global(const std::vector<float>& local) {
   if (topo_.tp == 1) return local;
   // Every tensor-parallel rank's local flat vector, then each element to its place in the full
-  // tensors (GPT2::global_index).
+  // tensors (ParamTable::global_index).
   const size_t n = local.size();
   std::vector<float> all(n * size_t(topo_.tp));
   topo_.tp_group->wait(topo_.tp_group->all_gather(local.data(), all.data(), n));
@@ -323,7 +323,7 @@ std::vector<float> ParamStore::to_global(const std::vector<float>& local) {
   for (int q = 0; q < topo_.tp; ++q)
     for (const ParamInfo& p : model_.params())
       for (size_t i = 0; i < p.numel; ++i)
-        out[p.global_offset + model_.global_index(p, i, q)] = all[size_t(q) * n + p.offset + i];
+        out[p.global_offset + model_.table().global_index(p, i, q)] = all[size_t(q) * n + p.offset + i];
   return out;
 }
 

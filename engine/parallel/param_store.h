@@ -26,14 +26,14 @@
 
 #include "engine/backend/backend.h"
 #include "engine/config/spec.h"
-#include "engine/dist/topology.h"
-#include "models/gpt2.h"
+#include "engine/comm/topology.h"
+#include "engine/model/model.h"
 
 namespace zt {
 
 class ParamStore final : public ParamProvider {
  public:
-  ParamStore(const GPT2& model, Backend& be, const Topology& topo, const RunSpec& spec);
+  ParamStore(const Model& model, Backend& be, const Topology& topo, const RunSpec& spec);
   ~ParamStore() override;
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
@@ -51,7 +51,7 @@ class ParamStore final : public ParamProvider {
   void step(double lr, int t);             // AdamW on this rank's part, then re-gather (1-2)
 
   // The full parameters / reduced gradients in the unsharded model's flat layout (global offsets
-  // and shapes of GPT2::params()), as host vectors. Collective when the states are sharded
+  // and shapes of Model::params()), as host vectors. Collective when the states are sharded
   // (ZeRO or tensor parallelism): every rank must call it.
   std::vector<float> full_params();
   std::vector<float> full_grads();
@@ -99,7 +99,7 @@ class ParamStore final : public ParamProvider {
   template <typename Fn>
   void for_each_tensor_piece(const Unit& u, Fn fn) const;
 
-  const GPT2& model_;
+  const Model& model_;
   Backend& be_;
   const Topology& topo_;
   Comm& dp_;

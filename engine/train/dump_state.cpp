@@ -12,7 +12,7 @@ namespace zt {
 
 namespace {
 // `flat`: host vector in the unsharded model's flat layout (ParamStore::full_params / full_grads).
-void write_tensors(H5File* f, const std::string& group, const GPT2& model, const std::vector<float>& flat) {
+void write_tensors(H5File* f, const std::string& group, const Model& model, const std::vector<float>& flat) {
   if (!f) return;
   for (const auto& p : model.params())
     f->write(group + "/" + p.name, flat.data() + p.global_offset, p.global_shape);
@@ -24,7 +24,7 @@ void write_scalar(H5File* f, const std::string& name, double v) {
 
 void dump_state(const RunSpec& spec, const std::string& out_path, int train_steps) {
   Trainer trainer(spec);
-  GPT2& model = trainer.model();
+  Model& model = trainer.model();
   ParamStore& store = trainer.store();
   const int B = int(spec.train.micro_batch), T = int(spec.model.seq_len);
   // Every rank takes part (the states may be sharded); rank 0 writes the file.

@@ -9,10 +9,10 @@
 
 namespace zt {
 
-std::vector<uint32_t> generate(GPT2& model, Backend& backend, std::vector<uint32_t> tokens,
+std::vector<uint32_t> generate(Model& model, Backend& backend, std::vector<uint32_t> tokens,
                                int n_new, double temperature, uint32_t n_vocab, uint64_t seed) {
   ZT_CHECK(!tokens.empty(), "generation needs a prompt of at least one token");
-  const int T = model.config().seq_len, V = model.config().vocab_size;
+  const int T = model.seq_len(), V = model.vocab_size();
   const uint32_t usable = std::min<uint32_t>(n_vocab, uint32_t(V));
   const uint64_t stream = name_hash("sample");
   std::vector<int32_t> ctx;

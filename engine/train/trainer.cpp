@@ -18,15 +18,11 @@
 #include "engine/optim/schedule.h"
 #include "engine/train/metrics.h"
 #include "engine/train/sampler.h"
+#include "models/registry.h"
 
 namespace zt {
 
 namespace {
-
-GPT2Config model_config(const RunSpec& s) {
-  return {int(s.model.n_layer), int(s.model.n_head), int(s.model.d_model), int(s.model.d_ff),
-          int(s.model.vocab_size), int(s.model.seq_len)};
-}
 
 void write_text_atomic(const std::filesystem::path& path, const std::string& text) {
   const auto tmp = path.string() + ".tmp";
@@ -137,7 +133,7 @@ void Trainer::build() {
                  scaler_->active() ? fmt::format(", loss scale {} ({})", scaler_->scale(),
                                                  spec.precision.loss_scale == 0 ? "dynamic" : "fixed")
                                    : "");
-  model_ = std::make_unique<GPT2>(model_config(spec), *backend_, int(t.micro_batch), topo_.tp_group.get());
+  model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get());
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   store_->init(uint64_t(spec.run.seed));
   model_->set_provider(store_.get());
@@ -250,8 +246,7 @@ void Trainer::run() {
   }
   const auto& m = spec_.model;
   if (root) {
-    spdlog::info("run '{}': gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}: {:.2f}M parameters",
-                 spec_.run.name, m.n_layer, m.d_model, m.n_head, m.seq_len, m.vocab_size,
+    spdlog::info("run '{}': {}: {:.2f}M parameters", spec_.run.name, model_->describe(),
                  model_->num_global_params() / 1e6);
     spdlog::info("data: {} ({} tokens, {} samples of {}); global batch {} = {} ranks x {} micro-batches x {}; {} steps",
                  spec_.data.train, train_->manifest().total_tokens(), train_->n_windows(), m.seq_len,

@@ -9,10 +9,11 @@
 #include "data/loader.h"
 #include "engine/backend/backend.h"
 #include "engine/config/spec.h"
-#include "engine/dist/topology.h"
+#include "engine/comm/device_comms.h"
+#include "engine/comm/topology.h"
 #include "engine/parallel/param_store.h"
 #include "engine/train/loss_scaler.h"
-#include "models/gpt2.h"
+#include "engine/model/model.h"
 
 namespace zt {
 
@@ -51,7 +52,7 @@ class Trainer {
   // The whole run: rank 0 writes config.resolved.toml and metrics.jsonl under run.out_dir.
   void run();
 
-  GPT2& model() { return *model_; }
+  Model& model() { return *model_; }
   ParamStore& store() { return *store_; }
   Backend& backend() { return *backend_; }
   const Topology& topology() const { return topo_; }
@@ -68,7 +69,7 @@ class Trainer {
   RunSpec spec_;
   Topology topo_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<GPT2> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<data::TokenDataset> train_, val_;
   std::unique_ptr<data::SampleOrder> train_order_;

@@ -1,4 +1,4 @@
-// The backend.cpp entries (device count, backend choice, tag names) without spdlog, for the
+// The backend.cpp entries (device count, backend choice) without spdlog, for the
 // tools/gpu_check.sh build.
 #include <algorithm>
 
@@ -6,11 +6,6 @@
 #include "engine/backend/cuda/device.h"
 
 namespace zt {
-
-const char* mem_tag_name(MemTag tag) {
-  static const char* names[] = {"params", "grads", "optimizer", "activations", "buffers", "other"};
-  return names[int(tag) < 6 ? int(tag) : 5];
-}
 
 int cuda_device_count() { return cuda::visible_device_count(); }
 

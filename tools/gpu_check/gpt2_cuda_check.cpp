@@ -23,7 +23,7 @@
 #include "engine/core/dtype.h"
 #include "engine/backend/cuda/device.h"
 #include "engine/config/spec.h"
-#include "engine/dist/topology.h"
+#include "engine/comm/topology.h"
 #include "engine/parallel/param_store.h"
 #include "models/gpt2.h"
 
@@ -31,52 +31,28 @@ using namespace zt;
 
 namespace {
 
-// Full parameter and gradient buffers on one backend (no ZeRO): the simplest ParamProvider. In
-// mixed precision the model reads a compute-precision copy that AdamW refreshes.
-class FullStore final : public ParamProvider {
- public:
-  FullStore(GPT2& m, Backend& be, uint64_t seed) : m_(m), be_(be) {
-    const size_t n = m.num_params();
-    params_ = static_cast<float*>(be.alloc(n * 4, MemTag::Params));
-    grads_ = static_cast<float*>(be.alloc(n * 4, MemTag::Grads));
-    mom_ = static_cast<float*>(be.alloc(n * 4, MemTag::OptimStates));
-    var_ = static_cast<float*>(be.alloc(n * 4, MemTag::OptimStates));
-    std::vector<float> host(n);
-    m.init_range(seed, 0, n, host.data());
-    be.copy_to_device(params_, host.data(), n * 4);
-    if (be.compute_dtype() != DType::F32) {
-      compute_ = be.alloc(n * be.compute_size(), MemTag::Params);
-      be.convert(compute_, be.compute_dtype(), params_, DType::F32, int64_t(n));
-    }
-    m.set_provider(this);
+// The engine's own ZeRO states at world size 1 (self communicators), as the trainer builds them.
+struct SingleRank {
+  Topology topo;
+  RunSpec spec;
+  std::unique_ptr<ParamStore> store;
+  SingleRank(Model& m, Backend& be, uint64_t seed, int zero_stage = 0) {
+    topo.world = make_self_comm("world");
+    topo.tp_group = make_self_comm("tp");
+    topo.dp_group = make_self_comm("dp");
+    spec.parallel.zero_stage = zero_stage;
+    store = std::make_unique<ParamStore>(m, be, topo, spec);
+    store->init(seed);
+    m.set_provider(store.get());
   }
-  ~FullStore() override {
-    for (void* p : {(void*)params_, (void*)grads_, (void*)mom_, (void*)var_, compute_}) be_.free(p);
+  void zero_grad() {
+    store->zero_grad();
+    store->set_last_micro_batch(true);
   }
-  void* params(int g) override {
-    const size_t off = m_.groups()[g].offset;
-    return compute_ ? static_cast<char*>(compute_) + off * be_.compute_size() : static_cast<void*>(params_ + off);
+  void adamw(double lr, int t) {  // no clipping: the step compares raw updates
+    store->finish_backward();
+    store->step(lr, t);
   }
-  float* grads(int g) override { return grads_ + m_.groups()[g].offset; }
-  void zero_grad() { be_.fill_zero(grads_, m_.num_params() * 4); }
-  void adamw(float lr, int t) {
-    for (const auto& p : m_.params())
-      be_.adamw_update(params_ + p.offset, grads_ + p.offset, mom_ + p.offset, var_ + p.offset,
-                       compute_ ? static_cast<char*>(compute_) + p.offset * be_.compute_size() : nullptr,
-                       int64_t(p.numel), lr, 0.9f, 0.95f, 1e-8f, p.decay ? 0.1f : 0.0f, t);
-  }
-  std::vector<float> host(const float* buf) {
-    std::vector<float> h(m_.num_params());
-    be_.copy_to_host(h.data(), buf, h.size() * 4);
-    return h;
-  }
-  float* grad_buf() { return grads_; }
-
- private:
-  GPT2& m_;
-  Backend& be_;
-  float *params_, *grads_, *mom_, *var_;
-  void* compute_ = nullptr;
 };
 
 std::vector<int32_t> tokens(size_t n, int vocab, unsigned seed) {
@@ -112,7 +88,7 @@ int parity(DType dt) {
     if (cfg.d_ff == 0) cfg.d_ff = 4 * cfg.d_model;
     const int B = 3, T = cfg.seq_len;
     GPT2 mc(cfg, *cpu, B), mg(cfg, *gpu, B);
-    FullStore sc(mc, *cpu, 7), sg(mg, *gpu, 7);
+    SingleRank sc(mc, *cpu, 7), sg(mg, *gpu, 7);
     double worst_grad = 0, worst_loss = 0;
     std::string worst_name;
     for (int step = 1; step <= 5; ++step) {
@@ -125,9 +101,11 @@ int parity(DType dt) {
       mg.backward();
       worst_loss = std::max(worst_loss, std::abs(double(lg) - lc) / std::abs(double(lc)));
       if (step == 1) {
-        const auto gc = sc.host(sc.grad_buf()), gg = sg.host(sg.grad_buf());
+        sc.store->finish_backward();
+        sg.store->finish_backward();
+        const auto gc = sc.store->full_grads(), gg = sg.store->full_grads();
         for (const auto& p : mc.params()) {
-          const double e = rel(gg.data() + p.offset, gc.data() + p.offset, p.numel);
+          const double e = rel(gg.data() + p.global_offset, gc.data() + p.global_offset, p.global_numel);
           if (e > worst_grad) worst_grad = e, worst_name = p.name;
         }
       }
@@ -153,7 +131,7 @@ int bench(int steps, DType dt) {
       auto gpu = make_backend("cuda", 0);
       gpu->set_compute_dtype(dt);
       GPT2 m(cfg, *gpu, B);
-      FullStore st(m, *gpu, 1);
+      SingleRank st(m, *gpu, 1);
       const auto in = tokens(size_t(B) * T, cfg.vocab_size, 1), tg = tokens(size_t(B) * T, cfg.vocab_size, 2);
       auto one = [&](int t) {
         st.zero_grad();
@@ -229,16 +207,9 @@ int zero3(int steps, DType dt) {
   for (int stage : {0, 3}) {
     auto gpu = make_backend("cuda", 0);
     gpu->set_compute_dtype(dt);
-    Topology topo;
-    topo.world = make_self_comm("world");
-    topo.tp_group = make_self_comm("tp");
-    topo.dp_group = make_self_comm("dp");
-    RunSpec spec;
-    spec.parallel.zero_stage = stage;
     GPT2 m(cfg, *gpu, B);
-    ParamStore store(m, *gpu, topo, spec);
-    store.init(1);
-    m.set_provider(&store);
+    SingleRank rank(m, *gpu, 1, stage);
+    ParamStore& store = *rank.store;
     const auto in = tokens(size_t(B) * T, cfg.vocab_size, 1), tg = tokens(size_t(B) * T, cfg.vocab_size, 2);
     auto one = [&](int t) {
       store.zero_grad();

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "engine/backend/backend.h"
-#include "engine/dist/comm.h"
+#include "engine/comm/comm.h"
 
 namespace zt {
 

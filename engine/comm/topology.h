@@ -5,11 +5,9 @@
 #include <memory>
 #include <string>
 
-#include "engine/dist/comm.h"
+#include "engine/comm/comm.h"
 
 namespace zt {
-
-class Backend;
 
 struct Topology {
   int world_size = 1, world_rank = 0, local_rank = 0;
@@ -22,11 +20,6 @@ struct Topology {
   void* mpi_tp = nullptr;
   void* mpi_dp = nullptr;
 };
-
-// For a device backend: replaces the host (MPI) groups by device communicators. backend "nccl"
-// or "auto" (when built with NCCL) -> NCCL on the backend's stream; "mpi" -> MPI with host staging.
-// No-op for host backends and single-rank jobs.
-void attach_device_comms(Topology& t, const std::string& backend, Backend& device, double timeout_s);
 
 // Starts MPI when the process was launched by an MPI launcher (mpirun/srun); otherwise ztrain is
 // a single process and MPI is never touched.

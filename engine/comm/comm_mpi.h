@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/dist/comm.h"
+#include "engine/comm/comm.h"
 
 namespace zt {
 

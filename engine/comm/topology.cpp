@@ -1,15 +1,12 @@
 // Launch detection, MPI lifetime, and the one place where process groups are made.
-#include "engine/dist/topology.h"
+#include "engine/comm/topology.h"
 
 #include <mpi.h>
 
 #include <cstdlib>
 
-#include "engine/backend/backend.h"
 #include "engine/core/status.h"
-#include "engine/dist/comm_mpi.h"
-#include "engine/dist/comm_staged.h"
-#include "engine/backend/cuda_plugin.h"
+#include "engine/comm/comm_mpi.h"
 
 namespace zt {
 
@@ -95,27 +92,6 @@ Topology make_topology(int tensor, double timeout_s) {
   if (t.tp == 1) MPI_Comm_free(&tp_comm);
   if (t.dp == 1) MPI_Comm_free(&dp_comm);
   return t;
-}
-
-void attach_device_comms(Topology& t, const std::string& backend, Backend& device, double timeout_s) {
-  if (device.kind() == DeviceKind::CPU || t.world_size == 1) return;
-#ifdef ZTRAIN_HAVE_NCCL
-  if (backend == "nccl" || backend == "auto") {
-    void* stream = device.native_stream();
-    // All-reduces of host doubles (loss, norms) stay on MPI's world communicator: cheap and
-    // independent of device memory. Device buffers go over NCCL.
-    // (The MPI communicator only bootstraps NCCL's unique id; the MpiComm that owns it goes.)
-    if (t.mpi_tp) t.tp_group = cuda_plugin::make_nccl_comm(t.mpi_tp, "tp", timeout_s, stream);
-    if (t.mpi_dp) t.dp_group = cuda_plugin::make_nccl_comm(t.mpi_dp, "dp", timeout_s, stream);
-    t.mpi_tp = t.mpi_dp = nullptr;
-    return;
-  }
-#else
-  if (backend == "nccl") user_error("[comm] backend = \"nccl\": this ztrain was built without NCCL");
-#endif
-  // "mpi" (or no NCCL): host-staged MPI for the device buffers
-  if (t.tp > 1) t.tp_group = make_host_staged_comm(std::move(t.tp_group), device);
-  if (t.dp > 1) t.dp_group = make_host_staged_comm(std::move(t.dp_group), device);
 }
 
 }  // namespace zt

@@ -1,5 +1,5 @@
 // HostStagedComm (see comm_staged.h).
-#include "engine/dist/comm_staged.h"
+#include "engine/comm/comm_staged.h"
 
 #include <vector>
 

@@ -1,7 +1,7 @@
 // MpiComm: host-memory collectives on a communicator. wait() polls MPI_Test so that a collective
 // stuck on a dead or diverged rank is detected after `timeout_s` and ends the job (MPI_Abort)
 // with a message that names the collective, the group and the rank.
-#include "engine/dist/comm_mpi.h"
+#include "engine/comm/comm_mpi.h"
 
 #include <chrono>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // NcclComm (see comm_nccl.h). Plain C++ over the CUDA runtime and NCCL C APIs.
-#include "engine/dist/comm_nccl.h"
+#include "engine/comm/comm_nccl.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "engine/dist/comm.h"
+#include "engine/comm/comm.h"
 
 namespace zt {
 

@@ -1,0 +1,43 @@
+// NCCL (a plugin) or host-staged MPI communicators for device buffers (see device_comms.h).
+#include "engine/comm/device_comms.h"
+
+#include "engine/backend/backend.h"
+#include "engine/comm/comm_staged.h"
+#include "engine/core/plugin.h"
+#include "engine/core/status.h"
+
+namespace zt {
+
+std::unique_ptr<Comm> make_nccl_comm(void* mpi_comm, const std::string& name, double timeout_s, void* stream) {
+  Plugin& p = load_plugin("libztrain_nccl.so", "ZTRAIN_NCCL_PLUGIN");
+  using Make = Comm* (*)(void*, const char*, double, void*, char*, size_t);
+  auto make = reinterpret_cast<Make>(p.symbol("zt_make_nccl_comm"));
+  if (!make) throw RuntimeFailure("NCCL plugin unavailable: " + p.error);
+  char err[512] = {0};
+  Comm* c = make(mpi_comm, name.c_str(), timeout_s, stream, err, sizeof err);
+  if (!c) throw RuntimeFailure(std::string("NCCL communicator: ") + err);
+  return std::unique_ptr<Comm>(c);
+}
+
+void attach_device_comms(Topology& t, const std::string& backend, Backend& device, double timeout_s) {
+  if (device.kind() == DeviceKind::CPU || t.world_size == 1) return;
+#ifdef ZTRAIN_HAVE_NCCL
+  if (backend == "nccl" || backend == "auto") {
+    void* stream = device.native_stream();
+    // All-reduces of host doubles (loss, norms) stay on MPI's world communicator: cheap and
+    // independent of device memory. Device buffers go over NCCL.
+    // (The MPI communicator only bootstraps NCCL's unique id; the MpiComm that owns it goes.)
+    if (t.mpi_tp) t.tp_group = make_nccl_comm(t.mpi_tp, "tp", timeout_s, stream);
+    if (t.mpi_dp) t.dp_group = make_nccl_comm(t.mpi_dp, "dp", timeout_s, stream);
+    t.mpi_tp = t.mpi_dp = nullptr;
+    return;
+  }
+#else
+  if (backend == "nccl") user_error("[comm] backend = \"nccl\": this ztrain was built without NCCL");
+#endif
+  // "mpi" (or no NCCL): host-staged MPI for the device buffers
+  if (t.tp > 1) t.tp_group = make_host_staged_comm(std::move(t.tp_group), device);
+  if (t.dp > 1) t.dp_group = make_host_staged_comm(std::move(t.dp_group), device);
+}
+
+}  // namespace zt

@@ -1,0 +1,69 @@
+// The Model interface: what the engine (trainer, ZeRO states, sampler, dumps, GPU check) knows of
+// a model. A model owns its parameter table and activations; its parameters and gradients live
+// in a ParamProvider, so that ZeRO can shard, gather and reduce them. Concrete models (models/)
+// are made by models/registry.h from [model] arch; the engine never names one.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/param_table.h"
+
+namespace zt {
+
+// Where the full parameters and the gradient accumulator of a parameter group live while the
+// model uses them. engine/parallel/zero_provider.h implements it for every ZeRO stage: with
+// stage 3 params() gathers the group's shards (prefetching along the announced order) and
+// release_params() frees them; with stages 2-3 grads_done() starts the group's reduce-scatter.
+class ParamProvider {
+ public:
+  virtual ~ParamProvider() = default;
+  virtual void begin_pass(const std::vector<int>& group_order) {}  // the order of params() calls
+  virtual void* params(int group) = 0;  // in the backend's compute dtype
+  virtual void release_params(int group) {}
+  virtual float* grads(int group) = 0;   // fp32; accumulate (+=) into it
+  virtual void grads_done(int group) {}  // no more gradient for this group in this micro-batch
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ParamTable& table() const = 0;
+  virtual int seq_len() const = 0;
+  virtual int vocab_size() const = 0;
+  // One line for the log: architecture and sizes ("gpt2: 12 layers, d_model 768, ...").
+  virtual std::string describe() const = 0;
+
+  const std::vector<ParamInfo>& params() const { return table().params(); }
+  const std::vector<ParamGroup>& groups() const { return table().groups(); }
+  size_t num_params() const { return table().num_params(); }             // this rank's (local)
+  size_t num_global_params() const { return table().num_global_params(); }  // the full model's
+  // Layout-independent initial values of this rank's flat elements [begin, end) (host memory).
+  void init_range(uint64_t seed, size_t begin, size_t end, float* dst) const {
+    table().init_range(seed, begin, end, dst);
+  }
+
+  virtual void set_provider(ParamProvider* p) = 0;
+
+  // inputs, targets: host (B, T) int32; B <= max_batch, T <= seq_len. The batch's mean loss over
+  // the B*T positions is added to a sum that take_losses() reads (once per step, so the host runs
+  // ahead of the GPU); targets may be null (logits only). With grad_scale != 0 the logits are
+  // replaced by dloss/dlogits scaled by grad_scale, ready for backward().
+  virtual void forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) = 0;
+  virtual double take_losses() = 0;  // sum of the deferred mean losses since the last call; resets it
+  // The same as forward_deferred, returning this batch's mean loss (0 without targets); no
+  // deferred losses may be pending.
+  float forward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale);
+  // Accumulates gradients of the last forward (which must have had grad_scale != 0) into the
+  // provider's gradient buffers.
+  virtual void backward() = 0;
+  // Full-vocabulary logits of position (b, t) of the last forward, on the host (gathered across
+  // the tensor-parallel group). Collective when tensor-parallel.
+  virtual void logits_row(int b, int t, float* out_host) const = 0;
+
+ protected:
+  virtual int deferred_losses() const = 0;  // forwards whose loss is pending
+};
+
+}  // namespace zt

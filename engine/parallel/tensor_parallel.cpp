@@ -1,0 +1,103 @@
+// Tensor-parallel mappings and the vocabulary-parallel cross-entropy (see tensor_parallel.h).
+#include "engine/parallel/tensor_parallel.h"
+
+#include <cmath>
+#include <vector>
+
+namespace zt {
+
+TensorParallel::TensorParallel(Backend& be, Comm* group, int64_t max_reduce) : be_(be), group_(group) {
+  if (group_ && group_->size() > 1) {
+    size_ = group_->size();
+    rank_ = group_->rank();
+  }
+  if (size_ > 1 && be_.compute_dtype() != DType::F32)
+    scratch_ = static_cast<float*>(be_.alloc(size_t(max_reduce) * sizeof(float), MemTag::Activations));
+}
+
+TensorParallel::~TensorParallel() { be_.free(scratch_); }
+
+void TensorParallel::reduce_from_region(void* x, int64_t n) const {
+  if (size_ == 1) return;
+  const DType ct = be_.compute_dtype();
+  if (ct == DType::F32) {
+    group_->all_reduce_sync(static_cast<float*>(x), size_t(n));
+    return;
+  }
+  be_.convert(scratch_, DType::F32, x, ct, n);
+  group_->all_reduce_sync(scratch_, size_t(n));
+  be_.convert(x, ct, scratch_, DType::F32, n);
+}
+
+void TensorParallel::vocab_local_ids(const int32_t* ids, int64_t n, int vocab_local, int32_t* out) const {
+  const int32_t v0 = rank_ * vocab_local;
+  for (int64_t i = 0; i < n; ++i) out[i] = (ids[i] >= v0 && ids[i] < v0 + vocab_local) ? ids[i] - v0 : -1;
+}
+
+void TensorParallel::gather_vocab_row(const void* row, int64_t Vl, float* out) const {
+  // Converted to fp32 in device memory, gathered there (the group may be NCCL), then copied out.
+  float* all = static_cast<float*>(be_.alloc(size_t(Vl) * size_t(size_) * sizeof(float), MemTag::CommBuffers));
+  float* mine = all + int64_t(rank_) * Vl;
+  be_.convert(mine, DType::F32, row, be_.compute_dtype(), Vl);
+  if (size_ > 1) group_->wait(group_->all_gather(mine, all, size_t(Vl)));
+  be_.copy_to_host(out, all, size_t(Vl) * size_t(size_) * sizeof(float));
+  be_.free(all);
+}
+
+VocabParallelCrossEntropy::VocabParallelCrossEntropy(Backend& be, const TensorParallel& tp, int64_t max_rows)
+    : be_(be), tp_(tp) {
+  auto floats = [&](int64_t n) { return static_cast<float*>(be_.alloc(size_t(n) * sizeof(float), MemTag::Activations)); };
+  losses_ = floats(max_rows);
+  row_sum_ = floats(max_rows);
+  target_logit_ = floats(max_rows);
+  device_sum_ = static_cast<double*>(be_.alloc(sizeof(double), MemTag::Activations));
+}
+
+VocabParallelCrossEntropy::~VocabParallelCrossEntropy() {
+  for (void* p : {(void*)losses_, (void*)row_sum_, (void*)target_logit_, (void*)device_sum_}) be_.free(p);
+}
+
+void VocabParallelCrossEntropy::forward(void* logits, const int32_t* targets, int64_t N, int Vl, float grad_scale) {
+  ++pending_;
+  if (tp_.size() == 1) {
+    be_.softmax_crossentropy(losses_, logits, targets, int(N), Vl, grad_scale);
+    be_.sum_accumulate(device_sum_, losses_, N, 1.0 / double(N));
+    return;
+  }
+  const int v0 = tp_.rank() * Vl;  // this rank's vocabulary slice [v0, v0 + Vl)
+  Comm& group = tp_.group();
+  float* d_max = losses_;  // (N) scratch, free until the losses are known
+  be_.logits_row_max(d_max, logits, int(N), Vl);
+  group.wait(group.all_reduce(d_max, size_t(N), ReduceOp::Max));
+  be_.logits_row_sumexp(row_sum_, logits, d_max, int(N), Vl);
+  be_.logits_pick_target(target_logit_, logits, targets, int(N), Vl, v0);
+  group.all_reduce_sync(row_sum_, size_t(N));
+  group.all_reduce_sync(target_logit_, size_t(N));
+  std::vector<float> mx(N), sum(N), tgt(N);
+  be_.copy_to_host(mx.data(), d_max, size_t(N) * sizeof(float));
+  be_.copy_to_host(sum.data(), row_sum_, size_t(N) * sizeof(float));
+  be_.copy_to_host(tgt.data(), target_logit_, size_t(N) * sizeof(float));
+  double total = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    const float lse = mx[i] + std::log(sum[i]);
+    total += lse - tgt[i];
+    mx[i] = lse;
+  }
+  host_sum_ += total / double(N);
+  if (grad_scale != 0.0f) {
+    be_.copy_to_device(d_max, mx.data(), size_t(N) * sizeof(float));
+    be_.crossentropy_grad_from_lse(logits, d_max, targets, int(N), Vl, v0, grad_scale);
+  }
+}
+
+double VocabParallelCrossEntropy::take() {
+  double device_sum = 0;
+  be_.copy_to_host(&device_sum, device_sum_, sizeof device_sum);
+  be_.fill_zero(device_sum_, sizeof(double));
+  const double total = device_sum + host_sum_;
+  host_sum_ = 0;
+  pending_ = 0;
+  return total;
+}
+
+}  // namespace zt
