@@ -8,44 +8,31 @@
 
 namespace zt {
 
+namespace {
+std::vector<size_t> group_sizes(const Model& m) {
+  std::vector<size_t> n;
+  for (const ParamGroup& g : m.groups()) n.push_back(g.numel);
+  return n;
+}
+}  // namespace
+
 ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, const RunSpec& spec)
     : model_(model),
       be_(be),
       topo_(topo),
       dp_(*topo.dp_group),
-      optim_(spec.optim),
       stage_(int(spec.parallel.zero_stage)),
-      parts_(stage_ == 0 ? 1 : topo.dp),
-      my_part_(stage_ == 0 ? 0 : topo.dp_rank),
       prefetch_(int(spec.parallel.prefetch)),
       ct_(be.compute_dtype()),
       esize_(dtype_size(ct_)),
-      mixed_(ct_ != DType::F32) {
-  const size_t pad = size_t(parts_) * (mixed_ ? 2 : 1);  // see the header: whole 32-bit words
-  const size_t bucket = std::max<size_t>(
-      size_t(parts_), size_t(spec.parallel.bucket_mb * 1048576.0 / sizeof(float)) / pad * pad);
-  const auto& groups = model.groups();
-  group_units_.resize(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) {
-    group_full_off_.push_back(total_full_);
-    size_t padded_sum = 0;
-    for (size_t begin = 0; begin < groups[g].numel; begin += bucket) {
-      Unit u;
-      u.group = int(g);
-      u.begin = begin;
-      u.len = std::min(bucket, groups[g].numel - begin);
-      u.padded = (u.len + pad - 1) / pad * pad;
-      u.shard = u.padded / parts_;
-      u.full_off = total_full_;
-      u.shard_off = total_shard_;
-      total_full_ += u.padded;
-      total_shard_ += u.shard;
-      padded_sum += u.padded;
-      group_units_[g].push_back(int(units_.size()));
-      units_.push_back(u);
-    }
-    group_padded_.push_back(padded_sum);
-  }
+      mixed_(ct_ != DType::F32),
+      // Units padded to a multiple of 2P in mixed precision: whole 32-bit words per 16-bit shard.
+      layout_(group_sizes(model), stage_ == 0 ? 1 : topo.dp, stage_ == 0 ? 0 : topo.dp_rank,
+              size_t(spec.parallel.bucket_mb * 1048576.0 / sizeof(float)),
+              size_t(stage_ == 0 ? 1 : topo.dp) * (mixed_ ? 2 : 1)),
+      units_(layout_.units()),
+      total_full_(layout_.total_full()),
+      total_shard_(layout_.total_shard()) {
   auto alloc = [&](size_t n, MemTag tag) { return static_cast<float*>(be_.alloc(n * sizeof(float), tag)); };
   if (sharded_masters()) shard_params_ = alloc(total_shard_, MemTag::Params);
   else full_params_ = alloc(total_full_, MemTag::Params);
@@ -56,7 +43,7 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
   v_ = alloc(moments, MemTag::OptimStates);
   if (mixed_ && stage_ <= 2) full_compute_ = be_.alloc(total_full_ * esize_, MemTag::Params);
   if (mixed_ && stage_ == 3) shard_compute_ = be_.alloc(total_shard_ * esize_, MemTag::Params);
-  norm_acc_ = static_cast<double*>(be_.alloc(sizeof(double), MemTag::Other));
+  build_spans();
 }
 
 ParamStore::~ParamStore() {
@@ -67,13 +54,8 @@ ParamStore::~ParamStore() {
   for (auto& [g, gb] : gathered_) be_.free(gb.buf);
   for (auto& [g, buf] : grad_tmp_) be_.free(buf);
   for (void* p : {(void*)full_params_, (void*)shard_params_, (void*)full_grads_, (void*)grad_shard_, (void*)m_,
-                  (void*)v_, full_compute_, shard_compute_, (void*)norm_acc_})
+                  (void*)v_, full_compute_, shard_compute_})
     be_.free(p);
-}
-
-size_t ParamStore::my_len(const Unit& u) const {
-  const size_t b = my_begin(u);
-  return b >= u.len ? 0 : std::min(u.shard, u.len - b);
 }
 
 float* ParamStore::shard_params(const Unit& u) {
@@ -102,18 +84,6 @@ float* ParamStore::shard_grads(const Unit& u) {
   return stage_ == 0 ? full_grads_ + u.full_off : grad_shard_ + u.shard_off;
 }
 
-// Calls fn(param_info, offset_in_my_shard, count) for each tensor overlapping my shard of u.
-template <typename Fn>
-void ParamStore::for_each_tensor_piece(const Unit& u, Fn fn) const {
-  const ParamGroup& g = model_.groups()[u.group];
-  const size_t lo = g.offset + u.begin + my_begin(u), hi = lo + my_len(u);  // model-flat range
-  for (size_t i = g.first_param; i < g.first_param + g.n_params; ++i) {
-    const ParamInfo& p = model_.params()[i];
-    const size_t a = std::max(lo, p.offset), b = std::min(hi, p.offset + p.numel);
-    if (a < b) fn(p, a - lo, b - a);
-  }
-}
-
 void ParamStore::init(uint64_t seed) {
   const auto& groups = model_.groups();
   std::vector<float> host;
@@ -121,7 +91,7 @@ void ParamStore::init(uint64_t seed) {
     for (size_t g = 0; g < groups.size(); ++g) {
       host.assign(groups[g].numel, 0.0f);
       model_.init_range(seed, groups[g].offset, groups[g].offset + groups[g].numel, host.data());
-      be_.copy_to_device(full_params_ + group_full_off_[g], host.data(), host.size() * sizeof(float));
+      be_.copy_to_device(full_params_ + layout_.group_full_off(g), host.data(), host.size() * sizeof(float));
     }
     if (mixed_) be_.convert(full_compute_, ct_, full_params_, DType::F32, int64_t(total_full_));
     return;
@@ -156,16 +126,16 @@ void ParamStore::begin_pass(const std::vector<int>& order) {
 void ParamStore::gather_group(int g) {
   if (gathered_.count(g)) return;
   Gathered& gb = gathered_[g];
-  gb.buf = be_.alloc(group_padded_[g] * esize_, MemTag::CommBuffers);
-  for (int ui : group_units_[g]) {
+  gb.buf = be_.alloc(layout_.group_padded(g) * esize_, MemTag::CommBuffers);
+  for (int ui : layout_.group_units(g)) {
     const Unit& u = units_[ui];
     const void* src = mixed_ ? cbyte(shard_compute_, u.shard_off) : shard_params_ + u.shard_off;
-    gb.handles.push_back(all_gather_compute(src, cbyte(gb.buf, u.full_off - group_full_off_[g]), u.shard));
+    gb.handles.push_back(all_gather_compute(src, cbyte(gb.buf, u.full_off - layout_.group_full_off(g)), u.shard));
   }
 }
 
 void* ParamStore::params(int g) {
-  if (stage_ <= 2) return mixed_ ? cbyte(full_compute_, group_full_off_[g]) : full_params_ + group_full_off_[g];
+  if (stage_ <= 2) return mixed_ ? cbyte(full_compute_, layout_.group_full_off(g)) : full_params_ + layout_.group_full_off(g);
   gather_group(g);
   // Prefetch: start the gathers of the next groups of this pass while this one computes.
   while (order_pos_ < order_.size() && order_[order_pos_] != g) ++order_pos_;
@@ -190,10 +160,10 @@ void ParamStore::release_params(int g) {
 // ---- gradients ----
 
 float* ParamStore::grads(int g) {
-  if (stage_ <= 1) return full_grads_ + group_full_off_[g];
+  if (stage_ <= 1) return full_grads_ + layout_.group_full_off(g);
   auto it = grad_tmp_.find(g);
   if (it != grad_tmp_.end()) return it->second;
-  float* buf = static_cast<float*>(be_.alloc(group_padded_[g] * sizeof(float), MemTag::CommBuffers));
+  float* buf = static_cast<float*>(be_.alloc(layout_.group_padded(g) * sizeof(float), MemTag::CommBuffers));
   grad_tmp_[g] = buf;
   return buf;
 }
@@ -205,22 +175,22 @@ void ParamStore::grads_done(int g) {
   Pending p;
   p.group = g;
   if (stage_ == 0) {
-    for (int ui : group_units_[g])
+    for (int ui : layout_.group_units(g))
       p.handles.push_back(dp_.all_reduce(full_grads_ + units_[ui].full_off, units_[ui].padded, ReduceOp::Sum));
   } else if (stage_ == 1) {
-    for (int ui : group_units_[g]) {
+    for (int ui : layout_.group_units(g)) {
       const Unit& u = units_[ui];
       p.handles.push_back(dp_.reduce_scatter(full_grads_ + u.full_off, grad_shard_ + u.shard_off, u.shard));
     }
   } else {
     float* tmp = grad_tmp_.at(g);
     size_t shards = 0;
-    for (int ui : group_units_[g]) shards += units_[ui].shard;
+    for (int ui : layout_.group_units(g)) shards += units_[ui].shard;
     p.recv = static_cast<float*>(be_.alloc(shards * sizeof(float), MemTag::CommBuffers));
     size_t off = 0;
-    for (int ui : group_units_[g]) {
+    for (int ui : layout_.group_units(g)) {
       const Unit& u = units_[ui];
-      p.handles.push_back(dp_.reduce_scatter(tmp + (u.full_off - group_full_off_[g]), p.recv + off, u.shard));
+      p.handles.push_back(dp_.reduce_scatter(tmp + (u.full_off - layout_.group_full_off(g)), p.recv + off, u.shard));
       off += u.shard;
     }
   }
@@ -231,7 +201,7 @@ void ParamStore::complete(Pending& p) {
   for (auto h : p.handles) dp_.wait(h);
   if (p.recv) {  // stages 2-3: add this micro-batch's reduced shard, free the group's buffers
     size_t off = 0;
-    for (int ui : group_units_[p.group]) {
+    for (int ui : layout_.group_units(p.group)) {
       const Unit& u = units_[ui];
       be_.add(grad_shard_ + u.shard_off, grad_shard_ + u.shard_off, p.recv + off, int64_t(u.shard));
       off += u.shard;
@@ -251,63 +221,77 @@ void ParamStore::finish_backward() { complete_all(); }
 
 // ---- optimizer ----
 
-double ParamStore::clip_grad_norm(double max_norm, double loss_scale) {
-  // Sum of squares over what this rank holds: its ZeRO shard (all of it at stage 0) of its
-  // tensor-parallel slice. Replicated tensors (norms, row-parallel biases, positions) are the same
-  // on every tensor-parallel rank and are counted on rank 0 of the group only.
+void ParamStore::build_spans() {
+  // Replicated tensors (norms, row-parallel biases, positions) are the same on every
+  // tensor-parallel rank and count in the gradient norm on rank 0 of the group only.
   const bool count_replicated = topo_.tp_rank == 0;
-  // Accumulated on the device, read once (no synchronization per tensor).
-  be_.fill_zero(norm_acc_, sizeof(double));
   for (const Unit& u : units_) {
-    const float* g = shard_grads(u);
-    if (count_replicated) {  // every tensor counts: the whole shard at once
-      if (my_len(u)) be_.sum_squares_accumulate(norm_acc_, g, int64_t(my_len(u)));
-      continue;
-    }
-    for_each_tensor_piece(u, [&](const ParamInfo& info, size_t off, size_t n) {
-      if (info.split != TpSplit::None) be_.sum_squares_accumulate(norm_acc_, g + off, int64_t(n));
+    StateSpan s;
+    s.master = shard_params(u);
+    s.grad = shard_grads(u);
+    s.m = m_ + (stage_ == 0 ? u.full_off : u.shard_off);
+    s.v = v_ + (stage_ == 0 ? u.full_off : u.shard_off);
+    s.compute = compute_copy(u);
+    s.n = my_len(u);
+    s.all_counted = count_replicated;
+    layout_.for_each_tensor_piece(model_.table(), u, [&](size_t param, size_t off, size_t n) {
+      const ParamInfo& info = model_.params()[param];
+      s.pieces.push_back({off, n, info.decay, count_replicated || info.split != TpSplit::None});
+      // Runs of consecutive elements in the full tensor (a column-split tensor: one per row).
+      const size_t local0 = off + (model_.groups()[size_t(u.group)].offset + u.begin + my_begin(u)) - info.offset;
+      // A local row is contiguous in the full tensor; extend a run row by row while it stays so.
+      const size_t cols = info.shape.size() > 1 ? size_t(info.shape[1])
+                         : info.split == TpSplit::None ? local0 + n : 1;
+      auto gidx = [&](size_t local) { return model_.table().global_index(info, local, topo_.tp_rank); };
+      for (size_t k = 0; k < n;) {
+        const size_t g0 = gidx(local0 + k);
+        size_t len = std::min(n - k, cols - (local0 + k) % cols);
+        while (k + len < n && gidx(local0 + k + len) == g0 + len) len += std::min(n - k - len, cols);
+        const bool owner = (stage_ != 0 || topo_.dp_rank == 0) && (info.split != TpSplit::None || topo_.tp_rank == 0);
+        runs_.push_back({int(param), g0, len, int(spans_.size()), off + k, owner});
+        k += len;
+      }
     });
+    spans_.push_back(std::move(s));
   }
-  double sq = 0;
-  be_.copy_to_host(&sq, norm_acc_, sizeof sq);
-  // Stage 0 grads are whole on every data-parallel rank: reduce over the tensor-parallel group.
-  // Stages 1-3 hold distinct shards on every rank: reduce over the world.
-  if (stage_ == 0) topo_.tp_group->all_reduce_doubles(&sq, 1);
-  else topo_.world->all_reduce_doubles(&sq, 1);
-  const double norm = std::sqrt(sq) / loss_scale;
-  if (!std::isfinite(norm)) return norm;
-  double coef = 1.0 / loss_scale;  // unscale and clip in one pass
-  if (max_norm > 0 && max_norm / (norm + 1e-6) < 1.0) coef *= max_norm / (norm + 1e-6);
-  if (coef != 1.0)
-    for (const Unit& u : units_)
-      if (my_len(u)) be_.scale(shard_grads(u), float(coef), int64_t(my_len(u)));
-  return norm;
 }
 
-void ParamStore::step(double lr, int t) {
-  for (const Unit& u : units_) {
-    float* p = shard_params(u);
-    float* g = shard_grads(u);
-    float* m = m_ + (stage_ == 0 ? u.full_off : u.shard_off);
-    float* v = v_ + (stage_ == 0 ? u.full_off : u.shard_off);
-    void* pc = compute_copy(u);
-    for_each_tensor_piece(u, [&](const ParamInfo& info, size_t off, size_t n) {
-      be_.adamw_update(p + off, g + off, m + off, v + off, pc ? cbyte(pc, off) : nullptr, int64_t(n),
-                       float(lr), float(optim_.beta1),
-                       float(optim_.beta2), float(optim_.eps),
-                       info.decay ? float(optim_.weight_decay) : 0.0f, t);
-    });
+Comm& ParamStore::norm_group() const {
+  // Stage 0 grads are whole on every data-parallel rank: the tensor-parallel group holds them once.
+  return stage_ == 0 ? *topo_.tp_group : *topo_.world;
+}
+
+void ParamStore::publish_params() {
+  if (stage_ != 1 && stage_ != 2) return;  // every rank needs the full updated parameters again
+  if (mixed_) {
+    gather_compute_copy();  // in compute precision: half the bytes of the fp32 masters
+    return;
   }
-  if (stage_ == 1 || stage_ == 2) {  // every rank needs the full updated parameters again
-    if (mixed_) {
-      gather_compute_copy();  // in compute precision: half the bytes of the fp32 masters
-      return;
-    }
-    std::vector<Comm::Handle> hs;
-    for (const Unit& u : units_)
-      hs.push_back(dp_.all_gather(full_params_ + u.full_off + my_begin(u), full_params_ + u.full_off, u.shard));
-    for (auto h : hs) dp_.wait(h);
-  }
+  std::vector<Comm::Handle> hs;
+  for (const Unit& u : units_)
+    hs.push_back(dp_.all_gather(full_params_ + u.full_off + my_begin(u), full_params_ + u.full_off, u.shard));
+  for (auto h : hs) dp_.wait(h);
+}
+
+float* ParamStore::state_ptr(State st, const GlobalRun& r) const {
+  const StateSpan& s = spans_[size_t(r.span)];
+  float* base = st == State::Master ? s.master : st == State::Grad ? s.grad : st == State::AdamM ? s.m : s.v;
+  return base + r.span_off;
+}
+
+void ParamStore::read_run(State st, const GlobalRun& r, float* host) const {
+  be_.copy_to_host(host, state_ptr(st, r), r.n * sizeof(float));
+}
+
+void ParamStore::write_run(State st, const GlobalRun& r, const float* host) {
+  be_.copy_to_device(state_ptr(st, r), host, r.n * sizeof(float));
+}
+
+void ParamStore::publish_written_masters() {
+  if (mixed_)
+    for (const StateSpan& s : spans_)
+      if (s.n) be_.convert(s.compute, ct_, s.master, DType::F32, int64_t(s.n));
+  publish_params();
 }
 
 // ---- full views (dumps, tests) ----
@@ -339,7 +323,7 @@ std::vector<float> ParamStore::full_view(const float* full, const float* shards)
   std::vector<float> out(model_.num_params());
   if (full) {
     for (size_t g = 0; g < groups.size(); ++g)
-      be_.copy_to_host(out.data() + groups[g].offset, full + group_full_off_[g], groups[g].numel * sizeof(float));
+      be_.copy_to_host(out.data() + groups[g].offset, full + layout_.group_full_off(g), groups[g].numel * sizeof(float));
     return to_global(out);
   }
   float* buf = static_cast<float*>(be_.alloc(total_full_ * sizeof(float), MemTag::CommBuffers));

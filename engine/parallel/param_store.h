@@ -1,10 +1,11 @@
-// Model states under ZeRO over the data-parallel group: where parameters, gradients and AdamW
-// moments live, how gradients are reduced, and the optimizer step on this rank's part.
+// State placement under ZeRO over the data-parallel group: where parameters, gradients and AdamW
+// moments live (today: the backend's memory; the offload issue adds pinned host memory and NVMe
+// here), the gathers and gradient reductions a pass needs, and this rank's states as spans for the
+// optimizer (engine/optim/adamw.h) and as pieces in global coordinates (checkpoints).
 //
-// The flat parameter layout is cut into units: each parameter group (embeddings, each block,
-// ln_f) split into chunks of at most [parallel] bucket_mb, each padded to a multiple of the
-// partition count P (P = D for stages 1-3, 1 for stage 0) and cut into P equal shards; rank r owns
-// shard r of every unit. Per stage:
+// The flat parameter layout is cut into units (engine/parallel/shard_layout.h): chunks of at most
+// [parallel] bucket_mb of each parameter group, cut into P shards (P = D for stages 1-3, 1 for
+// stage 0); rank r owns shard r of every unit. Per stage:
 //   0: full params, grads, moments on every rank; grads all-reduced per unit as backward finishes.
 //   1: full params and grads; moments sharded; grads reduce-scattered after the last micro-batch;
 //      after the update, params all-gathered.
@@ -17,8 +18,6 @@
 // stages 1-2 the fp32 masters are then sharded too (as DeepSpeed's) and the updated compute
 // copy is all-gathered; at stage 3 the compute copy is sharded and gathered per group. Either
 // way parameters travel in compute precision (half the bytes of fp32).
-// Units are then padded to a multiple of 2P so every 16-bit shard is a whole number of 32-bit
-// words for the (type-blind) all-gather.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -28,6 +27,8 @@
 #include "engine/config/spec.h"
 #include "engine/comm/topology.h"
 #include "engine/model/model.h"
+#include "engine/optim/adamw.h"
+#include "engine/parallel/shard_layout.h"
 
 namespace zt {
 
@@ -44,11 +45,35 @@ class ParamStore final : public ParamProvider {
   // reduce only then).
   void set_last_micro_batch(bool last) { last_micro_ = last; }
   void finish_backward();                  // every gradient reduction of the step complete
-  // Global L2 norm of the true gradients (the stored ones divided by loss_scale) before clipping
-  // (torch's rule); unscales and clips them in one pass. A non-finite norm (fp16 overflow) leaves
-  // the gradients as they are and is returned for the caller to skip the step.
-  double clip_grad_norm(double max_norm, double loss_scale = 1.0);
-  void step(double lr, int t);             // AdamW on this rank's part, then re-gather (1-2)
+
+  // This rank's states for the optimizer: one span per unit (its shard; the whole unit at stage 0).
+  const std::vector<StateSpan>& spans() const { return spans_; }
+  // The ranks whose spans together hold every gradient once: the tensor-parallel group at stage 0
+  // (data-parallel ranks hold copies), the world at stages 1-3.
+  Comm& norm_group() const;
+  // After the optimizer wrote the masters (and compute copy) of this rank's spans: stages 1-2
+  // all-gather the updated parameters so every rank holds them whole again. Collective.
+  void publish_params();
+
+  // This rank's states in global coordinates, for checkpoints: each run is `n` consecutive
+  // elements of a tensor's full (unsharded, row-major) layout, starting at `global_begin`, held
+  // contiguously in span `span` from `span_off`. `owner`: this rank is the one that writes the run
+  // (data-parallel copies at stage 0 and tensors replicated across the tensor-parallel group are
+  // held by several ranks; each run has exactly one owner in the job).
+  struct GlobalRun {
+    int param;  // index into Model::params()
+    size_t global_begin, n;
+    int span;
+    size_t span_off;
+    bool owner;
+  };
+  const std::vector<GlobalRun>& global_runs() const { return runs_; }
+  enum class State { Master, Grad, AdamM, AdamV };
+  // Host copies of a run's elements of one state, and back. After writing masters, call
+  // publish_written_masters() (collective) to refresh the compute copy and the other ranks' views.
+  void read_run(State s, const GlobalRun& r, float* host) const;
+  void write_run(State s, const GlobalRun& r, const float* host);
+  void publish_written_masters();
 
   // The full parameters / reduced gradients in the unsharded model's flat layout (global offsets
   // and shapes of Model::params()), as host vectors. Collective when the states are sharded
@@ -64,21 +89,14 @@ class ParamStore final : public ParamProvider {
   void grads_done(int group) override;
 
  private:
-  struct Unit {
-    int group;
-    size_t begin, len;  // group-local elements [begin, begin + len)
-    size_t padded;      // len rounded up to a multiple of parts_
-    size_t shard;       // padded / parts_
-    size_t full_off;    // offset in the padded full layout
-    size_t shard_off;   // offset in the shard arrays
-  };
+  using Unit = ShardUnit;
   struct Pending {
     std::vector<Comm::Handle> handles;
     int group = -1;
     float* recv = nullptr;  // stages 2-3: reduced shard of this group's units, to add
   };
-  size_t my_begin(const Unit& u) const { return size_t(my_part_) * u.shard; }  // unit-local
-  size_t my_len(const Unit& u) const;  // valid (unpadded) elements of my shard
+  size_t my_begin(const Unit& u) const { return layout_.my_begin(u); }  // unit-local
+  size_t my_len(const Unit& u) const { return layout_.my_len(u); }      // valid elements of my shard
   float* shard_params(const Unit& u);
   void* compute_copy(const Unit& u);  // the compute-precision twin of shard_params(u); null in fp32
   void* cbyte(void* base, size_t elems) const { return static_cast<char*>(base) + elems * esize_; }
@@ -96,22 +114,22 @@ class ParamStore final : public ParamProvider {
   // recv (size * elems) <- every rank's send (elems), in the compute dtype.
   Comm::Handle all_gather_compute(const void* send, void* recv, size_t elems);  // gathers tensor-parallel slices
   void complete_all();
-  template <typename Fn>
-  void for_each_tensor_piece(const Unit& u, Fn fn) const;
+  void build_spans();
+  float* state_ptr(State s, const GlobalRun& r) const;
 
   const Model& model_;
   Backend& be_;
   const Topology& topo_;
   Comm& dp_;
-  RunSpec::Optim optim_;
-  int stage_, parts_, my_part_, prefetch_;
-  std::vector<Unit> units_;
-  std::vector<std::vector<int>> group_units_;
-  std::vector<size_t> group_full_off_, group_padded_;
-  size_t total_full_ = 0, total_shard_ = 0;
+  int stage_, prefetch_;
   DType ct_;            // the backend's compute dtype
   size_t esize_;        // its element size
   bool mixed_;          // ct_ != F32: a compute-precision copy of the parameters exists
+  ShardLayout layout_;
+  const std::vector<Unit>& units_;
+  size_t total_full_, total_shard_;
+  std::vector<StateSpan> spans_;
+  std::vector<GlobalRun> runs_;
   float* full_params_ = nullptr;   // stage 0; stages 1-2 in fp32
   void* full_compute_ = nullptr;   // stages 0-2, mixed (stages 1-2: this rank's part written here)
   void* shard_compute_ = nullptr;  // stage 3, mixed
@@ -120,7 +138,6 @@ class ParamStore final : public ParamProvider {
   float* grad_shard_ = nullptr;    // stages 1-3
   float* m_ = nullptr;
   float* v_ = nullptr;
-  double* norm_acc_ = nullptr;  // (1) device: the squared gradient norm being summed
   bool last_micro_ = true;
   std::vector<Pending> pending_;
   struct Gathered {

@@ -136,6 +136,7 @@ void Trainer::build() {
   model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get());
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   store_->init(uint64_t(spec.run.seed));
+  optimizer_ = std::make_unique<AdamW>(spec.optim, *backend_);
   model_->set_provider(store_.get());
   inputs_.resize(size_t(t.micro_batch * m.seq_len));
   targets_.resize(inputs_.size());
@@ -177,12 +178,15 @@ StepResult Trainer::step(int64_t step) {
   StepResult r;
   r.step = step;
   r.loss = float(loss);
-  r.grad_norm = store_->clip_grad_norm(spec_.optim.grad_clip, loss_scale);
+  r.grad_norm = optimizer_->clip_grad_norm(store_->spans(), store_->norm_group(), spec_.optim.grad_clip, loss_scale);
   r.lr = lr_at(spec_.optim, step, spec_.train.max_steps);
   r.loss_scale = loss_scale;
   // The norm is global (reduced over every rank), so all ranks agree on skipping.
   r.skipped = !scaler_->update(std::isfinite(r.grad_norm));
-  if (!r.skipped) store_->step(r.lr, ++adam_steps_);
+  if (!r.skipped) {
+    optimizer_->step(store_->spans(), r.lr, ++adam_steps_);
+    store_->publish_params();
+  }
   r.skipped_total = scaler_->skipped();
   backend_->synchronize();
   r.step_ms = timer.ms();

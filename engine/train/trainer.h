@@ -12,7 +12,8 @@
 #include "engine/comm/device_comms.h"
 #include "engine/comm/topology.h"
 #include "engine/parallel/param_store.h"
-#include "engine/train/loss_scaler.h"
+#include "engine/optim/adamw.h"
+#include "engine/optim/loss_scaler.h"
 #include "engine/model/model.h"
 
 namespace zt {
@@ -54,6 +55,7 @@ class Trainer {
 
   Model& model() { return *model_; }
   ParamStore& store() { return *store_; }
+  AdamW& optimizer() { return *optimizer_; }
   Backend& backend() { return *backend_; }
   const Topology& topology() const { return topo_; }
   data::SampleOrder& train_order() { return *train_order_; }
@@ -71,6 +73,7 @@ class Trainer {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ParamStore> store_;
+  std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<data::TokenDataset> train_, val_;
   std::unique_ptr<data::SampleOrder> train_order_;
   std::unique_ptr<LossScaler> scaler_;

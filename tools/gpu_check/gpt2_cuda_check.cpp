@@ -36,6 +36,7 @@ struct SingleRank {
   Topology topo;
   RunSpec spec;
   std::unique_ptr<ParamStore> store;
+  std::unique_ptr<AdamW> optimizer;
   SingleRank(Model& m, Backend& be, uint64_t seed, int zero_stage = 0) {
     topo.world = make_self_comm("world");
     topo.tp_group = make_self_comm("tp");
@@ -44,6 +45,7 @@ struct SingleRank {
     store = std::make_unique<ParamStore>(m, be, topo, spec);
     store->init(seed);
     m.set_provider(store.get());
+    optimizer = std::make_unique<AdamW>(spec.optim, be);
   }
   void zero_grad() {
     store->zero_grad();
@@ -51,7 +53,8 @@ struct SingleRank {
   }
   void adamw(double lr, int t) {  // no clipping: the step compares raw updates
     store->finish_backward();
-    store->step(lr, t);
+    optimizer->step(store->spans(), lr, t);
+    store->publish_params();
   }
 };
 
@@ -217,8 +220,8 @@ int zero3(int steps, DType dt) {
       m.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
       m.backward();
       store.finish_backward();
-      store.clip_grad_norm(1.0);
-      store.step(6e-4, t);
+      rank.optimizer->clip_grad_norm(store.spans(), store.norm_group(), 1.0, 1.0);
+      rank.adamw(6e-4, t);
     };
     for (int w = 1; w <= 3; ++w) one(w);
     gpu->synchronize();

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "engine/core/status.h"
-#include "engine/train/loss_scaler.h"
+#include "engine/optim/loss_scaler.h"
 
 using namespace zt;
 

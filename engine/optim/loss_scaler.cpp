@@ -1,5 +1,5 @@
 // Loss scaling (see loss_scaler.h).
-#include "engine/train/loss_scaler.h"
+#include "engine/optim/loss_scaler.h"
 
 #include <algorithm>
 
