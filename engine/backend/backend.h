@@ -19,11 +19,17 @@ enum class DeviceKind { CPU, CUDA };
 enum class MemTag { Params, Grads, OptimStates, Activations, CommBuffers, Other, kCount };
 const char* mem_tag_name(MemTag tag);
 
+// Where an allocation lives: the backend's device memory, or page-locked host memory that the
+// device reads and writes directly (offloaded model states, checkpoint staging). On the CPU
+// backend both are host memory; they are counted apart so that a device budget means the same.
+enum class MemKind { Device, PinnedHost };
+
 struct MemoryStats {
   size_t allocated = 0;  // bytes currently handed out
   size_t peak = 0;       // high-water mark of `allocated`
   size_t n_allocs = 0;   // live allocations
   size_t reserved = 0;   // bytes held from the system (CUDA: cudaMalloc'ed, cached included)
+  size_t pinned_host = 0;  // MemKind::PinnedHost bytes currently held (not in the figures above)
   // Share of reserved bytes not handed out (cached free blocks, size-class slack).
   double fragmentation() const { return reserved ? 1.0 - double(allocated) / double(reserved) : 0.0; }
   size_t by_tag[size_t(MemTag::kCount)] = {};       // bytes currently held per tag
@@ -37,8 +43,8 @@ class Backend {
   virtual std::string name() const = 0;
 
   // ---- memory: every buffer the engine uses comes from here, so budgets and peaks are known
-  // Zero-filled; throws RuntimeFailure (with the breakdown) on exhaustion.
-  virtual void* alloc(size_t bytes, MemTag tag = MemTag::Other) = 0;
+  // Zero-filled; throws RuntimeFailure (with the breakdown) on exhaustion. free() takes either kind.
+  virtual void* alloc(size_t bytes, MemTag tag = MemTag::Other, MemKind kind = MemKind::Device) = 0;
   virtual void free(void* ptr) = 0;
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
@@ -69,60 +75,64 @@ class Backend {
   // dst (n) = src (n) converted between any two dtypes, in device memory.
   virtual void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) = 0;
 
-  // ---- ops (shapes as in engine/backend/cpu/ops.h, which documents each one)
+  // ---- ops (shapes as in engine/backend/cpu/ops.h, which documents each one). Optional: an op a
+  // backend does not implement answers "op X is not supported on backend Y" (RuntimeFailure).
   virtual void embedding_forward(void* out, const int32_t* inp, const void* wte, const void* wpe,
-                                 int B, int T, int C) = 0;
+                                 int B, int T, int C) { unsupported("embedding_forward"); }
   virtual void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp,
-                                  int B, int T, int C) = 0;  // (accumulates)
+                                  int B, int T, int C) { unsupported("embedding_backward"); }  // (accumulates)
   virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
                                  const void* weight, const void* bias, int N, int C,
-                                 float eps) = 0;
+                                 float eps) { unsupported("layernorm_forward"); }
   // Residual add fused with the LayerNorm that follows it: res = a + b; out = layernorm(res).
   virtual void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd,
                                           const void* a, const void* b, const void* weight,
-                                          const void* bias, int N, int C, float eps) = 0;
+                                          const void* bias, int N, int C, float eps) { unsupported("residual_layernorm_forward"); }
   virtual void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                   const void* inp, const void* weight, const float* mean,
-                                  const float* rstd, int N, int C) = 0;  // (accumulates)
+                                  const float* rstd, int N, int C) { unsupported("layernorm_backward"); }  // (accumulates)
   virtual void matmul_forward(void* out, const void* inp, const void* weight, const void* bias,
-                              int N, int C, int OC) = 0;
+                              int N, int C, int OC) { unsupported("matmul_forward"); }
   // out = gelu(inp @ weight^T + bias), keeping the pre-activation in `pre` for backward.
   virtual void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
-                                   const void* bias, int N, int C, int OC) = 0;
+                                   const void* bias, int N, int C, int OC) { unsupported("matmul_gelu_forward"); }
   virtual void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C,
-                               int OC) = 0;  // (accumulates)
+                               int OC) { unsupported("matmul_backward"); }  // (accumulates)
   virtual void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
-                                 int NH) = 0;
+                                 int NH) { unsupported("attention_forward"); }
   // `out` is the forward's output (the GPU kernel takes rowsum(dout * out) from it; the CPU
   // reference recomputes it).
   virtual void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv,
                                   const float* lse, int B, int T, int C,
-                                  int NH) = 0;  // (accumulates)
+                                  int NH) { unsupported("attention_backward"); }  // (accumulates)
   virtual void gelu_backward(void* dinp, const void* inp, const void* dout,
-                             int64_t n) = 0;  // (accumulates)
+                             int64_t n) { unsupported("gelu_backward"); }  // (accumulates)
   virtual void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N,
-                                    int V, float grad_scale) = 0;
-  virtual void logits_row_max(float* out_max, const void* logits, int N, int V) = 0;
+                                    int V, float grad_scale) { unsupported("softmax_crossentropy"); }
+  virtual void logits_row_max(float* out_max, const void* logits, int N, int V) { unsupported("logits_row_max"); }
   virtual void logits_row_sumexp(float* out_sum, const void* logits, const float* row_max, int N,
-                                 int V) = 0;
+                                 int V) { unsupported("logits_row_sumexp"); }
   virtual void logits_pick_target(float* out, const void* logits, const int32_t* targets, int N,
-                                  int V, int v0) = 0;
+                                  int V, int v0) { unsupported("logits_pick_target"); }
   virtual void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets,
-                                          int N, int V, int v0, float grad_scale) = 0;
+                                          int N, int V, int v0, float grad_scale) { unsupported("crossentropy_grad_from_lse"); }
   // fp32 helpers for gradients and optimizer states.
-  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;
-  virtual void scale(float* x, float s, int64_t n) = 0;
+  virtual void add(float* out, const float* a, const float* b, int64_t n) { unsupported("add"); }
+  virtual void scale(float* x, float s, int64_t n) { unsupported("scale"); }
   // Device-side accumulation, no host synchronization (one copy_to_host reads the result):
   // acc (1 double, device memory) += sum of x^2, or += scale * sum of x. Fixed summation order;
   // inf/NaN propagate.
-  virtual void sum_squares_accumulate(double* acc, const float* x, int64_t n) = 0;
-  virtual void sum_accumulate(double* acc, const float* x, int64_t n, double scale) = 0;
+  virtual void sum_squares_accumulate(double* acc, const float* x, int64_t n) { unsupported("sum_squares_accumulate"); }
+  virtual void sum_accumulate(double* acc, const float* x, int64_t n, double scale) { unsupported("sum_accumulate"); }
   // AdamW on fp32 masters; when params_compute is not null it receives the updated parameters
   // in compute_dtype() in the same pass (no separate cast kernel).
   virtual void adamw_update(float* params, const float* grads, float* m, float* v,
                             void* params_compute, int64_t n, float lr, float beta1, float beta2,
-                            float eps, float weight_decay, int t) = 0;
+                            float eps, float weight_decay, int t) { unsupported("adamw_update"); }
+
+ protected:
+  [[noreturn]] void unsupported(const char* op) const;
 
  private:
   DType compute_ = DType::F32;

@@ -1,5 +1,8 @@
-// Names of the memory tags (in ztrain_core: the CUDA plugin's allocator uses them too).
+// What every backend shares: memory tag names and the answer for an op a backend lacks (in
+// ztrain_base: the CUDA plugin uses them too).
 #include "engine/backend/backend.h"
+
+#include "engine/core/status.h"
 
 namespace zt {
 
@@ -12,6 +15,10 @@ const char* mem_tag_name(MemTag tag) {
     case MemTag::CommBuffers: return "buffers";
     default: return "other";
   }
+}
+
+void Backend::unsupported(const char* op) const {
+  throw RuntimeFailure(fmt::format("op {} is not supported on backend {}", op, name()));
 }
 
 }  // namespace zt

@@ -108,7 +108,8 @@ class CpuBackend final : public Backend {
   DType dt() const { return compute_dtype(); }
   std::string name() const override { return fmt::format("cpu ({} threads)", threads_); }
 
-  void* alloc(size_t bytes, MemTag tag) override {
+  // Both memory kinds are host memory here; pinned host bytes are counted apart (as on a GPU).
+  void* alloc(size_t bytes, MemTag tag, MemKind kind) override {
     const size_t rounded = (bytes + 63) / 64 * 64;
     // Linux overcommits: a too-large malloc succeeds and the OOM killer ends the job later, with
     // no message. Compare with what the machine can still give first.
@@ -121,7 +122,11 @@ class CpuBackend final : public Backend {
           bytes / 1048576.0, stats_.allocated / 1048576.0, avail / 1048576.0));
     if (p) std::memset(p, 0, rounded);
     std::lock_guard lock(mu_);
-    sizes_[p] = {rounded, tag};
+    sizes_[p] = {rounded, tag, kind};
+    if (kind == MemKind::PinnedHost) {
+      stats_.pinned_host += rounded;
+      return p;
+    }
     stats_.allocated += rounded;
     stats_.peak = std::max(stats_.peak, stats_.allocated);
     stats_.n_allocs++;
@@ -135,9 +140,14 @@ class CpuBackend final : public Backend {
     std::lock_guard lock(mu_);
     auto it = sizes_.find(p);
     ZT_CHECK(it != sizes_.end(), "free of a pointer this backend did not allocate");
-    stats_.allocated -= it->second.first;
-    stats_.by_tag[size_t(it->second.second)] -= it->second.first;
-    stats_.n_allocs--;
+    const auto [size, tag, kind] = it->second;
+    if (kind == MemKind::PinnedHost) {
+      stats_.pinned_host -= size;
+    } else {
+      stats_.allocated -= size;
+      stats_.by_tag[size_t(tag)] -= size;
+      stats_.n_allocs--;
+    }
     sizes_.erase(it);
     std::free(p);
   }
@@ -264,7 +274,12 @@ class CpuBackend final : public Backend {
  private:
   int threads_ = 1;
   mutable std::mutex mu_;
-  std::unordered_map<void*, std::pair<size_t, MemTag>> sizes_;
+  struct Allocation {
+    size_t size;
+    MemTag tag;
+    MemKind kind;
+  };
+  std::unordered_map<void*, Allocation> sizes_;
   MemoryStats stats_;
 };
 

@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdio>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <unordered_map>
 #include <string>
 
 #include "engine/backend/backend.h"
@@ -80,12 +84,26 @@ class CudaBackend final : public Backend {
   void* native_stream() const override { return stream_; }
   std::string name() const override { return name_; }
 
-  void* alloc(size_t bytes, MemTag tag) override {
+  void* alloc(size_t bytes, MemTag tag, MemKind kind) override {
+    if (kind == MemKind::PinnedHost) return alloc_pinned(bytes);
     void* p = alloc_.alloc(bytes, tag);
     ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
     return p;
   }
-  void free(void* p) override { alloc_.free(p); }
+  void free(void* p) override {
+    if (!p) return;
+    {
+      std::lock_guard lock(pinned_mu_);
+      auto it = pinned_.find(p);
+      if (it != pinned_.end()) {
+        pinned_bytes_ -= it->second;
+        pinned_.erase(it);
+        ZT_CUDA_CHECK(cudaFreeHost(p));
+        return;
+      }
+    }
+    alloc_.free(p);
+  }
   void copy_to_device(void* dst, const void* src, size_t n) override {
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may be reused at once
@@ -123,7 +141,12 @@ class CudaBackend final : public Backend {
   }
   void fill_zero(void* p, size_t n) override { ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, n, stream_)); }
   void synchronize() override { ZT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-  MemoryStats memory_stats() const override { return alloc_.stats(); }
+  MemoryStats memory_stats() const override {
+    MemoryStats s = alloc_.stats();
+    std::lock_guard lock(pinned_mu_);
+    s.pinned_host = pinned_bytes_;
+    return s;
+  }
 
   void convert(void* dst, DType dt, const void* src, DType st, int64_t n) override {
     ZT_DISPATCH(dt, D, ZT_DISPATCH(st, S, cuda::convert(tp<D>(dst), tp<S>(src), n, stream_)));
@@ -243,7 +266,28 @@ class CudaBackend final : public Backend {
   static constexpr uint64_t kMarks = 64;
   cudaEvent_t mark_events_[kMarks] = {};
   uint64_t marks_ = 0;
+  // Page-locked host memory (cudaHostAlloc: the GPU reads and writes it directly), not cached.
+  void* alloc_pinned(size_t bytes) {
+    void* p = nullptr;
+    const size_t n = std::max<size_t>(bytes, 1);
+    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) {
+      cudaGetLastError();
+      char msg[256];
+      std::snprintf(msg, sizeof msg, "out of pinned host memory allocating %.1f MiB (%.1f MiB already pinned)",
+                    n / 1048576.0, pinned_bytes_ / 1048576.0);
+      throw std::runtime_error(msg);
+    }
+    std::memset(p, 0, n);
+    std::lock_guard lock(pinned_mu_);
+    pinned_[p] = n;
+    pinned_bytes_ += n;
+    return p;
+  }
+
   CachingAllocator alloc_;
+  mutable std::mutex pinned_mu_;
+  std::unordered_map<void*, size_t> pinned_;
+  size_t pinned_bytes_ = 0;
   std::unique_ptr<Gemm> gemm_;
   double* sum_partials_ = nullptr;  // (kSumBlocks) per-block partial sums of the sum ops
   float* scratch_ = nullptr;
