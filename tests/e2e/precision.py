@@ -131,8 +131,9 @@ def main():
                 tol = 2e-2 if name.startswith("fp16") else 5e-3
                 print(f"{name}: worst loss rel diff to the single bf16 process {worst:.1e}")
                 expect(len(recs) == len(bf16) and worst <= tol, f"{name}: losses differ by {worst:.2e}")
-        else:
-            print("note: mpirun not found; multi-rank bf16 not run")
+        elif not failures:  # the single-process part passed; the multi-rank part is a visible skip
+            print("SKIP: mpirun not found (Debian: openmpi-bin); multi-rank bf16/fp16 not run")
+            return testlib.SKIP
     return testlib.report(failures, "bf16 and fp16 train like fp32; fp16 loss scaling skips overflowing steps")
 
 

@@ -92,6 +92,7 @@ def main():
         ev = [r for r in r1 if r["kind"] == "eval"][0]
         expect(set(ev) >= {"kind", "step", "val_loss"}, f"eval record: {ev}")
         p3, _ = train(args, work, "c", base_spec(work, data, "run_c", run__seed=43))
+        expect(p3.returncode == 0, f"run with seed 43: exit {p3.returncode}: {p3.stderr[-800:]}")
         l3 = [r["loss"] for r in records(os.path.join(work, "run_c")) if r["kind"] == "train"]
         expect(l3 != l1, "a different seed gave the same losses")
         # resolved spec: complete and loadable
@@ -103,6 +104,7 @@ def main():
         expect(chk.returncode == 0 and chk.stdout == text, "config.resolved.toml does not reload to itself")
         # an earlier run's metrics are kept, not overwritten
         p4, _ = train(args, work, "a2", base_spec(work, data, "run_a", train__max_steps=2))
+        expect(p4.returncode == 0, f"second run into run_a: exit {p4.returncode}: {p4.stderr[-800:]}")
         expect(os.path.exists(os.path.join(work, "run_a", "metrics.1.jsonl")), "previous metrics.jsonl was not kept")
 
         # --- bad specs: exit 2, one line, file + key named
