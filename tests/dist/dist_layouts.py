@@ -135,19 +135,17 @@ def main():
                   f"/ {t * d} = {single / (t * d):.3f} MiB (ratio {worst / (single / (t * d)):.3f}; budget {budget:.3f})")
             expect(worst <= budget, f"ZeRO-3 T={t} D={d}: {worst:.3f} MiB > budget {budget:.3f} MiB")
 
-        # a rank that dies mid-step ends the job
-        t0 = time.time()
-        p = mpirun(2, [args.ztrain, "train", spec], env={"ZTRAIN_FAULT_EXIT": "1:3"}, timeout=120)
-        dt = time.time() - t0
-        print(f"rank 1 exits in step 4: job exit {p.returncode} after {dt:.1f} s")
-        expect(p.returncode != 0 and dt < 60, f"dead rank: exit {p.returncode} after {dt:.1f} s")
+        # A rank that dies mid-step ends the job: no step completes after it, and the job ends (a
+        # hang would hit the subprocess timeout and fail the test; no wall-clock bound is asserted).
+        p = mpirun(2, [args.ztrain, "train", spec], env={"ZTRAIN_FAULT_EXIT": "1:3"}, timeout=300)
+        print(f"rank 1 exits in step 4: job exit {p.returncode}")
+        expect(p.returncode != 0 and "rank 1 exits during step 4" in p.stderr and "step 4/" not in p.stdout,
+               f"dead rank: exit {p.returncode}: {p.stdout[-600:]} {p.stderr[-600:]}")
         # a rank that stops responding: the others time out and abort, naming the collective
-        t0 = time.time()
         p = mpirun(2, [args.ztrain, "train", spec, "--set", "comm.timeout_s=5", "--set", "parallel.zero_stage=3"],
-                   env={"ZTRAIN_FAULT_HANG": "1:2"}, timeout=120)
-        dt = time.time() - t0
-        print(f"rank 1 hangs in step 3: job exit {p.returncode} after {dt:.1f} s")
-        expect(p.returncode != 0 and dt < 60, f"hung rank: exit {p.returncode} after {dt:.1f} s")
+                   env={"ZTRAIN_FAULT_HANG": "1:2"}, timeout=300)
+        print(f"rank 1 hangs in step 3: job exit {p.returncode}")
+        expect(p.returncode != 0 and "step 3/" not in p.stdout, f"hung rank: exit {p.returncode}: {p.stdout[-600:]}")
         expect(re.search(r"rank 0: collective \w+ of \d+ elements on group dp\(mpi\) did not complete within 5 s",
                          p.stderr), f"hung rank: no timeout message naming the collective: {p.stderr[-1500:]}")
 
