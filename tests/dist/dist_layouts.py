@@ -94,10 +94,17 @@ def main():
             if f is None:
                 continue
             loss = f["train"]["loss"][()]
+            # shapes first: numpy broadcasting would hide a missing step or tensor element
+            expect(loss.shape == ref_loss.shape, f"{name}: {loss.shape} losses vs {ref_loss.shape}")
+            if loss.shape != ref_loss.shape:
+                continue
             worst_loss = float(np.max(np.abs(loss - ref_loss) / np.abs(ref_loss)))
             worst_param, worst_name = 0.0, ""
             for n in ref["final"]:
                 a, b = f["final"][n][()], ref["final"][n][()]
+                expect(a.shape == b.shape, f"{name}: {n} has shape {a.shape}, single process {b.shape}")
+                if a.shape != b.shape:
+                    continue
                 if n.endswith("attn.c_attn.bias"):
                     # The key bias's gradient is exactly zero (softmax ignores a constant added to
                     # a row of scores): it holds only float noise, which Adam normalizes into
