@@ -3,7 +3,8 @@
 # parsers, and runs each for RUNS inputs (default 100000) from the seed corpus in tests/fuzz/corpus,
 # with a fixed seed: the same inputs every time, so CI cannot pass or fail by chance. For open-ended
 # fuzzing: FUZZ_SEED=0 (random) and a large RUNS.
-# A crash, sanitizer report or trap fails the script and leaves the input in build/fuzz/.
+# A crash, sanitizer report or trap, a non-zero exit of the fuzzer, or fewer inputs executed than
+# asked fails the script; a failing input is left in build/fuzz/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-100000}
@@ -36,11 +37,23 @@ build fuzz_run_spec -D'TOML_ASSERT(expr)=static_assert(true)' tests/fuzz/fuzz_ru
 for t in shard_header manifest run_spec; do
   corpus="$out/corpus_$t"
   echo "fuzz.sh: fuzz_$t, $RUNS inputs, seed $SEED"
-  # a fresh copy of the seed corpus each time: what earlier runs added must not change this run
+  # a fresh copy of the seed corpus each time: what earlier runs added must not change this run;
+  # artifacts of earlier runs go too, so that what is found below is this run's
   rm -rf "$corpus" && mkdir -p "$corpus" && cp tests/fuzz/corpus/$t/* "$corpus/"
+  (cd "$out" && rm -f crash-* leak-* oom-* timeout-* slow-unit-*)
+  status=0
   (cd "$out" && ./fuzz_$t -runs="$RUNS" -seed="$SEED" -max_len=4096 -print_final_stats=1 \
-      "corpus_$t" 2>&1 | grep -E "stat::number_of_executed_units|ERROR|SUMMARY|Done" || true)
+      "corpus_$t" > "fuzz_$t.log" 2>&1) || status=$?
+  grep -E "stat::number_of_executed_units|ERROR|SUMMARY|Done" "$out/fuzz_$t.log" || true
   found=$(cd "$out" && find . -maxdepth 1 \( -name 'crash-*' -o -name 'leak-*' -o -name 'oom-*' -o -name 'timeout-*' \) | head -1)
   if [ -n "$found" ]; then echo "fuzz.sh: fuzz_$t found a failing input: $out/$found"; exit 1; fi
+  if [ "$status" != 0 ]; then
+    echo "fuzz.sh: fuzz_$t exited with status $status (log: $out/fuzz_$t.log)"; tail -20 "$out/fuzz_$t.log"; exit 1
+  fi
+  # A fuzzer that did not start or stopped early must not pass: it ran every input it was given.
+  ran=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "$out/fuzz_$t.log" | tail -1)
+  if [ -z "$ran" ] || [ "$ran" -lt "$RUNS" ]; then
+    echo "fuzz.sh: fuzz_$t executed ${ran:-no} inputs, expected at least $RUNS (log: $out/fuzz_$t.log)"; exit 1
+  fi
 done
 echo "fuzz.sh: no failures"
