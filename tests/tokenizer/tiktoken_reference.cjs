@@ -1,13 +1,16 @@
-// Reference tokenizer for tests and benchmarks: OpenAI's tiktoken (npm, WASM) loaded with the same
-// .tiktoken ranks and .meta.json (split regex, special tokens) that ztrain-tokenize reads.
+// Reference tokenizer for tests and benchmarks: OpenAI's tiktoken (npm, WASM) with its own built-in
+// encodings (ranks, split regex and special tokens shipped in the npm package), chosen by the name
+// of the .tiktoken file ztrain-tokenize reads: gpt2.tiktoken -> "gpt2", cl100k_base.tiktoken ->
+// "cl100k_base". Nothing ztrain reads (the .tiktoken ranks, the .meta.json regex) feeds the
+// reference, so a wrong file on ztrain's side shows as a mismatch.
 //   node tiktoken_reference.cjs encode VOCAB.tiktoken INPUT [--allow-special]  -> ids on stdout
 //   node tiktoken_reference.cjs bench VOCAB.tiktoken INPUT REPEATS             -> JSON timing
 const fs = require("fs");
-const { Tiktoken } = require("tiktoken/lite");
+const path = require("path");
+const { get_encoding } = require("tiktoken");
 
 const [cmd, vocab, input, extra] = process.argv.slice(2);
-const meta = JSON.parse(fs.readFileSync(vocab.replace(/\.tiktoken$/, ".meta.json"), "utf8"));
-const enc = new Tiktoken(fs.readFileSync(vocab, "utf8"), meta.special_tokens, meta.pat_str);
+const enc = get_encoding(path.basename(vocab).replace(/\.tiktoken$/, ""));
 const text = fs.readFileSync(input, "utf8");
 
 if (cmd === "encode") {

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""ztrain-tokenize against OpenAI's tiktoken (npm WASM build) with the real GPT-2 and cl100k ranks.
+"""ztrain-tokenize against OpenAI's tiktoken (npm WASM build, its own built-in gpt2 and cl100k_base
+encodings: nothing ztrain reads feeds the reference) with the real GPT-2 and cl100k ranks.
 
 Byte-exact token ids on real text (tinyshakespeare), on hand-written hard cases (non-ASCII scripts,
 emoji, combining marks, long whitespace runs, CRLF, contractions in any case, digits, special-token
