@@ -38,16 +38,24 @@ TOL = {"loss": 1e-4, "grad": 1e-4, "train_loss": 1e-4, "final": 1e-4}
 BF16_TOL = {"loss": 1e-3, "grad": 3e-2, "train_loss": 1e-3, "final": 1.5e-1}
 
 
+# The reference takes every hyperparameter from the spec this test writes (and the defaults the
+# README documents for keys it leaves out), never from ztrain's dump: a key ztrain misreads shows.
+SPEC_DEFAULTS = {"lr": 6e-4, "min_lr": 6e-5, "warmup_steps": 0, "schedule": "cosine", "weight_decay": 0.1,
+                 "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0}
+
+
 def lr_at(cfg, step):
-    lr, min_lr, warm, max_steps = cfg["lr"], cfg["min_lr"], int(cfg["warmup_steps"]), int(cfg["max_steps"])
-    if step < warm:
-        return lr * (step + 1) / warm
-    if cfg["schedule"] == 2:
-        return lr
-    r = min(max((step - warm) / max(1, max_steps - warm), 0.0), 1.0)
-    if cfg["schedule"] == 1:
-        return lr - r * (lr - min_lr)
-    return min_lr + 0.5 * (1 + math.cos(math.pi * r)) * (lr - min_lr)
+    """The README's schedule: linear warmup to lr over warmup_steps, then `schedule` from lr down to
+    min_lr over the remaining steps (cosine: half a cosine period; linear; constant: lr)."""
+    if step < cfg["warmup_steps"]:
+        return cfg["lr"] * (step + 1) / cfg["warmup_steps"]
+    if cfg["schedule"] == "constant":
+        return cfg["lr"]
+    decay_steps = max(1, cfg["max_steps"] - cfg["warmup_steps"])
+    progress = min(1.0, (step - cfg["warmup_steps"]) / decay_steps)
+    if cfg["schedule"] == "linear":
+        return cfg["lr"] + progress * (cfg["min_lr"] - cfg["lr"])
+    return cfg["min_lr"] + (cfg["lr"] - cfg["min_lr"]) * (1 + math.cos(math.pi * progress)) / 2
 
 
 def rel(a, b):
@@ -71,9 +79,9 @@ def check_case(args, work, name, model, train, optim, device="cpu", compute="fp3
     if p.returncode != 0:
         return [f"dump-state failed ({p.returncode}): {p.stderr[-800:]}"]
     f = h5py.File(h5path, "r")
-    cfg = {k: float(f["config"][k][()]) for k in f["config"]}
-    m = GPT(int(cfg["n_layer"]), int(cfg["n_head"]), int(cfg["d_model"]), int(cfg["d_ff"]),
-            int(cfg["vocab_size"]), int(cfg["seq_len"]))
+    cfg = {**SPEC_DEFAULTS, **optim, **train}
+    m = GPT(model["n_layer"], model["n_head"], model["d_model"], model.get("d_ff", 4 * model["d_model"]),
+            model["vocab_size"], model["seq_len"])
     names = [n for n, _ in m.named_parameters()]
     assert sorted(names) == sorted(f["params"].keys()), (sorted(names), sorted(f["params"].keys()))
     with torch.no_grad():
@@ -112,6 +120,10 @@ def check_case(args, work, name, model, train, optim, device="cpu", compute="fp3
     mb, gb = int(cfg["micro_batch"]), int(cfg["global_batch"])
     accum = gb // mb
     zl = f["train"]["loss"][()]
+    zlr, znorm = f["train"]["lr"][()], f["train"]["grad_norm"][()]
+    if len(zl) != tin.shape[0] or len(zlr) != tin.shape[0] or len(znorm) != tin.shape[0]:
+        failures.append(f"dump has {len(zl)} losses, {len(zlr)} lrs, {len(znorm)} norms for {tin.shape[0]} steps")
+        return failures
     for s in range(tin.shape[0]):
         opt.zero_grad()
         total = 0.0
@@ -119,10 +131,17 @@ def check_case(args, work, name, model, train, optim, device="cpu", compute="fp3
             l = m(tin[s, a * mb:(a + 1) * mb], ttg[s, a * mb:(a + 1) * mb]) / accum
             l.backward()
             total += l.item()
-        if cfg["grad_clip"] > 0:
-            torch.nn.utils.clip_grad_norm_(m.parameters(), cfg["grad_clip"])
+        # the global norm before clipping (infinite max_norm: measured, not clipped)
+        norm = float(torch.nn.utils.clip_grad_norm_(m.parameters(),
+                                                    cfg["grad_clip"] if cfg["grad_clip"] > 0 else math.inf))
+        e = abs(znorm[s] - norm) / norm
+        if e > tol["grad"]:
+            failures.append(f"train step {s + 1}: grad_norm ztrain {znorm[s]:.7f} torch {norm:.7f} rel {e:.2e}")
+        lr = lr_at(cfg, s)
+        if abs(zlr[s] - lr) > 1e-9 * lr:
+            failures.append(f"train step {s + 1}: lr ztrain {zlr[s]:.9e}, schedule {lr:.9e}")
         for g in opt.param_groups:
-            g["lr"] = lr_at(cfg, s)
+            g["lr"] = lr
         opt.step()
         e = abs(total - zl[s]) / abs(total)
         if e > tol["train_loss"]:
