@@ -1,5 +1,5 @@
 // Model registry (see registry.h).
-#include "models/registry.h"
+#include "engine/model/registry.h"
 
 #include "engine/core/status.h"
 #include "models/gpt2.h"

@@ -30,19 +30,17 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
       layout_(group_sizes(model), stage_ == 0 ? 1 : topo.dp, stage_ == 0 ? 0 : topo.dp_rank,
               size_t(spec.parallel.bucket_mb * 1048576.0 / sizeof(float)),
               size_t(stage_ == 0 ? 1 : topo.dp) * (mixed_ ? 2 : 1)),
-      units_(layout_.units()),
-      total_full_(layout_.total_full()),
-      total_shard_(layout_.total_shard()) {
+      units_(layout_.units()) {
   auto alloc = [&](size_t n, MemTag tag) { return static_cast<float*>(be_.alloc(n * sizeof(float), tag)); };
-  if (sharded_masters()) shard_params_ = alloc(total_shard_, MemTag::Params);
-  else full_params_ = alloc(total_full_, MemTag::Params);
-  if (stage_ <= 1) full_grads_ = alloc(total_full_, MemTag::Grads);
-  if (stage_ >= 1) grad_shard_ = alloc(total_shard_, MemTag::Grads);
-  const size_t moments = stage_ == 0 ? total_full_ : total_shard_;
+  if (sharded_masters()) shard_params_ = alloc(layout_.total_shard(), MemTag::Params);
+  else full_params_ = alloc(layout_.total_full(), MemTag::Params);
+  if (stage_ <= 1) full_grads_ = alloc(layout_.total_full(), MemTag::Grads);
+  if (stage_ >= 1) grad_shard_ = alloc(layout_.total_shard(), MemTag::Grads);
+  const size_t moments = stage_ == 0 ? layout_.total_full() : layout_.total_shard();
   m_ = alloc(moments, MemTag::OptimStates);
   v_ = alloc(moments, MemTag::OptimStates);
-  if (mixed_ && stage_ <= 2) full_compute_ = be_.alloc(total_full_ * esize_, MemTag::Params);
-  if (mixed_ && stage_ == 3) shard_compute_ = be_.alloc(total_shard_ * esize_, MemTag::Params);
+  if (mixed_ && stage_ <= 2) full_compute_ = be_.alloc(layout_.total_full() * esize_, MemTag::Params);
+  if (mixed_ && stage_ == 3) shard_compute_ = be_.alloc(layout_.total_shard() * esize_, MemTag::Params);
   build_spans();
 }
 
@@ -93,7 +91,7 @@ void ParamStore::init(uint64_t seed) {
       model_.init_range(seed, groups[g].offset, groups[g].offset + groups[g].numel, host.data());
       be_.copy_to_device(full_params_ + layout_.group_full_off(g), host.data(), host.size() * sizeof(float));
     }
-    if (mixed_) be_.convert(full_compute_, ct_, full_params_, DType::F32, int64_t(total_full_));
+    if (mixed_) be_.convert(full_compute_, ct_, full_params_, DType::F32, int64_t(layout_.total_full()));
     return;
   }
   for (const Unit& u : units_) {  // only this rank's fp32 shards are ever materialized
@@ -109,8 +107,8 @@ void ParamStore::init(uint64_t seed) {
 }
 
 void ParamStore::zero_grad() {
-  if (full_grads_) be_.fill_zero(full_grads_, total_full_ * sizeof(float));
-  if (grad_shard_) be_.fill_zero(grad_shard_, total_shard_ * sizeof(float));
+  if (full_grads_) be_.fill_zero(full_grads_, layout_.total_full() * sizeof(float));
+  if (grad_shard_) be_.fill_zero(grad_shard_, layout_.total_shard() * sizeof(float));
 }
 
 // ---- parameters ----
@@ -326,7 +324,7 @@ std::vector<float> ParamStore::full_view(const float* full, const float* shards)
       be_.copy_to_host(out.data() + groups[g].offset, full + layout_.group_full_off(g), groups[g].numel * sizeof(float));
     return to_global(out);
   }
-  float* buf = static_cast<float*>(be_.alloc(total_full_ * sizeof(float), MemTag::CommBuffers));
+  float* buf = static_cast<float*>(be_.alloc(layout_.total_full() * sizeof(float), MemTag::CommBuffers));
   for (const Unit& u : units_) dp_.wait(dp_.all_gather(shards + u.shard_off, buf + u.full_off, u.shard));
   for (const Unit& u : units_)
     be_.copy_to_host(out.data() + groups[u.group].offset + u.begin, buf + u.full_off, u.len * sizeof(float));

@@ -126,8 +126,7 @@ class ParamStore final : public ParamProvider {
   size_t esize_;        // its element size
   bool mixed_;          // ct_ != F32: a compute-precision copy of the parameters exists
   ShardLayout layout_;
-  const std::vector<Unit>& units_;
-  size_t total_full_, total_shard_;
+  const std::vector<Unit>& units_;  // layout_.units()
   std::vector<StateSpan> spans_;
   std::vector<GlobalRun> runs_;
   float* full_params_ = nullptr;   // stage 0; stages 1-2 in fp32

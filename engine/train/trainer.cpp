@@ -18,7 +18,7 @@
 #include "engine/optim/schedule.h"
 #include "engine/train/metrics.h"
 #include "engine/train/sampler.h"
-#include "models/registry.h"
+#include "engine/model/registry.h"
 
 namespace zt {
 

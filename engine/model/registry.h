@@ -1,4 +1,5 @@
-// The models ztrain can build, by [model] arch: the one place that names concrete models.
+// The models ztrain can build, by [model] arch. Declared here for the engine; defined in
+// models/registry.cpp, the one place that names concrete models.
 #pragma once
 #include <memory>
 
