@@ -1,4 +1,5 @@
 """Shared helpers for ztrain's script tests: generated text, shard datasets, specs, runs."""
+import math
 import os
 import random
 import socket
@@ -80,3 +81,24 @@ def report(failures, pass_message):
         return 1
     print("PASS: " + pass_message)
     return 0
+
+
+# 16-bit compute: the bounds the parity and precision tests derive from the arithmetic.
+# Storing a value rounds it to nearest even, a relative change of at most half an ulp: 2^-p for p
+# significand bits (bf16 p = 8, fp16 p = 11).
+UNIT_ROUNDOFF = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
+
+
+def gpt2_roundings(n_layer):
+    """16-bit roundings on the longest path from the loss to a GPT-2 gradient: per block the forward
+    stores 10 tensors that the backward reads (ln_1, qkv, attention output, its projection,
+    residual, ln_2, fc, gelu, fc projection, block output) and the backward rounds 7 (the residual
+    gradient twice, d ln, d qkv, d attention, d fc, d gelu); the head 4 (embedding sum, ln_f,
+    logits, their gradient)."""
+    return 17 * n_layer + 4
+
+
+def rounding_bound(compute, n_layer):
+    """Relative error bound of a gradient computed in `compute` against the exact (fp32) one:
+    independent roundings add in quadrature, sqrt(k) u, each counted at its worst."""
+    return math.sqrt(gpt2_roundings(n_layer)) * UNIT_ROUNDOFF[compute]

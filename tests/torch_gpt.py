@@ -42,10 +42,13 @@ class GPT(nn.Module):
         self.transformer.h = nn.ModuleList([Block(C, NH, FF) for _ in range(L)])
         self.transformer.ln_f = nn.LayerNorm(C)
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets=None):
+        """The mean cross-entropy over every position; the logits (B, T, V) without targets."""
         B, T = idx.shape
         x = self.transformer.wte(idx) + self.transformer.wpe(torch.arange(T))
         for blk in self.transformer.h:
             x = blk(x)
         logits = self.transformer.ln_f(x) @ self.transformer.wte.weight.t()  # tied head
+        if targets is None:
+            return logits
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1).long())

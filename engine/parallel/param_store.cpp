@@ -314,6 +314,16 @@ std::vector<float> ParamStore::full_params() {
   return full_view(sharded_masters() ? nullptr : full_params_, shard_params_);
 }
 
+std::vector<float> ParamStore::full_compute_params() {
+  if (!mixed_) return {};
+  const size_t n = stage_ == 3 ? layout_.total_shard() : layout_.total_full();
+  float* wide = static_cast<float*>(be_.alloc(n * sizeof(float), MemTag::CommBuffers));
+  be_.convert(wide, DType::F32, stage_ == 3 ? shard_compute_ : full_compute_, ct_, int64_t(n));
+  std::vector<float> out = stage_ == 3 ? full_view(nullptr, wide) : full_view(wide, nullptr);
+  be_.free(wide);
+  return out;
+}
+
 std::vector<float> ParamStore::full_grads() { return full_view(stage_ == 0 ? full_grads_ : nullptr, grad_shard_); }
 
 std::vector<float> ParamStore::full_view(const float* full, const float* shards) {

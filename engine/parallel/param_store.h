@@ -80,6 +80,9 @@ class ParamStore final : public ParamProvider {
   // (ZeRO or tensor parallelism): every rank must call it.
   std::vector<float> full_params();
   std::vector<float> full_grads();
+  // The compute-precision copy the model reads (bf16/fp16 values widened to fp32), same layout;
+  // empty in fp32. Collective like full_params().
+  std::vector<float> full_compute_params();
 
   // ParamProvider
   void begin_pass(const std::vector<int>& order) override;

@@ -46,6 +46,9 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
   for (const auto& [k, v] : config) write_scalar(f, std::string("/config/") + k, v);
 
   write_tensors(f, "/params", model, store.full_params());
+  // Mixed precision: the compute copy, as the model reads it (evidence that it is 16-bit).
+  const std::vector<float> compute = store.full_compute_params();
+  if (!compute.empty()) write_tensors(f, "/compute", model, compute);
   std::vector<int32_t> inputs(size_t(B) * T), targets(inputs.size());
   trainer.train_order().fill(trainer.train_data(), 0, B, inputs.data(), targets.data());
   if (f) f->write("/batch/inputs", inputs.data(), {B, T});
@@ -60,6 +63,13 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
   store.finish_backward();
   if (f) f->write("/out/loss", &loss, {});
   write_tensors(f, "/grads", model, store.full_grads());
+  // The logits of the last position of each sequence, as the model stores them (compute
+  // precision), from a forward without targets (the one above replaced them by their gradient).
+  model.forward(inputs.data(), nullptr, B, T, 0.0f);
+  const int V = model.vocab_size();
+  std::vector<float> logits(size_t(B) * V);
+  for (int b = 0; b < B; ++b) model.logits_row(b, T - 1, logits.data() + size_t(b) * V);
+  if (f) f->write("/out/logits", logits.data(), {B, V});
   spdlog::info("dump-state: loss {:.6f} at initialization", loss);
 
   if (train_steps > 0) {

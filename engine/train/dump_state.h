@@ -12,6 +12,10 @@ namespace zt {
 //   /params/<name>, /grads/<name>        initial parameters; gradient of /out/loss
 //   /batch/inputs, /batch/targets        int32 (micro_batch, seq_len): global samples 0..B-1
 //   /out/loss                            scalar, mean cross-entropy of that batch
+//   /out/logits                          (micro_batch, vocab_size): logits of each sequence's last
+//                                        position, in compute precision widened to fp32
+//   /compute/<name>                      bf16/fp16 compute only: the compute-precision copy of
+//                                        /params that the model reads, widened to fp32
 //   /config/<key>                        float64 scalars: model dims, optimizer settings,
 //                                        schedule (0 cosine, 1 linear, 2 constant), max_steps,
 //                                        micro_batch, global_batch
