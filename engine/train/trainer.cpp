@@ -293,6 +293,9 @@ void Trainer::run() {
     if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) do_eval(done);
   }
   do_eval(t.max_steps);
+  const MemoryStats ms = backend_->memory_stats();
+  spdlog::info("rank {} peak memory: {:.3f} MiB allocated by the {} backend ({} bytes)", topo_.world_rank,
+               ms.peak / 1048576.0, backend_->name(), ms.peak);
 
   if (t.sample_tokens > 0) {
     const auto& info = train_->manifest().tokenizer;
