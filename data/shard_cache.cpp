@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <thread>
 #include <cmath>
 #include <cstring>
@@ -54,8 +57,22 @@ bool ShardCache::verify(size_t shard, const std::string& path) const {
   return ok;
 }
 
+namespace {
+// "<shard>.tmp.<pid>.<bytes>": a download in progress, reserved at its full size.
+bool parse_download(const std::string& name, pid_t* pid, uint64_t* bytes) {
+  const size_t at = name.find(".ztok.tmp.");
+  if (at == std::string::npos) return false;
+  unsigned long long p = 0, b = 0;
+  if (std::sscanf(name.c_str() + at + 10, "%llu.%llu", &p, &b) != 2) return false;
+  *pid = pid_t(p);
+  *bytes = b;
+  return true;
+}
+}  // namespace
+
 bool ShardCache::make_room(uint64_t bytes) {
-  // Every cached shard under cache_dir (all datasets share the limit), oldest use first.
+  // Every cached shard under cache_dir (all datasets share the limit), oldest use first, and
+  // every download in progress at its full size (one whose process is gone is removed).
   struct Entry {
     fs::path path;
     uint64_t size;
@@ -65,7 +82,15 @@ bool ShardCache::make_room(uint64_t bytes) {
   uint64_t total = 0;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(root_, ec); !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (!it->is_regular_file() || it->path().extension() != ".ztok") continue;
+    if (!it->is_regular_file(ec)) continue;
+    pid_t pid = 0;
+    uint64_t reserved = 0;
+    if (parse_download(it->path().filename().string(), &pid, &reserved)) {
+      if (::kill(pid, 0) != 0 && errno == ESRCH) fs::remove(it->path(), ec);  // left by a dead process
+      else total += reserved;
+      continue;
+    }
+    if (it->path().extension() != ".ztok") continue;
     const uint64_t size = it->file_size(ec);
     entries.push_back({it->path(), size, it->last_write_time(ec)});
     total += size;
@@ -84,6 +109,27 @@ bool ShardCache::make_room(uint64_t bytes) {
   return total + bytes <= limit_;
 }
 
+std::string ShardCache::reserve(const std::string& path, uint64_t bytes) {
+  const std::string lock_path = (fs::path(root_) / ".cache.lock").string();
+  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+  if (lock < 0) throw RuntimeFailure(fmt::format("{}: cannot create: {}", lock_path, std::strerror(errno)));
+  ::flock(lock, LOCK_EX);
+  std::string tmp;
+  try {
+    if (make_room(bytes)) {
+      tmp = fmt::format("{}.tmp.{}.{}", path, ::getpid(), bytes);
+      const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0) throw RuntimeFailure(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
+      ::close(fd);
+    }
+  } catch (...) {
+    ::close(lock);
+    throw;
+  }
+  ::close(lock);
+  return tmp;
+}
+
 bool ShardCache::ensure(size_t shard, bool best_effort) {
   const std::string path = path_of(shard);
   if (fs::exists(path)) return true;  // verified when opened
@@ -96,7 +142,8 @@ bool ShardCache::ensure(size_t shard, bool best_effort) {
       // Shards pinned by readers (this machine's ranks) are released as training moves on:
       // wait for room for a while before calling the limit too small.
       const uint64_t bytes = manifest_.shards[shard].bytes;
-      for (int tries = 0; !make_room(bytes); ++tries) {
+      std::string tmp;
+      for (int tries = 0; (tmp = reserve(path, bytes)).empty(); ++tries) {
         if (best_effort) {
           ::close(lock);
           return false;
@@ -106,8 +153,13 @@ bool ShardCache::ensure(size_t shard, bool best_effort) {
                                            "{} more bytes after 60 s; raise cache_limit", limit_, bytes));
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
       }
-      const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-      store_.download(manifest_.shards[shard].file, tmp);
+      try {
+        store_.download(manifest_.shards[shard].file, tmp);
+      } catch (...) {
+        std::error_code ec;
+        fs::remove(tmp, ec);  // the reservation goes with it
+        throw;
+      }
       if (!verify(shard, tmp)) {
         fs::remove(tmp);
         throw RuntimeFailure(fmt::format("{}: downloaded object does not match the manifest's size/CRC-32",

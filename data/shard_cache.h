@@ -41,7 +41,13 @@ class ShardCache {
  private:
   std::string path_of(size_t shard) const;
   bool verify(size_t shard, const std::string& path) const;  // size + CRC-32
-  bool make_room(uint64_t bytes);  // false when pinned shards leave no room
+  // Reserves `bytes` for a download into the cache: under the machine-wide cache lock, evicts
+  // unpinned shards until the cached shards plus every download in progress fit with it, then
+  // creates the download's file, named "<shard>.tmp.<pid>.<bytes>" so that it counts at its full
+  // size until it is renamed (concurrent downloads: the prefetcher, other ranks, never overfill
+  // the cache together). Returns that name, or "" when pinned shards leave no room.
+  std::string reserve(const std::string& path, uint64_t bytes);
+  bool make_room(uint64_t bytes);  // with the cache lock held
 
   ObjectStore& store_;
   const Manifest& manifest_;

@@ -5,9 +5,10 @@ Forwards every request to an upstream server (s3rver or a plain HTTP server), he
 (S3 signatures cover the Host header, so it is passed through as the client sent it). With
 probability --fault-rate a GET instead gets, in turn, one of: HTTP 503, HTTP 429, a reset
 connection, or a truncated body (full Content-Length, half the bytes). Faults are drawn from a
-seeded generator. GET counts per path and fault counts are served as JSON at /__stats__.
+seeded generator; --fault-kinds limits them to some of 503,429,reset,truncated. GET counts per
+path and fault counts are served as JSON at /__stats__.
 
-  fault_proxy.py --port P --upstream http://127.0.0.1:Q [--fault-rate 0.2] [--seed 1]
+  fault_proxy.py --port P --upstream http://127.0.0.1:Q [--fault-rate 0.2] [--seed 1] [--fault-kinds reset]
 """
 import argparse
 import http.client
@@ -99,8 +100,11 @@ ap.add_argument("--port", type=int, required=True)
 ap.add_argument("--upstream", required=True)
 ap.add_argument("--fault-rate", type=float, default=0.0)
 ap.add_argument("--seed", type=int, default=1)
+ap.add_argument("--fault-kinds", default="503,429,reset,truncated")
 args = ap.parse_args()
 rng = random.Random(args.seed)
-kinds = ["503", "429", "reset", "truncated"]
+kinds = args.fault_kinds.split(",")
+if not kinds or any(k not in stats["faults"] for k in kinds):
+    ap.error(f"--fault-kinds: {args.fault_kinds} (choose from {','.join(stats['faults'])})")
 ThreadingHTTPServer.daemon_threads = True
 ThreadingHTTPServer(("127.0.0.1", args.port), Proxy).serve_forever()

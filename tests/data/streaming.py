@@ -3,11 +3,13 @@
 plain HTTP server, with a fault-injecting proxy (fault_proxy.py) in front:
 - one run from s3://, from http:// and from a local directory gives identical losses;
 - with a fifth of the requests failing (503, 429, resets, truncated bodies) the run completes with
-  the same losses (so no sample was lost or repeated);
-- the cache stays under cache_limit while evicting, and a limit too small for what must be cached
-  at once is an error at start;
+  the same losses (so no sample was lost or repeated); and so it does with each fault kind alone
+  (3 requests in 10 failing, each injected at least once; truncated bodies resumed by ranged GETs);
+- the cache stays under cache_limit while evicting, at every moment of the run (its size, partial
+  downloads included, sampled every 5 ms), and a limit too small for what must be cached at once
+  is an error at start;
 - 4 ranks on one machine download each shard once;
-- a corrupt cached file is detected, deleted and fetched again;
+- a corrupt cached file is detected, deleted and fetched again: every corrupted shard, once;
 - the same losses for D = 1, 2 and 4 with the same global batch;
 - 403 and 404 fail at once with exit 2, naming the object; credentials appear nowhere.
 Skips (exit 77) when node/s3rver or curl are missing (run `npm ci` in tests/data).
@@ -20,6 +22,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -87,11 +90,13 @@ def main():
         wait_port(s3_port)
         wait_port(http_port)
         proxies = {}
-        for name, upstream, rate in [("clean", s3_port, 0.0), ("faulty", s3_port, 0.2), ("broken", s3_port, 1.0)]:
+        kinds = ["503", "429", "reset", "truncated"]
+        for name, upstream, rate, only in [("clean", s3_port, 0.0, kinds), ("faulty", s3_port, 0.2, kinds),
+                                           ("broken", s3_port, 1.0, kinds)] + [(k, s3_port, 0.3, [k]) for k in kinds]:
             port = testlib.free_port()
             procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "fault_proxy.py"), "--port", str(port),
                                            "--upstream", f"http://127.0.0.1:{upstream}", "--fault-rate", str(rate),
-                                           "--seed", "7"]))
+                                           "--seed", "7", "--fault-kinds", ",".join(only)]))
             wait_port(port)
             proxies[name] = port
         # upload with a stock S3 client (curl's SigV4)
@@ -149,6 +154,17 @@ def main():
         expect(st["ranged"] >= 1, "no truncated download was resumed with a ranged GET")
         expect(sum(st["faults"].values()) >= 3, f"too few faults injected: {st['faults']}")
         expect(faulty == ref_long, "losses through the faulty proxy differ from the local run")
+        # each kind alone
+        for kind in kinds:
+            _, alone = train(f"only_{kind}", train="s3://zt/data", port=proxies[kind])
+            st = stats(proxies[kind])
+            injected = st["faults"][kind]
+            print(f"only {kind}: {st['requests']} requests, {injected} injected, {st['ranged']} ranged GETs; "
+                  f"losses identical: {alone == ref}")
+            expect(injected >= 1 and sum(st["faults"].values()) == injected, f"only {kind}: injected {st['faults']}")
+            expect(alone == ref, f"only {kind}: losses differ from the local run")
+            if kind == "truncated":
+                expect(st["ranged"] >= 1, "only truncated: no download was resumed with a ranged GET")
 
         # ---- a store that always fails: the run stops after the retries, naming the object
         t0 = time.time()
@@ -161,15 +177,41 @@ def main():
 
         # ---- cache limit and eviction: room for (2 + prefetch) blocks of 2 shards
         limit = 6 * max_bytes + 1000
-        p, evict = train("evict", train="s3://zt/data", port=proxies["clean"],
-                         train__max_steps=400, train__global_batch=32, train__micro_batch=32,
-                         data__cache_limit=str(limit))
         cache_dir = os.path.join(work, "cache_evict")
+        peak = [0]
+        running = threading.Event()
+        running.set()
+
+        def watch():  # the size of the cached shards during the run, partial downloads included
+            while running.is_set():
+                size = 0
+                for dp, _, fs in os.walk(cache_dir):
+                    for f in fs:
+                        if not (f.endswith(".ztok") or ".ztok.tmp." in f):
+                            continue
+                        try:
+                            size += os.path.getsize(os.path.join(dp, f))
+                        except OSError:  # evicted between listing and stat
+                            pass
+                peak[0] = max(peak[0], size)
+                time.sleep(0.005)
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            p, evict = train("evict", train="s3://zt/data", port=proxies["clean"],
+                             train__max_steps=400, train__global_batch=32, train__micro_batch=32,
+                             data__cache_limit=str(limit))
+        finally:
+            running.clear()
+            watcher.join()
         cached = [os.path.join(dp, f) for dp, _, fs in os.walk(cache_dir) for f in fs if f.endswith(".ztok")]
         total = sum(os.path.getsize(f) for f in cached)
         fetched = [k for k in stats(proxies["clean"])["gets"] if k.endswith(".ztok")]
-        print(f"cache limit {limit} B: {len(fetched)} shards fetched, {len(cached)} cached at the end ({total} B)")
+        print(f"cache limit {limit} B: {len(fetched)} shards fetched, {len(cached)} cached at the end ({total} B), "
+              f"largest size seen during the run {peak[0]} B")
         expect(total <= limit, f"cache holds {total} B > limit {limit}")
+        expect(0 < peak[0] <= limit, f"cache reached {peak[0]} B during the run > limit {limit}")
         expect(len(fetched) > len(cached), "no eviction happened")
         p, _ = testlib.run([args.ztrain, "train", spec("small", train="s3://zt/data", port=s3_port,
                                                        data__cache_limit=str(2 * max_bytes))], check=False, env=env), None
@@ -203,13 +245,20 @@ def main():
                 b = f.read(1)
                 f.seek(100)
                 f.write(bytes([b[0] ^ 0xFF]))
+        # The rerun covers a whole epoch, so it reads every shard, the corrupted ones included: each
+        # of those must be fetched again exactly once (the others, never cached, once too).
+        epoch_steps = json.load(open(os.path.join(local, "manifest.json")))["total_tokens"] // (8 * 32) + 5
         g0 = stats(proxies["clean"])["gets"]
-        _, again = train("d4", train="s3://zt/data", port=proxies["clean"], train__micro_batch=2)
+        _, again = train("d4", train="s3://zt/data", port=proxies["clean"], train__micro_batch=2,
+                         train__max_steps=epoch_steps)
         g1 = stats(proxies["clean"])["gets"]
-        refetched = {k: g1.get(k, 0) - g0.get(k, 0) for k in g1 if k.endswith(".ztok") and g1.get(k, 0) != g0.get(k, 0)}
-        print(f"{len(victims)} corrupted cached shards: {len(refetched)} fetched again, at most {max(refetched.values()) if refetched else 0} time(s) each")
-        expect(refetched and max(refetched.values()) == 1, f"corrupt cached shards were not fetched again once: {refetched}")
-        expect(close(again, ref), "losses after replacing corrupt cached shards differ")
+        fetched = {os.path.basename(k): g1.get(k, 0) - g0.get(k, 0) for k in g1 if k.endswith(".ztok")}
+        per_victim = {os.path.basename(v): fetched.get(os.path.basename(v), 0) for v in victims}
+        print(f"{len(victims)} corrupted cached shards, a {epoch_steps}-step rerun: fetched again {per_victim}")
+        expect(victims and all(n == 1 for n in per_victim.values()),
+               f"corrupted cached shards were not each fetched again once: {per_victim}")
+        _, epoch_ref = train("local_epoch", train=local, train__micro_batch=2, train__max_steps=epoch_steps)
+        expect(close(again, epoch_ref), "losses after replacing corrupt cached shards differ from a local run")
 
         # ---- 403 / 404 fail at once; credentials are never shown
         # "At once" is counted, not timed: through the clean proxy, the manifest is asked for once.
