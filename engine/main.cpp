@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <filesystem>
+
+#include "engine/checkpoint/checkpoint_files.h"
+#include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/config/spec.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
@@ -20,10 +24,14 @@ const char* kUsage = R"(usage: ztrain <command> SPEC.toml [--set section.key=val
 
 commands:
   train SPEC.toml               train the model the spec describes
+        [--resume auto|PATH]    continue from the newest complete checkpoint in [checkpoint] dir,
+                                or from PATH (the same as --set checkpoint.resume=...)
   check SPEC.toml               validate the spec and print it fully resolved (defaults filled in)
   debug dump-state SPEC.toml --out FILE.h5 [--steps N]
                                 write initial parameters, first batch, loss and gradients (and,
                                 with --steps, N training steps) to HDF5 for parity tests
+  ckpt ls DIR                   the checkpoints in DIR: step, complete or not, layout, size
+  ckpt verify PATH              check every block's checksum of checkpoint PATH (exit 2 if damaged)
 
 options:
   --set section.key=value       override a spec value (repeatable), e.g. --set optim.lr=3e-4
@@ -43,9 +51,10 @@ struct Cli {
 Cli parse_cli(int argc, char** argv) {
   Cli c;
   int i = 1;
-  if (i < argc && std::string(argv[i]) == "debug") {
-    if (i + 1 >= argc) user_error("debug needs a subcommand (dump-state)");
-    c.command = std::string("debug ") + argv[i + 1];
+  if (i < argc && (std::string(argv[i]) == "debug" || std::string(argv[i]) == "ckpt")) {
+    if (i + 1 >= argc)
+      user_error("{} needs a subcommand ({})", argv[i], std::string(argv[i]) == "debug" ? "dump-state" : "ls, verify");
+    c.command = std::string(argv[i]) + " " + argv[i + 1];
     i += 2;
   } else if (i < argc) {
     c.command = argv[i++];
@@ -61,6 +70,7 @@ Cli parse_cli(int argc, char** argv) {
     else if (a == "--set") c.overrides.push_back(value());
     else if (a.rfind("--set=", 0) == 0) c.overrides.push_back(a.substr(6));
     else if (a == "--out") c.out = value();
+    else if (a == "--resume") c.overrides.push_back("checkpoint.resume=" + value());
     else if (a == "--steps") {
       const std::string v = value();
       if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos)
@@ -73,6 +83,38 @@ Cli parse_cli(int argc, char** argv) {
   return c;
 }
 
+int ckpt_ls(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir)) user_error("{}: not a directory", dir);
+  const std::string latest = read_latest(dir);
+  const auto all = list_checkpoints(dir);
+  std::printf("%-10s %-22s %-30s %10s  %s\n", "step", "state", "layout (ranks, T, D, ZeRO)", "MiB", "path");
+  for (const auto& c : all) {
+    std::string layout = "-", state = c.complete ? "complete" : fmt::format("incomplete (job {})", c.job_id);
+    if (c.complete) {
+      try {
+        const TrainState s = read_train_state(c.path);
+        layout = fmt::format("{} ranks, T={} D={} ZeRO-{}", s.world, s.tensor, s.data_parallel, s.zero_stage);
+      } catch (const std::exception& e) {
+        state = "damaged";
+      }
+      if (c.name == latest) state += ", latest";
+    }
+    std::printf("%-10lld %-22s %-30s %10.1f  %s\n", (long long)c.step, state.c_str(), layout.c_str(),
+                c.bytes / 1048576.0, c.path.c_str());
+  }
+  if (all.empty()) std::printf("(no checkpoints in %s)\n", dir.c_str());
+  return 0;
+}
+
+int ckpt_verify(const std::string& path) {
+  const std::string problem = verify_checkpoint(path);
+  if (!problem.empty()) user_error("{}", problem);
+  const TrainState s = read_train_state(path);
+  std::printf("%s: ok (step %lld; every block's checksum matches; written by %lld ranks)\n", path.c_str(),
+              (long long)s.step, (long long)s.world);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const Cli c = parse_cli(argc, argv);
   if (c.help || c.command.empty() || c.command == "help" || c.command == "--help" || c.command == "-h") {
@@ -80,6 +122,10 @@ int run(int argc, char** argv) {
     return c.command.empty() && !c.help ? 2 : 0;
   }
   log_init(c.verbose);
+  if (c.command == "ckpt ls" || c.command == "ckpt verify") {
+    if (c.spec_path.empty()) user_error("{}: missing {}", c.command, c.command == "ckpt ls" ? "DIR" : "PATH");
+    return c.command == "ckpt ls" ? ckpt_ls(c.spec_path) : ckpt_verify(c.spec_path);
+  }
   if (c.command != "train" && c.command != "check" && c.command != "debug dump-state")
     user_error("unknown command '{}' (see ztrain --help)", c.command);
   if (c.spec_path.empty()) user_error("{}: missing SPEC.toml", c.command);

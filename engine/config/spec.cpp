@@ -251,6 +251,16 @@ struct Loader {
     check(d.shuffle_block >= 1, "data", "shuffle_block", fmt::format("must be >= 1, got {}", d.shuffle_block));
     check(d.timeout_s > 0, "data", "timeout_s", fmt::format("must be > 0, got {}", d.timeout_s));
     check(d.retries <= 100, "data", "retries", fmt::format("must be <= 100, got {}", d.retries));
+    auto& k = spec.checkpoint;
+    check(k.every_minutes >= 0, "checkpoint", "every_minutes", fmt::format("must be >= 0, got {}", k.every_minutes));
+    check(k.dir.rfind("s3://", 0) != 0, "checkpoint", "dir",
+          "s3:// checkpoint directories are not supported yet; use a local directory (and sync it)");
+    check(k.resume.empty() || k.init_from.empty(), "checkpoint", "init_from",
+          "resume and init_from exclude each other (resume continues a run, init_from starts a new one)");
+    check(k.resume != "auto" || !k.dir.empty(), "checkpoint", "resume", "\"auto\" needs [checkpoint] dir");
+    const bool saves = k.every_steps > 0 || k.every_minutes > 0 || k.exit_after > 0;
+    check(!saves || !k.dir.empty(), "checkpoint", "dir",
+          "every_steps, every_minutes and exit_after write checkpoints: set [checkpoint] dir");
   }
 };
 

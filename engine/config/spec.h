@@ -71,6 +71,16 @@ struct RunSpec {
     bool s3_path_style = false;                   // endpoint/bucket/key addressing
     std::string s3_access_key_id, s3_secret_access_key, s3_session_token;  // default: AWS_* env
   } data;
+  struct Checkpoint {
+    std::string dir;            // where checkpoints go (a local directory); empty: none
+    int64_t every_steps = 0;    // 0: only at the end, on exit_after and on signals
+    double every_minutes = 0;   // 0: off (spot instances: a few minutes)
+    int64_t keep_last = 3;      // complete checkpoints kept (0 = all)
+    bool async = true;          // write in the background while training continues
+    std::string resume;         // "" (fresh start), "auto" (newest complete in dir) or a path
+    std::string init_from;      // a checkpoint whose weights start this run (optimizer fresh)
+    int64_t exit_after = 0;     // stop after this many steps of this launch, with a checkpoint
+  } checkpoint;
 
   std::string source;  // the file the spec came from, for messages
 };

@@ -69,6 +69,14 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_SECRET(data, s3_access_key_id, "S3 access key (default: AWS_ACCESS_KEY_ID)"),
       ZT_SECRET(data, s3_secret_access_key, "S3 secret key (default: AWS_SECRET_ACCESS_KEY)"),
       ZT_SECRET(data, s3_session_token, "S3 session token (default: AWS_SESSION_TOKEN)"),
+      ZT_KEY(checkpoint, dir, false, "checkpoint directory (empty = no checkpoints)"),
+      ZT_KEY(checkpoint, every_steps, false, "steps between checkpoints (0 = at the end and on signals only)"),
+      ZT_KEY(checkpoint, every_minutes, false, "minutes between checkpoints (0 = off)"),
+      ZT_KEY(checkpoint, keep_last, false, "complete checkpoints kept (0 = all)"),
+      ZT_KEY(checkpoint, async, false, "write checkpoints in the background"),
+      ZT_KEY(checkpoint, resume, false, "\"auto\" (newest complete checkpoint in dir), a checkpoint path, or empty"),
+      ZT_KEY(checkpoint, init_from, false, "checkpoint whose weights start this run (optimizer fresh)"),
+      ZT_KEY(checkpoint, exit_after, false, "stop after this many steps of this launch, with a checkpoint (0 = off)"),
   };
   return keys;
 }

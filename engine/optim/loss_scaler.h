@@ -21,6 +21,13 @@ class LossScaler {
   // RuntimeFailure when dynamic scaling overflows at min_scale (fp16 cannot represent this run).
   bool update(bool grads_finite);
   int64_t skipped() const { return skipped_; }
+  // What a checkpoint saves, so that a resumed run skips and rescales exactly as it would have.
+  struct State {
+    double scale = 1;
+    int64_t clean = 0, skipped = 0;
+  };
+  State state() const { return {scale_, clean_, skipped_}; }
+  void restore(const State& s) { scale_ = s.scale, clean_ = s.clean, skipped_ = s.skipped; }
 
  private:
   bool active_ = false, dynamic_ = false;

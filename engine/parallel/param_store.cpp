@@ -277,12 +277,14 @@ float* ParamStore::state_ptr(State st, const GlobalRun& r) const {
   return base + r.span_off;
 }
 
-void ParamStore::read_run(State st, const GlobalRun& r, float* host) const {
-  be_.copy_to_host(host, state_ptr(st, r), r.n * sizeof(float));
+void ParamStore::read_run(State st, const GlobalRun& r, size_t off, size_t n, float* host) const {
+  ZT_CHECK(off + n <= r.n, "read_run: [{}, {}) beyond a run of {}", off, off + n, r.n);
+  be_.copy_to_host(host, state_ptr(st, r) + off, n * sizeof(float));
 }
 
-void ParamStore::write_run(State st, const GlobalRun& r, const float* host) {
-  be_.copy_to_device(state_ptr(st, r), host, r.n * sizeof(float));
+void ParamStore::write_run(State st, const GlobalRun& r, size_t off, size_t n, const float* host) {
+  ZT_CHECK(off + n <= r.n, "write_run: [{}, {}) beyond a run of {}", off, off + n, r.n);
+  be_.copy_to_device(state_ptr(st, r) + off, host, n * sizeof(float));
 }
 
 void ParamStore::publish_written_masters() {

@@ -71,8 +71,11 @@ class ParamStore final : public ParamProvider {
   enum class State { Master, Grad, AdamM, AdamV };
   // Host copies of a run's elements of one state, and back. After writing masters, call
   // publish_written_masters() (collective) to refresh the compute copy and the other ranks' views.
-  void read_run(State s, const GlobalRun& r, float* host) const;
-  void write_run(State s, const GlobalRun& r, const float* host);
+  void read_run(State s, const GlobalRun& r, float* host) const { read_run(s, r, 0, r.n, host); }
+  void write_run(State s, const GlobalRun& r, const float* host) { write_run(s, r, 0, r.n, host); }
+  // Elements [off, off + n) of the run only.
+  void read_run(State s, const GlobalRun& r, size_t off, size_t n, float* host) const;
+  void write_run(State s, const GlobalRun& r, size_t off, size_t n, const float* host);
   void publish_written_masters();
 
   // The full parameters / reduced gradients in the unsharded model's flat layout (global offsets

@@ -3,15 +3,38 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 
 namespace zt {
 
-MetricsWriter::MetricsWriter(const std::string& out_dir) {
+MetricsWriter::MetricsWriter(const std::string& out_dir, int64_t resumed_step) {
   namespace fs = std::filesystem;
   path_ = (fs::path(out_dir) / "metrics.jsonl").string();
+  if (resumed_step > 0 && fs::exists(path_)) {
+    std::string kept;
+    {
+      std::ifstream in(path_);
+      for (std::string line; std::getline(in, line);) {
+        const auto j = nlohmann::json::parse(line, nullptr, false);
+        if (j.is_discarded()) continue;  // a line cut by the crash
+        if (j.contains("step") && j["step"].is_number() && j["step"].get<int64_t>() > resumed_step) continue;
+        kept += line + "\n";
+      }
+    }
+    const std::string tmp = path_ + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      out << kept;
+      if (!out) throw RuntimeFailure(fmt::format("{}: write failed", tmp));
+    }
+    fs::rename(tmp, path_);
+    f_ = std::fopen(path_.c_str(), "a");
+    if (!f_) throw RuntimeFailure(fmt::format("{}: cannot open: {}", path_, std::strerror(errno)));
+    return;
+  }
   if (fs::exists(path_) && fs::file_size(path_) > 0) {
     int n = 1;
     while (fs::exists(fs::path(out_dir) / fmt::format("metrics.{}.jsonl", n))) ++n;

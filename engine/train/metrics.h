@@ -10,8 +10,10 @@ namespace zt {
 class MetricsWriter {
  public:
   // Opens OUT_DIR/metrics.jsonl for a new run; an earlier run's file is kept as
-  // metrics.<n>.jsonl rather than overwritten.
-  explicit MetricsWriter(const std::string& out_dir);
+  // metrics.<n>.jsonl rather than overwritten. A run resumed after step `resumed_step` (> 0)
+  // continues the file instead: its rows up to that step stay, later ones (written after the
+  // checkpoint by the run that stopped) are dropped, so no step appears twice.
+  explicit MetricsWriter(const std::string& out_dir, int64_t resumed_step = 0);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

@@ -1,6 +1,7 @@
 // The training loop (see trainer.h).
 #include "engine/train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,7 +11,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "data/tokenizer/tokenizer.h"
+#include "engine/checkpoint/checkpoint_files.h"
+#include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/train/preemption.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
@@ -101,9 +107,120 @@ Trainer::Trainer(const RunSpec& spec)
   }
   topo_.world->all_reduce_doubles(failed, 2);
   if (error) std::rethrow_exception(error);
-  dist_set_phase(DistPhase::Running);
   if (failed[0] + failed[1] > 0)
     throw PeerFailure(failed[1] > 0 ? 1 : 2, "another rank failed during start-up");
+  resume_or_init();
+  dist_set_phase(DistPhase::Running);
+}
+
+void Trainer::agreed(const std::function<void()>& f) {
+  double failed[2] = {0, 0};  // user errors, runtime failures
+  std::exception_ptr error;
+  try {
+    f();
+  } catch (const UserError&) {
+    failed[0] = 1;
+    error = std::current_exception();
+  } catch (const std::exception&) {
+    failed[1] = 1;
+    error = std::current_exception();
+  }
+  topo_.world->all_reduce_doubles(failed, 2);
+  const int code = failed[1] > 0 ? 1 : 2;
+  if (failed[0] + failed[1] == 0) return;
+  // the same error on every rank (a bad file all of them read): rank 0 alone reports it
+  const bool everywhere = failed[0] + failed[1] == topo_.world_size;
+  if (error && (!everywhere || topo_.is_root())) std::rethrow_exception(error);
+  throw PeerFailure(code, "another rank failed");
+}
+
+std::string Trainer::choose_checkpoint() {
+  const std::string& dir = spec_.checkpoint.dir;
+  std::vector<CheckpointEntry> complete;
+  for (const auto& c : list_checkpoints(dir))
+    if (c.complete) complete.push_back(c);
+  // newest first; `latest` normally names the newest, and is only a hint
+  std::reverse(complete.begin(), complete.end());
+  const std::string latest = read_latest(dir);
+  std::stable_partition(complete.begin(), complete.end(), [&](const auto& c) { return c.name == latest; });
+  for (const auto& c : complete) {
+    // the ranks share the verification: each checks every world_size-th rank file
+    const std::string problem = verify_checkpoint(c.path, topo_.world_rank, topo_.world_size);
+    double bad = problem.empty() ? 0 : 1;
+    topo_.world->all_reduce_doubles(&bad, 1);
+    if (bad == 0) return c.path;
+    if (!problem.empty())
+      spdlog::warn("checkpoint {} is damaged: {}; falling back to the previous complete one", c.path, problem);
+  }
+  if (!complete.empty())
+    user_error("{}: no complete checkpoint verifies (see the warnings above); resume = \"\" starts afresh", dir);
+  return "";
+}
+
+void Trainer::resume_or_init() {
+  const auto& k = spec_.checkpoint;
+  if (!k.dir.empty()) {
+    double id = topo_.is_root() ? double(::getpid()) : 0.0;  // one id for the job, from rank 0
+    topo_.world->all_reduce_doubles(&id, 1);
+    job_id_ = int64_t(id);
+  }
+  const bool weights_only = !k.init_from.empty();
+  const std::string wanted = weights_only ? k.init_from : k.resume;
+  std::string path;
+  if (wanted == "auto") {
+    agreed([&] { path = choose_checkpoint(); });
+    if (path.empty()) {
+      if (topo_.is_root()) spdlog::info("checkpoint: none in {} yet: starting from step 0", k.dir);
+      return;
+    }
+  } else if (!wanted.empty()) {
+    agreed([&] {
+      namespace fs = std::filesystem;
+      path = wanted;
+      if (!fs::exists(fs::path(path) / "checkpoint.h5")) {
+        const std::string latest = read_latest(path);
+        if (latest.empty())
+          user_error("{}: not a checkpoint (no checkpoint.h5) nor a checkpoint directory (no latest)", wanted);
+        path = (fs::path(path) / latest).string();
+      }
+      const std::string problem = verify_checkpoint(path, topo_.world_rank, topo_.world_size);
+      if (!problem.empty()) user_error("{}", problem);
+    });
+  }
+  if (path.empty()) return;
+  TrainState st;
+  agreed([&] {
+    st = read_train_state(path);
+    const std::string mismatch = model_mismatch(path, *model_);
+    if (!mismatch.empty()) user_error("checkpoint does not fit [model]: {}", mismatch);
+    if (!weights_only) start_step_ = restore_loader_position(st.data);
+    load_states(path, *store_, *model_, weights_only);
+  });
+  store_->publish_written_masters();
+  if (weights_only) {
+    if (topo_.is_root()) spdlog::info("checkpoint: weights from {} (optimizer fresh, step 0)", path);
+    return;
+  }
+  adam_steps_ = int(st.adam_steps);
+  scaler_->restore(st.scaler);
+  if (topo_.is_root())
+    spdlog::info("checkpoint: resumed from {} at step {} (written by {} ranks: tensor {}, data {}, ZeRO-{})", path,
+                 start_step_, st.world, st.tensor, st.data_parallel, st.zero_stage);
+}
+
+TrainState Trainer::train_state(int64_t steps_done) const {
+  TrainState s;
+  s.step = steps_done;
+  s.adam_steps = adam_steps_;
+  s.scaler = scaler_->state();
+  s.data = loader_position(steps_done);
+  s.spec_toml = resolved_toml(spec_);
+  s.world = topo_.world_size, s.tensor = topo_.tp, s.data_parallel = topo_.dp, s.zero_stage = spec_.parallel.zero_stage;
+  return s;
+}
+
+void Trainer::save_checkpoint(int64_t steps_done, bool wait) {
+  ckpt_->save(train_state(steps_done), wait);
 }
 
 void Trainer::build() {
@@ -246,8 +363,14 @@ void Trainer::run() {
   if (root) {
     fs::create_directories(spec_.run.out_dir);
     write_text_atomic(fs::path(spec_.run.out_dir) / "config.resolved.toml", resolved_toml(spec_));
-    metrics = std::make_unique<MetricsWriter>(spec_.run.out_dir);
+    metrics = std::make_unique<MetricsWriter>(spec_.run.out_dir, start_step_);
   }
+  const auto& k = spec_.checkpoint;
+  if (!k.dir.empty()) {
+    ckpt_ = std::make_unique<CheckpointWriter>(k, *store_, *model_, topo_, *backend_, job_id_);
+    install_preemption_handlers();
+  }
+  Timer since_save;
   const auto& m = spec_.model;
   if (root) {
     spdlog::info("run '{}': {}: {:.2f}M parameters", spec_.run.name, model_->describe(),
@@ -266,7 +389,7 @@ void Trainer::run() {
     std::fflush(stdout);
     metrics->write({{"kind", "eval"}, {"step", step}, {"val_loss", vl}});
   };
-  for (int64_t s = 0; s < t.max_steps; ++s) {
+  for (int64_t s = start_step_; s < t.max_steps; ++s) {
     const StepResult r = step(s);
     if (!std::isfinite(r.loss))
       throw RuntimeFailure(fmt::format("step {}: loss is {} (diverged); lower [optim] lr", s + 1, r.loss));
@@ -291,8 +414,40 @@ void Trainer::run() {
       metrics->write(rec);
     }
     if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) do_eval(done);
+    if (!ckpt_ || done == t.max_steps) continue;  // the last step's checkpoint is written below
+    // The ranks agree, in one small all-reduce per step: a signal on any rank, rank 0's clock for
+    // every_minutes, and whether every rank finished writing its part of the pending save.
+    double agree[4] = {preemption_signal() ? 1.0 : 0.0,
+                       root && k.every_minutes > 0 && since_save.seconds() >= 60 * k.every_minutes ? 1.0 : 0.0,
+                       ckpt_->local_done() ? 1.0 : 0.0, ckpt_->local_failed() ? 1.0 : 0.0};
+    topo_.world->all_reduce_doubles(agree, 4);
+    if (ckpt_->pending() && agree[2] == topo_.world_size) ckpt_->complete(agree[3] > 0);
+    const bool stop = agree[0] > 0 || (k.exit_after > 0 && done - start_step_ >= k.exit_after);
+    if (stop) {
+      Timer t_save;
+      save_checkpoint(done, /*wait=*/true);
+      if (root) {
+        const int sig = preemption_signal();
+        const std::string why = agree[0] == 0 ? "[checkpoint] exit_after reached"
+                                : sig       ? fmt::format("stopped by {}", signal_name(sig))
+                                            : "stopped by a signal to another rank";
+        std::printf("%s after step %lld: checkpoint %s written in %.2f s; continue with --resume auto\n",
+                    why.c_str(), (long long)done, ckpt_->last_complete().c_str(), t_save.seconds());
+        std::fflush(stdout);
+      }
+      return;
+    }
+    if ((k.every_steps > 0 && done % k.every_steps == 0) || agree[1] > 0) {
+      save_checkpoint(done, /*wait=*/false);
+      since_save.reset();
+      if (root)
+        spdlog::info("checkpoint: step {} {} ({:.1f} ms{}, {:.1f} MiB of host buffers)", done,
+                     k.async ? "saving in the background" : "saved", ckpt_->last_stall_ms(),
+                     k.async ? " paid by the step" : "", ckpt_->host_buffer_mib());
+    }
   }
   do_eval(t.max_steps);
+  if (ckpt_ && start_step_ < t.max_steps) save_checkpoint(t.max_steps, /*wait=*/true);
   const MemoryStats ms = backend_->memory_stats();
   spdlog::info("rank {} peak memory: {:.3f} MiB allocated by the {} backend ({} bytes)", topo_.world_rank,
                ms.peak / 1048576.0, backend_->name(), ms.peak);

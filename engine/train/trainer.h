@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "data/loader.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/backend/backend.h"
 #include "engine/config/spec.h"
 #include "engine/comm/device_comms.h"
@@ -50,8 +52,13 @@ class Trainer {
   int64_t restore_loader_position(const data::LoaderPosition& p) const;
   // Mean loss over eval_steps micro-batches of the validation set (in dataset order).
   float evaluate();
-  // The whole run: rank 0 writes config.resolved.toml and metrics.jsonl under run.out_dir.
+  // The whole run: rank 0 writes config.resolved.toml and metrics.jsonl under run.out_dir;
+  // checkpoints as [checkpoint] says, and on SIGTERM / SIGINT / SIGUSR1.
   void run();
+  // The step training continues with (0, or the resumed checkpoint's).
+  int64_t start_step() const { return start_step_; }
+  // Everything a checkpoint written after `steps_done` steps holds besides the model states.
+  TrainState train_state(int64_t steps_done) const;
 
   Model& model() { return *model_; }
   ParamStore& store() { return *store_; }
@@ -67,6 +74,13 @@ class Trainer {
  private:
   void build();  // everything after the topology (the part that may fail on one rank only)
   void log_memory() const;
+  // Runs f on every rank and agrees on the outcome: when it threw somewhere, every rank throws
+  // (the failing ones their own error; the others PeerFailure with its exit status), so a job
+  // prints one message and never leaves ranks waiting in a collective.
+  void agreed(const std::function<void()>& f);
+  void resume_or_init();             // [checkpoint] resume / init_from
+  std::string choose_checkpoint();   // resume = "auto": the newest complete one that verifies
+  void save_checkpoint(int64_t steps_done, bool wait);
 
   RunSpec spec_;
   Topology topo_;
@@ -82,6 +96,9 @@ class Trainer {
   int64_t loader_step_ = -1;                   // the step the loader's next batch belongs to
   std::vector<int32_t> inputs_, targets_;  // (micro_batch, seq_len) host staging
   int64_t local_batch_ = 0;                // sequences per step on this rank
+  int64_t start_step_ = 0;
+  int64_t job_id_ = 0;                     // rank 0's process id: names this job's unfinished saves
+  std::unique_ptr<CheckpointWriter> ckpt_;
 };
 
 }  // namespace zt

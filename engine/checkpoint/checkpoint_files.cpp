@@ -1,0 +1,156 @@
+// Checkpoint directory files (see checkpoint_files.h).
+#include "engine/checkpoint/checkpoint_files.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "engine/checkpoint/h5_file.h"
+#include "engine/core/status.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+std::string checkpoint_name(int64_t step) { return fmt::format("step_{:08d}", step); }
+std::string rank_file_name(int rank) { return fmt::format("rank_{:05d}.h5", rank); }
+
+std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
+  std::vector<CheckpointEntry> out;
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    if (!it->is_directory(ec)) continue;
+    const std::string name = it->path().filename().string();
+    long long step = 0, job = 0;
+    int used = 0;
+    CheckpointEntry e;
+    e.path = it->path().string();
+    e.name = name;
+    if (std::sscanf(name.c_str(), "step_%lld%n", &step, &used) == 1 && used == int(name.size())) {
+      e.complete = true;
+    } else if (std::sscanf(name.c_str(), "step_%lld.tmp-%lld%n", &step, &job, &used) == 2 && used == int(name.size())) {
+      e.job_id = job;
+    } else {
+      continue;
+    }
+    e.step = step;
+    for (auto f = fs::directory_iterator(it->path(), ec); !ec && f != fs::directory_iterator(); f.increment(ec))
+      e.bytes += double(f->file_size(ec));
+    out.push_back(e);
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.step != b.step ? a.step < b.step : a.complete < b.complete;
+  });
+  return out;
+}
+
+void write_latest(const std::string& dir, const std::string& name) {
+  const fs::path tmp = fs::path(dir) / "latest.tmp", path = fs::path(dir) / "latest";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << name << "\n";
+    if (!f) throw RuntimeFailure(fmt::format("{}: write failed", tmp.string()));
+  }
+  fsync_path(tmp.string());
+  fs::rename(tmp, path);
+  fsync_path(dir);
+}
+
+std::string read_latest(const std::string& dir) {
+  std::ifstream f(fs::path(dir) / "latest");
+  std::string name;
+  if (!(f >> name)) return "";
+  return name;
+}
+
+namespace {
+// The training state's scalars, in a fixed order: written under /meta, covered by /meta/crc32.
+std::vector<std::pair<std::string, int64_t>> meta_ints(const TrainState& s) {
+  return {{"format_version", kCheckpointFormat},
+          {"step", s.step},
+          {"adam_steps", s.adam_steps},
+          {"scaler_clean_steps", s.scaler.clean},
+          {"skipped_steps", s.scaler.skipped},
+          {"data_next_sample", int64_t(s.data.next_sample)},
+          {"data_seed", int64_t(s.data.seed)},
+          {"data_fingerprint", int64_t(s.data.dataset_crc)},
+          {"global_batch", s.data.global_batch},
+          {"layout_world", s.world},
+          {"layout_tensor", s.tensor},
+          {"layout_data_parallel", s.data_parallel},
+          {"layout_zero_stage", s.zero_stage}};
+}
+
+int64_t meta_crc(const TrainState& s) {
+  std::string text;
+  for (const auto& [k, v] : meta_ints(s)) text += fmt::format("{}={};", k, v);
+  text += fmt::format("loss_scale={:a};spec={}", s.scaler.scale, s.spec_toml);
+  return int64_t(crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size()));
+}
+}  // namespace
+
+void write_master_file(const std::string& ckpt_dir, int rank_files, const Model& model, const TrainState& state) {
+  // Every rank file's blocks, per (state, tensor).
+  std::map<std::string, std::vector<H5File::VirtualBlock>> blocks;
+  for (int r = 0; r < rank_files; ++r) {
+    const std::string file = rank_file_name(r);
+    const H5File f((fs::path(ckpt_dir) / file).string(), H5File::Mode::Read);
+    for (const char* st : kCheckpointStates)
+      for (const std::string& tensor : f.children(std::string("/") + st))
+        for (const std::string& k : f.children(fmt::format("/{}/{}", st, tensor))) {
+          const std::string ds = fmt::format("/{}/{}/{}", st, tensor, k);
+          const std::vector<int64_t> shape = f.shape(ds);
+          H5File::VirtualBlock b{file, ds, {}, shape};
+          if (shape.size() == 2) b.start = {f.attr(ds, "row0"), f.attr(ds, "col0")};
+          else b.start = {f.attr(ds, "col0")};
+          blocks[fmt::format("/{}/{}", st, tensor)].push_back(std::move(b));
+        }
+  }
+  H5File m((fs::path(ckpt_dir) / "checkpoint.h5").string(), H5File::Mode::Create);
+  for (const char* st : kCheckpointStates)
+    for (const ParamInfo& p : model.params()) {
+      const std::string name = fmt::format("/{}/{}", st, p.name);
+      m.write_virtual(name, p.global_shape, blocks[name]);
+    }
+  for (const auto& [k, v] : meta_ints(state)) m.write("/meta/" + k, &v, {});
+  m.write("/meta/loss_scale", &state.scaler.scale, {});
+  m.write_string("/meta/spec", state.spec_toml);
+  const int64_t crc = meta_crc(state), files = rank_files;
+  m.write("/meta/rank_files", &files, {});
+  m.write("/meta/crc32", &crc, {});
+  m.close();
+  fsync_path((fs::path(ckpt_dir) / "checkpoint.h5").string());
+}
+
+TrainState read_train_state(const std::string& ckpt_dir) {
+  const std::string path = (fs::path(ckpt_dir) / "checkpoint.h5").string();
+  const H5File f(path, H5File::Mode::Read);
+  if (!f.exists("/meta/format_version")) user_error("{}: not a ztrain checkpoint (no /meta)", path);
+  const int64_t version = f.read_int64("/meta/format_version");
+  if (version != kCheckpointFormat)
+    user_error("{}: checkpoint format {} (this ztrain reads format {})", path, version, kCheckpointFormat);
+  TrainState s;
+  s.step = f.read_int64("/meta/step");
+  s.adam_steps = f.read_int64("/meta/adam_steps");
+  s.scaler.clean = f.read_int64("/meta/scaler_clean_steps");
+  s.scaler.skipped = f.read_int64("/meta/skipped_steps");
+  s.scaler.scale = f.read_double("/meta/loss_scale");
+  s.data.next_sample = uint64_t(f.read_int64("/meta/data_next_sample"));
+  s.data.seed = uint64_t(f.read_int64("/meta/data_seed"));
+  s.data.dataset_crc = uint64_t(f.read_int64("/meta/data_fingerprint"));
+  s.data.global_batch = f.read_int64("/meta/global_batch");
+  s.world = f.read_int64("/meta/layout_world");
+  s.tensor = f.read_int64("/meta/layout_tensor");
+  s.data_parallel = f.read_int64("/meta/layout_data_parallel");
+  s.zero_stage = f.read_int64("/meta/layout_zero_stage");
+  s.spec_toml = f.read_string("/meta/spec");
+  if (meta_crc(s) != f.read_int64("/meta/crc32"))
+    user_error("{}: /meta: checksum mismatch (the training state is damaged)", path);
+  return s;
+}
+
+}  // namespace zt

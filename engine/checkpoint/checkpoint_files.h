@@ -1,0 +1,33 @@
+// The files of a checkpoint directory (layout in checkpoint.h): names, listing, the `latest`
+// pointer, and checkpoint.h5 (virtual datasets over the rank files, and the training state).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/model/model.h"
+
+namespace zt {
+
+struct CheckpointEntry {
+  std::string path, name;
+  int64_t step = 0;
+  bool complete = false;  // a step_XXXXXXXX directory (a save in progress or interrupted: .tmp-JOB)
+  int64_t job_id = 0;     // of an incomplete one
+  double bytes = 0;
+};
+// Every checkpoint directory under `dir`, oldest step first (empty when dir does not exist).
+std::vector<CheckpointEntry> list_checkpoints(const std::string& dir);
+
+// `latest` holds the newest complete checkpoint's name; written atomically and durably.
+void write_latest(const std::string& dir, const std::string& name);
+std::string read_latest(const std::string& dir);  // "" when absent
+
+// Rank 0, after every rank wrote its rank file into `ckpt_dir`: checkpoint.h5 with a virtual
+// dataset per state and tensor over the rank files' blocks, and the training state.
+void write_master_file(const std::string& ckpt_dir, int rank_files, const Model& model, const TrainState& state);
+// The training state of checkpoint.h5 in `ckpt_dir` (UserError naming the file when damaged).
+TrainState read_train_state(const std::string& ckpt_dir);
+
+}  // namespace zt

@@ -1,0 +1,226 @@
+// CheckpointWriter (see checkpoint_writer.h).
+#include "engine/checkpoint/checkpoint_writer.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "engine/checkpoint/checkpoint_files.h"
+#include "engine/checkpoint/h5_file.h"
+#include "engine/core/log.h"
+#include "engine/core/status.h"
+#include "engine/core/timer.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr size_t kChunkElems = size_t(64) << 20 >> 2;  // 64 MiB: the bound on a synchronous save's buffer
+constexpr ParamStore::State kStates[] = {ParamStore::State::Master, ParamStore::State::AdamM,
+                                         ParamStore::State::AdamV};
+
+// Test hook for the crash tests: ZTRAIN_TEST_PAUSE_SAVE=RANK:STEP makes that rank stop in the
+// middle of writing its part of that checkpoint (after the parameters, before the moments).
+void pause_if_asked(int rank, int64_t step) {
+  const char* v = std::getenv("ZTRAIN_TEST_PAUSE_SAVE");
+  int r = -1;
+  long long s = -1;
+  if (!v || std::sscanf(v, "%d:%lld", &r, &s) != 2 || r != rank || s != step) return;
+  std::fprintf(stderr, "ztrain: test hook: rank %d pauses in the middle of saving step %lld\n", rank, s);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::minutes(10));
+}
+}  // namespace
+
+// Async saves: this rank's pieces of each state, concatenated in piece order, in host memory.
+struct CheckpointWriter::Snapshot {
+  Backend& be;
+  float* data[3] = {nullptr, nullptr, nullptr};
+  explicit Snapshot(Backend& b) : be(b) {}
+  ~Snapshot() {
+    for (float* p : data) be.free(p);
+  }
+};
+
+CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& store, const Model& model,
+                                   const Topology& topo, Backend& backend, int64_t job_id)
+    : opts_(opts), store_(store), model_(model), topo_(topo), be_(backend), job_id_(job_id) {
+  std::vector<RunRef> refs;
+  for (const auto& r : store.global_runs())
+    if (r.owner) runs_.push_back(r), refs.push_back({r.param, r.global_begin, r.n});
+  std::vector<TensorShape> shapes;
+  for (const auto& p : model.params()) shapes.push_back({p.global_shape});
+  pieces_ = make_pieces(refs, shapes);
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (thread_.joinable()) thread_.join();
+}
+
+namespace {
+// Elements [e0, e1) of piece `p` (row-major in the block) of state `st`, from its runs.
+void copy_piece_range(const ParamStore& store, const std::vector<ParamStore::GlobalRun>& runs, const Piece& p,
+                      ParamStore::State st, size_t e0, size_t e1, float* dst) {
+  size_t at = 0;  // element index of the current source's first element within the piece
+  for (const Piece::Source& s : p.sources) {
+    const size_t lo = std::max(e0, at), hi = std::min(e1, at + s.n);
+    if (lo < hi) store.read_run(st, runs[s.run], s.off + (lo - at), hi - lo, dst + (lo - e0));
+    at += s.n;
+  }
+}
+}  // namespace
+
+void CheckpointWriter::write_rank_file(const std::string& path, const Snapshot* snap) {
+  H5File f(path, H5File::Mode::Create);
+  std::vector<float> chunk;
+  for (int si = 0; si < 3; ++si) {
+    if (si == 1) pause_if_asked(topo_.world_rank, state_.step);
+    std::map<int, int> count;  // pieces written per tensor
+    size_t snap_off = 0;
+    for (const Piece& p : pieces_) {
+      const ParamInfo& info = model_.params()[size_t(p.param)];
+      const std::string name = fmt::format("/{}/{}/{}", kCheckpointStates[si], info.name, count[p.param]++);
+      const bool two_d = info.global_shape.size() == 2;
+      f.create_floats(name, two_d ? std::vector<int64_t>{p.rows, p.cols} : std::vector<int64_t>{p.cols});
+      // chunks of whole rows (1-D: of elements), at most kChunkElems
+      const size_t row = two_d ? size_t(p.cols) : 1, n = p.numel();
+      const size_t step = std::max<size_t>(1, kChunkElems / row) * row;
+      uLong crc = crc32(0L, Z_NULL, 0);
+      for (size_t e0 = 0; e0 < n; e0 += step) {
+        const size_t e1 = std::min(n, e0 + step);
+        const float* src;
+        if (snap) {
+          src = snap->data[si] + snap_off + e0;
+        } else {
+          chunk.resize(e1 - e0);
+          copy_piece_range(store_, runs_, p, kStates[si], e0, e1, chunk.data());
+          src = chunk.data();
+        }
+        f.write_rows(name, int64_t(e0 / row), int64_t((e1 - e0) / row), src);
+        crc = crc32_z(crc, reinterpret_cast<const Bytef*>(src), (e1 - e0) * sizeof(float));
+      }
+      snap_off += n;
+      f.set_attr(name, "crc32", int64_t(crc));
+      f.set_attr(name, "row0", p.row0);
+      f.set_attr(name, "col0", p.col0);
+    }
+  }
+  f.close();
+  fsync_path(path);
+}
+
+void CheckpointWriter::save(const TrainState& state, bool wait) {
+  Timer timer;
+  finish();  // the previous save, if still pending
+  state_ = state;
+  const fs::path dir(opts_.dir);
+  tmp_dir_ = (dir / fmt::format("{}.tmp-{}", checkpoint_name(state.step), job_id_)).string();
+  fs::create_directories(tmp_dir_);
+  const std::string path = (fs::path(tmp_dir_) / rank_file_name(topo_.world_rank)).string();
+  pending_ = true;
+  done_ = false;
+  error_.clear();
+  if (opts_.async) {
+    // the step pays for this copy only; the write runs in the background
+    snap_ = std::make_unique<Snapshot>(be_);
+    size_t total = 0;
+    for (const Piece& p : pieces_) total += p.numel();
+    host_bytes_ = 3 * total * sizeof(float);
+    for (int si = 0; si < 3; ++si) {
+      snap_->data[si] = static_cast<float*>(be_.alloc(std::max<size_t>(total, 1) * sizeof(float), MemTag::Other,
+                                                      MemKind::PinnedHost));
+      size_t off = 0;
+      for (const Piece& p : pieces_) {
+        copy_piece_range(store_, runs_, p, kStates[si], 0, p.numel(), snap_->data[si] + off);
+        off += p.numel();
+      }
+    }
+    stall_ms_ = timer.ms();
+    thread_ = std::thread([this, path] {
+      try {
+        write_rank_file(path, snap_.get());
+      } catch (const std::exception& e) {
+        error_ = e.what();
+      }
+      done_ = true;
+    });
+  } else {
+    host_bytes_ = std::min(kChunkElems * sizeof(float), host_bytes_ ? host_bytes_ : kChunkElems * sizeof(float));
+    try {
+      write_rank_file(path, nullptr);
+    } catch (const std::exception& e) {
+      error_ = e.what();
+    }
+    done_ = true;
+  }
+  if (!opts_.async || wait) finish();
+  if (!opts_.async) stall_ms_ = timer.ms();
+}
+
+void CheckpointWriter::finish() {
+  if (!pending_) return;
+  if (thread_.joinable()) thread_.join();
+  double failed = local_failed() ? 1 : 0;
+  topo_.world->all_reduce_doubles(&failed, 1);
+  complete(failed > 0);
+}
+
+void CheckpointWriter::complete(bool any_failed) {
+  if (!pending_) return;
+  if (thread_.joinable()) thread_.join();
+  if (any_failed) {
+    pending_ = false;
+    throw RuntimeFailure(!error_.empty()
+                             ? fmt::format("checkpoint of step {}: {}", state_.step, error_)
+                             : fmt::format("checkpoint of step {}: another rank failed to write its part", state_.step));
+  }
+  if (topo_.is_root()) commit();
+  last_complete_ = (fs::path(opts_.dir) / checkpoint_name(state_.step)).string();
+  pending_ = false;
+  snap_.reset();
+}
+
+void CheckpointWriter::commit() {
+  Timer timer;
+  const fs::path tmp(tmp_dir_), dir(opts_.dir);
+  const fs::path final_dir = dir / checkpoint_name(state_.step);
+  write_master_file(tmp.string(), int(topo_.world_size), model_, state_);
+  fsync_path(tmp.string());
+  std::error_code ec;
+  if (fs::exists(final_dir)) {  // the same step saved again (a resumed run): replace it
+    const fs::path old = dir / fmt::format("{}.old-{}", checkpoint_name(state_.step), job_id_);
+    fs::rename(final_dir, old);
+    fs::rename(tmp, final_dir);
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp, final_dir);
+  }
+  fsync_path(dir.string());
+  write_latest(dir.string(), checkpoint_name(state_.step));
+  double bytes = 0;
+  for (const auto& e : fs::directory_iterator(final_dir)) bytes += double(e.file_size(ec));
+  spdlog::info("checkpoint: step {} complete in {} ({:.1f} MiB)", state_.step, final_dir.string(), bytes / 1048576.0);
+  prune();
+}
+
+void CheckpointWriter::prune() {
+  const auto all = list_checkpoints(opts_.dir);
+  std::vector<CheckpointEntry> complete;
+  for (const auto& c : all) {
+    if (c.complete) complete.push_back(c);
+    else if (c.job_id != job_id_) fs::remove_all(c.path);  // left by a job that crashed while saving
+  }
+  if (opts_.keep_last <= 0 || int64_t(complete.size()) <= opts_.keep_last) return;
+  for (size_t i = 0; i + size_t(opts_.keep_last) < complete.size(); ++i) {
+    std::error_code ec;
+    fs::remove_all(complete[i].path, ec);
+  }
+}
+
+}  // namespace zt

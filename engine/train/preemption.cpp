@@ -1,0 +1,45 @@
+// Preemption signal handling (see preemption.h).
+#include "engine/train/preemption.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <initializer_list>
+#include <cstring>
+
+namespace zt {
+
+namespace {
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_signal(int sig) {
+  if (g_signal != 0) {  // the second one: stop now (only async-signal-safe calls here)
+    const char msg[] = "ztrain: second signal: exiting at once (the last complete checkpoint is intact)\n";
+    (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
+    ::_exit(128 + sig);
+  }
+  g_signal = sig;
+}
+}  // namespace
+
+void install_preemption_handlers() {
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
+}
+
+int preemption_signal() { return g_signal; }
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "a signal";
+  }
+}
+
+}  // namespace zt
