@@ -1,6 +1,7 @@
 // CheckpointWriter (see checkpoint_writer.h).
 #include "engine/checkpoint/checkpoint_writer.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -32,7 +33,8 @@ void pause_if_asked(int rank, int64_t step) {
   int r = -1;
   long long s = -1;
   if (!v || std::sscanf(v, "%d:%lld", &r, &s) != 2 || r != rank || s != step) return;
-  std::fprintf(stderr, "ztrain: test hook: rank %d pauses in the middle of saving step %lld\n", rank, s);
+  std::fprintf(stderr, "ztrain: test hook: rank %d (pid %d) pauses in the middle of saving step %lld\n", rank,
+               int(::getpid()), s);
   std::fflush(stderr);
   std::this_thread::sleep_for(std::chrono::minutes(10));
 }

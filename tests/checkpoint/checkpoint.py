@@ -1,0 +1,316 @@
+#!/usr/bin/python3
+"""Checkpoints, end to end on the CPU backend under mpirun:
+- exact resume: 4 steps, stop ([checkpoint] exit_after), resume, 4 more gives the uninterrupted
+  8-step run's losses and grad norms bit for bit, and the same final parameters and AdamW moments,
+  in fp32 (ZeRO 0-3, tensor parallelism, both), bf16 and fp16 (loss scaler mid-window);
+  metrics.jsonl then holds every step once;
+- resharding: a checkpoint written by 4 ranks (T=2 D=2 ZeRO-3) resumes in 1 process, one written
+  by 4 ranks (D=4 ZeRO-2) on 2 ranks with ZeRO-1, one written by 1 process on 4 ranks (T=2 D=2):
+  the continued losses equal the uninterrupted run's within 1e-5 relative; another model shape
+  exits 2 naming the first mismatched tensor;
+- crash safety: kill -9 of a rank while it writes its part of a checkpoint (a test hook pauses it
+  there) leaves that checkpoint incomplete and invisible: the job resumes from the previous one
+  and still ends with the uninterrupted run's losses;
+- checksums: a flipped byte in a rank file makes `ztrain ckpt verify` and an explicit resume exit 2
+  naming the file and tensor; resume = "auto" warns and falls back to the previous checkpoint;
+- preemption: SIGTERM to one rank of a 2-rank job stops both at the next step boundary with a
+  checkpoint and exit 0, and the resumed run continues with the uninterrupted losses; a second
+  signal exits at once and the last complete checkpoint still verifies;
+- the checkpoint opened with h5py holds every tensor whole, equal to dump-state's parameters;
+  init_from starts a new run from its weights; `ztrain ckpt ls` lists steps and layouts.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import testlib  # noqa: E402
+
+try:
+    import h5py
+    import numpy as np
+except ImportError as e:
+    print(f"SKIP: h5py not available ({e}); install python3-h5py")
+    sys.exit(testlib.SKIP)
+
+failures = []
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def expect(cond, msg):
+    if not cond:
+        failures.append(msg)
+        print(f"  failed: {msg}", flush=True)
+
+
+def records(out_dir, kind="train"):
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [r for r in map(json.loads, f) if r["kind"] == kind]
+
+
+def launcher(np_):
+    return [] if np_ == 1 else ["mpirun", "--oversubscribe", "-np", str(np_)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ztrain", required=True)
+    ap.add_argument("--tokenize", required=True)
+    args = ap.parse_args()
+    if not shutil.which("mpirun"):
+        print("SKIP: mpirun not found (Debian: openmpi-bin)")
+        return testlib.SKIP
+    work = tempfile.mkdtemp(prefix="zt_ckpt_")
+    try:
+        data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 9)
+        spec = os.path.join(work, "spec.toml")
+        testlib.write_spec(spec, {
+            "run": {"out_dir": os.path.join(work, "run"), "seed": 11, "device": "cpu", "threads": 1},
+            "model": {"n_layer": 2, "n_head": 4, "d_model": 24, "vocab_size": 260, "seq_len": 16},
+            "train": {"micro_batch": 2, "global_batch": 8, "max_steps": 8, "log_every": 1},
+            "optim": {"lr": 4e-3, "warmup_steps": 2},
+            "data": {"train": data},
+        })
+
+        def train(name, np_=1, sets=(), resume=None, env=None, check=True):
+            out = os.path.join(work, name)
+            argv = [*launcher(np_), args.ztrain, "train", spec, "--set", f"run.out_dir={out}",
+                    "--set", f"checkpoint.dir={out}/ckpt"]
+            for s in sets:
+                argv += ["--set", s]
+            if resume:
+                argv += ["--resume", resume]
+            p = testlib.run(argv, check=False, env=dict(ENV, **(env or {})), timeout=300)
+            if check and p.returncode != 0:
+                expect(False, f"{name}: exit {p.returncode}: {p.stderr[-1500:]}")
+            return p, out
+
+        def final_states(out, step=8):
+            path = os.path.join(out, "ckpt", f"step_{step:08d}", "checkpoint.h5")
+            if not os.path.exists(path):
+                return None
+            with h5py.File(path, "r") as f:
+                return {f"{g}/{k}": f[g][k][()] for g in ("params", "adam_m", "adam_v") for k in f[g]}
+
+        # ---- exact resume per precision, ZeRO stage and tensor parallelism
+        cases = [("fp32", 1, 1, 0), ("fp32", 1, 2, 1), ("fp32", 1, 2, 2), ("fp32", 1, 2, 3), ("fp32", 2, 1, 0),
+                 ("fp32", 2, 2, 3), ("bf16", 1, 1, 0), ("bf16", 1, 2, 3), ("bf16", 2, 1, 0),
+                 ("fp16", 1, 1, 0), ("fp16", 1, 2, 2)]
+        reference = None
+        for prec, t, d, z in cases:
+            sets = [f"precision.compute={prec}", f"parallel.tensor={t}", f"parallel.zero_stage={z}",
+                    "precision.scale_window=3"]  # fp16: the scale doubles at steps 3 and 6, so step 4 is mid-window
+            tag = f"{prec}_T{t}_D{d}_Z{z}"
+            _, full = train(f"full_{tag}", t * d, sets)
+            _, part = train(f"part_{tag}", t * d, sets + ["checkpoint.exit_after=4"])
+            p, _ = train(f"part_{tag}", t * d, sets, resume="auto")
+            a, b = records(full), records(part)
+            same = [(x["step"], x["loss"], x["grad_norm"], x.get("loss_scale")) for x in a] == \
+                   [(x["step"], x["loss"], x["grad_norm"], x.get("loss_scale")) for x in b]
+            sa, sb = final_states(full), final_states(part)
+            states_same = sa is not None and sb is not None and sa.keys() == sb.keys() and \
+                all(np.array_equal(sa[k], sb[k]) for k in sa)
+            print(f"{tag}: 4 + resume + 4 steps vs 8: losses, grad norms{', loss scale' if prec == 'fp16' else ''} "
+                  f"identical {same}; parameters and moments identical {states_same}")
+            expect(len(a) == 8 and same, f"{tag}: resumed run differs: {[(x['step'], x['loss']) for x in b]} vs "
+                                         f"{[(x['step'], x['loss']) for x in a]}")
+            expect(states_same, f"{tag}: final parameters / moments differ after resuming")
+            expect("resumed from" in p.stderr and "at step 4" in p.stderr, f"{tag}: no resume line: {p.stderr[-600:]}")
+            if prec == "fp32" and (t, d, z) == (1, 1, 0):
+                reference = a
+
+        # ---- resharding: write with one layout, continue with another
+        ref_losses = [x["loss"] for x in reference] if reference else []
+        for name, (np_w, sets_w), (np_r, sets_r) in [
+                ("T2D2Z3_to_1", (4, ["parallel.tensor=2", "parallel.zero_stage=3"]), (1, [])),
+                ("D4Z2_to_D2Z1", (4, ["parallel.zero_stage=2"]), (2, ["parallel.zero_stage=1"])),
+                ("1_to_T2D2", (1, []), (4, ["parallel.tensor=2"]))]:
+            train(f"reshard_{name}", np_w, sets_w + ["checkpoint.exit_after=4"])
+            t0 = time.time()
+            p, out = train(f"reshard_{name}", np_r, sets_r, resume="auto")
+            losses = [x["loss"] for x in records(out)]
+            worst = max((abs(x - y) / y for x, y in zip(losses, ref_losses)), default=float("inf"))
+            print(f"resharding {name}: continued losses vs uninterrupted worst rel diff {worst:.1e} "
+                  f"(resume run {time.time() - t0:.1f} s)")
+            expect(len(losses) == 8 and worst <= 1e-5, f"reshard {name}: losses {losses} vs {ref_losses}")
+        p, _ = train("reshard_T2D2Z3_to_1", 1, ["model.d_model=32"], resume="auto", check=False)
+        expect(p.returncode == 2 and re.search(r"tensor \S+ has shape \(\d+, 24\), this model's is \(\d+, 32\)", p.stderr),
+               f"another model shape: exit {p.returncode}: {p.stderr[-500:]}")
+        print(f"another model shape: exit {p.returncode}: {p.stderr.strip().splitlines()[-1] if p.stderr.strip() else ''}")
+
+        # ---- kill -9 of a rank in the middle of a save
+        crash = os.path.join(work, "crash")
+        argv = [*launcher(2), args.ztrain, "train", spec, "--set", f"run.out_dir={crash}",
+                "--set", f"checkpoint.dir={crash}/ckpt", "--set", "checkpoint.every_steps=2",
+                "--set", "parallel.zero_stage=3"]
+        proc = subprocess.Popen(argv, env=dict(ENV, ZTRAIN_TEST_PAUSE_SAVE="1:4"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        killed = None
+        err_lines = []
+        for line in proc.stderr:
+            err_lines.append(line)
+            m = re.search(r"rank 1 \(pid (\d+)\) pauses in the middle of saving step 4", line)
+            if m:
+                killed = int(m.group(1))
+                os.kill(killed, signal.SIGKILL)
+                break
+        out_rest, err_rest = proc.communicate(timeout=120)
+        expect(killed is not None and proc.returncode != 0,
+               f"kill -9 during a save: pid {killed}, job exit {proc.returncode}: {''.join(err_lines)[-800:]}{err_rest[-800:]}")
+        ls = testlib.run([args.ztrain, "ckpt", "ls", f"{crash}/ckpt"], check=False)
+        print("after kill -9 of rank 1 while it saved step 4:\n" + ls.stdout)
+        expect(re.search(r"^2\s+complete, latest", ls.stdout, re.M) and re.search(r"^4\s+incomplete", ls.stdout, re.M),
+               f"ckpt ls after the crash: {ls.stdout}")
+        p = testlib.run([*launcher(2), args.ztrain, "train", spec, "--set", f"run.out_dir={crash}",
+                         "--set", f"checkpoint.dir={crash}/ckpt", "--set", "checkpoint.every_steps=2",
+                         "--set", "parallel.zero_stage=3", "--resume", "auto"], check=False, env=ENV, timeout=300)
+        losses = [x["loss"] for x in records(crash)]
+        expect(p.returncode == 0 and "at step 2" in p.stderr, f"resume after the crash: exit {p.returncode}: {p.stderr[-800:]}")
+        expect(losses == ref_losses, f"after the crash: losses {losses} vs {ref_losses}")
+        print(f"resumed from step 2 after the crash: losses identical to the uninterrupted run: {losses == ref_losses}")
+
+        # ---- corrupted checkpoint: detection, explicit resume exits 2, auto falls back
+        src = os.path.join(work, "full_fp32_T1_D1_Z0")
+        corrupt = os.path.join(work, "corrupt")
+        train("corrupt", 1, ["checkpoint.every_steps=4", "checkpoint.keep_last=0"])  # steps 4 and 8
+        victim = os.path.join(corrupt, "ckpt", "step_00000008", "rank_00000.h5")
+        with h5py.File(victim, "r") as f:
+            off = f["params/transformer.h.1.mlp.c_fc.weight/0"].id.get_offset()
+        with open(victim, "r+b") as f:
+            f.seek(off + 40)
+            b = f.read(1)
+            f.seek(off + 40)
+            f.write(bytes([b[0] ^ 0x10]))
+        p = testlib.run([args.ztrain, "ckpt", "verify", os.path.join(corrupt, "ckpt", "step_00000008")], check=False)
+        expect(p.returncode == 2 and "rank_00000.h5" in p.stderr and "transformer.h.1.mlp.c_fc.weight" in p.stderr,
+               f"ckpt verify of a flipped byte: exit {p.returncode}: {p.stderr}")
+        print(f"ckpt verify, one flipped bit: exit {p.returncode}: {p.stderr.strip()}")
+        p, _ = train("corrupt", 1, ["train.max_steps=10"], resume=os.path.join(corrupt, "ckpt", "step_00000008"), check=False)
+        expect(p.returncode == 2 and "transformer.h.1.mlp.c_fc.weight" in p.stderr,
+               f"explicit resume of a damaged checkpoint: exit {p.returncode}: {p.stderr[-500:]}")
+        p, _ = train("corrupt", 1, ["train.max_steps=10"], resume="auto", check=False)
+        expect(p.returncode == 0 and "is damaged" in p.stderr and "at step 4" in p.stderr,
+               f"auto resume past a damaged checkpoint: exit {p.returncode}: {p.stderr[-800:]}")
+        print(f"resume = auto with step 8 damaged: exit {p.returncode}, "
+              f"{'warned and resumed from step 4' if 'at step 4' in p.stderr else 'did not fall back'}")
+
+        # ---- SIGTERM to one rank: checkpoint at the next step boundary, exit 0, exact resume
+        long_sets = ["train.max_steps=600"]
+        sig = os.path.join(work, "sigterm")
+        argv = [*launcher(2), args.ztrain, "train", spec, "--set", f"run.out_dir={sig}",
+                "--set", f"checkpoint.dir={sig}/ckpt", "--set", "parallel.zero_stage=1"]
+        for s in long_sets:
+            argv += ["--set", s]
+        proc = subprocess.Popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out_lines = []
+        t_sig = None
+        for line in proc.stdout:
+            out_lines.append(line)
+            if line.startswith("step 20/"):
+                ranks = children(proc.pid)
+                if ranks:
+                    t_sig = time.time()
+                    os.kill(ranks[-1], signal.SIGTERM)
+                break
+        rest, err = proc.communicate(timeout=120)
+        t_exit = time.time()
+        out_text = "".join(out_lines) + rest
+        m = re.search(r"stopped by SIGTERM after step (\d+): checkpoint (\S+) written", out_text) or \
+            re.search(r"stopped by a signal to another rank after step (\d+): checkpoint (\S+) written", out_text)
+        expect(t_sig is not None and proc.returncode == 0 and m, f"SIGTERM: exit {proc.returncode}: {out_text[-600:]} {err[-800:]}")
+        if m and t_sig:
+            stopped = int(m.group(1))
+            print(f"SIGTERM to rank 1 of 2 (tiny model): exit {proc.returncode} {t_exit - t_sig:.2f} s later, "
+                  f"checkpoint of step {stopped}")
+            p = testlib.run([*launcher(2), args.ztrain, "train", spec, "--set", f"run.out_dir={sig}",
+                             "--set", f"checkpoint.dir={sig}/ckpt", "--set", "parallel.zero_stage=1",
+                             *sum((["--set", s] for s in long_sets), []), "--resume", "auto"],
+                            check=False, env=ENV, timeout=300)
+            resumed = records(sig)
+            ref_p = testlib.run([*launcher(2), args.ztrain, "train", spec, "--set", f"run.out_dir={work}/sig_ref",
+                                 "--set", "parallel.zero_stage=1", *sum((["--set", s] for s in long_sets), [])],
+                                check=False, env=ENV, timeout=300)
+            ref = records(f"{work}/sig_ref")
+            same = [(r["step"], r["loss"], r["grad_norm"]) for r in resumed] == \
+                   [(r["step"], r["loss"], r["grad_norm"]) for r in ref]
+            print(f"resumed after SIGTERM: {len(resumed)} metrics rows (each step once: "
+                  f"{[r['step'] for r in resumed] == list(range(1, 601))}), identical to the uninterrupted run: {same}")
+            expect(p.returncode == 0 and ref_p.returncode == 0 and len(resumed) == 600 and same,
+                   f"resume after SIGTERM: exit {p.returncode}, {len(resumed)} rows, identical {same}")
+
+        # ---- a second signal exits at once; the last complete checkpoint is intact. The save of
+        # step 150 is held (test hook) so that the first SIGTERM's checkpoint waits for it; the
+        # second SIGTERM must end the process there.
+        two = os.path.join(work, "twice")
+        argv = [args.ztrain, "train", spec, "--set", f"run.out_dir={two}", "--set", f"checkpoint.dir={two}/ckpt",
+                "--set", "checkpoint.every_steps=50", "--set", "train.max_steps=100000"]
+        proc = subprocess.Popen(argv, env=dict(ENV, ZTRAIN_TEST_PAUSE_SAVE="0:150"), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        for line in proc.stdout:
+            if line.startswith("step 160/"):
+                proc.send_signal(signal.SIGTERM)
+                time.sleep(1)
+                proc.send_signal(signal.SIGTERM)
+                break
+        rest, err = proc.communicate(timeout=120)
+        latest = open(os.path.join(two, "ckpt", "latest")).read().strip() if os.path.exists(os.path.join(two, "ckpt", "latest")) else ""
+        v = testlib.run([args.ztrain, "ckpt", "verify", os.path.join(two, "ckpt", latest)], check=False)
+        print(f"two SIGTERMs during a held save: exit {proc.returncode}; latest {latest} verifies: {v.returncode == 0}")
+        expect(proc.returncode == 128 + signal.SIGTERM and "second signal" in err and latest == "step_00000100"
+               and v.returncode == 0,
+               f"second signal: exit {proc.returncode}, latest '{latest}', verify {v.returncode}: {err[-400:]}")
+
+        # ---- h5py: every tensor whole, equal to dump-state's parameters after the same 8 steps
+        dump = os.path.join(work, "dump.h5")
+        testlib.run([args.ztrain, "debug", "dump-state", spec, "--out", dump, "--steps", "8"], env=ENV)
+        with h5py.File(dump, "r") as d, h5py.File(os.path.join(src, "ckpt", "step_00000008", "checkpoint.h5"), "r") as c:
+            names = sorted(d["final"].keys())
+            equal = sorted(c["params"].keys()) == names and all(
+                np.array_equal(d["final"][n][()], c["params"][n][()]) for n in names)
+            t2 = os.path.join(work, "full_fp32_T2_D2_Z3", "ckpt", "step_00000008", "checkpoint.h5")
+            with h5py.File(t2, "r") as c2:
+                shapes = all(c2["params"][n].shape == d["final"][n].shape for n in names)
+        print(f"h5py: checkpoint /params equal to dump-state's /final for all {len(names)} tensors: {equal}; "
+              f"the T=2 D=2 ZeRO-3 checkpoint shows full shapes: {shapes}")
+        expect(equal and shapes, "checkpoint tensors differ from dump-state's or are not full-shaped")
+
+        # ---- init_from: a new run starts from the weights
+        p, out = train("init", 1, [f"checkpoint.init_from={src}/ckpt/step_00000008", "train.max_steps=2"])
+        first = records(out)
+        expect("weights from" in p.stderr and first and first[0]["loss"] < reference[0]["loss"] - 0.1,
+               f"init_from: {p.stderr[-400:]} {first}")
+        ls = testlib.run([args.ztrain, "ckpt", "ls", os.path.join(work, "full_fp32_T2_D2_Z3", "ckpt")], check=False)
+        expect(re.search(r"^8\s+complete, latest\s+4 ranks, T=2 D=2 ZeRO-3", ls.stdout, re.M), f"ckpt ls: {ls.stdout}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return testlib.report(failures, "checkpoints resume exactly and across layouts, survive kill -9, corruption and SIGTERM")
+
+
+def children(pid):
+    """Process ids whose parent is `pid` (mpirun's ranks)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except OSError:
+                pass
+    return sorted(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
