@@ -2,8 +2,11 @@
 // CURLOPT_AWS_SIGV4), so no hand-written crypto. One retry loop serves both.
 #include <curl/curl.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <cstdlib>
 #include <mutex>
 #include <random>
@@ -69,8 +72,11 @@ class HttpStore final : public ObjectStore {
  public:
   // For S3: `base` is the request URL prefix (endpoint + bucket, path- or host-style) and
   // `display` the s3:// URI shown in messages.
-  HttpStore(std::string base, std::string display, const StoreOptions& o, bool s3)
-      : base_(std::move(base)), display_(std::move(display)), o_(o), s3_(s3) {
+  // For S3, `bucket_url` (endpoint + bucket) and `key_prefix` ("prefix/" or "") serve listing.
+  HttpStore(std::string base, std::string display, const StoreOptions& o, bool s3, std::string bucket_url = "",
+            std::string key_prefix = "")
+      : base_(std::move(base)), display_(std::move(display)), o_(o), s3_(s3), bucket_url_(std::move(bucket_url)),
+        key_prefix_(std::move(key_prefix)) {
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
     if (s3_) {
@@ -195,9 +201,201 @@ class HttpStore final : public ObjectStore {
     return rc;
   }
 
+  // ---- writing (S3 only): PUT, multipart uploads, ListObjectsV2, DELETE ----
+ public:
+  void put(const std::string& name, const std::string& path) override {
+    if (!s3_) ObjectStore::put(name, path);
+    const uint64_t size = std::filesystem::file_size(path);
+    const std::string url = base_ + "/" + name;
+    if (size <= o_.part_bytes) {
+      send_with_retries(name, {"PUT", url, path, 0, size, ""});
+      return;
+    }
+    // Multipart: create, upload the parts (each retried on its own), complete.
+    const std::string created = send_with_retries(name, {"POST", url + "?uploads", "", 0, 0, ""}).body;
+    const std::string id = xml_value(created, "UploadId");
+    if (id.empty()) throw RuntimeFailure(fmt::format("{}: no UploadId in the reply to a multipart upload", describe(name)));
+    const std::string qid = escape(id);
+    std::string done = "<CompleteMultipartUpload>";
+    try {
+      int part = 1;
+      for (uint64_t off = 0; off < size; off += o_.part_bytes, ++part) {
+        const uint64_t len = std::min<uint64_t>(o_.part_bytes, size - off);
+        const Response r = send_with_retries(
+            name, {"PUT", fmt::format("{}?partNumber={}&uploadId={}", url, part, qid), path, off, len, ""});
+        done += fmt::format("<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>", part, r.etag);
+      }
+      done += "</CompleteMultipartUpload>";
+      const Response r = send_with_retries(name, {"POST", url + "?uploadId=" + qid, "", 0, 0, done});
+      if (r.body.find("<Error>") != std::string::npos)  // S3 may report failure with status 200
+        throw RuntimeFailure(fmt::format("{}: completing the multipart upload failed: {}", describe(name), r.body));
+    } catch (...) {
+      try {  // best effort: the parts of an abandoned upload cost storage
+        send_with_retries(name, {"DELETE", url + "?uploadId=" + qid, "", 0, 0, ""});
+      } catch (...) {
+      }
+      throw;
+    }
+  }
+
+  std::vector<std::string> list(const std::string& prefix) override {
+    if (!s3_) return ObjectStore::list(prefix);
+    std::vector<std::string> out;
+    std::string token;
+    do {
+      std::string url = bucket_url_ + "?list-type=2";
+      if (!token.empty()) url = bucket_url_ + "?continuation-token=" + escape(token) + "&list-type=2";
+      url += "&prefix=" + escape(key_prefix_ + prefix);
+      const std::string body = send_with_retries(prefix, {"GET", url, "", 0, 0, ""}).body;
+      for (size_t at = 0; (at = body.find("<Key>", at)) != std::string::npos;) {
+        const size_t end = body.find("</Key>", at);
+        if (end == std::string::npos) break;
+        const std::string key = body.substr(at + 5, end - at - 5);
+        if (key.rfind(key_prefix_, 0) == 0) out.push_back(key.substr(key_prefix_.size()));
+        at = end;
+      }
+      token = xml_value(body, "IsTruncated") == "true" ? xml_value(body, "NextContinuationToken") : "";
+    } while (!token.empty());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  void remove(const std::string& name) override {
+    if (!s3_) ObjectStore::remove(name);
+    send_with_retries(name, {"DELETE", base_ + "/" + name, "", 0, 0, ""});
+  }
+
+ private:
+  struct Request {
+    std::string method, url;
+    std::string file;           // body: bytes [off, off + len) of this file, or
+    uint64_t off = 0, len = 0;
+    std::string text;           // this text (POST)
+  };
+  struct Response {
+    long status = 0;
+    std::string body, etag;
+  };
+
+  static std::string xml_value(const std::string& xml, const std::string& tag) {
+    const size_t a = xml.find("<" + tag + ">");
+    if (a == std::string::npos) return "";
+    const size_t b = xml.find("</" + tag + ">", a);
+    return b == std::string::npos ? "" : xml.substr(a + tag.size() + 2, b - a - tag.size() - 2);
+  }
+
+  static std::string escape(const std::string& v) {
+    std::string out;
+    for (unsigned char c : v) {  // RFC 3986 unreserved characters stay; the rest %XX (as SigV4 wants)
+      if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') out += char(c);
+      else out += fmt::format("%{:02X}", c);
+    }
+    return out;
+  }
+
+  struct Upload {
+    FILE* f = nullptr;
+    uint64_t left = 0;
+  };
+  static size_t read_cb(char* buf, size_t size, size_t n, void* user) {
+    auto* u = static_cast<Upload*>(user);
+    const size_t want = std::min<uint64_t>(size * n, u->left);
+    const size_t got = want ? std::fread(buf, 1, want, u->f) : 0;
+    u->left -= got;
+    return got;
+  }
+  static size_t text_cb(char* data, size_t size, size_t n, void* user) {
+    static_cast<std::string*>(user)->append(data, size * n);
+    return size * n;
+  }
+  static size_t etag_cb(char* data, size_t size, size_t n, void* user) {
+    std::string line(data, size * n);
+    std::string lower = line;
+    for (auto& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+    if (lower.rfind("etag:", 0) == 0) {
+      std::string v = line.substr(5);
+      while (!v.empty() && (v.front() == ' ')) v.erase(v.begin());
+      while (!v.empty() && (v.back() == '\r' || v.back() == '\n' || v.back() == ' ')) v.pop_back();
+      *static_cast<std::string*>(user) = v;
+    }
+    return size * n;
+  }
+
+  // One request with the read path's retry policy (5xx, 429, transport errors; 4xx fail at once).
+  Response send_with_retries(const std::string& name, const Request& req) {
+    std::mt19937_64 rng(std::random_device{}());
+    std::string last_error;
+    for (int attempt = 0; attempt <= o_.retries; ++attempt) {
+      if (attempt > 0) {
+        const double base = o_.backoff_s * double(1ull << std::min(attempt - 1, 10));
+        const double jitter = std::uniform_real_distribution<double>(0.5, 1.5)(rng);
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(base * jitter, 30.0)));
+      }
+      Response r;
+      const CURLcode rc = send(req, r);
+      if (rc == CURLE_OK && r.status >= 200 && r.status < 300) return r;
+      if (rc == CURLE_OK && r.status >= 400 && r.status < 500 && r.status != 429)
+        user_error("{}: {} HTTP {} ({})", describe(name), req.method, r.status,
+                   r.status == 404 ? "no such object or bucket" : r.status == 403 ? "access denied" : "rejected");
+      last_error = rc != CURLE_OK ? std::string(curl_easy_strerror(rc)) : fmt::format("HTTP {}", r.status);
+    }
+    throw RuntimeFailure(fmt::format("{}: {} giving up after {} attempts; last error: {}", describe(name), req.method,
+                                     o_.retries + 1, last_error));
+  }
+
+  CURLcode send(const Request& req, Response& r) {
+    CURL* h = curl_easy_init();
+    if (!h) throw RuntimeFailure("curl_easy_init failed");
+    curl_easy_setopt(h, CURLOPT_URL, req.url.c_str());
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, long(o_.timeout_s * 1000));
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, long(std::max(1.0, o_.timeout_s)));
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, text_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &r.body);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, etag_cb);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &r.etag);
+    Upload up;
+    if (!req.file.empty()) {
+      up.f = std::fopen(req.file.c_str(), "rb");
+      if (!up.f || std::fseek(up.f, long(req.off), SEEK_SET) != 0) {
+        if (up.f) std::fclose(up.f);
+        curl_easy_cleanup(h);
+        throw RuntimeFailure(fmt::format("{}: cannot read for upload", req.file));
+      }
+      up.left = req.len;
+      curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+      curl_easy_setopt(h, CURLOPT_READFUNCTION, read_cb);
+      curl_easy_setopt(h, CURLOPT_READDATA, &up);
+      curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, curl_off_t(req.len));
+    } else if (req.method == "POST") {
+      curl_easy_setopt(h, CURLOPT_POST, 1L);
+      curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.text.c_str());
+      curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, long(req.text.size()));
+    } else if (req.method != "GET") {
+      curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+    }
+    curl_slist* headers = curl_slist_append(nullptr, "Expect:");  // no 100-continue round trip
+    const std::string sigv4 = "aws:amz:" + o_.s3_region + ":s3";
+    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4.c_str());
+    curl_easy_setopt(h, CURLOPT_USERNAME, key_.c_str());
+    curl_easy_setopt(h, CURLOPT_PASSWORD, secret_.c_str());
+    headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (req.method == "POST") headers = curl_slist_append(headers, "Content-Type: application/xml");
+    if (!token_.empty()) headers = curl_slist_append(headers, ("x-amz-security-token: " + token_).c_str());
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    const CURLcode rc = curl_easy_perform(h);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(headers);
+    if (up.f) std::fclose(up.f);
+    return rc;
+  }
+
   std::string base_, display_;
   StoreOptions o_;
   bool s3_;
+  std::string bucket_url_, key_prefix_;
   std::string key_, secret_, token_;
 };
 
@@ -228,8 +426,9 @@ std::unique_ptr<ObjectStore> open_store(const std::string& uri_in, const StoreOp
       const size_t scheme = endpoint.find("://");
       base = endpoint.substr(0, scheme + 3) + bucket + "." + endpoint.substr(scheme + 3);
     }
+    const std::string bucket_url = base;
     if (!prefix.empty()) base += "/" + prefix;
-    return std::make_unique<HttpStore>(base, uri, o, true);
+    return std::make_unique<HttpStore>(base, uri, o, true, bucket_url, prefix.empty() ? "" : prefix + "/");
   }
   return make_local_store(uri);
 }

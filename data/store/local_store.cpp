@@ -1,4 +1,5 @@
 // Local directories (and file:// URIs) as an ObjectStore.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -28,6 +29,30 @@ class LocalStore final : public ObjectStore {
   uint64_t download(const std::string& name, const std::string& path) override {
     std::filesystem::copy_file(local_path(name), path, std::filesystem::copy_options::overwrite_existing);
     return std::filesystem::file_size(path);
+  }
+  void put(const std::string& name, const std::string& path) override {
+    namespace fs = std::filesystem;
+    const fs::path dst(local_path(name)), tmp(local_path(name) + ".part");
+    fs::create_directories(dst.parent_path());
+    fs::copy_file(path, tmp, fs::copy_options::overwrite_existing);
+    fs::rename(tmp, dst);
+  }
+  std::vector<std::string> list(const std::string& prefix) override {
+    namespace fs = std::filesystem;
+    std::vector<std::string> out;
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir_, ec); !ec && it != fs::recursive_directory_iterator();
+         it.increment(ec)) {
+      if (!it->is_regular_file(ec)) continue;
+      const std::string rel = fs::relative(it->path(), dir_).generic_string();
+      if (rel.rfind(prefix, 0) == 0) out.push_back(rel);
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  void remove(const std::string& name) override {
+    std::error_code ec;
+    std::filesystem::remove(local_path(name), ec);
   }
 
  private:

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace zt::data {
 
@@ -18,6 +19,7 @@ struct StoreOptions {
   std::string s3_region = "us-east-1";
   bool s3_path_style = false;   // http://endpoint/bucket/key instead of http://bucket.endpoint/key
   std::string access_key_id, secret_access_key, session_token;  // default: AWS_* environment
+  uint64_t part_bytes = uint64_t(64) << 20;  // uploads larger than this go in parts (S3 multipart)
 };
 
 class ObjectStore {
@@ -33,6 +35,14 @@ class ObjectStore {
   virtual std::string get(const std::string& name) = 0;
   // Streams the object into `path` (created or truncated); returns the bytes written.
   virtual uint64_t download(const std::string& name, const std::string& path) = 0;
+
+  // Writing (checkpoints). The stores that support it override these; the rest say they cannot.
+  // Uploads file `path` as `name` (S3: in parts of StoreOptions::part_bytes when larger), with
+  // the same retries as reads.
+  virtual void put(const std::string& name, const std::string& path);
+  // The names under `prefix` (relative to this store's prefix), in lexicographic order.
+  virtual std::vector<std::string> list(const std::string& prefix);
+  virtual void remove(const std::string& name);
 };
 
 // "dir", "file:///dir", "http(s)://host/prefix", "s3://bucket/prefix".

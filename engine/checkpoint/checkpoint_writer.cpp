@@ -63,6 +63,7 @@ CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& 
 
 CheckpointWriter::~CheckpointWriter() {
   if (thread_.joinable()) thread_.join();
+  if (commit_thread_.joinable()) commit_thread_.join();
 }
 
 namespace {
@@ -79,6 +80,7 @@ void copy_piece_range(const ParamStore& store, const std::vector<ParamStore::Glo
 }  // namespace
 
 void CheckpointWriter::write_rank_file(const std::string& path, const Snapshot* snap) {
+  Timer timer;
   H5File f(path, H5File::Mode::Create);
   std::vector<float> chunk;
   for (int si = 0; si < 3; ++si) {
@@ -115,11 +117,14 @@ void CheckpointWriter::write_rank_file(const std::string& path, const Snapshot* 
   }
   f.close();
   fsync_path(path);
+  write_s_ = timer.seconds();
+  std::error_code ec;
+  file_bytes_ = double(fs::file_size(path, ec));
 }
 
 void CheckpointWriter::save(const TrainState& state, bool wait) {
   Timer timer;
-  finish();  // the previous save, if still pending
+  finish();  // the previous save, if still pending, commit included
   state_ = state;
   const fs::path dir(opts_.dir);
   tmp_dir_ = (dir / fmt::format("{}.tmp-{}", checkpoint_name(state.step), job_id_)).string();
@@ -161,16 +166,20 @@ void CheckpointWriter::save(const TrainState& state, bool wait) {
     }
     done_ = true;
   }
+  if (!opts_.async) stall_ms_ = timer.ms();  // the write; the commit is reported apart
   if (!opts_.async || wait) finish();
-  if (!opts_.async) stall_ms_ = timer.ms();
 }
 
 void CheckpointWriter::finish() {
-  if (!pending_) return;
+  if (!pending_) {
+    poll_commit(/*wait=*/true);
+    return;
+  }
   if (thread_.joinable()) thread_.join();
   double failed = local_failed() ? 1 : 0;
   topo_.world->all_reduce_doubles(&failed, 1);
   complete(failed > 0);
+  poll_commit(/*wait=*/true);
 }
 
 void CheckpointWriter::complete(bool any_failed) {
@@ -182,10 +191,35 @@ void CheckpointWriter::complete(bool any_failed) {
                              ? fmt::format("checkpoint of step {}: {}", state_.step, error_)
                              : fmt::format("checkpoint of step {}: another rank failed to write its part", state_.step));
   }
-  if (topo_.is_root()) commit();
-  last_complete_ = (fs::path(opts_.dir) / checkpoint_name(state_.step)).string();
   pending_ = false;
   snap_.reset();
+  const std::string path = (fs::path(opts_.dir) / checkpoint_name(state_.step)).string();
+  if (!topo_.is_root()) {
+    last_complete_ = path;
+    return;
+  }
+  commit_stats_ = {state_.step, opts_.async, stall_ms_, write_s_, 0, file_bytes_};
+  committed_ = false;
+  commit_error_.clear();
+  commit_thread_ = std::thread([this, path] {
+    Timer timer;
+    try {
+      commit();
+    } catch (const std::exception& e) {
+      commit_error_ = e.what();
+    }
+    commit_stats_.commit_ms = timer.ms();
+    if (commit_error_.empty()) last_complete_ = path;
+    committed_ = true;
+  });
+}
+
+void CheckpointWriter::poll_commit(bool wait) {
+  if (!commit_thread_.joinable() || (!wait && !committed_)) return;
+  commit_thread_.join();
+  if (!commit_error_.empty())
+    throw RuntimeFailure(fmt::format("checkpoint of step {}: {}", commit_stats_.step, commit_error_));
+  if (on_complete) on_complete(commit_stats_);
 }
 
 void CheckpointWriter::commit() {

@@ -5,11 +5,13 @@
 // Async (the default): save() copies this rank's states into host buffers (the only pause the
 // training step sees) and a background thread writes and fsyncs the rank file. The trainer
 // agrees at each step boundary whether every rank is done (one small all-reduce it does anyway)
-// and calls complete(). A new save first finishes the previous one; each save has its own
+// and calls complete(); rank 0 then commits (checkpoint.h5, renames, fsyncs) on a background
+// thread too. A new save first finishes the previous one, commit included; each save has its own
 // buffers and directory, so nothing is reused while still being written.
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,11 +26,21 @@
 
 namespace zt {
 
+// What one save cost, reported when it completes.
+struct SaveStats {
+  int64_t step = 0;
+  bool async = true;
+  double stall_ms = 0;   // the training loop's pause in save() (async: the copy to host buffers)
+  double write_s = 0;    // this rank's file: write + fsync (async: in the background)
+  double commit_ms = 0;  // rank 0: checkpoint.h5, renames, fsyncs (in the background)
+  double bytes = 0;      // this rank's file
+};
+
 class CheckpointWriter {
  public:
   CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& store, const Model& model, const Topology& topo,
                    Backend& backend, int64_t job_id);
-  ~CheckpointWriter();  // waits for the background write (does not commit)
+  ~CheckpointWriter();  // waits for the background threads
 
   // Saves the current states as checkpoint `state.step` (collective: every rank, same step).
   // Synchronous mode, and wait = true, return with the checkpoint complete and visible.
@@ -37,14 +49,19 @@ class CheckpointWriter {
   // This rank's part of the pending save is on disk (or failed: error() says why).
   bool local_done() const { return !pending_ || done_.load(); }
   bool local_failed() const { return pending_ && done_.load() && !error_.empty(); }
-  // After every rank agreed that every part is done: rank 0 writes checkpoint.h5 and makes the
-  // checkpoint visible. Throws RuntimeFailure when a rank failed to write its part.
+  // After every rank agreed that every part is done: rank 0 starts writing checkpoint.h5 and
+  // making the checkpoint visible, in the background. Throws RuntimeFailure when a rank failed to
+  // write its part.
   void complete(bool any_failed);
-  // Waits for the pending save and completes it (collective).
+  // Rank 0: reports a finished commit (on_complete), waiting for it when `wait`; rethrows its
+  // failure. Other ranks: nothing to do.
+  void poll_commit(bool wait);
+  // Waits for the pending save and completes it, commit included (collective).
   void finish();
   const std::string& last_complete() const { return last_complete_; }
   double host_buffer_mib() const { return host_bytes_ / 1048576.0; }
   double last_stall_ms() const { return stall_ms_; }  // what the last save() cost the caller
+  std::function<void(const SaveStats&)> on_complete;
 
  private:
   struct Snapshot;
@@ -65,12 +82,17 @@ class CheckpointWriter {
   std::atomic<bool> done_{false};
   std::string error_;
   std::thread thread_;
+  std::thread commit_thread_;
+  std::atomic<bool> committed_{false};
+  std::string commit_error_;
+  SaveStats commit_stats_;
   std::unique_ptr<Snapshot> snap_;
   TrainState state_;
   std::string tmp_dir_;
   std::string last_complete_;
   size_t host_bytes_ = 0;
   double stall_ms_ = 0;
+  double write_s_ = 0, file_bytes_ = 0;
 };
 
 }  // namespace zt

@@ -188,6 +188,7 @@ void Trainer::resume_or_init() {
     });
   }
   if (path.empty()) return;
+  Timer load_timer;
   TrainState st;
   agreed([&] {
     st = read_train_state(path);
@@ -204,8 +205,9 @@ void Trainer::resume_or_init() {
   adam_steps_ = int(st.adam_steps);
   scaler_->restore(st.scaler);
   if (topo_.is_root())
-    spdlog::info("checkpoint: resumed from {} at step {} (written by {} ranks: tensor {}, data {}, ZeRO-{})", path,
-                 start_step_, st.world, st.tensor, st.data_parallel, st.zero_stage);
+    spdlog::info("checkpoint: resumed from {} at step {} (written by {} ranks: tensor {}, data {}, ZeRO-{}; "
+                 "verified and loaded in {:.2f} s)", path, start_step_, st.world, st.tensor, st.data_parallel,
+                 st.zero_stage, load_timer.seconds());
 }
 
 TrainState Trainer::train_state(int64_t steps_done) const {
@@ -368,6 +370,11 @@ void Trainer::run() {
   const auto& k = spec_.checkpoint;
   if (!k.dir.empty()) {
     ckpt_ = std::make_unique<CheckpointWriter>(k, *store_, *model_, topo_, *backend_, job_id_);
+    if (root)
+      ckpt_->on_complete = [&metrics](const SaveStats& s) {
+        metrics->write({{"kind", "checkpoint"}, {"step", s.step}, {"async", s.async}, {"stall_ms", s.stall_ms},
+                        {"write_s", s.write_s}, {"commit_ms", s.commit_ms}, {"rank0_bytes", s.bytes}});
+      };
     install_preemption_handlers();
   }
   Timer since_save;
@@ -422,6 +429,7 @@ void Trainer::run() {
                        ckpt_->local_done() ? 1.0 : 0.0, ckpt_->local_failed() ? 1.0 : 0.0};
     topo_.world->all_reduce_doubles(agree, 4);
     if (ckpt_->pending() && agree[2] == topo_.world_size) ckpt_->complete(agree[3] > 0);
+    ckpt_->poll_commit(/*wait=*/false);
     const bool stop = agree[0] > 0 || (k.exit_after > 0 && done - start_step_ >= k.exit_after);
     if (stop) {
       Timer t_save;
