@@ -2,9 +2,11 @@
 import math
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
+import time
 
 SKIP = 77  # ctest SKIP_RETURN_CODE
 
@@ -102,3 +104,61 @@ def rounding_bound(compute, n_layer):
     """Relative error bound of a gradient computed in `compute` against the exact (fp32) one:
     independent roundings add in quadrature, sqrt(k) u, each counted at its worst."""
     return math.sqrt(gpt2_roundings(n_layer)) * UNIT_ROUNDOFF[compute]
+
+
+# ---- servers for the object-storage tests: s3rver (npm, in tests/data) and the fault proxy ----
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+S3_KEY = "S3RVER"  # s3rver's built-in credentials (key id and secret)
+
+
+def s3rver_path():
+    """The s3rver executable, or None when it is not installed (`npm ci` in tests/data)."""
+    p = os.path.join(DATA_DIR, "node_modules", ".bin", "s3rver")
+    return p if os.path.exists(p) and shutil.which("node") else None
+
+
+def wait_port(port, timeout=20):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit(f"server on port {port} did not start")
+
+
+def start_s3rver(root, bucket):
+    """An S3-compatible server storing under `root`, with `bucket`; returns (process, port)."""
+    port = free_port()
+    proc = subprocess.Popen([s3rver_path(), "-d", root, "-a", "127.0.0.1", "-p", str(port),
+                             "--configure-bucket", bucket, "--silent"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return proc, port
+
+
+def start_fault_proxy(upstream_port, rate, seed=7, kinds="503,429,reset,truncated", methods="GET"):
+    """tests/data/fault_proxy.py in front of a local server; returns (process, port)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, os.path.join(DATA_DIR, "fault_proxy.py"), "--port", str(port),
+                             "--upstream", f"http://127.0.0.1:{upstream_port}", "--fault-rate", str(rate),
+                             "--seed", str(seed), "--fault-kinds", kinds, "--fault-methods", methods])
+    wait_port(port)
+    return proc, port
+
+
+def proxy_stats(port):
+    import json
+    import urllib.request
+    return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/__stats__").read())
+
+
+def stop(procs):
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()

@@ -13,6 +13,7 @@
 
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/checkpoint/h5_file.h"
+#include "engine/checkpoint/remote.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/core/timer.h"
@@ -51,8 +52,9 @@ struct CheckpointWriter::Snapshot {
 };
 
 CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& store, const Model& model,
-                                   const Topology& topo, Backend& backend, int64_t job_id)
-    : opts_(opts), store_(store), model_(model), topo_(topo), be_(backend), job_id_(job_id) {
+                                   const Topology& topo, Backend& backend, int64_t job_id,
+                                   data::ObjectStore* remote)
+    : opts_(opts), store_(store), model_(model), topo_(topo), be_(backend), job_id_(job_id), remote_(remote) {
   std::vector<RunRef> refs;
   for (const auto& r : store.global_runs())
     if (r.owner) runs_.push_back(r), refs.push_back({r.param, r.global_begin, r.n});
@@ -117,6 +119,8 @@ void CheckpointWriter::write_rank_file(const std::string& path, const Snapshot* 
   }
   f.close();
   fsync_path(path);
+  if (remote_)  // under its final name: the checkpoint counts as complete there once checkpoint.h5 does
+    remote_->put(fmt::format("{}/{}", checkpoint_name(state_.step), rank_file_name(topo_.world_rank)), path);
   write_s_ = timer.seconds();
   std::error_code ec;
   file_bytes_ = double(fs::file_size(path, ec));
@@ -241,8 +245,14 @@ void CheckpointWriter::commit() {
   write_latest(dir.string(), checkpoint_name(state_.step));
   double bytes = 0;
   for (const auto& e : fs::directory_iterator(final_dir)) bytes += double(e.file_size(ec));
-  spdlog::info("checkpoint: step {} complete in {} ({:.1f} MiB)", state_.step, final_dir.string(), bytes / 1048576.0);
+  if (remote_) {  // checkpoint.h5 last: it makes the checkpoint complete in the store
+    remote_->put(checkpoint_name(state_.step) + "/checkpoint.h5", (final_dir / "checkpoint.h5").string());
+    remote_->put("latest", (dir / "latest").string());
+  }
+  spdlog::info("checkpoint: step {} complete in {}{} ({:.1f} MiB)", state_.step, final_dir.string(),
+               remote_ ? " and " + remote_->describe(checkpoint_name(state_.step)) : "", bytes / 1048576.0);
   prune();
+  if (remote_) prune_remote(*remote_, opts_.keep_last);
 }
 
 void CheckpointWriter::prune() {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "data/store/object_store.h"
 #include "engine/checkpoint/pieces.h"
 #include "engine/comm/topology.h"
 #include "engine/config/spec.h"
@@ -31,15 +32,16 @@ struct SaveStats {
   int64_t step = 0;
   bool async = true;
   double stall_ms = 0;   // the training loop's pause in save() (async: the copy to host buffers)
-  double write_s = 0;    // this rank's file: write + fsync (async: in the background)
+  double write_s = 0;    // this rank's file: write + fsync (+ upload to s3://) (async: in the background)
   double commit_ms = 0;  // rank 0: checkpoint.h5, renames, fsyncs (in the background)
   double bytes = 0;      // this rank's file
 };
 
 class CheckpointWriter {
  public:
+  // opts.dir is the local directory; `remote` (may be null) receives every checkpoint too.
   CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& store, const Model& model, const Topology& topo,
-                   Backend& backend, int64_t job_id);
+                   Backend& backend, int64_t job_id, data::ObjectStore* remote = nullptr);
   ~CheckpointWriter();  // waits for the background threads
 
   // Saves the current states as checkpoint `state.step` (collective: every rank, same step).
@@ -75,6 +77,7 @@ class CheckpointWriter {
   const Topology& topo_;
   Backend& be_;
   int64_t job_id_;
+  data::ObjectStore* remote_;
   std::vector<ParamStore::GlobalRun> runs_;  // the ones this rank owns
   std::vector<Piece> pieces_;
 

@@ -253,8 +253,10 @@ struct Loader {
     check(d.retries <= 100, "data", "retries", fmt::format("must be <= 100, got {}", d.retries));
     auto& k = spec.checkpoint;
     check(k.every_minutes >= 0, "checkpoint", "every_minutes", fmt::format("must be >= 0, got {}", k.every_minutes));
-    check(k.dir.rfind("s3://", 0) != 0, "checkpoint", "dir",
-          "s3:// checkpoint directories are not supported yet; use a local directory (and sync it)");
+    check(k.dir.find("://") == std::string::npos || k.dir.rfind("s3://", 0) == 0, "checkpoint", "dir",
+          fmt::format("'{}': a local directory or s3://bucket/prefix", k.dir));
+    check(k.upload_part_mb >= 5, "checkpoint", "upload_part_mb",
+          fmt::format("must be >= 5 (S3's smallest part), got {}", k.upload_part_mb));
     check(k.resume.empty() || k.init_from.empty(), "checkpoint", "init_from",
           "resume and init_from exclude each other (resume continues a run, init_from starts a new one)");
     check(k.resume != "auto" || !k.dir.empty(), "checkpoint", "resume", "\"auto\" needs [checkpoint] dir");

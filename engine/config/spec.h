@@ -72,7 +72,10 @@ struct RunSpec {
     std::string s3_access_key_id, s3_secret_access_key, s3_session_token;  // default: AWS_* env
   } data;
   struct Checkpoint {
-    std::string dir;            // where checkpoints go (a local directory); empty: none
+    std::string dir;            // where checkpoints go: a local directory or s3://bucket/prefix; empty: none
+    std::string local_dir;      // s3:// dir: the local copy (written first, uploaded, kept as a cache);
+                                // empty: <run.out_dir>/checkpoints
+    int64_t upload_part_mb = 64;  // s3:// dir: files above this upload in parts of this size
     int64_t every_steps = 0;    // 0: only at the end, on exit_after and on signals
     double every_minutes = 0;   // 0: off (spot instances: a few minutes)
     int64_t keep_last = 3;      // complete checkpoints kept (0 = all)

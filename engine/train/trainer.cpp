@@ -2,7 +2,9 @@
 #include "engine/train/trainer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <set>
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
@@ -16,6 +18,7 @@
 #include "data/tokenizer/tokenizer.h"
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/checkpoint/remote.h"
 #include "engine/train/preemption.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/log.h"
@@ -135,26 +138,76 @@ void Trainer::agreed(const std::function<void()>& f) {
 }
 
 std::string Trainer::choose_checkpoint() {
-  const std::string& dir = spec_.checkpoint.dir;
-  std::vector<CheckpointEntry> complete;
+  const std::string& dir = ckpt_root_;
+  // Candidates, newest first: the complete local ones and (s3://) the complete ones in the store,
+  // listed by rank 0 and shared (every rank must try the same ones in the same order).
+  std::set<int64_t> steps;
   for (const auto& c : list_checkpoints(dir))
-    if (c.complete) complete.push_back(c);
-  // newest first; `latest` normally names the newest, and is only a hint
-  std::reverse(complete.begin(), complete.end());
-  const std::string latest = read_latest(dir);
-  std::stable_partition(complete.begin(), complete.end(), [&](const auto& c) { return c.name == latest; });
-  for (const auto& c : complete) {
+    if (c.complete) steps.insert(c.step);
+  if (ckpt_store_) {
+    constexpr int kMax = 256;
+    std::vector<double> shared(kMax + 1, 0.0);
+    if (topo_.is_root()) {
+      const auto names = remote_checkpoints(*ckpt_store_);
+      const size_t first = names.size() > kMax ? names.size() - kMax : 0;
+      for (size_t i = first; i < names.size(); ++i)
+        shared[1 + i - first] = double(std::stoll(names[i].substr(5))) + 1, shared[0] += 1;
+    }
+    topo_.world->all_reduce_doubles(shared.data(), shared.size());
+    for (int i = 0; i < int(shared[0]); ++i) steps.insert(int64_t(shared[size_t(1 + i)]) - 1);
+  }
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string name = checkpoint_name(*it);
+    std::string path = (std::filesystem::path(dir) / name).string();
+    if (ckpt_store_ && !std::filesystem::exists(std::filesystem::path(path) / "checkpoint.h5")) {
+      // one download per machine, then every rank reads the local copy
+      agreed([&] {
+        if (topo_.local_rank == 0) download_checkpoint(*ckpt_store_, name, dir);
+      });
+      if (topo_.is_root()) spdlog::info("checkpoint: downloaded {} to {}", ckpt_store_->describe(name), path);
+    }
     // the ranks share the verification: each checks every world_size-th rank file
-    const std::string problem = verify_checkpoint(c.path, topo_.world_rank, topo_.world_size);
+    const std::string problem = verify_checkpoint(path, topo_.world_rank, topo_.world_size);
     double bad = problem.empty() ? 0 : 1;
     topo_.world->all_reduce_doubles(&bad, 1);
-    if (bad == 0) return c.path;
+    if (bad == 0) return path;
     if (!problem.empty())
-      spdlog::warn("checkpoint {} is damaged: {}; falling back to the previous complete one", c.path, problem);
+      spdlog::warn("checkpoint {} is damaged: {}; falling back to the previous complete one", path, problem);
   }
-  if (!complete.empty())
-    user_error("{}: no complete checkpoint verifies (see the warnings above); resume = \"\" starts afresh", dir);
+  if (!steps.empty())
+    user_error("{}: no complete checkpoint verifies (see the warnings above); resume = \"\" starts afresh",
+               spec_.checkpoint.dir);
   return "";
+}
+
+std::string Trainer::local_checkpoint(const std::string& wanted) {
+  namespace fs = std::filesystem;
+  if (!is_remote_dir(wanted)) {
+    if (fs::exists(fs::path(wanted) / "checkpoint.h5")) return wanted;
+    const std::string latest = read_latest(wanted);
+    if (latest.empty())
+      user_error("{}: not a checkpoint (no checkpoint.h5) nor a checkpoint directory (no latest)", wanted);
+    return (fs::path(wanted) / latest).string();
+  }
+  // s3://.../step_XXXXXXXX, or s3://... holding `latest`
+  std::string uri = wanted;
+  while (!uri.empty() && uri.back() == '/') uri.pop_back();
+  const std::string last = uri.substr(uri.find_last_of('/') + 1);
+  long long step = 0;
+  int used = 0;
+  const bool is_step = std::sscanf(last.c_str(), "step_%lld%n", &step, &used) == 1 && used == int(last.size());
+  const auto store = open_checkpoint_store(spec_, is_step ? uri.substr(0, uri.size() - last.size() - 1) : uri);
+  std::string name = last;
+  if (!is_step) {
+    name = store->get("latest");
+    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  }
+  const std::string root = local_checkpoint_root(spec_).empty() ? (fs::path(spec_.run.out_dir) / "checkpoints").string()
+                                                                : local_checkpoint_root(spec_);
+  fs::create_directories(root);
+  std::string path = (fs::path(root) / name).string();
+  if (topo_.local_rank == 0) path = download_checkpoint(*store, name, root);
+  return path;
 }
 
 void Trainer::resume_or_init() {
@@ -163,6 +216,11 @@ void Trainer::resume_or_init() {
     double id = topo_.is_root() ? double(::getpid()) : 0.0;  // one id for the job, from rank 0
     topo_.world->all_reduce_doubles(&id, 1);
     job_id_ = int64_t(id);
+    ckpt_root_ = local_checkpoint_root(spec_);
+    agreed([&] {
+      std::filesystem::create_directories(ckpt_root_);
+      if (is_remote_dir(k.dir)) ckpt_store_ = open_checkpoint_store(spec_, k.dir);
+    });
   }
   const bool weights_only = !k.init_from.empty();
   const std::string wanted = weights_only ? k.init_from : k.resume;
@@ -174,15 +232,8 @@ void Trainer::resume_or_init() {
       return;
     }
   } else if (!wanted.empty()) {
+    agreed([&] { path = local_checkpoint(wanted); });
     agreed([&] {
-      namespace fs = std::filesystem;
-      path = wanted;
-      if (!fs::exists(fs::path(path) / "checkpoint.h5")) {
-        const std::string latest = read_latest(path);
-        if (latest.empty())
-          user_error("{}: not a checkpoint (no checkpoint.h5) nor a checkpoint directory (no latest)", wanted);
-        path = (fs::path(path) / latest).string();
-      }
       const std::string problem = verify_checkpoint(path, topo_.world_rank, topo_.world_size);
       if (!problem.empty()) user_error("{}", problem);
     });
@@ -369,7 +420,9 @@ void Trainer::run() {
   }
   const auto& k = spec_.checkpoint;
   if (!k.dir.empty()) {
-    ckpt_ = std::make_unique<CheckpointWriter>(k, *store_, *model_, topo_, *backend_, job_id_);
+    RunSpec::Checkpoint local = k;
+    local.dir = ckpt_root_;
+    ckpt_ = std::make_unique<CheckpointWriter>(local, *store_, *model_, topo_, *backend_, job_id_, ckpt_store_.get());
     if (root)
       ckpt_->on_complete = [&metrics](const SaveStats& s) {
         metrics->write({{"kind", "checkpoint"}, {"step", s.step}, {"async", s.async}, {"stall_ms", s.stall_ms},

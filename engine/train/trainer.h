@@ -80,6 +80,9 @@ class Trainer {
   void agreed(const std::function<void()>& f);
   void resume_or_init();             // [checkpoint] resume / init_from
   std::string choose_checkpoint();   // resume = "auto": the newest complete one that verifies
+  // A checkpoint path or s3:// URI (a checkpoint, or a directory with `latest`) as a local
+  // checkpoint directory, downloaded first when remote.
+  std::string local_checkpoint(const std::string& wanted);
   void save_checkpoint(int64_t steps_done, bool wait);
 
   RunSpec spec_;
@@ -99,6 +102,8 @@ class Trainer {
   int64_t start_step_ = 0;
   int64_t job_id_ = 0;                     // rank 0's process id: names this job's unfinished saves
   std::unique_ptr<CheckpointWriter> ckpt_;
+  std::string ckpt_root_;                          // the local checkpoint directory
+  std::unique_ptr<data::ObjectStore> ckpt_store_;  // [checkpoint] dir = s3://...
 };
 
 }  // namespace zt

@@ -5,8 +5,9 @@ Forwards every request to an upstream server (s3rver or a plain HTTP server), he
 (S3 signatures cover the Host header, so it is passed through as the client sent it). With
 probability --fault-rate a GET instead gets, in turn, one of: HTTP 503, HTTP 429, a reset
 connection, or a truncated body (full Content-Length, half the bytes). Faults are drawn from a
-seeded generator; --fault-kinds limits them to some of 503,429,reset,truncated. GET counts per
-path and fault counts are served as JSON at /__stats__.
+seeded generator; --fault-kinds limits them to some of 503,429,reset,truncated, and
+--fault-methods extends them to uploads (PUT, POST, DELETE). GET counts per path, requests per
+method, multipart parts and fault counts are served as JSON at /__stats__.
 
   fault_proxy.py --port P --upstream http://127.0.0.1:Q [--fault-rate 0.2] [--seed 1] [--fault-kinds reset]
 """
@@ -20,7 +21,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 lock = threading.Lock()
-stats = {"gets": {}, "faults": {"503": 0, "429": 0, "reset": 0, "truncated": 0}, "requests": 0, "ranged": 0}
+stats = {"gets": {}, "faults": {"503": 0, "429": 0, "reset": 0, "truncated": 0}, "requests": 0, "ranged": 0,
+         "methods": {}, "parts": 0}
 
 
 class Proxy(BaseHTTPRequestHandler):
@@ -38,6 +40,12 @@ class Proxy(BaseHTTPRequestHandler):
     def do_PUT(self):
         self.forward("PUT")
 
+    def do_POST(self):
+        self.forward("POST")
+
+    def do_DELETE(self):
+        self.forward("DELETE")
+
     def forward(self, method):
         if self.path == "/__stats__":
             with lock:
@@ -51,15 +59,23 @@ class Proxy(BaseHTTPRequestHandler):
         with lock:
             stats["requests"] += 1
             path = urllib.parse.urlsplit(self.path).path
+            stats["methods"][method] = stats["methods"].get(method, 0) + 1
+            stats["parts"] += method == "PUT" and "partNumber=" in self.path
             if method == "GET":
                 stats["gets"][path] = stats["gets"].get(path, 0) + 1
                 stats["ranged"] += "Range" in self.headers
+            if method in args.fault_methods.split(","):
                 if rng.random() < args.fault_rate:
                     fault = kinds[stats["requests"] % len(kinds)]
                     stats["faults"][fault] += 1
         if fault == "reset":
+            # SO_LINGER 0: close sends RST. shutdown() first, because close() alone leaves the
+            # socket open while the handler's rfile/wfile still refer to it (the client would then
+            # wait for its timeout instead of seeing the reset)
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.connection.shutdown(socket.SHUT_RDWR)
             self.connection.close()
+            self.close_connection = True
             return
         if fault in ("503", "429"):
             body = b"injected fault"
@@ -101,6 +117,7 @@ ap.add_argument("--upstream", required=True)
 ap.add_argument("--fault-rate", type=float, default=0.0)
 ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--fault-kinds", default="503,429,reset,truncated")
+ap.add_argument("--fault-methods", default="GET", help="e.g. GET,PUT,POST,DELETE (uploads too)")
 args = ap.parse_args()
 rng = random.Random(args.seed)
 kinds = args.fault_kinds.split(",")

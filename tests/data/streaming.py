@@ -18,20 +18,18 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import testlib  # noqa: E402
 
 failures = []
-KEY = "S3RVER"  # s3rver's built-in credentials
+KEY = testlib.S3_KEY
 
 
 def expect(cond, msg):
@@ -41,19 +39,7 @@ def expect(cond, msg):
 
 
 
-def wait_port(port, timeout=20):
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise SystemExit(f"server on port {port} did not start")
-
-
-def stats(proxy_port):
-    return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{proxy_port}/__stats__").read())
+wait_port, stats = testlib.wait_port, testlib.proxy_stats
 
 
 def main():
@@ -61,8 +47,7 @@ def main():
     ap.add_argument("--ztrain", required=True)
     ap.add_argument("--tokenize", required=True)
     args = ap.parse_args()
-    s3rver = os.path.join(HERE, "node_modules", ".bin", "s3rver")
-    if not (shutil.which("node") and os.path.exists(s3rver) and shutil.which("curl")):
+    if not (testlib.s3rver_path() and shutil.which("curl")):
         print("SKIP: needs node, curl and s3rver (run `npm ci` in tests/data)")
         return testlib.SKIP
     procs = []
@@ -80,25 +65,19 @@ def main():
         max_bytes = max(os.path.getsize(os.path.join(local, f)) for f in shards)
 
         # ---- servers: s3rver, a plain HTTP server, and fault proxies in front of them
-        s3_port, http_port = testlib.free_port(), testlib.free_port()
-        procs.append(subprocess.Popen([s3rver, "-d", os.path.join(work, "s3"), "-a", "127.0.0.1", "-p", str(s3_port),
-                                       "--configure-bucket", "zt", "--silent"], stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.DEVNULL))
+        s3, s3_port = testlib.start_s3rver(os.path.join(work, "s3"), "zt")
+        procs.append(s3)
+        http_port = testlib.free_port()
         procs.append(subprocess.Popen([sys.executable, "-m", "http.server", str(http_port), "--bind", "127.0.0.1",
                                        "--directory", os.path.join(work)], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))
-        wait_port(s3_port)
         wait_port(http_port)
         proxies = {}
         kinds = ["503", "429", "reset", "truncated"]
-        for name, upstream, rate, only in [("clean", s3_port, 0.0, kinds), ("faulty", s3_port, 0.2, kinds),
-                                           ("broken", s3_port, 1.0, kinds)] + [(k, s3_port, 0.3, [k]) for k in kinds]:
-            port = testlib.free_port()
-            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "fault_proxy.py"), "--port", str(port),
-                                           "--upstream", f"http://127.0.0.1:{upstream}", "--fault-rate", str(rate),
-                                           "--seed", "7", "--fault-kinds", ",".join(only)]))
-            wait_port(port)
-            proxies[name] = port
+        for name, rate, only in [("clean", 0.0, kinds), ("faulty", 0.2, kinds), ("broken", 1.0, kinds)] + \
+                [(k, 0.3, [k]) for k in kinds]:
+            proc, proxies[name] = testlib.start_fault_proxy(s3_port, rate, kinds=",".join(only))
+            procs.append(proc)
         # upload with a stock S3 client (curl's SigV4)
         for f in files:
             p = testlib.run(["curl", "-s", "-f", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", f"{KEY}:{KEY}",
@@ -280,13 +259,7 @@ def main():
         leaked = os.path.exists(resolved) and secret in open(resolved).read()
         expect(not leaked and secret not in p.stderr + p.stdout, "a secret from the spec leaked into output or config.resolved.toml")
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        testlib.stop(procs)
         shutil.rmtree(work, ignore_errors=True)
     return testlib.report(failures, "s3://, http:// and local runs agree, survive faults, share one cache per machine and respect its limit")
 
