@@ -1,8 +1,13 @@
 // CheckpointWriter (see checkpoint_writer.h).
 #include "engine/checkpoint/checkpoint_writer.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 #include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
 
 #include <algorithm>
 #include <cstdio>
@@ -23,7 +28,8 @@ namespace zt {
 namespace fs = std::filesystem;
 
 namespace {
-constexpr size_t kChunkElems = size_t(64) << 20 >> 2;  // 64 MiB: the bound on a synchronous save's buffer
+constexpr size_t kChunkElems = size_t(16) << 20 >> 2;  // 16 MiB chunks: a synchronous save's buffers
+constexpr int kWriteThreads = 4;                        // hold at most 4 of them (64 MiB)
 constexpr ParamStore::State kStates[] = {ParamStore::State::Master, ParamStore::State::AdamM,
                                          ParamStore::State::AdamV};
 
@@ -61,6 +67,16 @@ CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& 
   std::vector<TensorShape> shapes;
   for (const auto& p : model.params()) shapes.push_back({p.global_shape});
   pieces_ = make_pieces(refs, shapes);
+  if (opts_.async) {
+    // The host buffers of async saves, allocated once: allocating (and first touching) them takes
+    // longer than the copy itself. A save waits for the previous one before refilling them.
+    snap_ = std::make_unique<Snapshot>(be_);
+    size_t total = 0;
+    for (const Piece& p : pieces_) total += p.numel();
+    host_bytes_ = 3 * total * sizeof(float);
+    for (float*& d : snap_->data)
+      d = static_cast<float*>(be_.alloc(std::max<size_t>(total, 1) * sizeof(float), MemTag::Other, MemKind::PinnedHost));
+  }
 }
 
 CheckpointWriter::~CheckpointWriter() {
@@ -83,41 +99,103 @@ void copy_piece_range(const ParamStore& store, const std::vector<ParamStore::Glo
 
 void CheckpointWriter::write_rank_file(const std::string& path, const Snapshot* snap) {
   Timer timer;
-  H5File f(path, H5File::Mode::Create);
-  std::vector<float> chunk;
-  for (int si = 0; si < 3; ++si) {
-    if (si == 1) pause_if_asked(topo_.world_rank, state_.step);
-    std::map<int, int> count;  // pieces written per tensor
+  // 1. HDF5 lays the file out: one contiguous dataset per piece and state, allocated now.
+  struct Target {
+    const Piece* piece;
+    int state;
+    std::string name;
+    int64_t offset = 0;
     size_t snap_off = 0;
-    for (const Piece& p : pieces_) {
-      const ParamInfo& info = model_.params()[size_t(p.param)];
-      const std::string name = fmt::format("/{}/{}/{}", kCheckpointStates[si], info.name, count[p.param]++);
-      const bool two_d = info.global_shape.size() == 2;
-      f.create_floats(name, two_d ? std::vector<int64_t>{p.rows, p.cols} : std::vector<int64_t>{p.cols});
-      // chunks of whole rows (1-D: of elements), at most kChunkElems
-      const size_t row = two_d ? size_t(p.cols) : 1, n = p.numel();
-      const size_t step = std::max<size_t>(1, kChunkElems / row) * row;
-      uLong crc = crc32(0L, Z_NULL, 0);
-      for (size_t e0 = 0; e0 < n; e0 += step) {
-        const size_t e1 = std::min(n, e0 + step);
+  };
+  std::vector<Target> targets;
+  {
+    H5File f(path, H5File::Mode::Create);
+    for (int si = 0; si < 3; ++si) {
+      std::map<int, int> count;  // pieces per tensor so far
+      size_t snap_off = 0;
+      for (const Piece& p : pieces_) {
+        const ParamInfo& info = model_.params()[size_t(p.param)];
+        Target t{&p, si, fmt::format("/{}/{}/{}", kCheckpointStates[si], info.name, count[p.param]++), 0, snap_off};
+        const bool two_d = info.global_shape.size() == 2;
+        f.create_floats(t.name, two_d ? std::vector<int64_t>{p.rows, p.cols} : std::vector<int64_t>{p.cols});
+        f.set_attr(t.name, "row0", p.row0);
+        f.set_attr(t.name, "col0", p.col0);
+        t.offset = f.offset(t.name);
+        snap_off += p.numel();
+        targets.push_back(std::move(t));
+      }
+    }
+    f.close();
+  }
+  // 2. The bytes go straight to their places (HDF5's own write path is slower than the disk), in
+  // chunks of at most kChunkElems written by a few threads (one thread cannot keep up with the
+  // page cache), each chunk's CRC-32 computed by the thread that writes it and combined in order.
+  struct Job {
+    size_t target, e0, e1;
+    uLong crc = 0;
+  };
+  std::vector<Job> jobs;
+  for (size_t k = 0; k < targets.size(); ++k)
+    for (size_t e0 = 0; e0 < targets[k].piece->numel(); e0 += kChunkElems)
+      jobs.push_back({k, e0, std::min(targets[k].piece->numel(), e0 + kChunkElems)});
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  if (fd < 0) throw RuntimeFailure(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+  std::atomic<size_t> next{0};
+  std::string failure;
+  std::mutex failure_mu;
+  auto worker = [&] {
+    std::vector<float> chunk;
+    for (size_t i; (i = next++) < jobs.size();) {
+      Job& j = jobs[i];
+      const Target& t = targets[j.target];
+      if (t.state > 0 && j.e0 == 0 && (j.target == 0 || targets[j.target - 1].state != t.state))
+        pause_if_asked(topo_.world_rank, state_.step);  // test hook: parameters written, moments not
+      try {
         const float* src;
         if (snap) {
-          src = snap->data[si] + snap_off + e0;
+          src = snap->data[t.state] + t.snap_off + j.e0;
         } else {
-          chunk.resize(e1 - e0);
-          copy_piece_range(store_, runs_, p, kStates[si], e0, e1, chunk.data());
+          chunk.resize(j.e1 - j.e0);
+          copy_piece_range(store_, runs_, *t.piece, kStates[t.state], j.e0, j.e1, chunk.data());
           src = chunk.data();
         }
-        f.write_rows(name, int64_t(e0 / row), int64_t((e1 - e0) / row), src);
-        crc = crc32_z(crc, reinterpret_cast<const Bytef*>(src), (e1 - e0) * sizeof(float));
+        const size_t bytes = (j.e1 - j.e0) * sizeof(float);
+        j.crc = crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(src), bytes);
+        const char* at = reinterpret_cast<const char*>(src);
+        for (size_t done = 0; done < bytes;) {
+          const ssize_t w = ::pwrite(fd, at + done, bytes - done, off_t(t.offset + int64_t(j.e0 * sizeof(float) + done)));
+          if (w <= 0) throw RuntimeFailure(fmt::format("{}: write failed: {}", path, std::strerror(errno)));
+          done += size_t(w);
+        }
+        // start the disk writing this chunk now: the final fsync then waits for less
+        ::sync_file_range(fd, off_t(t.offset + int64_t(j.e0 * sizeof(float))), off_t(bytes), SYNC_FILE_RANGE_WRITE);
+      } catch (const std::exception& e) {
+        std::lock_guard lock(failure_mu);
+        if (failure.empty()) failure = e.what();
+        next = jobs.size();
       }
-      snap_off += n;
-      f.set_attr(name, "crc32", int64_t(crc));
-      f.set_attr(name, "row0", p.row0);
-      f.set_attr(name, "col0", p.col0);
     }
+  };
+  {
+    std::vector<std::thread> pool;
+    for (int w = 0; w < kWriteThreads; ++w) pool.emplace_back(worker);
+    for (auto& th : pool) th.join();
   }
-  f.close();
+  ::close(fd);
+  if (!failure.empty()) throw RuntimeFailure(failure);
+  std::vector<int64_t> crcs(targets.size());
+  {
+    std::vector<uLong> acc(targets.size(), crc32(0L, Z_NULL, 0));
+    for (const Job& j : jobs)  // jobs are in target order, chunks in element order
+      acc[j.target] = crc32_combine(acc[j.target], j.crc, z_off_t((j.e1 - j.e0) * sizeof(float)));
+    for (size_t k = 0; k < targets.size(); ++k) crcs[k] = int64_t(acc[k]);
+  }
+  // 3. The checksums, then everything to disk.
+  {
+    H5File f(path, H5File::Mode::Update);
+    for (size_t k = 0; k < targets.size(); ++k) f.set_attr(targets[k].name, "crc32", crcs[k]);
+    f.close();
+  }
   fsync_path(path);
   if (remote_)  // under its final name: the checkpoint counts as complete there once checkpoint.h5 does
     remote_->put(fmt::format("{}/{}", checkpoint_name(state_.step), rank_file_name(topo_.world_rank)), path);
@@ -139,13 +217,7 @@ void CheckpointWriter::save(const TrainState& state, bool wait) {
   error_.clear();
   if (opts_.async) {
     // the step pays for this copy only; the write runs in the background
-    snap_ = std::make_unique<Snapshot>(be_);
-    size_t total = 0;
-    for (const Piece& p : pieces_) total += p.numel();
-    host_bytes_ = 3 * total * sizeof(float);
     for (int si = 0; si < 3; ++si) {
-      snap_->data[si] = static_cast<float*>(be_.alloc(std::max<size_t>(total, 1) * sizeof(float), MemTag::Other,
-                                                      MemKind::PinnedHost));
       size_t off = 0;
       for (const Piece& p : pieces_) {
         copy_piece_range(store_, runs_, p, kStates[si], 0, p.numel(), snap_->data[si] + off);
@@ -162,7 +234,7 @@ void CheckpointWriter::save(const TrainState& state, bool wait) {
       done_ = true;
     });
   } else {
-    host_bytes_ = std::min(kChunkElems * sizeof(float), host_bytes_ ? host_bytes_ : kChunkElems * sizeof(float));
+    host_bytes_ = kWriteThreads * kChunkElems * sizeof(float);
     try {
       write_rank_file(path, nullptr);
     } catch (const std::exception& e) {
@@ -196,7 +268,6 @@ void CheckpointWriter::complete(bool any_failed) {
                              : fmt::format("checkpoint of step {}: another rank failed to write its part", state_.step));
   }
   pending_ = false;
-  snap_.reset();
   const std::string path = (fs::path(opts_.dir) / checkpoint_name(state_.step)).string();
   if (!topo_.is_root()) {
     last_complete_ = path;

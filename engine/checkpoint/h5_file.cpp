@@ -49,6 +49,10 @@ H5File::H5File(const std::string& path, Mode mode) : path_(path), display_(path)
   if (mode == Mode::Create) {
     file_ = H5Fcreate((path + ".tmp").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (file_ < 0) throw RuntimeFailure(fmt::format("{}: cannot create HDF5 file", path + ".tmp"));
+  } else if (mode == Mode::Update) {
+    file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    if (file_ < 0) throw RuntimeFailure(fmt::format("{}: cannot open for update", path));
+    path_.clear();
   } else {
     file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     if (file_ < 0) user_error("{}: cannot open as an HDF5 file (missing, truncated or not HDF5)", path);
@@ -125,9 +129,19 @@ void H5File::create_floats(const std::string& name, const std::vector<int64_t>& 
   ZT_CHECK(shape.size() == 1 || shape.size() == 2, "{}: {}-D dataset", name, shape.size());
   ensure_groups(name);
   Id space(simple_space(shape), H5Sclose);
-  Id ds(H5Dcreate2(hid_t(file_), name.c_str(), H5T_NATIVE_FLOAT, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-        H5Dclose);
+  Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+  H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);  // the bytes have their place now (offset())
+  H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);     // and are not written twice
+  Id ds(H5Dcreate2(hid_t(file_), name.c_str(), H5T_NATIVE_FLOAT, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
   if (!ds.ok()) throw RuntimeFailure(fmt::format("{}: cannot create dataset {}", display_, name));
+}
+
+int64_t H5File::offset(const std::string& name) const {
+  Id ds(H5Dopen2(hid_t(file_), name.c_str(), H5P_DEFAULT), H5Dclose);
+  const haddr_t at = ds.ok() ? H5Dget_offset(ds) : HADDR_UNDEF;
+  if (at == HADDR_UNDEF) throw RuntimeFailure(fmt::format("{}: no storage for dataset {}", display_, name));
+  return int64_t(at);
 }
 
 void H5File::write_rows(const std::string& name, int64_t row0, int64_t rows, const float* data) {
@@ -145,7 +159,11 @@ void H5File::write_rows(const std::string& name, int64_t row0, int64_t rows, con
 void H5File::set_attr(const std::string& name, const std::string& attr, int64_t value) {
   Id obj(H5Oopen(hid_t(file_), name.c_str(), H5P_DEFAULT), H5Oclose);
   Id space(H5Screate(H5S_SCALAR), H5Sclose);
-  Id a(obj.ok() ? H5Acreate2(obj, attr.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT) : -1, H5Aclose);
+  const bool exists = obj.ok() && H5Aexists(obj, attr.c_str()) > 0;
+  Id a(!obj.ok() ? -1
+       : exists  ? H5Aopen(obj, attr.c_str(), H5P_DEFAULT)
+                 : H5Acreate2(obj, attr.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT),
+       H5Aclose);
   if (!a.ok() || H5Awrite(a, H5T_NATIVE_INT64, &value) < 0)
     throw RuntimeFailure(fmt::format("{}: cannot write attribute {} of {}", display_, attr, name));
 }

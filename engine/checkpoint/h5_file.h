@@ -14,7 +14,7 @@ class H5File {
   // Create writes PATH.tmp and renames it to PATH on close(), so a crash never leaves a
   // half-written file under the final name. Read opens PATH read-only (UserError if it is not an
   // HDF5 file).
-  enum class Mode { Create, Read };
+  enum class Mode { Create, Read, Update };  // Update: an existing file, read-write, in place
   H5File(const std::string& path, Mode mode);
   ~H5File();
   H5File(const H5File&) = delete;
@@ -30,7 +30,11 @@ class H5File {
   // all its columns (1-D: elements [row0, row0 + rows)).
   void create_floats(const std::string& name, const std::vector<int64_t>& shape);
   void write_rows(const std::string& name, int64_t row0, int64_t rows, const float* data);
+  // Creates or overwrites an integer attribute.
   void set_attr(const std::string& name, const std::string& attr, int64_t value);
+  // Where a dataset made by create_floats (contiguous, allocated at creation) starts in the file:
+  // its raw float bytes may be written there directly (pwrite), as fast as the disk takes them.
+  int64_t offset(const std::string& name) const;
 
   // One block of a virtual dataset: `src_dataset` of `src_file` (its whole extent, a path relative
   // to this file's directory) appears at [start, start + count) of the virtual dataset.

@@ -429,6 +429,10 @@ void Trainer::run() {
                         {"write_s", s.write_s}, {"commit_ms", s.commit_ms}, {"rank0_bytes", s.bytes}});
       };
     install_preemption_handlers();
+    if (root)
+      spdlog::info("checkpoint: {}{}; {} saves hold {:.1f} MiB of host buffers (rank 0)", k.dir,
+                   k.every_steps > 0 ? fmt::format(" every {} steps", k.every_steps) : "",
+                   k.async ? "async" : "synchronous", ckpt_->host_buffer_mib());
   }
   Timer since_save;
   const auto& m = spec_.model;
