@@ -133,6 +133,10 @@ int run(int argc, char** argv) {
   // [comm] NCCL settings apply to this run only: exported before any communicator exists.
   if (!spec.comm.nccl_algo.empty()) setenv("NCCL_ALGO", spec.comm.nccl_algo.c_str(), 1);
   if (!spec.comm.nccl_proto.empty()) setenv("NCCL_PROTO", spec.comm.nccl_proto.c_str(), 1);
+  if (spec.run.deterministic) {  // NCCL's reduction order follows its algorithm and protocol: pin them
+    if (spec.comm.nccl_algo.empty()) setenv("NCCL_ALGO", "Ring", 1);
+    if (spec.comm.nccl_proto.empty()) setenv("NCCL_PROTO", "Simple", 1);
+  }
   if (c.command == "check") {
     std::fputs(resolved_toml(spec).c_str(), stdout);
     return 0;

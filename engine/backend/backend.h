@@ -70,6 +70,10 @@ class Backend {
   // are in compute_dtype(); statistics (mean, rstd, lse, losses), weight gradients (which
   // accumulate) and optimizer states are always fp32 (float* below). Maths is fp32 throughout.
   void set_compute_dtype(DType t) { compute_ = t; }
+  // Bitwise-reproducible results run to run ([run] deterministic): ops whose reduction order is
+  // not fixed (GPU atomics) switch to a fixed order, at some speed. The CPU backend always is.
+  void set_deterministic(bool on) { deterministic_ = on; }
+  bool deterministic() const { return deterministic_; }
   DType compute_dtype() const { return compute_; }
   size_t compute_size() const { return dtype_size(compute_); }
   // dst (n) = src (n) converted between any two dtypes, in device memory.
@@ -136,6 +140,7 @@ class Backend {
 
  private:
   DType compute_ = DType::F32;
+  bool deterministic_ = false;
 };
 
 // The CPU backend; `threads` <= 0 means all cores. Sets OpenMP and OpenBLAS thread counts.

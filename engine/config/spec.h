@@ -14,6 +14,7 @@ struct RunSpec {
     int64_t seed = 1337;
     std::string device = "auto";  // "auto" | "cpu" | "cuda"
     int64_t threads = 0;          // CPU threads; 0 = all cores
+    bool deterministic = false;   // bitwise-reproducible GPU runs (fixed reduction orders)
   } run;
   struct Model {
     std::string arch = "gpt2";

@@ -18,6 +18,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(run, seed, false, "seed for initialization and data order"),
       ZT_KEY(run, device, false, "\"auto\", \"cpu\" or \"cuda\""),
       ZT_KEY(run, threads, false, "CPU threads (0 = all cores)"),
+      ZT_KEY(run, deterministic, false, "bitwise-reproducible GPU runs: ordered reductions, NCCL Ring/Simple"),
       ZT_KEY(model, arch, false, "model family: \"gpt2\""),
       ZT_KEY(model, n_layer, true, "transformer blocks"),
       ZT_KEY(model, n_head, true, "attention heads"),

@@ -297,6 +297,7 @@ void Trainer::build() {
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
   const DType compute = compute_dtype_for(spec, *backend_);
   backend_->set_compute_dtype(compute);
+  backend_->set_deterministic(spec.run.deterministic);
   scaler_ = std::make_unique<LossScaler>(spec.precision, compute);
   if (topo_.is_root())
     spdlog::info("precision: {} compute, fp32 master weights, gradients and optimizer states{}", dtype_name(compute),

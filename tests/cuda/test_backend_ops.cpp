@@ -156,6 +156,26 @@ int main() {
     G.embedding_backward(dwte.fg(), dwpe.fg(), out.g, inp.g, B, T, Ch);
     dwte.check("embedding_backward dwte", kTol);
     dwpe.check("embedding_backward dwpe", kTol);
+    // [run] deterministic: the ordered kernel, and bit-identical on a rerun
+    G.set_deterministic(true);
+    Pair dwte2(C, G, std::vector<float>(size_t(V) * Ch, 0.f)), dwpe2(C, G, std::vector<float>(size_t(T) * Ch, 0.f));
+    C.embedding_backward(dwte2.fc(), dwpe2.fc(), out.c, inp.c, B, T, Ch);
+    G.embedding_backward(dwte2.fg(), dwpe2.fg(), out.g, inp.g, B, T, Ch);
+    dwte2.check("embedding_backward deterministic dwte", kTol);
+    dwpe2.check("embedding_backward deterministic dwpe", kTol);
+    {
+      std::vector<float> a(size_t(V) * Ch), b(a.size());
+      G.copy_to_host(a.data(), dwte2.fg(), a.size() * 4);
+      G.fill_zero(dwte2.fg(), a.size() * 4);
+      G.fill_zero(dwpe2.fg(), size_t(T) * Ch * 4);
+      G.embedding_backward(dwte2.fg(), dwpe2.fg(), out.g, inp.g, B, T, Ch);
+      G.copy_to_host(b.data(), dwte2.fg(), b.size() * 4);
+      const bool same = std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+      ++checks;
+      failures += !same;
+      std::printf("  %-49s %s\n", "embedding_backward deterministic: rerun bit-identical", same ? "ok" : "FAIL");
+    }
+    G.set_deterministic(false);
   }
   for (auto [N, Ch] : {std::pair{1, 7}, {33, 127}, {127, 1025}, {1031, 64}}) {
     Pair x(C, G, randn(size_t(N) * Ch, 4, 2.f), dt), w(C, G, randn(Ch, 5), dt), b(C, G, randn(Ch, 6), dt),

@@ -158,7 +158,11 @@ class CudaBackend final : public Backend {
   }
   void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp, int B, int T_,
                           int C) override {
-    ZT_DISPATCH(dt(), T, cuda::embedding_backward(dwte, dwpe, tp<T>(dout), inp, B, T_, C, stream_));
+    if (deterministic()) {
+      ZT_DISPATCH(dt(), T, cuda::embedding_backward_deterministic(dwte, dwpe, tp<T>(dout), inp, B, T_, C, stream_));
+    } else {
+      ZT_DISPATCH(dt(), T, cuda::embedding_backward(dwte, dwpe, tp<T>(dout), inp, B, T_, C, stream_));
+    }
   }
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b, int N,
                          int C, float eps) override {

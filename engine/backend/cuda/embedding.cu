@@ -27,7 +27,29 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const T* dou
     if (dwpe) atomicAdd(&dwpe[int64_t(t) * C + c], d);
   }
 }
+// [run] deterministic: thread c owns channel c of every row and adds the positions in order, so
+// the sums are the same every run (B*T dependent steps per thread: slower, see README).
+template <typename T>
+__global__ void embedding_backward_ordered_kernel(float* dwte, float* dwpe, const T* dout, const int32_t* inp,
+                                                  int BT, int T_, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int bt = 0; bt < BT; ++bt) {
+    const float d = to_float(dout[int64_t(bt) * C + c]);
+    const int tok = inp[bt];
+    if (tok >= 0) dwte[int64_t(tok) * C + c] += d;
+    if (dwpe) dwpe[int64_t(bt % T_) * C + c] += d;
+  }
+}
 }  // namespace
+
+template <typename T>
+void embedding_backward_deterministic(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_,
+                                      int C, cudaStream_t s) {
+  if (B * T_ <= 0) return;
+  embedding_backward_ordered_kernel<T><<<(C + 127) / 128, 128, 0, s>>>(dwte, dwpe, dout, inp, B * T_, T_, C);
+  ZT_CUDA_LAUNCH_CHECK();
+}
 
 template <typename T>
 void embedding_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C, cudaStream_t s) {
@@ -46,7 +68,9 @@ void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* 
 
 #define ZT_INSTANTIATE(T)                                                                                    \
   template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, cudaStream_t); \
-  template void embedding_backward<T>(float*, float*, const T*, const int32_t*, int, int, int, cudaStream_t);
+  template void embedding_backward<T>(float*, float*, const T*, const int32_t*, int, int, int, cudaStream_t); \
+  template void embedding_backward_deterministic<T>(float*, float*, const T*, const int32_t*, int, int, int,     \
+                                                    cudaStream_t);
 ZT_INSTANTIATE(float)
 ZT_INSTANTIATE(__nv_bfloat16)
 ZT_INSTANTIATE(__half)

@@ -15,6 +15,10 @@ template <typename T>
 void embedding_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C, cudaStream_t s);
 template <typename T>
 void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_, int C, cudaStream_t s);
+// The same in a fixed order (no atomics): one thread per channel walks the positions in order.
+template <typename T>
+void embedding_backward_deterministic(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_,
+                                      int C, cudaStream_t s);
 
 // Column sums over rows are split into this many row chunks, summed in chunk order at the end.
 constexpr int kColChunks = 32;
