@@ -47,6 +47,8 @@ class Backend {
   virtual void* alloc(size_t bytes, MemTag tag = MemTag::Other, MemKind kind = MemKind::Device) = 0;
   virtual void free(void* ptr) = 0;
   virtual void copy_to_device(void* dst, const void* host_src, size_t bytes) = 0;
+  // Waits for the compute work enqueued so far; callable from any thread (checkpoint writers copy
+  // with several).
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void fill_zero(void* ptr, size_t bytes) = 0;
   // A mark after the compute work enqueued so far (CUDA: an event on the compute stream), for

@@ -216,14 +216,32 @@ void CheckpointWriter::save(const TrainState& state, bool wait) {
   done_ = false;
   error_.clear();
   if (opts_.async) {
-    // the step pays for this copy only; the write runs in the background
+    // the step pays for this copy only (in chunks, by a few threads); the write runs in the background
+    struct Copy {
+      int state;
+      const Piece* piece;
+      size_t e0, e1, dst;
+    };
+    std::vector<Copy> copies;
     for (int si = 0; si < 3; ++si) {
       size_t off = 0;
       for (const Piece& p : pieces_) {
-        copy_piece_range(store_, runs_, p, kStates[si], 0, p.numel(), snap_->data[si] + off);
+        for (size_t e0 = 0; e0 < p.numel(); e0 += kChunkElems)
+          copies.push_back({si, &p, e0, std::min(p.numel(), e0 + kChunkElems), off + e0});
         off += p.numel();
       }
     }
+    std::atomic<size_t> next{0};
+    auto copier = [&] {
+      for (size_t i; (i = next++) < copies.size();) {
+        const Copy& c = copies[i];
+        copy_piece_range(store_, runs_, *c.piece, kStates[c.state], c.e0, c.e1, snap_->data[c.state] + c.dst);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int w = 1; w < kWriteThreads; ++w) pool.emplace_back(copier);
+    copier();
+    for (auto& th : pool) th.join();
     stall_ms_ = timer.ms();
     thread_ = std::thread([this, path] {
       try {

@@ -17,7 +17,8 @@
   checkpoint and exit 0, and the resumed run continues with the uninterrupted losses; a second
   signal exits at once and the last complete checkpoint still verifies;
 - the checkpoint opened with h5py holds every tensor whole, equal to dump-state's parameters;
-  init_from starts a new run from its weights; `ztrain ckpt ls` lists steps and layouts.
+  every_minutes saves by the clock; keep_last prunes; init_from starts a new run from its weights;
+  `ztrain ckpt ls` lists steps and layouts.
 """
 import argparse
 import json
@@ -284,6 +285,14 @@ def main():
         print(f"h5py: checkpoint /params equal to dump-state's /final for all {len(names)} tensors: {equal}; "
               f"the T=2 D=2 ZeRO-3 checkpoint shows full shapes: {shapes}")
         expect(equal and shapes, "checkpoint tensors differ from dump-state's or are not full-shaped")
+
+        # ---- every_minutes: saves by the clock (rank 0's, agreed by every rank)
+        p, out = train("minutes", 2, ["checkpoint.every_minutes=0.0005", "train.max_steps=300",
+                                      "parallel.zero_stage=2", "checkpoint.keep_last=2"])
+        saves = records(out, "checkpoint")
+        left = [e for e in os.listdir(os.path.join(out, "ckpt")) if e.startswith("step_")]
+        print(f"every_minutes = 0.0005 over 300 steps: {len(saves)} checkpoints, {len(left)} kept (keep_last = 2)")
+        expect(p.returncode == 0 and len(saves) >= 3 and len(left) == 2, f"every_minutes: {saves} {left}")
 
         # ---- init_from: a new run starts from the weights
         p, out = train("init", 1, [f"checkpoint.init_from={src}/ckpt/step_00000008", "train.max_steps=2"])

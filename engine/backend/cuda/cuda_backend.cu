@@ -136,6 +136,9 @@ class CudaBackend final : public Backend {
     ZT_CUDA_CHECK(cudaStreamWaitEvent(stream_, st.done, 0));
   }
   void copy_to_host(void* dst, const void* src, size_t n) override {
+    // callable from any thread (checkpoint writers): a new thread's current device is device 0
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device_) ZT_CUDA_CHECK(cudaSetDevice(device_));
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
