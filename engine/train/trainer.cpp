@@ -97,21 +97,7 @@ Trainer::Trainer(const RunSpec& spec)
   // the outcome before any training collective, so that every rank exits cleanly with the
   // failing rank's status and only that rank prints its message.
   dist_set_phase(DistPhase::Startup);
-  double failed[2] = {0, 0};  // user errors, runtime failures
-  std::exception_ptr error;
-  try {
-    build();
-  } catch (const UserError&) {
-    failed[0] = 1;
-    error = std::current_exception();
-  } catch (const std::exception&) {
-    failed[1] = 1;
-    error = std::current_exception();
-  }
-  topo_.world->all_reduce_doubles(failed, 2);
-  if (error) std::rethrow_exception(error);
-  if (failed[0] + failed[1] > 0)
-    throw PeerFailure(failed[1] > 0 ? 1 : 2, "another rank failed during start-up");
+  agreed([&] { build(); });
   resume_or_init();
   dist_set_phase(DistPhase::Running);
 }
