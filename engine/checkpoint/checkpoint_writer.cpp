@@ -67,6 +67,7 @@ CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& 
   std::vector<TensorShape> shapes;
   for (const auto& p : model.params()) shapes.push_back({p.global_shape});
   pieces_ = make_pieces(refs, shapes);
+  host_bytes_ = kWriteThreads * kChunkElems * sizeof(float);  // synchronous saves: the writers' chunks
   if (opts_.async) {
     // The host buffers of async saves, allocated once: allocating (and first touching) them takes
     // longer than the copy itself. A save waits for the previous one before refilling them.
@@ -85,6 +86,19 @@ CheckpointWriter::~CheckpointWriter() {
 }
 
 namespace {
+// Elements [e0, e1) of piece `p` of state `st` where they already are in host memory (the CPU
+// backend, the range within one run), or null.
+const float* in_place(const Backend& be, const ParamStore& store, const std::vector<ParamStore::GlobalRun>& runs,
+                      const Piece& p, ParamStore::State st, size_t e0, size_t e1) {
+  if (be.kind() != DeviceKind::CPU) return nullptr;
+  size_t at = 0;
+  for (const Piece::Source& s : p.sources) {
+    if (e0 >= at && e1 <= at + s.n) return store.run_data(st, runs[s.run]) + s.off + (e0 - at);
+    at += s.n;
+  }
+  return nullptr;
+}
+
 // Elements [e0, e1) of piece `p` (row-major in the block) of state `st`, from its runs.
 void copy_piece_range(const ParamStore& store, const std::vector<ParamStore::GlobalRun>& runs, const Piece& p,
                       ParamStore::State st, size_t e0, size_t e1, float* dst) {
@@ -154,6 +168,8 @@ void CheckpointWriter::write_rank_file(const std::string& path, const Snapshot* 
         const float* src;
         if (snap) {
           src = snap->data[t.state] + t.snap_off + j.e0;
+        } else if ((src = in_place(be_, store_, runs_, *t.piece, kStates[t.state], j.e0, j.e1))) {
+          // read where it is: a synchronous save holds the training loop, nothing changes it
         } else {
           chunk.resize(j.e1 - j.e0);
           copy_piece_range(store_, runs_, *t.piece, kStates[t.state], j.e0, j.e1, chunk.data());
@@ -252,7 +268,6 @@ void CheckpointWriter::save(const TrainState& state, bool wait) {
       done_ = true;
     });
   } else {
-    host_bytes_ = kWriteThreads * kChunkElems * sizeof(float);
     try {
       write_rank_file(path, nullptr);
     } catch (const std::exception& e) {

@@ -75,6 +75,9 @@ class ParamStore final : public ParamProvider {
   void write_run(State s, const GlobalRun& r, const float* host) { write_run(s, r, 0, r.n, host); }
   // Elements [off, off + n) of the run only.
   void read_run(State s, const GlobalRun& r, size_t off, size_t n, float* host) const;
+  // The run's elements in the backend's memory (host memory on the CPU backend: checkpoint writes
+  // read them in place there instead of copying).
+  const float* run_data(State s, const GlobalRun& r) const { return state_ptr(s, r); }
   void write_run(State s, const GlobalRun& r, size_t off, size_t n, const float* host);
   void publish_written_masters();
 
