@@ -50,6 +50,17 @@ class Backend {
   // Waits for the compute work enqueued so far; callable from any thread (checkpoint writers copy
   // with several).
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  // dst <- src, both this backend's memory (CUDA: on the compute stream).
+  virtual void copy_device(void* dst, const void* src, size_t bytes) = 0;
+  // Host code that touches this backend's memory outside its ops is a bug on a GPU (a segfault,
+  // or garbage). The CPU backend makes it one here too when ZTRAIN_CPU_GUARD_MEMORY=1: its
+  // allocations are then inaccessible (PROT_NONE) except during its own ops and between
+  // begin_host_access() and end_host_access(), which only the MPI communicator (the one
+  // sanctioned host access on the CPU backend) calls.
+  virtual void begin_host_access() {}
+  virtual void end_host_access() {}
+  // Host code may read this backend's memory directly (the CPU backend, unguarded).
+  virtual bool host_accessible() const { return false; }
   virtual void fill_zero(void* ptr, size_t bytes) = 0;
   // A mark after the compute work enqueued so far (CUDA: an event on the compute stream), for
   // upload_async to wait on. 0 means "nothing to wait for".

@@ -90,7 +90,7 @@ namespace {
 // backend, the range within one run), or null.
 const float* in_place(const Backend& be, const ParamStore& store, const std::vector<ParamStore::GlobalRun>& runs,
                       const Piece& p, ParamStore::State st, size_t e0, size_t e1) {
-  if (be.kind() != DeviceKind::CPU) return nullptr;
+  if (!be.host_accessible()) return nullptr;
   size_t at = 0;
   for (const Piece::Source& s : p.sources) {
     if (e0 >= at && e1 <= at + s.n) return store.run_data(st, runs[s.run]) + s.off + (e0 - at);

@@ -11,6 +11,8 @@
 
 namespace zt {
 
+class Backend;
+
 enum class ReduceOp { Sum, Max };
 
 class Comm {
@@ -44,5 +46,11 @@ void print_collective_timeout(int world_rank, const char* what, size_t n, const 
 
 // A group of one rank: every collective is the identity (or a copy).
 std::unique_ptr<Comm> make_self_comm(const std::string& name);
+// A group of one whose copies (reduce-scatter and all-gather into another buffer) run with the
+// backend's copy: the backend's memory may be on a device (comm_device_self.cpp).
+std::unique_ptr<Comm> make_device_self_comm(const std::string& name, Backend& device);
+// `inner` with Backend::begin_host_access held during each call (the MPI communicator on the CPU
+// backend: the one sanctioned host access to its memory).
+std::unique_ptr<Comm> make_host_access_comm(std::unique_ptr<Comm> inner, Backend& device);
 
 }  // namespace zt

@@ -20,7 +20,20 @@ std::unique_ptr<Comm> make_nccl_comm(void* mpi_comm, const std::string& name, do
 }
 
 void attach_device_comms(Topology& t, const std::string& backend, Backend& device, double timeout_s) {
-  if (device.kind() == DeviceKind::CPU || t.world_size == 1) return;
+  // A group of one copies between the backend's buffers (ZeRO's shards of a single data-parallel
+  // rank): with the backend's copy, never a host memmove of device pointers.
+  if (t.tp == 1) t.tp_group = make_device_self_comm("tp", device);
+  if (t.dp == 1) t.dp_group = make_device_self_comm("dp", device);
+  if (device.kind() == DeviceKind::CPU) {
+    // the MPI communicator is the one sanctioned host access to the CPU backend's memory
+    if (t.world_size > 1) {
+      t.world = make_host_access_comm(std::move(t.world), device);
+      if (t.tp > 1) t.tp_group = make_host_access_comm(std::move(t.tp_group), device);
+      if (t.dp > 1) t.dp_group = make_host_access_comm(std::move(t.dp_group), device);
+    }
+    return;
+  }
+  if (t.world_size == 1) return;
 #ifdef ZTRAIN_HAVE_NCCL
   if (backend == "nccl" || backend == "auto") {
     void* stream = device.native_stream();

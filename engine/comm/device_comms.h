@@ -17,6 +17,9 @@ class Backend;
 // the executable, or ZTRAIN_NCCL_PLUGIN); RuntimeFailure when it or NCCL is unavailable.
 std::unique_ptr<Comm> make_nccl_comm(void* mpi_comm, const std::string& name, double timeout_s, void* stream);
 
+// Also, whatever the backend and world size: a group of one becomes a self communicator that
+// copies with the backend (on the device), and on the CPU backend the MPI groups hold host access
+// during their calls (Backend::begin_host_access; it matters in guarded-memory mode).
 void attach_device_comms(Topology& t, const std::string& backend, Backend& device, double timeout_s);
 
 }  // namespace zt

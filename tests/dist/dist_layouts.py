@@ -10,6 +10,10 @@
   independently too: an allocator preloaded into every rank (tests/dist/count_alloc.c) counts the
   bytes the backend allocates; ztrain's reported peak equals that count, and ZeRO-3's is lower
   than the single process's;
+- with --guard-memory (a ctest of its own), every rank runs with ZTRAIN_CPU_GUARD_MEMORY=1: the
+  backend's memory is inaccessible outside its ops, so engine code touching device memory from
+  the host segfaults here as it would on a GPU (the single process's ZeRO-1 did, before the self
+  communicator copied with the backend);
 - failures: a rank that exits mid-step ends the whole job non-zero (no step completes after it);
   a rank that stops
   responding makes the others abort after [comm] timeout_s with a message naming the collective
@@ -52,7 +56,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ztrain", required=True)
     ap.add_argument("--tokenize", required=True)
+    ap.add_argument("--guard-memory", action="store_true",
+                    help="run every rank with ZTRAIN_CPU_GUARD_MEMORY=1: engine code that touches the backend's "
+                         "memory outside its ops segfaults, as it would on a GPU (the memory measurement, which "
+                         "depends on the allocator, is skipped)")
     args = ap.parse_args()
+    if args.guard_memory:
+        os.environ["ZTRAIN_CPU_GUARD_MEMORY"] = "1"
     if not shutil.which("mpirun"):
         print("SKIP: mpirun not found (Debian: openmpi-bin)")
         return testlib.SKIP
@@ -122,51 +132,52 @@ def main():
             expect(worst_loss <= TOL, f"{name}: loss differs from single process by {worst_loss:.2e}")
             expect(worst_param <= PARAM_TOL, f"{name}: final {worst_name} differs by {worst_param:.2e}")
 
-        # ZeRO-3 memory per rank
-        mem_re = re.compile(r"rank (\d+) memory: params ([\d.]+) MiB, grads ([\d.]+) MiB, optimizer ([\d.]+) MiB")
+        # ZeRO-3 memory per rank (not in guard mode: its page-sized mappings are another allocator)
+        if not args.guard_memory:
+            mem_re = re.compile(r"rank (\d+) memory: params ([\d.]+) MiB, grads ([\d.]+) MiB, optimizer ([\d.]+) MiB")
 
-        def states(p):
-            return {int(m[0]): float(m[1]) + float(m[2]) + float(m[3]) for m in mem_re.findall(p.stderr)}
+            def states(p):
+                return {int(m[0]): float(m[1]) + float(m[2]) + float(m[3]) for m in mem_re.findall(p.stderr)}
 
-        # An independent measurement: tests/dist/count_alloc.c, preloaded, counts the bytes the
-        # CPU backend obtains from aligned_alloc (its only allocator) and reports their peak;
-        # ztrain's own peak must equal it, and sharding must lower it.
-        counter = os.path.join(work, "count_alloc.so")
-        testlib.run(["cc", "-O2", "-shared", "-fPIC", os.path.join(os.path.dirname(__file__), "count_alloc.c"),
-                     "-o", counter, "-ldl"])
-        peak_re = re.compile(r"rank (\d+) peak memory: [\d.]+ MiB allocated by the .* backend \((\d+) bytes\)")
-        counted_re = re.compile(r"count_alloc: rank (\d+) peak (\d+) bytes")
+            # An independent measurement: tests/dist/count_alloc.c, preloaded, counts the bytes the
+            # CPU backend obtains from aligned_alloc (its only allocator) and reports their peak;
+            # ztrain's own peak must equal it, and sharding must lower it.
+            counter = os.path.join(work, "count_alloc.so")
+            testlib.run(["cc", "-O2", "-shared", "-fPIC", os.path.join(os.path.dirname(__file__), "count_alloc.c"),
+                         "-o", counter, "-ldl"])
+            peak_re = re.compile(r"rank (\d+) peak memory: [\d.]+ MiB allocated by the .* backend \((\d+) bytes\)")
+            counted_re = re.compile(r"count_alloc: rank (\d+) peak (\d+) bytes")
 
-        def peaks(p, what):
-            reported = {int(r): int(b) for r, b in peak_re.findall(p.stderr)}
-            counted = {int(r): int(b) for r, b in counted_re.findall(p.stderr)}
-            expect(reported and reported == counted,
-                   f"{what}: peak memory reported {reported} but counted by the interposed allocator {counted}")
-            return counted
+            def peaks(p, what):
+                reported = {int(r): int(b) for r, b in peak_re.findall(p.stderr)}
+                counted = {int(r): int(b) for r, b in counted_re.findall(p.stderr)}
+                expect(reported and reported == counted,
+                       f"{what}: peak memory reported {reported} but counted by the interposed allocator {counted}")
+                return counted
 
-        C, S, L = 64, 16, 2  # the memory model: d_model, seq_len, layers
-        big = ["--set", f"model.d_model={C}", "--set", "train.max_steps=1"]
-        p = testlib.run([args.ztrain, "train", spec, *big], check=False, env=dict(os.environ, LD_PRELOAD=counter))
-        single = states(p)[0]
-        single_peak = max(peaks(p, "single process").values() or [0])
-        # replicated under tensor parallelism: wpe, 4 norm vectors + 2 row-parallel biases per
-        # block, ln_f; params + grads + 2 AdamW moments, 4 bytes each
-        replicated_mib = (S * C + L * 6 * C + 2 * C) * 16 / 1048576
-        for t, d in ((1, 2), (1, 4), (2, 2)):
-            p = mpirun(t * d, ["-x", f"LD_PRELOAD={counter}", args.ztrain, "train", spec, *big,
-                               "--set", "parallel.zero_stage=3", "--set", f"parallel.tensor={t}"])
-            per_rank = states(p)
-            counted = peaks(p, f"ZeRO-3 T={t} D={d}")
-            print(f"ZeRO-3 T={t} D={d}: peak allocated per rank (counted) {max(counted.values() or [0])} bytes, "
-                  f"single process {single_peak} bytes")
-            expect(counted and max(counted.values()) < single_peak,
-                   f"ZeRO-3 T={t} D={d}: counted peak {counted} not below the single process's {single_peak}")
-            expect(len(per_rank) == t * d, f"ZeRO-3 T={t} D={d}: memory lines for {sorted(per_rank)}: {p.stderr[-1500:]}")
-            worst = max(per_rank.values()) if per_rank else float("inf")
-            budget = 1.10 * single / (t * d) + (replicated_mib / d if t > 1 else 0)
-            print(f"ZeRO-3 T={t} D={d}: model states per rank {worst:.3f} MiB vs single process {single:.3f} MiB "
-                  f"/ {t * d} = {single / (t * d):.3f} MiB (ratio {worst / (single / (t * d)):.3f}; budget {budget:.3f})")
-            expect(worst <= budget, f"ZeRO-3 T={t} D={d}: {worst:.3f} MiB > budget {budget:.3f} MiB")
+            C, S, L = 64, 16, 2  # the memory model: d_model, seq_len, layers
+            big = ["--set", f"model.d_model={C}", "--set", "train.max_steps=1"]
+            p = testlib.run([args.ztrain, "train", spec, *big], check=False, env=dict(os.environ, LD_PRELOAD=counter))
+            single = states(p)[0]
+            single_peak = max(peaks(p, "single process").values() or [0])
+            # replicated under tensor parallelism: wpe, 4 norm vectors + 2 row-parallel biases per
+            # block, ln_f; params + grads + 2 AdamW moments, 4 bytes each
+            replicated_mib = (S * C + L * 6 * C + 2 * C) * 16 / 1048576
+            for t, d in ((1, 2), (1, 4), (2, 2)):
+                p = mpirun(t * d, ["-x", f"LD_PRELOAD={counter}", args.ztrain, "train", spec, *big,
+                                   "--set", "parallel.zero_stage=3", "--set", f"parallel.tensor={t}"])
+                per_rank = states(p)
+                counted = peaks(p, f"ZeRO-3 T={t} D={d}")
+                print(f"ZeRO-3 T={t} D={d}: peak allocated per rank (counted) {max(counted.values() or [0])} bytes, "
+                      f"single process {single_peak} bytes")
+                expect(counted and max(counted.values()) < single_peak,
+                       f"ZeRO-3 T={t} D={d}: counted peak {counted} not below the single process's {single_peak}")
+                expect(len(per_rank) == t * d, f"ZeRO-3 T={t} D={d}: memory lines for {sorted(per_rank)}: {p.stderr[-1500:]}")
+                worst = max(per_rank.values()) if per_rank else float("inf")
+                budget = 1.10 * single / (t * d) + (replicated_mib / d if t > 1 else 0)
+                print(f"ZeRO-3 T={t} D={d}: model states per rank {worst:.3f} MiB vs single process {single:.3f} MiB "
+                      f"/ {t * d} = {single / (t * d):.3f} MiB (ratio {worst / (single / (t * d)):.3f}; budget {budget:.3f})")
+                expect(worst <= budget, f"ZeRO-3 T={t} D={d}: {worst:.3f} MiB > budget {budget:.3f} MiB")
 
         # A rank that dies mid-step ends the job: no step completes after it, and the job ends (a
         # hang would hit the subprocess timeout and fail the test; no wall-clock bound is asserted).

@@ -39,8 +39,8 @@ struct SingleRank {
   std::unique_ptr<AdamW> optimizer;
   SingleRank(Model& m, Backend& be, uint64_t seed, int zero_stage = 0) {
     topo.world = make_self_comm("world");
-    topo.tp_group = make_self_comm("tp");
-    topo.dp_group = make_self_comm("dp");
+    topo.tp_group = make_device_self_comm("tp", be);  // copies with the backend: device pointers
+    topo.dp_group = make_device_self_comm("dp", be);
     spec.parallel.zero_stage = zero_stage;
     store = std::make_unique<ParamStore>(m, be, topo, spec);
     store->init(seed);

@@ -1,5 +1,7 @@
 // The CPU backend: the Backend interface over the float instantiations of the reference ops.
 #include <omp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -103,13 +105,27 @@ class CpuBackend final : public Backend {
     openblas_set_num_threads(threads);
 #endif
     threads_ = threads;
+    const char* g = std::getenv("ZTRAIN_CPU_GUARD_MEMORY");
+    guard_ = g && std::string(g) == "1";
   }
   DeviceKind kind() const override { return DeviceKind::CPU; }
+  bool host_accessible() const override { return !guard_; }
+  void begin_host_access() override {
+    if (!guard_) return;
+    std::lock_guard lock(mu_);
+    if (access_depth_++ == 0) protect_all(PROT_READ | PROT_WRITE);
+  }
+  void end_host_access() override {
+    if (!guard_) return;
+    std::lock_guard lock(mu_);
+    if (--access_depth_ == 0) protect_all(PROT_NONE);
+  }
   DType dt() const { return compute_dtype(); }
   std::string name() const override { return fmt::format("cpu ({} threads)", threads_); }
 
   // Both memory kinds are host memory here; pinned host bytes are counted apart (as on a GPU).
   void* alloc(size_t bytes, MemTag tag, MemKind kind) override {
+    if (guard_) return guarded_alloc(bytes, tag, kind);
     const size_t rounded = (bytes + 63) / 64 * 64;
     // Linux overcommits: a too-large malloc succeeds and the OOM killer ends the job later, with
     // no message. Compare with what the machine can still give first.
@@ -149,11 +165,25 @@ class CpuBackend final : public Backend {
       stats_.n_allocs--;
     }
     sizes_.erase(it);
-    std::free(p);
+    if (guard_) ::munmap(p, size);
+    else std::free(p);
   }
-  void copy_to_device(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
-  void copy_to_host(void* dst, const void* src, size_t n) override { std::memcpy(dst, src, n); }
-  void fill_zero(void* p, size_t n) override { std::memset(p, 0, n); }
+  void copy_to_device(void* dst, const void* src, size_t n) override {
+    const Access access(*this);
+    std::memcpy(dst, src, n);
+  }
+  void copy_to_host(void* dst, const void* src, size_t n) override {
+    const Access access(*this);
+    std::memcpy(dst, src, n);
+  }
+  void copy_device(void* dst, const void* src, size_t n) override {
+    const Access access(*this);
+    std::memmove(dst, src, n);
+  }
+  void fill_zero(void* p, size_t n) override {
+    const Access access(*this);
+    std::memset(p, 0, n);
+  }
   MemoryStats memory_stats() const override {
     std::lock_guard lock(mu_);
     MemoryStats s = stats_;
@@ -162,11 +192,13 @@ class CpuBackend final : public Backend {
   }
 
   void convert(void* dst, DType dt, const void* src, DType st, int64_t n) override {
+    const Access access(*this);
     convert_host(dst, dt, src, st, n);
   }
 
   void embedding_forward(void* out, const int32_t* inp, const void* wte, const void* wpe, int B,
                          int T, int C) override {
+    const Access access(*this);
     const int64_t V = dt() == DType::F32 ? 0 : embedding_rows_hint(inp, int64_t(B) * T);  // fp32: no copy
     Out o(out, int64_t(B) * T * C, dt(), false);
     cpu::embedding_forward(o.get(), inp, In(wte, V * C, dt()).get(), In(wpe, int64_t(T) * C, dt()).get(),
@@ -174,10 +206,12 @@ class CpuBackend final : public Backend {
   }
   void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp, int B,
                           int T, int C) override {
+    const Access access(*this);
     cpu::embedding_backward(dwte, dwpe, In(dout, int64_t(B) * T * C, dt()).get(), inp, B, T, C);
   }
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                          const void* bias, int N, int C, float eps) override {
+    const Access access(*this);
     Out o(out, int64_t(N) * C, dt(), false);
     cpu::layernorm_forward(o.get(), mean, rstd, In(inp, int64_t(N) * C, dt()).get(), In(weight, C, dt()).get(),
                            In(bias, C, dt()).get(), N, C, eps);
@@ -185,6 +219,7 @@ class CpuBackend final : public Backend {
   void residual_layernorm_forward(void* res, void* out, float* mean, float* rstd, const void* a,
                                   const void* b, const void* weight, const void* bias, int N, int C,
                                   float eps) override {
+    const Access access(*this);
     const int64_t n = int64_t(N) * C;
     {
       Out r(res, n, dt(), false);
@@ -195,6 +230,7 @@ class CpuBackend final : public Backend {
   void layernorm_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                           const void* weight, const float* mean, const float* rstd, int N,
                           int C) override {
+    const Access access(*this);
     const int64_t n = int64_t(N) * C;
     Out d(dinp, n, dt(), true);
     cpu::layernorm_backward(d.get(), dweight, dbias, In(dout, n, dt()).get(), In(inp, n, dt()).get(),
@@ -202,12 +238,14 @@ class CpuBackend final : public Backend {
   }
   void matmul_forward(void* out, const void* inp, const void* weight, const void* bias, int N, int C,
                       int OC) override {
+    const Access access(*this);
     Out o(out, int64_t(N) * OC, dt(), false);
     cpu::matmul_forward(o.get(), In(inp, int64_t(N) * C, dt()).get(), In(weight, int64_t(OC) * C, dt()).get(),
                         In(bias, OC, dt()).get(), N, C, OC);
   }
   void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* weight, const void* bias,
                            int N, int C, int OC) override {
+    const Access access(*this);
     matmul_forward(pre, inp, weight, bias, N, C, OC);
     const int64_t n = int64_t(N) * OC;
     Out o(out, n, dt(), false);
@@ -215,51 +253,70 @@ class CpuBackend final : public Backend {
   }
   void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                        const void* weight, int N, int C, int OC) override {
+    const Access access(*this);
     Out d(dinp, int64_t(N) * C, dt(), true);
     cpu::matmul_backward(d.get(), dweight, dbias, In(dout, int64_t(N) * OC, dt()).get(),
                          In(inp, int64_t(N) * C, dt()).get(), In(weight, int64_t(OC) * C, dt()).get(), N, C, OC);
   }
   void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) override {
+    const Access access(*this);
     const int64_t BT = int64_t(B) * T;
     Out o(out, BT * C, dt(), false);
     cpu::attention_forward(o.get(), lse, In(qkv, BT * 3 * C, dt()).get(), B, T, C, NH);
   }
   void attention_backward(void* dqkv, const void* dout, const void* /*out*/, const void* qkv, const float* lse,
                           int B, int T, int C, int NH) override {
+    const Access access(*this);
     const int64_t BT = int64_t(B) * T;
     Out d(dqkv, BT * 3 * C, dt(), true);
     cpu::attention_backward(d.get(), In(dout, BT * C, dt()).get(), In(qkv, BT * 3 * C, dt()).get(), lse, B,
                             T, C, NH);
   }
   void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override {
+    const Access access(*this);
     Out d(dinp, n, dt(), true);
     cpu::gelu_backward(d.get(), In(inp, n, dt()).get(), In(dout, n, dt()).get(), n);
   }
   void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N, int V,
                             float grad_scale) override {
+    const Access access(*this);
     Out l(logits, int64_t(N) * V, dt(), true);
     cpu::softmax_crossentropy(losses, l.get(), targets, N, V, grad_scale);
     if (grad_scale == 0.0f) l.discard();  // logits unchanged: no write-back rounding pass
   }
   void logits_row_max(float* out_max, const void* logits, int N, int V) override {
+    const Access access(*this);
     cpu::logits_row_max(out_max, In(logits, int64_t(N) * V, dt()).get(), N, V);
   }
   void logits_row_sumexp(float* out_sum, const void* logits, const float* row_max, int N, int V) override {
+    const Access access(*this);
     cpu::logits_row_sumexp(out_sum, In(logits, int64_t(N) * V, dt()).get(), row_max, N, V);
   }
   void logits_pick_target(float* out, const void* logits, const int32_t* targets, int N, int V,
                           int v0) override {
+    const Access access(*this);
     cpu::logits_pick_target(out, In(logits, int64_t(N) * V, dt()).get(), targets, N, V, v0);
   }
   void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets, int N, int V,
                                   int v0, float grad_scale) override {
+    const Access access(*this);
     Out l(logits, int64_t(N) * V, dt(), true);
     cpu::crossentropy_grad_from_lse(l.get(), lse, targets, N, V, v0, grad_scale);
   }
-  void add(float* out, const float* a, const float* b, int64_t n) override { cpu::add(out, a, b, n); }
-  void scale(float* x, float s, int64_t n) override { cpu::scale(x, s, n); }
-  void sum_squares_accumulate(double* acc, const float* x, int64_t n) override { *acc += cpu::sum_squares(x, n); }
+  void add(float* out, const float* a, const float* b, int64_t n) override {
+    const Access access(*this);
+    cpu::add(out, a, b, n);
+  }
+  void scale(float* x, float s, int64_t n) override {
+    const Access access(*this);
+    cpu::scale(x, s, n);
+  }
+  void sum_squares_accumulate(double* acc, const float* x, int64_t n) override {
+    const Access access(*this);
+    *acc += cpu::sum_squares(x, n);
+  }
   void sum_accumulate(double* acc, const float* x, int64_t n, double scale) override {
+    const Access access(*this);
     double total = 0;
     for (int64_t i = 0; i < n; ++i) total += x[i];
     *acc += scale * total;
@@ -267,11 +324,45 @@ class CpuBackend final : public Backend {
   void adamw_update(float* params, const float* grads, float* m, float* v, void* params_compute,
                     int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                     int t) override {
+    const Access access(*this);
     cpu::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
     if (params_compute) convert_host(params_compute, dt(), params, DType::F32, n);
   }
 
  private:
+  // Guard mode (ZTRAIN_CPU_GUARD_MEMORY=1): page-aligned mappings, inaccessible outside ops.
+  void* guarded_alloc(size_t bytes, MemTag tag, MemKind kind) {
+    const size_t page = size_t(::sysconf(_SC_PAGESIZE)), rounded = std::max(page, (bytes + page - 1) / page * page);
+    void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw RuntimeFailure(fmt::format("out of host memory: mapping {} bytes", rounded));
+    std::lock_guard lock(mu_);
+    // pinned host memory is host memory on a GPU too: only device memory is guarded
+    if (access_depth_ == 0 && kind == MemKind::Device) ::mprotect(p, rounded, PROT_NONE);
+    sizes_[p] = {rounded, tag, kind};
+    if (kind == MemKind::PinnedHost) {
+      stats_.pinned_host += rounded;
+      return p;
+    }
+    stats_.allocated += rounded;
+    stats_.peak = std::max(stats_.peak, stats_.allocated);
+    stats_.n_allocs++;
+    stats_.by_tag[size_t(tag)] += rounded;
+    stats_.peak_by_tag[size_t(tag)] = std::max(stats_.peak_by_tag[size_t(tag)], stats_.by_tag[size_t(tag)]);
+    return p;
+  }
+  void protect_all(int prot) {  // mu_ held
+    for (const auto& [p, a] : sizes_)
+      if (a.kind == MemKind::Device && ::mprotect(p, a.size, prot) != 0) throw RuntimeFailure("mprotect failed in ZTRAIN_CPU_GUARD_MEMORY mode");
+  }
+  // Held by every op: the backend's memory is accessible while any op (or sanctioned host access) runs.
+  struct Access {
+    CpuBackend& be;
+    explicit Access(CpuBackend& b) : be(b) { be.begin_host_access(); }
+    ~Access() { be.end_host_access(); }
+  };
+
+  bool guard_ = false;
+  int access_depth_ = 0;  // ops and host accesses in progress (guard mode)
   int threads_ = 1;
   mutable std::mutex mu_;
   struct Allocation {

@@ -142,6 +142,9 @@ class CudaBackend final : public Backend {
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, stream_));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  void copy_device(void* dst, const void* src, size_t n) override {
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, stream_));
+  }
   void fill_zero(void* p, size_t n) override { ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, n, stream_)); }
   void synchronize() override { ZT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
   MemoryStats memory_stats() const override {

@@ -17,6 +17,7 @@ class MemoryOnlyBackend final : public Backend {
   void free(void*) override {}
   void copy_to_device(void*, const void*, size_t) override {}
   void copy_to_host(void*, const void*, size_t) override {}
+  void copy_device(void*, const void*, size_t) override {}
   void fill_zero(void*, size_t) override {}
   MemoryStats memory_stats() const override { return {}; }
   void convert(void*, DType, const void*, DType, int64_t) override {}
