@@ -108,7 +108,7 @@ class HttpStore final : public ObjectStore {
     const uint64_t n = fetch(name, [&](Sink& s) {
       if (f) {  // an earlier attempt broke off: keep its bytes when the server can resume
         std::fflush(f);
-        have += s.bytes;
+        have = s.resume + s.bytes;  // (resume is 0 when the server ignored the range and we restarted)
         ranges = ranges || s.ranges;
         std::fclose(f);
       }

@@ -104,7 +104,6 @@ void load_states(const std::string& ckpt_dir, ParamStore& store, const Model& mo
         }
       }
     }
-  store.publish_written_masters();
 }
 
 }  // namespace zt

@@ -18,8 +18,8 @@ std::string verify_checkpoint(const std::string& ckpt_dir, int part = 0, int par
 std::string model_mismatch(const std::string& ckpt_dir, const Model& model);
 
 // Loads this rank's master weights (and, unless weights_only, AdamW moments) from the
-// checkpoint's full tensors into `store`, then publishes them (collective). Reads in blocks of at
-// most 64 MiB.
+// checkpoint's full tensors into `store` (not collective: the caller agrees on failures, then
+// calls ParamStore::publish_written_masters). Reads in blocks of at most 64 MiB.
 void load_states(const std::string& ckpt_dir, ParamStore& store, const Model& model, bool weights_only);
 
 }  // namespace zt

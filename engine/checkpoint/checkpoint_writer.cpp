@@ -226,12 +226,16 @@ void CheckpointWriter::save(const TrainState& state, bool wait) {
   state_ = state;
   const fs::path dir(opts_.dir);
   tmp_dir_ = (dir / fmt::format("{}.tmp-{}", checkpoint_name(state.step), job_id_)).string();
-  fs::create_directories(tmp_dir_);
   const std::string path = (fs::path(tmp_dir_) / rank_file_name(topo_.world_rank)).string();
   pending_ = true;
   done_ = false;
   error_.clear();
-  if (opts_.async) {
+  std::error_code ec;
+  fs::create_directories(tmp_dir_, ec);
+  if (ec) {  // this rank's part failed: the ranks learn it together (finish / the step agreement)
+    error_ = fmt::format("{}: cannot create: {}", tmp_dir_, ec.message());
+    done_ = true;
+  } else if (opts_.async) {
     // the step pays for this copy only (in chunks, by a few threads); the write runs in the background
     struct Copy {
       int state;
@@ -280,15 +284,21 @@ void CheckpointWriter::save(const TrainState& state, bool wait) {
 }
 
 void CheckpointWriter::finish() {
-  if (!pending_) {
-    poll_commit(/*wait=*/true);
-    return;
+  if (pending_) {
+    if (thread_.joinable()) thread_.join();
+    double failed = local_failed() ? 1 : 0;
+    topo_.world->all_reduce_doubles(&failed, 1);
+    complete(failed > 0);  // throws on every rank alike when one failed
   }
-  if (thread_.joinable()) thread_.join();
-  double failed = local_failed() ? 1 : 0;
-  topo_.world->all_reduce_doubles(&failed, 1);
-  complete(failed > 0);
   poll_commit(/*wait=*/true);
+  double failed = commit_failed() ? 1 : 0;
+  topo_.world->all_reduce_doubles(&failed, 1);
+  if (failed > 0) throw_commit_failure();
+}
+
+void CheckpointWriter::throw_commit_failure() const {
+  throw RuntimeFailure(commit_failed() ? fmt::format("checkpoint of step {}: {}", commit_stats_.step, commit_error_)
+                                       : "checkpoint: rank 0 failed to commit a checkpoint");
 }
 
 void CheckpointWriter::complete(bool any_failed) {
@@ -309,6 +319,7 @@ void CheckpointWriter::complete(bool any_failed) {
   commit_stats_ = {state_.step, opts_.async, stall_ms_, write_s_, 0, file_bytes_};
   committed_ = false;
   commit_error_.clear();
+  commit_reported_ = false;
   commit_thread_ = std::thread([this, path] {
     Timer timer;
     try {
@@ -325,9 +336,8 @@ void CheckpointWriter::complete(bool any_failed) {
 void CheckpointWriter::poll_commit(bool wait) {
   if (!commit_thread_.joinable() || (!wait && !committed_)) return;
   commit_thread_.join();
-  if (!commit_error_.empty())
-    throw RuntimeFailure(fmt::format("checkpoint of step {}: {}", commit_stats_.step, commit_error_));
-  if (on_complete) on_complete(commit_stats_);
+  commit_reported_ = true;
+  if (commit_error_.empty() && on_complete) on_complete(commit_stats_);
 }
 
 void CheckpointWriter::commit() {
@@ -368,6 +378,7 @@ void CheckpointWriter::prune() {
   }
   if (opts_.keep_last <= 0 || int64_t(complete.size()) <= opts_.keep_last) return;
   for (size_t i = 0; i + size_t(opts_.keep_last) < complete.size(); ++i) {
+    if (complete[i].step == state_.step) continue;  // never the one just committed
     std::error_code ec;
     fs::remove_all(complete[i].path, ec);
   }

@@ -55,10 +55,14 @@ class CheckpointWriter {
   // making the checkpoint visible, in the background. Throws RuntimeFailure when a rank failed to
   // write its part.
   void complete(bool any_failed);
-  // Rank 0: reports a finished commit (on_complete), waiting for it when `wait`; rethrows its
-  // failure. Other ranks: nothing to do.
+  // Rank 0: reports a finished commit (on_complete), waiting for it when `wait`; a failure is
+  // kept for commit_failed(), which the trainer's per-step agreement shares, so that every rank
+  // stops (a rank-0-only throw would leave the others waiting in a collective).
   void poll_commit(bool wait);
-  // Waits for the pending save and completes it, commit included (collective).
+  bool commit_failed() const { return !commit_error_.empty() && commit_reported_; }
+  [[noreturn]] void throw_commit_failure() const;
+  // Waits for the pending save and completes it, commit included (collective: every rank agrees
+  // on failures).
   void finish();
   const std::string& last_complete() const { return last_complete_; }
   double host_buffer_mib() const { return host_bytes_ / 1048576.0; }
@@ -88,6 +92,7 @@ class CheckpointWriter {
   std::thread commit_thread_;
   std::atomic<bool> committed_{false};
   std::string commit_error_;
+  bool commit_reported_ = false;  // commit_error_ belongs to a joined commit
   SaveStats commit_stats_;
   std::unique_ptr<Snapshot> snap_;
   TrainState state_;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <ctime>
 #include <initializer_list>
 #include <cstring>
 
@@ -11,13 +12,24 @@ namespace zt {
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_first_s = 0;  // CLOCK_MONOTONIC seconds of the first signal
+
+long now_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  return long(ts.tv_sec);
+}
 
 extern "C" void on_signal(int sig) {
+  // A repeat within 2 s is the same event delivered twice (Ctrl-C reaches the whole process group
+  // and mpirun forwards it; Slurm signals the ranks and mpirun): not a second request.
+  if (g_signal != 0 && now_s() - long(g_first_s) < 2) return;
   if (g_signal != 0) {  // the second one: stop now (only async-signal-safe calls here)
     const char msg[] = "ztrain: second signal: exiting at once (the last complete checkpoint is intact)\n";
     (void)!::write(STDERR_FILENO, msg, sizeof msg - 1);
     ::_exit(128 + sig);
   }
+  g_first_s = std::sig_atomic_t(now_s());
   g_signal = sig;
 }
 }  // namespace

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <chrono>
+#include <ctime>
 #include <exception>
 #include <thread>
 #include <filesystem>
@@ -133,13 +134,21 @@ std::string Trainer::choose_checkpoint() {
   if (ckpt_store_) {
     constexpr int kMax = 256;
     std::vector<double> shared(kMax + 1, 0.0);
+    std::exception_ptr error;  // rank 0's listing failed: every rank must still reach the all-reduce
     if (topo_.is_root()) {
-      const auto names = remote_checkpoints(*ckpt_store_);
-      const size_t first = names.size() > kMax ? names.size() - kMax : 0;
-      for (size_t i = first; i < names.size(); ++i)
-        shared[1 + i - first] = double(std::stoll(names[i].substr(5))) + 1, shared[0] += 1;
+      try {
+        const auto names = remote_checkpoints(*ckpt_store_);
+        const size_t first = names.size() > kMax ? names.size() - kMax : 0;
+        for (size_t i = first; i < names.size(); ++i)
+          shared[1 + i - first] = double(std::stoll(names[i].substr(5))) + 1, shared[0] += 1;
+      } catch (...) {
+        error = std::current_exception();
+        shared[0] = -1;
+      }
     }
     topo_.world->all_reduce_doubles(shared.data(), shared.size());
+    if (error) std::rethrow_exception(error);
+    if (shared[0] < 0) throw PeerFailure(1, "rank 0 could not list the checkpoints in the store");
     for (int i = 0; i < int(shared[0]); ++i) steps.insert(int64_t(shared[size_t(1 + i)]) - 1);
   }
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
@@ -199,7 +208,8 @@ std::string Trainer::local_checkpoint(const std::string& wanted) {
 void Trainer::resume_or_init() {
   const auto& k = spec_.checkpoint;
   if (!k.dir.empty()) {
-    double id = topo_.is_root() ? double(::getpid()) : 0.0;  // one id for the job, from rank 0
+    // one id for the job, from rank 0 (the time too: a container's pid repeats across restarts)
+    double id = topo_.is_root() ? double(int64_t(std::time(nullptr)) % 100000000 * 100000 + ::getpid() % 100000) : 0.0;
     topo_.world->all_reduce_doubles(&id, 1);
     job_id_ = int64_t(id);
     ckpt_root_ = local_checkpoint_root(spec_);
@@ -241,10 +251,31 @@ void Trainer::resume_or_init() {
   }
   adam_steps_ = int(st.adam_steps);
   scaler_->restore(st.scaler);
+  set_aside_newer_checkpoints(st.step);
   if (topo_.is_root())
     spdlog::info("checkpoint: resumed from {} at step {} (written by {} ranks: tensor {}, data {}, ZeRO-{}; "
                  "verified and loaded in {:.2f} s)", path, start_step_, st.world, st.tensor, st.data_parallel,
                  st.zero_stage, load_timer.seconds());
+}
+
+void Trainer::set_aside_newer_checkpoints(int64_t step) {
+  // Resuming from an older checkpoint than the newest (an explicit path, or auto falling back
+  // past a damaged one) starts a new history: the newer checkpoints of the old one must not be
+  // taken for this run's (resume = auto would jump back to them; keep_last would delete this
+  // run's saves first). Rank 0 renames them to step_X.superseded-<job> (kept, never listed);
+  // in the store, their checkpoint.h5 goes, so they no longer count as complete.
+  if (!topo_.is_root() || ckpt_root_.empty()) return;
+  namespace fs = std::filesystem;
+  for (const auto& c : list_checkpoints(ckpt_root_))
+    if (c.step > step) {
+      std::error_code ec;
+      fs::rename(c.path, fmt::format("{}.superseded-{}", c.path, job_id_), ec);
+      spdlog::warn("checkpoint: {} is newer than the resumed step {}: set aside as {}.superseded-{}", c.path, step,
+                   c.path, job_id_);
+    }
+  if (ckpt_store_)
+    for (const std::string& name : remote_checkpoints(*ckpt_store_))
+      if (std::stoll(name.substr(5)) > step) ckpt_store_->remove(name + "/checkpoint.h5");
 }
 
 TrainState Trainer::train_state(int64_t steps_done) const {
@@ -468,10 +499,12 @@ void Trainer::run() {
     if (!ckpt_ || done == t.max_steps) continue;  // the last step's checkpoint is written below
     // The ranks agree, in one small all-reduce per step: a signal on any rank, rank 0's clock for
     // every_minutes, and whether every rank finished writing its part of the pending save.
-    double agree[4] = {preemption_signal() ? 1.0 : 0.0,
+    double agree[5] = {preemption_signal() ? 1.0 : 0.0,
                        root && k.every_minutes > 0 && since_save.seconds() >= 60 * k.every_minutes ? 1.0 : 0.0,
-                       ckpt_->local_done() ? 1.0 : 0.0, ckpt_->local_failed() ? 1.0 : 0.0};
-    topo_.world->all_reduce_doubles(agree, 4);
+                       ckpt_->local_done() ? 1.0 : 0.0, ckpt_->local_failed() ? 1.0 : 0.0,
+                       ckpt_->commit_failed() ? 1.0 : 0.0};
+    topo_.world->all_reduce_doubles(agree, 5);
+    if (agree[4] > 0) ckpt_->throw_commit_failure();  // rank 0's commit failed: every rank stops
     if (ckpt_->pending() && agree[2] == topo_.world_size) ckpt_->complete(agree[3] > 0);
     ckpt_->poll_commit(/*wait=*/false);
     const bool stop = agree[0] > 0 || (k.exit_after > 0 && done - start_step_ >= k.exit_after);

@@ -84,6 +84,7 @@ class Trainer {
   // checkpoint directory, downloaded first when remote.
   std::string local_checkpoint(const std::string& wanted);
   void save_checkpoint(int64_t steps_done, bool wait);
+  void set_aside_newer_checkpoints(int64_t step);  // after resuming from `step`
 
   RunSpec spec_;
   Topology topo_;
@@ -101,9 +102,10 @@ class Trainer {
   int64_t local_batch_ = 0;                // sequences per step on this rank
   int64_t start_step_ = 0;
   int64_t job_id_ = 0;                     // rank 0's process id: names this job's unfinished saves
-  std::unique_ptr<CheckpointWriter> ckpt_;
   std::string ckpt_root_;                          // the local checkpoint directory
-  std::unique_ptr<data::ObjectStore> ckpt_store_;  // [checkpoint] dir = s3://...
+  std::unique_ptr<data::ObjectStore> ckpt_store_;  // [checkpoint] dir = s3://... (declared before
+                                                   // ckpt_: destroyed after its threads end)
+  std::unique_ptr<CheckpointWriter> ckpt_;
 };
 
 }  // namespace zt

@@ -205,6 +205,13 @@ def main():
                f"auto resume past a damaged checkpoint: exit {p.returncode}: {p.stderr[-800:]}")
         print(f"resume = auto with step 8 damaged: exit {p.returncode}, "
               f"{'warned and resumed from step 4' if 'at step 4' in p.stderr else 'did not fall back'}")
+        # a new history from step 4: the damaged step 8 is set aside, not mistaken for this run's
+        entries = sorted(os.listdir(os.path.join(corrupt, "ckpt")))
+        latest = open(os.path.join(corrupt, "ckpt", "latest")).read().strip()
+        print(f"  after it: {entries}")
+        expect(latest == "step_00000010" and "step_00000008" not in entries
+               and any(e.startswith("step_00000008.superseded-") for e in entries),
+               f"after resuming from step 4: latest {latest}, {entries}")
 
         # ---- SIGTERM to one rank: checkpoint at the next step boundary, exit 0, exact resume
         long_sets = ["train.max_steps=600"]
@@ -261,7 +268,7 @@ def main():
         for line in proc.stdout:
             if line.startswith("step 160/"):
                 proc.send_signal(signal.SIGTERM)
-                time.sleep(1)
+                time.sleep(2.5)  # a repeat within 2 s counts as the same signal delivered twice
                 proc.send_signal(signal.SIGTERM)
                 break
         rest, err = proc.communicate(timeout=120)
