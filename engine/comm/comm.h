@@ -47,10 +47,10 @@ void print_collective_timeout(int world_rank, const char* what, size_t n, const 
 // A group of one rank: every collective is the identity (or a copy).
 std::unique_ptr<Comm> make_self_comm(const std::string& name);
 // A group of one whose copies (reduce-scatter and all-gather into another buffer) run with the
-// backend's copy: the backend's memory may be on a device (comm_device_self.cpp).
+// backend's copy: the backend's memory may be on a device.
 std::unique_ptr<Comm> make_device_self_comm(const std::string& name, Backend& device);
 // `inner` with Backend::begin_host_access held during each call (the MPI communicator on the CPU
-// backend: the one sanctioned host access to its memory).
+// backend: the one sanctioned host access to its memory; comm_host_access.cpp).
 std::unique_ptr<Comm> make_host_access_comm(std::unique_ptr<Comm> inner, Backend& device);
 
 }  // namespace zt

@@ -1,7 +1,9 @@
-// SelfComm (the single-rank group: collectives reduce to copies) and the shared timeout message.
+// SelfComm (the single-rank group: collectives reduce to copies, with the backend's copy when the
+// buffers are the backend's) and the shared timeout message.
 #include <cstdio>
 #include <cstring>
 
+#include "engine/backend/backend.h"
 #include "engine/comm/comm.h"
 
 namespace zt {
@@ -9,26 +11,27 @@ namespace zt {
 namespace {
 class SelfComm final : public Comm {
  public:
-  explicit SelfComm(std::string name) : name_(std::move(name)) {}
+  SelfComm(std::string name, Backend* be) : name_(std::move(name)), be_(be) {}
   int size() const override { return 1; }
   int rank() const override { return 0; }
-  std::string name() const override { return name_ + "(self)"; }
+  std::string name() const override { return name_ + (be_ ? "(self, device)" : "(self)"); }
   Handle all_reduce(float*, size_t, ReduceOp) override { return 0; }
-  Handle reduce_scatter(const float* send, float* recv, size_t n) override {
-    if (send != recv) std::memmove(recv, send, n * sizeof(float));
-    return 0;
-  }
-  Handle all_gather(const float* send, float* recv, size_t n) override {
-    if (send != recv) std::memmove(recv, send, n * sizeof(float));
-    return 0;
-  }
+  Handle reduce_scatter(const float* send, float* recv, size_t n) override { return copy(recv, send, n); }
+  Handle all_gather(const float* send, float* recv, size_t n) override { return copy(recv, send, n); }
   Handle broadcast(float*, size_t, int) override { return 0; }
   void wait(Handle) override {}
   void all_reduce_doubles(double*, size_t) override {}
   void barrier() override {}
 
  private:
+  Handle copy(float* dst, const float* src, size_t n) {
+    if (src == dst) return 0;
+    if (be_) be_->copy_device(dst, src, n * sizeof(float));  // device pointers: never a host memmove
+    else std::memmove(dst, src, n * sizeof(float));
+    return 0;
+  }
   std::string name_;
+  Backend* be_;
 };
 }  // namespace
 
@@ -41,6 +44,10 @@ void print_collective_timeout(int world_rank, const char* what, size_t n, const 
   std::fflush(stderr);
 }
 
-std::unique_ptr<Comm> make_self_comm(const std::string& name) { return std::make_unique<SelfComm>(name); }
+std::unique_ptr<Comm> make_self_comm(const std::string& name) { return std::make_unique<SelfComm>(name, nullptr); }
+
+std::unique_ptr<Comm> make_device_self_comm(const std::string& name, Backend& device) {
+  return std::make_unique<SelfComm>(name, &device);
+}
 
 }  // namespace zt

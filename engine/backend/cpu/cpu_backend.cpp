@@ -138,18 +138,7 @@ class CpuBackend final : public Backend {
           bytes / 1048576.0, stats_.allocated / 1048576.0, avail / 1048576.0));
     if (p) std::memset(p, 0, rounded);
     std::lock_guard lock(mu_);
-    sizes_[p] = {rounded, tag, kind};
-    if (kind == MemKind::PinnedHost) {
-      stats_.pinned_host += rounded;
-      return p;
-    }
-    stats_.allocated += rounded;
-    stats_.peak = std::max(stats_.peak, stats_.allocated);
-    stats_.n_allocs++;
-    const size_t t = size_t(tag);
-    stats_.by_tag[t] += rounded;
-    stats_.peak_by_tag[t] = std::max(stats_.peak_by_tag[t], stats_.by_tag[t]);
-    return p;
+    return record(p, rounded, tag, kind);
   }
   void free(void* p) override {
     if (!p) return;
@@ -338,6 +327,9 @@ class CpuBackend final : public Backend {
     std::lock_guard lock(mu_);
     // pinned host memory is host memory on a GPU too: only device memory is guarded
     if (access_depth_ == 0 && kind == MemKind::Device) ::mprotect(p, rounded, PROT_NONE);
+    return record(p, rounded, tag, kind);
+  }
+  void* record(void* p, size_t rounded, MemTag tag, MemKind kind) {  // mu_ held
     sizes_[p] = {rounded, tag, kind};
     if (kind == MemKind::PinnedHost) {
       stats_.pinned_host += rounded;
@@ -346,8 +338,9 @@ class CpuBackend final : public Backend {
     stats_.allocated += rounded;
     stats_.peak = std::max(stats_.peak, stats_.allocated);
     stats_.n_allocs++;
-    stats_.by_tag[size_t(tag)] += rounded;
-    stats_.peak_by_tag[size_t(tag)] = std::max(stats_.peak_by_tag[size_t(tag)], stats_.by_tag[size_t(tag)]);
+    const size_t t = size_t(tag);
+    stats_.by_tag[t] += rounded;
+    stats_.peak_by_tag[t] = std::max(stats_.peak_by_tag[t], stats_.by_tag[t]);
     return p;
   }
   void protect_all(int prot) {  // mu_ held

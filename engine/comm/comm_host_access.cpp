@@ -1,7 +1,5 @@
-// Two thin communicators that make host/device memory rules hold (see device_comms.h):
-// a group of one on a device backend, whose copies run on the device (a host memmove of device
-// pointers is the crash a GPU would show), and the sanctioned host access of the MPI
-// communicator on the CPU backend's guarded memory (ZTRAIN_CPU_GUARD_MEMORY=1).
+// The sanctioned host access of the MPI communicator to the CPU backend's memory, which is
+// guarded (inaccessible outside its ops) when ZTRAIN_CPU_GUARD_MEMORY=1 (see comm.h).
 #include <memory>
 
 #include "engine/backend/backend.h"
@@ -10,31 +8,6 @@
 namespace zt {
 
 namespace {
-
-class DeviceSelfComm final : public Comm {
- public:
-  DeviceSelfComm(std::string name, Backend& be) : name_(std::move(name)), be_(be) {}
-  int size() const override { return 1; }
-  int rank() const override { return 0; }
-  std::string name() const override { return name_ + "(self, device)"; }
-  Handle all_reduce(float*, size_t, ReduceOp) override { return 0; }
-  Handle reduce_scatter(const float* send, float* recv, size_t n) override {
-    if (send != recv) be_.copy_device(recv, send, n * sizeof(float));
-    return 0;
-  }
-  Handle all_gather(const float* send, float* recv, size_t n) override {
-    if (send != recv) be_.copy_device(recv, send, n * sizeof(float));
-    return 0;
-  }
-  Handle broadcast(float*, size_t, int) override { return 0; }
-  void wait(Handle) override {}
-  void all_reduce_doubles(double*, size_t) override {}
-  void barrier() override {}
-
- private:
-  std::string name_;
-  Backend& be_;
-};
 
 // Every call of the wrapped communicator may touch the backend's memory (MPI progresses pending
 // requests inside any call), so each one holds host access.
@@ -84,10 +57,6 @@ class HostAccessComm final : public Comm {
 };
 
 }  // namespace
-
-std::unique_ptr<Comm> make_device_self_comm(const std::string& name, Backend& device) {
-  return std::make_unique<DeviceSelfComm>(name, device);
-}
 
 std::unique_ptr<Comm> make_host_access_comm(std::unique_ptr<Comm> inner, Backend& device) {
   return std::make_unique<HostAccessComm>(std::move(inner), device);
