@@ -14,7 +14,12 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "data/tokenizer/tokenizer.h"
 #include "engine/checkpoint/checkpoint_files.h"
@@ -330,7 +335,37 @@ void Trainer::build() {
   targets_.resize(inputs_.size());
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (out_lock_fd_ >= 0) ::close(out_lock_fd_);  // releases the lock
+}
+
+void Trainer::claim_out_dir() {
+  namespace fs = std::filesystem;
+  const fs::path dir(spec_.run.out_dir);
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    user_error("{}: [run] out_dir = \"{}\" is a file, not a directory", spec_.source, dir.string());
+  fs::create_directories(dir, ec);
+  if (ec) user_error("{}: [run] out_dir = \"{}\": cannot create it: {}", spec_.source, dir.string(), ec.message());
+  const fs::path resolved = dir / "config.resolved.toml";
+  if (fs::exists(resolved, ec) && fs::equivalent(resolved, spec_.source, ec))
+    user_error("{}: this is the run's own config.resolved.toml in [run] out_dir, which the run rewrites; copy it "
+               "elsewhere first, or pass --set run.out_dir=ANOTHER_DIR", spec_.source);
+  const std::string lock = (dir / ".lock").string();
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) user_error("{}: cannot create: {}", lock, std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    char pid[32] = {0};
+    (void)!::pread(fd, pid, sizeof pid - 1, 0);
+    ::close(fd);
+    user_error("{}: [run] out_dir = \"{}\" is in use by another ztrain run (pid {}); wait for it to end, or "
+               "choose another out_dir", spec_.source, dir.string(), std::string(pid).empty() ? "unknown" : pid);
+  }
+  const std::string me = std::to_string(::getpid());
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != ssize_t(me.size()))
+    spdlog::warn("{}: cannot record this run's pid", lock);
+  out_lock_fd_ = fd;
+}
 
 StepResult Trainer::step(int64_t step) {
   Timer timer;
@@ -431,8 +466,10 @@ void Trainer::run() {
   const auto& t = spec_.train;
   const bool root = topo_.is_root();
   std::unique_ptr<MetricsWriter> metrics;
+  agreed([&] {
+    if (root) claim_out_dir();
+  });
   if (root) {
-    fs::create_directories(spec_.run.out_dir);
     write_text_atomic(fs::path(spec_.run.out_dir) / "config.resolved.toml", resolved_toml(spec_));
     metrics = std::make_unique<MetricsWriter>(spec_.run.out_dir, start_step_);
   }

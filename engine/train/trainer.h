@@ -85,6 +85,9 @@ class Trainer {
   std::string local_checkpoint(const std::string& wanted);
   void save_checkpoint(int64_t steps_done, bool wait);
   void set_aside_newer_checkpoints(int64_t step);  // after resuming from `step`
+  // Rank 0, before writing anything: [run] out_dir is a directory, not the home of the spec being
+  // run (config.resolved.toml would overwrite it), and no other run is using it (a lock file).
+  void claim_out_dir();
 
   RunSpec spec_;
   Topology topo_;
@@ -101,7 +104,8 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;  // (micro_batch, seq_len) host staging
   int64_t local_batch_ = 0;                // sequences per step on this rank
   int64_t start_step_ = 0;
-  int64_t job_id_ = 0;                     // rank 0's process id: names this job's unfinished saves
+  int64_t job_id_ = 0;                     // names this job's unfinished saves (rank 0's time and pid)
+  int out_lock_fd_ = -1;                   // rank 0: holds out_dir/.lock while the run lasts
   std::string ckpt_root_;                          // the local checkpoint directory
   std::unique_ptr<data::ObjectStore> ckpt_store_;  // [checkpoint] dir = s3://... (declared before
                                                    // ckpt_: destroyed after its threads end)

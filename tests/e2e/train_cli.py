@@ -4,12 +4,15 @@
 - metrics.jsonl has the documented train/eval records, config.resolved.toml is complete and reloads;
 - the loss falls;
 - bad input (each kind of bad spec, a missing or corrupt dataset, bad CLI) exits 2 with one message
-  naming the file and key, never a crash or a stack trace.
+  naming the file and key, never a crash or a stack trace;
+- out_dir is never clobbered: a file there, the run's own config.resolved.toml given as the spec,
+  and a second run into an out_dir another run holds each exit 2 (the last naming the holder's pid).
 """
 import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -146,6 +149,29 @@ def main():
         p = testlib.run([args.ztrain, "train", path], check=False)
         expect(p.returncode == 1 and "out of host memory" in p.stderr,
                f"huge model: expected exit 1 with 'out of host memory', got {p.returncode}: {p.stderr!r}")
+        # out_dir safety: a file there, the run's own resolved spec as input, two runs at once
+        blocker = os.path.join(work, "a_file")
+        open(blocker, "w").write("not a directory")
+        path = os.path.join(work, "outfile.toml")
+        testlib.write_spec(path, base_spec(work, data, run__out_dir=blocker))
+        p = testlib.run([args.ztrain, "train", path], check=False)
+        expect(p.returncode == 2 and "[run] out_dir" in p.stderr and "is a file" in p.stderr,
+               f"out_dir is a file: exit {p.returncode}: {p.stderr!r}")
+        before = open(resolved).read()
+        p = testlib.run([args.ztrain, "train", resolved], check=False)
+        expect(p.returncode == 2 and "config.resolved.toml" in p.stderr and open(resolved).read() == before,
+               f"training from the run's own config.resolved.toml: exit {p.returncode}: {p.stderr!r}")
+        path = os.path.join(work, "long.toml")
+        testlib.write_spec(path, base_spec(work, data, out="busy", train__max_steps=100000, train__log_every=1))
+        first = subprocess.Popen([args.ztrain, "train", path], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                 text=True)
+        first.stdout.readline()  # it is training: out_dir is claimed
+        p = testlib.run([args.ztrain, "train", path], check=False)
+        first.kill()
+        first.communicate()
+        expect(p.returncode == 2 and f"pid {first.pid}" in p.stderr and "in use" in p.stderr,
+               f"second run into a busy out_dir: exit {p.returncode}: {p.stderr!r}")
+        print(f"out_dir in use: exit {p.returncode}: {p.stderr.strip()}")
         # CLI errors
         for argv, needle in ([["train", os.path.join(work, "nope.toml")], "cannot open run spec"],
                              [["frobnicate", spec_path], "unknown command"],
