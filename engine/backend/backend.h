@@ -59,6 +59,13 @@ class Backend {
   // sanctioned host access on the CPU backend) calls.
   virtual void begin_host_access() {}
   virtual void end_host_access() {}
+  struct HostAccess {  // begin_host_access() for a scope
+    Backend& be;
+    explicit HostAccess(Backend& b) : be(b) { be.begin_host_access(); }
+    ~HostAccess() { be.end_host_access(); }
+    HostAccess(const HostAccess&) = delete;
+    HostAccess& operator=(const HostAccess&) = delete;
+  };
   // Host code may read this backend's memory directly (the CPU backend, unguarded).
   virtual bool host_accessible() const { return false; }
   virtual void fill_zero(void* ptr, size_t bytes) = 0;

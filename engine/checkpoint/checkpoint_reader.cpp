@@ -39,7 +39,7 @@ std::string verify_checkpoint(const std::string& ckpt_dir, int part, int parts) 
           for (const std::string& k : f.children(fmt::format("/{}/{}", st, tensor))) {
             const std::string ds = fmt::format("/{}/{}/{}", st, tensor, k);
             const std::vector<int64_t> shape = f.shape(ds);
-            const int64_t row = shape.size() == 2 ? shape[1] : 1, rows = shape.size() == 2 ? shape[0] : shape[0];
+            const int64_t row = shape.size() == 2 ? shape[1] : 1, rows = shape[0];
             const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kChunkElems) / row);
             uLong crc = crc32(0L, Z_NULL, 0);
             for (int64_t r0 = 0; r0 < rows; r0 += chunk_rows) {

@@ -9,7 +9,6 @@
 #include <set>
 
 #include "engine/core/status.h"
-#include "engine/train/trainer.h"
 
 namespace zt {
 
@@ -19,14 +18,14 @@ bool is_remote_dir(const std::string& dir) { return dir.rfind("s3://", 0) == 0; 
 
 std::string local_checkpoint_root(const RunSpec& spec) {
   const auto& k = spec.checkpoint;
-  if (!is_remote_dir(k.dir)) return k.dir;
+  if (!k.dir.empty() && !is_remote_dir(k.dir)) return k.dir;
   return !k.local_dir.empty() ? k.local_dir : (fs::path(spec.run.out_dir) / "checkpoints").string();
 }
 
-std::unique_ptr<data::ObjectStore> open_checkpoint_store(const RunSpec& spec, const std::string& uri) {
-  data::StoreOptions o = data_options(spec).store;
-  o.part_bytes = uint64_t(spec.checkpoint.upload_part_mb) << 20;
-  return data::open_store(uri, o);
+std::unique_ptr<data::ObjectStore> open_checkpoint_store(const RunSpec& spec, data::StoreOptions data,
+                                                         const std::string& uri) {
+  data.part_bytes = uint64_t(spec.checkpoint.upload_part_mb) << 20;
+  return data::open_store(uri, data);
 }
 
 namespace {

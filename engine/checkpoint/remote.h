@@ -13,10 +13,13 @@
 namespace zt {
 
 bool is_remote_dir(const std::string& dir);
-// Where checkpoints are written locally: dir itself, or local_dir / <run.out_dir>/checkpoints.
+// Where checkpoints are written locally: a local dir itself; for an s3:// dir (or none, when an
+// s3:// checkpoint is resumed) local_dir, or <run.out_dir>/checkpoints.
 std::string local_checkpoint_root(const RunSpec& spec);
-// The store behind an s3:// dir, with [data]'s credentials, endpoint and retries.
-std::unique_ptr<data::ObjectStore> open_checkpoint_store(const RunSpec& spec, const std::string& uri);
+// The store behind an s3:// dir: `data` holds [data]'s credentials, endpoint and retries
+// (data_options(spec).store); uploads go in parts of [checkpoint] upload_part_mb.
+std::unique_ptr<data::ObjectStore> open_checkpoint_store(const RunSpec& spec, data::StoreOptions data,
+                                                         const std::string& uri);
 
 // Names ("step_00000100") of the complete checkpoints in the store, oldest first.
 std::vector<std::string> remote_checkpoints(data::ObjectStore& store);

@@ -18,40 +18,35 @@ class HostAccessComm final : public Comm {
   int rank() const override { return inner_->rank(); }
   std::string name() const override { return inner_->name(); }
   Handle all_reduce(float* buf, size_t n, ReduceOp op) override {
-    Access a(be_);
+    Backend::HostAccess a(be_);
     return inner_->all_reduce(buf, n, op);
   }
   Handle reduce_scatter(const float* send, float* recv, size_t n) override {
-    Access a(be_);
+    Backend::HostAccess a(be_);
     return inner_->reduce_scatter(send, recv, n);
   }
   Handle all_gather(const float* send, float* recv, size_t n) override {
-    Access a(be_);
+    Backend::HostAccess a(be_);
     return inner_->all_gather(send, recv, n);
   }
   Handle broadcast(float* buf, size_t n, int root) override {
-    Access a(be_);
+    Backend::HostAccess a(be_);
     return inner_->broadcast(buf, n, root);
   }
   void wait(Handle h) override {
-    Access a(be_);
+    Backend::HostAccess a(be_);
     inner_->wait(h);
   }
   void all_reduce_doubles(double* buf, size_t n) override {
-    Access a(be_);
+    Backend::HostAccess a(be_);
     inner_->all_reduce_doubles(buf, n);
   }
   void barrier() override {
-    Access a(be_);
+    Backend::HostAccess a(be_);
     inner_->barrier();
   }
 
  private:
-  struct Access {
-    Backend& be;
-    explicit Access(Backend& b) : be(b) { be.begin_host_access(); }
-    ~Access() { be.end_host_access(); }
-  };
   std::unique_ptr<Comm> inner_;
   Backend& be_;
 };

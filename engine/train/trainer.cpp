@@ -196,14 +196,14 @@ std::string Trainer::local_checkpoint(const std::string& wanted) {
   long long step = 0;
   int used = 0;
   const bool is_step = std::sscanf(last.c_str(), "step_%lld%n", &step, &used) == 1 && used == int(last.size());
-  const auto store = open_checkpoint_store(spec_, is_step ? uri.substr(0, uri.size() - last.size() - 1) : uri);
+  const auto store = open_checkpoint_store(spec_, data_options(spec_).store,
+                                           is_step ? uri.substr(0, uri.size() - last.size() - 1) : uri);
   std::string name = last;
   if (!is_step) {
     name = store->get("latest");
     while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
   }
-  const std::string root = local_checkpoint_root(spec_).empty() ? (fs::path(spec_.run.out_dir) / "checkpoints").string()
-                                                                : local_checkpoint_root(spec_);
+  const std::string root = local_checkpoint_root(spec_);
   fs::create_directories(root);
   std::string path = (fs::path(root) / name).string();
   if (topo_.local_rank == 0) path = download_checkpoint(*store, name, root);
@@ -220,7 +220,7 @@ void Trainer::resume_or_init() {
     ckpt_root_ = local_checkpoint_root(spec_);
     agreed([&] {
       std::filesystem::create_directories(ckpt_root_);
-      if (is_remote_dir(k.dir)) ckpt_store_ = open_checkpoint_store(spec_, k.dir);
+      if (is_remote_dir(k.dir)) ckpt_store_ = open_checkpoint_store(spec_, data_options(spec_).store, k.dir);
     });
   }
   const bool weights_only = !k.init_from.empty();

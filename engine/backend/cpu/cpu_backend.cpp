@@ -347,12 +347,9 @@ class CpuBackend final : public Backend {
     for (const auto& [p, a] : sizes_)
       if (a.kind == MemKind::Device && ::mprotect(p, a.size, prot) != 0) throw RuntimeFailure("mprotect failed in ZTRAIN_CPU_GUARD_MEMORY mode");
   }
-  // Held by every op: the backend's memory is accessible while any op (or sanctioned host access) runs.
-  struct Access {
-    CpuBackend& be;
-    explicit Access(CpuBackend& b) : be(b) { be.begin_host_access(); }
-    ~Access() { be.end_host_access(); }
-  };
+  // Held by every op: the backend's memory is accessible while any op (or sanctioned host access)
+  // runs.
+  using Access = HostAccess;
 
   bool guard_ = false;
   int access_depth_ = 0;  // ops and host accesses in progress (guard mode)
