@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "engine/checkpoint/checkpoint_files.h"
+#include "engine/comm/agreement.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/config/spec.h"
 #include "engine/core/log.h"
@@ -115,21 +116,43 @@ int ckpt_verify(const std::string& path) {
   return 0;
 }
 
+bool needs_spec(const std::string& command) {
+  return command == "train" || command == "check" || command == "debug dump-state";
+}
+
 int run(int argc, char** argv) {
-  const Cli c = parse_cli(argc, argv);
+  // Start-up: the command line and the spec. Under mpirun each rank reads its own (a wrapper may
+  // give ranks different arguments), so the ranks agree on the outcome and on the spec before
+  // anything else: an error on any rank ends every rank with exit 2 and one message.
+  Cli c;
+  RunSpec spec;
+  std::exception_ptr error;
+  try {
+    c = parse_cli(argc, argv);
+    log_init(c.verbose);
+    if (!c.help && needs_spec(c.command)) {
+      if (c.spec_path.empty()) user_error("{}: missing SPEC.toml", c.command);
+      spec = load_run_spec(c.spec_path, c.overrides);
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (dist_active()) {
+    const auto world = make_world_comm(spec.comm.timeout_s);
+    agree_on_failure(*world, error);
+    if (needs_spec(c.command) && !c.help) agree_on_spec(*world, resolved_entries(spec));
+  } else if (error) {
+    std::rethrow_exception(error);
+  }
   if (c.help || c.command.empty() || c.command == "help" || c.command == "--help" || c.command == "-h") {
     std::fputs(kUsage, stdout);
     return c.command.empty() && !c.help ? 2 : 0;
   }
-  log_init(c.verbose);
   if (c.command == "ckpt ls" || c.command == "ckpt verify") {
     if (c.spec_path.empty()) user_error("{}: missing {}", c.command, c.command == "ckpt ls" ? "DIR" : "PATH");
     return c.command == "ckpt ls" ? ckpt_ls(c.spec_path) : ckpt_verify(c.spec_path);
   }
-  if (c.command != "train" && c.command != "check" && c.command != "debug dump-state")
-    user_error("unknown command '{}' (see ztrain --help)", c.command);
-  if (c.spec_path.empty()) user_error("{}: missing SPEC.toml", c.command);
-  const RunSpec spec = load_run_spec(c.spec_path, c.overrides);
+  if (!needs_spec(c.command)) user_error("unknown command '{}' (see ztrain --help)", c.command);
   // [comm] NCCL settings apply to this run only: exported before any communicator exists.
   if (!spec.comm.nccl_algo.empty()) setenv("NCCL_ALGO", spec.comm.nccl_algo.c_str(), 1);
   if (!spec.comm.nccl_proto.empty()) setenv("NCCL_PROTO", spec.comm.nccl_proto.c_str(), 1);
@@ -138,7 +161,7 @@ int run(int argc, char** argv) {
     if (spec.comm.nccl_proto.empty()) setenv("NCCL_PROTO", "Simple", 1);
   }
   if (c.command == "check") {
-    std::fputs(resolved_toml(spec).c_str(), stdout);
+    if (dist_world_rank() == 0) std::fputs(resolved_toml(spec).c_str(), stdout);
     return 0;
   }
   if (c.command == "train") {
@@ -154,29 +177,24 @@ int run(int argc, char** argv) {
 }  // namespace
 
 // In a multi-rank job an error on one rank must end every rank (the others would wait in a
-// collective). Errors during start-up are agreed on by all ranks (Trainer) and end the job cleanly;
-// bad-input errors found identically by every rank before that (the spec) are printed by rank 0
-// only; any later failure aborts the whole job with its exit code.
+// collective). Start-up errors (command line, spec, building the run) are agreed on by all ranks
+// (run above, Trainer) and printed there, once; errors every rank finds alike after that (the
+// process layout) are printed by rank 0 only; any later failure aborts the whole job with its
+// exit code.
 int main(int argc, char** argv) {
   dist_init(&argc, &argv);
   int code = 0;
   try {
     code = run(argc, argv);
   } catch (const PeerFailure& e) {
-    code = e.code;  // the failing rank printed the reason
-    dist_finalize();
-    return code;
-  } catch (const UserError& e) {
-    if (dist_world_rank() == 0 || dist_phase() != DistPhase::Setup)
-      std::fprintf(stderr, "ztrain: error: %s\n", e.what());
-    code = 2;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "ztrain: failure: rank %d: out of memory\n", dist_world_rank());
-    code = 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ztrain: failure: %s%s\n",
-                 dist_active() ? fmt::format("rank {}: ", dist_world_rank()).c_str() : "", e.what());
-    code = 1;
+    dist_finalize();  // the failing rank reported it, and every rank agreed to stop
+    return e.code;
+  } catch (...) {
+    const std::exception_ptr error = std::current_exception();
+    code = exit_code_of(error);
+    const bool alike_everywhere = code == 2 && dist_phase() == DistPhase::Setup;
+    if (!alike_everywhere || dist_world_rank() == 0)
+      print_error(error, dist_active() && !alike_everywhere ? dist_world_rank() : -1);
   }
   if (code != 0 && dist_active() && dist_phase() == DistPhase::Running) {
     std::fflush(stderr);

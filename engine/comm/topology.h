@@ -35,7 +35,13 @@ DistPhase dist_phase();
 // Ends every rank of the job with `code` (MPI_Abort when multi-rank, else exit).
 [[noreturn]] void dist_abort(int code);
 
-// Builds the groups. UserError (exit 2) when `tensor` does not divide the world size.
+// The world group alone, before the topology exists (start-up agreement): MPI_COMM_WORLD with
+// `timeout_s`, or a group of one without MPI.
+std::unique_ptr<Comm> make_world_comm(double timeout_s);
+
+// Builds the groups. UserError (exit 2) when `tensor` does not divide the world size. MPI's
+// communicator splits block with no timeout of their own: a rank that has not finished them
+// within `timeout_s` prints why and exits, which ends the job (never a silent hang).
 Topology make_topology(int tensor, double timeout_s);
 
 }  // namespace zt

@@ -327,6 +327,21 @@ std::string toml_float(double v) {
 }
 }  // namespace
 
+namespace {
+// One key's value as TOML text (secrets never written).
+std::string value_toml(const SpecKey& k, RunSpec& spec) {
+  return std::visit(
+      [&](auto* field) -> std::string {
+        using T = std::remove_pointer_t<decltype(field)>;
+        if constexpr (std::is_same_v<T, int64_t>) return fmt::format("{}", *field);
+        else if constexpr (std::is_same_v<T, double>) return toml_float(*field);
+        else if constexpr (std::is_same_v<T, bool>) return *field ? "true" : "false";
+        else return k.secret ? "\"\"" : toml_quote(*field);
+      },
+      k.field(spec));
+}
+}  // namespace
+
 std::string resolved_toml(const RunSpec& spec_in) {
   RunSpec spec = spec_in;  // field accessors take a non-const spec
   std::string out = "# Fully resolved run spec written by ztrain: every key, defaults filled in.\n";
@@ -336,18 +351,16 @@ std::string resolved_toml(const RunSpec& spec_in) {
       section = k.section;
       out += fmt::format("\n[{}]\n", section);
     }
-    std::visit(
-        [&](auto* field) {
-          using T = std::remove_pointer_t<decltype(field)>;
-          if constexpr (std::is_same_v<T, int64_t>) out += fmt::format("{} = {}", k.key, *field);
-          else if constexpr (std::is_same_v<T, double>) out += fmt::format("{} = {}", k.key, toml_float(*field));
-          else if constexpr (std::is_same_v<T, bool>) out += fmt::format("{} = {}", k.key, *field ? "true" : "false");
-          else if (k.secret) out += fmt::format("{} = \"\"", k.key);  // never written out
-          else out += fmt::format("{} = {}", k.key, toml_quote(*field));
-        },
-        k.field(spec));
-    out += fmt::format("  # {}{}\n", k.help, k.secret ? " (not written here; set it again or use the environment)" : "");
+    out += fmt::format("{} = {}  # {}{}\n", k.key, value_toml(k, spec), k.help,
+                       k.secret ? " (not written here; set it again or use the environment)" : "");
   }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> resolved_entries(const RunSpec& spec_in) {
+  RunSpec spec = spec_in;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& k : spec_schema()) out.emplace_back(full_name(k), value_toml(k, spec));
   return out;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zt {
@@ -98,5 +99,8 @@ RunSpec parse_run_spec(const std::string& toml_text, const std::string& source,
 
 // The fully resolved spec as TOML, every key present.
 std::string resolved_toml(const RunSpec& spec);
+// The same values as ("[section] key", TOML value) pairs in schema order; secrets are "" (never
+// shown). The ranks of a job compare these.
+std::vector<std::pair<std::string, std::string>> resolved_entries(const RunSpec& spec);
 
 }  // namespace zt

@@ -1,6 +1,7 @@
 // Typed errors and check macros. Library code throws; only main() turns an error into an exit
 // code: UserError (bad spec, CLI, data, checkpoint) -> 2, everything else -> 1.
 #pragma once
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,13 @@ struct PeerFailure : std::runtime_error {
   int code;
   PeerFailure(int c, const std::string& what) : std::runtime_error(what), code(c) {}
 };
+
+// The exit status for an error: UserError 2, PeerFailure its code, anything else 1.
+int exit_code_of(const std::exception_ptr& error);
+// The one line ztrain prints for an error on stderr: "ztrain: error: ..." (bad input) or
+// "ztrain: failure: ..." (anything else), with "rank R: " first when rank >= 0. A PeerFailure
+// prints nothing (the failing rank reported it).
+void print_error(const std::exception_ptr& error, int rank);
 
 [[noreturn]] void throw_check_failure(const char* file, int line, const char* cond,
                                       const std::string& msg);

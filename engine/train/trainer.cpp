@@ -1,6 +1,8 @@
 // The training loop (see trainer.h).
 #include "engine/train/trainer.h"
 
+#include "engine/comm/agreement.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -23,6 +25,7 @@
 
 #include "data/tokenizer/tokenizer.h"
 #include "engine/checkpoint/checkpoint_files.h"
+#include "engine/comm/agreement.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/remote.h"
 #include "engine/train/preemption.h"
@@ -108,26 +111,7 @@ Trainer::Trainer(const RunSpec& spec)
   dist_set_phase(DistPhase::Running);
 }
 
-void Trainer::agreed(const std::function<void()>& f) {
-  double failed[2] = {0, 0};  // user errors, runtime failures
-  std::exception_ptr error;
-  try {
-    f();
-  } catch (const UserError&) {
-    failed[0] = 1;
-    error = std::current_exception();
-  } catch (const std::exception&) {
-    failed[1] = 1;
-    error = std::current_exception();
-  }
-  topo_.world->all_reduce_doubles(failed, 2);
-  const int code = failed[1] > 0 ? 1 : 2;
-  if (failed[0] + failed[1] == 0) return;
-  // the same error on every rank (a bad file all of them read): rank 0 alone reports it
-  const bool everywhere = failed[0] + failed[1] == topo_.world_size;
-  if (error && (!everywhere || topo_.is_root())) std::rethrow_exception(error);
-  throw PeerFailure(code, "another rank failed");
-}
+void Trainer::agreed(const std::function<void()>& f) { run_agreed(*topo_.world, f); }
 
 std::string Trainer::choose_checkpoint() {
   const std::string& dir = ckpt_root_;
