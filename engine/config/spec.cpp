@@ -20,6 +20,8 @@ namespace {
 
 constexpr int64_t kMaxInt = (int64_t(1) << 31) - 1;  // dims and counts stay within int32
 
+void reject_deep_keys(const std::string& text, const std::string& source);  // below
+
 const char* type_name(const toml::node& v) {
   switch (v.type()) {
     case toml::node_type::table: return "a table";
@@ -133,6 +135,7 @@ struct Loader {
     // The value is read as TOML (so 3e-4, 12, "x" work); a bare word is taken as a string.
     toml::table parsed;
     bool parsed_ok = true;
+    reject_deep_keys("v = " + value, loc);
     try {
       parsed = toml::parse("v = " + value);
     } catch (const toml::parse_error&) {
@@ -282,11 +285,73 @@ void reject_non_ascii(const std::string& text, const std::string& source) {
                  "as \\uXXXX escapes)", source, line);
   }
 }
+
+// toml++ parses dotted keys recursively: `[a.a.a...]` or `a.a.a... = 1` with tens of thousands of
+// parts overflows the stack (a segfault, found by a hostile-input review). A run spec key is
+// `[section] key` (dotted `section.key` at most), so keys are limited before parsing: a key of
+// more than kMaxKeyParts parts or kMaxKeyChars characters is rejected. The scan follows TOML's
+// lexical structure just enough to know where keys are: strings, comments, tables, arrays and
+// inline tables (values nest at most 256 deep in toml++, which checks that itself).
+constexpr int kMaxKeyParts = 8;
+constexpr size_t kMaxKeyChars = 256;
+
+void reject_deep_keys(const std::string& text, const std::string& source) {
+  std::vector<char> nest;      // open '[' (array) and '{' (inline table) of values
+  bool in_key = true;          // at a key: line start, a [header], after '{' or ',' in a table
+  bool in_header = false;
+  size_t key_start = 0, line = 1;
+  int parts = 1;
+  const auto start_key = [&](size_t at) { in_key = true, key_start = at, parts = 1; };
+  start_key(0);
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"' || c == '\'') {  // skip a string (basic with escapes, literal, either multi-line)
+      const bool multi = text.compare(i, 3, std::string(3, c)) == 0;
+      const std::string close = multi ? std::string(3, c) : std::string(1, c);
+      size_t j = i + close.size();
+      while (j < text.size() && text.compare(j, close.size(), close) != 0) {
+        if (text[j] == '\n') ++line;
+        if (c == '"' && text[j] == '\\') ++j;
+        ++j;
+      }
+      i = std::min(text.size(), j + close.size()) - 1;
+      while (multi && i + 1 < text.size() && text[i + 1] == c) ++i;  // """a"""" ends with a quote
+    } else if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+    } else if (c == '\n') {
+      ++line;
+      if (nest.empty()) start_key(i + 1), in_header = false;
+    } else if (in_key && c == '.') {
+      if (++parts > kMaxKeyParts)
+        user_error("{}:{}: a key with more than {} dotted parts; a run spec key is [section] key", source, line,
+                   kMaxKeyParts);
+    } else if (in_key && nest.empty() && c == '[' && !in_header && text.find_first_not_of(" \t", key_start) == i) {
+      in_header = true;
+      key_start = i + 1;
+    } else if (in_key && (c == '=' || (in_header && c == ']'))) {
+      if (i - key_start > kMaxKeyChars)
+        user_error("{}:{}: a key longer than {} characters; a run spec key is [section] key", source, line,
+                   kMaxKeyChars);
+      in_key = false;
+    } else if (in_key && c == '}' && !nest.empty() && nest.back() == '{') {  // {} (empty table)
+      nest.pop_back();
+      in_key = false;
+    } else if (!in_key && (c == '[' || c == '{')) {
+      nest.push_back(c);
+      if (c == '{') start_key(i + 1);
+    } else if (!in_key && !nest.empty() && (c == ']' || c == '}')) {
+      nest.pop_back();
+    } else if (!in_key && !nest.empty() && nest.back() == '{' && c == ',') {
+      start_key(i + 1);
+    }
+  }
+}
 }  // namespace
 
 RunSpec parse_run_spec(const std::string& text, const std::string& source,
                        const std::vector<std::string>& overrides) {
   reject_non_ascii(text, source);
+  reject_deep_keys(text, source);
   Loader l;
   l.spec.source = source;
   toml::table parsed;

@@ -27,6 +27,12 @@ bool LossScaler::update(bool grads_finite) {
   }
   ++skipped_;
   clean_ = 0;
+  // A fixed scale cannot adapt: an overflow there is what an overflow at min_scale is to dynamic
+  // scaling (skipping would skip every later step alike and train nothing).
+  if (!dynamic_)
+    throw RuntimeFailure(fmt::format(
+        "fp16 gradients overflow at the fixed loss scale {} ([precision] loss_scale): use a smaller "
+        "scale, loss_scale = 0 (dynamic scaling), or [precision] compute = \"bf16\"", scale_));
   if (dynamic_) {
     if (scale_ <= min_scale_)
       throw RuntimeFailure(fmt::format(

@@ -2,7 +2,8 @@
 // torch.cuda.amp.GradScaler and DeepSpeed's dynamic scaler): the loss gradient is multiplied by
 // `scale` so small gradients survive fp16's range; the fp32 gradients are divided by it again
 // before clipping. Dynamic: a step whose gradients overflow (inf/NaN) is skipped and the scale
-// halved; after `scale_window` clean steps in a row it doubles. bf16 and fp32 keep scale 1 and
+// halved; after `scale_window` clean steps in a row it doubles. A fixed scale never changes, so
+// an overflow at it stops the run. bf16 and fp32 keep scale 1 and
 // never skip (bf16 has fp32's exponent range).
 #pragma once
 #include <cstdint>
@@ -18,7 +19,8 @@ class LossScaler {
   double scale() const { return scale_; }
   bool active() const { return active_; }  // fp16: scaling and skipping apply
   // Takes the outcome of a step's gradients; true when the optimizer may apply them. Throws
-  // RuntimeFailure when dynamic scaling overflows at min_scale (fp16 cannot represent this run).
+  // RuntimeFailure when dynamic scaling overflows at min_scale or a fixed scale overflows at all
+  // (fp16 cannot represent this run at that scale).
   bool update(bool grads_finite);
   int64_t skipped() const { return skipped_; }
   // What a checkpoint saves, so that a resumed run skips and rescales exactly as it would have.

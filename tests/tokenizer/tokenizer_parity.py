@@ -64,6 +64,10 @@ def main():
         texts = {f"hard{i}": t for i, t in enumerate(HARD_CASES)}
         texts["random_unicode"] = random_unicode(11, 20000)
         texts["generated_words"] = testlib.generated_text(5000, 3)
+        # single pre-tokenized pieces of 20 KB (the merge order over long pieces; issue 17 item 12)
+        rng = random.Random(5)
+        texts["long_piece_letters"] = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(20000))
+        texts["long_piece_repeats"] = "ab" * 6000 + " " + "x" * 8000 + " " + "9" * 5000 + " " + "\u00e9" * 4000
         shakespeare = os.path.join(args.shared, "tinyshakespeare.txt")
         paths = {}
         for name, t in texts.items():
