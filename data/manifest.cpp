@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/atomic_file.h"
 #include "engine/core/status.h"
 
 namespace zt::data {
@@ -108,13 +109,7 @@ void write_manifest(const std::string& dir, const Manifest& m) {
             {"tokenizer", tok},          {"total_tokens", m.total_tokens()},
             {"total_documents", m.total_documents()}, {"shards", shards}};
   const std::string path = (std::filesystem::path(dir) / kManifestName).string();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << j.dump(1) << "\n";
-    if (!f) throw RuntimeFailure(fmt::format("{}: write failed", tmp));
-  }
-  std::filesystem::rename(tmp, path);
+  write_file_atomic(path, j.dump(1) + "\n", /*durable=*/true);
 }
 
 }  // namespace zt::data

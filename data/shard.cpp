@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "engine/core/atomic_file.h"
 #include "engine/core/status.h"
 
 namespace zt::data {
@@ -52,14 +53,8 @@ uint32_t write_shard(const std::string& path, const std::vector<uint32_t>& token
       put_u32(body + 4 * i, tokens[i]);
     }
   }
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw RuntimeFailure(fmt::format("{}: cannot create: {}", tmp, std::strerror(errno)));
-  const bool ok = std::fwrite(buf.data(), 1, buf.size(), f) == buf.size() && std::fflush(f) == 0 &&
-                  ::fsync(fileno(f)) == 0;
-  std::fclose(f);
-  if (!ok) throw RuntimeFailure(fmt::format("{}: write failed: {}", tmp, std::strerror(errno)));
-  std::filesystem::rename(tmp, path);
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(buf.data()), buf.size()),
+                    /*durable=*/true);
   return crc32_of(buf.data(), buf.size());
 }
 

@@ -1,6 +1,11 @@
 // ShardWriter: accumulate tokens, cut shards, record sizes and CRCs in the manifest.
 #include "data/shard_writer.h"
 
+#include <fcntl.h>
+#include <stdio.h>  // renameat2 (glibc >= 2.28)
+#include <unistd.h>
+
+#include <cstring>
 #include <filesystem>
 
 #include "data/shard.h"
@@ -8,11 +13,32 @@
 
 namespace zt::data {
 
+namespace fs = std::filesystem;
+
+namespace {
+// A file a dataset directory holds: the manifest, shards, and their .tmp while being written.
+bool dataset_file(const std::string& name) {
+  const auto ends = [&](const char* s) { return name.size() >= std::strlen(s) && name.rfind(s) == name.size() - std::strlen(s); };
+  return name == kManifestName || name == std::string(kManifestName) + ".tmp" ||
+         (name.rfind("shard_", 0) == 0 && (ends(".ztok") || ends(".ztok.tmp")));
+}
+}  // namespace
+
 ShardWriter::ShardWriter(const std::string& dir, const TokenizerInfo& tokenizer,
                          uint64_t shard_tokens)
     : dir_(dir), shard_tokens_(shard_tokens) {
   ZT_CHECK(shard_tokens > 0, "shard_tokens must be > 0");
-  std::filesystem::create_directories(dir);
+  while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
+  if (fs::exists(dir_) && !fs::is_directory(dir_)) user_error("--out {}: is a file, not a directory", dir_);
+  if (fs::is_directory(dir_))
+    for (const auto& e : fs::directory_iterator(dir_))
+      if (!dataset_file(e.path().filename().string()))
+        user_error("--out {}: holds {}, which is not part of a dataset; the new dataset replaces the "
+                   "directory, so give a new directory or one that holds a dataset only", dir_,
+                   e.path().filename().string());
+  building_ = fmt::format("{}.building-{}", dir_, ::getpid());
+  fs::remove_all(building_);
+  fs::create_directories(building_);
   manifest_.tokenizer = tokenizer;
   manifest_.token_bytes = tokenizer.n_vocab <= 65536 ? 2 : 4;
 }
@@ -34,17 +60,37 @@ void ShardWriter::flush() {
   e.tokens = buf_.size();
   e.documents = buf_docs_;
   e.bytes = kShardHeaderBytes + buf_.size() * manifest_.token_bytes;
-  e.crc32 = write_shard((std::filesystem::path(dir_) / e.file).string(), buf_, buf_docs_,
+  e.crc32 = write_shard((fs::path(building_) / e.file).string(), buf_, buf_docs_,
                         manifest_.token_bytes);
   manifest_.shards.push_back(e);
   buf_.clear();
   buf_docs_ = 0;
 }
 
+ShardWriter::~ShardWriter() {
+  if (finished_) return;
+  std::error_code ec;
+  fs::remove_all(building_, ec);
+}
+
 Manifest ShardWriter::finish() {
   flush();
   if (manifest_.shards.empty()) user_error("no documents were given, so no shard was written");
-  write_manifest(dir_, manifest_);
+  write_manifest(building_, manifest_);
+  if (!fs::exists(dir_)) {
+    fs::rename(building_, dir_);
+  } else if (::renameat2(AT_FDCWD, building_.c_str(), AT_FDCWD, dir_.c_str(), RENAME_EXCHANGE) != 0) {
+    // no atomic exchange on this filesystem: two renames (a crash between them leaves the
+    // previous dataset whole in DIR.previous-PID)
+    const std::string previous = fmt::format("{}.previous-{}", dir_, ::getpid());
+    fs::rename(dir_, previous);
+    fs::rename(building_, dir_);
+    fs::remove_all(previous);
+    finished_ = true;
+    return manifest_;
+  }
+  finished_ = true;
+  fs::remove_all(building_);  // after the exchange: the previous dataset
   return manifest_;
 }
 

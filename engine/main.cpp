@@ -11,6 +11,7 @@
 #include "engine/comm/agreement.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/config/spec.h"
+#include "engine/core/byte_size.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/comm/topology.h"
@@ -72,12 +73,8 @@ Cli parse_cli(int argc, char** argv) {
     else if (a.rfind("--set=", 0) == 0) c.overrides.push_back(a.substr(6));
     else if (a == "--out") c.out = value();
     else if (a == "--resume") c.overrides.push_back("checkpoint.resume=" + value());
-    else if (a == "--steps") {
-      const std::string v = value();
-      if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos)
-        user_error("--steps: expected a count, got '{}'", v);
-      c.steps = std::stoi(v);
-    } else if (a.size() > 1 && a[0] == '-') user_error("unknown option {} (see ztrain --help)", a);
+    else if (a == "--steps") c.steps = int(parse_count(value(), "--steps", 0, 999999));
+    else if (a.size() > 1 && a[0] == '-') user_error("unknown option {} (see ztrain --help)", a);
     else if (c.spec_path.empty()) c.spec_path = a;
     else user_error("unexpected argument '{}' (one SPEC.toml per command)", a);
   }
@@ -170,6 +167,13 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (c.out.empty()) user_error("debug dump-state: --out FILE.h5 is required");
+  {  // checked before anything is built: a bad --out is bad input, not a failure after the work
+    namespace fs = std::filesystem;
+    const fs::path out(c.out), parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+    if (fs::is_directory(out)) user_error("--out {}: is a directory (expected a file name, e.g. {}/state.h5)", c.out, c.out);
+    if (!fs::is_directory(parent))
+      user_error("--out {}: {} is not an existing directory", c.out, parent.string());
+  }
   dump_state(spec, c.out, c.steps);
   return 0;
 }

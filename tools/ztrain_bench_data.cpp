@@ -23,12 +23,17 @@ int main(int argc, char** argv) {
     int batches = 2000;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
-      if (a == "--set" && i + 1 < argc) sets.push_back(argv[++i]);
-      else if (a == "--batches" && i + 1 < argc) batches = std::max(1, std::atoi(argv[++i]));
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) user_error("{} needs a value", a);
+        return argv[++i];
+      };
+      if (a == "--set") sets.push_back(value());
+      else if (a == "--batches") batches = int(parse_count(value(), "--batches", 1, 100'000'000));
       else if (a == "--help") {
         std::puts("usage: ztrain-bench-data SPEC.toml [--set section.key=value ...] [--batches N]");
         return 0;
-      } else if (spec_path.empty()) spec_path = a;
+      } else if (a.size() > 1 && a[0] == '-') user_error("unknown option {} (see --help)", a);
+      else if (spec_path.empty()) spec_path = a;
       else user_error("unexpected argument '{}'", a);
     }
     if (spec_path.empty()) user_error("missing SPEC.toml");

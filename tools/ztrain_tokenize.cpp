@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -14,6 +15,7 @@
 
 #include "data/shard_writer.h"
 #include "data/tokenizer/tokenizer.h"
+#include "engine/core/byte_size.h"
 #include "engine/core/status.h"
 
 using namespace zt;
@@ -43,11 +45,23 @@ std::string read_input(const std::string& path) {
   if (path.empty() || path == "-") {
     ss << std::cin.rdbuf();
   } else {
+    if (std::filesystem::is_directory(path))
+      user_error("{}: is a directory (give the text or .jsonl files in it, e.g. {}/*.txt)", path, path);
     std::ifstream f(path, std::ios::binary);
     if (!f) user_error("{}: cannot open input", path);
     ss << f.rdbuf();
   }
   return ss.str();
+}
+
+// f(), with `where` (the input file) put before the message of a bad-input error.
+template <typename F>
+auto in_file(const std::string& where, F&& f) {
+  try {
+    return f();
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{}: {}", where, e.what()));
+  }
 }
 
 struct Args {
@@ -59,22 +73,12 @@ struct Args {
   std::vector<std::string> inputs;
 };
 
-uint64_t parse_count(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  unsigned long long n = 0;
-  try {
-    n = std::stoull(v, &used);
-  } catch (...) {
-    used = 0;
-  }
-  if (used != v.size() || n == 0 || v[0] == '-') user_error("{}: expected a positive integer, got '{}'", flag, v);
-  return n;
-}
-
 Args parse_args(int argc, char** argv) {
   Args a;
   if (argc < 2) user_error("missing command\n{}", kUsage);
   a.command = argv[1];
+  if (a.command != "encode" && a.command != "decode" && a.command != "shards" && a.command != "bench")
+    user_error("unknown command '{}' (commands: encode, decode, bench, shards)\n{}", a.command, kUsage);
   for (int i = 2; i < argc; ++i) {
     const std::string s = argv[i];
     auto value = [&]() -> std::string {
@@ -85,9 +89,9 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--out") a.out = value();
     else if (s == "--format") a.format = value();
     else if (s == "--allow-special") a.allow_special = true;
-    else if (s == "--shard-tokens") a.shard_tokens = parse_count(s, value());
-    else if (s == "--threads") a.threads = int(parse_count(s, value()));
-    else if (s == "--repeats") a.repeats = int(parse_count(s, value()));
+    else if (s == "--shard-tokens") a.shard_tokens = uint64_t(parse_count(value(), s));
+    else if (s == "--threads") a.threads = int(parse_count(value(), s, 1, 4096));
+    else if (s == "--repeats") a.repeats = int(parse_count(value(), s, 1, 1000));
     else if (s.size() > 1 && s[0] == '-' && s != "-") user_error("unknown option {}\n{}", s, kUsage);
     else a.inputs.push_back(s);
   }
@@ -99,9 +103,11 @@ Args parse_args(int argc, char** argv) {
 int cmd_encode(const Args& a) {
   if (a.inputs.size() > 1) user_error("encode takes one INPUT");
   const Tokenizer tok = Tokenizer::load(a.vocab);
+  const std::string name = a.inputs.empty() || a.inputs[0] == "-" ? "stdin" : a.inputs[0];
   const std::string text = read_input(a.inputs.empty() ? "-" : a.inputs[0]);
-  const auto ids = a.allow_special ? tok.encode_with_special(text, a.threads)
-                                   : tok.encode_ordinary(text, a.threads);
+  const auto ids = in_file(name, [&] {
+    return a.allow_special ? tok.encode_with_special(text, a.threads) : tok.encode_ordinary(text, a.threads);
+  });
   std::string out;
   out.reserve(ids.size() * 6);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -178,18 +184,21 @@ int cmd_shards(const Args& a) {
     // Many documents: one per thread. Few: each document's pieces are split over the threads.
     std::vector<std::vector<uint32_t>> encoded(docs.size());
     if (docs.size() >= size_t(a.threads)) {
+      std::string error;  // the first bad document's; thrown after the loop (never out of a thread)
 #pragma omp parallel for schedule(dynamic, 16) num_threads(a.threads)
       for (size_t i = 0; i < docs.size(); ++i) {
         try {
           encoded[i] = tok.encode_ordinary(docs[i], 1);
         } catch (const UserError& e) {
 #pragma omp critical
-          std::fprintf(stderr, "ztrain-tokenize: error: %s: document %zu: %s\n", path.c_str(), i + 1, e.what());
-          std::exit(2);
+          if (error.empty()) error = fmt::format("{}: document {}: {}", path, i + 1, e.what());
         }
       }
+      if (!error.empty()) throw UserError(error);
     } else {
-      for (size_t i = 0; i < docs.size(); ++i) encoded[i] = tok.encode_ordinary(docs[i], a.threads);
+      for (size_t i = 0; i < docs.size(); ++i)
+        encoded[i] = in_file(docs.size() == 1 ? path : fmt::format("{}: document {}", path, i + 1),
+                             [&] { return tok.encode_ordinary(docs[i], a.threads); });
     }
     for (const auto& d : encoded) writer.add_document(d);
   }

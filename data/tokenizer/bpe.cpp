@@ -48,6 +48,7 @@ BpeRanks::BpeRanks(const std::string& text, const std::string& pattern, const st
     : name_(name) {
   size_t line_no = 0, pos = 0;
   std::string bytes;
+  std::vector<size_t> rank_line;  // rank -> the line that gave it (0: none yet)
   while (pos < text.size()) {
     size_t end = text.find('\n', pos);
     if (end == std::string::npos) end = text.size();
@@ -67,8 +68,11 @@ BpeRanks::BpeRanks(const std::string& text, const std::string& pattern, const st
     if (!ok) user_error("{}:{}: expected \"<base64 bytes> <rank>\"", name, line_no);
     if (!encoder_.emplace(bytes, uint32_t(rank)).second)
       user_error("{}:{}: duplicate token bytes", name, line_no);
-    if (decoder_.size() <= rank) decoder_.resize(rank + 1);
+    if (decoder_.size() <= rank) decoder_.resize(rank + 1), rank_line.resize(rank + 1, 0);
+    if (rank_line[rank] != 0)
+      user_error("{}:{}: rank {} is given twice (first at line {})", name, line_no, rank, rank_line[rank]);
     decoder_[rank] = bytes;
+    rank_line[rank] = line_no;
   }
   if (encoder_.empty()) user_error("{}: no ranks in file", name);
   for (int b = 0; b < 256; ++b)

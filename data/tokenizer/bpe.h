@@ -35,7 +35,8 @@ class BpeRanks {
     return it == encoder_.end() ? UINT32_MAX : it->second;
   }
   const std::vector<std::string>& decoder() const { return decoder_; }
-  uint32_t n_ranks() const { return uint32_t(decoder_.size()); }
+  uint32_t n_ranks() const { return uint32_t(decoder_.size()); }  // the highest rank + 1
+  size_t n_tokens() const { return encoder_.size(); }              // ranks given (holes excluded)
 
  private:
   std::unordered_map<std::string, uint32_t, StringViewHash, std::equal_to<>> encoder_;

@@ -57,17 +57,34 @@ Tokenizer Tokenizer::from_tiktoken(const std::string& path) {
   t.vocab_file_ = path;
   t.name_ = std::filesystem::path(path).stem().string();
   t.bpe_ = std::make_unique<BpeRanks>(ranks, meta["pat_str"].get<std::string>(), path);
+  // Checked as tiktoken's loader checks (a truncated or edited rank file must not go unnoticed,
+  // or the manifest records a wrong n_vocab): special ids unique and clear of the ranks, and,
+  // when the meta gives n_vocab, ranks + specials == n_vocab with no id at or above it.
   uint32_t n_vocab = t.bpe_->n_ranks();
   bool have_eot = false;
   for (auto& [text, id] : meta["special_tokens"].items()) {
     if (!id.is_number_unsigned() || id.get<uint64_t>() >= (1u << 31))
       user_error("{}: special token {} needs a non-negative integer id", meta_path, text);
     const uint32_t v = id.get<uint32_t>();
+    if (v < t.bpe_->n_ranks() && !t.bpe_->decoder()[v].empty())
+      user_error("{}: special token {} has id {}, which {} already gives to a normal token", meta_path, text, v, path);
+    for (const auto& [other, other_id] : t.specials_)
+      if (other_id == v) user_error("{}: special tokens {} and {} share id {}", meta_path, other, text, v);
     t.specials_.emplace_back(text, v);
     n_vocab = std::max(n_vocab, v + 1);
     if (text == "<|endoftext|>") t.eot_ = v, have_eot = true;
   }
   if (!have_eot) user_error("{}: no <|endoftext|> special token", meta_path);
+  if (meta.contains("n_vocab") && !meta["n_vocab"].is_null()) {
+    if (!meta["n_vocab"].is_number_unsigned())
+      user_error("{}: \"n_vocab\" must be a non-negative integer or null", meta_path);
+    const uint64_t declared = meta["n_vocab"].get<uint64_t>();
+    const uint64_t given = t.bpe_->n_tokens() + t.specials_.size();
+    if (given != declared || n_vocab != declared)
+      user_error("{}: \"n_vocab\" is {}, but {} holds {} ranks (highest {}) and the meta {} special tokens "
+                 "(highest id {}): a truncated or mismatched rank file?", meta_path, declared, path,
+                 t.bpe_->n_tokens(), t.bpe_->n_ranks() - 1, t.specials_.size(), n_vocab - 1);
+  }
   t.n_vocab_ = n_vocab;
   return t;
 }

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "engine/checkpoint/h5_file.h"
+#include "engine/core/atomic_file.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -49,15 +50,7 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
 }
 
 void write_latest(const std::string& dir, const std::string& name) {
-  const fs::path tmp = fs::path(dir) / "latest.tmp", path = fs::path(dir) / "latest";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << name << "\n";
-    if (!f) throw RuntimeFailure(fmt::format("{}: write failed", tmp.string()));
-  }
-  fsync_path(tmp.string());
-  fs::rename(tmp, path);
-  fsync_path(dir);
+  write_file_atomic((fs::path(dir) / "latest").string(), name + "\n", /*durable=*/true);
 }
 
 std::string read_latest(const std::string& dir) {

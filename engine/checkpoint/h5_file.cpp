@@ -7,7 +7,9 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 
 #include "engine/core/status.h"
@@ -44,7 +46,8 @@ bool select_block(hid_t space, const std::vector<int64_t>& start, const std::vec
 
 }  // namespace
 
-H5File::H5File(const std::string& path, Mode mode) : path_(path), display_(path) {
+H5File::H5File(const std::string& path, Mode mode)
+    : path_(path), display_(path), exceptions_at_open_(std::uncaught_exceptions()) {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, not printed by HDF5
   if (mode == Mode::Create) {
     file_ = H5Fcreate((path + ".tmp").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
@@ -61,6 +64,13 @@ H5File::H5File(const std::string& path, Mode mode) : path_(path), display_(path)
 }
 
 H5File::~H5File() {
+  if (std::uncaught_exceptions() > exceptions_at_open_ && file_ >= 0) {
+    // destroyed by an error while being written: the file is incomplete, PATH.tmp goes
+    H5Fclose(hid_t(file_));
+    file_ = -1;
+    if (!path_.empty()) std::remove((path_ + ".tmp").c_str());
+    return;
+  }
   try {
     close();
   } catch (...) {
@@ -72,7 +82,11 @@ void H5File::close() {
   const herr_t rc = H5Fclose(hid_t(file_));
   file_ = -1;
   if (rc < 0) throw RuntimeFailure(fmt::format("{}: HDF5 close failed", display_));
-  if (!path_.empty()) std::filesystem::rename(path_ + ".tmp", path_);
+  if (!path_.empty() && std::rename((path_ + ".tmp").c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    std::remove((path_ + ".tmp").c_str());
+    throw RuntimeFailure(fmt::format("{}: cannot write: {}", display_, std::strerror(err)));
+  }
 }
 
 void H5File::ensure_groups(const std::string& name) {
@@ -278,15 +292,6 @@ int64_t H5File::attr(const std::string& name, const std::string& attr) const {
   if (!a.ok() || H5Aread(a, H5T_NATIVE_INT64, &v) < 0)
     user_error("{}: no attribute {} on {}", display_, attr, name);
   return v;
-}
-
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw RuntimeFailure(fmt::format("{}: cannot open for fsync: {}", path, std::strerror(errno)));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) throw RuntimeFailure(fmt::format("{}: fsync failed: {}", path, std::strerror(err)));
 }
 
 }  // namespace zt

@@ -5,6 +5,8 @@
 #pragma once
 #include <cstdint>
 #include <string>
+
+#include "engine/core/atomic_file.h"  // fsync_path
 #include <vector>
 
 namespace zt {
@@ -58,7 +60,7 @@ class H5File {
   int64_t attr(const std::string& name, const std::string& attr) const;
 
   // Writes everything to disk, renames PATH.tmp to PATH (Create) and closes; the destructor does
-  // the same, silently. Durable files also need fsync_path() after this.
+  // the same, silently, unless an exception is unwinding through it: then PATH.tmp is removed. Durable files also need fsync_path() after this.
   void close();
   const std::string& path() const { return display_; }
 
@@ -67,9 +69,7 @@ class H5File {
   int64_t file_ = -1;  // hid_t
   std::string path_;     // the final name (Create), empty when nothing is to be renamed
   std::string display_;  // for messages
+  int exceptions_at_open_;  // std::uncaught_exceptions() then: more at destruction = an error
 };
-
-// fsync of a file or directory (directories: after a rename into them, so the entry is durable).
-void fsync_path(const std::string& path);
 
 }  // namespace zt

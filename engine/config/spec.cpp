@@ -3,6 +3,7 @@
 #include "engine/config/spec.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
@@ -368,6 +369,7 @@ RunSpec parse_run_spec(const std::string& text, const std::string& source,
 }
 
 RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& overrides) {
+  if (std::filesystem::is_directory(path)) user_error("{}: is a directory (expected a run spec, SPEC.toml)", path);
   std::ifstream f(path, std::ios::binary);
   if (!f) user_error("{}: cannot open run spec", path);
   std::stringstream ss;

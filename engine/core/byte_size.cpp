@@ -27,4 +27,12 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what) {
   return uint64_t(v * mul);
 }
 
+int64_t parse_count(const std::string& text, const std::string& what, int64_t min_value, int64_t max_value) {
+  const bool digits = !text.empty() && text.size() <= 18 && text.find_first_not_of("0123456789") == std::string::npos;
+  const int64_t n = digits ? std::stoll(text) : -1;
+  if (!digits || n < min_value || n > max_value)
+    user_error("{}: expected a whole number from {} to {}, got '{}'", what, min_value, max_value, text);
+  return n;
+}
+
 }  // namespace zt

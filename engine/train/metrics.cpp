@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "engine/core/log.h"
+#include "engine/core/atomic_file.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -24,13 +25,7 @@ MetricsWriter::MetricsWriter(const std::string& out_dir, int64_t resumed_step) {
         kept += line + "\n";
       }
     }
-    const std::string tmp = path_ + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::trunc);
-      out << kept;
-      if (!out) throw RuntimeFailure(fmt::format("{}: write failed", tmp));
-    }
-    fs::rename(tmp, path_);
+    write_file_atomic(path_, kept);
     f_ = std::fopen(path_.c_str(), "a");
     if (!f_) throw RuntimeFailure(fmt::format("{}: cannot open: {}", path_, std::strerror(errno)));
     return;

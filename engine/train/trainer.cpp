@@ -2,6 +2,7 @@
 #include "engine/train/trainer.h"
 
 #include "engine/comm/agreement.h"
+#include "engine/core/atomic_file.h"
 
 #include <algorithm>
 #include <cctype>
@@ -41,16 +42,6 @@
 namespace zt {
 
 namespace {
-
-void write_text_atomic(const std::filesystem::path& path, const std::string& text) {
-  const auto tmp = path.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    f << text;
-    if (!f) throw RuntimeFailure(fmt::format("{}: write failed", tmp));
-  }
-  std::filesystem::rename(tmp, path);
-}
 
 // Test hooks for the failure tests, both RANK:STEP (0-based step): ZTRAIN_FAULT_EXIT makes that
 // rank exit abruptly (no cleanup, no MPI_Finalize) in the middle of the step, as a crashed
@@ -454,7 +445,7 @@ void Trainer::run() {
     if (root) claim_out_dir();
   });
   if (root) {
-    write_text_atomic(fs::path(spec_.run.out_dir) / "config.resolved.toml", resolved_toml(spec_));
+    write_file_atomic((fs::path(spec_.run.out_dir) / "config.resolved.toml").string(), resolved_toml(spec_));
     metrics = std::make_unique<MetricsWriter>(spec_.run.out_dir, start_step_);
   }
   const auto& k = spec_.checkpoint;

@@ -1,0 +1,17 @@
+// Whole-file writes that never leave a half-written file under the real name: the bytes go to
+// PATH.tmp, which is renamed over PATH once complete. On failure PATH.tmp is removed and the error
+// names the file and the system's reason (a full disk says so).
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace zt {
+
+// `durable`: fsync the file before the rename and the directory after it (checkpoints, shards).
+// RuntimeFailure on any error.
+void write_file_atomic(const std::string& path, std::string_view bytes, bool durable = false);
+
+// fsync of a file or directory (directories: after a rename into them, so the entry is durable).
+void fsync_path(const std::string& path);
+
+}  // namespace zt
