@@ -4,6 +4,7 @@ Numbers are the issue's items. Multi-rank cases run under mpirun; a rank gets it
 through a wrapper script, as a site's launcher wrapper might give them.
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ def spec_dict(work, data, out="run", **over):
     }
     for k, v in over.items():
         sec, key = k.split("__")
-        spec[sec][key] = v
+        spec.setdefault(sec, {})[key] = v
     return spec
 
 
@@ -108,6 +109,160 @@ def multi_rank(args, work, data):
            f"{p.returncode if p else 'hang'}: {p.stderr if p else ''!r}")
 
 
+def run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
+
+
+def expect_exit(p, code, needle, what):
+    lines = error_lines(p)
+    expect(p.returncode == code and len(lines) == 1 and needle in lines[0] and "Traceback" not in p.stderr,
+           f"{what}: expected exit {code} and one line containing {needle!r}; got {p.returncode}: "
+           f"{p.stderr.strip()[-600:]!r}")
+
+
+def file_size_limit(limit):
+    """preexec_fn: writes past `limit` bytes fail with EFBIG, as on a full disk."""
+    def apply():
+        import resource
+        import signal
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # fail the write instead of killing the process
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def spec_items(args, work, data):
+    z = args.ztrain
+    # 3. keys nested tens of thousands deep (a stack overflow in toml++ before) and over-long keys
+    deep = {"deep_header": "[" + "a." * 50000 + "b]\nx = 1\n",
+            "deep_dotted_key": "[run]\n" + ".".join(["k"] * 50000) + " = 1\n",
+            "deep_numeric_key": "[run]\n" + "1." * 50000 + "1 = 1\n",
+            "deep_inline_key": "[run]\nx = {" + ".".join(["k"] * 50000) + " = 1}\n"}
+    for name, text in deep.items():
+        path = os.path.join(work, name + ".toml")
+        with open(path, "w") as f:
+            f.write(text)
+        expect_exit(run([z, "check", path]), 2, "more than 8 dotted parts", f"3: {name}")
+    long_key = os.path.join(work, "long_key.toml")
+    with open(long_key, "w") as f:
+        f.write("[run]\n" + "k" * 300 + " = 1\n")
+    expect_exit(run([z, "check", long_key]), 2, "a key longer than 256 characters", "3: long key")
+    ok = write(work, "ok", spec_dict(work, data))
+    expect_exit(run([z, "check", ok, "--set", "run.name={" + ".".join(["a"] * 50000) + "=1}"]), 2,
+                "more than 8 dotted parts", "3: deep key in a --set value")
+    print("3: deeply nested and over-long keys exit 2 before parsing")
+
+    # 9. a directory where a file is expected
+    expect_exit(run([z, "check", work]), 2, "is a directory", "9: ztrain check DIR")
+    expect_exit(run([z, "debug", "dump-state", ok, "--out", work]), 2, "is a directory", "9: dump-state --out DIR")
+    expect_exit(run([args.tokenize, "encode", "--vocab", "byte", work]), 2, "is a directory", "9: encode DIR")
+    expect_exit(run([args.tokenize, "shards", "--vocab", "byte", "--out", os.path.join(work, "ds9"), data]), 2,
+                "is a directory", "9: shards DIR")
+    print("9: a directory given for a file exits 2")
+
+    # 15. counts on command lines are parsed strictly
+    for bad in ("abc", "0", "-5", "1e3", "10xyz"):
+        expect_exit(run([args.ztrain.replace("/ztrain", "/ztrain-bench-data"), ok, "--batches", bad]), 2,
+                    f"--batches: expected a whole number", f"15: --batches {bad}")
+    expect_exit(run([z, "debug", "dump-state", ok, "--out", os.path.join(work, "x.h5"), "--steps", "1e3"]), 2,
+                "--steps: expected a whole number", "15: --steps 1e3")
+    expect_exit(run([args.tokenize, "bench", "--vocab", "byte", "--repeats", "x", ok]), 2,
+                "--repeats: expected a whole number", "15: --repeats x")
+    print("15: bad counts on command lines exit 2")
+
+    # 16. a fixed fp16 loss scale that overflows stops (it used to skip every step and exit 0)
+    p = run([z, "train", write(work, "scale", spec_dict(work, data, "scale_run", precision__compute="fp16",
+                                                           precision__loss_scale=1e30))])
+    expect_exit(p, 1, "overflow at the fixed loss scale", "16: loss_scale = 1e30")
+    print("16: an overflowing fixed loss scale exits 1")
+
+    # 17. dump-state leaves no .tmp beside its target when it fails; out_dir on a full disk names
+    # the reason and leaves no .tmp
+    target = os.path.join(work, "no_such_dir", "state.h5")
+    expect_exit(run([z, "debug", "dump-state", ok, "--out", target]), 2, "is not an existing directory",
+                "17: dump-state --out in a missing directory")
+    out = os.path.join(work, "full_run")
+    p = run([z, "train", ok, "--set", f"run.out_dir={out}"], preexec_fn=file_size_limit(1000))
+    expect_exit(p, 1, "cannot write: File too large", "18: a full disk at start")
+    leftovers = [f for f in os.listdir(out) if f.endswith(".tmp")] if os.path.isdir(out) else []
+    expect(not leftovers, f"18: a failed write left {leftovers}")
+    print("17, 18: failed writes name the reason and leave no .tmp")
+
+
+def tokenizer_items(args, work, data):
+    t = args.tokenize
+    # 18. an unknown command is named (it used to say "--vocab is required")
+    expect_exit(run([t, "frobnicate"]), 2, "unknown command 'frobnicate'", "18: ztrain-tokenize frobnicate")
+
+    # 14. an encoding error names the file when several are given
+    good, bad = os.path.join(work, "good.txt"), os.path.join(work, "bad.txt")
+    with open(good, "w") as f:
+        f.write("good text\n")
+    with open(bad, "wb") as f:
+        f.write(b"ok \xff\xfe broken")
+    vocab = make_small_tiktoken(work)
+    for threads in ("1", "2"):
+        expect_exit(run([t, "shards", "--vocab", vocab, "--threads", threads, "--out", os.path.join(work, "d14"),
+                         good, bad]), 2, f"{bad}: ", f"14: bad UTF-8 in the second file ({threads} threads)")
+    print("14: an encoding error names its file")
+
+    # 11. a failed rebuild (bad input, a full disk) leaves the previous dataset whole
+    ds = os.path.join(work, "ds11")
+    testlib.run([t, "shards", "--vocab", "byte", "--out", ds, "--shard-tokens", "4", good])
+    before = {f: open(os.path.join(ds, f), "rb").read() for f in os.listdir(ds)}
+    big = os.path.join(work, "big.txt")
+    with open(big, "w") as f:
+        f.write(testlib.generated_text(3000, 1))
+    p = run([t, "shards", "--vocab", vocab, "--out", ds, "--shard-tokens", "4", big, bad])
+    expect(p.returncode == 2, f"11: rebuild with a bad file: exit {p.returncode}")
+    p = run([t, "shards", "--vocab", "byte", "--out", ds, "--shard-tokens", "1000", big],
+            preexec_fn=file_size_limit(1500))
+    expect(p.returncode == 1 and "File too large" in p.stderr, f"11: rebuild on a full disk: {p.returncode} {p.stderr!r}")
+    after = {f: open(os.path.join(ds, f), "rb").read() for f in os.listdir(ds)}
+    expect(after == before, f"11: the previous dataset changed: {sorted(before)} -> {sorted(after)}")
+    expect(not [f for f in os.listdir(work) if ".building-" in f], "11: a failed build was left behind")
+    p = run([t, "shards", "--vocab", "byte", "--out", ds, big])
+    expect(p.returncode == 0 and sorted(os.listdir(ds)) == ["manifest.json", "shard_00000.ztok"],
+           f"11: a rebuild did not replace the dataset: {p.stderr} {os.listdir(ds)}")
+    expect_exit(run([t, "shards", "--vocab", "byte", "--out", work, good]), 2, "not part of a dataset",
+                "11: --out holding other files")
+    print("11: a failed rebuild leaves the previous dataset whole; a rebuild replaces it")
+
+    # 10. rank files checked as tiktoken's loader checks them
+    lines = open(vocab).read().splitlines()
+    meta = json.load(open(vocab.replace(".tiktoken", ".meta.json")))
+    cases = {
+        "truncated": (lines[:-1], meta, '"n_vocab" is 259, but'),
+        "duplicate_rank": (lines + [lines[-1].split()[0][:-4] + "aGk= 256"], meta, "rank 256 is given twice"),
+        "special_collides": (lines, {**meta, "special_tokens": {"<|endoftext|>": 257}},
+                             "already gives to a normal token"),
+        "n_vocab_disagrees": (lines, {**meta, "n_vocab": 300}, '"n_vocab" is 300'),
+        "special_twice": (lines, {**meta, "special_tokens": {"<|endoftext|>": 258, "<|x|>": 258}, "n_vocab": 260},
+                          "share id 258"),
+    }
+    for name, (rank_lines, m, needle) in cases.items():
+        path = os.path.join(work, f"bad_{name}.tiktoken")
+        with open(path, "w") as f:
+            f.write("\n".join(rank_lines) + "\n")
+        with open(path.replace(".tiktoken", ".meta.json"), "w") as f:
+            json.dump(m, f)
+        expect_exit(run([t, "encode", "--vocab", path, good]), 2, needle, f"10: {name}")
+    expect(run([t, "encode", "--vocab", vocab, good]).returncode == 0, "10: the valid small vocabulary was rejected")
+    print("10: truncated, duplicate, colliding and mismatched vocabularies exit 2")
+
+
+def make_small_tiktoken(work):
+    """A valid tiktoken vocabulary: the 256 bytes, two merges, <|endoftext|> = 258, n_vocab 259."""
+    import base64
+    path = os.path.join(work, "small.tiktoken")
+    with open(path, "w") as f:
+        for b in range(256):
+            f.write(f"{base64.b64encode(bytes([b])).decode()} {b}\n")
+        f.write(f"{base64.b64encode(b'th').decode()} 256\n{base64.b64encode(b'he').decode()} 257\n")
+    with open(path.replace(".tiktoken", ".meta.json"), "w") as f:
+        json.dump({"pat_str": "\\S+|\\s+", "special_tokens": {"<|endoftext|>": 258}, "n_vocab": 259}, f)
+    return path
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ztrain", required=True)
@@ -116,6 +271,8 @@ def main():
     work = tempfile.mkdtemp(prefix="zt_hard_")
     try:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 5000, 3)
+        spec_items(args, work, data)
+        tokenizer_items(args, work, data)
         if shutil.which("mpirun"):
             multi_rank(args, work, data)
         else:
