@@ -43,8 +43,15 @@ std::string get_string(const json& obj, const char* key, const std::string& wher
 }  // namespace
 
 Manifest parse_manifest(const std::string& text, const std::string& name) {
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) user_error("{}: not valid JSON", name);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 3, column 5: syntax error ..."
+    std::string why = e.what();
+    if (const size_t at = why.find("at line"); at != std::string::npos) why = why.substr(at);
+    user_error("{}: not valid JSON {}", name, why);
+  }
   if (!j.is_object()) user_error("{}: expected a JSON object", name);
   if (get_string(j, "format", name) != "ztrain-shards")
     user_error("{}: field \"format\" must be \"ztrain-shards\"", name);

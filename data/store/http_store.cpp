@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "data/store/object_store.h"
+#include "engine/core/redact.h"
 #include "engine/core/status.h"
 
 namespace zt::data {
@@ -75,7 +76,7 @@ class HttpStore final : public ObjectStore {
   // For S3, `bucket_url` (endpoint + bucket) and `key_prefix` ("prefix/" or "") serve listing.
   HttpStore(std::string base, std::string display, const StoreOptions& o, bool s3, std::string bucket_url = "",
             std::string key_prefix = "")
-      : base_(std::move(base)), display_(std::move(display)), o_(o), s3_(s3), bucket_url_(std::move(bucket_url)),
+      : base_(std::move(base)), display_(redact_url_passwords(display)), o_(o), s3_(s3), bucket_url_(std::move(bucket_url)),
         key_prefix_(std::move(key_prefix)) {
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
@@ -407,6 +408,9 @@ std::string trim_slashes(std::string s) {
 }  // namespace
 
 std::unique_ptr<ObjectStore> open_store(const std::string& uri_in, const StoreOptions& o) {
+  for (const char* scheme : {"s3://", "http://", "https://", "file://"})
+    if (uri_in.rfind(scheme, 0) == 0 && trim_slashes(uri_in).size() < std::string(scheme).size())
+      user_error("{}: no {} after {}", uri_in, scheme == std::string("s3://") ? "bucket" : scheme == std::string("file://") ? "path" : "host", scheme);
   const std::string uri = trim_slashes(uri_in);
   if (uri.rfind("file://", 0) == 0) return make_local_store(uri.substr(7));
   if (uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0)

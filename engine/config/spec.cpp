@@ -13,6 +13,7 @@
 
 #include "engine/config/spec_schema.h"
 #include "engine/core/byte_size.h"
+#include "engine/core/redact.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -122,7 +123,12 @@ struct Loader {
     const auto eq = text.find('=');
     if (eq == std::string::npos)
       user_error("--set {}: expected section.key=value", text);
-    const std::string name = text.substr(0, eq), value = text.substr(eq + 1);
+    // spaces around '=' are allowed, as in the file ("model.n_layer = 2")
+    const auto trim = [](std::string s) {
+      const size_t a = s.find_first_not_of(" \t"), b = s.find_last_not_of(" \t");
+      return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+    };
+    const std::string name = trim(text.substr(0, eq)), value = trim(text.substr(eq + 1));
     const auto dot = name.find('.');
     if (dot == std::string::npos)
       user_error("--set {}: expected section.key=value (no section in '{}')", text, name);
@@ -403,7 +409,7 @@ std::string value_toml(const SpecKey& k, RunSpec& spec) {
         if constexpr (std::is_same_v<T, int64_t>) return fmt::format("{}", *field);
         else if constexpr (std::is_same_v<T, double>) return toml_float(*field);
         else if constexpr (std::is_same_v<T, bool>) return *field ? "true" : "false";
-        else return k.secret ? "\"\"" : toml_quote(*field);
+        else return k.secret ? "\"\"" : toml_quote(redact_url_passwords(*field));
       },
       k.field(spec));
 }

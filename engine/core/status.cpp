@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <new>
 
+#include "engine/core/redact.h"
+
 namespace zt {
 
 int exit_code_of(const std::exception_ptr& error) {
@@ -20,18 +22,21 @@ int exit_code_of(const std::exception_ptr& error) {
 
 void print_error(const std::exception_ptr& error, int rank) {
   const std::string who = rank >= 0 ? fmt::format("rank {}: ", rank) : "";
+  std::string line;
   try {
     std::rethrow_exception(error);
   } catch (const PeerFailure&) {
+    return;
   } catch (const UserError& e) {
-    std::fprintf(stderr, "ztrain: error: %s%s\n", who.c_str(), e.what());
+    line = fmt::format("ztrain: error: {}{}\n", who, e.what());
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "ztrain: failure: %sout of memory\n", who.c_str());
+    line = fmt::format("ztrain: failure: {}out of memory\n", who);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ztrain: failure: %s%s\n", who.c_str(), e.what());
+    line = fmt::format("ztrain: failure: {}{}\n", who, e.what());
   } catch (...) {
-    std::fprintf(stderr, "ztrain: failure: %sunknown error\n", who.c_str());
+    line = fmt::format("ztrain: failure: {}unknown error\n", who);
   }
+  std::fputs(redact_url_passwords(line).c_str(), stderr);
 }
 
 void throw_check_failure(const char* file, int line, const char* cond, const std::string& msg) {

@@ -285,7 +285,15 @@ void Trainer::build() {
   const auto& d = spec.data;
   const data::DataOptions dopt = data_options(spec);
   train_ = std::make_unique<data::TokenDataset>(d.train, int(m.seq_len), int(m.vocab_size), dopt);
-  if (!d.val.empty()) val_ = std::make_unique<data::TokenDataset>(d.val, int(m.seq_len), int(m.vocab_size), dopt);
+  if (!d.val.empty()) {
+    val_ = std::make_unique<data::TokenDataset>(d.val, int(m.seq_len), int(m.vocab_size), dopt);
+    // a val_loss over another tokenizer's ids would be meaningless, yet look like a number
+    const auto &a = train_->manifest().tokenizer, &b = val_->manifest().tokenizer;
+    if (a.kind != b.kind || a.name != b.name || a.n_vocab != b.n_vocab || a.eot != b.eot)
+      user_error("{}: [data] train and val were tokenized differently: train by {} ({} ids, end-of-text {}), "
+                 "val by {} ({} ids, end-of-text {}); tokenize both with the same vocabulary", spec.source,
+                 a.name, a.n_vocab, a.eot, b.name, b.n_vocab, b.eot);
+  }
   train_order_ = std::make_unique<data::SampleOrder>(*train_, uint64_t(spec.run.seed), true, int(d.shuffle_block));
   backend_ = make_backend(spec.run.device, int(spec.run.threads), topo_.local_rank);
   attach_device_comms(topo_, spec.comm.backend, *backend_, spec.comm.timeout_s);
