@@ -42,12 +42,25 @@ TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, 
   if (manifest_.tokenizer.n_vocab > uint32_t(vocab_size))
     user_error("{}: the dataset's tokenizer '{}' has {} tokens but [model] vocab_size is {}", uri,
                manifest_.tokenizer.name, manifest_.tokenizer.n_vocab, vocab_size);
+  size_t largest = 0;
+  for (size_t s = 0; s < manifest_.shards.size(); ++s)
+    if (manifest_.shards[s].bytes > manifest_.shards[largest].bytes) largest = s;
+  const uint64_t max_bytes = manifest_.shards[largest].bytes;
+  if (cache_) {
+    // Per-sample state (a block's sample order) grows with the declared sizes, before any shard
+    // is downloaded: a manifest claiming 2^40 tokens used 17 GB before failing. One HEAD bounds
+    // them all: the largest declared shard must be as large as declared, and every other shard
+    // is then declared no larger than a real one (each is checked in full when downloaded).
+    const auto& e = manifest_.shards[largest];
+    const int64_t real = store_->size(e.file);
+    if (real >= 0 && uint64_t(real) != e.bytes)
+      user_error("{}: the manifest declares {} bytes ({} tokens), but the object has {} bytes", store_->describe(e.file),
+                 e.bytes, e.tokens, real);
+  }
   window_start_.push_back(0);
-  uint64_t max_bytes = 0;
   for (const auto& e : manifest_.shards) {
     const uint64_t n = e.tokens > uint64_t(seq_len) ? (e.tokens - 1) / seq_len : 0;
     window_start_.push_back(window_start_.back() + n);
-    max_bytes = std::max(max_bytes, e.bytes);
   }
   if (n_windows() == 0)
     user_error("{}: no shard holds more than seq_len = {} tokens, so there is no sample to train on",

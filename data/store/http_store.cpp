@@ -261,6 +261,10 @@ class HttpStore final : public ObjectStore {
     return out;
   }
 
+  int64_t size(const std::string& name) override {
+    return send_with_retries(name, {"HEAD", base_ + "/" + name, "", 0, 0, ""}).length;
+  }
+
   void remove(const std::string& name) override {
     if (!s3_) ObjectStore::remove(name);
     send_with_retries(name, {"DELETE", base_ + "/" + name, "", 0, 0, ""});
@@ -276,6 +280,7 @@ class HttpStore final : public ObjectStore {
   struct Response {
     long status = 0;
     std::string body, etag;
+    int64_t length = -1;  // Content-Length, when the server gave one
   };
 
   static std::string xml_value(const std::string& xml, const std::string& tag) {
@@ -373,20 +378,26 @@ class HttpStore final : public ObjectStore {
       curl_easy_setopt(h, CURLOPT_POST, 1L);
       curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.text.c_str());
       curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, long(req.text.size()));
+    } else if (req.method == "HEAD") {
+      curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     } else if (req.method != "GET") {
       curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
     }
     curl_slist* headers = curl_slist_append(nullptr, "Expect:");  // no 100-continue round trip
     const std::string sigv4 = "aws:amz:" + o_.s3_region + ":s3";
-    curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4.c_str());
-    curl_easy_setopt(h, CURLOPT_USERNAME, key_.c_str());
-    curl_easy_setopt(h, CURLOPT_PASSWORD, secret_.c_str());
-    headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    if (s3_) {  // plain HTTP(S) sources: userinfo in the URL, as curl takes it
+      curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4.c_str());
+      curl_easy_setopt(h, CURLOPT_USERNAME, key_.c_str());
+      curl_easy_setopt(h, CURLOPT_PASSWORD, secret_.c_str());
+      headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+    }
     if (req.method == "POST") headers = curl_slist_append(headers, "Content-Type: application/xml");
     if (!token_.empty()) headers = curl_slist_append(headers, ("x-amz-security-token: " + token_).c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     const CURLcode rc = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_off_t length = -1;
+    if (curl_easy_getinfo(h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length) == CURLE_OK) r.length = int64_t(length);
     curl_easy_cleanup(h);
     curl_slist_free_all(headers);
     if (up.f) std::fclose(up.f);

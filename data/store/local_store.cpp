@@ -30,6 +30,12 @@ class LocalStore final : public ObjectStore {
     std::filesystem::copy_file(local_path(name), path, std::filesystem::copy_options::overwrite_existing);
     return std::filesystem::file_size(path);
   }
+  int64_t size(const std::string& name) override {
+    std::error_code ec;
+    const auto n = std::filesystem::file_size(local_path(name), ec);
+    if (ec) user_error("{}: cannot open: {}", local_path(name), ec.message());
+    return int64_t(n);
+  }
   void put(const std::string& name, const std::string& path) override {
     namespace fs = std::filesystem;
     const fs::path dst(local_path(name)), tmp(local_path(name) + ".part");

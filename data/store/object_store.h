@@ -35,6 +35,9 @@ class ObjectStore {
   virtual std::string get(const std::string& name) = 0;
   // Streams the object into `path` (created or truncated); returns the bytes written.
   virtual uint64_t download(const std::string& name, const std::string& path) = 0;
+  // The object's size in bytes (HTTP: a HEAD request's Content-Length), or -1 when the server does
+  // not say. UserError for a missing object.
+  virtual int64_t size(const std::string& name) = 0;
 
   // Writing (checkpoints). The stores that support it override these; the rest say they cannot.
   // Uploads file `path` as `name` (S3: in parts of StoreOptions::part_bytes when larger), with

@@ -109,8 +109,8 @@ def multi_rank(args, work, data):
            f"{p.returncode if p else 'hang'}: {p.stderr if p else ''!r}")
 
 
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, **kw)
+def run(cmd, timeout=120, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def expect_exit(p, code, needle, what):
@@ -250,6 +250,65 @@ def tokenizer_items(args, work, data):
     print("10: truncated, duplicate, colliding and mismatched vocabularies exit 2")
 
 
+def data_items(args, work, data):
+    # 13. a manifest over HTTP claiming 2^40 tokens: exit 2 at once (it used 17 GB and 60 s), from
+    # one HEAD of the largest declared shard
+    served = os.path.join(work, "served")
+    shutil.copytree(data, served)
+    mpath = os.path.join(served, "manifest.json")
+    m = json.load(open(mpath))
+    header = m["shards"][0]["bytes"] - m["shards"][0]["tokens"] * m["token_bytes"]
+    m["shards"][0]["tokens"] = 2 ** 40
+    m["shards"][0]["bytes"] = header + 2 ** 40 * m["token_bytes"]
+    m["total_tokens"] = sum(s["tokens"] for s in m["shards"])
+    json.dump(m, open(mpath, "w"))
+    port = testlib.free_port()
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                               "--directory", served], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        testlib.wait_port(port)
+        spec = write(work, "huge", spec_dict(work, f"http://127.0.0.1:{port}", "huge_run",
+                                             data__cache_limit="100TB", data__cache_dir=os.path.join(work, "cache")))
+        t0 = time.time()
+        p = run([args.ztrain, "train", spec], timeout=60)
+        expect_exit(p, 2, "the manifest declares", "13: a manifest claiming 2^40 tokens")
+        print(f"13: a manifest claiming 2^40 tokens exits 2 in {time.time() - t0:.1f} s")
+    finally:
+        testlib.stop([server])
+
+    # 7. a password in a source URL is never shown or written
+    spec = write(work, "secret", spec_dict(work, "http://alice:S3cretPW@127.0.0.1:9/data", "secret_run",
+                                           data__retries=0, data__timeout_s=1))
+    shown = run([args.ztrain, "check", spec])
+    failed = run([args.ztrain, "train", spec])
+    expect("S3cretPW" not in shown.stdout + shown.stderr and "alice:***@" in shown.stdout,
+           f"7: ztrain check shows the password: {shown.stdout[-300:]!r}")
+    expect(failed.returncode != 0 and "S3cretPW" not in failed.stdout + failed.stderr and "alice:***@" in failed.stderr,
+           f"7: a failing run shows the password: {failed.stderr[-300:]!r}")
+    print("7: URL passwords are redacted")
+
+    # 8. train and val from different tokenizers (a meaningless val_loss before)
+    other = os.path.join(work, "val_other")
+    testlib.run([args.tokenize, "shards", "--vocab", make_small_tiktoken(work), "--out", other,
+                 os.path.join(os.path.dirname(data), "input.txt")])
+    spec = write(work, "mixed", spec_dict(work, data, "mixed_run", data__val=other, model__vocab_size=260))
+    expect_exit(run([args.ztrain, "train", spec]), 2, "train and val were tokenized differently", "8: mixed tokenizers")
+
+    # 18. messages: a corrupt manifest names line and column; spaces around '=' in --set; s3://
+    bad_manifest = os.path.join(work, "bad_manifest")
+    shutil.copytree(data, bad_manifest)
+    with open(os.path.join(bad_manifest, "manifest.json"), "w") as f:
+        f.write('{\n  "format": "ztrain-shards",,\n}\n')
+    spec = write(work, "badm", spec_dict(work, bad_manifest, "badm_run"))
+    expect_exit(run([args.ztrain, "train", spec]), 2, "not valid JSON at line 2, column", "18: corrupt manifest")
+    ok = write(work, "ok18", spec_dict(work, data))
+    p = run([args.ztrain, "check", ok, "--set", "model.n_layer = 2"])
+    expect(p.returncode == 0 and "n_layer = 2  #" in p.stdout, f"18: --set 'model.n_layer = 2': {p.stderr!r}")
+    expect_exit(run([args.ztrain, "train", ok, "--set", "data.train=s3://"]), 2, "no bucket after s3://",
+                "18: data.train=s3://")
+    print("8, 18: mixed tokenizers exit 2; messages name line/column, accept spaces, say 'no bucket'")
+
+
 def make_small_tiktoken(work):
     """A valid tiktoken vocabulary: the 256 bytes, two merges, <|endoftext|> = 258, n_vocab 259."""
     import base64
@@ -273,6 +332,7 @@ def main():
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 5000, 3)
         spec_items(args, work, data)
         tokenizer_items(args, work, data)
+        data_items(args, work, data)
         if shutil.which("mpirun"):
             multi_rank(args, work, data)
         else:
