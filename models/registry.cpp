@@ -15,4 +15,25 @@ std::unique_ptr<Model> make_model(const RunSpec::Model& m, Backend& backend, int
   throw UserError(fmt::format("[model] arch = \"{}\" is not a supported architecture", m.arch));
 }
 
+ModelFootprint model_footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size) {
+  if (m.arch == "gpt2") {
+    // doubles throughout: the config's ints could overflow for absurd specs (the point of asking)
+    const double L = double(m.n_layer), C = double(m.d_model), F = double(m.d_ff), V = double(m.vocab_size);
+    const double T = double(m.seq_len), B = double(max_batch), P = double(tp), NH = double(m.n_head) / P;
+    ModelFootprint f;
+    // the parameter table of GPT2's constructor: vocabulary-parallel wte, replicated wpe and norms,
+    // column-parallel c_attn and c_fc, row-parallel projections (their biases replicated)
+    f.params = V * C / P + T * C + L * (4 * C + 3 * C * C / P + 3 * C / P + C * C / P + C + 2 * F * C / P + F / P + C) +
+               2 * C;
+    // its activation slots: compute-precision tensors and fp32 statistics
+    const double BT = B * T, Ca = C / P, Fl = F / P, Vl = V / P;
+    const double compute = BT * C * (1 + 6 * L + 1 + 2) + L * BT * (3 * Ca + Ca + 2 * Fl) + BT * Vl +
+                           BT * (3 * Ca + Ca + 2 * Fl);
+    const double stats = 4 * L * BT + L * B * NH * T + 2 * BT;
+    f.activation_bytes = compute * double(compute_size) + stats * 4;
+    return f;
+  }
+  throw UserError(fmt::format("[model] arch = \"{}\" is not a supported architecture", m.arch));
+}
+
 }  // namespace zt

@@ -85,6 +85,9 @@ class Backend {
   // The backend's compute stream (cudaStream_t) for device communicators; null on the CPU.
   virtual void* native_stream() const { return nullptr; }
   virtual MemoryStats memory_stats() const = 0;
+  // Bytes this backend could still allocate (CPU: the host's MemAvailable, shared by the ranks on
+  // it; CUDA: the device's free memory), for the start-up memory check. SIZE_MAX: unknown.
+  virtual size_t memory_available() const { return SIZE_MAX; }
 
   // ---- precision. Activations and the weights the ops read ("compute" tensors, void* below)
   // are in compute_dtype(); statistics (mean, rstd, lse, losses), weight gradients (which

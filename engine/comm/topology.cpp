@@ -106,6 +106,7 @@ Topology make_topology(int tensor, double timeout_s) {
     MPI_Comm node;  // ranks sharing a machine, for the local rank (device index)
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t.world_rank, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &t.local_rank);
+    MPI_Comm_size(node, &t.local_size);
     MPI_Comm_free(&node);
   }
   if (tensor < 1 || t.world_size % tensor != 0)

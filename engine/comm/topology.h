@@ -10,7 +10,7 @@
 namespace zt {
 
 struct Topology {
-  int world_size = 1, world_rank = 0, local_rank = 0;
+  int world_size = 1, world_rank = 0, local_rank = 0, local_size = 1;  // local: ranks on this machine
   int tp = 1, dp = 1, tp_rank = 0, dp_rank = 0;
   std::unique_ptr<Comm> world, tp_group, dp_group;
   bool is_root() const { return world_rank == 0; }

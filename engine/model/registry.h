@@ -15,4 +15,12 @@ class Comm;
 // `tp` is the tensor-parallel group (null: the whole model on this rank).
 std::unique_ptr<Model> make_model(const RunSpec::Model& spec, Backend& backend, int max_batch, Comm* tp);
 
+// What that model holds on one rank of a tensor-parallel group of `tp`, computed from the shapes
+// alone (nothing is built; doubles, so that absurd specs cannot overflow): its parameter elements
+// and the bytes of its activation buffer with `compute_size`-byte activations.
+struct ModelFootprint {
+  double params = 0, activation_bytes = 0;
+};
+ModelFootprint model_footprint(const RunSpec::Model& spec, int max_batch, int tp, size_t compute_size);
+
 }  // namespace zt

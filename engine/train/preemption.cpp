@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <ctime>
 #include <initializer_list>
@@ -32,16 +33,48 @@ extern "C" void on_signal(int sig) {
   g_first_s = std::sig_atomic_t(now_s());
   g_signal = sig;
 }
-}  // namespace
 
-void install_preemption_handlers() {
+void install(void (*handler)(int)) {
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_signal;
+  sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   for (int sig : {SIGTERM, SIGINT, SIGUSR1}) sigaction(sig, &sa, nullptr);
 }
+
+std::atomic<long> g_step{0};  // lock-free: read in the handler
+volatile std::sig_atomic_t g_report = 0;
+
+extern "C" void on_interrupt(int sig) {
+  if (g_report) {  // only async-signal-safe calls: the line is put together by hand
+    char line[160];
+    size_t n = 0;
+    const auto put = [&](const char* s) {
+      while (*s && n < sizeof line) line[n++] = *s++;
+    };
+    put("\nztrain: interrupted by ");
+    put(sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGUSR1");
+    put(" during step ");
+    char digits[24];
+    int k = 0;
+    for (long v = g_step.load() + 1; k == 0 || v > 0; v /= 10) digits[k++] = char('0' + v % 10);
+    while (k > 0 && n < sizeof line) line[n++] = digits[--k];
+    put(" (no [checkpoint] dir: nothing saved; metrics.jsonl holds the logged steps)\n");
+    (void)!::write(STDERR_FILENO, line, n);
+  }
+  ::_exit(128 + sig);
+}
+}  // namespace
+
+void install_preemption_handlers() { install(on_signal); }
+
+void install_interrupt_report(bool report) {
+  g_report = report ? 1 : 0;
+  install(on_interrupt);
+}
+
+void set_current_step(long step) { g_step.store(step); }
 
 int preemption_signal() { return g_signal; }
 

@@ -8,6 +8,10 @@
 namespace zt {
 
 void install_preemption_handlers();
+// A run without checkpoints has nothing to save: SIGTERM, SIGINT and SIGUSR1 end it at once, and
+// `report` (rank 0) prints one line naming the signal and the step in progress (set_current_step).
+void install_interrupt_report(bool report);
+void set_current_step(long step);
 int preemption_signal();  // 0, or the first signal received
 const char* signal_name(int sig);
 

@@ -3,6 +3,7 @@
 
 #include "engine/comm/agreement.h"
 #include "engine/core/atomic_file.h"
+#include "engine/plan/memory_plan.h"
 
 #include <algorithm>
 #include <cctype>
@@ -309,6 +310,10 @@ void Trainer::build() {
                  scaler_->active() ? fmt::format(", loss scale {} ({})", scaler_->scale(),
                                                  spec.precision.loss_scale == 0 ? "dynamic" : "fixed")
                                    : "");
+  // before anything large is allocated: a spec that cannot fit says so with the numbers
+  check_memory_fits(plan_memory(spec, topo_.tp, topo_.dp, dtype_size(compute)), backend_->memory_available(),
+                    backend_->kind() == DeviceKind::CPU ? topo_.local_size : 1,
+                    backend_->kind() == DeviceKind::CPU ? "this machine" : "the GPU", spec.source);
   model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get());
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   store_->init(uint64_t(spec.run.seed));
@@ -472,6 +477,7 @@ void Trainer::run() {
                    k.every_steps > 0 ? fmt::format(" every {} steps", k.every_steps) : "",
                    k.async ? "async" : "synchronous", ckpt_->host_buffer_mib());
   }
+  if (!ckpt_) install_interrupt_report(root);
   Timer since_save;
   const auto& m = spec_.model;
   if (root) {
@@ -496,6 +502,7 @@ void Trainer::run() {
     if (!std::isfinite(r.loss))
       throw RuntimeFailure(fmt::format("step {}: loss is {} (diverged); lower [optim] lr", s + 1, r.loss));
     const int64_t done = s + 1;
+    set_current_step(long(s));
     if (root && (done % t.log_every == 0 || done == t.max_steps || s == 0)) {
       const std::string scaling =
           scaler_->active() ? fmt::format(" | scale {:g} | skipped {}", r.loss_scale, r.skipped_total) : "";

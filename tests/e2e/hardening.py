@@ -132,6 +132,7 @@ def file_size_limit(limit):
 
 def spec_items(args, work, data):
     z = args.ztrain
+    ok = write(work, "ok", spec_dict(work, data))
     # 3. keys nested tens of thousands deep (a stack overflow in toml++ before) and over-long keys
     deep = {"deep_header": "[" + "a." * 50000 + "b]\nx = 1\n",
             "deep_dotted_key": "[run]\n" + ".".join(["k"] * 50000) + " = 1\n",
@@ -146,10 +147,19 @@ def spec_items(args, work, data):
     with open(long_key, "w") as f:
         f.write("[run]\n" + "k" * 300 + " = 1\n")
     expect_exit(run([z, "check", long_key]), 2, "a key longer than 256 characters", "3: long key")
-    ok = write(work, "ok", spec_dict(work, data))
     expect_exit(run([z, "check", ok, "--set", "run.name={" + ".".join(["a"] * 50000) + "=1}"]), 2,
                 "more than 8 dotted parts", "3: deep key in a --set value")
     print("3: deeply nested and over-long keys exit 2 before parsing")
+
+    # 4. a spec far larger than memory fails at once with the bytes needed and available (it used to
+    # be killed by the OOM killer after 25 s, or fail with exit 1 after allocating 9 GB)
+    for key, value in (("model.n_layer", "100000000"), ("model.vocab_size", "2000000000"),
+                       ("train.micro_batch", "1000000")):
+        t0 = time.time()
+        p = run([z, "train", ok, "--set", f"{key}={value}", "--set", "train.global_batch=1000000"], timeout=60)
+        expect_exit(p, 2, "this spec needs at least", f"4: {key} = {value}")
+        expect("bytes needed" in p.stderr and time.time() - t0 < 30, f"4: {key}: {p.stderr[-300:]!r}")
+    print("4: specs larger than memory exit 2 before allocating")
 
     # 9. a directory where a file is expected
     expect_exit(run([z, "check", work]), 2, "is a directory", "9: ztrain check DIR")

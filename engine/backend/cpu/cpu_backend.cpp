@@ -173,6 +173,16 @@ class CpuBackend final : public Backend {
     const Access access(*this);
     std::memset(p, 0, n);
   }
+  size_t memory_available() const override {
+    FILE* f = std::fopen("/proc/meminfo", "r");
+    if (!f) return SIZE_MAX;
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    std::fclose(f);
+    return found ? size_t(kib) * 1024 : SIZE_MAX;
+  }
   MemoryStats memory_stats() const override {
     std::lock_guard lock(mu_);
     MemoryStats s = stats_;

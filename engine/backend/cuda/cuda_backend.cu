@@ -147,6 +147,11 @@ class CudaBackend final : public Backend {
   }
   void fill_zero(void* p, size_t n) override { ZT_CUDA_CHECK(cudaMemsetAsync(p, 0, n, stream_)); }
   void synchronize() override { ZT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  size_t memory_available() const override {
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return SIZE_MAX;
+    return free_bytes;
+  }
   MemoryStats memory_stats() const override {
     MemoryStats s = alloc_.stats();
     std::lock_guard lock(pinned_mu_);

@@ -3,9 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <tuple>
 
 #include "engine/backend/backend.h"
 #include "engine/core/rng.h"
+#include "engine/model/registry.h"
 #include "models/gpt2.h"
 
 using namespace zt;
@@ -51,4 +53,24 @@ TEST_CASE("every parameter element comes from (seed, name, index)", "[model][ini
   }
   REQUIRE(a.params()[4].name == "transformer.h.0.attn.c_attn.weight");
   REQUIRE(a.params()[4].shape == std::vector<int64_t>{24, 8});
+}
+
+TEST_CASE("the footprint computed from the spec matches what the model allocates", "[model][plan]") {
+  for (const DType dt : {DType::F32, DType::BF16}) {
+    for (const auto& [L, NH, C, V, T, B] : {std::tuple{2, 2, 16, 50, 16, 4}, std::tuple{3, 4, 32, 257, 24, 2},
+                                             std::tuple{1, 1, 8, 10, 64, 8}}) {
+      auto be = make_cpu_backend(1);
+      be->set_compute_dtype(dt);
+      const size_t before = be->memory_stats().by_tag[size_t(MemTag::Activations)];
+      GPT2 model(GPT2Config{L, NH, C, 4 * C, V, T}, *be, B);
+      const double measured = double(be->memory_stats().by_tag[size_t(MemTag::Activations)] - before);
+      RunSpec::Model m;
+      m.n_layer = L, m.n_head = NH, m.d_model = C, m.d_ff = 4 * C, m.vocab_size = V, m.seq_len = T;
+      const ModelFootprint f = model_footprint(m, B, 1, dtype_size(dt));
+      REQUIRE(f.params == double(model.num_params()));
+      // the activation buffer; the rest of the tag is token and loss scratch plus 64-byte alignment
+      REQUIRE(f.activation_bytes <= measured);
+      REQUIRE(f.activation_bytes >= 0.85 * measured);
+    }
+  }
 }

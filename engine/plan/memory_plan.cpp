@@ -1,0 +1,42 @@
+// plan_memory and check_memory_fits (see memory_plan.h).
+#include "engine/plan/memory_plan.h"
+
+#include <cstdint>
+
+#include "engine/core/status.h"
+#include "engine/model/registry.h"
+
+namespace zt {
+
+MemoryPlan plan_memory(const RunSpec& spec, int tp, int dp, size_t compute_size) {
+  const ModelFootprint f = model_footprint(spec.model, int(spec.train.micro_batch), tp, compute_size);
+  const int stage = int(spec.parallel.zero_stage);
+  const bool mixed = compute_size < 4;
+  const double P = f.params, D = stage == 0 ? 1.0 : double(dp), fp32 = 4;
+  // ParamStore: the masters are sharded at ZeRO-3, and at ZeRO >= 1 in mixed precision (the
+  // compute copy is what the model reads); gradients are full below ZeRO-2 (plus the shard at
+  // ZeRO-1), moments sharded from ZeRO-1; the compute copy is full below ZeRO-3.
+  const bool sharded_masters = stage == 3 || (mixed && stage >= 1);
+  MemoryPlan m;
+  m.params = (sharded_masters ? P / D : P) * fp32 + (mixed ? (stage == 3 ? P / D : P) * double(compute_size) : 0);
+  m.grads = (stage <= 1 ? P * fp32 : 0) + (stage >= 1 ? P / D * fp32 : 0);
+  m.optimizer = 2 * P / D * fp32;
+  m.activations = f.activation_bytes;
+  return m;
+}
+
+void check_memory_fits(const MemoryPlan& plan, size_t available, int ranks_sharing, const std::string& where,
+                       const std::string& source) {
+  if (available == SIZE_MAX) return;
+  const double need = plan.total() * double(ranks_sharing);
+  if (need <= double(available)) return;
+  const auto gib = [](double b) { return b / 1073741824.0; };
+  user_error("{}: this spec needs at least {:.3g} GiB per rank (parameters {:.3g}, gradients {:.3g}, optimizer "
+             "{:.3g}, activations {:.3g} GiB){} but {} has {:.3g} GiB available ({:.0f} bytes needed, {} available): "
+             "use a smaller model or micro_batch, more ranks with ZeRO or tensor parallelism",
+             source, gib(plan.total()), gib(plan.params), gib(plan.grads), gib(plan.optimizer), gib(plan.activations),
+             ranks_sharing > 1 ? fmt::format(" x {} ranks on this machine", ranks_sharing) : "", where,
+             gib(double(available)), need, available);
+}
+
+}  // namespace zt
