@@ -41,6 +41,15 @@ options:
   --help                        this text
 
 exit status: 0 ok, 1 runtime failure, 2 bad input (spec, CLI, data)
+
+before training starts (every check exits 2 with one message):
+  - under mpirun, every rank's command line and spec are checked; an error on any rank ends the job,
+    printed once with its rank, and ranks given different specs are named with the first key that
+    differs and both values
+  - the memory the spec needs per rank (model states as ZeRO shards them, activations) is compared
+    with what the machine or GPU has available
+  - passwords in URLs (http://user:pass@host/...) are shown and written as user:***@host
+  - a run without [checkpoint] dir that is interrupted (SIGINT, SIGTERM) says at which step
 )";
 
 struct Cli {

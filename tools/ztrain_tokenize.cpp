@@ -34,9 +34,13 @@ const char* kUsage = R"(usage:
                          [--threads N] INPUT...
       tokenizes documents into DIR/shard_NNNNN.ztok + DIR/manifest.json. A text file is one
       document; a .jsonl file (or --format jsonl) holds one document per line in its "text" field.
+      The dataset is built beside DIR and replaces it only when complete: a failure leaves a
+      previous dataset in DIR whole. DIR must be new or hold a dataset only.
 
 VOCAB is "byte" (256 byte tokens + <|endoftext|> = 256) or a .tiktoken file with a .meta.json
-beside it (split regex and special tokens), e.g. gpt2.tiktoken or cl100k_base.tiktoken.
+beside it (split regex and special tokens), e.g. gpt2.tiktoken or cl100k_base.tiktoken. The
+ranks are checked as tiktoken checks them: unique, special tokens clear of them, and ranks +
+special tokens = the meta's n_vocab when it gives one.
 Exit status: 0 ok, 1 runtime failure, 2 bad input.
 )";
 
