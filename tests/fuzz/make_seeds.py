@@ -95,6 +95,12 @@ def spec_seeds():
     write("run_spec", "section_not_table.toml", 'run = 3\n')
     write("run_spec", "syntax.toml", '[model\nn_layer = = 2\n')
     write("run_spec", "non_ascii.toml", toml(FULL).replace('"full"', '"f\u00fcll"') + "# \u00e9\n")
+    # keys at and past the pre-scan's limits (8 dotted parts, 256 characters), in headers, dotted
+    # keys and inline tables, with strings and comments the scan must step over
+    write("run_spec", "key_limits.toml", '[a.b.c.d.e.f.g.h]\nx = "a.b.c.d.e.f.g.h.i.j" # a.b.c.d.e.f.g.h.i\n'
+          '[run]\ny = { p.q.r = 1, s = [1.5, { t.u = 2 }] }\n')
+    write("run_spec", "break_deep_key.toml", "[run]\n" + ".".join("k" * 9) + " = 1\n")
+    write("run_spec", "break_long_key.toml", "[run]\n" + "k" * 257 + " = 1\n")
 
 
 MANIFEST = {
