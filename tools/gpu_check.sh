@@ -1,101 +1,156 @@
 #!/usr/bin/env bash
-# The GPU check: run on a machine with the NVIDIA driver, the CUDA toolkit, CMake and Python, but
-# none of ztrain's other dependencies and no network. Builds, with nvcc and the host compiler only,
-# the CUDA backend, the CPU reference backend (without BLAS) and three check programs, then runs:
-#   1. test-backend-ops: every op on CUDA vs the CPU backend in fp32, bf16 and fp16
-#      (tests/cuda/test_backend_ops.cpp)
-#   2. GPT-2 parity: forward, every gradient and 5 AdamW steps, CUDA vs CPU, at odd sizes, in fp32,
-#      bf16 and fp16 (the CPU backend emulates the 16-bit storage rounding)
-#   3. the cuBLASLt GEMM ceiling (bf16, fp32, tf32), the fused attention's TFLOP/s (bf16 on tensor
-#      cores, fp32 on CUDA cores), and GPT-2 124M bf16 training throughput (tokens/s, step time,
-#      peak memory, MFU against 989 TFLOP/s bf16)
-#   4. ZeRO-3 against ZeRO-0 at world size 1 (GPT-2 124M step time through the ParamStore)
-# and writes everything to bench/results/gpu_check-<UTC time>.json (and $OUT if set).
-#   tools/gpu_check.sh [--quick]     (--quick: 5 timed steps instead of 30)
+# The GPU check, for a lent GPU machine (the NVIDIA driver, the CUDA toolkit and Python with
+# PyTorch, but none of ztrain's other dependencies and no network) and its limits: one command of
+# at most 7 minutes including the build, so that a second try fits in the device time.
+#
+# Builds, with nvcc and the host compiler only (16 cores: every translation unit at once), the
+# CUDA backend, the CPU reference backend (without BLAS) and the check programs, then runs the
+# stages in this order, each under its own time limit and all under one deadline:
+#   ops        every op on CUDA vs the CPU backend, fp32/bf16/fp16, CUDA_LAUNCH_BLOCKING=1 (the
+#              first failing op is named; tests/cuda/test_backend_ops.cpp)
+#   parity     GPT-2 forward, gradients and 5 AdamW steps, CUDA vs CPU, at odd sizes, 3 precisions
+#   gemm       the cuBLASLt GEMM ceiling on random data (bf16, fp32, tf32)
+#   attention  the fused attention's TFLOP/s, forward and backward
+#   bench      GPT-2 124M bf16 training in ztrain: tokens/s, step time, peak memory, MFU
+#   pytorch    the same model trained by PyTorch (bf16 autocast, SDPA flash, fused AdamW) at the
+#              bench's micro-batch: ztrain's tokens/s as a ratio to it
+#   zero3      ZeRO-3 against ZeRO-0 at world size 1 (the stage-3 machinery's own cost)
+#   pytorch_compile  the PyTorch baseline under torch.compile, if it compiles in the time left
+# After every stage, $OUT/gpu_check.json (all results so far) and $OUT/gpu_check.log (every
+# stage's output) are rewritten, so a hang or a crash still returns everything before it.
+#
+#   tools/gpu_check.sh [--quick] [--dry-run]
+#     --quick    fewer timed steps
+#     --dry-run  no GPU needed: every stage's plumbing (time limits, a stage that hangs, one that
+#                crashes, the results file, the log, the PyTorch script on a tiny model on the CPU)
+#                without building or running CUDA code; tested in CI
+# Environment: OUT (default build/gpu_check/out), PYTHON (default python3), GPU_CHECK_BUDGET_S
+# (the deadline, default 400).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-STEPS=30
-[ "${1:-}" = "--quick" ] && STEPS=5
-CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
-B=build/gpu_check
-mkdir -p "$B" bench/results
-log() { echo "gpu_check: $*" >&2; }
-
-arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
-[ -n "$arch" ] || arch=90
-gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
-log "GPU: ${gpu:-unknown} (sm_$arch), nvcc: $(nvcc --version | tail -1)"
-
-CXXFLAGS=(-std=c++20 -O2 -fopenmp -DZTRAIN_NO_BLAS -I. -Itools/gpu_check/shim -I"$CUDA_HOME/include")
-NVFLAGS=(-std=c++17 -O3 -arch=sm_"$arch" -I. -Itools/gpu_check/shim)
-objs=()
-build_failed=0
-pids=()
-# The libraries that need only the CUDA toolkit, from the same list CMake builds (sources.list),
-# plus the run-time backend choice without spdlog. Every translation unit compiles in parallel
-# (the check's time is mostly the build otherwise).
-srcs=$(awk '$1 == "base" || $1 == "cpu" || $1 == "model" || $1 == "cuda" { print $2 }' sources.list)
-for f in $srcs tools/gpu_check/backend_select.cpp; do
-  o="$B/$(echo "$f" | tr / _).o"
-  case "$f" in
-    *.cu) nvcc "${NVFLAGS[@]}" -c "$f" -o "$o" & pids+=($!) ;;
-    *) g++ "${CXXFLAGS[@]}" -c "$f" -o "$o" & pids+=($!) ;;
+STEPS=20
+DRY=0
+for a in "$@"; do
+  case "$a" in
+    --quick) STEPS=5 ;;
+    --dry-run) DRY=1 ;;
+    *) echo "usage: tools/gpu_check.sh [--quick] [--dry-run]" >&2; exit 2 ;;
   esac
-  objs+=("$o")
 done
-for p in "${pids[@]}"; do wait "$p" || build_failed=1; done
-LIBS=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -lcudart -lcublasLt -fopenmp)
-g++ "${CXXFLAGS[@]}" tests/cuda/test_backend_ops.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/test_backend_ops" || build_failed=1
-g++ "${CXXFLAGS[@]}" tools/gpu_check/gpt2_cuda_check.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/gpt2_cuda_check" || build_failed=1
-nvcc "${NVFLAGS[@]}" tools/gpu_check/gemm_probe.cu -lcublasLt -o "$B/gemm_probe" || build_failed=1
-[ $build_failed = 0 ] && log "build ok" || log "BUILD FAILED (see above)"
+PYTHON=${PYTHON:-python3}
+B=build/gpu_check
+OUT=${OUT:-$B/out}
+mkdir -p "$B" "$OUT" bench/results
+RESULTS=$OUT/gpu_check.json
+LOG=$OUT/gpu_check.log
+: > "$LOG"
+START=$(date +%s)
+BUDGET=${GPU_CHECK_BUDGET_S:-400}
+log() { echo "gpu_check: $*" | tee -a "$LOG" >&2; }
 
-run() {  # name timeout command...  -> stdout to $B/name.out, exit code to $B/name.rc
-  local name=$1 t=$2; shift 2
-  log "running $name"
-  timeout "$t" "$@" > "$B/$name.out" 2> "$B/$name.err"
-  echo $? > "$B/$name.rc"
-  tail -3 "$B/$name.err" >&2
+if [ $DRY = 1 ]; then
+  gpu="dry run (no GPU)"
+  arch=90
+else
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
+  [ -n "$arch" ] || arch=90
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1)
+fi
+$PYTHON tools/gpu_check/results.py init "$RESULTS" --gpu "${gpu:-unknown}" --sm "$arch" --dry-run "$DRY" \
+  --nvcc "$(nvcc --version 2>/dev/null | tail -1)" || { echo "gpu_check: $PYTHON cannot run tools/gpu_check/results.py" >&2; exit 1; }
+log "GPU: ${gpu:-unknown} (sm_$arch); deadline ${BUDGET} s"
+
+# stage NAME LIMIT_S COMMAND...: runs COMMAND under min(LIMIT_S, time left before the deadline);
+# its stdout's JSON lines, exit status, time and stderr tail go into the results at once.
+stage() {
+  local name=$1 limit=$2; shift 2
+  local left=$(( BUDGET - ($(date +%s) - START) ))
+  if [ "$left" -lt 5 ]; then
+    log "$name: skipped (deadline reached)"
+    $PYTHON tools/gpu_check/results.py skip "$RESULTS" "$name" "deadline reached"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  log "$name: running (limit ${limit} s)"
+  local t0=$(date +%s%N)
+  # bash -c: a stage may be one of the functions below (exported), and timeout runs programs only
+  timeout -k 5 "$limit" bash -c '"$@"' stage "$@" > "$B/$name.out" 2> "$B/$name.err"
+  local rc=$?
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  { echo "=== $name: exit $rc after $ms ms (limit $limit s): $*"; cat "$B/$name.out"; echo "--- stderr"; cat "$B/$name.err"; } >> "$LOG"
+  $PYTHON tools/gpu_check/results.py stage "$RESULTS" "$name" "$rc" "$ms" "$limit" "$B/$name.out" "$B/$name.err"
+  log "$name: exit $rc in $(( ms / 1000 )) s"
 }
-run ops 600 "$B/test_backend_ops"
-run parity 600 "$B/gpt2_cuda_check" parity
-run gemm 300 "$B/gemm_probe"
-run attention 300 "$B/gpt2_cuda_check" attention
-run bench 900 "$B/gpt2_cuda_check" bench "$STEPS"
-run zero3 600 "$B/gpt2_cuda_check" zero3 "$((STEPS / 3 + 1))"
 
+# ---- build ----
+CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")")}
+build() {
+  local CXXFLAGS=(-std=c++20 -O2 -fopenmp -DZTRAIN_NO_BLAS -I. -Itools/gpu_check/shim -I"$CUDA_HOME/include")
+  local NVFLAGS=(-std=c++17 -O3 -gencode=arch=compute_$arch,code=sm_$arch -I. -Itools/gpu_check/shim)
+  local objs=() pids=() failed=0
+  # The libraries that need only the CUDA toolkit, from the list CMake builds (sources.list), plus
+  # the run-time backend choice without spdlog.
+  for f in $(awk '$1 == "base" || $1 == "cpu" || $1 == "model" || $1 == "cuda" { print $2 }' sources.list) \
+           tools/gpu_check/backend_select.cpp; do
+    local o="$B/$(echo "$f" | tr / _).o"
+    case "$f" in
+      *.cu) nvcc "${NVFLAGS[@]}" -c "$f" -o "$o" & pids+=($!) ;;
+      *) g++ "${CXXFLAGS[@]}" -c "$f" -o "$o" & pids+=($!) ;;
+    esac
+    objs+=("$o")
+  done
+  nvcc "${NVFLAGS[@]}" tools/gpu_check/gemm_probe.cu -lcublasLt -o "$B/gemm_probe" & pids+=($!)
+  for p in "${pids[@]}"; do wait "$p" || failed=1; done
+  local LIBS=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -lcudart -lcublasLt -fopenmp)
+  g++ "${CXXFLAGS[@]}" tests/cuda/test_backend_ops.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/test_backend_ops" & p1=$!
+  g++ "${CXXFLAGS[@]}" tools/gpu_check/gpt2_cuda_check.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/gpt2_cuda_check" & p2=$!
+  wait $p1 || failed=1
+  wait $p2 || failed=1
+  echo "{\"check\": \"build\", \"ok\": $([ $failed = 0 ] && echo true || echo false)}"
+  return $failed
+}
+dry_build() {  # what the build would compile must exist; nothing is compiled
+  local missing=0
+  for f in $(awk '$1 == "base" || $1 == "cpu" || $1 == "model" || $1 == "cuda" { print $2 }' sources.list) \
+           tools/gpu_check/backend_select.cpp tools/gpu_check/gemm_probe.cu tests/cuda/test_backend_ops.cpp \
+           tools/gpu_check/gpt2_cuda_check.cpp; do
+    [ -f "$f" ] || { echo "missing: $f" >&2; missing=1; }
+  done
+  echo "{\"check\": \"build\", \"dry_run\": true, \"ok\": $([ $missing = 0 ] && echo true || echo false)}"
+  return $missing
+}
+dry() { echo "{\"check\": \"$1\", \"dry_run\": true}"; }  # a stand-in for a GPU program
+export -f build dry_build dry
+export B arch CUDA_HOME
+
+if [ $DRY = 1 ]; then
+  stage build 200 dry_build
+  stage ops 45 dry ops
+  stage parity 45 dry parity
+  stage gemm 30 dry gemm
+  stage attention 30 dry attention
+  stage bench 60 dry bench_gpt2_124m
+  stage pytorch 60 $PYTHON tools/gpu_check/torch_gpt2.py --tiny --device cpu --steps 2 --batch 2
+  stage zero3 45 dry zero3_overhead
+  # the failure paths: a stage that hangs past its limit, and one that dies of a signal
+  stage hang_probe 2 sleep 30
+  stage crash_probe 10 bash -c 'echo "{\"check\": \"crash_probe\", \"partial\": true}"; kill -SEGV $$'
+else
+  stage build 200 build
+  export CUDA_LAUNCH_BLOCKING=1  # ops first, each launch synchronous: an error names its kernel
+  stage ops 45 "$B/test_backend_ops"
+  unset CUDA_LAUNCH_BLOCKING
+  stage parity 45 "$B/gpt2_cuda_check" parity
+  stage gemm 30 "$B/gemm_probe"
+  stage attention 30 "$B/gpt2_cuda_check" attention
+  stage bench 60 "$B/gpt2_cuda_check" bench "$STEPS"
+  MB=$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)
+  stage pytorch 60 $PYTHON tools/gpu_check/torch_gpt2.py --batch "$MB" --steps "$STEPS"
+  stage zero3 45 "$B/gpt2_cuda_check" zero3 "$((STEPS / 3 + 1))"
+  stage pytorch_compile 120 $PYTHON tools/gpu_check/torch_gpt2.py --batch "$MB" --steps "$STEPS" --compile
+fi
+
+$PYTHON tools/gpu_check/results.py summary "$RESULTS" | tee -a "$LOG"
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-result=bench/results/gpu_check-$stamp.json
-python3 - "$B" "$result" "$gpu" "$arch" "$build_failed" <<'PY'
-import json, sys, os
-b, out, gpu, arch, build_failed = sys.argv[1:]
-def lines(name):
-    p = os.path.join(b, name + ".out")
-    return open(p).read().splitlines() if os.path.exists(p) else []
-def rc(name):
-    p = os.path.join(b, name + ".rc")
-    return int(open(p).read()) if os.path.exists(p) else None
-def objs(name):
-    r = []
-    for l in lines(name):
-        try:
-            r.append(json.loads(l))
-        except ValueError:
-            pass
-    return r
-ops_lines = lines("ops")
-res = {
-    "gpu": gpu, "sm": arch, "build_ok": build_failed == "0",
-    "ops": {"exit": rc("ops"), "summary": ops_lines[-1] if ops_lines else None,
-            "failed": [l.strip() for l in ops_lines if l.rstrip().endswith("FAIL")]},
-    "parity": {"exit": rc("parity"), "result": objs("parity")},
-    "gemm": {"exit": rc("gemm"), "result": objs("gemm")},
-    "attention": {"exit": rc("attention"), "result": objs("attention")},
-    "bench": {"exit": rc("bench"), "result": objs("bench")},
-    "zero3_overhead": {"exit": rc("zero3"), "result": objs("zero3")},
-}
-json.dump(res, open(out, "w"), indent=1)
-print(json.dumps(res, indent=1))
-PY
-[ -n "${OUT:-}" ] && cp "$result" "$OUT/" 2>/dev/null
-log "results in $result"
+[ $DRY = 1 ] || cp "$RESULTS" "bench/results/gpu_check-$stamp.json"
+log "results in $RESULTS (total $(( $(date +%s) - START )) s)"

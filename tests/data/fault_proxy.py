@@ -98,7 +98,8 @@ class Proxy(BaseHTTPRequestHandler):
         for k, v in resp.getheaders():
             if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                 self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
+        # a HEAD reply has no body but the size of the object it describes
+        self.send_header("Content-Length", resp.getheader("Content-Length", "0") if method == "HEAD" else str(len(data)))
         self.end_headers()
         if method == "HEAD":
             return

@@ -143,12 +143,13 @@ def main():
         with open(shard, "r+b") as f:
             f.truncate(500)
         check_bad(args, work, data, "truncated", lambda t: t.replace(data, bad), "truncated or corrupt")
-        # a model that cannot fit: a clear message and exit 1, not the OOM killer
+        # a model that cannot fit: exit 2 before anything is allocated, with the bytes needed and
+        # available (the memory plan), not the OOM killer
         path = os.path.join(work, "huge.toml")
         testlib.write_spec(path, base_spec(work, data, model__n_layer=4000, model__d_model=4096, model__n_head=32))
         p = testlib.run([args.ztrain, "train", path], check=False)
-        expect(p.returncode == 1 and "out of host memory" in p.stderr,
-               f"huge model: expected exit 1 with 'out of host memory', got {p.returncode}: {p.stderr!r}")
+        expect(p.returncode == 2 and "this spec needs at least" in p.stderr and "bytes needed" in p.stderr,
+               f"huge model: expected exit 2 with the memory needed, got {p.returncode}: {p.stderr!r}")
         # out_dir safety: a file there, the run's own resolved spec as input, two runs at once
         blocker = os.path.join(work, "a_file")
         open(blocker, "w").write("not a directory")

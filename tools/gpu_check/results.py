@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""The GPU check's results file (tools/gpu_check.sh), rewritten after every stage so that a hang
+or a crash later still leaves everything before it.
+
+  results.py init FILE --gpu G --sm N --dry-run 0|1 --nvcc V
+  results.py stage FILE NAME EXIT MS LIMIT_S STDOUT STDERR   a stage's outcome and JSON lines
+  results.py skip FILE NAME WHY
+  results.py get FILE STAGE KEY DEFAULT                      a value from a stage's JSON lines
+  results.py summary FILE                                    derived figures, and a short table
+"""
+import json
+import os
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def save(path, res):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(res, f, indent=1)
+    os.replace(tmp, path)
+
+
+def json_lines(path):
+    out = []
+    for line in open(path, errors="replace") if os.path.exists(path) else []:
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+    return out
+
+
+def tail(path, n):
+    return open(path, errors="replace").read().splitlines()[-n:] if os.path.exists(path) else []
+
+
+def stage(path, name, code, ms, limit, out, err):
+    res = load(path)
+    code = int(code)
+    entry = {"exit": code, "seconds": round(int(ms) / 1000, 2), "limit_s": int(limit),
+             "timed_out": code in (124, 137), "signal": code - 128 if 128 < code < 160 and code != 137 else None,
+             "result": json_lines(out), "stderr_tail": tail(err, 15)}
+    if name == "ops":  # test-backend-ops prints one line per op, "... ok" or "... FAIL"
+        lines = open(out, errors="replace").read().splitlines() if os.path.exists(out) else []
+        entry["summary"] = lines[-1] if lines else None
+        entry["failed"] = [l.strip() for l in lines if l.rstrip().endswith("FAIL") or "EXCEPTION" in l]
+    entry["ok"] = code == 0
+    res["stages"][name] = entry
+    save(path, res)
+
+
+def value(res, stage_name, key):
+    for r in res["stages"].get(stage_name, {}).get("result", []):
+        if key in r:
+            return r[key]
+    return None
+
+
+def summary(path):
+    res = load(path)
+    ztrain, torch_eager = value(res, "bench", "tokens_per_s"), value(res, "pytorch", "tokens_per_s")
+    torch_compiled = value(res, "pytorch_compile", "tokens_per_s")
+    best = max([t for t in (torch_eager, torch_compiled) if t], default=None)
+    bf16_ceiling = next((r["tflops"] for r in res["stages"].get("gemm", {}).get("result", [])
+                         if r.get("type") == "bf16"), None)
+    model_tflops = value(res, "bench", "model_tflops")
+    res["derived"] = {
+        "ztrain_tokens_per_s": ztrain,
+        "pytorch_tokens_per_s": {"eager": torch_eager, "compiled": torch_compiled},
+        "ztrain_vs_best_pytorch": round(ztrain / best, 3) if ztrain and best else None,
+        "mfu_vs_989_tflops": value(res, "bench", "mfu_vs_989_bf16"),
+        "mfu_vs_measured_gemm_ceiling": round(model_tflops / bf16_ceiling, 4) if model_tflops and bf16_ceiling else None,
+        "not_measured": sorted(n for n, s in res["stages"].items() if not s.get("ok")),
+    }
+    save(path, res)
+    print(f"{'stage':<16} {'exit':>5} {'seconds':>8}  result")
+    for n, s in res["stages"].items():
+        first = s.get("result", [{}])[:1]
+        brief = s.get("summary") or s.get("why") or (json.dumps(first[0])[:90] if first else "")
+        status = "timeout" if s.get("timed_out") else s.get("exit")
+        print(f"{n:<16} {str(status):>5} {s.get('seconds', 0):>8}  {brief}")
+    d = res["derived"]
+    print(f"ztrain {d['ztrain_tokens_per_s']} tokens/s; PyTorch eager {torch_eager}, compiled {torch_compiled}; "
+          f"ratio to the best {d['ztrain_vs_best_pytorch']}; MFU {d['mfu_vs_989_tflops']} (of 989 TFLOP/s), "
+          f"{d['mfu_vs_measured_gemm_ceiling']} (of the measured GEMM ceiling)")
+
+
+def main():
+    cmd, path = sys.argv[1], sys.argv[2]
+    if cmd == "init":
+        args = dict(zip(sys.argv[3::2], sys.argv[4::2]))
+        save(path, {"gpu": args["--gpu"], "sm": args["--sm"], "dry_run": args["--dry-run"] == "1",
+                    "nvcc": args["--nvcc"], "stages": {}})
+    elif cmd == "stage":
+        stage(path, *sys.argv[3:10])
+    elif cmd == "skip":
+        res = load(path)
+        res["stages"][sys.argv[3]] = {"exit": None, "ok": False, "skipped": True, "why": sys.argv[4]}
+        save(path, res)
+    elif cmd == "get":
+        v = value(load(path), sys.argv[3], sys.argv[4])
+        print(v if v is not None else sys.argv[5])
+    elif cmd == "summary":
+        summary(path)
+    else:
+        sys.exit(f"unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()
