@@ -1,6 +1,7 @@
 // GPT-2 forward/backward over the op interface (see gpt2.h for the parameter table).
 #include "models/gpt2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -20,15 +21,16 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
       be_(backend),
       max_batch_(max_batch),
       tp_(backend, tp,
-          int64_t(max_batch) * cfg.seq_len * std::max<int64_t>(cfg.d_model, cfg.vocab_size / tp_size_of(tp))),
+          int64_t(max_batch) * cfg.seq_len * std::max<int64_t>(cfg.d_model, cfg.vocab_held() / tp_size_of(tp))),
       table_(tp_size_of(tp), tp_rank_of(tp)),
       tokens_(backend, int64_t(max_batch) * cfg.seq_len),
       loss_(backend, tp_, int64_t(max_batch) * cfg.seq_len) {
   const int TP = tp_.size();
-  ZT_CHECK(cfg.n_head % TP == 0 && cfg.d_ff % TP == 0 && cfg.vocab_size % TP == 0,
-           "tensor parallelism {} does not divide heads {}, d_ff {}, vocab {}", TP, cfg.n_head, cfg.d_ff,
-           cfg.vocab_size);
-  const int64_t C = cfg.d_model, V = cfg.vocab_size, T = cfg.seq_len, F = cfg.d_ff;
+  ZT_CHECK(cfg.n_head % TP == 0 && cfg.d_ff % TP == 0 && cfg.vocab_held() % TP == 0 &&
+               cfg.vocab_held() >= cfg.vocab_size,
+           "tensor parallelism {} does not divide heads {}, d_ff {}, vocab {} (padded {})", TP, cfg.n_head, cfg.d_ff,
+           cfg.vocab_size, cfg.vocab_held());
+  const int64_t C = cfg.d_model, V = cfg.vocab_held(), T = cfg.seq_len, F = cfg.d_ff;
   NH_l_ = cfg.n_head / TP;
   C_l_ = int(C / TP);  // attention width of this rank's heads: NH_l * hs
   F_l_ = int(F / TP);
@@ -39,7 +41,7 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
   const float std_resid = 0.02f / std::sqrt(2.0f * cfg.n_layer);
   const auto None = TpSplit::None, Rows = TpSplit::Rows, Cols = TpSplit::Cols;
   ParamTable& t = table_;
-  t.add("transformer.wte.weight", {V, C}, Rows, 1, true, std0, 0);  // vocabulary-parallel
+  t.add("transformer.wte.weight", {V, C}, Rows, 1, true, std0, 0, cfg.vocab_size);  // vocabulary-parallel
   t.add("transformer.wpe.weight", {T, C}, None, 1, true, std0, 0);
   t.end_group("embeddings");
   for (int l = 0; l < cfg.n_layer; ++l) {
@@ -98,13 +100,28 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
     else *sl.stat = reinterpret_cast<float*>(p);
     p += bytes_of(sl);
   }
+  // The padding logits get -inf through the head's bias: exp(-inf) = 0, so they add nothing to
+  // the softmax and their gradient (hence wte's padding rows) stays exactly zero.
+  if (cfg.vocab_held() > cfg.vocab_size) {
+    const int64_t v0 = int64_t(tp_.rank()) * Vl;
+    std::vector<float> mask(size_t(Vl));
+    for (int64_t j = 0; j < Vl; ++j) mask[size_t(j)] = v0 + j < cfg.vocab_size ? 0.0f : -INFINITY;
+    std::vector<char> raw(size_t(Vl) * esize_);
+    convert_host(raw.data(), be_.compute_dtype(), mask.data(), DType::F32, Vl);
+    logit_mask_ = be_.alloc(raw.size(), MemTag::Activations);
+    be_.copy_to_device(logit_mask_, raw.data(), raw.size());
+  }
 }
 
-GPT2::~GPT2() { be_.free(act_buf_); }
+GPT2::~GPT2() {
+  be_.free(act_buf_);
+  if (logit_mask_) be_.free(logit_mask_);
+}
 
 std::string GPT2::describe() const {
-  return fmt::format("gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}", cfg_.n_layer, cfg_.d_model,
-                     cfg_.n_head, cfg_.seq_len, cfg_.vocab_size);
+  return fmt::format("gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}{}", cfg_.n_layer, cfg_.d_model,
+                     cfg_.n_head, cfg_.seq_len, cfg_.vocab_size,
+                     cfg_.vocab_held() > cfg_.vocab_size ? fmt::format(" (held as {})", cfg_.vocab_held()) : "");
 }
 
 template <typename P>
@@ -196,7 +213,7 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
   }
   prov.release_params(lnf_group);
   emb = prov.params(0);
-  be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), nullptr, BT, C, Vl);  // (B,T,Vl), tied head
+  be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), logit_mask_, BT, C, Vl);  // (B,T,Vl), tied head
   prov.release_params(0);
   grads_ready_ = false;
   if (targets) {
@@ -207,7 +224,13 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
 }
 
 void GPT2::logits_row(int b, int t, float* out) const {
-  tp_.gather_vocab_row(el(acts_.logits, (int64_t(b) * cur_T_ + t) * V_l_), V_l_, out);
+  if (cfg_.vocab_held() == cfg_.vocab_size) {
+    tp_.gather_vocab_row(el(acts_.logits, (int64_t(b) * cur_T_ + t) * V_l_), V_l_, out);
+    return;
+  }
+  std::vector<float> held(size_t(cfg_.vocab_held()));  // the real ids come first
+  tp_.gather_vocab_row(el(acts_.logits, (int64_t(b) * cur_T_ + t) * V_l_), V_l_, held.data());
+  std::copy(held.begin(), held.begin() + cfg_.vocab_size, out);
 }
 
 void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* residual) {

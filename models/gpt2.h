@@ -31,6 +31,11 @@ namespace zt {
 
 struct GPT2Config {
   int n_layer = 0, n_head = 0, d_model = 0, d_ff = 0, vocab_size = 0, seq_len = 0;
+  // The vocabulary as held: vocab_size padded (0 = not padded) so that the embedding and logits
+  // have GPU-friendly sizes and split evenly across tensor-parallel ranks. The padding rows of
+  // wte stay zero and the padding logits are -inf, so they never enter the loss or sampling.
+  int vocab_padded = 0;
+  int vocab_held() const { return vocab_padded > 0 ? vocab_padded : vocab_size; }
 };
 
 class Comm;
@@ -116,6 +121,7 @@ class GPT2 final : public Model {
   ParamTable table_;
   ParamProvider* prov_ = nullptr;
   int C_l_ = 0, F_l_ = 0, V_l_ = 0, NH_l_ = 0;  // this rank's attention width, MLP width, vocab, heads
+  void* logit_mask_ = nullptr;  // (Vl) compute dtype: 0 for real ids, -inf for padding; null: none
   size_t esize_ = 4;              // bytes per compute-precision element
   void* act_buf_ = nullptr;
   Acts acts_{};

@@ -1,15 +1,26 @@
 // Model registry (see registry.h).
 #include "engine/model/registry.h"
 
+#include "engine/comm/comm.h"
 #include "engine/core/status.h"
 #include "models/gpt2.h"
 
 namespace zt {
 
+namespace {
+// The vocabulary as held: padded to a multiple of vocab_multiple x T (Megatron-LM's
+// make-vocab-size-divisible-by), so that each tensor-parallel rank holds an equal slice.
+int64_t held_vocab(const RunSpec::Model& m, int tp) {
+  const int64_t k = m.vocab_multiple * tp;
+  return (m.vocab_size + k - 1) / k * k;
+}
+}  // namespace
+
 std::unique_ptr<Model> make_model(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp) {
+  const int T = tp ? tp->size() : 1;
   if (m.arch == "gpt2")
     return std::make_unique<GPT2>(GPT2Config{int(m.n_layer), int(m.n_head), int(m.d_model), int(m.d_ff),
-                                             int(m.vocab_size), int(m.seq_len)},
+                                             int(m.vocab_size), int(m.seq_len), int(held_vocab(m, T))},
                                   backend, max_batch, tp);
   // The spec's validation names the supported architectures; reaching here is a missing entry.
   throw UserError(fmt::format("[model] arch = \"{}\" is not a supported architecture", m.arch));
@@ -18,7 +29,7 @@ std::unique_ptr<Model> make_model(const RunSpec::Model& m, Backend& backend, int
 ModelFootprint model_footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size) {
   if (m.arch == "gpt2") {
     // doubles throughout: the config's ints could overflow for absurd specs (the point of asking)
-    const double L = double(m.n_layer), C = double(m.d_model), F = double(m.d_ff), V = double(m.vocab_size);
+    const double L = double(m.n_layer), C = double(m.d_model), F = double(m.d_ff), V = double(held_vocab(m, tp));
     const double T = double(m.seq_len), B = double(max_batch), P = double(tp), NH = double(m.n_head) / P;
     ModelFootprint f;
     // the parameter table of GPT2's constructor: vocabulary-parallel wte, replicated wpe and norms,

@@ -107,7 +107,7 @@ void write_master_file(const std::string& ckpt_dir, int rank_files, const Model&
   for (const char* st : kCheckpointStates)
     for (const ParamInfo& p : model.params()) {
       const std::string name = fmt::format("/{}/{}", st, p.name);
-      m.write_virtual(name, p.global_shape, blocks[name]);
+      m.write_virtual(name, p.stored_shape, blocks[name]);
     }
   for (const auto& [k, v] : meta_ints(state)) m.write("/meta/" + k, &v, {});
   m.write("/meta/loss_scale", &state.scaler.scale, {});

@@ -65,11 +65,11 @@ std::string model_mismatch(const std::string& ckpt_dir, const Model& model) {
   std::vector<std::string> names = f.children("/params");
   for (const ParamInfo& p : model.params()) {
     if (!f.exists("/params/" + p.name))
-      return fmt::format("{}: no tensor {} (this model has it, shape {})", path, p.name, shape_str(p.global_shape));
+      return fmt::format("{}: no tensor {} (this model has it, shape {})", path, p.name, shape_str(p.stored_shape));
     const std::vector<int64_t> s = f.shape("/params/" + p.name);
-    if (s != p.global_shape)
+    if (s != p.stored_shape)
       return fmt::format("{}: tensor {} has shape {}, this model's is {}", path, p.name, shape_str(s),
-                         shape_str(p.global_shape));
+                         shape_str(p.stored_shape));
     names.erase(std::remove(names.begin(), names.end(), p.name), names.end());
   }
   if (!names.empty()) return fmt::format("{}: tensor {} is not in this model", path, names.front());
@@ -80,14 +80,17 @@ void load_states(const std::string& ckpt_dir, ParamStore& store, const Model& mo
   const H5File f((fs::path(ckpt_dir) / "checkpoint.h5").string(), H5File::Mode::Read);
   const auto& runs = store.global_runs();
   std::vector<TensorShape> shapes;
-  for (const auto& p : model.params()) shapes.push_back({p.global_shape});
+  for (const auto& p : model.params()) shapes.push_back({p.stored_shape});
   const ParamStore::State states[] = {ParamStore::State::Master, ParamStore::State::AdamM,
                                       ParamStore::State::AdamV};
   std::vector<float> buf;
   for (int si = 0; si < (weights_only ? 1 : 3); ++si)
     for (const auto& run : runs) {
-      // this run's blocks of the full tensor, read through the virtual dataset
-      for (const Piece& p : make_pieces({{run.param, run.global_begin, run.n}}, shapes)) {
+      // this run's blocks of the full tensor, read through the virtual dataset (the real part: a
+      // padding tail keeps its zeros)
+      const size_t stored = model.params()[size_t(run.param)].stored_numel;
+      if (run.global_begin >= stored) continue;
+      for (const Piece& p : make_pieces({{run.param, run.global_begin, std::min(run.n, stored - run.global_begin)}}, shapes)) {
         const std::string ds = fmt::format("/{}/{}", kCheckpointStates[si], model.params()[size_t(run.param)].name);
         const bool two_d = shapes[size_t(run.param)].dims.size() == 2;
         const int64_t chunk_rows = std::max<int64_t>(1, int64_t(kChunkElems) / p.cols);

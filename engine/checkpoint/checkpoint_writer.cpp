@@ -61,11 +61,15 @@ CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& 
                                    const Topology& topo, Backend& backend, int64_t job_id,
                                    data::ObjectStore* remote)
     : opts_(opts), store_(store), model_(model), topo_(topo), be_(backend), job_id_(job_id), remote_(remote) {
+  // The real part of each tensor (a prefix of it: padding rows are left out of checkpoints).
   std::vector<RunRef> refs;
-  for (const auto& r : store.global_runs())
-    if (r.owner) runs_.push_back(r), refs.push_back({r.param, r.global_begin, r.n});
+  for (const auto& r : store.global_runs()) {
+    const size_t stored = model.params()[size_t(r.param)].stored_numel;
+    if (r.owner && r.global_begin < stored)
+      runs_.push_back(r), refs.push_back({r.param, r.global_begin, std::min(r.n, stored - r.global_begin)});
+  }
   std::vector<TensorShape> shapes;
-  for (const auto& p : model.params()) shapes.push_back({p.global_shape});
+  for (const auto& p : model.params()) shapes.push_back({p.stored_shape});
   pieces_ = make_pieces(refs, shapes);
   host_bytes_ = kWriteThreads * kChunkElems * sizeof(float);  // synchronous saves: the writers' chunks
   if (opts_.async) {
@@ -130,7 +134,7 @@ void CheckpointWriter::write_rank_file(const std::string& path, const Snapshot* 
       for (const Piece& p : pieces_) {
         const ParamInfo& info = model_.params()[size_t(p.param)];
         Target t{&p, si, fmt::format("/{}/{}/{}", kCheckpointStates[si], info.name, count[p.param]++), 0, snap_off};
-        const bool two_d = info.global_shape.size() == 2;
+        const bool two_d = info.stored_shape.size() == 2;
         f.create_floats(t.name, two_d ? std::vector<int64_t>{p.rows, p.cols} : std::vector<int64_t>{p.cols});
         f.set_attr(t.name, "row0", p.row0);
         f.set_attr(t.name, "col0", p.col0);

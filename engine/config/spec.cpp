@@ -245,9 +245,8 @@ struct Loader {
           fmt::format("n_head = {} is not divisible by tensor = {}", m.n_head, p.tensor));
     check(m.d_ff % p.tensor == 0, "parallel", "tensor",
           fmt::format("d_ff = {} is not divisible by tensor = {}", m.d_ff, p.tensor));
-    check(m.vocab_size % p.tensor == 0, "parallel", "tensor",
-          fmt::format("vocab_size = {} is not divisible by tensor = {} (pad the vocabulary)",
-                      m.vocab_size, p.tensor));
+    check(m.vocab_multiple >= 1 && m.vocab_multiple <= 65536, "model", "vocab_multiple",
+          fmt::format("must be in [1, 65536], got {}", m.vocab_multiple));
     auto& c = spec.comm;
     check(c.backend == "auto" || c.backend == "mpi" || c.backend == "nccl", "comm", "backend",
           fmt::format("'{}' is not one of \"auto\", \"mpi\", \"nccl\"", c.backend));

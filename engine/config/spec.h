@@ -22,6 +22,7 @@ struct RunSpec {
     int64_t n_layer = 0, n_head = 0, d_model = 0;
     int64_t d_ff = 0;  // 0 in the file means 4 * d_model; resolved after loading
     int64_t vocab_size = 0, seq_len = 0;
+    int64_t vocab_multiple = 128;  // padded internally to a multiple of this x [parallel] tensor
   } model;
   struct Train {
     int64_t micro_batch = 8;    // sequences per forward/backward

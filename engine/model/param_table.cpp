@@ -9,18 +9,24 @@
 namespace zt {
 
 void ParamTable::add(std::string name, std::vector<int64_t> global_shape, TpSplit split, int row_blocks,
-                     bool decay, float init_std, float init_value) {
+                     bool decay, float init_std, float init_value, int64_t real_rows) {
   ParamInfo p;
   p.name = std::move(name);
   p.global_shape = global_shape;
+  p.stored_shape = global_shape;
+  if (real_rows >= 0) {
+    ZT_CHECK(real_rows <= global_shape[0] && row_blocks == 1, "{}: {} real rows of {}", p.name, real_rows, global_shape[0]);
+    p.stored_shape[0] = real_rows;
+  }
   p.shape = std::move(global_shape);
   if (split == TpSplit::Rows) p.shape[0] /= tp_size_;
   if (split == TpSplit::Cols) p.shape[1] /= tp_size_;
   p.split = split;
   p.row_blocks = row_blocks;
-  p.numel = p.global_numel = 1;
+  p.numel = p.global_numel = p.stored_numel = 1;
   for (auto d : p.shape) p.numel *= size_t(d);
   for (auto d : p.global_shape) p.global_numel *= size_t(d);
+  for (auto d : p.stored_shape) p.stored_numel *= size_t(d);
   p.offset = n_params_;
   p.global_offset = n_global_params_;
   p.decay = decay;
@@ -60,7 +66,7 @@ void ParamTable::init_range(uint64_t seed, size_t begin, size_t end, float* dst)
     const size_t lo = std::max(begin, p.offset), hi = std::min(end, p.offset + p.numel);
     if (lo >= hi) continue;
     float* out = dst + (lo - begin);
-    if (p.init_std == 0.0f) {
+    if (p.init_std == 0.0f && p.stored_numel == p.global_numel) {
       std::fill(out, out + (hi - lo), p.init_value);
       continue;
     }
@@ -68,8 +74,11 @@ void ParamTable::init_range(uint64_t seed, size_t begin, size_t end, float* dst)
     // degree, ZeRO stage or shard boundary.
     const uint64_t stream = name_hash(p.name);
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < int64_t(hi - lo); ++i)
-      out[i] = float(normal_at(seed, stream, global_index(p, lo - p.offset + size_t(i), tp_rank_)) * p.init_std);
+    for (int64_t i = 0; i < int64_t(hi - lo); ++i) {
+      const size_t g = global_index(p, lo - p.offset + size_t(i), tp_rank_);
+      out[i] = g >= p.stored_numel ? 0.0f  // padding
+               : p.init_std == 0.0f ? p.init_value : float(normal_at(seed, stream, g) * p.init_std);
+    }
   }
 }
 

@@ -24,9 +24,13 @@ struct ParamInfo {
   float init_value = 0.0f;
   TpSplit split = TpSplit::None;
   int row_blocks = 1;
-  std::vector<int64_t> global_shape;  // the full logical shape (checkpoints, dumps)
+  std::vector<int64_t> global_shape;  // the full logical shape
   size_t global_offset = 0;           // in the unsharded model's flat layout
   size_t global_numel = 0;
+  // The real part, a prefix of the full tensor: rows past it are padding (the vocabulary padded
+  // for the GPU), always zero, an internal detail that checkpoints and dumps leave out.
+  std::vector<int64_t> stored_shape;
+  size_t stored_numel = 0;
 };
 
 // A contiguous run of parameters that is gathered, reduced and sharded as a unit (for a
@@ -43,8 +47,9 @@ class ParamTable {
   ParamTable(int tp_size = 1, int tp_rank = 0) : tp_size_(tp_size), tp_rank_(tp_rank) {}
 
   // Appends a tensor of full shape `global_shape` (1-D or 2-D); this rank holds its `split` part.
+  // `real_rows` >= 0: only the first real_rows rows are real, the rest padding (zero).
   void add(std::string name, std::vector<int64_t> global_shape, TpSplit split, int row_blocks, bool decay,
-           float init_std, float init_value);
+           float init_std, float init_value, int64_t real_rows = -1);
   // Closes a group over the tensors added since the previous group.
   void end_group(std::string name);
 
@@ -66,7 +71,7 @@ class ParamTable {
   // Initial values of the flat elements [begin, end) of this rank's layout into dst (host memory).
   // Element i of parameter `name` is normal_at(seed, name_hash(name), i) * init_std (or its
   // constant), i indexing the full tensor: a pure function of (seed, name, index), whatever the
-  // layout of ranks and shards.
+  // layout of ranks and shards. Padding rows are zero.
   void init_range(uint64_t seed, size_t begin, size_t end, float* dst) const;
 
  private:

@@ -15,7 +15,7 @@ namespace {
 void write_tensors(H5File* f, const std::string& group, const Model& model, const std::vector<float>& flat) {
   if (!f) return;
   for (const auto& p : model.params())
-    f->write(group + "/" + p.name, flat.data() + p.global_offset, p.global_shape);
+    f->write(group + "/" + p.name, flat.data() + p.global_offset, p.stored_shape);  // real rows only
 }
 void write_scalar(H5File* f, const std::string& name, double v) {
   if (f) f->write(name, &v, {});
