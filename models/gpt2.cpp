@@ -104,9 +104,9 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
   // the softmax and their gradient (hence wte's padding rows) stays exactly zero.
   if (cfg.vocab_held() > cfg.vocab_size) {
     const int64_t v0 = int64_t(tp_.rank()) * Vl;
-    std::vector<float> mask(size_t(Vl));
+    std::vector<float> mask(static_cast<size_t>(Vl));
     for (int64_t j = 0; j < Vl; ++j) mask[size_t(j)] = v0 + j < cfg.vocab_size ? 0.0f : -INFINITY;
-    std::vector<char> raw(size_t(Vl) * esize_);
+    std::vector<char> raw(static_cast<size_t>(Vl) * esize_);
     convert_host(raw.data(), be_.compute_dtype(), mask.data(), DType::F32, Vl);
     logit_mask_ = be_.alloc(raw.size(), MemTag::Activations);
     be_.copy_to_device(logit_mask_, raw.data(), raw.size());

@@ -18,7 +18,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 FULL = {
     "run": {"name": '"full"', "out_dir": '"runs/full"', "seed": "-7", "device": '"cpu"', "threads": "2"},
     "model": {"arch": '"gpt2"', "n_layer": "2", "n_head": "4", "d_model": "64", "d_ff": "128",
-              "vocab_size": "260", "seq_len": "32"},
+              "vocab_size": "259", "vocab_multiple": "64", "seq_len": "32"},
     "train": {"micro_batch": "2", "global_batch": "8", "max_steps": "10", "log_every": "1",
               "eval_every": "5", "eval_steps": "2", "sample_tokens": "16", "sample_temperature": "0.8"},
     "optim": {"lr": "3e-4", "min_lr": "3e-5", "warmup_steps": "2", "schedule": '"linear"',
@@ -45,6 +45,7 @@ SPEC_BREAKS = [
     ("empty_out_dir", "run", "out_dir", '""'), ("bad_arch", "model", "arch", '"bert"'),
     ("zero_layers", "model", "n_layer", "0"), ("zero_heads", "model", "n_head", "0"),
     ("head_split", "model", "d_model", "66"), ("tiny_vocab", "model", "vocab_size", "1"),
+    ("zero_vocab_multiple", "model", "vocab_multiple", "0"),
     ("zero_seq", "model", "seq_len", "0"), ("zero_micro", "train", "micro_batch", "0"),
     ("batch_multiple", "train", "global_batch", "7"), ("zero_log", "train", "log_every", "0"),
     ("zero_eval_steps", "train", "eval_steps", "0"), ("cold", "train", "sample_temperature", "0.0"),

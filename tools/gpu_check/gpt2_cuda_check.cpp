@@ -127,7 +127,7 @@ int parity(DType dt) {
 }
 
 int bench(int steps, DType dt) {
-  const GPT2Config cfg{12, 12, 768, 3072, 50304, 1024};
+  const GPT2Config cfg{12, 12, 768, 3072, 50257, 1024, 50304};  // GPT-2's vocabulary, held padded
   const int T = cfg.seq_len;
   for (int B : {64, 48, 32, 16, 8, 4, 2, 1}) {
     try {
@@ -203,7 +203,7 @@ int attention(DType dt) {
 
 // Step time of GPT-2 124M through the trainer's ParamStore at world size 1 (self communicators).
 int zero3(int steps, DType dt) {
-  const GPT2Config cfg{12, 12, 768, 3072, 50304, 1024};
+  const GPT2Config cfg{12, 12, 768, 3072, 50257, 1024, 50304};  // GPT-2's vocabulary, held padded
   const int T = cfg.seq_len, B = 4;
   double ms[2] = {0, 0};
   size_t peak[2] = {0, 0};

@@ -6,6 +6,9 @@
 #include <tuple>
 
 #include "engine/backend/backend.h"
+#include "engine/comm/topology.h"
+#include "engine/optim/adamw.h"
+#include "engine/parallel/param_store.h"
 #include "engine/core/rng.h"
 #include "engine/model/registry.h"
 #include "models/gpt2.h"
@@ -76,4 +79,54 @@ TEST_CASE("the footprint computed from the spec matches what the model allocates
       REQUIRE(f.activation_bytes >= 0.85 * measured);
     }
   }
+}
+
+TEST_CASE("a padded vocabulary trains exactly like the real one; its padding stays zero", "[model][vocab]") {
+  // V = 50 held as 64: the padding rows of wte and the padding logits must change nothing.
+  const int V = 50, B = 2, T = 8;
+  std::vector<float> losses[2], wte_real[2];
+  for (int padded = 0; padded < 2; ++padded) {
+    auto be = make_cpu_backend(1);
+    GPT2 model(GPT2Config{2, 2, 16, 64, V, T, padded ? 64 : 0}, *be, B);
+    Topology topo;
+    topo.world = make_self_comm("world");
+    topo.tp_group = make_self_comm("tp");
+    topo.dp_group = make_self_comm("dp");
+    RunSpec spec;
+    spec.optim.weight_decay = 0.1;  // decay must not move the zero rows either
+    ParamStore store(model, *be, topo, spec);
+    store.init(3);
+    model.set_provider(&store);
+    AdamW adamw(spec.optim, *be);
+    std::vector<int32_t> in(B * T), tg(B * T);
+    for (int step = 1; step <= 4; ++step) {
+      for (int i = 0; i < B * T; ++i) in[size_t(i)] = (i * 7 + step) % V, tg[size_t(i)] = (i * 11 + 3 * step) % V;
+      store.zero_grad();
+      store.set_last_micro_batch(true);
+      losses[padded].push_back(model.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T)));
+      model.backward();
+      store.finish_backward();
+      if (padded) {
+        const std::vector<float> g = store.full_grads();
+        for (size_t i = size_t(V) * 16; i < size_t(64) * 16; ++i) REQUIRE(g[i] == 0.0f);  // wte padding rows
+      }
+      adamw.step(store.spans(), 1e-2, step);
+      store.publish_params();
+    }
+    const std::vector<float> w = store.full_params();
+    const ParamInfo& wte = model.params()[0];
+    REQUIRE(wte.stored_shape == std::vector<int64_t>{V, 16});
+    REQUIRE(wte.global_shape == std::vector<int64_t>{padded ? 64 : V, 16});
+    wte_real[padded].assign(w.begin(), w.begin() + V * 16);
+    if (padded)
+      for (size_t i = size_t(V) * 16; i < size_t(64) * 16; ++i) REQUIRE(w[i] == 0.0f);
+    // sampling sees the real vocabulary only
+    std::vector<float> row(size_t(V) + 1, 12345.0f);
+    model.forward(in.data(), nullptr, 1, T, 0.0f);
+    model.logits_row(0, T - 1, row.data());
+    REQUIRE(row[size_t(V)] == 12345.0f);
+    for (int v = 0; v < V; ++v) REQUIRE(std::isfinite(row[size_t(v)]));
+  }
+  for (size_t s = 0; s < losses[0].size(); ++s) REQUIRE(losses[1][s] == Approx(losses[0][s]).epsilon(1e-5));
+  for (size_t i = 0; i < wte_real[0].size(); ++i) REQUIRE(wte_real[1][i] == Approx(wte_real[0][i]).margin(1e-5));
 }
