@@ -185,6 +185,18 @@ def spec_items(args, work, data):
     expect_exit(p, 1, "overflow at the fixed loss scale", "16: loss_scale = 1e30")
     print("16: an overflowing fixed loss scale exits 1")
 
+    # (also asked) a run without checkpoints interrupted by a signal says at which step
+    import signal
+    proc = subprocess.Popen([z, "train", ok, "--set", "train.max_steps=1000000", "--set", "train.log_every=1",
+                             "--set", f"run.out_dir={os.path.join(work, 'intr_run')}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()  # the first progress line: training is under way
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    expect(proc.returncode == 128 + signal.SIGINT and "interrupted by SIGINT during step" in err,
+           f"interrupt: exit {proc.returncode}: {err[-300:]!r}")
+    print("interrupt: a run without checkpoints names the step it was stopped in")
+
     # 17. dump-state leaves no .tmp beside its target when it fails; out_dir on a full disk names
     # the reason and leaves no .tmp
     target = os.path.join(work, "no_such_dir", "state.h5")
