@@ -82,6 +82,13 @@ class Backend {
     copy_to_device(dst, host_src, bytes);
   }
   virtual void synchronize() {}
+  // Timing points for the step breakdown: a point after the work enqueued so far (CUDA: a timing
+  // event on the compute stream; the base, for backends whose ops are synchronous: the host
+  // clock), and the milliseconds between two points once the work has passed both (read after a
+  // synchronize(): no synchronization of their own). Points are reused after kTimingPoints.
+  static constexpr int kTimingPoints = 256;
+  virtual int timing_point();
+  virtual double timing_ms(int from, int to);
   // The backend's compute stream (cudaStream_t) for device communicators; null on the CPU.
   virtual void* native_stream() const { return nullptr; }
   virtual MemoryStats memory_stats() const = 0;
@@ -164,6 +171,8 @@ class Backend {
  private:
   DType compute_ = DType::F32;
   bool deterministic_ = false;
+  int64_t timing_host_ns_[kTimingPoints] = {};  // the base's timing points: host clock
+  int timing_next_ = 0;
 };
 
 // The CPU backend; `threads` <= 0 means all cores. Sets OpenMP and OpenBLAS thread counts.

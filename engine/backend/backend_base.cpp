@@ -2,6 +2,8 @@
 // ztrain_base: the CUDA plugin uses them too).
 #include "engine/backend/backend.h"
 
+#include <chrono>
+
 #include "engine/core/status.h"
 
 namespace zt {
@@ -16,6 +18,16 @@ const char* mem_tag_name(MemTag tag) {
     default: return "other";
   }
 }
+
+int Backend::timing_point() {
+  const int id = timing_next_;
+  timing_next_ = (timing_next_ + 1) % kTimingPoints;
+  timing_host_ns_[id] = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch()).count();
+  return id;
+}
+
+double Backend::timing_ms(int from, int to) { return double(timing_host_ns_[to] - timing_host_ns_[from]) / 1e6; }
 
 void Backend::unsupported(const char* op) const {
   throw RuntimeFailure(fmt::format("op {} is not supported on backend {}", op, name()));

@@ -38,6 +38,14 @@ class Comm {
   virtual void barrier() = 0;
 
   void all_reduce_sync(float* buf, size_t n, ReduceOp op = ReduceOp::Sum) { wait(all_reduce(buf, n, op)); }
+
+  // Milliseconds this rank has been blocked in this group's waits so far: communication that no
+  // computation overlapped (the step breakdown's "exposed communication"). Wrappers report their
+  // inner communicator's.
+  virtual double waited_ms() const { return waited_ms_; }
+
+ protected:
+  double waited_ms_ = 0;
 };
 
 // The message every communicator prints when a collective times out (then it aborts the job).

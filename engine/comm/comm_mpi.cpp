@@ -100,7 +100,10 @@ class MpiComm final : public Comm {
     int done = 0;
     for (int spins = 0;; ++spins) {
       MPI_Test(&r, &done, MPI_STATUS_IGNORE);
-      if (done) return;
+      if (done) {
+        waited_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        return;
+      }
       // Spin briefly for latency, then yield: ranks may share cores (oversubscribed tests).
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -112,7 +112,10 @@ class NcclComm final : public Comm {
     const auto start = std::chrono::steady_clock::now();
     for (int spins = 0;; ++spins) {
       const cudaError_t q = cudaEventQuery(ev);
-      if (q == cudaSuccess) return;
+      if (q == cudaSuccess) {
+        waited_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        return;
+      }
       if (q != cudaErrorNotReady) cuda_check(q, what);
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);

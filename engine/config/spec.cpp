@@ -192,6 +192,7 @@ struct Loader {
     check(r.device == "auto" || r.device == "cpu" || r.device == "cuda", "run", "device",
           fmt::format("'{}' is not one of \"auto\", \"cpu\", \"cuda\"", r.device));
     check(!r.out_dir.empty(), "run", "out_dir", "must not be empty");
+    check(r.peak_tflops >= 0, "run", "peak_tflops", fmt::format("must be >= 0, got {}", r.peak_tflops));
     auto& m = spec.model;
     check(m.arch == "gpt2", "model", "arch",
           fmt::format("'{}' is not a supported architecture (supported: \"gpt2\")", m.arch));

@@ -16,6 +16,7 @@ struct RunSpec {
     std::string device = "auto";  // "auto" | "cpu" | "cuda"
     int64_t threads = 0;          // CPU threads; 0 = all cores
     bool deterministic = false;   // bitwise-reproducible GPU runs (fixed reduction orders)
+    double peak_tflops = 0;       // MFU's peak per device; 0 = known GPUs' table / CPU probe
   } run;
   struct Model {
     std::string arch = "gpt2";

@@ -4,6 +4,7 @@
 #include "engine/comm/agreement.h"
 #include "engine/core/atomic_file.h"
 #include "engine/plan/memory_plan.h"
+#include "engine/train/throughput.h"
 
 #include <algorithm>
 #include <cctype>
@@ -43,6 +44,34 @@
 namespace zt {
 
 namespace {
+
+// "data 2% fwd 31% bwd 55% opt 7% comm 3% other 2%": where the step's time went (checkpoint and
+// offload shares only when present).
+std::string breakdown_shares(const StepResult& r) {
+  const double total = std::max(r.step_ms, 1e-9);
+  std::string out;
+  auto add = [&](const char* name, double ms, bool always) {
+    if (!always && ms <= 0) return;
+    out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : " ", name, 100 * ms / total);
+  };
+  add("data", r.data_wait_ms, true);
+  add("fwd", r.forward_ms, true);
+  add("bwd", r.backward_ms, true);
+  add("opt", r.optimizer_ms, true);
+  add("comm", r.comm_ms, true);
+  add("ckpt", r.checkpoint_ms, false);
+  add("offload", r.offload_ms, false);
+  add("other", r.other_ms, true);
+  return out;
+}
+
+// 3725 s -> "1h02m", 95 s -> "1m35s", 7 s -> "7s"
+std::string duration_text(double s) {
+  const int64_t t = int64_t(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, int(t % 3600 / 60));
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, int(t % 60));
+  return fmt::format("{}s", t);
+}
 
 // Test hooks for the failure tests, both RANK:STEP (0-based step): ZTRAIN_FAULT_EXIT makes that
 // rank exit abruptly (no cleanup, no MPI_Finalize) in the middle of the step, as a crashed
@@ -373,19 +402,39 @@ StepResult Trainer::step(int64_t step) {
     loader_ = std::make_unique<data::BatchLoader>(*train_, *train_order_, B, first_of,
                                                   uint64_t(step * accum), 4, int(spec_.data.prefetch));
   loader_step_ = step + 1;
+  // The breakdown: timing points around the phases (device time on a GPU, read after the step's
+  // synchronize) and the host's blocked time in collectives, read at the same boundaries.
+  auto comm_now = [&] { return topo_.world->waited_ms() + topo_.tp_group->waited_ms() + topo_.dp_group->waited_ms(); };
+  struct Phase {
+    int from, to;
+    double comm;
+  };
+  std::vector<Phase> fwd, bwd;
+  Backend& be = *backend_;
   store_->zero_grad();
   double wait_ms = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
     loader_->next(inputs_.data(), targets_.data(), &wait_ms);
     if (on_batch) on_batch(inputs_.data(), targets_.data());
     store_->set_last_micro_batch(micro == accum - 1);
+    const bool timed = 2 * micro + 8 < Backend::kTimingPoints;  // beyond: counted in "other"
+    const double c0 = comm_now();
+    const int p0 = timed ? be.timing_point() : 0;
     model_->forward_deferred(inputs_.data(), targets_.data(), B, T, grad_scale);
+    const double c1 = comm_now();
+    const int p1 = timed ? be.timing_point() : 0;
     exit_if_fault_injected(topo_.world_rank, step);
     model_->backward();
+    if (timed) fwd.push_back({p0, p1, c1 - c0}), bwd.push_back({p1, be.timing_point(), comm_now() - c1});
   }
-  store_->finish_backward();
+  const double c_reduce = comm_now();
+  const int p_reduce = be.timing_point();
+  store_->finish_backward();  // the last gradient reductions: backward's tail
   double loss = model_->take_losses() / double(global_micro);
   topo_.dp_group->all_reduce_doubles(&loss, 1);
+  bwd.push_back({p_reduce, be.timing_point(), comm_now() - c_reduce});
+  const double c_opt = comm_now();
+  const int p_opt = be.timing_point();
   StepResult r;
   r.step = step;
   r.loss = float(loss);
@@ -399,10 +448,24 @@ StepResult Trainer::step(int64_t step) {
     store_->publish_params();
   }
   r.skipped_total = scaler_->skipped();
+  const int p_end = be.timing_point();
+  const double comm_opt = comm_now() - c_opt;
   backend_->synchronize();
   r.step_ms = timer.ms();
   r.tokens_per_s = double(spec_.train.global_batch) * T / (r.step_ms / 1e3);
   r.data_wait_ms = wait_ms;
+  // Exposed communication is taken out of the phase it blocked (phases are never negative: on a
+  // GPU the host's blocked time and the device's phase times are different clocks).
+  auto net = [&](const std::vector<Phase>& ph) {
+    double ms = 0;
+    for (const Phase& x : ph) ms += std::max(0.0, be.timing_ms(x.from, x.to) - x.comm), r.comm_ms += x.comm;
+    return ms;
+  };
+  r.forward_ms = net(fwd);
+  r.backward_ms = net(bwd);
+  r.optimizer_ms = std::max(0.0, be.timing_ms(p_opt, p_end) - comm_opt);
+  r.comm_ms += comm_opt;
+  r.other_ms = std::max(0.0, r.step_ms - r.data_wait_ms - r.forward_ms - r.backward_ms - r.optimizer_ms - r.comm_ms);
   return r;
 }
 
@@ -497,8 +560,20 @@ void Trainer::run() {
     std::fflush(stdout);
     metrics->write({{"kind", "eval"}, {"step", step}, {"val_loss", vl}});
   };
+  // MFU against one device's peak, for every device of the job
+  const Peak peak = device_peak(spec_, *backend_);
+  const double model_flops_per_token = flops_per_token(spec_.model, double(model_->num_global_params()));
+  if (root)
+    spdlog::info("MFU against {:.3g} TFLOP/s per device ({}); {:.3g} GFLOP per token", peak.tflops, peak.source,
+                 model_flops_per_token / 1e9);
+  double carried_stall_ms = 0;  // a checkpoint save's stall, paid by the next step
+  double mean_step_ms = 0;      // for the time left: mean over this launch's steps after the first
   for (int64_t s = start_step_; s < t.max_steps; ++s) {
-    const StepResult r = step(s);
+    StepResult r = step(s);
+    r.checkpoint_ms = carried_stall_ms, r.step_ms += carried_stall_ms, carried_stall_ms = 0;
+    r.tokens_per_s = double(t.global_batch) * double(m.seq_len) / (r.step_ms / 1e3);
+    if (s > start_step_) mean_step_ms += (r.step_ms - mean_step_ms) / double(s - start_step_);
+    const double mfu = peak.tflops > 0 ? r.tokens_per_s * model_flops_per_token / (peak.tflops * 1e12 * topo_.world_size) : 0;
     if (!std::isfinite(r.loss))
       throw RuntimeFailure(fmt::format("step {}: loss is {} (diverged); lower [optim] lr", s + 1, r.loss));
     const int64_t done = s + 1;
@@ -506,15 +581,21 @@ void Trainer::run() {
     if (root && (done % t.log_every == 0 || done == t.max_steps || s == 0)) {
       const std::string scaling =
           scaler_->active() ? fmt::format(" | scale {:g} | skipped {}", r.loss_scale, r.skipped_total) : "";
-      std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %s | %.0f tok/s | %.1f ms%s\n",
+      const double left_s = (mean_step_ms > 0 ? mean_step_ms : r.step_ms) * double(t.max_steps - done) / 1e3;
+      std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %s | %.0f tok/s | MFU %.1f%% | %.1f ms (%s)%s | "
+                  "left %s\n",
                   (long long)done, (long long)t.max_steps, r.loss, r.lr,
                   r.skipped ? "overflow (step skipped)" : fmt::format("{:.4f}", r.grad_norm).c_str(),
-                  r.tokens_per_s, r.step_ms, scaling.c_str());
+                  r.tokens_per_s, 100 * mfu, r.step_ms, breakdown_shares(r).c_str(), scaling.c_str(),
+                  duration_text(left_s).c_str());
       std::fflush(stdout);
       nlohmann::json rec = {{"kind", "train"}, {"step", done}, {"loss", r.loss}, {"lr", r.lr},
                             {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json()},
-                            {"tokens_per_s", r.tokens_per_s}, {"step_ms", r.step_ms},
-                            {"data_wait_ms", r.data_wait_ms}};
+                            {"tokens_per_s", r.tokens_per_s}, {"mfu", mfu}, {"step_ms", r.step_ms},
+                            {"data_wait_ms", r.data_wait_ms}, {"forward_ms", r.forward_ms},
+                            {"backward_ms", r.backward_ms}, {"optimizer_ms", r.optimizer_ms},
+                            {"comm_ms", r.comm_ms}, {"checkpoint_ms", r.checkpoint_ms},
+                            {"offload_ms", r.offload_ms}, {"other_ms", r.other_ms}, {"eta_s", left_s}};
       if (scaler_->active()) {
         rec["loss_scale"] = r.loss_scale;
         rec["skipped"] = r.skipped;
@@ -550,7 +631,9 @@ void Trainer::run() {
       return;
     }
     if ((k.every_steps > 0 && done % k.every_steps == 0) || agree[1] > 0) {
+      Timer stall;
       save_checkpoint(done, /*wait=*/false);
+      carried_stall_ms = stall.ms();
       since_save.reset();
       if (root)
         spdlog::info("checkpoint: step {} {} ({:.1f} ms{}, {:.1f} MiB of host buffers)", done,

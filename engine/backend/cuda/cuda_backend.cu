@@ -62,6 +62,7 @@ class CudaBackend final : public Backend {
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     for (auto& st : staging_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
     for (auto& e : mark_events_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (auto& e : timing_events_) ZT_CUDA_CHECK(cudaEventCreate(&e));
     gemm_ = std::make_unique<Gemm>();
     sum_partials_ = static_cast<double*>(alloc_.alloc(kSumBlocks * sizeof(double), MemTag::Other));
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
@@ -76,6 +77,7 @@ class CudaBackend final : public Backend {
       cudaEventDestroy(st.done);
     }
     for (auto& e : mark_events_) cudaEventDestroy(e);
+    for (auto& e : timing_events_) cudaEventDestroy(e);
     gemm_.reset();
     cudaStreamDestroy(copy_stream_);
     cudaStreamDestroy(stream_);
@@ -107,6 +109,18 @@ class CudaBackend final : public Backend {
   void copy_to_device(void* dst, const void* src, size_t n) override {
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may be reused at once
+  }
+  int timing_point() override {
+    const int id = timing_next_;
+    timing_next_ = (timing_next_ + 1) % kTimingPoints;
+    ZT_CUDA_CHECK(cudaEventRecord(timing_events_[id], stream_));
+    return id;
+  }
+  double timing_ms(int from, int to) override {
+    float ms = 0;
+    ZT_CUDA_CHECK(cudaEventSynchronize(timing_events_[to]));  // passed already after the step's sync
+    ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_events_[from], timing_events_[to]));
+    return double(ms);
   }
   uint64_t mark() override {
     const uint64_t id = ++marks_;
@@ -280,6 +294,8 @@ class CudaBackend final : public Backend {
   int next_staging_ = 0;
   static constexpr uint64_t kMarks = 64;
   cudaEvent_t mark_events_[kMarks] = {};
+  cudaEvent_t timing_events_[kTimingPoints] = {};
+  int timing_next_ = 0;
   uint64_t marks_ = 0;
   // Page-locked host memory (cudaHostAlloc: the GPU reads and writes it directly), not cached.
   void* alloc_pinned(size_t bytes) {
