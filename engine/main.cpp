@@ -1,6 +1,8 @@
 // ztrain command line: `ztrain <command> SPEC.toml [--set section.key=value ...]`.
 // Only this file turns errors into exit codes: 0 ok, 1 runtime failure, 2 bad input.
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -11,10 +13,13 @@
 #include "engine/comm/agreement.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/config/spec.h"
+#include <nlohmann/json.hpp>
+
 #include "engine/core/byte_size.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/comm/topology.h"
+#include "engine/plan/layout_plan.h"
 #include "engine/train/dump_state.h"
 #include "engine/train/trainer.h"
 
@@ -29,6 +34,9 @@ commands:
         [--resume auto|PATH]    continue from the newest complete checkpoint in [checkpoint] dir,
                                 or from PATH (the same as --set checkpoint.resume=...)
   check SPEC.toml               validate the spec and print it fully resolved (defaults filled in)
+  plan SPEC.toml                what each rank needs: memory by kind and tier, the peak, a roofline
+        [--world N] [--gpu h100|h200|a100|l4] [--device-memory 80GB] [--search] [--json]
+                                step time; --search lists the layouts that fit, best first
   debug dump-state SPEC.toml --out FILE.h5 [--steps N]
                                 write initial parameters, first batch, loss and gradients (and,
                                 with --steps, N training steps) to HDF5 for parity tests
@@ -57,6 +65,9 @@ struct Cli {
   std::vector<std::string> overrides;
   int steps = 0;
   bool verbose = false, help = false;
+  int world = 1;  // plan
+  std::string gpu, device_memory;
+  bool search = false, json = false;
 };
 
 Cli parse_cli(int argc, char** argv) {
@@ -83,6 +94,11 @@ Cli parse_cli(int argc, char** argv) {
     else if (a == "--out") c.out = value();
     else if (a == "--resume") c.overrides.push_back("checkpoint.resume=" + value());
     else if (a == "--steps") c.steps = int(parse_count(value(), "--steps", 0, 999999));
+    else if (a == "--world") c.world = int(parse_count(value(), "--world", 1, 1 << 20));
+    else if (a == "--gpu") c.gpu = value();
+    else if (a == "--device-memory") c.device_memory = value();
+    else if (a == "--search") c.search = true;
+    else if (a == "--json") c.json = true;
     else if (a.size() > 1 && a[0] == '-') user_error("unknown option {} (see ztrain --help)", a);
     else if (c.spec_path.empty()) c.spec_path = a;
     else user_error("unexpected argument '{}' (one SPEC.toml per command)", a);
@@ -122,8 +138,91 @@ int ckpt_verify(const std::string& path) {
   return 0;
 }
 
+// ---- ztrain plan
+std::string gib(double bytes) { return fmt::format("{:.3f} GiB", bytes / 1073741824.0); }
+
+nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
+  nlohmann::json kinds;
+  for (int t = 0; t < int(MemTag::kCount); ++t) kinds[mem_tag_name(MemTag(t))] = p.memory.peak_by_tag[t];
+  nlohmann::json j = {{"world", p.world}, {"tensor", p.tensor}, {"data", p.data}, {"zero_stage", p.zero_stage},
+                      {"micro_batch", p.micro_batch}, {"compute", dtype_name(p.compute)},
+                      {"per_rank_bytes", {{"device", kinds}, {"host", {{"pinned", p.memory.pinned_host}}}, {"nvme", nlohmann::json::object()}}},
+                      {"probe_bytes", p.probe_bytes}, {"peak_device_bytes", p.peak_device()},
+                      {"fits", device_memory <= 0 || double(p.peak_device()) <= device_memory},
+                      {"step_flops_rank0", p.work.matrix_flops + p.work.other_flops}, {"step_bytes_rank0", p.work.bytes}};
+  if (p.roofline_s > 0) j["predicted_step_ms"] = p.roofline_s * 1e3;
+  return j;
+}
+
+int plan_command(const Cli& c, const RunSpec& spec) {
+  std::optional<DeviceSpec> dev;
+  if (!c.gpu.empty()) dev = device_spec(c.gpu);
+  const DeviceKind kind = dev || spec.run.device == "cuda" ? DeviceKind::CUDA : DeviceKind::CPU;
+  double memory = 0;  // bytes one rank may use; 0 = unknown
+  if (!c.device_memory.empty()) memory = double(parse_byte_size(c.device_memory, "--device-memory"));
+  else if (dev) memory = dev->memory_bytes;
+  else if (kind == DeviceKind::CPU) memory = double(make_cpu_backend(1)->memory_available()) / c.world;
+  auto describe = [&](const LayoutPlan& p) {
+    nlohmann::json j = plan_json(p, memory);
+    if (dev && p.roofline_s > 0) {
+      j["device"] = dev->name;
+      j["predicted_mfu"] = p.model_flops / p.world / p.roofline_s / (dev->tflops * 1e12);
+    }
+    return j;
+  };
+  std::vector<LayoutPlan> plans;
+  if (!c.search) {
+    plans.push_back(plan_layout(spec, c.world, kind, dev ? &*dev : nullptr));
+  } else {  // every layout of the spec's model on --world ranks
+    for (int t = 1; t <= c.world; ++t) {
+      if (c.world % t || spec.model.n_head % t || spec.model.d_ff % t) continue;
+      const int dp = c.world / t;
+      for (int z = 0; z <= 3; ++z)
+        for (int64_t b = 1; b <= spec.train.global_batch / dp; b *= 2) {
+          if ((spec.train.global_batch / dp) % b) continue;
+          RunSpec s = spec;
+          s.parallel.tensor = t, s.parallel.zero_stage = z, s.train.micro_batch = b;
+          if (b * s.model.seq_len > (int64_t(1) << 31) - 1) continue;
+          plans.push_back(plan_layout(s, c.world, kind, dev ? &*dev : nullptr));
+        }
+    }
+    std::erase_if(plans, [&](const LayoutPlan& p) { return memory > 0 && double(p.peak_device()) > memory; });
+    std::sort(plans.begin(), plans.end(), [&](const LayoutPlan& a, const LayoutPlan& b) {
+      return dev ? a.roofline_s < b.roofline_s : a.peak_device() < b.peak_device();
+    });
+  }
+  if (c.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& p : plans) out.push_back(describe(p));
+    std::printf("%s\n", (c.search ? out : out[0]).dump(1).c_str());
+    return 0;
+  }
+  std::printf("plan: %s on %d ranks; %s available per rank%s\n", spec.source.c_str(), c.world,
+              memory > 0 ? gib(memory).c_str() : "unknown",
+              dev ? fmt::format("; roofline on {} ({:g} TFLOP/s, {:g} TB/s)", dev->name, dev->tflops,
+                                dev->bytes_per_s / 1e12).c_str() : "");
+  if (plans.empty()) std::printf("no layout fits\n");
+  for (const auto& p : plans) {
+    const nlohmann::json j = describe(p);
+    std::printf("\ntensor %d x data %d, ZeRO-%d, micro_batch %d, %s:\n", p.tensor, p.data, p.zero_stage, p.micro_batch,
+                dtype_name(p.compute));
+    std::string kinds;
+    for (int t = 0; t < int(MemTag::kCount); ++t)
+      if (p.memory.peak_by_tag[t]) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", mem_tag_name(MemTag(t)), gib(double(p.memory.peak_by_tag[t])));
+    std::printf("  device, per rank (each kind at its peak): %s\n", kinds.c_str());
+    std::printf("  peak device memory: %s (%zu bytes)%s\n", gib(double(p.peak_device())).c_str(), p.peak_device(),
+                memory > 0 ? (double(p.peak_device()) <= memory ? " - fits" : " - does NOT fit") : "");
+    std::printf("  host (pinned): %s; NVMe: none\n", gib(double(p.memory.pinned_host)).c_str());
+    if (j.contains("predicted_step_ms"))
+      std::printf("  predicted step: %.1f ms, MFU %.1f%% (roofline: each op at the slower of its FLOPs and its bytes; "
+                  "a lower bound on time)\n", j["predicted_step_ms"].get<double>(), 100 * j["predicted_mfu"].get<double>());
+    if (c.search && &p - plans.data() >= 9) break;
+  }
+  return 0;
+}
+
 bool needs_spec(const std::string& command) {
-  return command == "train" || command == "check" || command == "debug dump-state";
+  return command == "train" || command == "check" || command == "plan" || command == "debug dump-state";
 }
 
 int run(int argc, char** argv) {
@@ -166,6 +265,7 @@ int run(int argc, char** argv) {
     if (spec.comm.nccl_algo.empty()) setenv("NCCL_ALGO", "Ring", 1);
     if (spec.comm.nccl_proto.empty()) setenv("NCCL_PROTO", "Simple", 1);
   }
+  if (c.command == "plan") return plan_command(c, spec);
   if (c.command == "check") {
     if (dist_world_rank() == 0) std::fputs(resolved_toml(spec).c_str(), stdout);
     return 0;

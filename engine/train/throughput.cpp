@@ -25,10 +25,10 @@ constexpr KnownGpu kGpus[] = {
     {"L4", 121},   {"RTX 4090", 165},  {"RTX 3090", 71}, {"A6000", 155},
 };
 
-// The CPU backend's fp32 GEMM rate on a 512-cube product, best of 5 (about 0.1 s on 2 cores).
+// The CPU backend's fp32 GEMM rate on a 256-cube product, best of 9 (about 10 ms on 2 cores).
 double cpu_gemm_probe(Backend& be) {
-  constexpr int n = 512;
-  const size_t bytes = size_t(n) * n * sizeof(float);
+  constexpr int n = int(kProbeN);
+  const size_t bytes = kProbeBytes;
   std::vector<float> host(size_t(n) * n);
   for (size_t i = 0; i < host.size(); ++i) host[i] = float(int(i * 2654435761u % 2001) - 1000) / 1000.0f;
   void* a = be.alloc(bytes);
@@ -39,7 +39,7 @@ double cpu_gemm_probe(Backend& be) {
   const DType saved = be.compute_dtype();
   be.set_compute_dtype(DType::F32);
   double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 9; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     be.matmul_forward(out, a, w, nullptr, n, n, n);
     be.synchronize();
@@ -64,7 +64,7 @@ Peak device_peak(const RunSpec& spec, Backend& backend) {
       }
     return {0, "unknown GPU: set [run] peak_tflops for MFU"};
   }
-  return {cpu_gemm_probe(backend), "measured: fp32 GEMM probe (512^3) at start-up"};
+  return {cpu_gemm_probe(backend), "measured: fp32 GEMM probe (256^3) at start-up"};
 }
 
 }  // namespace zt

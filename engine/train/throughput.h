@@ -20,6 +20,10 @@ struct Peak {
   double tflops = 0;
   std::string source;
 };
+// On the CPU this runs a GEMM probe on the backend: call it before anything else is allocated
+// (the plan counts the probe's kProbeBytes x 3 as the first allocation).
 Peak device_peak(const RunSpec& spec, Backend& backend);
+constexpr size_t kProbeN = 256;                           // the probe's n x n x n product
+constexpr size_t kProbeBytes = kProbeN * kProbeN * sizeof(float);
 
 }  // namespace zt

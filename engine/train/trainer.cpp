@@ -330,6 +330,7 @@ void Trainer::build() {
   if (spec.comm.backend == "nccl" && backend_->kind() != DeviceKind::CUDA)
     user_error("{}: [comm] backend = \"nccl\" needs GPU buffers, but this run is on the {} backend "
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
+  peak_ = device_peak(spec, *backend_);  // first: the CPU's GEMM probe allocates
   const DType compute = compute_dtype_for(spec, *backend_);
   backend_->set_compute_dtype(compute);
   backend_->set_deterministic(spec.run.deterministic);
@@ -560,8 +561,8 @@ void Trainer::run() {
     std::fflush(stdout);
     metrics->write({{"kind", "eval"}, {"step", step}, {"val_loss", vl}});
   };
-  // MFU against one device's peak, for every device of the job
-  const Peak peak = device_peak(spec_, *backend_);
+  // MFU against one device's peak (found in build()), for every device of the job
+  const Peak& peak = peak_;
   const double model_flops_per_token = flops_per_token(spec_.model, double(model_->num_global_params()));
   if (root)
     spdlog::info("MFU against {:.3g} TFLOP/s per device ({}); {:.3g} GFLOP per token", peak.tflops, peak.source,

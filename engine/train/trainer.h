@@ -13,6 +13,7 @@
 #include "engine/config/spec.h"
 #include "engine/comm/device_comms.h"
 #include "engine/comm/topology.h"
+#include "engine/train/throughput.h"
 #include "engine/parallel/param_store.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/loss_scaler.h"
@@ -84,6 +85,7 @@ class Trainer {
   // (the failing ones their own error; the others PeerFailure with its exit status), so a job
   // prints one message and never leaves ranks waiting in a collective.
   void agreed(const std::function<void()>& f);
+  Peak peak_;  // what MFU is judged against
   void resume_or_init();             // [checkpoint] resume / init_from
   std::string choose_checkpoint();   // resume = "auto": the newest complete one that verifies
   // A checkpoint path or s3:// URI (a checkpoint, or a directory with `latest`) as a local

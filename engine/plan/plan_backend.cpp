@@ -1,0 +1,128 @@
+// PlanBackend (see plan_backend.h): the books of the real allocations, and each op's FLOPs and
+// bytes (every operand read once, every result written once; accumulating outputs read too).
+#include "engine/plan/plan_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/core/status.h"
+
+namespace zt {
+
+void* PlanBackend::alloc(size_t bytes, MemTag tag, MemKind kind) {
+  // the real backends' rounding: CPU 64 bytes (aligned_alloc), CUDA 512 (the caching allocator)
+  const size_t unit = kind_ == DeviceKind::CPU ? 64 : 512;
+  const size_t rounded = (bytes + unit - 1) / unit * unit;
+  const uintptr_t p = next_;
+  next_ += std::max<size_t>(rounded, unit) + 4096;
+  blocks_[p] = {rounded, tag, kind};
+  if (kind == MemKind::PinnedHost) {
+    stats_.pinned_host += rounded;
+  } else {
+    stats_.allocated += rounded;
+    stats_.peak = std::max(stats_.peak, stats_.allocated);
+    stats_.n_allocs++;
+    stats_.by_tag[size_t(tag)] += rounded;
+    stats_.peak_by_tag[size_t(tag)] = std::max(stats_.peak_by_tag[size_t(tag)], stats_.by_tag[size_t(tag)]);
+    stats_.reserved = std::max(stats_.reserved, stats_.allocated);
+  }
+  return reinterpret_cast<void*>(p);
+}
+
+void PlanBackend::free(void* ptr) {
+  if (!ptr) return;
+  auto it = blocks_.find(reinterpret_cast<uintptr_t>(ptr));
+  ZT_CHECK(it != blocks_.end(), "plan: free of an unknown pointer");
+  const Block b = it->second;
+  blocks_.erase(it);
+  if (b.kind == MemKind::PinnedHost) {
+    stats_.pinned_host -= b.bytes;
+    return;
+  }
+  stats_.allocated -= b.bytes;
+  stats_.n_allocs--;
+  stats_.by_tag[size_t(b.tag)] -= b.bytes;
+}
+
+void PlanBackend::copy_to_host(void* host_dst, const void*, size_t bytes) {
+  std::memset(host_dst, 0, bytes);  // losses and norms read back as 0: finite, the step goes on
+  count(0, double(bytes));
+}
+
+void PlanBackend::count(double flops, double bytes, bool matrix) {
+  (matrix ? work_.matrix_flops : work_.other_flops) += flops;
+  work_.bytes += bytes;
+  roofline_ops_.push_back({flops, bytes, matrix});
+}
+
+double PlanBackend::roofline_seconds(double tflops, double vector_tflops, double bytes_per_s) const {
+  double s = 0;
+  for (const Op& op : roofline_ops_)
+    s += std::max(op.flops / ((op.matrix ? tflops : vector_tflops) * 1e12), op.bytes / bytes_per_s);
+  return s;
+}
+
+void PlanBackend::embedding_forward(void*, const int32_t*, const void*, const void*, int B, int T, int C) {
+  const double n = double(B) * T * C;
+  count(n, n * double(2 * es() + es()));
+}
+void PlanBackend::embedding_backward(float*, float*, const void*, const int32_t*, int B, int T, int C) {
+  const double n = double(B) * T * C;
+  count(n, n * double(es() + 2 * 4 + 2 * 4));
+}
+void PlanBackend::layernorm_forward(void*, float*, float*, const void*, const void*, const void*, int N, int C,
+                                    float) {
+  const double n = double(N) * C;
+  count(8 * n, n * double(2 * es()) + 8.0 * N);
+}
+void PlanBackend::residual_layernorm_forward(void*, void*, float*, float*, const void*, const void*, const void*,
+                                             const void*, int N, int C, float) {
+  const double n = double(N) * C;
+  count(9 * n, n * double(4 * es()) + 8.0 * N);
+}
+void PlanBackend::layernorm_backward(void*, float*, float*, const void*, const void*, const void*, const float*,
+                                     const float*, int N, int C) {
+  const double n = double(N) * C;
+  count(12 * n, n * double(4 * es()) + 8.0 * N + 16.0 * C);
+}
+void PlanBackend::matmul_forward(void*, const void*, const void*, const void* bias, int N, int C, int OC) {
+  count(2.0 * N * C * OC, double(es()) * (double(N) * C + double(OC) * C + double(N) * OC + (bias ? OC : 0)), true);
+}
+void PlanBackend::matmul_gelu_forward(void*, void*, const void*, const void*, const void*, int N, int C, int OC) {
+  count(2.0 * N * C * OC, double(es()) * (double(N) * C + double(OC) * C + 2.0 * N * OC + OC), true);
+}
+void PlanBackend::matmul_backward(void*, float*, float* dbias, const void*, const void*, const void*, int N, int C,
+                                  int OC) {
+  // dinp = dout W (accumulated), dweight += dout^T inp in fp32, dbias += column sums
+  count(4.0 * N * C * OC,
+        double(es()) * (2.0 * N * OC + double(OC) * C + 3.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
+}
+void PlanBackend::attention_forward(void*, float*, const void*, int B, int T, int C, int NH) {
+  // causal: half of QK^T and of PV
+  count(2.0 * B * double(T) * T * C, double(es()) * (3.0 * B * T * C + double(B) * T * C) + 4.0 * B * NH * T, true);
+}
+void PlanBackend::attention_backward(void*, const void*, const void*, const void*, const float*, int B, int T,
+                                     int C, int NH) {
+  count(5.0 * B * double(T) * T * C, double(es()) * (3.0 * B * T * C * 2 + 2.0 * B * T * C) + 4.0 * B * NH * T,
+        true);
+}
+void PlanBackend::gelu_backward(void*, const void*, const void*, int64_t n) { count(12.0 * double(n), 4.0 * double(n) * double(es())); }
+void PlanBackend::softmax_crossentropy(float*, void*, const int32_t*, int N, int V, float) {
+  const double n = double(N) * V;
+  count(6 * n, n * double(3 * es()) + 8.0 * N);
+}
+void PlanBackend::logits_row_max(float*, const void*, int N, int V) { count(double(N) * V, double(N) * V * double(es())); }
+void PlanBackend::logits_row_sumexp(float*, const void*, const float*, int N, int V) {
+  count(3.0 * N * V, double(N) * V * double(es()));
+}
+void PlanBackend::logits_pick_target(float*, const void*, const int32_t*, int N, int, int) { count(0, 12.0 * N); }
+void PlanBackend::crossentropy_grad_from_lse(void*, const float*, const int32_t*, int N, int V, int, float) {
+  count(4.0 * N * V, 2.0 * N * V * double(es()));
+}
+void PlanBackend::adamw_update(float*, const float*, float*, float*, void* pc, int64_t n, float, float, float, float,
+                               float, int) {
+  // read params, grads, m, v; write params, m, v (and the compute copy)
+  count(12.0 * double(n), double(n) * (7 * 4 + (pc ? double(es()) : 0)));
+}
+
+}  // namespace zt

@@ -1,0 +1,93 @@
+// A backend that runs nothing: it hands out addresses no one may touch and keeps the books. The
+// planner builds the real model, ZeRO states and optimizer on it and runs one real training step,
+// so its memory figures come from the code that allocates, not from a second formula. Each op
+// also counts the FLOPs it would do and the bytes it would move, for a roofline estimate of the
+// step time.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+
+namespace zt {
+
+class PlanBackend final : public Backend {
+ public:
+  // `kind`: the backend the plan is for (CPU: 64-byte rounding as the CPU backend; CUDA: 512-byte
+  // rounding as the caching allocator's smallest blocks).
+  explicit PlanBackend(DeviceKind kind) : kind_(kind) {}
+  DeviceKind kind() const override { return kind_; }
+  std::string name() const override { return "plan"; }
+
+  void* alloc(size_t bytes, MemTag tag, MemKind kind) override;
+  void free(void* ptr) override;
+  void copy_to_device(void*, const void*, size_t) override {}
+  void copy_to_host(void* host_dst, const void*, size_t bytes) override;  // zeros
+  void copy_device(void*, const void*, size_t bytes) override { count(0, 2.0 * double(bytes)); }
+  void fill_zero(void*, size_t bytes) override { count(0, double(bytes)); }
+  MemoryStats memory_stats() const override { return stats_; }
+  void convert(void*, DType dt, const void*, DType st, int64_t n) override {
+    count(0, double(n) * double(dtype_size(dt) + dtype_size(st)));
+  }
+
+  void embedding_forward(void*, const int32_t*, const void*, const void*, int B, int T, int C) override;
+  void embedding_backward(float*, float*, const void*, const int32_t*, int B, int T, int C) override;
+  void layernorm_forward(void*, float*, float*, const void*, const void*, const void*, int N, int C, float) override;
+  void residual_layernorm_forward(void*, void*, float*, float*, const void*, const void*, const void*, const void*,
+                                  int N, int C, float) override;
+  void layernorm_backward(void*, float*, float*, const void*, const void*, const void*, const float*, const float*,
+                          int N, int C) override;
+  void matmul_forward(void*, const void*, const void*, const void*, int N, int C, int OC) override;
+  void matmul_gelu_forward(void*, void*, const void*, const void*, const void*, int N, int C, int OC) override;
+  void matmul_backward(void*, float*, float*, const void*, const void*, const void*, int N, int C, int OC) override;
+  void attention_forward(void*, float*, const void*, int B, int T, int C, int NH) override;
+  void attention_backward(void*, const void*, const void*, const void*, const float*, int B, int T, int C,
+                          int NH) override;
+  void gelu_backward(void*, const void*, const void*, int64_t n) override;
+  void softmax_crossentropy(float*, void*, const int32_t*, int N, int V, float) override;
+  void logits_row_max(float*, const void*, int N, int V) override;
+  void logits_row_sumexp(float*, const void*, const float*, int N, int V) override;
+  void logits_pick_target(float*, const void*, const int32_t*, int N, int V, int) override;
+  void crossentropy_grad_from_lse(void*, const float*, const int32_t*, int N, int V, int, float) override;
+  void add(float*, const float*, const float*, int64_t n) override { count(double(n), 12.0 * double(n)); }
+  void scale(float*, float, int64_t n) override { count(double(n), 8.0 * double(n)); }
+  void sum_squares_accumulate(double*, const float*, int64_t n) override { count(2.0 * double(n), 4.0 * double(n)); }
+  void sum_accumulate(double*, const float*, int64_t n, double) override { count(2.0 * double(n), 4.0 * double(n)); }
+  void adamw_update(float*, const float*, float*, float*, void* pc, int64_t n, float, float, float, float, float,
+                    int) override;
+
+  // What the ops since construction would have done: matrix FLOPs (tensor cores), other FLOPs,
+  // bytes moved through device memory, and the roofline time on a device of `tflops` (matrix),
+  // `vector_tflops` and `bytes_per_s`: each op takes the longer of its arithmetic and its memory
+  // time, and the ops run one after another.
+  struct Work {
+    double matrix_flops = 0, other_flops = 0, bytes = 0;
+  };
+  Work work() const { return work_; }
+  void reset_work() { work_ = {}, roofline_ops_.clear(); }
+  double roofline_seconds(double tflops, double vector_tflops, double bytes_per_s) const;
+
+ private:
+  void count(double flops, double bytes, bool matrix = false);
+  size_t es() const { return compute_size(); }
+
+  DeviceKind kind_;
+  MemoryStats stats_;
+  struct Block {
+    size_t bytes;
+    MemTag tag;
+    MemKind kind;
+  };
+  std::map<uintptr_t, Block> blocks_;
+  uintptr_t next_ = uintptr_t(1) << 40;  // never dereferenced: outside any mapping
+  Work work_;
+  struct Op {
+    double flops, bytes;
+    bool matrix;
+  };
+  std::vector<Op> roofline_ops_;
+};
+
+}  // namespace zt

@@ -1,0 +1,98 @@
+#!/usr/bin/python3
+"""`ztrain plan` against measurement (issue 13): for 9 layouts on the CPU backend (ZeRO 0-3,
+tensor parallelism, fp32/bf16/fp16, async checkpoints), the planner's predicted peak device bytes
+on rank 0 must be within 10% of the backend allocator's measured peak of a real 2-step run
+("rank 0 peak memory ... (N bytes)"). Also: --json has the documented fields, --search lists only
+layouts that fit, best first, and a layout that cannot work is a clear error (exit 2).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import testlib  # noqa: E402
+
+failures = []
+
+# (ranks, --set overrides)
+LAYOUTS = [
+    (1, []),
+    (1, ["precision.compute=bf16"]),
+    (1, ["precision.compute=fp16", "train.micro_batch=8"]),
+    (2, ["parallel.zero_stage=1"]),
+    (2, ["parallel.zero_stage=2", "precision.compute=bf16"]),
+    (2, ["parallel.zero_stage=3"]),
+    (2, ["parallel.tensor=2"]),
+    (4, ["parallel.tensor=2", "parallel.zero_stage=3", "precision.compute=bf16"]),
+    (4, ["parallel.zero_stage=3", "precision.compute=fp16", "checkpoint.dir=CKPT", "checkpoint.every_steps=1"]),
+]
+
+
+def expect(cond, msg):
+    if not cond:
+        failures.append(msg)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ztrain", required=True)
+    ap.add_argument("--tokenize", required=True)
+    args = ap.parse_args()
+    if not shutil.which("mpirun"):
+        print("SKIP: mpirun not found (Debian: openmpi-bin)")
+        return testlib.SKIP
+    work = tempfile.mkdtemp(prefix="zt_plan_")
+    try:
+        data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 6)
+        spec = os.path.join(work, "spec.toml")
+        testlib.write_spec(spec, {
+            "run": {"out_dir": os.path.join(work, "run"), "seed": 1, "device": "cpu", "threads": 1},
+            "model": {"n_layer": 2, "n_head": 4, "d_model": 128, "vocab_size": 257, "seq_len": 64},
+            "train": {"micro_batch": 4, "global_batch": 16, "max_steps": 2, "log_every": 1},
+            "optim": {"lr": 1e-3}, "data": {"train": data}})
+        rows = []
+        for i, (np_, sets) in enumerate(LAYOUTS):
+            sets = [s.replace("CKPT", os.path.join(work, f"ck{i}")) for s in sets]
+            argv = [a for s in sets for a in ("--set", s)]
+            p = testlib.run([args.ztrain, "plan", spec, "--world", str(np_), "--json", *argv], check=False)
+            if p.returncode != 0:
+                failures.append(f"plan {np_} {sets}: exit {p.returncode}: {p.stderr[-400:]}")
+                continue
+            plan = json.loads(p.stdout)
+            for key in ("per_rank_bytes", "peak_device_bytes", "tensor", "zero_stage", "compute", "fits"):
+                expect(key in plan, f"plan json lacks {key}")
+            run = testlib.run(["mpirun", "--oversubscribe", "-np", str(np_), args.ztrain, "train", spec,
+                               "--set", f"run.out_dir={os.path.join(work, f'run{i}')}", *argv], check=False)
+            m = re.search(r"rank 0 peak memory: .* \((\d+) bytes\)", run.stderr)
+            if run.returncode != 0 or not m:
+                failures.append(f"run {np_} {sets}: exit {run.returncode}: {run.stderr[-400:]}")
+                continue
+            measured, predicted = int(m.group(1)), plan["peak_device_bytes"]
+            err = (predicted - measured) / measured
+            rows.append((np_, " ".join(sets) or "(defaults: fp32, ZeRO-0)", predicted, measured, err))
+            expect(abs(err) <= 0.10, f"{np_} ranks {sets}: predicted {predicted} bytes, measured {measured} ({100 * err:+.1f}%)")
+        print(f"{'ranks':>5}  {'predicted':>10}  {'measured':>10}  {'error':>7}  layout")
+        for np_, name, pred, meas, err in rows:
+            print(f"{np_:>5}  {pred:>10}  {meas:>10}  {100 * err:>+6.1f}%  {name}")
+
+        # --search: only layouts that fit, the smallest first (no --gpu: ordered by memory)
+        p = testlib.run([args.ztrain, "plan", spec, "--world", "4", "--search", "--json", "--device-memory", "3MiB"],
+                        check=False)
+        found = json.loads(p.stdout) if p.returncode == 0 else []
+        peaks = [x["peak_device_bytes"] for x in found]
+        expect(found and all(x <= 3 * 2 ** 20 for x in peaks) and peaks == sorted(peaks),
+               f"--search: {p.returncode} {peaks} {p.stderr[-300:]}")
+        print(f"--search on 4 ranks within 3 MiB: {len(found)} layouts fit, smallest {peaks[:1]} bytes")
+        p = testlib.run([args.ztrain, "plan", spec, "--world", "3", "--set", "parallel.tensor=2"], check=False)
+        expect(p.returncode == 2 and "does not divide the world size 3" in p.stderr, f"bad layout: {p.stderr}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return testlib.report(failures, "the planner's peak is within 10% of the measured peak for every layout")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
