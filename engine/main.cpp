@@ -188,7 +188,8 @@ int plan_command(const Cli& c, const RunSpec& spec) {
     }
     std::erase_if(plans, [&](const LayoutPlan& p) { return memory > 0 && double(p.peak_device()) > memory; });
     std::sort(plans.begin(), plans.end(), [&](const LayoutPlan& a, const LayoutPlan& b) {
-      return dev ? a.roofline_s < b.roofline_s : a.peak_device() < b.peak_device();
+      if (dev && a.roofline_s != b.roofline_s) return a.roofline_s < b.roofline_s;
+      return a.peak_device() < b.peak_device();
     });
   }
   if (c.json) {
@@ -215,7 +216,7 @@ int plan_command(const Cli& c, const RunSpec& spec) {
     std::printf("  host (pinned): %s; NVMe: none\n", gib(double(p.memory.pinned_host)).c_str());
     if (j.contains("predicted_step_ms"))
       std::printf("  predicted step: %.1f ms, MFU %.1f%% (roofline: each op at the slower of its FLOPs and its bytes; "
-                  "a lower bound on time)\n", j["predicted_step_ms"].get<double>(), 100 * j["predicted_mfu"].get<double>());
+                  "communication not modeled; a lower bound on time)\n", j["predicted_step_ms"].get<double>(), 100 * j["predicted_mfu"].get<double>());
     if (c.search && &p - plans.data() >= 9) break;
   }
   return 0;
