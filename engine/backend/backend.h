@@ -95,6 +95,9 @@ class Backend {
   // Bytes this backend could still allocate (CPU: the host's MemAvailable, shared by the ranks on
   // it; CUDA: the device's free memory), for the start-up memory check. SIZE_MAX: unknown.
   virtual size_t memory_available() const { return SIZE_MAX; }
+  // [run] device_memory_limit: device allocations beyond `bytes` fail with an out-of-memory error
+  // naming the limit, and memory_available() counts it (emulates a smaller device). 0 = none.
+  virtual void set_memory_limit(size_t bytes) { (void)bytes; }
 
   // ---- precision. Activations and the weights the ops read ("compute" tensors, void* below)
   // are in compute_dtype(); statistics (mean, rstd, lse, losses), weight gradients (which

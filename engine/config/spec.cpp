@@ -193,6 +193,14 @@ struct Loader {
           fmt::format("'{}' is not one of \"auto\", \"cpu\", \"cuda\"", r.device));
     check(!r.out_dir.empty(), "run", "out_dir", "must not be empty");
     check(r.peak_tflops >= 0, "run", "peak_tflops", fmt::format("must be >= 0, got {}", r.peak_tflops));
+    if (!r.device_memory_limit.empty()) {
+      try {
+        parse_byte_size(r.device_memory_limit, "device_memory_limit");
+      } catch (const UserError&) {
+        check(false, "run", "device_memory_limit",
+              fmt::format("'{}' is not a size (examples: 40GB, 512MiB)", r.device_memory_limit));
+      }
+    }
     auto& m = spec.model;
     check(m.arch == "gpt2", "model", "arch",
           fmt::format("'{}' is not a supported architecture (supported: \"gpt2\")", m.arch));

@@ -17,6 +17,7 @@ struct RunSpec {
     int64_t threads = 0;          // CPU threads; 0 = all cores
     bool deterministic = false;   // bitwise-reproducible GPU runs (fixed reduction orders)
     double peak_tflops = 0;       // MFU's peak per device; 0 = known GPUs' table / CPU probe
+    std::string device_memory_limit;  // the backend never holds more ("40GB"); empty = no limit
   } run;
   struct Model {
     std::string arch = "gpt2";

@@ -5,6 +5,7 @@
 #include "engine/core/atomic_file.h"
 #include "engine/plan/memory_plan.h"
 #include "engine/train/throughput.h"
+#include "engine/train/verdict.h"
 
 #include <algorithm>
 #include <cctype>
@@ -71,6 +72,16 @@ std::string duration_text(double s) {
   if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, int(t % 3600 / 60));
   if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, int(t % 60));
   return fmt::format("{}s", t);
+}
+
+// Test hook for the host-bound verdict: ZTRAIN_FAULT_SLOW_HOST_MS=N makes every step spend N ms
+// on the host outside the measured phases, as a slow host would.
+void slow_host_if_injected() {
+  static const int ms = [] {
+    const char* v = std::getenv("ZTRAIN_FAULT_SLOW_HOST_MS");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
 }
 
 // Test hooks for the failure tests, both RANK:STEP (0-based step): ZTRAIN_FAULT_EXIT makes that
@@ -330,6 +341,8 @@ void Trainer::build() {
   if (spec.comm.backend == "nccl" && backend_->kind() != DeviceKind::CUDA)
     user_error("{}: [comm] backend = \"nccl\" needs GPU buffers, but this run is on the {} backend "
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
+  if (!spec.run.device_memory_limit.empty())
+    backend_->set_memory_limit(parse_byte_size(spec.run.device_memory_limit, "[run] device_memory_limit"));
   peak_ = device_peak(spec, *backend_);  // first: the CPU's GEMM probe allocates
   const DType compute = compute_dtype_for(spec, *backend_);
   backend_->set_compute_dtype(compute);
@@ -343,7 +356,8 @@ void Trainer::build() {
   // before anything large is allocated: a spec that cannot fit says so with the numbers
   check_memory_fits(plan_memory(spec, topo_.tp, topo_.dp, dtype_size(compute)), backend_->memory_available(),
                     backend_->kind() == DeviceKind::CPU ? topo_.local_size : 1,
-                    backend_->kind() == DeviceKind::CPU ? "this machine" : "the GPU", spec.source);
+                    !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
+                    : backend_->kind() == DeviceKind::CPU ? "this machine" : "the GPU", spec.source);
   model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get());
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   store_->init(uint64_t(spec.run.seed));
@@ -412,6 +426,7 @@ StepResult Trainer::step(int64_t step) {
   };
   std::vector<Phase> fwd, bwd;
   Backend& be = *backend_;
+  slow_host_if_injected();
   store_->zero_grad();
   double wait_ms = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
@@ -568,6 +583,8 @@ void Trainer::run() {
     spdlog::info("MFU against {:.3g} TFLOP/s per device ({}); {:.3g} GFLOP per token", peak.tflops, peak.source,
                  model_flops_per_token / 1e9);
   double carried_stall_ms = 0;  // a checkpoint save's stall, paid by the next step
+  StepResult interval;          // the breakdown summed since the last log line, for the verdict
+  std::string last_verdict;
   double mean_step_ms = 0;      // for the time left: mean over this launch's steps after the first
   for (int64_t s = start_step_; s < t.max_steps; ++s) {
     StepResult r = step(s);
@@ -575,6 +592,9 @@ void Trainer::run() {
     r.tokens_per_s = double(t.global_batch) * double(m.seq_len) / (r.step_ms / 1e3);
     if (s > start_step_) mean_step_ms += (r.step_ms - mean_step_ms) / double(s - start_step_);
     const double mfu = peak.tflops > 0 ? r.tokens_per_s * model_flops_per_token / (peak.tflops * 1e12 * topo_.world_size) : 0;
+    for (auto [sum, part] : {std::pair{&interval.step_ms, r.step_ms}, {&interval.data_wait_ms, r.data_wait_ms},
+                             {&interval.comm_ms, r.comm_ms}, {&interval.other_ms, r.other_ms}})
+      *sum += part;
     if (!std::isfinite(r.loss))
       throw RuntimeFailure(fmt::format("step {}: loss is {} (diverged); lower [optim] lr", s + 1, r.loss));
     const int64_t done = s + 1;
@@ -603,7 +623,19 @@ void Trainer::run() {
         rec["skipped_steps"] = r.skipped_total;
       }
       metrics->write(rec);
+      if (s > start_step_) {  // the first step pays for warm-up (the first shard, first touches)
+        const MemoryStats ms = backend_->memory_stats();
+        const size_t avail = backend_->memory_available();
+        const double limit = avail == SIZE_MAX ? 0 : double(avail) + double(ms.allocated);
+        const Verdict v = judge(interval, ms, limit, spec_);
+        if (v.kind != last_verdict && !v.kind.empty()) spdlog::warn("{}", v.line());
+        if (!v.kind.empty())
+          metrics->write({{"kind", "verdict"}, {"step", done}, {"verdict", v.kind}, {"evidence", v.evidence},
+                          {"knob", v.knob}});
+        last_verdict = v.kind;
+      }
     }
+    if (done % t.log_every == 0 || done == t.max_steps || s == 0) interval = StepResult{};
     if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) do_eval(done);
     if (!ckpt_ || done == t.max_steps) continue;  // the last step's checkpoint is written below
     // The ranks agree, in one small all-reduce per step: a signal on any rank, rank 0's clock for

@@ -124,7 +124,15 @@ class CpuBackend final : public Backend {
   std::string name() const override { return fmt::format("cpu ({} threads)", threads_); }
 
   // Both memory kinds are host memory here; pinned host bytes are counted apart (as on a GPU).
+  void set_memory_limit(size_t bytes) override { limit_ = bytes; }
   void* alloc(size_t bytes, MemTag tag, MemKind kind) override {
+    if (limit_ && kind == MemKind::Device) {
+      std::lock_guard lock(mu_);
+      if (stats_.allocated + bytes > limit_)
+        throw RuntimeFailure(fmt::format(
+            "out of device memory: allocating {:.3f} MiB with {:.3f} MiB allocated would pass the limit of {:.3f} MiB "
+            "([run] device_memory_limit)", bytes / 1048576.0, stats_.allocated / 1048576.0, limit_ / 1048576.0));
+    }
     if (guard_) return guarded_alloc(bytes, tag, kind);
     const size_t rounded = (bytes + 63) / 64 * 64;
     // Linux overcommits: a too-large malloc succeeds and the OOM killer ends the job later, with
@@ -181,7 +189,10 @@ class CpuBackend final : public Backend {
     bool found = false;
     while (!found && std::fgets(line, sizeof line, f)) found = std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
     std::fclose(f);
-    return found ? size_t(kib) * 1024 : SIZE_MAX;
+    const size_t host = found ? size_t(kib) * 1024 : SIZE_MAX;
+    if (!limit_) return host;
+    std::lock_guard lock(mu_);
+    return std::min(host, limit_ > stats_.allocated ? limit_ - stats_.allocated : 0);
   }
   MemoryStats memory_stats() const override {
     std::lock_guard lock(mu_);
@@ -365,6 +376,7 @@ class CpuBackend final : public Backend {
   int access_depth_ = 0;  // ops and host accesses in progress (guard mode)
   int threads_ = 1;
   mutable std::mutex mu_;
+  size_t limit_ = 0;  // [run] device_memory_limit (0: none)
   struct Allocation {
     size_t size;
     MemTag tag;

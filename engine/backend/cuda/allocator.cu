@@ -36,6 +36,14 @@ void* CachingAllocator::alloc(size_t bytes, MemTag tag) {
     p = it->second;
     free_.erase(it);
   } else {
+    if (limit_ && reserved_ + size > limit_) release_cache();
+    if (limit_ && reserved_ + size > limit_) {
+      char msg[512];
+      std::snprintf(msg, sizeof msg, "out of device memory: allocating %.1f MiB with %.1f MiB reserved would pass the "
+                    "limit of %.1f MiB ([run] device_memory_limit)", size / 1048576.0, reserved_ / 1048576.0,
+                    limit_ / 1048576.0);
+      throw std::runtime_error(msg);
+    }
     if (cudaMalloc(&p, size) != cudaSuccess) {
       cudaGetLastError();
       release_cache();  // give cached blocks back and try once more

@@ -20,6 +20,8 @@ class CachingAllocator {
   void free(void* p);
   MemoryStats stats() const;
   size_t reserved() const { return reserved_; }  // bytes obtained from cudaMalloc
+  void set_limit(size_t bytes) { limit_ = bytes; }  // reserved bytes never pass it (0: none)
+  size_t limit() const { return limit_; }
 
  private:
   static size_t round(size_t bytes);  // size classes: 512 B steps below 1 MiB, 2 MiB above
@@ -29,6 +31,7 @@ class CachingAllocator {
   std::unordered_map<void*, std::pair<size_t, MemTag>> live_;
   MemoryStats stats_;
   size_t reserved_ = 0;
+  size_t limit_ = 0;
 };
 
 }  // namespace zt::cuda

@@ -164,8 +164,10 @@ class CudaBackend final : public Backend {
   size_t memory_available() const override {
     size_t free_bytes = 0, total = 0;
     if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return SIZE_MAX;
+    if (alloc_.limit()) free_bytes = std::min(free_bytes, alloc_.limit() > alloc_.reserved() ? alloc_.limit() - alloc_.reserved() : 0);
     return free_bytes;
   }
+  void set_memory_limit(size_t bytes) override { alloc_.set_limit(bytes); }
   MemoryStats memory_stats() const override {
     MemoryStats s = alloc_.stats();
     std::lock_guard lock(pinned_mu_);

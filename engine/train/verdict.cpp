@@ -1,0 +1,51 @@
+// The bottleneck verdict (see verdict.h).
+#include "engine/train/verdict.h"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace zt {
+
+Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_limit, const RunSpec& spec) {
+  const double total = sum.step_ms > 0 ? sum.step_ms : 1;
+  const double data = sum.data_wait_ms / total, comm = sum.comm_ms / total, other = sum.other_ms / total;
+  // the largest excess over its threshold is named first: one line
+  struct Candidate {
+    double excess;
+    Verdict v;
+  };
+  std::vector<Candidate> c;
+  if (data > 0.05)
+    c.push_back({data / 0.05, {"data-bound", fmt::format("{:.0f}% of the step time waits for data", 100 * data),
+                               fmt::format("raise [data] prefetch (now {}), put [data] cache_dir on a local SSD, check "
+                                           "the source's download rate (ztrain-bench-data)", spec.data.prefetch)}});
+  if (comm > 0.15)
+    c.push_back({comm / 0.15, {"communication-bound",
+                               fmt::format("{:.0f}% of the step time is blocked in collectives", 100 * comm),
+                               fmt::format("raise [parallel] bucket_mb (now {:g}), keep tensor groups inside a node, "
+                                           "try a lower ZeRO stage (now {}), or set [comm] nccl_algo / nccl_proto",
+                                           spec.parallel.bucket_mb, spec.parallel.zero_stage)}});
+  if (other > 0.20)
+    c.push_back({other / 0.20, {"host-bound",
+                                fmt::format("{:.0f}% of the step time is outside the measured device work", 100 * other),
+                                fmt::format("raise [train] micro_batch (now {}) so each launch does more work; check "
+                                            "for other processes on the machine", spec.train.micro_batch)}});
+  const double frag = memory.fragmentation();
+  const double near = memory_limit > 0 ? double(memory.peak) / memory_limit : 0;
+  if (near > 0.90 || frag > 0.25)
+    c.push_back({std::max(near / 0.90, frag / 0.25),
+                 {"memory pressure",
+                  near > 0.90 ? fmt::format("the peak ({:.1f} MiB) is {:.0f}% of the {:.1f} MiB the backend may hold",
+                                            memory.peak / 1048576.0, 100 * near, memory_limit / 1048576.0)
+                              : fmt::format("{:.0f}% of the reserved device memory is unused (fragmentation)", 100 * frag),
+                  fmt::format("lower [train] micro_batch (now {}), raise the ZeRO stage (now {}) or tensor "
+                              "parallelism; `ztrain plan` shows what fits", spec.train.micro_batch,
+                              spec.parallel.zero_stage)}});
+  if (c.empty()) return {};
+  return std::max_element(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.excess < b.excess; })
+      ->v;
+}
+
+}  // namespace zt

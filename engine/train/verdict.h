@@ -1,0 +1,33 @@
+// The bottleneck verdict: one line when something is wrong, naming the evidence and the knob.
+// Judged every log interval from the step breakdown summed over the interval's steps and the
+// backend's memory figures. Thresholds (README, "Where the time goes"):
+//   data-bound              waiting for data > 5% of the step time
+//   communication-bound     exposed communication > 15%
+//   host-bound              time outside every measured phase ("other") > 20%: the host, not the
+//                           device, sets the pace (Python-free as ztrain is, that is launch
+//                           overhead, small micro-batches or something else on the machine)
+//   memory pressure         the peak above 90% of what the backend may hold, or fragmentation
+//                           (reserved but unused) above 25%
+// Device telemetry (NVML: clocks, power, temperature, SM activity) would add throttling and a
+// device-busy test to host-bound; not yet.
+#pragma once
+#include <string>
+
+#include "engine/backend/backend.h"
+#include "engine/config/spec.h"
+#include "engine/train/trainer.h"
+
+namespace zt {
+
+struct Verdict {
+  std::string kind;      // "data-bound", ...; empty: nothing wrong
+  std::string evidence;  // "12% of the step time waits for data"
+  std::string knob;      // what to change
+  std::string line() const { return kind.empty() ? "" : "verdict: " + kind + ": " + evidence + "; " + knob; }
+};
+
+// `sum`: the breakdown summed over the interval's steps (step_ms and the *_ms parts).
+// `memory_limit`: what the backend may hold in all (allocated + available), 0 = unknown.
+Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_limit, const RunSpec& spec);
+
+}  // namespace zt

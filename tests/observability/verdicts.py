@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""The bottleneck verdict (issue 13): each verdict provoked on the CPU backend and named, with its
+evidence and knob, in the log (once) and in metrics.jsonl (kind "verdict"); a healthy run gets none.
+- data-bound: each batch 20 ms slower to assemble (ZTRAIN_FAULT_SLOW_DATA_MS), as a slow source would
+  be (a throttled link through the fault proxy was tried first: the loader's read-ahead fetched
+  the few shards a short run needs before its first step, so no step waited);
+- communication-bound: every collective wait made 20 ms slower (ZTRAIN_FAULT_SLOW_COMM_MS), 2 ranks;
+- host-bound: 30 ms of host time per step outside the measured phases (ZTRAIN_FAULT_SLOW_HOST_MS);
+- memory pressure: [run] device_memory_limit 3% above the peak `ztrain plan` predicts.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import testlib  # noqa: E402
+
+failures = []
+
+
+def expect(cond, msg):
+    if not cond:
+        failures.append(msg)
+
+
+def write_spec(work, name, data, **over):
+    s = {"run": {"out_dir": os.path.join(work, name), "seed": 2, "device": "cpu", "threads": 1},
+         "model": {"n_layer": 1, "n_head": 2, "d_model": 64, "vocab_size": 257, "seq_len": 32},
+         "train": {"micro_batch": 4, "global_batch": 8, "max_steps": 24, "log_every": 4},
+         "optim": {"lr": 1e-3}, "data": {"train": data, "cache_dir": os.path.join(work, "cache_" + name)}}
+    for k, v in over.items():
+        sec, key = k.split("__")
+        s.setdefault(sec, {})[key] = v
+    path = os.path.join(work, name + ".toml")
+    testlib.write_spec(path, s)
+    return path
+
+
+def verdicts(work, name):
+    with open(os.path.join(work, name, "metrics.jsonl")) as f:
+        return [r for r in map(json.loads, f) if r["kind"] == "verdict"]
+
+
+def check(work, name, p, kind, knob_word):
+    if p.returncode != 0:
+        failures.append(f"{name}: exit {p.returncode}: {p.stderr[-500:]}")
+        return
+    rows = verdicts(work, name)
+    kinds = {r["verdict"] for r in rows}
+    lines = [l for l in p.stderr.splitlines() if "verdict: " in l]
+    if kind is None:
+        expect(not rows and not lines, f"{name}: a healthy run got verdicts {kinds}: {lines}")
+        print(f"{name}: no verdict")
+        return
+    expect(kind in kinds, f"{name}: expected '{kind}', metrics have {kinds}")
+    line = next((l for l in lines if f"verdict: {kind}:" in l), "")
+    expect(line and knob_word in line, f"{name}: no log line naming {kind} and {knob_word!r}: {lines}")
+    expect(len([l for l in lines if f"verdict: {kind}:" in l]) == 1, f"{name}: the verdict was repeated: {lines}")
+    print(f"{name}: {line.split('verdict: ', 1)[1] if line else '(none)'}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ztrain", required=True)
+    ap.add_argument("--tokenize", required=True)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="zt_verdict_")
+    try:
+        txt = os.path.join(work, "input.txt")
+        with open(txt, "w") as f:
+            f.write(testlib.generated_text(30000, 8))
+        data = os.path.join(work, "data")
+        testlib.run([args.tokenize, "shards", "--vocab", "byte", "--shard-tokens", "6000", "--out", data, txt])
+
+        p = testlib.run([args.ztrain, "train", write_spec(work, "healthy", data)], check=False)
+        check(work, "healthy", p, None, "")
+
+        # data-bound: each batch takes 20 ms more to assemble than the step computes
+        env = dict(os.environ, ZTRAIN_FAULT_SLOW_DATA_MS="20")
+        p = testlib.run([args.ztrain, "train", write_spec(work, "slow_data", data)], check=False, env=env)
+        check(work, "slow_data", p, "data-bound", "[data] prefetch")
+
+        if shutil.which("mpirun"):
+            env = dict(os.environ, ZTRAIN_FAULT_SLOW_COMM_MS="20")
+            p = testlib.run(["mpirun", "--oversubscribe", "-np", "2", "-x", "ZTRAIN_FAULT_SLOW_COMM_MS", args.ztrain,
+                             "train", write_spec(work, "slow_comm", data)], check=False, env=env)
+            check(work, "slow_comm", p, "communication-bound", "bucket_mb")
+        else:
+            print("SKIP (communication-bound): mpirun not found")
+
+        env = dict(os.environ, ZTRAIN_FAULT_SLOW_HOST_MS="30")
+        p = testlib.run([args.ztrain, "train", write_spec(work, "slow_host", data)], check=False, env=env)
+        check(work, "slow_host", p, "host-bound", "micro_batch")
+
+        spec = write_spec(work, "tight", data)
+        plan = json.loads(testlib.run([args.ztrain, "plan", spec, "--json"]).stdout)
+        limit = int(plan["peak_device_bytes"] * 1.03)
+        p = testlib.run([args.ztrain, "train", spec, "--set", f'run.device_memory_limit="{limit}"'], check=False)
+        check(work, "tight", p, "memory pressure", "ztrain plan")
+        # and a limit below the peak is an out-of-memory error naming the key
+        p = testlib.run([args.ztrain, "train", spec, "--set", f'run.device_memory_limit="{limit // 2}"'], check=False)
+        expect(p.returncode in (1, 2) and "device_memory_limit" in p.stderr,
+               f"a limit below the peak: exit {p.returncode}: {p.stderr[-300:]}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return testlib.report(failures, "every verdict is provoked and named with its evidence and knob")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
