@@ -147,7 +147,7 @@ nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
   nlohmann::json j = {{"world", p.world}, {"tensor", p.tensor}, {"data", p.data}, {"zero_stage", p.zero_stage},
                       {"micro_batch", p.micro_batch}, {"compute", dtype_name(p.compute)},
                       {"per_rank_bytes", {{"device", kinds}, {"host", {{"pinned", p.memory.pinned_host}}}, {"nvme", nlohmann::json::object()}}},
-                      {"probe_bytes", p.probe_bytes}, {"peak_device_bytes", p.peak_device()},
+                      {"peak_device_bytes", p.peak_device()},
                       {"fits", device_memory <= 0 || double(p.peak_device()) <= device_memory},
                       {"step_flops_rank0", p.work.matrix_flops + p.work.other_flops}, {"step_bytes_rank0", p.work.bytes}};
   if (p.roofline_s > 0) j["predicted_step_ms"] = p.roofline_s * 1e3;

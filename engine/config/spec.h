@@ -18,6 +18,7 @@ struct RunSpec {
     bool deterministic = false;   // bitwise-reproducible GPU runs (fixed reduction orders)
     double peak_tflops = 0;       // MFU's peak per device; 0 = known GPUs' table / CPU probe
     std::string device_memory_limit;  // the backend never holds more ("40GB"); empty = no limit
+    std::string trace_steps;          // "5-7": a Chrome trace of those steps per rank; empty = none
   } run;
   struct Model {
     std::string arch = "gpt2";

@@ -73,8 +73,6 @@ LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const
                  : c == "bf16" ? DType::BF16 : c == "fp16" ? DType::F16 : DType::F32;
 
   PlanBackend be(kind);
-  // the CPU run's GEMM probe comes first (engine/train/throughput.cpp): three n x n fp32 matrices
-  if (kind == DeviceKind::CPU) plan.probe_bytes = 3 * kProbeBytes;
   be.set_compute_dtype(plan.compute);
   Topology topo;
   topo.world_size = world, topo.tp = plan.tensor, topo.dp = plan.data;

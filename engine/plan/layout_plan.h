@@ -17,8 +17,7 @@ struct LayoutPlan {
   int world = 1, tensor = 1, data = 1, zero_stage = 0, micro_batch = 1;
   DType compute = DType::F32;
   MemoryStats memory;       // of rank 0 after the step: peak, peak_by_tag, pinned_host
-  size_t probe_bytes = 0;   // the CPU's start-up GEMM probe, allocated before anything else
-  size_t peak_device() const { return std::max(memory.peak, probe_bytes); }
+  size_t peak_device() const { return memory.peak; }
   PlanBackend::Work work;   // one optimizer step on rank 0
   double roofline_s = 0;    // that step on the device of `DeviceSpec`, 0 when none was given
   double model_flops = 0;   // the job's model FLOPs per step (6N + 12LCT per token)

@@ -343,7 +343,10 @@ void Trainer::build() {
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
   if (!spec.run.device_memory_limit.empty())
     backend_->set_memory_limit(parse_byte_size(spec.run.device_memory_limit, "[run] device_memory_limit"));
-  peak_ = device_peak(spec, *backend_);  // first: the CPU's GEMM probe allocates
+  peak_ = device_peak(spec, *backend_);
+  trace_ = std::make_unique<StepTrace>(spec.run.trace_steps, topo_.world_rank,
+                                       (std::filesystem::path(spec.run.out_dir) /
+                                        fmt::format("trace.rank{}.json", topo_.world_rank)).string());
   const DType compute = compute_dtype_for(spec, *backend_);
   backend_->set_compute_dtype(compute);
   backend_->set_deterministic(spec.run.deterministic);
@@ -426,11 +429,21 @@ StepResult Trainer::step(int64_t step) {
   };
   std::vector<Phase> fwd, bwd;
   Backend& be = *backend_;
+  const bool traced = trace_->wants(step);
+  const auto host_start = std::chrono::steady_clock::now();
+  if (traced && trace_origin_ == std::chrono::steady_clock::time_point{}) trace_origin_ = host_start;
+  const int p_start = be.timing_point();
+  std::vector<std::pair<double, double>> data_spans;  // (start, duration) ms from the step's start
+  auto ms_since = [](std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  };
   slow_host_if_injected();
   store_->zero_grad();
   double wait_ms = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
+    const auto w0 = std::chrono::steady_clock::now();
     loader_->next(inputs_.data(), targets_.data(), &wait_ms);
+    if (traced) data_spans.push_back({ms_since(host_start, w0), ms_since(w0, std::chrono::steady_clock::now())});
     if (on_batch) on_batch(inputs_.data(), targets_.data());
     store_->set_last_micro_batch(micro == accum - 1);
     const bool timed = 2 * micro + 8 < Backend::kTimingPoints;  // beyond: counted in "other"
@@ -482,6 +495,17 @@ StepResult Trainer::step(int64_t step) {
   r.optimizer_ms = std::max(0.0, be.timing_ms(p_opt, p_end) - comm_opt);
   r.comm_ms += comm_opt;
   r.other_ms = std::max(0.0, r.step_ms - r.data_wait_ms - r.forward_ms - r.backward_ms - r.optimizer_ms - r.comm_ms);
+  if (traced) {
+    const double base = ms_since(trace_origin_, host_start);
+    auto add = [&](const char* name, const Phase& x) {
+      trace_->add(name, step, base + be.timing_ms(p_start, x.from), be.timing_ms(x.from, x.to), 0, x.comm);
+    };
+    for (const Phase& x : fwd) add("forward", x);
+    for (size_t i = 0; i < bwd.size(); ++i) add(i + 1 < bwd.size() ? "backward" : "gradient reduction + loss", bwd[i]);
+    add("optimizer", {p_opt, p_end, comm_opt});
+    for (const auto& [start, dur] : data_spans) trace_->add("data wait", step, base + start, dur, 1);
+    trace_->finish_step(step);
+  }
   return r;
 }
 

@@ -14,6 +14,7 @@
 #include "engine/comm/device_comms.h"
 #include "engine/comm/topology.h"
 #include "engine/train/throughput.h"
+#include "engine/train/trace.h"
 #include "engine/parallel/param_store.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/loss_scaler.h"
@@ -86,6 +87,8 @@ class Trainer {
   // prints one message and never leaves ranks waiting in a collective.
   void agreed(const std::function<void()>& f);
   Peak peak_;  // what MFU is judged against
+  std::unique_ptr<StepTrace> trace_;  // [run] trace_steps
+  std::chrono::steady_clock::time_point trace_origin_{};
   void resume_or_init();             // [checkpoint] resume / init_from
   std::string choose_checkpoint();   // resume = "auto": the newest complete one that verifies
   // A checkpoint path or s3:// URI (a checkpoint, or a directory with `latest`) as a local

@@ -5,7 +5,8 @@
   remainder (the phases cover the step), an MFU in (0, 1] and a time left that falls to 0;
 - the progress line shows the shares, the MFU and the time left;
 - under mpirun with ZeRO-3 the exposed communication is measured (> 0), and a checkpoint save's
-  stall lands in the next step's checkpoint_ms.
+  stall lands in the next step's checkpoint_ms;
+- [run] trace_steps writes a valid Chrome trace per rank with each traced step's phases in order.
 """
 import argparse
 import json
@@ -86,7 +87,8 @@ def main():
         if shutil.which("mpirun"):
             p = testlib.run(["mpirun", "--oversubscribe", "-np", "2", args.ztrain, "train",
                              spec(work, data, "zero3", parallel__zero_stage=3, checkpoint__dir=os.path.join(work, "ck"),
-                                  checkpoint__every_steps=3, checkpoint__async=False)], check=False)
+                                  checkpoint__every_steps=3, checkpoint__async=False, run__trace_steps="5-6",
+                                  train__global_batch=16)], check=False)
             expect(p.returncode == 0, f"zero3: exit {p.returncode}: {p.stderr[-500:]}")
             if p.returncode == 0:
                 recs = train_records(os.path.join(work, "zero3"))
@@ -96,6 +98,27 @@ def main():
                 ck = {r["step"]: r["checkpoint_ms"] for r in recs}
                 expect(ck.get(4, 0) > 0 and ck.get(10, 0) > 0 and ck.get(2, 1) == 0,
                        f"checkpoint stall not carried to the next step: {ck}")
+                # the trace of steps 5-6: per rank, each micro-batch's forward/backward/data wait
+                for rank in (0, 1):
+                    path = os.path.join(work, "zero3", f"trace.rank{rank}.json")
+                    if not os.path.exists(path):
+                        failures.append(f"trace: {path} missing")
+                        continue
+                    ev = [e for e in json.load(open(path))["traceEvents"] if e["ph"] == "X"]
+                    names = {}
+                    for e in ev:
+                        names.setdefault((e["args"]["step"], e["name"]), []).append(e)
+                    for step in (5, 6):  # global batch 16 = 2 ranks x 2 micro-batches of 4
+                        for name, count in (("forward", 2), ("backward", 2), ("data wait", 2), ("optimizer", 1),
+                                            ("gradient reduction + loss", 1)):
+                            got = names.get((step, name), [])
+                            expect(len(got) == count and all(e["dur"] >= 0 and e["pid"] == rank for e in got),
+                                   f"trace rank {rank} step {step}: {len(got)} '{name}' events, expected {count}")
+                    fb = sorted((e for e in ev if e["tid"] == 0), key=lambda e: e["ts"])
+                    expect(all(a["ts"] + a["dur"] <= b["ts"] + 1 for a, b in zip(fb, fb[1:])),
+                           f"trace rank {rank}: compute events overlap")
+                    expect(not any(e["args"]["step"] not in (5, 6) for e in ev), f"trace rank {rank}: other steps traced")
+                print("trace: steps 5-6 on both ranks, each micro-batch's phases in order")
         else:
             print("SKIP (multi-rank part): mpirun not found")
     finally:
