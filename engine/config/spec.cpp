@@ -193,6 +193,8 @@ struct Loader {
           fmt::format("'{}' is not one of \"auto\", \"cpu\", \"cuda\"", r.device));
     check(!r.out_dir.empty(), "run", "out_dir", "must not be empty");
     check(r.peak_tflops >= 0, "run", "peak_tflops", fmt::format("must be >= 0, got {}", r.peak_tflops));
+    check(r.telemetry_s == 0 || (r.telemetry_s >= 0.05 && r.telemetry_s <= 3600), "run", "telemetry_s",
+          fmt::format("must be 0 (off) or in [0.05, 3600], got {}", r.telemetry_s));
     if (!r.device_memory_limit.empty()) {
       try {
         parse_byte_size(r.device_memory_limit, "device_memory_limit");

@@ -19,6 +19,7 @@ struct RunSpec {
     double peak_tflops = 0;       // MFU's peak per device; 0 = known GPUs' table / CPU probe
     std::string device_memory_limit;  // the backend never holds more ("40GB"); empty = no limit
     std::string trace_steps;          // "5-7": a Chrome trace of those steps per rank; empty = none
+    double telemetry_s = 1;           // seconds between device telemetry rows (0 = none)
   } run;
   struct Model {
     std::string arch = "gpt2";

@@ -47,6 +47,7 @@ MetricsWriter::~MetricsWriter() {
 
 void MetricsWriter::write(const nlohmann::json& record) {
   const std::string line = record.dump() + "\n";
+  std::lock_guard lock(mu_);
   if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
     throw RuntimeFailure(fmt::format("{}: write failed: {}", path_, std::strerror(errno)));
 }

@@ -1,6 +1,7 @@
 // metrics.jsonl: one JSON object per line, flushed as written so a crash keeps what was logged.
 #pragma once
 #include <cstdio>
+#include <mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,7 @@ class MetricsWriter {
  private:
   std::string path_;
   FILE* f_ = nullptr;
+  std::mutex mu_;  // rows come from the training loop and the telemetry thread
 };
 
 }  // namespace zt

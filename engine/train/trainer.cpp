@@ -5,6 +5,7 @@
 #include "engine/core/atomic_file.h"
 #include "engine/plan/memory_plan.h"
 #include "engine/train/throughput.h"
+#include "engine/train/telemetry.h"
 #include "engine/train/verdict.h"
 
 #include <algorithm>
@@ -563,6 +564,13 @@ void Trainer::run() {
   if (root) {
     write_file_atomic((fs::path(spec_.run.out_dir) / "config.resolved.toml").string(), resolved_toml(spec_));
     metrics = std::make_unique<MetricsWriter>(spec_.run.out_dir, start_step_);
+  }
+  std::unique_ptr<Telemetry> telemetry;  // rank 0's devices (or process), into metrics.jsonl
+  if (root && spec_.run.telemetry_s > 0) {
+    const int threads = spec_.run.threads > 0 ? int(spec_.run.threads) : int(std::thread::hardware_concurrency());
+    telemetry = std::make_unique<Telemetry>(spec_.run.telemetry_s, backend_->kind() == DeviceKind::CUDA, threads,
+                                            [&metrics](const nlohmann::json& row) { metrics->write(row); });
+    spdlog::info("telemetry every {:g} s: {}", spec_.run.telemetry_s, telemetry->status());
   }
   const auto& k = spec_.checkpoint;
   if (!k.dir.empty()) {

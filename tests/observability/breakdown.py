@@ -6,7 +6,8 @@
 - the progress line shows the shares, the MFU and the time left;
 - under mpirun with ZeRO-3 the exposed communication is measured (> 0), and a checkpoint save's
   stall lands in the next step's checkpoint_ms;
-- [run] trace_steps writes a valid Chrome trace per rank with each traced step's phases in order.
+- [run] trace_steps writes a valid Chrome trace per rank with each traced step's phases in order;
+- [run] telemetry_s writes "device" rows (on the CPU: process utilization and resident memory).
 """
 import argparse
 import json
@@ -84,6 +85,18 @@ def main():
             expect(line and "MFU" in line[0] and "fwd" in line[0] and "comm" in line[0] and "left 0s" in line[0],
                    f"progress line: {line}")
             expect("MFU against" in p.stderr and "GEMM probe" in p.stderr, "the MFU peak is not named in the log")
+        # device telemetry: on the CPU, this process's utilization and resident memory, 10 times a second
+        p = testlib.run([args.ztrain, "train", spec(work, data, "telemetry", run__telemetry_s=0.1, train__max_steps=60,
+                                                    train__log_every=100)], check=False)
+        rows = []
+        if p.returncode == 0:
+            with open(os.path.join(work, "telemetry", "metrics.jsonl")) as f:
+                rows = [r for r in map(json.loads, f) if r["kind"] == "device"]
+        expect(len(rows) >= 3 and all(0 < r["cpu_util"] <= 1.5 and r["rss_bytes"] > 0 for r in rows[1:]),
+               f"telemetry: {p.returncode} {rows[:3]} {p.stderr[-300:]}")
+        if rows:
+            print(f"telemetry: {len(rows)} device rows, CPU utilization {rows[-1]['cpu_util']:.2f}, "
+                  f"resident {rows[-1]['rss_bytes'] / 2 ** 20:.0f} MiB")
         if shutil.which("mpirun"):
             p = testlib.run(["mpirun", "--oversubscribe", "-np", "2", args.ztrain, "train",
                              spec(work, data, "zero3", parallel__zero_stage=3, checkpoint__dir=os.path.join(work, "ck"),

@@ -1,0 +1,47 @@
+// Device telemetry, like `nvidia-smi dmon`: a background thread samples every [run] telemetry_s
+// seconds and hands one row per device to `sink` (metrics.jsonl rows of kind "device").
+//   GPUs: NVML, loaded at run time (dlopen of libnvidia-ml.so.1: no build dependency): GPU and
+//         memory utilization, SM clock, memory used, power, temperature, clock-event (throttle)
+//         reasons. NVML's utilization counts time with any kernel running, not how busy the SMs
+//         are; Hopper's GPM metrics (SM, tensor-pipe, DRAM activity) are not read yet.
+//   CPU:  this process's CPU utilization (CPU time over wall time x threads) and resident memory.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace zt {
+
+class Telemetry {
+ public:
+  // `gpus`: sample the local GPUs through NVML (else this process on the CPU). `threads`: the
+  // CPU backend's threads (utilization 1.0 = all of them busy).
+  Telemetry(double every_s, bool gpus, int threads, std::function<void(const nlohmann::json&)> sink);
+  ~Telemetry();  // stops the thread
+  Telemetry(const Telemetry&) = delete;
+  Telemetry& operator=(const Telemetry&) = delete;
+  // "NVML: 1 GPU" or why there are no GPU rows (no libnvidia-ml, no GPU); for the log.
+  const std::string& status() const { return status_; }
+
+ private:
+  void loop();
+  void sample_cpu(double t);
+  void sample_gpus(double t);
+  double every_s_;
+  int threads_;
+  std::function<void(const nlohmann::json&)> sink_;
+  std::string status_;
+  struct Nvml;
+  std::unique_ptr<Nvml> nvml_;
+  double last_cpu_s_ = 0, last_wall_s_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace zt
