@@ -10,9 +10,10 @@
 namespace zt {
 
 void* PlanBackend::alloc(size_t bytes, MemTag tag, MemKind kind) {
-  // the real backends' rounding: CPU 64 bytes (aligned_alloc), CUDA 512 (the caching allocator)
-  const size_t unit = kind_ == DeviceKind::CPU ? 64 : 512;
-  const size_t rounded = (bytes + unit - 1) / unit * unit;
+  // the real backends' rounding: CPU 64 bytes (aligned_alloc); CUDA the caching allocator's size
+  // classes (engine/backend/cuda/allocator.cu: 512 B steps below 1 MiB, 2 MiB steps above)
+  const size_t unit = kind_ == DeviceKind::CPU ? 64 : bytes < (size_t(1) << 20) ? 512 : size_t(2) << 20;
+  const size_t rounded = (std::max<size_t>(bytes, kind_ == DeviceKind::CPU ? 0 : 1) + unit - 1) / unit * unit;
   const uintptr_t p = next_;
   next_ += std::max<size_t>(rounded, unit) + 4096;
   blocks_[p] = {rounded, tag, kind};

@@ -15,8 +15,8 @@ namespace zt {
 
 class PlanBackend final : public Backend {
  public:
-  // `kind`: the backend the plan is for (CPU: 64-byte rounding as the CPU backend; CUDA: 512-byte
-  // rounding as the caching allocator's smallest blocks).
+  // `kind`: the backend the plan is for (CPU: 64-byte rounding as the CPU backend; CUDA: the
+  // caching allocator's size classes).
   explicit PlanBackend(DeviceKind kind) : kind_(kind) {}
   DeviceKind kind() const override { return kind_; }
   std::string name() const override { return "plan"; }

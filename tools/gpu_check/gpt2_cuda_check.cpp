@@ -25,6 +25,7 @@
 #include "engine/config/spec.h"
 #include "engine/comm/topology.h"
 #include "engine/parallel/param_store.h"
+#include "engine/plan/plan_backend.h"
 #include "models/gpt2.h"
 
 using namespace zt;
@@ -37,13 +38,13 @@ struct SingleRank {
   RunSpec spec;
   std::unique_ptr<ParamStore> store;
   std::unique_ptr<AdamW> optimizer;
-  SingleRank(Model& m, Backend& be, uint64_t seed, int zero_stage = 0) {
+  SingleRank(Model& m, Backend& be, uint64_t seed, int zero_stage = 0, bool init = true) {
     topo.world = make_self_comm("world");
     topo.tp_group = make_device_self_comm("tp", be);  // copies with the backend: device pointers
     topo.dp_group = make_device_self_comm("dp", be);
     spec.parallel.zero_stage = zero_stage;
     store = std::make_unique<ParamStore>(m, be, topo, spec);
-    store->init(seed);
+    if (init) store->init(seed);
     m.set_provider(store.get());
     optimizer = std::make_unique<AdamW>(spec.optim, be);
   }
@@ -152,12 +153,26 @@ int bench(int steps, DType dt) {
       const double flops_per_token = 6.0 * n_params + 6.0 * cfg.n_layer * T * cfg.d_model;
       const double tok_s = double(B) * T / sec;
       const MemoryStats ms = gpu->memory_stats();
+      // the planner's prediction (ztrain plan's PlanBackend): the same model and step, run nowhere
+      PlanBackend plan(DeviceKind::CUDA);
+      plan.set_compute_dtype(dt);
+      {
+        GPT2 pm(cfg, plan, B);
+        SingleRank sp(pm, plan, 1, 0, /*init=*/false);
+        sp.zero_grad();
+        pm.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
+        pm.backward();
+        sp.adamw(6e-4f, 1);
+      }
+      const double planned = double(plan.memory_stats().peak);
       std::printf("{\"check\": \"bench_gpt2_124m\", \"precision\": \"%s\", \"micro_batch\": %d, \"seq_len\": %d, "
                   "\"params\": %.0f, \"step_ms\": %.2f, \"tokens_per_s\": %.0f, \"peak_memory_gib\": %.2f, "
                   "\"reserved_gib\": %.2f, \"fragmentation\": %.3f, "
-                  "\"model_tflops\": %.2f, \"mfu_vs_989_bf16\": %.4f}\n",
+                  "\"model_tflops\": %.2f, \"mfu_vs_989_bf16\": %.4f, \"peak_bytes\": %zu, \"planned_peak_bytes\": %.0f, "
+                  "\"plan_error\": %.4f}\n",
                   dtype_name(dt), B, T, n_params, sec * 1e3, tok_s, ms.peak / 1073741824.0, ms.reserved / 1073741824.0,
-                  ms.fragmentation(), flops_per_token * tok_s / 1e12, flops_per_token * tok_s / 989e12);
+                  ms.fragmentation(), flops_per_token * tok_s / 1e12, flops_per_token * tok_s / 989e12, ms.peak, planned,
+                  planned / double(ms.peak) - 1.0);
       return 0;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "micro_batch %d: %s\n", B, e.what());
