@@ -20,6 +20,7 @@
 #include "engine/core/status.h"
 #include "engine/comm/topology.h"
 #include "engine/plan/layout_plan.h"
+#include "engine/train/report.h"
 #include "engine/train/dump_state.h"
 #include "engine/train/trainer.h"
 
@@ -40,6 +41,8 @@ commands:
   debug dump-state SPEC.toml --out FILE.h5 [--steps N]
                                 write initial parameters, first batch, loss and gradients (and,
                                 with --steps, N training steps) to HDF5 for parity tests
+  report RUN_DIR [--out F.png]  a PNG dashboard of a run (loss, tokens/s and MFU, the step breakdown,
+                                memory over time) from its metrics.jsonl, drawn by gnuplot
   ckpt ls DIR                   the checkpoints in DIR: step, complete or not, layout, size
   ckpt verify PATH              check every block's checksum of checkpoint PATH (exit 2 if damaged)
 
@@ -253,6 +256,11 @@ int run(int argc, char** argv) {
   if (c.help || c.command.empty() || c.command == "help" || c.command == "--help" || c.command == "-h") {
     std::fputs(kUsage, stdout);
     return c.command.empty() && !c.help ? 2 : 0;
+  }
+  if (c.command == "report") {
+    if (c.spec_path.empty()) user_error("report: missing RUN_DIR");
+    std::printf("%s\n", write_report(c.spec_path, c.out).c_str());
+    return 0;
   }
   if (c.command == "ckpt ls" || c.command == "ckpt verify") {
     if (c.spec_path.empty()) user_error("{}: missing {}", c.command, c.command == "ckpt ls" ? "DIR" : "PATH");

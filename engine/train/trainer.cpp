@@ -140,6 +140,13 @@ Trainer::Trainer(const RunSpec& spec)
   // failing rank's status and only that rank prints its message.
   dist_set_phase(DistPhase::Startup);
   agreed([&] { build(); });
+  // The peak MFU is judged against. On the CPU it is measured, one rank at a time: ranks probing
+  // together on shared cores would each measure a share of the machine.
+  const bool probe_in_turn = backend_->kind() == DeviceKind::CPU && spec_.run.peak_tflops <= 0;
+  for (int r = 0; r < (probe_in_turn ? topo_.world_size : 1); ++r) {
+    if (!probe_in_turn || r == topo_.world_rank) peak_ = device_peak(spec_, *backend_);
+    if (probe_in_turn) topo_.world->barrier();
+  }
   resume_or_init();
   dist_set_phase(DistPhase::Running);
 }
@@ -344,7 +351,6 @@ void Trainer::build() {
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
   if (!spec.run.device_memory_limit.empty())
     backend_->set_memory_limit(parse_byte_size(spec.run.device_memory_limit, "[run] device_memory_limit"));
-  peak_ = device_peak(spec, *backend_);
   trace_ = std::make_unique<StepTrace>(spec.run.trace_steps, topo_.world_rank,
                                        (std::filesystem::path(spec.run.out_dir) /
                                         fmt::format("trace.rank{}.json", topo_.world_rank)).string());

@@ -7,7 +7,8 @@
 - under mpirun with ZeRO-3 the exposed communication is measured (> 0), and a checkpoint save's
   stall lands in the next step's checkpoint_ms;
 - [run] trace_steps writes a valid Chrome trace per rank with each traced step's phases in order;
-- [run] telemetry_s writes "device" rows (on the CPU: process utilization and resident memory).
+- [run] telemetry_s writes "device" rows (on the CPU: process utilization and resident memory);
+- `ztrain report` draws a PNG dashboard from a real run's metrics.jsonl.
 """
 import argparse
 import json
@@ -97,6 +98,18 @@ def main():
         if rows:
             print(f"telemetry: {len(rows)} device rows, CPU utilization {rows[-1]['cpu_util']:.2f}, "
                   f"resident {rows[-1]['rss_bytes'] / 2 ** 20:.0f} MiB")
+        # the dashboard of that run
+        if shutil.which("gnuplot"):
+            png = os.path.join(work, "dash.png")
+            p = testlib.run([args.ztrain, "report", os.path.join(work, "telemetry"), "--out", png], check=False)
+            ok = p.returncode == 0 and os.path.exists(png) and os.path.getsize(png) > 10000
+            expect(ok and open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n", f"report: {p.returncode} {p.stderr[-300:]}")
+            if ok:
+                print(f"report: {os.path.getsize(png)} bytes of PNG")
+        else:
+            print("SKIP (report): gnuplot not found (Debian: gnuplot-nox)")
+        p = testlib.run([args.ztrain, "report", work], check=False)
+        expect(p.returncode == 2 and "no metrics.jsonl" in p.stderr, f"report of a non-run dir: {p.returncode} {p.stderr}")
         if shutil.which("mpirun"):
             p = testlib.run(["mpirun", "--oversubscribe", "-np", "2", args.ztrain, "train",
                              spec(work, data, "zero3", parallel__zero_stage=3, checkpoint__dir=os.path.join(work, "ck"),

@@ -1,0 +1,97 @@
+// The run dashboard (see report.h).
+#include "engine/train/report.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/atomic_file.h"
+#include "engine/core/status.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+std::string write_report(const std::string& run_dir, const std::string& png_in) {
+  const fs::path metrics = fs::path(run_dir) / "metrics.jsonl";
+  std::ifstream in(metrics);
+  if (!in) user_error("{}: no metrics.jsonl (is it a run's out_dir?)", run_dir);
+  std::string train, eval, device;
+  size_t n_train = 0, n_device = 0;
+  const char* parts[] = {"data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "checkpoint_ms", "other_ms"};
+  for (std::string line; std::getline(in, line);) {
+    const auto r = nlohmann::json::parse(line, nullptr, false);
+    if (r.is_discarded() || !r.is_object() || !r.contains("kind")) continue;
+    const std::string kind = r["kind"].is_string() ? r["kind"].get<std::string>() : "";
+    auto num = [&](const char* k) { return r.contains(k) && r[k].is_number() ? r[k].get<double>() : 0.0; };
+    if (kind == "train" && r.contains("loss")) {
+      train += fmt::format("{} {} {} {}", num("step"), num("loss"), num("tokens_per_s"), 100 * num("mfu"));
+      const double total = std::max(num("step_ms"), 1e-9);
+      for (const char* p : parts) train += fmt::format(" {}", 100 * num(p) / total);
+      train += "\n";
+      ++n_train;
+    } else if (kind == "eval") {
+      eval += fmt::format("{} {}\n", num("step"), num("val_loss"));
+    } else if (kind == "device") {
+      const double mib = (r.contains("rss_bytes") ? num("rss_bytes") : num("mem_used_bytes")) / 1048576.0;
+      device += fmt::format("{} {}\n", num("t"), mib);
+      ++n_device;
+    }
+  }
+  if (n_train == 0) user_error("{}: no train rows to draw", metrics.string());
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
+    user_error("ztrain report draws with gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)");
+  const std::string png = png_in.empty() ? (fs::path(run_dir) / "report.png").string() : png_in;
+  const fs::path tmp = fs::temp_directory_path() / fmt::format("ztrain-report-{}", ::getpid());
+  fs::create_directories(tmp);
+  const auto path = [&](const char* name) { return (tmp / name).string(); };
+  write_file_atomic(path("train.dat"), train);
+  write_file_atomic(path("eval.dat"), eval.empty() ? "nan nan\n" : eval);
+  write_file_atomic(path("device.dat"), device.empty() ? "nan nan\n" : device);
+  const std::string script = fmt::format(R"GP(set terminal pngcairo noenhanced size 1400,900 font ",10"
+set output "{png}"
+set datafile missing "nan"
+set multiplot layout 2,2 title "ztrain run: {run}"
+set grid
+set title "loss"; set xlabel "step"
+plot "{d}/train.dat" using 1:2 with lines lw 2 title "train", "{d}/eval.dat" using 1:2 with linespoints lw 2 title "val"
+set title "throughput"; set ylabel "tokens/s"; set y2label "MFU %"; set y2tics; set ytics nomirror
+plot "{d}/train.dat" using 1:3 with lines lw 2 title "tokens/s", "" using 1:4 axes x1y2 with lines lw 2 title "MFU %"
+unset y2tics; unset y2label; set ytics mirror
+set title "where each step's time went (% of the step)"; set ylabel "%"; set yrange [0:100]; set key outside right
+plot "{d}/train.dat" using 1:($5+$6+$7+$8+$9+$10+$11) with filledcurves x1 title "other", \
+     "" using 1:($5+$6+$7+$8+$9+$10) with filledcurves x1 title "checkpoint", \
+     "" using 1:($5+$6+$7+$8+$9) with filledcurves x1 title "comm", \
+     "" using 1:($5+$6+$7+$8) with filledcurves x1 title "optimizer", \
+     "" using 1:($5+$6+$7) with filledcurves x1 title "backward", \
+     "" using 1:($5+$6) with filledcurves x1 title "forward", \
+     "" using 1:5 with filledcurves x1 title "data"
+set autoscale y; set key inside
+set title "memory over time"; set xlabel "seconds"; set ylabel "MiB"
+{memory_plot}
+unset multiplot
+)GP",
+                                        fmt::arg("png", png), fmt::arg("run", run_dir), fmt::arg("d", tmp.string()),
+                                        fmt::arg("memory_plot",
+                                                 n_device > 0
+                                                     ? fmt::format("plot \"{}/device.dat\" using 1:2 with lines lw 2 "
+                                                                   "title \"resident / device memory used\"", tmp.string())
+                                                     : std::string("set label 1 \"no device telemetry rows "
+                                                                   "([run] telemetry_s)\" at graph 0.5,0.5 center\n"
+                                                                   "plot [0:1][0:1] NaN notitle")));
+  write_file_atomic(path("report.gp"), script);
+  const int rc = std::system(fmt::format("gnuplot '{}' 2>'{}'", path("report.gp"), path("gnuplot.err")).c_str());
+  std::ifstream err(path("gnuplot.err"));
+  const std::string why((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  fs::remove_all(tmp);
+  if (rc != 0 || !fs::exists(png)) throw RuntimeFailure(fmt::format("gnuplot failed drawing {}: {}", png, why));
+  return png;
+}
+
+}  // namespace zt
