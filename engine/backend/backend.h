@@ -87,6 +87,10 @@ class Backend {
   // clock), and the milliseconds between two points once the work has passed both (read after a
   // synchronize(): no synchronization of their own). Points are reused after kTimingPoints.
   static constexpr int kTimingPoints = 256;
+  // Named ranges around the step's phases for profilers (CUDA: NVTX, which Nsight Systems shows;
+  // nothing on the CPU). Ranges nest; each push has its pop.
+  virtual void push_range(const char* name) { (void)name; }
+  virtual void pop_range() {}
   virtual int timing_point();
   virtual double timing_ms(int from, int to);
   // The backend's compute stream (cudaStream_t) for device communicators; null on the CPU.

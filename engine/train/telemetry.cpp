@@ -142,6 +142,7 @@ void Telemetry::sample_cpu(double t) {
 
 void Telemetry::sample_gpus(double t) {
   Nvml& n = *nvml_;
+  std::vector<std::string> reasons;
   for (size_t i = 0; i < n.devices.size(); ++i) {
     nlohmann::json row = {{"kind", "device"}, {"t", t}, {"device", fmt::format("gpu{}", i)}};
     Nvml::Utilization u{};
@@ -153,9 +154,18 @@ void Telemetry::sample_gpus(double t) {
     if (n.power && n.power(n.devices[i], &v) == 0) row["power_w"] = v / 1000.0;
     if (n.temperature && n.temperature(n.devices[i], 0 /* NVML_TEMPERATURE_GPU */, &v) == 0) row["temp_c"] = v;
     unsigned long long r = 0;
-    if (n.reasons && n.reasons(n.devices[i], &r) == 0) row["clock_event_reasons"] = reason_names(r);
+    if (n.reasons && n.reasons(n.devices[i], &r) == 0) {
+      row["clock_event_reasons"] = reason_names(r);
+      reasons.insert(reasons.end(), row["clock_event_reasons"].begin(), row["clock_event_reasons"].end());
+    }
     sink_(row);
   }
+  reasons_ = std::move(reasons);  // mu_ is held by loop()
+}
+
+std::vector<std::string> Telemetry::throttle_reasons() const {
+  std::lock_guard lock(mu_);
+  return reasons_;
 }
 
 }  // namespace zt

@@ -10,7 +10,9 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +28,8 @@ class Telemetry {
   Telemetry& operator=(const Telemetry&) = delete;
   // "NVML: 1 GPU" or why there are no GPU rows (no libnvidia-ml, no GPU); for the log.
   const std::string& status() const { return status_; }
+  // The clock-event reasons of the latest GPU row (any GPU of this machine), for the verdict.
+  std::vector<std::string> throttle_reasons() const;
 
  private:
   void loop();
@@ -38,7 +42,8 @@ class Telemetry {
   struct Nvml;
   std::unique_ptr<Nvml> nvml_;
   double last_cpu_s_ = 0, last_wall_s_ = 0;
-  std::mutex mu_;
+  mutable std::mutex mu_;
+  std::vector<std::string> reasons_;
   std::condition_variable cv_;
   bool stop_ = false;
   std::thread thread_;

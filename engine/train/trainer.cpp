@@ -456,16 +456,22 @@ StepResult Trainer::step(int64_t step) {
     const bool timed = 2 * micro + 8 < Backend::kTimingPoints;  // beyond: counted in "other"
     const double c0 = comm_now();
     const int p0 = timed ? be.timing_point() : 0;
+    be.push_range("forward");
     model_->forward_deferred(inputs_.data(), targets_.data(), B, T, grad_scale);
+    be.pop_range();
     const double c1 = comm_now();
     const int p1 = timed ? be.timing_point() : 0;
     exit_if_fault_injected(topo_.world_rank, step);
+    be.push_range("backward");
     model_->backward();
+    be.pop_range();
     if (timed) fwd.push_back({p0, p1, c1 - c0}), bwd.push_back({p1, be.timing_point(), comm_now() - c1});
   }
   const double c_reduce = comm_now();
   const int p_reduce = be.timing_point();
+  be.push_range("gradient reduction");
   store_->finish_backward();  // the last gradient reductions: backward's tail
+  be.pop_range();
   double loss = model_->take_losses() / double(global_micro);
   topo_.dp_group->all_reduce_doubles(&loss, 1);
   bwd.push_back({p_reduce, be.timing_point(), comm_now() - c_reduce});
@@ -480,8 +486,10 @@ StepResult Trainer::step(int64_t step) {
   // The norm is global (reduced over every rank), so all ranks agree on skipping.
   r.skipped = !scaler_->update(std::isfinite(r.grad_norm));
   if (!r.skipped) {
+    be.push_range("optimizer");
     optimizer_->step(store_->spans(), r.lr, ++adam_steps_);
     store_->publish_params();
+    be.pop_range();
   }
   r.skipped_total = scaler_->skipped();
   const int p_end = be.timing_point();
@@ -665,7 +673,7 @@ void Trainer::run() {
         const MemoryStats ms = backend_->memory_stats();
         const size_t avail = backend_->memory_available();
         const double limit = avail == SIZE_MAX ? 0 : double(avail) + double(ms.allocated);
-        const Verdict v = judge(interval, ms, limit, spec_);
+        const Verdict v = judge(interval, ms, limit, spec_, telemetry ? telemetry->throttle_reasons() : std::vector<std::string>{});
         if (v.kind != last_verdict && !v.kind.empty()) spdlog::warn("{}", v.line());
         if (!v.kind.empty())
           metrics->write({{"kind", "verdict"}, {"step", done}, {"verdict", v.kind}, {"evidence", v.evidence},

@@ -8,7 +8,8 @@
 
 namespace zt {
 
-Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_limit, const RunSpec& spec) {
+Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_limit, const RunSpec& spec,
+              const std::vector<std::string>& throttle_reasons) {
   const double total = sum.step_ms > 0 ? sum.step_ms : 1;
   const double data = sum.data_wait_ms / total, comm = sum.comm_ms / total, other = sum.other_ms / total;
   // the largest excess over its threshold is named first: one line
@@ -43,6 +44,14 @@ Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_li
                   fmt::format("lower [train] micro_batch (now {}), raise the ZeRO stage (now {}) or tensor "
                               "parallelism; `ztrain plan` shows what fits", spec.train.micro_batch,
                               spec.parallel.zero_stage)}});
+  std::string slowed;  // reasons that mean lost speed (not idle, not application clocks)
+  for (const std::string& r : throttle_reasons)
+    if (r != "gpu_idle" && r != "applications_clocks" && r != "display_clocks" && r != "sync_boost")
+      slowed += (slowed.empty() ? "" : ", ") + r;
+  if (!slowed.empty())
+    c.push_back({10.0, {"throttling", "the GPU's clocks are held down (" + slowed + ")",
+                        "check cooling and the power limit (nvidia-smi -q -d PERFORMANCE); the job runs slower until "
+                        "that is fixed"}});
   if (c.empty()) return {};
   return std::max_element(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) { return a.excess < b.excess; })
       ->v;

@@ -8,10 +8,13 @@
 //                           overhead, small micro-batches or something else on the machine)
 //   memory pressure         the peak above 90% of what the backend may hold, or fragmentation
 //                           (reserved but unused) above 25%
-// Device telemetry (NVML: clocks, power, temperature, SM activity) would add throttling and a
-// device-busy test to host-bound; not yet.
+//   throttling              the GPU's clocks held down by power or temperature (NVML's clock-event
+//                           reasons in the latest telemetry row: sw/hw power cap or brake,
+//                           sw/hw thermal, hw slowdown)
+// A device-busy test for host-bound (NVML/GPM SM activity) is not there yet.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "engine/backend/backend.h"
 #include "engine/config/spec.h"
@@ -28,6 +31,8 @@ struct Verdict {
 
 // `sum`: the breakdown summed over the interval's steps (step_ms and the *_ms parts).
 // `memory_limit`: what the backend may hold in all (allocated + available), 0 = unknown.
-Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_limit, const RunSpec& spec);
+// `throttle_reasons`: the clock-event reasons of the latest device telemetry (empty: none or no GPU).
+Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_limit, const RunSpec& spec,
+              const std::vector<std::string>& throttle_reasons = {});
 
 }  // namespace zt

@@ -2,6 +2,7 @@
 // compute stream plus a copy stream for uploads, with the caching allocator. Compute-precision
 // tensors (void*) are dispatched on compute_dtype() to the float / bf16 / fp16 instantiations.
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
 #include <cstring>
@@ -110,6 +111,10 @@ class CudaBackend final : public Backend {
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, stream_));
     ZT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host buffer may be reused at once
   }
+  // NVTX v3 is header-only: it finds a profiler's injection library at run time, so nothing is
+  // linked and the calls cost nothing when no profiler is attached.
+  void push_range(const char* name) override { nvtxRangePushA(name); }
+  void pop_range() override { nvtxRangePop(); }
   int timing_point() override {
     const int id = timing_next_;
     timing_next_ = (timing_next_ + 1) % kTimingPoints;
