@@ -101,7 +101,7 @@ build() {
   done
   nvcc "${NVFLAGS[@]}" tools/gpu_check/gemm_probe.cu -lcublasLt -o "$B/gemm_probe" & pids+=($!)
   for p in "${pids[@]}"; do wait "$p" || failed=1; done
-  local LIBS=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -lcudart -lcublasLt -fopenmp)
+  local LIBS=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -lcudart -lcublasLt -fopenmp -ldl)
   g++ "${CXXFLAGS[@]}" tests/cuda/test_backend_ops.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/test_backend_ops" & p1=$!
   g++ "${CXXFLAGS[@]}" tools/gpu_check/gpt2_cuda_check.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/gpt2_cuda_check" & p2=$!
   wait $p1 || failed=1

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/nvml.h"
+
 namespace zt {
 
 class Telemetry {
@@ -39,7 +41,6 @@ class Telemetry {
   int threads_;
   std::function<void(const nlohmann::json&)> sink_;
   std::string status_;
-  struct Nvml;
   std::unique_ptr<Nvml> nvml_;
   double last_cpu_s_ = 0, last_wall_s_ = 0;
   mutable std::mutex mu_;

@@ -25,6 +25,7 @@
 #include "engine/config/spec.h"
 #include "engine/comm/topology.h"
 #include "engine/parallel/param_store.h"
+#include "engine/backend/nvml.h"
 #include "engine/plan/plan_backend.h"
 #include "models/gpt2.h"
 
@@ -165,6 +166,23 @@ int bench(int steps, DType dt) {
         sp.adamw(6e-4f, 1);
       }
       const double planned = double(plan.memory_stats().peak);
+      // the telemetry's NVML reader, sampled right after the timed steps (the GPU still warm)
+      {
+        const Nvml nvml;
+        std::printf("{\"check\": \"nvml\", \"ok\": %s, \"why\": \"%s\", \"samples\": [", nvml.ok() ? "true" : "false",
+                    nvml.why().c_str());
+        const auto samples = nvml.ok() ? nvml.sample() : std::vector<GpuSample>{};
+        for (size_t i = 0; i < samples.size(); ++i) {
+          const GpuSample& g = samples[i];
+          std::string reasons;
+          for (const auto& r : g.clock_event_reasons) reasons += (reasons.empty() ? "\"" : ", \"") + r + "\"";
+          std::printf("%s{\"gpu\": %d, \"util_gpu\": %.2f, \"sm_clock_mhz\": %lld, \"mem_used_bytes\": %lld, "
+                      "\"power_w\": %.1f, \"temp_c\": %.0f, \"clock_event_reasons\": [%s]}",
+                      i ? ", " : "", g.index, g.util_gpu, g.sm_clock_mhz, g.mem_used_bytes, g.power_w, g.temp_c,
+                      reasons.c_str());
+        }
+        std::printf("]}\n");
+      }
       std::printf("{\"check\": \"bench_gpt2_124m\", \"precision\": \"%s\", \"micro_batch\": %d, \"seq_len\": %d, "
                   "\"params\": %.0f, \"step_ms\": %.2f, \"tokens_per_s\": %.0f, \"peak_memory_gib\": %.2f, "
                   "\"reserved_gib\": %.2f, \"fragmentation\": %.3f, "

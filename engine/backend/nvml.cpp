@@ -1,0 +1,107 @@
+// NVML through dlopen (see nvml.h). The part of NVML's C API used here is declared locally: the
+// ABI is stable and nvml.h is not needed to build.
+#include "engine/backend/nvml.h"
+
+#include <dlfcn.h>
+
+namespace zt {
+
+struct Nvml::Api {
+  struct Utilization {
+    unsigned gpu, memory;
+  };
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  void* lib = nullptr;
+  int (*init)() = nullptr;
+  int (*shutdown)() = nullptr;
+  int (*count)(unsigned*) = nullptr;
+  int (*handle)(unsigned, void**) = nullptr;
+  int (*utilization)(void*, Utilization*) = nullptr;
+  int (*clock)(void*, int, unsigned*) = nullptr;
+  int (*memory)(void*, Memory*) = nullptr;
+  int (*power)(void*, unsigned*) = nullptr;
+  int (*temperature)(void*, int, unsigned*) = nullptr;
+  int (*reasons)(void*, unsigned long long*) = nullptr;
+};
+
+namespace {
+// NVML's clock-event reason bits (nvml.h) by name
+std::vector<std::string> reason_names(unsigned long long r) {
+  static const std::pair<unsigned long long, const char*> bits[] = {
+      {0x1, "gpu_idle"},    {0x2, "applications_clocks"}, {0x4, "sw_power_cap"}, {0x8, "hw_slowdown"},
+      {0x10, "sync_boost"}, {0x20, "sw_thermal"},         {0x40, "hw_thermal"},  {0x80, "hw_power_brake"},
+      {0x100, "display_clocks"}};
+  std::vector<std::string> out;
+  for (auto [bit, name] : bits)
+    if (r & bit) out.push_back(name);
+  return out;
+}
+template <typename F>
+void bind(void* lib, F& f, const char* name) {
+  f = reinterpret_cast<F>(dlsym(lib, name));
+}
+}  // namespace
+
+Nvml::Nvml() : api_(std::make_unique<Api>()) {
+  Api& a = *api_;
+  a.lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!a.lib) {
+    why_ = "no libnvidia-ml.so.1 (no NVIDIA driver)";
+    return;
+  }
+  bind(a.lib, a.init, "nvmlInit_v2");
+  bind(a.lib, a.shutdown, "nvmlShutdown");
+  bind(a.lib, a.count, "nvmlDeviceGetCount_v2");
+  bind(a.lib, a.handle, "nvmlDeviceGetHandleByIndex_v2");
+  bind(a.lib, a.utilization, "nvmlDeviceGetUtilizationRates");
+  bind(a.lib, a.clock, "nvmlDeviceGetClockInfo");
+  bind(a.lib, a.memory, "nvmlDeviceGetMemoryInfo");
+  bind(a.lib, a.power, "nvmlDeviceGetPowerUsage");
+  bind(a.lib, a.temperature, "nvmlDeviceGetTemperature");
+  bind(a.lib, a.reasons, "nvmlDeviceGetCurrentClocksEventReasons");
+  if (!a.reasons) bind(a.lib, a.reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  if (!a.init || !a.count || !a.handle || a.init() != 0) {
+    why_ = "NVML did not initialize";
+    return;
+  }
+  unsigned n = 0;
+  if (a.count(&n) != 0 || n == 0) {
+    why_ = "NVML sees no GPU";
+    return;
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    void* d = nullptr;
+    if (a.handle(i, &d) == 0) devices_.push_back(d);
+  }
+}
+
+Nvml::~Nvml() {
+  if (api_->shutdown && !devices_.empty()) api_->shutdown();
+  if (api_->lib) dlclose(api_->lib);
+}
+
+std::vector<GpuSample> Nvml::sample() const {
+  const Api& a = *api_;
+  std::vector<GpuSample> out;
+  for (size_t i = 0; i < devices_.size(); ++i) {
+    void* d = devices_[i];
+    GpuSample s;
+    s.index = int(i);
+    Api::Utilization u{};
+    if (a.utilization && a.utilization(d, &u) == 0) s.util_gpu = u.gpu / 100.0, s.util_mem = u.memory / 100.0;
+    unsigned v = 0;
+    if (a.clock && a.clock(d, 1 /* NVML_CLOCK_SM */, &v) == 0) s.sm_clock_mhz = v;
+    Api::Memory m{};
+    if (a.memory && a.memory(d, &m) == 0) s.mem_used_bytes = (long long)m.used;
+    if (a.power && a.power(d, &v) == 0) s.power_w = v / 1000.0;
+    if (a.temperature && a.temperature(d, 0 /* NVML_TEMPERATURE_GPU */, &v) == 0) s.temp_c = v;
+    unsigned long long r = 0;
+    if (a.reasons && a.reasons(d, &r) == 0) s.clock_event_reasons = reason_names(r);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace zt

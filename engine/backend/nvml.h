@@ -1,0 +1,38 @@
+// NVML (the NVIDIA driver's management library), loaded at run time with dlopen of
+// libnvidia-ml.so.1: no build dependency, and a machine without the driver simply has no GPU rows.
+// One sample per GPU, like a line of `nvidia-smi dmon`. Plain C++ (the GPU check uses it too).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace zt {
+
+struct GpuSample {
+  int index = 0;
+  double util_gpu = -1, util_mem = -1;  // fractions of the last sample period; -1 = not reported
+  long long sm_clock_mhz = -1, mem_used_bytes = -1;
+  double power_w = -1, temp_c = -1;
+  std::vector<std::string> clock_event_reasons;  // "sw_power_cap", "hw_thermal", ... (throttling)
+};
+
+class Nvml {
+ public:
+  // Loads NVML and finds the GPUs; on failure `why()` says what is missing.
+  Nvml();
+  ~Nvml();
+  Nvml(const Nvml&) = delete;
+  Nvml& operator=(const Nvml&) = delete;
+  bool ok() const { return !devices_.empty(); }
+  const std::string& why() const { return why_; }
+  size_t gpus() const { return devices_.size(); }
+  std::vector<GpuSample> sample() const;
+
+ private:
+  struct Api;
+  std::unique_ptr<Api> api_;
+  std::vector<void*> devices_;
+  std::string why_;
+};
+
+}  // namespace zt
