@@ -4,7 +4,9 @@
 // until wait(). A collective that does not finish within the group's timeout ends the whole job
 // with a message naming the collective and the rank, never a hang.
 #pragma once
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,9 +45,19 @@ class Comm {
   // computation overlapped (the step breakdown's "exposed communication"). Wrappers report their
   // inner communicator's.
   virtual double waited_ms() const { return waited_ms_; }
+  // Called after each blocking wait with the collective's name, when the wait began and how long
+  // it blocked (the timeline trace). Wrappers pass it to their inner communicator.
+  using WaitObserver = std::function<void(const char* what, std::chrono::steady_clock::time_point start, double ms)>;
+  virtual void set_wait_observer(WaitObserver f) { observer_ = std::move(f); }
 
  protected:
+  void waited(const char* what, std::chrono::steady_clock::time_point start) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    waited_ms_ += ms;
+    if (observer_) observer_(what, start, ms);
+  }
   double waited_ms_ = 0;
+  WaitObserver observer_;
 };
 
 // The message every communicator prints when a collective times out (then it aborts the job).

@@ -16,6 +16,7 @@ class HostAccessComm final : public Comm {
   HostAccessComm(std::unique_ptr<Comm> inner, Backend& be) : inner_(std::move(inner)), be_(be) {}
   int size() const override { return inner_->size(); }
   double waited_ms() const override { return inner_->waited_ms(); }
+  void set_wait_observer(WaitObserver f) override { inner_->set_wait_observer(std::move(f)); }
   int rank() const override { return inner_->rank(); }
   std::string name() const override { return inner_->name(); }
   Handle all_reduce(float* buf, size_t n, ReduceOp op) override {

@@ -109,7 +109,7 @@ class MpiComm final : public Comm {
     for (int spins = 0;; ++spins) {
       MPI_Test(&r, &done, MPI_STATUS_IGNORE);
       if (done) {
-        waited_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        waited(what, start);
         return;
       }
       // Spin briefly for latency, then yield: ranks may share cores (oversubscribed tests).

@@ -113,7 +113,7 @@ class NcclComm final : public Comm {
     for (int spins = 0;; ++spins) {
       const cudaError_t q = cudaEventQuery(ev);
       if (q == cudaSuccess) {
-        waited_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        waited(what, start);
         return;
       }
       if (q != cudaErrorNotReady) cuda_check(q, what);

@@ -12,6 +12,7 @@ class HostStagedComm final : public Comm {
   HostStagedComm(std::unique_ptr<Comm> inner, Backend& be) : inner_(std::move(inner)), be_(be) {}
   int size() const override { return inner_->size(); }
   double waited_ms() const override { return inner_->waited_ms(); }
+  void set_wait_observer(WaitObserver f) override { inner_->set_wait_observer(std::move(f)); }
   int rank() const override { return inner_->rank(); }
   std::string name() const override { return inner_->name() + "+host-staged"; }
 

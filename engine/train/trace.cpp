@@ -40,6 +40,8 @@ void StepTrace::write() {
   meta.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", fmt::format("rank {}", rank_)}}}});
   meta.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 0}, {"args", {{"name", "compute"}}}});
   meta.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 1}, {"args", {{"name", "data"}}}});
+  meta.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 2},
+                   {"args", {{"name", "collectives (blocked)"}}}});
   for (auto& e : events_) meta.push_back(e);
   write_file_atomic(path_, nlohmann::json{{"traceEvents", meta}, {"displayTimeUnit", "ms"}}.dump());
 }

@@ -440,6 +440,12 @@ StepResult Trainer::step(int64_t step) {
   const auto host_start = std::chrono::steady_clock::now();
   if (traced && trace_origin_ == std::chrono::steady_clock::time_point{}) trace_origin_ = host_start;
   const int p_start = be.timing_point();
+  if (traced)  // each blocking wait on a collective, on its own track
+    for (Comm* g : {topo_.world.get(), topo_.tp_group.get(), topo_.dp_group.get()})
+      g->set_wait_observer([this, step, g](const char* what, std::chrono::steady_clock::time_point start, double ms) {
+        trace_->add(fmt::format("{} {}", g->name(), what), step,
+                    std::chrono::duration<double, std::milli>(start - trace_origin_).count(), ms, 2);
+      });
   std::vector<std::pair<double, double>> data_spans;  // (start, duration) ms from the step's start
   auto ms_since = [](std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
@@ -519,6 +525,7 @@ StepResult Trainer::step(int64_t step) {
     for (size_t i = 0; i < bwd.size(); ++i) add(i + 1 < bwd.size() ? "backward" : "gradient reduction + loss", bwd[i]);
     add("optimizer", {p_opt, p_end, comm_opt});
     for (const auto& [start, dur] : data_spans) trace_->add("data wait", step, base + start, dur, 1);
+    for (Comm* g : {topo_.world.get(), topo_.tp_group.get(), topo_.dp_group.get()}) g->set_wait_observer(nullptr);
     trace_->finish_step(step);
   }
   return r;

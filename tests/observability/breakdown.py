@@ -140,6 +140,9 @@ def main():
                             got = names.get((step, name), [])
                             expect(len(got) == count and all(e["dur"] >= 0 and e["pid"] == rank for e in got),
                                    f"trace rank {rank} step {step}: {len(got)} '{name}' events, expected {count}")
+                    coll = [e for e in ev if e["tid"] == 2]
+                    expect(any("all_gather" in e["name"] for e in coll) and any("reduce_scatter" in e["name"] for e in coll),
+                           f"trace rank {rank}: ZeRO-3's gathers and reduce-scatters missing: {sorted({e['name'] for e in coll})}")
                     fb = sorted((e for e in ev if e["tid"] == 0), key=lambda e: e["ts"])
                     expect(all(a["ts"] + a["dur"] <= b["ts"] + 1 for a, b in zip(fb, fb[1:])),
                            f"trace rank {rank}: compute events overlap")
