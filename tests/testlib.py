@@ -76,6 +76,14 @@ def free_port():
     return port
 
 
+def with_overrides(spec, over):
+    """spec (sections of keys) with keyword overrides named section__key, e.g. train__max_steps=5."""
+    for k, v in over.items():
+        sec, key = k.split("__")
+        spec.setdefault(sec, {})[key] = v
+    return spec
+
+
 def report(failures, pass_message):
     """Prints the outcome; returns the exit code (0 pass, 1 fail)."""
     if failures:

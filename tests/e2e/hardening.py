@@ -31,9 +31,7 @@ def spec_dict(work, data, out="run", **over):
         "optim": {"lr": 1e-3},
         "data": {"train": data},
     }
-    for k, v in over.items():
-        sec, key = k.split("__")
-        spec.setdefault(sec, {})[key] = v
+    testlib.with_overrides(spec, over)
     return spec
 
 

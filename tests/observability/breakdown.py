@@ -35,9 +35,7 @@ def spec(work, data, out, **over):
          "model": {"n_layer": 2, "n_head": 4, "d_model": 64, "vocab_size": 257, "seq_len": 64},
          "train": {"micro_batch": 4, "global_batch": 8, "max_steps": 12, "log_every": 2},
          "optim": {"lr": 1e-3}, "data": {"train": data}}
-    for k, v in over.items():
-        sec, key = k.split("__")
-        s.setdefault(sec, {})[key] = v
+    testlib.with_overrides(s, over)
     path = os.path.join(work, out + ".toml")
     testlib.write_spec(path, s)
     return path

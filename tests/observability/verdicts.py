@@ -31,9 +31,7 @@ def write_spec(work, name, data, **over):
          "model": {"n_layer": 1, "n_head": 2, "d_model": 64, "vocab_size": 257, "seq_len": 32},
          "train": {"micro_batch": 4, "global_batch": 8, "max_steps": 24, "log_every": 4},
          "optim": {"lr": 1e-3}, "data": {"train": data, "cache_dir": os.path.join(work, "cache_" + name)}}
-    for k, v in over.items():
-        sec, key = k.split("__")
-        s.setdefault(sec, {})[key] = v
+    testlib.with_overrides(s, over)
     path = os.path.join(work, name + ".toml")
     testlib.write_spec(path, s)
     return path
