@@ -20,6 +20,7 @@
 #include "engine/core/status.h"
 #include "engine/comm/topology.h"
 #include "engine/plan/layout_plan.h"
+#include "engine/train/doctor.h"
 #include "engine/train/report.h"
 #include "engine/train/dump_state.h"
 #include "engine/train/trainer.h"
@@ -41,6 +42,9 @@ commands:
   debug dump-state SPEC.toml --out FILE.h5 [--steps N]
                                 write initial parameters, first batch, loss and gradients (and,
                                 with --steps, N training steps) to HDF5 for parity tests
+  doctor [SPEC.toml]            checks this machine before a job: GPUs, driver, NCCL, MPI, all-reduce
+                                bandwidth (under mpirun), memory, ulimits, and with a spec its data
+                                sources and directories; PASS / WARN / FAIL with the fix (exit 1 on FAIL)
   report RUN_DIR [--out F.png]  a PNG dashboard of a run (loss, tokens/s and MFU, the step breakdown,
                                 memory over time) from its metrics.jsonl, drawn by gnuplot
   ckpt ls DIR                   the checkpoints in DIR: step, complete or not, layout, size
@@ -243,6 +247,7 @@ int run(int argc, char** argv) {
       if (c.spec_path.empty()) user_error("{}: missing SPEC.toml", c.command);
       spec = load_run_spec(c.spec_path, c.overrides);
     }
+    if (!c.help && c.command == "doctor" && !c.spec_path.empty()) spec = load_run_spec(c.spec_path, c.overrides);
   } catch (...) {
     error = std::current_exception();
   }
@@ -257,6 +262,7 @@ int run(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return c.command.empty() && !c.help ? 2 : 0;
   }
+  if (c.command == "doctor") return run_doctor(c.spec_path.empty() ? nullptr : &spec);
   if (c.command == "report") {
     if (c.spec_path.empty()) user_error("report: missing RUN_DIR");
     std::printf("%s\n", write_report(c.spec_path, c.out).c_str());

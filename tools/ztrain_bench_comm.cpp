@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/byte_size.h"
 #include "engine/core/status.h"
 #include "engine/comm/comm.h"
 #include "engine/comm/topology.h"
@@ -25,16 +26,6 @@
 using namespace zt;
 
 namespace {
-
-size_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string unit(end);
-  const double k = unit == "K" ? 1024.0 : unit == "M" ? 1048576.0 : unit == "G" ? 1073741824.0 : 1.0;
-  if (v <= 0 || !(unit.empty() || unit == "K" || unit == "M" || unit == "G"))
-    user_error("bad size '{}' (examples: 4096, 64K, 32M)", s);
-  return size_t(v * k);
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -54,9 +45,9 @@ int main(int argc, char** argv) {
         if (i + 1 >= argc) user_error("{} needs a value", a);
         return argv[++i];
       };
-      if (a == "--min") min_bytes = parse_size(value());
-      else if (a == "--max") max_bytes = parse_size(value());
-      else if (a == "--iters") iters = std::max(1, std::atoi(value().c_str()));
+      if (a == "--min") min_bytes = size_t(parse_byte_size(value(), "--min"));
+      else if (a == "--max") max_bytes = size_t(parse_byte_size(value(), "--max"));
+      else if (a == "--iters") iters = int(parse_count(value(), "--iters", 1, 100000));
       else if (a == "--backend") backend = value();
       else if (a == "--help") {
         std::puts("usage: mpirun -np N ztrain-bench-comm [--backend mpi|nccl] [--min 1K] [--max 64M] [--iters 20]");

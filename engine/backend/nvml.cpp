@@ -24,6 +24,14 @@ struct Nvml::Api {
   int (*power)(void*, unsigned*) = nullptr;
   int (*temperature)(void*, int, unsigned*) = nullptr;
   int (*reasons)(void*, unsigned long long*) = nullptr;
+  int (*name)(void*, char*, unsigned) = nullptr;
+  int (*cc)(void*, int*, int*) = nullptr;
+  int (*pcie_gen)(void*, unsigned*) = nullptr;
+  int (*pcie_width)(void*, unsigned*) = nullptr;
+  int (*nvlink_state)(void*, unsigned, int*) = nullptr;
+  int (*ecc)(void*, int*, int*) = nullptr;
+  int (*driver)(char*, unsigned) = nullptr;
+  int (*cuda_driver)(int*) = nullptr;
 };
 
 namespace {
@@ -62,6 +70,14 @@ Nvml::Nvml() : api_(std::make_unique<Api>()) {
   bind(a.lib, a.temperature, "nvmlDeviceGetTemperature");
   bind(a.lib, a.reasons, "nvmlDeviceGetCurrentClocksEventReasons");
   if (!a.reasons) bind(a.lib, a.reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+  bind(a.lib, a.name, "nvmlDeviceGetName");
+  bind(a.lib, a.cc, "nvmlDeviceGetCudaComputeCapability");
+  bind(a.lib, a.pcie_gen, "nvmlDeviceGetCurrPcieLinkGeneration");
+  bind(a.lib, a.pcie_width, "nvmlDeviceGetCurrPcieLinkWidth");
+  bind(a.lib, a.nvlink_state, "nvmlDeviceGetNvLinkState");
+  bind(a.lib, a.ecc, "nvmlDeviceGetEccMode");
+  bind(a.lib, a.driver, "nvmlSystemGetDriverVersion");
+  bind(a.lib, a.cuda_driver, "nvmlSystemGetCudaDriverVersion_v2");
   if (!a.init || !a.count || !a.handle || a.init() != 0) {
     why_ = "NVML did not initialize";
     return;
@@ -102,6 +118,38 @@ std::vector<GpuSample> Nvml::sample() const {
     out.push_back(std::move(s));
   }
   return out;
+}
+
+GpuInfo Nvml::info(size_t gpu) const {
+  const Api& a = *api_;
+  void* d = devices_.at(gpu);
+  GpuInfo g;
+  char buf[96] = {};
+  if (a.name && a.name(d, buf, sizeof buf) == 0) g.name = buf;
+  if (a.cc) a.cc(d, &g.cc_major, &g.cc_minor);
+  unsigned v = 0;
+  if (a.pcie_gen && a.pcie_gen(d, &v) == 0) g.pcie_gen = int(v);
+  if (a.pcie_width && a.pcie_width(d, &v) == 0) g.pcie_width = int(v);
+  if (a.nvlink_state) {
+    int state = 0, active = 0;
+    bool any = false;
+    for (unsigned link = 0; link < 18; ++link)
+      if (a.nvlink_state(d, link, &state) == 0) any = true, active += state == 1;
+    if (any) g.nvlinks_active = active;
+  }
+  int current = 0, pending = 0;
+  if (a.ecc && a.ecc(d, &current, &pending) == 0) g.ecc_enabled = current;
+  return g;
+}
+
+std::string Nvml::driver_version() const {
+  char buf[96] = {};
+  return api_->driver && api_->driver(buf, sizeof buf) == 0 ? std::string(buf) : std::string();
+}
+
+int Nvml::cuda_driver_version() const {
+  int v = -1;
+  return api_->cuda_driver && api_->cuda_driver(&v) == 0 ? v : -1;
 }
 
 }  // namespace zt

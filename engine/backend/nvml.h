@@ -16,6 +16,15 @@ struct GpuSample {
   std::vector<std::string> clock_event_reasons;  // "sw_power_cap", "hw_thermal", ... (throttling)
 };
 
+// What does not change while a job runs: for `ztrain doctor`.
+struct GpuInfo {
+  std::string name;
+  int cc_major = -1, cc_minor = -1;  // compute capability
+  int pcie_gen = -1, pcie_width = -1;
+  int nvlinks_active = -1;           // -1: NVML does not say (no NVLink)
+  int ecc_enabled = -1;              // 1 on, 0 off, -1 not supported
+};
+
 class Nvml {
  public:
   // Loads NVML and finds the GPUs; on failure `why()` says what is missing.
@@ -27,6 +36,9 @@ class Nvml {
   const std::string& why() const { return why_; }
   size_t gpus() const { return devices_.size(); }
   std::vector<GpuSample> sample() const;
+  GpuInfo info(size_t gpu) const;
+  std::string driver_version() const;  // "580.159.03", or "" when NVML does not say
+  int cuda_driver_version() const;     // 13000 for CUDA 13.0, or -1
 
  private:
   struct Api;

@@ -1,0 +1,231 @@
+// ztrain doctor (see doctor.h).
+#include "engine/train/doctor.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "data/store/object_store.h"
+#include "engine/backend/nvml.h"
+#include "engine/checkpoint/remote.h"
+#include "engine/comm/topology.h"
+#include "engine/core/byte_size.h"
+#include "engine/core/status.h"
+#include "engine/train/trainer.h"
+
+namespace zt {
+
+namespace {
+
+enum class Level { Pass, Warn, Fail };
+
+struct Check {
+  Level level;
+  std::string name, detail, fix;
+};
+
+std::string gib(double b) { return fmt::format("{:.1f} GiB", b / 1073741824.0); }
+
+void gpu_checks(const RunSpec* spec, std::vector<Check>& out) {
+  const bool wants_gpu = spec && spec->run.device == "cuda";
+  const Nvml nvml;
+  if (!nvml.ok()) {
+    out.push_back({wants_gpu ? Level::Fail : Level::Pass, "gpu", "no GPU (" + nvml.why() + ")",
+                   wants_gpu ? "[run] device = \"cuda\" needs an NVIDIA GPU and driver (or use \"cpu\")" : ""});
+    return;
+  }
+  const int cuda = nvml.cuda_driver_version();
+  out.push_back({Level::Pass, "driver",
+                 fmt::format("NVIDIA {}, CUDA {}.{} (driver)", nvml.driver_version(), cuda / 1000, cuda % 1000 / 10), ""});
+  for (size_t i = 0; i < nvml.gpus(); ++i) {
+    const GpuInfo g = nvml.info(i);
+    const bool old = g.cc_major >= 0 && g.cc_major < 8;
+    out.push_back({old ? Level::Fail : Level::Pass, fmt::format("gpu{}", i),
+                   fmt::format("{} (compute capability {}.{})", g.name, g.cc_major, g.cc_minor),
+                   old ? "ztrain's CUDA backend needs compute capability 8.0 or newer (A100, H100, L4, RTX 30xx+)" : ""});
+    const bool slow_pcie = g.pcie_gen > 0 && (g.pcie_gen < 4 || g.pcie_width < 16);
+    out.push_back({slow_pcie ? Level::Warn : Level::Pass, fmt::format("gpu{} link", i),
+                   fmt::format("PCIe gen {} x{}, {} NVLink links active", g.pcie_gen, g.pcie_width,
+                               g.nvlinks_active < 0 ? 0 : g.nvlinks_active),
+                   slow_pcie ? "a PCIe link below gen 4 x16 slows host copies and collectives: check the slot" : ""});
+    if (g.ecc_enabled == 0)
+      out.push_back({Level::Warn, fmt::format("gpu{} ecc", i), "ECC is off",
+                     "data-center GPUs normally run with ECC on (nvidia-smi -e 1, then a reboot)"});
+    for (const GpuSample& s : nvml.sample())
+      if (s.index == int(i)) {
+        std::string slowed;
+        for (const auto& r : s.clock_event_reasons)
+          if (r != "gpu_idle" && r != "applications_clocks" && r != "display_clocks") slowed += r + " ";
+        out.push_back({slowed.empty() ? Level::Pass : Level::Warn, fmt::format("gpu{} clocks", i),
+                       fmt::format("SM {} MHz, {:.0f} W, {:.0f} C{}", s.sm_clock_mhz, s.power_w, s.temp_c,
+                                   slowed.empty() ? "" : ", held down: " + slowed),
+                       slowed.empty() ? "" : "check cooling and the power limit (nvidia-smi -q -d PERFORMANCE)"});
+      }
+  }
+  int (*nccl_version)(int*) = nullptr;
+  void* nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (nccl) nccl_version = reinterpret_cast<int (*)(int*)>(dlsym(nccl, "ncclGetVersion"));
+  int v = 0;
+  if (nccl_version && nccl_version(&v) == 0)
+    out.push_back({Level::Pass, "nccl", fmt::format("NCCL {}.{}.{}", v / 10000, v / 100 % 100, v % 100), ""});
+  else
+    out.push_back({Level::Warn, "nccl", "libnccl.so.2 not found",
+                   "multi-GPU runs fall back to host-staged MPI ([comm] backend = \"mpi\"): install NCCL"});
+  if (nccl) dlclose(nccl);
+}
+
+// Free space, and the write speed of 64 MiB written and fsynced, in `dir`.
+void storage_check(const std::string& what, const std::string& dir, double want_free, std::vector<Check>& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  struct statvfs st {};
+  if (ec || ::statvfs(dir.c_str(), &st) != 0) {
+    out.push_back({Level::Fail, what, dir + ": cannot create or read it", "choose a writable directory"});
+    return;
+  }
+  const double free_bytes = double(st.f_bavail) * double(st.f_frsize);
+  const std::string probe = (fs::path(dir) / fmt::format(".ztrain-doctor-{}", ::getpid())).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  double mb_s = -1;
+  if (fd >= 0) {
+    std::vector<char> buf(size_t(4) << 20, 'z');
+    const auto t0 = std::chrono::steady_clock::now();
+    bool ok = true;
+    for (int i = 0; i < 16 && ok; ++i) ok = ::write(fd, buf.data(), buf.size()) == ssize_t(buf.size());
+    ok = ok && ::fsync(fd) == 0;
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ::close(fd);
+    if (ok) mb_s = 64.0 * 1.048576 / s;
+  }
+  ::unlink(probe.c_str());
+  if (mb_s < 0) {
+    out.push_back({Level::Fail, what, dir + ": not writable (or full)", "choose a writable directory with free space"});
+    return;
+  }
+  const bool tight = want_free > 0 && free_bytes < want_free;
+  out.push_back({tight ? Level::Warn : Level::Pass, what,
+                 fmt::format("{}: {} free, writes at {:.0f} MB/s (64 MiB with fsync)", dir, gib(free_bytes), mb_s),
+                 tight ? fmt::format("less free space than the {} it may need", gib(want_free)) : ""});
+}
+
+void source_check(const std::string& what, const std::string& uri, const data::StoreOptions& o,
+                  std::vector<Check>& out) {
+  try {
+    auto store = data::open_store(uri, o);
+    if (store->is_local()) {
+      const bool ok = std::filesystem::exists(store->local_path("manifest.json"));
+      out.push_back({ok ? Level::Pass : Level::Fail, what, uri + (ok ? ": manifest.json present" : ": no manifest.json"),
+                     ok ? "" : "point it at a directory ztrain-tokenize shards wrote"});
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t n = store->size("manifest.json");
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    out.push_back({Level::Pass, what, fmt::format("{}: reachable, manifest.json {} bytes ({:.0f} ms)", store->describe(""),
+                                                  n, ms), ""});
+  } catch (const std::exception& e) {
+    out.push_back({Level::Fail, what, e.what(), "check the URL, the credentials and the network (one HEAD failed)"});
+  }
+}
+
+void host_checks(bool gpus, std::vector<Check>& out) {
+  const double avail = double(make_cpu_backend(1)->memory_available());
+  out.push_back({avail < 8.0 * 1073741824.0 ? Level::Warn : Level::Pass, "host memory",
+                 fmt::format("{} available", gib(avail)),
+                 avail < 8.0 * 1073741824.0 ? "little host memory for pinned buffers, checkpoints and the data cache" : ""});
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &lim) == 0) {
+    const bool unlimited = lim.rlim_cur == RLIM_INFINITY;
+    out.push_back({gpus && !unlimited ? Level::Warn : Level::Pass, "ulimit memlock",
+                   unlimited ? "unlimited" : fmt::format("{:.0f} MiB", double(lim.rlim_cur) / 1048576.0),
+                   gpus && !unlimited ? "pinned host buffers need locked memory: ulimit -l unlimited "
+                                        "(Docker: --ulimit memlock=-1)"
+                                      : ""});
+  }
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+    const bool low = lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < 4096;
+    out.push_back({low ? Level::Warn : Level::Pass, "ulimit nofile", fmt::format("{}", (long long)lim.rlim_cur),
+                   low ? "raise to 65536 (ulimit -n): shard caches, checkpoints and NCCL open many files" : ""});
+  }
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+  int len = 0;
+  MPI_Get_library_version(version, &len);
+  std::string v(version, size_t(len));
+  if (const size_t nl = v.find_first_of(",\n"); nl != std::string::npos) v.resize(nl);
+  out.push_back({Level::Pass, "mpi", v, ""});
+}
+
+// The job's all-reduce bus bandwidth over MPI (host memory), as ztrain-bench-comm measures it.
+void allreduce_check(std::vector<Check>& out) {
+  if (!dist_active()) {
+    out.push_back({Level::Pass, "all-reduce", "one rank (launch under mpirun -np N to measure the job's ranks)", ""});
+    return;
+  }
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  std::vector<float> buf(size_t(8) << 20, 1.0f);  // 32 MiB
+  MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);  // warm-up
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 3; ++i) MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 3;
+  const double busbw = double(buf.size()) * 4 / s * 2.0 * (n - 1) / n / 1e9;
+  out.push_back({Level::Pass, "all-reduce",
+                 fmt::format("{} ranks, 32 MiB over MPI in host memory: bus bandwidth {:.2f} GB/s "
+                             "(ztrain-bench-comm for every size; NCCL for GPU buffers)", n, busbw),
+                 ""});
+}
+
+}  // namespace
+
+int run_doctor(const RunSpec* spec) {
+  std::vector<Check> checks;
+  gpu_checks(spec, checks);
+  host_checks(Nvml().ok(), checks);
+  allreduce_check(checks);
+  if (spec) {
+    const data::DataOptions d = data_options(*spec);
+    for (const auto& [what, uri] : {std::pair{"data train", spec->data.train}, {"data val", spec->data.val}})
+      if (!uri.empty()) source_check(what, uri, d.store, checks);
+    const bool remote_data = spec->data.train.find("://") != std::string::npos;
+    if (remote_data) storage_check("cache_dir", spec->data.cache_dir, double(d.cache_limit), checks);
+    storage_check("out_dir", spec->run.out_dir, 0, checks);
+    if (!spec->checkpoint.dir.empty()) {
+      if (is_remote_dir(spec->checkpoint.dir)) {
+        try {
+          auto store = open_checkpoint_store(*spec, d.store, spec->checkpoint.dir);
+          (void)store->list("");
+          checks.push_back({Level::Pass, "checkpoint dir", spec->checkpoint.dir + ": reachable (listed)", ""});
+        } catch (const std::exception& e) {
+          checks.push_back({Level::Fail, "checkpoint dir", e.what(), "check the URL, the credentials and the network"});
+        }
+      }
+      storage_check("checkpoint local", local_checkpoint_root(*spec), 0, checks);
+    }
+  }
+  // rank 0 prints everything; other ranks only what is not a pass, with their rank
+  const int rank = dist_world_rank();
+  int failed = 0;
+  for (const Check& c : checks) {
+    failed += c.level == Level::Fail;
+    if (rank != 0 && c.level == Level::Pass) continue;
+    std::printf("%s%-5s %-17s %s%s\n", rank ? fmt::format("rank {}: ", rank).c_str() : "",
+                c.level == Level::Pass ? "PASS" : c.level == Level::Warn ? "WARN" : "FAIL", c.name.c_str(),
+                c.detail.c_str(), c.fix.empty() ? "" : ("\n" + std::string(24, ' ') + "fix: " + c.fix).c_str());
+  }
+  std::fflush(stdout);
+  return failed ? 1 : 0;
+}
+
+}  // namespace zt

@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""`ztrain doctor` (issue 15): one report line per check with PASS / WARN / FAIL and the fix.
+- on this machine without a GPU: exit 0, GPU lines say "no GPU", MPI, host memory and ulimits;
+- with a spec: an unreachable data source and an out_dir that cannot be created are FAILs (exit
+  1) naming them and the fix; a reachable local dataset passes;
+- under mpirun: the job's all-reduce bus bandwidth is measured.
+"""
+import argparse
+import os
+import re
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import testlib  # noqa: E402
+
+failures = []
+
+
+def expect(cond, msg):
+    if not cond:
+        failures.append(msg)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ztrain", required=True)
+    ap.add_argument("--tokenize", required=True)
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="zt_doctor_")
+    try:
+        p = testlib.run([args.ztrain, "doctor"], check=False)
+        lines = p.stdout.splitlines()
+        expect(p.returncode == 0, f"doctor: exit {p.returncode}: {p.stdout}{p.stderr}")
+        for name in ("gpu", "host memory", "ulimit memlock", "ulimit nofile", "mpi", "all-reduce"):
+            expect(any(re.match(rf"(PASS|WARN)\s+{re.escape(name)}\s", l) for l in lines), f"doctor: no {name} line: {lines}")
+        print("doctor, no spec:\n  " + "\n  ".join(lines))
+
+        data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 3000, 2)
+        blocker = os.path.join(work, "a_file")
+        open(blocker, "w").write("x")
+        spec = os.path.join(work, "spec.toml")
+        testlib.write_spec(spec, {"run": {"out_dir": os.path.join(blocker, "run"), "device": "cpu"},
+                                  "model": {"n_layer": 1, "n_head": 1, "d_model": 8, "vocab_size": 257, "seq_len": 8},
+                                  "data": {"train": "http://127.0.0.1:9/nothing", "val": data, "retries": 0,
+                                           "timeout_s": 1, "cache_dir": os.path.join(work, "cache")}})
+        p = testlib.run([args.ztrain, "doctor", spec], check=False)
+        out = p.stdout
+        expect(p.returncode == 1, f"doctor with bad sources: exit {p.returncode}")
+        expect(re.search(r"FAIL\s+data train\s+http://127\.0\.0\.1:9/nothing", out) and "fix:" in out,
+               f"doctor: the unreachable source is not a FAIL with a fix: {out}")
+        expect(re.search(r"PASS\s+data val\s+.*manifest\.json present", out), f"doctor: the local dataset: {out}")
+        expect(re.search(r"FAIL\s+out_dir\s+", out), f"doctor: the out_dir under a file: {out}")
+        expect(re.search(r"(PASS|WARN)\s+cache_dir\s+.*MB/s", out), f"doctor: cache_dir speed: {out}")
+        print("doctor, bad spec: FAIL lines for the unreachable source and the out_dir, exit 1")
+
+        if shutil.which("mpirun"):
+            p = testlib.run(["mpirun", "--oversubscribe", "-np", "2", args.ztrain, "doctor"], check=False)
+            m = re.search(r"all-reduce\s+2 ranks, .* bus bandwidth ([\d.]+) GB/s", p.stdout)
+            expect(p.returncode == 0 and m and float(m.group(1)) > 0, f"doctor under mpirun: {p.stdout}{p.stderr[-300:]}")
+            if m:
+                print(f"doctor under mpirun -np 2: all-reduce bus bandwidth {m.group(1)} GB/s")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return testlib.report(failures, "ztrain doctor reports every check and fails what would fail the job")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
