@@ -10,6 +10,10 @@ import time
 
 SKIP = 77  # ctest SKIP_RETURN_CODE
 
+# Open MPI refuses to run as root (CI, containers) unless told: every test's mpirun may.
+os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+
 
 def generated_text(n_words, seed):
     """Deterministic English-like text (no download): words from a fixed list, lines, punctuation."""
