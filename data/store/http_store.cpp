@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <cstdlib>
 #include <mutex>
 #include <random>
@@ -69,6 +71,32 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? std::string(v) : fallback;
 }
 
+// The profile AWS_PROFILE (default "default") of the shared credentials file
+// (AWS_SHARED_CREDENTIALS_FILE, default ~/.aws/credentials): key = value lines under [profile].
+std::map<std::string, std::string> shared_credentials() {
+  const std::string home = env_or("HOME", "");
+  const std::string path = env_or("AWS_SHARED_CREDENTIALS_FILE", home.empty() ? "" : home + "/.aws/credentials");
+  const std::string profile = env_or("AWS_PROFILE", "default");
+  std::map<std::string, std::string> out;
+  std::ifstream f(path);
+  std::string line, section;
+  auto trim = [](std::string s) {
+    const size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
+    return a == std::string::npos ? std::string() : s.substr(a, b - a + 1);
+  };
+  while (std::getline(f, line)) {
+    line = trim(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = trim(line.substr(1, line.size() - 2));
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (section == profile && eq != std::string::npos) out[trim(line.substr(0, eq))] = trim(line.substr(eq + 1));
+  }
+  return out;
+}
+
 class HttpStore final : public ObjectStore {
  public:
   // For S3: `base` is the request URL prefix (endpoint + bucket, path- or host-style) and
@@ -81,12 +109,20 @@ class HttpStore final : public ObjectStore {
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
     if (s3_) {
+      // As the AWS CLI and SDKs: the spec's keys, else the environment, else the shared
+      // credentials file's profile (AWS_PROFILE, default "default").
       key_ = !o.access_key_id.empty() ? o.access_key_id : env_or("AWS_ACCESS_KEY_ID", "");
       secret_ = !o.secret_access_key.empty() ? o.secret_access_key : env_or("AWS_SECRET_ACCESS_KEY", "");
       token_ = !o.session_token.empty() ? o.session_token : env_or("AWS_SESSION_TOKEN", "");
+      if (key_.empty() || secret_.empty()) {
+        const auto profile = shared_credentials();
+        key_ = profile.count("aws_access_key_id") ? profile.at("aws_access_key_id") : "";
+        secret_ = profile.count("aws_secret_access_key") ? profile.at("aws_secret_access_key") : "";
+        token_ = profile.count("aws_session_token") ? profile.at("aws_session_token") : "";
+      }
       if (key_.empty() || secret_.empty())
-        user_error("{}: no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or [data] "
-                   "s3_access_key_id / s3_secret_access_key", display_);
+        user_error("{}: no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, AWS_PROFILE with "
+                   "~/.aws/credentials, or [data] s3_access_key_id / s3_secret_access_key", display_);
     }
   }
   std::string describe(const std::string& name) const override { return display_ + "/" + name; }
@@ -416,6 +452,27 @@ std::string trim_slashes(std::string s) {
   return s;
 }
 
+// s3://bucket/prefix with the endpoint and region already resolved.
+std::unique_ptr<ObjectStore> open_s3(const std::string& uri, const std::string& uri_in, const StoreOptions& o) {
+  const std::string rest = uri.substr(5);
+  const size_t slash = rest.find('/');
+  const std::string bucket = rest.substr(0, slash);
+  const std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
+  if (bucket.empty()) user_error("{}: an S3 URI is s3://bucket/prefix", uri_in);
+  std::string endpoint = trim_slashes(o.s3_endpoint);
+  if (endpoint.empty()) endpoint = "https://s3." + o.s3_region + ".amazonaws.com";
+  std::string base;
+  if (o.s3_path_style) {
+    base = endpoint + "/" + bucket;
+  } else {  // virtual-hosted style: the bucket becomes part of the host name
+    const size_t scheme = endpoint.find("://");
+    base = endpoint.substr(0, scheme + 3) + bucket + "." + endpoint.substr(scheme + 3);
+  }
+  const std::string bucket_url = base;
+  if (!prefix.empty()) base += "/" + prefix;
+  return std::make_unique<HttpStore>(base, uri, o, true, bucket_url, prefix.empty() ? "" : prefix + "/");
+}
+
 }  // namespace
 
 std::unique_ptr<ObjectStore> open_store(const std::string& uri_in, const StoreOptions& o) {
@@ -427,25 +484,14 @@ std::unique_ptr<ObjectStore> open_store(const std::string& uri_in, const StoreOp
   if (uri.rfind("http://", 0) == 0 || uri.rfind("https://", 0) == 0)
     return std::make_unique<HttpStore>(uri, uri, o, false);
   if (uri.rfind("s3://", 0) == 0) {
-    const std::string rest = uri.substr(5);
-    const size_t slash = rest.find('/');
-    const std::string bucket = rest.substr(0, slash);
-    const std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
-    if (bucket.empty()) user_error("{}: an S3 URI is s3://bucket/prefix", uri_in);
-    std::string endpoint = trim_slashes(o.s3_endpoint);
-    if (endpoint.empty()) endpoint = "https://s3." + o.s3_region + ".amazonaws.com";
-    std::string base;
-    if (o.s3_path_style) {
-      base = endpoint + "/" + bucket;
-    } else {  // virtual-hosted style: the bucket becomes part of the host name
-      const size_t scheme = endpoint.find("://");
-      base = endpoint.substr(0, scheme + 3) + bucket + "." + endpoint.substr(scheme + 3);
-    }
-    const std::string bucket_url = base;
-    if (!prefix.empty()) base += "/" + prefix;
-    return std::make_unique<HttpStore>(base, uri, o, true, bucket_url, prefix.empty() ? "" : prefix + "/");
+    // The spec's endpoint and region win; else the AWS CLI's and SDKs' variables.
+    StoreOptions so = o;
+    if (so.s3_endpoint.empty()) so.s3_endpoint = env_or("AWS_ENDPOINT_URL_S3", env_or("AWS_ENDPOINT_URL", ""));
+    if (so.s3_region.empty()) so.s3_region = env_or("AWS_REGION", env_or("AWS_DEFAULT_REGION", "us-east-1"));
+    return open_s3(uri, uri_in, so);
   }
   return make_local_store(uri);
 }
+
 
 }  // namespace zt::data

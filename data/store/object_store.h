@@ -15,8 +15,9 @@ struct StoreOptions {
   int retries = 8;              // attempts after the first, for transient failures
   double timeout_s = 60;        // per request
   double backoff_s = 0.2;       // first retry delay; doubles each time, with +-50% jitter
-  std::string s3_endpoint;      // e.g. http://127.0.0.1:9000 (default: AWS for the region)
-  std::string s3_region = "us-east-1";
+  std::string s3_endpoint;      // e.g. http://127.0.0.1:9000; empty: AWS_ENDPOINT_URL_S3,
+                                // AWS_ENDPOINT_URL, else AWS for the region
+  std::string s3_region;         // empty: AWS_REGION, AWS_DEFAULT_REGION, else us-east-1
   bool s3_path_style = false;   // http://endpoint/bucket/key instead of http://bucket.endpoint/key
   std::string access_key_id, secret_access_key, session_token;  // default: AWS_* environment
   uint64_t part_bytes = uint64_t(64) << 20;  // uploads larger than this go in parts (S3 multipart)

@@ -74,7 +74,7 @@ struct RunSpec {
     int64_t retries = 8;                          // retries of a failed request
     double timeout_s = 60;                        // a request stalled this long is retried
     std::string s3_endpoint;                      // S3-compatible endpoint URL (default AWS)
-    std::string s3_region = "us-east-1";
+    std::string s3_region;  // empty: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1
     bool s3_path_style = false;                   // endpoint/bucket/key addressing
     std::string s3_access_key_id, s3_secret_access_key, s3_session_token;  // default: AWS_* env
   } data;
