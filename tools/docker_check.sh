@@ -63,12 +63,19 @@ say "podman build --target $target"
 podman build "${args[@]}" --target "$target" -t "localhost/ztrain:$target" "$ctx" > build/docker-build.log 2>&1 \
   || { tail -30 build/docker-build.log; say "FAILED building $target"; exit 1; }
 size=$(podman image inspect --format '{{.Size}}' "localhost/ztrain:$target")
-say "built localhost/ztrain:$target in $(( $(date +%s) - t0 )) s: $(( size / 1048576 )) MiB"
+build_s=$(( $(date +%s) - t0 ))
+say "built localhost/ztrain:$target in $build_s s: $(( size / 1048576 )) MiB"
 say "podman build --target cpu-test (runs the checks inside the image, as its user)"
 podman build "${args[@]}" --build-arg TEST_FROM="localhost/ztrain:$target" --target cpu-test -t localhost/ztrain:test \
   "$ctx" > build/docker-test.log 2>&1 || { tail -40 build/docker-test.log; say "FAILED: the image's self-test"; exit 1; }
 grep 'docker_selftest:' build/docker-test.log | sed 's/^/  /'
 user=$(podman image inspect --format '{{.Config.User}}' "localhost/ztrain:$target")
 [ "$user" = ztrain ] || { say "the image runs as '$user', not ztrain"; exit 1; }
+loss=$(grep -o 'docker_selftest: demo final loss [0-9.e+-]*' build/docker-test.log | awk '{print $5}')
+mkdir -p bench/results
+result=bench/results/docker_check-$target-$(date -u +%Y%m%dT%H%M%SZ).json
+printf '{"target": "%s", "image_mib": %d, "build_seconds": %d, "user": "%s", "configs_checked": %d, "demo_final_loss": %s}\n' \
+  "$target" "$(( size / 1048576 ))" "$build_s" "$user" "$(find configs -name "*.toml" | wc -l)" "${loss:-null}" > "$result"
+say "results in $result"
 say "ok: $target image ($(( size / 1048576 )) MiB) runs as $user; every shipped config checks and the demo trains in it"
 say "not checked here: the cuda target (NVIDIA's base images cannot be fetched without a registry)"

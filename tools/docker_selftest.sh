@@ -15,4 +15,6 @@ ztrain train /opt/ztrain/configs/tiny-cpu.toml --set data.train=/work/demo-data/
   --set train.max_steps=20 --set train.log_every=10 --set train.sample_tokens=40 --set run.out_dir=/work/demo-run \
   --set run.threads=2
 test -s /work/demo-run/metrics.jsonl
+loss=$(grep '"kind":"train"' /work/demo-run/metrics.jsonl | tail -1 | grep -o '"loss":[0-9.e+-]*' | cut -d: -f2)
+echo "docker_selftest: demo final loss $loss"
 echo "docker_selftest: demo trained; every check passed"

@@ -192,7 +192,7 @@ void allreduce_check(std::vector<Check>& out) {
 int run_doctor(const RunSpec* spec) {
   std::vector<Check> checks;
   gpu_checks(spec, checks);
-  host_checks(Nvml().ok(), checks);
+  host_checks(Nvml().ok() || (spec && spec->run.device == "cuda"), checks);  // GPUs pin host memory
   allreduce_check(checks);
   if (spec) {
     const data::DataOptions d = data_options(*spec);

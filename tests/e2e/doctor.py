@@ -55,6 +55,17 @@ def main():
         expect(re.search(r"(PASS|WARN)\s+cache_dir\s+.*MB/s", out), f"doctor: cache_dir speed: {out}")
         print("doctor, bad spec: FAIL lines for the unreachable source and the out_dir, exit 1")
 
+        # a GPU run with a low memlock limit: pinned buffers would fail (and no GPU here: a FAIL)
+        gpu_spec = os.path.join(work, "gpu.toml")
+        testlib.write_spec(gpu_spec, {"run": {"out_dir": os.path.join(work, "g"), "device": "cuda"},
+                                      "model": {"n_layer": 1, "n_head": 1, "d_model": 8, "vocab_size": 257,
+                                                "seq_len": 8}, "data": {"train": data}})
+        p = testlib.run(["bash", "-c", f'ulimit -l 64 && exec "{args.ztrain}" doctor "{gpu_spec}"'], check=False)
+        expect(p.returncode == 1 and re.search(r"WARN\s+ulimit memlock\s+0 MiB", p.stdout)
+               and re.search(r"FAIL\s+gpu\s+no GPU", p.stdout) and "memlock=-1" in p.stdout,
+               f"doctor, low memlock for a GPU run: {p.returncode}: {p.stdout}")
+        print("doctor, GPU spec with ulimit -l 64: WARN memlock with the fix, FAIL no GPU")
+
         if shutil.which("mpirun"):
             p = testlib.run(["mpirun", "--oversubscribe", "-np", "2", args.ztrain, "doctor"], check=False)
             m = re.search(r"all-reduce\s+2 ranks, .* bus bandwidth ([\d.]+) GB/s", p.stdout)
