@@ -46,10 +46,12 @@ Manifest parse_manifest(const std::string& text, const std::string& name) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // "[json.exception.parse_error.101] parse error at line 3, column 5: syntax error ..."
+  } catch (const json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 3, column 5: syntax error ...", or
+    // "[json.exception.out_of_range.406] number overflow parsing '1e999'" (found by fuzzing)
     std::string why = e.what();
     if (const size_t at = why.find("at line"); at != std::string::npos) why = why.substr(at);
+    else if (const size_t b = why.find("] "); b != std::string::npos) why = ": " + why.substr(b + 2);
     user_error("{}: not valid JSON {}", name, why);
   }
   if (!j.is_object()) user_error("{}: expected a JSON object", name);
