@@ -18,6 +18,7 @@
 #include "engine/core/byte_size.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
+#include "engine/hf/hf_weights.h"
 #include "engine/comm/topology.h"
 #include "engine/plan/layout_plan.h"
 #include "engine/train/doctor.h"
@@ -47,6 +48,9 @@ commands:
                                 sources and directories; PASS / WARN / FAIL with the fix (exit 1 on FAIL)
   report RUN_DIR [--out F.png]  a PNG dashboard of a run (loss, tokens/s and MFU, the step breakdown,
                                 memory over time) from its metrics.jsonl, drawn by gnuplot
+  export CHECKPOINT --format hf --out DIR [--dtype fp32|bf16|fp16] [--max-file-size 5GB]
+                                write a checkpoint's weights as Hugging Face safetensors (split
+                                above the size, with model.safetensors.index.json) and config.json
   ckpt ls DIR                   the checkpoints in DIR: step, complete or not, layout, size
   ckpt verify PATH              check every block's checksum of checkpoint PATH (exit 2 if damaged)
 
@@ -75,6 +79,7 @@ struct Cli {
   int world = 1;  // plan
   std::string gpu, device_memory;
   bool search = false, json = false;
+  std::string format, dtype = "bf16", max_file_size = "5GB";  // export
 };
 
 Cli parse_cli(int argc, char** argv) {
@@ -106,6 +111,9 @@ Cli parse_cli(int argc, char** argv) {
     else if (a == "--device-memory") c.device_memory = value();
     else if (a == "--search") c.search = true;
     else if (a == "--json") c.json = true;
+    else if (a == "--format") c.format = value();
+    else if (a == "--dtype") c.dtype = value();
+    else if (a == "--max-file-size") c.max_file_size = value();
     else if (a.size() > 1 && a[0] == '-') user_error("unknown option {} (see ztrain --help)", a);
     else if (c.spec_path.empty()) c.spec_path = a;
     else user_error("unexpected argument '{}' (one SPEC.toml per command)", a);
@@ -229,6 +237,25 @@ int plan_command(const Cli& c, const RunSpec& spec) {
   return 0;
 }
 
+int export_command(const Cli& c) {
+  if (c.spec_path.empty()) user_error("export: missing CHECKPOINT (a step_* directory)");
+  if (c.format != "hf") user_error("export: --format hf is required (the one format so far: Hugging Face safetensors)");
+  if (c.out.empty()) user_error("export: --out DIR is required");
+  if (!std::filesystem::exists(std::filesystem::path(c.spec_path) / "checkpoint.h5"))
+    user_error("export: {}: not a complete checkpoint (no checkpoint.h5; ztrain ckpt ls lists them)", c.spec_path);
+  DType dt;
+  if (c.dtype == "fp32") dt = DType::F32;
+  else if (c.dtype == "bf16") dt = DType::BF16;
+  else if (c.dtype == "fp16") dt = DType::F16;
+  else user_error("export: --dtype {}: expected fp32, bf16 or fp16", c.dtype);
+  const uint64_t max_bytes = parse_byte_size(c.max_file_size, "--max-file-size");
+  if (max_bytes == 0) user_error("export: --max-file-size must be above 0");
+  const std::string problem = verify_checkpoint(c.spec_path);
+  if (!problem.empty()) user_error("export: {}", problem);
+  std::printf("%s\n", export_hf(c.spec_path, c.out, dt, max_bytes).c_str());
+  return 0;
+}
+
 bool needs_spec(const std::string& command) {
   return command == "train" || command == "check" || command == "plan" || command == "debug dump-state";
 }
@@ -272,6 +299,7 @@ int run(int argc, char** argv) {
     if (c.spec_path.empty()) user_error("{}: missing {}", c.command, c.command == "ckpt ls" ? "DIR" : "PATH");
     return c.command == "ckpt ls" ? ckpt_ls(c.spec_path) : ckpt_verify(c.spec_path);
   }
+  if (c.command == "export") return export_command(c);
   if (!needs_spec(c.command)) user_error("unknown command '{}' (see ztrain --help)", c.command);
   // [comm] NCCL settings apply to this run only: exported before any communicator exists.
   if (!spec.comm.nccl_algo.empty()) setenv("NCCL_ALGO", spec.comm.nccl_algo.c_str(), 1);

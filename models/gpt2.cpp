@@ -6,11 +6,11 @@
 #include <vector>
 
 #include "engine/core/status.h"
+#include "engine/model/activation_arena.h"
 
 namespace zt {
 
 namespace {
-constexpr float kLayerNormEps = 1e-5f;
 
 int tp_size_of(Comm* tp) { return tp && tp->size() > 1 ? tp->size() : 1; }
 int tp_rank_of(Comm* tp) { return tp && tp->size() > 1 ? tp->rank() : 0; }
@@ -24,7 +24,8 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
           int64_t(max_batch) * cfg.seq_len * std::max<int64_t>(cfg.d_model, cfg.vocab_held() / tp_size_of(tp))),
       table_(tp_size_of(tp), tp_rank_of(tp)),
       tokens_(backend, int64_t(max_batch) * cfg.seq_len),
-      loss_(backend, tp_, int64_t(max_batch) * cfg.seq_len) {
+      loss_(backend, tp_, int64_t(max_batch) * cfg.seq_len),
+      vocab_(backend, tp_, cfg.vocab_size, cfg.vocab_held()) {
   const int TP = tp_.size();
   ZT_CHECK(cfg.n_head % TP == 0 && cfg.d_ff % TP == 0 && cfg.vocab_held() % TP == 0 &&
                cfg.vocab_held() >= cfg.vocab_size,
@@ -70,12 +71,7 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
   const int64_t L = cfg.n_layer, B = max_batch, NH = NH_l_, BT = B * T;
   const int64_t Ca = C_l_, Fl = F_l_, Vl = V_l_;
   Acts& a = acts_;
-  struct Slot {
-    void** compute;  // compute-precision tensor, or
-    float** stat;    // fp32 statistics
-    int64_t n;
-  };
-  const std::vector<Slot> slots = {
+  act_buf_ = carve_activations(be_, {
       {&a.encoded, nullptr, BT * C},
       {&a.ln1, nullptr, L * BT * C},       {nullptr, &a.ln1_mean, L * BT},   {nullptr, &a.ln1_rstd, L * BT},
       {&a.qkv, nullptr, L * BT * 3 * Ca},  {&a.atty, nullptr, L * BT * Ca},  {nullptr, &a.att_lse, L * B * NH * T},
@@ -86,37 +82,10 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
       {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_mean, BT},       {nullptr, &a.lnf_rstd, BT},
       {&a.logits, nullptr, BT * Vl},
       {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * 3 * Ca},
-      {&a.datty, nullptr, BT * Ca},        {&a.dfch, nullptr, BT * Fl},      {&a.dfch_gelu, nullptr, BT * Fl}};
-  auto bytes_of = [&](const Slot& sl) {
-    const size_t raw = size_t(sl.n) * (sl.compute ? esize_ : sizeof(float));
-    return (raw + 63) / 64 * 64;  // 64-byte aligned sub-buffers (128-bit vector access)
-  };
-  size_t total = 0;
-  for (const Slot& sl : slots) total += bytes_of(sl);
-  act_buf_ = be_.alloc(total, MemTag::Activations);
-  char* p = static_cast<char*>(act_buf_);
-  for (const Slot& sl : slots) {
-    if (sl.compute) *sl.compute = p;
-    else *sl.stat = reinterpret_cast<float*>(p);
-    p += bytes_of(sl);
-  }
-  // The padding logits get -inf through the head's bias: exp(-inf) = 0, so they add nothing to
-  // the softmax and their gradient (hence wte's padding rows) stays exactly zero.
-  if (cfg.vocab_held() > cfg.vocab_size) {
-    const int64_t v0 = int64_t(tp_.rank()) * Vl;
-    std::vector<float> mask(static_cast<size_t>(Vl));
-    for (int64_t j = 0; j < Vl; ++j) mask[size_t(j)] = v0 + j < cfg.vocab_size ? 0.0f : -INFINITY;
-    std::vector<char> raw(static_cast<size_t>(Vl) * esize_);
-    convert_host(raw.data(), be_.compute_dtype(), mask.data(), DType::F32, Vl);
-    logit_mask_ = be_.alloc(raw.size(), MemTag::Activations);
-    be_.copy_to_device(logit_mask_, raw.data(), raw.size());
-  }
+      {&a.datty, nullptr, BT * Ca},        {&a.dfch, nullptr, BT * Fl},      {&a.dfch_gelu, nullptr, BT * Fl}});
 }
 
-GPT2::~GPT2() {
-  be_.free(act_buf_);
-  if (logit_mask_) be_.free(logit_mask_);
-}
+GPT2::~GPT2() { be_.free(act_buf_); }
 
 std::string GPT2::describe() const {
   return fmt::format("gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}{}", cfg_.n_layer, cfg_.d_model,
@@ -146,17 +115,17 @@ void GPT2::block_forward(int l, const BlockParams<void*>& w, const void* in_a, c
   const int64_t BT = int64_t(B) * T;
   const BlockActs x = block_acts(l);
   // The residual add that ends the previous block is fused with this block's ln_1.
-  if (!in_b) be_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, in_a, w.ln1w, w.ln1b, BT, C, kLayerNormEps);
+  if (!in_b) be_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, in_a, w.ln1w, w.ln1b, BT, C, cfg_.norm_eps);
   else
     be_.residual_layernorm_forward(in_sum, x.ln1, x.ln1_mean, x.ln1_rstd, in_a, in_b, w.ln1w, w.ln1b, BT, C,
-                                   kLayerNormEps);
+                                   cfg_.norm_eps);
   const void* residual = in_b ? in_sum : in_a;
   be_.matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca);  // (B,T,3Ca) this rank's heads
-  be_.attention_forward(x.atty, x.att_lse, x.qkv, B, T, Ca, NH);   // (B,T,Ca)
+  be_.attention_forward(x.atty, x.att_lse, x.qkv, B, T, Ca, NH, NH);   // (B,T,Ca)
   be_.matmul_forward(x.attproj, x.atty, w.attprojw, tp_.once(w.attprojb), BT, Ca, C);  // row-parallel
   tp_.reduce_from_region(x.attproj, BT * C);
   be_.residual_layernorm_forward(x.res2, x.ln2, x.ln2_mean, x.ln2_rstd, residual, x.attproj, w.ln2w, w.ln2b, BT,
-                                 C, kLayerNormEps);
+                                 C, cfg_.norm_eps);
   be_.matmul_gelu_forward(x.fch_gelu, x.fch, x.ln2, w.fcw, w.fcb, BT, C, Fl);  // (B,T,Fl) column-parallel
   be_.matmul_forward(x.fcproj, x.fch_gelu, w.fcprojw, tp_.once(w.fcprojb), BT, Fl, C);  // row-parallel
   tp_.reduce_from_region(x.fcproj, BT * C);
@@ -205,15 +174,15 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
   void* lnf = prov.params(lnf_group);
   if (L == 0) {
     be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.encoded, at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C,
-                          kLayerNormEps);
+                          cfg_.norm_eps);
   } else {
     const BlockActs last = block_acts(L - 1);
     be_.residual_layernorm_forward(last.res3, a.lnf, a.lnf_mean, a.lnf_rstd, last.res2, last.fcproj,
-                                   at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C, kLayerNormEps);
+                                   at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C, cfg_.norm_eps);
   }
   prov.release_params(lnf_group);
   emb = prov.params(0);
-  be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), logit_mask_, BT, C, Vl);  // (B,T,Vl), tied head
+  be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), vocab_.logit_mask(), BT, C, Vl);  // (B,T,Vl), tied head
   prov.release_params(0);
   grads_ready_ = false;
   if (targets) {
@@ -224,13 +193,7 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
 }
 
 void GPT2::logits_row(int b, int t, float* out) const {
-  if (cfg_.vocab_held() == cfg_.vocab_size) {
-    tp_.gather_vocab_row(el(acts_.logits, (int64_t(b) * cur_T_ + t) * V_l_), V_l_, out);
-    return;
-  }
-  std::vector<float> held(size_t(cfg_.vocab_held()));  // the real ids come first
-  tp_.gather_vocab_row(el(acts_.logits, (int64_t(b) * cur_T_ + t) * V_l_), V_l_, held.data());
-  std::copy(held.begin(), held.begin() + cfg_.vocab_size, out);
+  vocab_.logits_row(el(acts_.logits, (int64_t(b) * cur_T_ + t) * V_l_), out);
 }
 
 void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* residual) {
@@ -252,7 +215,7 @@ void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<
   be_.fill_zero(a.datty, BT * Ca * cs);
   be_.matmul_backward(a.datty, g.attprojw, g.attprojb, a.dres, x.atty, w.attprojw, BT, Ca, C);
   be_.fill_zero(a.dqkv, BT * 3 * Ca * cs);
-  be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.att_lse, B, T, Ca, NH);
+  be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.att_lse, B, T, Ca, NH, NH);
   be_.fill_zero(a.dln, BT * C * cs);
   be_.matmul_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, x.ln1, w.qkvw, BT, C, 3 * Ca);
   tp_.reduce_from_region(a.dln, BT * C);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/model/activation_arena.h"
 #include "engine/model/model.h"
 #include "engine/model/token_slots.h"
 #include "engine/parallel/tensor_parallel.h"
@@ -35,6 +36,7 @@ struct GPT2Config {
   // have GPU-friendly sizes and split evenly across tensor-parallel ranks. The padding rows of
   // wte stay zero and the padding logits are -inf, so they never enter the loss or sampling.
   int vocab_padded = 0;
+  float norm_eps = 1e-5f;  // LayerNorm epsilon
   int vocab_held() const { return vocab_padded > 0 ? vocab_padded : vocab_size; }
 };
 
@@ -121,12 +123,12 @@ class GPT2 final : public Model {
   ParamTable table_;
   ParamProvider* prov_ = nullptr;
   int C_l_ = 0, F_l_ = 0, V_l_ = 0, NH_l_ = 0;  // this rank's attention width, MLP width, vocab, heads
-  void* logit_mask_ = nullptr;  // (Vl) compute dtype: 0 for real ids, -inf for padding; null: none
   size_t esize_ = 4;              // bytes per compute-precision element
   void* act_buf_ = nullptr;
   Acts acts_{};
   TokenSlots tokens_;
   VocabParallelCrossEntropy loss_;
+  PaddedVocab vocab_;
   int cur_B_ = 0, cur_T_ = 0;
   bool grads_ready_ = false;
 };

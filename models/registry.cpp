@@ -1,9 +1,13 @@
 // Model registry (see registry.h).
 #include "engine/model/registry.h"
 
+#include <algorithm>
+
 #include "engine/comm/comm.h"
 #include "engine/core/status.h"
+#include "engine/model/activation_arena.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 
 namespace zt {
 
@@ -14,14 +18,32 @@ int64_t held_vocab(const RunSpec::Model& m, int tp) {
   const int64_t k = m.vocab_multiple * tp;
   return (m.vocab_size + k - 1) / k * k;
 }
+
+LlamaConfig llama_config(const RunSpec::Model& m, int tp) {
+  LlamaConfig c;
+  c.n_layer = int(m.n_layer);
+  c.n_head = int(m.n_head);
+  c.n_kv_head = int(m.n_kv_head);
+  c.d_model = int(m.d_model);
+  c.d_ff = int(m.d_ff);
+  c.vocab_size = int(m.vocab_size);
+  c.seq_len = int(m.seq_len);
+  c.vocab_padded = int(held_vocab(m, tp));
+  c.rope_theta = float(m.rope_theta);
+  c.norm_eps = float(m.norm_eps);
+  c.tie_embeddings = m.tie_embeddings;
+  return c;
+}
 }  // namespace
 
 std::unique_ptr<Model> make_model(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp) {
   const int T = tp ? tp->size() : 1;
   if (m.arch == "gpt2")
     return std::make_unique<GPT2>(GPT2Config{int(m.n_layer), int(m.n_head), int(m.d_model), int(m.d_ff),
-                                             int(m.vocab_size), int(m.seq_len), int(held_vocab(m, T))},
+                                             int(m.vocab_size), int(m.seq_len), int(held_vocab(m, T)),
+                                             float(m.norm_eps)},
                                   backend, max_batch, tp);
+  if (m.arch == "llama") return std::make_unique<Llama>(llama_config(m, T), backend, max_batch, tp);
   // The spec's validation names the supported architectures; reaching here is a missing entry.
   throw UserError(fmt::format("[model] arch = \"{}\" is not a supported architecture", m.arch));
 }
@@ -42,6 +64,25 @@ ModelFootprint model_footprint(const RunSpec::Model& m, int max_batch, int tp, s
                            BT * (3 * Ca + Ca + 2 * Fl);
     const double stats = 4 * L * BT + L * B * NH * T + 2 * BT;
     f.activation_bytes = compute * double(compute_size) + stats * 4;
+    return f;
+  }
+  if (m.arch == "llama") {
+    const double L = double(m.n_layer), C = double(m.d_model), F = double(m.d_ff), V = double(held_vocab(m, tp));
+    const double P = double(tp), hs = C / double(m.n_head);
+    const double KVl = std::max(1.0, double(m.n_kv_head) / P) * hs;  // replicated when tp > n_kv_head
+    ModelFootprint f;
+    // the parameter table of Llama's constructor: vocabulary-parallel embedding (and head when
+    // untied), replicated norms, column-parallel q/k/v and gate/up, row-parallel o and down
+    f.params = V * C / P * (m.tie_embeddings ? 1 : 2) + C +
+               L * (2 * C + C * C / P + 2 * KVl * C + C * C / P + 3 * F * C / P);
+    const double T = double(m.seq_len), B = double(max_batch), BT = B * T;
+    const double Wq = C / P, Wqkv = Wq + 2 * KVl, Fl = F / P, Vl = V / P, NHl = double(m.n_head) / P;
+    // its activation slots (llama.cpp's constructor)
+    f.activation_bytes = activation_bytes(
+        {BT * C, L * BT * C, L * BT * Wqkv, L * BT * Wq, L * BT * C, L * BT * C, L * BT * C, L * BT * 2 * Fl,
+         L * BT * Fl, L * BT * C, L * BT * C, BT * C, BT * Vl, BT * C, BT * C, BT * Wqkv, BT * Wq, BT * 2 * Fl,
+         BT * Fl},
+        {L * BT, L * B * NHl * T, L * BT, BT}, compute_size);
     return f;
   }
   throw UserError(fmt::format("[model] arch = \"{}\" is not a supported architecture", m.arch));

@@ -112,10 +112,19 @@ def gpt2_roundings(n_layer):
     return 17 * n_layer + 4
 
 
-def rounding_bound(compute, n_layer):
+def llama_roundings(n_layer):
+    """The same for Llama: per block the forward stores 11 (norm, qkv, qkv rotated, attention output,
+    its projection, residual, norm, gate|up, SwiGLU, MLP output, block output) and the backward
+    rounds 8 (the residual gradient twice, d norm, d qkv, its rotation back, d attention,
+    d gate|up, d SwiGLU); the head 4."""
+    return 19 * n_layer + 4
+
+
+def rounding_bound(compute, n_layer, arch="gpt2"):
     """Relative error bound of a gradient computed in `compute` against the exact (fp32) one:
     independent roundings add in quadrature, sqrt(k) u, each counted at its worst."""
-    return math.sqrt(gpt2_roundings(n_layer)) * UNIT_ROUNDOFF[compute]
+    k = gpt2_roundings(n_layer) if arch == "gpt2" else llama_roundings(n_layer)
+    return math.sqrt(k) * UNIT_ROUNDOFF[compute]
 
 
 # ---- servers for the object-storage tests: s3rver (npm, in tests/data) and the fault proxy ----

@@ -33,7 +33,7 @@ build fuzz_manifest tests/fuzz/fuzz_manifest.cpp data/manifest.cpp "${common[@]}
 # cleanly (exit 2; tests/unit/config/test_spec.cpp keeps that input). Fuzz the code as shipped:
 # toml++'s own debug assertions off, ours and the sanitizers on.
 build fuzz_run_spec -D'TOML_ASSERT(expr)=static_assert(true)' tests/fuzz/fuzz_run_spec.cpp \
-  engine/config/spec.cpp engine/config/spec_schema.cpp engine/core/byte_size.cpp "${common[@]}" \
+  engine/config/spec.cpp engine/config/spec_schema.cpp engine/hf/hf_config.cpp engine/core/byte_size.cpp "${common[@]}" \
   -ltomlplusplus "${libs[@]}"
 for t in shard_header manifest run_spec; do
   corpus="$out/corpus_$t"

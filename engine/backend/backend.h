@@ -140,13 +140,30 @@ class Backend {
   virtual void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C,
                                int OC) { unsupported("matmul_backward"); }  // (accumulates)
-  virtual void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
-                                 int NH) { unsupported("attention_forward"); }
+  // Grouped-query attention: qkv (B,T,(NH + 2 NKV) hs) holds NH query heads then NKV key and NKV
+  // value heads (NKV = NH: multi-head, qkv (B,T,3C)); C = NH hs.
+  virtual void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
+                                 int NKV) { unsupported("attention_forward"); }
   // `out` is the forward's output (the GPU kernel takes rowsum(dout * out) from it; the CPU
   // reference recomputes it).
   virtual void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv,
-                                  const float* lse, int B, int T, int C,
-                                  int NH) { unsupported("attention_backward"); }  // (accumulates)
+                                  const float* lse, int B, int T, int C, int NH,
+                                  int NKV) { unsupported("attention_backward"); }  // (accumulates)
+  virtual void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
+                               float eps) { unsupported("rmsnorm_forward"); }
+  // Residual add fused with the RMSNorm that follows it: res = a + b; out = rmsnorm(res).
+  virtual void residual_rmsnorm_forward(void* res, void* out, float* rstd, const void* a, const void* b,
+                                        const void* weight, int N, int C,
+                                        float eps) { unsupported("residual_rmsnorm_forward"); }
+  virtual void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
+                                const void* weight, const float* rstd, int N,
+                                int C) { unsupported("rmsnorm_backward"); }  // (accumulates)
+  // Rotary embedding in place (forward; inverse = true: its backward), see cpu/ops.h.
+  virtual void rope(void* x, int B, int T, int n_heads, int hs, int64_t stride, float theta,
+                    bool inverse) { unsupported("rope"); }
+  virtual void swiglu_forward(void* out, const void* inp, int64_t N, int F) { unsupported("swiglu_forward"); }
+  virtual void swiglu_backward(void* dinp, const void* inp, const void* dout, int64_t N,
+                               int F) { unsupported("swiglu_backward"); }  // (accumulates)
   virtual void gelu_backward(void* dinp, const void* inp, const void* dout,
                              int64_t n) { unsupported("gelu_backward"); }  // (accumulates)
   virtual void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N,

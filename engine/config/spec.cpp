@@ -12,6 +12,7 @@
 #include <toml++/toml.h>
 
 #include "engine/config/spec_schema.h"
+#include "engine/hf/hf_config.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/redact.h"
 #include "engine/core/status.h"
@@ -173,7 +174,45 @@ struct Loader {
     if (!ok) user_error("{}: [{}] {}: {}", at(section, key), section, key, msg);
   }
 
+  // [model] init_from: the keys its config.json determines. A key the spec also gives must agree
+  // (seq_len: at most the model's positions).
+  void apply_hf_config() {
+    const std::string dir = spec.model.init_from;
+    for (const HfModelKey& k : read_hf_config(dir)) {
+      const SpecKey* sk = find_key("model", k.key);
+      const std::string name = "model." + k.key, from = fmt::format("{}/config.json: {}", dir, k.field);
+      const SpecField f = sk->field(spec);
+      const bool given = where.count(name) > 0;
+      auto str = [](const auto& v) { return fmt::format("{}", v); };
+      std::visit(
+          [&](auto* field) {
+            using T = std::remove_pointer_t<decltype(field)>;
+            if constexpr (std::is_same_v<T, double>) {
+              const double v = std::holds_alternative<double>(k.value) ? std::get<double>(k.value)
+                                                                       : double(std::get<int64_t>(k.value));
+              if (given && *field != v)
+                user_error("{}: [model] {} = {} disagrees with {} = {}", where[name], k.key, str(*field), from, str(v));
+              *field = v;
+            } else {
+              const T v = std::get<T>(k.value);
+              if (given && k.upper_bound) {
+                if constexpr (std::is_same_v<T, int64_t>)
+                  if (*field > v)
+                    user_error("{}: [model] {} = {} exceeds {} = {}", where[name], k.key, *field, from, v);
+                return;
+              }
+              if (given && *field != v)
+                user_error("{}: [model] {} = {} disagrees with {} = {}", where[name], k.key, str(*field), from, str(v));
+              *field = v;
+            }
+          },
+          f);
+      if (!given) where[name] = from;
+    }
+  }
+
   void validate() {
+    if (!spec.model.init_from.empty()) apply_hf_config();
     for (const auto& k : spec_schema())
       if (k.required && !where.count(std::string(k.section) + "." + k.key))
         user_error("{}: missing required key {} ({})", spec.source, full_name(k), k.help);
@@ -204,14 +243,37 @@ struct Loader {
       }
     }
     auto& m = spec.model;
-    check(m.arch == "gpt2", "model", "arch",
-          fmt::format("'{}' is not a supported architecture (supported: \"gpt2\")", m.arch));
+    const bool llama = m.arch == "llama";
+    check(m.arch == "gpt2" || llama, "model", "arch",
+          fmt::format("'{}' is not a supported architecture (supported: \"gpt2\", \"llama\")", m.arch));
     check(m.n_layer >= 1, "model", "n_layer", fmt::format("must be >= 1, got {}", m.n_layer));
     check(m.n_head >= 1, "model", "n_head", fmt::format("must be >= 1, got {}", m.n_head));
     check(m.d_model >= 1, "model", "d_model", fmt::format("must be >= 1, got {}", m.d_model));
     check(m.d_model % m.n_head == 0, "model", "d_model",
           fmt::format("d_model = {} is not divisible by n_head = {}", m.d_model, m.n_head));
-    if (m.d_ff == 0) m.d_ff = 4 * m.d_model;
+    if (m.d_ff == 0 && !llama) m.d_ff = 4 * m.d_model;
+    // Llama's default MLP width: 2/3 of 4 d_model (SwiGLU has three matrices, not two), rounded
+    // up to a multiple of 256 as Meta's reference code does.
+    if (m.d_ff == 0 && llama) m.d_ff = ((8 * m.d_model / 3) + 255) / 256 * 256;
+    const bool kv_given = where.count("model.n_kv_head") > 0;
+    if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
+    check(m.n_kv_head >= 1 && m.n_head % m.n_kv_head == 0, "model", "n_kv_head",
+          fmt::format("n_head = {} is not a multiple of n_kv_head = {}", m.n_head, m.n_kv_head));
+    check(llama || !kv_given || m.n_kv_head == m.n_head, "model", "n_kv_head",
+          fmt::format("grouped-query attention (n_kv_head = {} < n_head = {}) needs arch = \"llama\"", m.n_kv_head,
+                      m.n_head));
+    check(m.norm_eps > 0 && m.norm_eps < 1, "model", "norm_eps", fmt::format("must be in (0, 1), got {}", m.norm_eps));
+    check(m.rope_theta > 1, "model", "rope_theta", fmt::format("must be > 1, got {}", m.rope_theta));
+    check(llama || m.rope_theta == 10000.0, "model", "rope_theta",
+          "applies to arch = \"llama\" (gpt2 learns its position embeddings)");
+    if (llama) {
+      check((m.d_model / m.n_head) % 2 == 0, "model", "n_head",
+            fmt::format("the rotary embedding needs an even head size; d_model / n_head = {} / {} = {}", m.d_model,
+                        m.n_head, m.d_model / m.n_head));
+      if (!where.count("model.tie_embeddings")) m.tie_embeddings = false;  // Llama's default
+    }
+    check(llama || m.tie_embeddings, "model", "tie_embeddings",
+          "gpt2's output head is its token embedding; false needs arch = \"llama\"");
     check(m.vocab_size >= 2, "model", "vocab_size", fmt::format("must be >= 2, got {}", m.vocab_size));
     check(m.seq_len >= 1, "model", "seq_len", fmt::format("must be >= 1, got {}", m.seq_len));
     auto& t = spec.train;
@@ -254,6 +316,10 @@ struct Loader {
     check(p.bucket_mb > 0, "parallel", "bucket_mb", fmt::format("must be > 0, got {}", p.bucket_mb));
     check(m.n_head % p.tensor == 0, "parallel", "tensor",
           fmt::format("n_head = {} is not divisible by tensor = {}", m.n_head, p.tensor));
+    // Key/value heads are split like the query heads or, when there are fewer of them than
+    // tensor-parallel ranks, replicated so that each rank holds the one its query heads read.
+    check(m.n_kv_head % p.tensor == 0 || p.tensor % m.n_kv_head == 0, "parallel", "tensor",
+          fmt::format("n_kv_head = {} and tensor = {}: one must divide the other", m.n_kv_head, p.tensor));
     check(m.d_ff % p.tensor == 0, "parallel", "tensor",
           fmt::format("d_ff = {} is not divisible by tensor = {}", m.d_ff, p.tensor));
     check(m.vocab_multiple >= 1 && m.vocab_multiple <= 65536, "model", "vocab_multiple",
@@ -277,6 +343,8 @@ struct Loader {
           fmt::format("'{}': a local directory or s3://bucket/prefix", k.dir));
     check(k.upload_part_mb >= 5, "checkpoint", "upload_part_mb",
           fmt::format("must be >= 5 (S3's smallest part), got {}", k.upload_part_mb));
+    check(k.init_from.empty() || spec.model.init_from.empty(), "model", "init_from",
+          "[checkpoint] init_from (ztrain's weights) and [model] init_from (Hugging Face's) exclude each other");
     check(k.resume.empty() || k.init_from.empty(), "checkpoint", "init_from",
           "resume and init_from exclude each other (resume continues a run, init_from starts a new one)");
     check(k.resume != "auto" || !k.dir.empty(), "checkpoint", "resume", "\"auto\" needs [checkpoint] dir");

@@ -27,6 +27,16 @@ struct RunSpec {
     int64_t d_ff = 0;  // 0 in the file means 4 * d_model; resolved after loading
     int64_t vocab_size = 0, seq_len = 0;
     int64_t vocab_multiple = 128;  // padded internally to a multiple of this x [parallel] tensor
+    // Llama: grouped-query attention's key/value heads (0 in the file means n_head), the rotary
+    // embedding's base, and whether the output head is the token embedding (GPT-2: always;
+    // Llama: default false, resolved after loading).
+    int64_t n_kv_head = 0;
+    double rope_theta = 10000.0;
+    double norm_eps = 1e-5;  // LayerNorm (GPT-2) or RMSNorm (Llama) epsilon
+    bool tie_embeddings = true;
+    // A Hugging Face model directory (config.json + safetensors) whose weights start a fresh run;
+    // the model's shape comes from its config.json.
+    std::string init_from;
   } model;
   struct Train {
     int64_t micro_batch = 8;    // sequences per forward/backward

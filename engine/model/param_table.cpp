@@ -9,7 +9,7 @@
 namespace zt {
 
 void ParamTable::add(std::string name, std::vector<int64_t> global_shape, TpSplit split, int row_blocks,
-                     bool decay, float init_std, float init_value, int64_t real_rows) {
+                     bool decay, float init_std, float init_value, int64_t real_rows, int tp_replicas) {
   ParamInfo p;
   p.name = std::move(name);
   p.global_shape = global_shape;
@@ -19,7 +19,10 @@ void ParamTable::add(std::string name, std::vector<int64_t> global_shape, TpSpli
     p.stored_shape[0] = real_rows;
   }
   p.shape = std::move(global_shape);
-  if (split == TpSplit::Rows) p.shape[0] /= tp_size_;
+  ZT_CHECK(tp_replicas >= 1 && tp_size_ % tp_replicas == 0 && (tp_replicas == 1 || split == TpSplit::Rows),
+           "{}: {} replicas of a piece in a tensor-parallel group of {}", p.name, tp_replicas, tp_size_);
+  p.tp_replicas = split == TpSplit::Rows ? tp_replicas : 1;
+  if (split == TpSplit::Rows) p.shape[0] /= tp_size_ / p.tp_replicas;
   if (split == TpSplit::Cols) p.shape[1] /= tp_size_;
   p.split = split;
   p.row_blocks = row_blocks;
@@ -57,7 +60,7 @@ size_t ParamTable::global_index(const ParamInfo& p, size_t local, int rank) cons
   const size_t local_block_rows = rows / p.row_blocks;
   const size_t global_block_rows = size_t(p.global_shape[0]) / p.row_blocks;
   const size_t blk = r / local_block_rows, within = r % local_block_rows;
-  const size_t grow = blk * global_block_rows + size_t(rank) * local_block_rows + within;
+  const size_t grow = blk * global_block_rows + size_t(p.tp_piece(rank)) * local_block_rows + within;
   return grow * cols + c;
 }
 

@@ -12,6 +12,9 @@ namespace zt {
 // (column-parallel Linear, vocabulary-parallel embedding), each of `row_blocks` equal row blocks
 // split separately (the packed QKV weight is 3 blocks, so every rank gets q, k and v rows of its
 // heads); Cols = input features (row-parallel Linear); None = replicated on every rank.
+// A Rows tensor with tp_replicas = r > 1 is cut into tp_size / r pieces and each piece is held
+// by r consecutive ranks (grouped-query attention's key/value heads when there are fewer of them
+// than ranks: each rank holds the head its query heads read).
 enum class TpSplit { None, Rows, Cols };
 
 struct ParamInfo {
@@ -31,6 +34,16 @@ struct ParamInfo {
   // for the GPU), always zero, an internal detail that checkpoints and dumps leave out.
   std::vector<int64_t> stored_shape;
   size_t stored_numel = 0;
+  int tp_replicas = 1;  // ranks holding each piece of a Rows tensor (see TpSplit)
+
+  // The piece of the full tensor that tensor-parallel rank `rank` holds.
+  int tp_piece(int rank) const { return rank / tp_replicas; }
+  // Whether `rank` is the one rank that counts this tensor's (or its piece's) values when the
+  // group's copies are the same: replicated tensors on rank 0, replicated pieces on the first
+  // rank of each piece (gradient norms, checkpoint writes).
+  bool tp_primary(int rank) const {
+    return split == TpSplit::None ? rank == 0 : rank % tp_replicas == 0;
+  }
 };
 
 // A contiguous run of parameters that is gathered, reduced and sharded as a unit (for a
@@ -48,8 +61,9 @@ class ParamTable {
 
   // Appends a tensor of full shape `global_shape` (1-D or 2-D); this rank holds its `split` part.
   // `real_rows` >= 0: only the first real_rows rows are real, the rest padding (zero).
+  // `tp_replicas` > 1 (Rows only): each piece is held by that many consecutive ranks.
   void add(std::string name, std::vector<int64_t> global_shape, TpSplit split, int row_blocks, bool decay,
-           float init_std, float init_value, int64_t real_rows = -1);
+           float init_std, float init_value, int64_t real_rows = -1, int tp_replicas = 1);
   // Closes a group over the tensors added since the previous group.
   void end_group(std::string name);
 

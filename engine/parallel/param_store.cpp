@@ -234,7 +234,7 @@ void ParamStore::build_spans() {
     s.all_counted = count_replicated;
     layout_.for_each_tensor_piece(model_.table(), u, [&](size_t param, size_t off, size_t n) {
       const ParamInfo& info = model_.params()[param];
-      s.pieces.push_back({off, n, info.decay, count_replicated || info.split != TpSplit::None});
+      s.pieces.push_back({off, n, info.decay, info.tp_primary(topo_.tp_rank)});
       // Runs of consecutive elements in the full tensor (a column-split tensor: one per row).
       const size_t local0 = off + (model_.groups()[size_t(u.group)].offset + u.begin + my_begin(u)) - info.offset;
       // A local row is contiguous in the full tensor; extend a run row by row while it stays so.
@@ -245,7 +245,7 @@ void ParamStore::build_spans() {
         const size_t g0 = gidx(local0 + k);
         size_t len = std::min(n - k, cols - (local0 + k) % cols);
         while (k + len < n && gidx(local0 + k + len) == g0 + len) len += std::min(n - k - len, cols);
-        const bool owner = (stage_ != 0 || topo_.dp_rank == 0) && (info.split != TpSplit::None || topo_.tp_rank == 0);
+        const bool owner = (stage_ != 0 || topo_.dp_rank == 0) && info.tp_primary(topo_.tp_rank);
         runs_.push_back({int(param), g0, len, int(spans_.size()), off + k, owner});
         k += len;
       }

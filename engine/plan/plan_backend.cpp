@@ -98,14 +98,40 @@ void PlanBackend::matmul_backward(void*, float*, float* dbias, const void*, cons
   count(4.0 * N * C * OC,
         double(es()) * (2.0 * N * OC + double(OC) * C + 3.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
 }
-void PlanBackend::attention_forward(void*, float*, const void*, int B, int T, int C, int NH) {
+void PlanBackend::attention_forward(void*, float*, const void*, int B, int T, int C, int NH, int NKV) {
   // causal: half of QK^T and of PV
-  count(2.0 * B * double(T) * T * C, double(es()) * (3.0 * B * T * C + double(B) * T * C) + 4.0 * B * NH * T, true);
+  const double qkv = double(B) * T * C * (1.0 + 2.0 * NKV / NH);
+  count(2.0 * B * double(T) * T * C, double(es()) * (qkv + double(B) * T * C) + 4.0 * B * NH * T, true);
 }
 void PlanBackend::attention_backward(void*, const void*, const void*, const void*, const float*, int B, int T,
-                                     int C, int NH) {
-  count(5.0 * B * double(T) * T * C, double(es()) * (3.0 * B * T * C * 2 + 2.0 * B * T * C) + 4.0 * B * NH * T,
-        true);
+                                     int C, int NH, int NKV) {
+  const double qkv = double(B) * T * C * (1.0 + 2.0 * NKV / NH);
+  count(5.0 * B * double(T) * T * C, double(es()) * (qkv * 2 + 2.0 * B * T * C) + 4.0 * B * NH * T, true);
+}
+void PlanBackend::rmsnorm_forward(void*, float*, const void*, const void*, int N, int C, float) {
+  const double n = double(N) * C;
+  count(4 * n, n * double(2 * es()) + 4.0 * N);
+}
+void PlanBackend::residual_rmsnorm_forward(void*, void*, float*, const void*, const void*, const void*, int N, int C,
+                                           float) {
+  const double n = double(N) * C;
+  count(5 * n, n * double(4 * es()) + 4.0 * N);
+}
+void PlanBackend::rmsnorm_backward(void*, float*, const void*, const void*, const void*, const float*, int N, int C) {
+  const double n = double(N) * C;
+  count(8 * n, n * double(4 * es()) + 4.0 * N + 8.0 * C);
+}
+void PlanBackend::rope(void*, int B, int T, int n_heads, int hs, int64_t, float, bool) {
+  const double n = double(B) * T * n_heads * hs;
+  count(3 * n, n * double(2 * es()));
+}
+void PlanBackend::swiglu_forward(void*, const void*, int64_t N, int F) {
+  const double n = double(N) * F;
+  count(6 * n, n * double(3 * es()));
+}
+void PlanBackend::swiglu_backward(void*, const void*, const void*, int64_t N, int F) {
+  const double n = double(N) * F;
+  count(12 * n, n * double(7 * es()));
 }
 void PlanBackend::gelu_backward(void*, const void*, const void*, int64_t n) { count(12.0 * double(n), 4.0 * double(n) * double(es())); }
 void PlanBackend::softmax_crossentropy(float*, void*, const int32_t*, int N, int V, float) {

@@ -42,9 +42,16 @@ class PlanBackend final : public Backend {
   void matmul_forward(void*, const void*, const void*, const void*, int N, int C, int OC) override;
   void matmul_gelu_forward(void*, void*, const void*, const void*, const void*, int N, int C, int OC) override;
   void matmul_backward(void*, float*, float*, const void*, const void*, const void*, int N, int C, int OC) override;
-  void attention_forward(void*, float*, const void*, int B, int T, int C, int NH) override;
+  void attention_forward(void*, float*, const void*, int B, int T, int C, int NH, int NKV) override;
   void attention_backward(void*, const void*, const void*, const void*, const float*, int B, int T, int C,
-                          int NH) override;
+                          int NH, int NKV) override;
+  void rmsnorm_forward(void*, float*, const void*, const void*, int N, int C, float) override;
+  void residual_rmsnorm_forward(void*, void*, float*, const void*, const void*, const void*, int N, int C,
+                                float) override;
+  void rmsnorm_backward(void*, float*, const void*, const void*, const void*, const float*, int N, int C) override;
+  void rope(void*, int B, int T, int n_heads, int hs, int64_t, float, bool) override;
+  void swiglu_forward(void*, const void*, int64_t N, int F) override;
+  void swiglu_backward(void*, const void*, const void*, int64_t N, int F) override;
   void gelu_backward(void*, const void*, const void*, int64_t n) override;
   void softmax_crossentropy(float*, void*, const int32_t*, int N, int V, float) override;
   void logits_row_max(float*, const void*, int N, int V) override;

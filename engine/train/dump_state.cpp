@@ -6,6 +6,7 @@
 
 #include "engine/checkpoint/h5_file.h"
 #include "engine/core/log.h"
+#include "engine/optim/loss_scaler.h"
 #include "engine/train/trainer.h"
 
 namespace zt {
@@ -55,14 +56,20 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
   if (f) f->write("/batch/targets", targets.data(), {B, T});
   // Every data-parallel rank computes the same batch; scaling by 1/D makes the reduced gradient
   // that of one process.
+  // fp16 scales the loss gradient as training does (the loss scaler's starting scale), so that
+  // small gradients survive fp16's range, and divides the fp32 gradients by it again.
   const int D = trainer.topology().dp;
+  const LossScaler scaler(spec.precision, trainer.backend().compute_dtype());
   store.zero_grad();
   store.set_last_micro_batch(true);
-  const float loss = model.forward(inputs.data(), targets.data(), B, T, 1.0f / float(B * T * D));
+  const float loss =
+      model.forward(inputs.data(), targets.data(), B, T, float(scaler.scale() / double(B * T * D)));
   model.backward();
   store.finish_backward();
   if (f) f->write("/out/loss", &loss, {});
-  write_tensors(f, "/grads", model, store.full_grads());
+  std::vector<float> grads = store.full_grads();
+  for (float& g : grads) g = float(double(g) / scaler.scale());
+  write_tensors(f, "/grads", model, grads);
   // The logits of the last position of each sequence, as the model stores them (compute
   // precision), from a forward without targets (the one above replaced them by their gradient).
   model.forward(inputs.data(), nullptr, B, T, 0.0f);

@@ -32,6 +32,7 @@
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/comm/agreement.h"
 #include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/hf/hf_weights.h"
 #include "engine/checkpoint/remote.h"
 #include "engine/train/preemption.h"
 #include "engine/core/byte_size.h"
@@ -254,6 +255,7 @@ void Trainer::resume_or_init() {
     agreed([&] { path = choose_checkpoint(); });
     if (path.empty()) {
       if (topo_.is_root()) spdlog::info("checkpoint: none in {} yet: starting from step 0", k.dir);
+      init_from_hf();
       return;
     }
   } else if (!wanted.empty()) {
@@ -263,7 +265,10 @@ void Trainer::resume_or_init() {
       if (!problem.empty()) user_error("{}", problem);
     });
   }
-  if (path.empty()) return;
+  if (path.empty()) {
+    init_from_hf();
+    return;
+  }
   Timer load_timer;
   TrainState st;
   agreed([&] {
@@ -285,6 +290,23 @@ void Trainer::resume_or_init() {
     spdlog::info("checkpoint: resumed from {} at step {} (written by {} ranks: tensor {}, data {}, ZeRO-{}; "
                  "verified and loaded in {:.2f} s)", path, start_step_, st.world, st.tensor, st.data_parallel,
                  st.zero_stage, load_timer.seconds());
+}
+
+// [model] init_from: a fresh run (no checkpoint to resume) starts from Hugging Face weights,
+// resharded to this layout; resuming from this run's own checkpoints takes precedence.
+void Trainer::init_from_hf() {
+  const std::string& dir = spec_.model.init_from;
+  if (dir.empty()) return;
+  Timer t;
+  agreed([&] {
+    const std::string mismatch = hf_mismatch(dir, spec_.model.arch, *model_);
+    if (!mismatch.empty()) user_error("[model] init_from does not fit the model: {}", mismatch);
+    load_hf_weights(dir, spec_.model.arch, *store_, *model_);
+  });
+  store_->publish_written_masters();
+  if (topo_.is_root())
+    spdlog::info("init_from: weights from {} ({} parameters, resharded to this layout in {:.2f} s; optimizer fresh)",
+                 dir, model_->num_global_params(), t.seconds());
 }
 
 void Trainer::set_aside_newer_checkpoints(int64_t step) {

@@ -89,6 +89,7 @@ class Trainer {
   Peak peak_;  // what MFU is judged against
   std::unique_ptr<StepTrace> trace_;  // [run] trace_steps
   std::chrono::steady_clock::time_point trace_origin_{};
+  void init_from_hf();
   void resume_or_init();             // [checkpoint] resume / init_from
   std::string choose_checkpoint();   // resume = "auto": the newest complete one that verifies
   // A checkpoint path or s3:// URI (a checkpoint, or a directory with `latest`) as a local

@@ -221,19 +221,66 @@ int main() {
     dw.check("matmul_backward dweight", 1e-4);
     db.check("matmul_backward dbias", 1e-4);
   }
-  for (auto [B, T, Ch, NH] : {std::tuple{1, 1, 32, 1}, {2, 7, 96, 3}, {1, 127, 64, 2}, {2, 257, 768, 12},
-                              {1, 70, 200, 2}, {1, 65, 21, 3}}) {
-    Pair qkv(C, G, randn(size_t(B) * T * 3 * Ch, 18), dt), out(C, G, std::vector<float>(size_t(B) * T * Ch), dt),
+  // NKV < NH: grouped-query attention (Llama); head sizes 16-multiple (tensor cores) and not.
+  for (auto [B, T, Ch, NH, NKV] : {std::tuple{1, 1, 32, 1, 1}, {2, 7, 96, 3, 3}, {1, 127, 64, 2, 2},
+                                   {2, 257, 768, 12, 12}, {1, 70, 200, 2, 2}, {1, 65, 21, 3, 3},
+                                   {2, 97, 384, 6, 2}, {1, 130, 30, 6, 2}, {1, 64, 512, 8, 1}}) {
+    const int64_t C3 = int64_t(NH + 2 * NKV) * (Ch / NH);
+    Pair qkv(C, G, randn(size_t(B) * T * C3, 18), dt), out(C, G, std::vector<float>(size_t(B) * T * Ch), dt),
         lse(C, G, std::vector<float>(size_t(B) * NH * T));
-    C.attention_forward(out.c, lse.fc(), qkv.c, B, T, Ch, NH);
-    G.attention_forward(out.g, lse.fg(), qkv.g, B, T, Ch, NH);
-    const std::string tag = " B" + std::to_string(B) + " T" + std::to_string(T) + " C" + std::to_string(Ch) + " NH" + std::to_string(NH);
+    C.attention_forward(out.c, lse.fc(), qkv.c, B, T, Ch, NH, NKV);
+    G.attention_forward(out.g, lse.fg(), qkv.g, B, T, Ch, NH, NKV);
+    const std::string tag = " B" + std::to_string(B) + " T" + std::to_string(T) + " C" + std::to_string(Ch) +
+                            " NH" + std::to_string(NH) + " NKV" + std::to_string(NKV);
     out.check("attention_forward" + tag, tol(kTol));
     lse.check("attention_forward lse", kTol);
-    Pair dout(C, G, randn(size_t(B) * T * Ch, 19), dt), dqkv(C, G, std::vector<float>(size_t(B) * T * 3 * Ch), dt);
-    C.attention_backward(dqkv.c, dout.c, out.c, qkv.c, lse.fc(), B, T, Ch, NH);
-    G.attention_backward(dqkv.g, dout.g, out.g, qkv.g, lse.fg(), B, T, Ch, NH);
+    Pair dout(C, G, randn(size_t(B) * T * Ch, 19), dt), dqkv(C, G, std::vector<float>(size_t(B) * T * C3), dt);
+    C.attention_backward(dqkv.c, dout.c, out.c, qkv.c, lse.fc(), B, T, Ch, NH, NKV);
+    G.attention_backward(dqkv.g, dout.g, out.g, qkv.g, lse.fg(), B, T, Ch, NH, NKV);
     dqkv.check("attention_backward" + tag, tol(1e-4));
+  }
+  // Llama's ops: RMSNorm (plain and fused with the residual), rotary embedding, SwiGLU.
+  for (auto [N, Ch] : {std::pair{1, 1}, {7, 33}, {127, 768}, {1025, 4096}}) {
+    const std::string tag = " " + std::to_string(N) + "x" + std::to_string(Ch);
+    Pair x(C, G, randn(size_t(N) * Ch, 40, 2.f), dt), y(C, G, randn(size_t(N) * Ch, 41), dt),
+        w(C, G, randn(Ch, 42), dt), out(C, G, std::vector<float>(size_t(N) * Ch), dt),
+        res(C, G, std::vector<float>(size_t(N) * Ch), dt), rstd(C, G, std::vector<float>(N));
+    C.rmsnorm_forward(out.c, rstd.fc(), x.c, w.c, N, Ch, 1e-5f);
+    G.rmsnorm_forward(out.g, rstd.fg(), x.g, w.g, N, Ch, 1e-5f);
+    out.check("rmsnorm_forward" + tag, tol(kTol));
+    rstd.check("rmsnorm_forward rstd", kTol);
+    C.residual_rmsnorm_forward(res.c, out.c, rstd.fc(), x.c, y.c, w.c, N, Ch, 1e-5f);
+    G.residual_rmsnorm_forward(res.g, out.g, rstd.fg(), x.g, y.g, w.g, N, Ch, 1e-5f);
+    res.check("residual_rmsnorm_forward residual" + tag, tol(kTol));
+    out.check("residual_rmsnorm_forward" + tag, tol(kTol));
+    Pair dout(C, G, randn(size_t(N) * Ch, 43), dt), dx(C, G, randn(size_t(N) * Ch, 44), dt), dw(C, G, randn(Ch, 45));
+    C.rmsnorm_backward(dx.c, dw.fc(), dout.c, res.c, w.c, rstd.fc(), N, Ch);
+    G.rmsnorm_backward(dx.g, dw.fg(), dout.g, res.g, w.g, rstd.fg(), N, Ch);
+    dx.check("rmsnorm_backward dinp" + tag, tol(1e-4));
+    dw.check("rmsnorm_backward dweight" + tag, 1e-4);
+  }
+  for (auto [B, T, H, hs, extra] : {std::tuple{1, 1, 1, 2, 0}, {2, 37, 8, 64, 128}, {1, 129, 3, 30, 60}}) {
+    const int64_t stride = int64_t(H) * hs + extra;
+    const std::string tag = " B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) +
+                            " hs" + std::to_string(hs);
+    Pair x(C, G, randn(size_t(B) * T * stride, 46), dt);
+    C.rope(x.c, B, T, H, hs, stride, 10000.0f, false);
+    G.rope(x.g, B, T, H, hs, stride, 10000.0f, false);
+    x.check("rope" + tag, tol(kTol));
+    C.rope(x.c, B, T, H, hs, stride, 500000.0f, true);
+    G.rope(x.g, B, T, H, hs, stride, 500000.0f, true);
+    x.check("rope inverse" + tag, tol(kTol));
+  }
+  for (auto [N, Fd] : {std::pair{1, 1}, {7, 33}, {255, 1376}}) {
+    const std::string tag = " " + std::to_string(N) + "x" + std::to_string(Fd);
+    Pair x(C, G, randn(size_t(N) * 2 * Fd, 47, 3.f), dt), out(C, G, std::vector<float>(size_t(N) * Fd), dt),
+        dout(C, G, randn(size_t(N) * Fd, 48), dt), dx(C, G, randn(size_t(N) * 2 * Fd, 49), dt);
+    C.swiglu_forward(out.c, x.c, N, Fd);
+    G.swiglu_forward(out.g, x.g, N, Fd);
+    out.check("swiglu_forward" + tag, tol(kTol));
+    C.swiglu_backward(dx.c, x.c, dout.c, N, Fd);
+    G.swiglu_backward(dx.g, x.g, dout.g, N, Fd);
+    dx.check("swiglu_backward" + tag, tol(kTol));
   }
   for (int64_t n : {int64_t(1), int64_t(7), int64_t(1025), int64_t(100003), int64_t(65536)}) {
     Pair x(C, G, randn(n, 20, 3.f), dt), dout(C, G, randn(n, 21), dt), dx(C, G, randn(n, 22), dt);

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Mixed precision end to end on the CPU backend (which stores bf16/fp16 exactly as the GPU does:
 round to nearest even, fp32 maths, fp32 masters). Every bound is derived from the arithmetic
-(trajectory_bound; tests/parity/gpt2_parity.py has the argument), not from a run:
+(trajectory_bound; tests/parity/model_parity.py has the argument), not from a run:
 - bf16 and fp16 (dynamic loss scaling) train the same model as fp32: after 40 steps the loss is
   within the rounding bound of fp32's, and some step's loss differs from fp32's by at least the
   rounding floor (the run really rounded to 16 bits);
@@ -43,7 +43,7 @@ N_LAYER = 2  # of the spec below
 
 def trajectory_bound(compute, fp32_records):
     """Relative bound on a `compute` run's loss against fp32's at the end of the same steps (the
-    argument of tests/parity/gpt2_parity.py): the gradients' rounding bound r (testlib.rounding_bound)
+    argument of tests/parity/model_parity.py): the gradients' rounding bound r (testlib.rounding_bound)
     for the loss's own rounding, plus r times the relative loss change the updates made."""
     r = testlib.rounding_bound(compute, N_LAYER)
     first, last = fp32_records[0]["loss"], fp32_records[-1]["loss"]

@@ -223,8 +223,8 @@ int attention(DType dt) {
     gpu->synchronize();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 5;
   };
-  const double fwd = time([&] { gpu->attention_forward(out, lse, qkv, B, T, C, NH); });
-  const double bwd = time([&] { gpu->attention_backward(dqkv, out, out, qkv, lse, B, T, C, NH); });
+  const double fwd = time([&] { gpu->attention_forward(out, lse, qkv, B, T, C, NH, NH); });
+  const double bwd = time([&] { gpu->attention_backward(dqkv, out, out, qkv, lse, B, T, C, NH, NH); });
   // causal: half of the 4 * B * NH * T^2 * hs forward FLOPs; backward is 2.5x forward
   const double f = 4.0 * B * NH * double(T) * T * (C / NH) / 2;
   std::printf("{\"check\": \"attention\", \"B\": %d, \"T\": %d, \"heads\": %d, \"head_size\": %d, \"precision\": \"%s\", "

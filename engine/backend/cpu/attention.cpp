@@ -1,6 +1,7 @@
-// Causal multi-head self-attention on packed QKV. Forward stores only the log-sum-exp of each
-// score row (B,NH,T); backward recomputes the probabilities from it, flash-attention style, so no
-// (T,T) matrix per head is kept between the passes.
+// Causal multi-head self-attention on packed QKV, with grouped-query attention (NKV key/value
+// heads, each shared by NH / NKV consecutive query heads; NKV = NH is plain multi-head). Forward
+// stores only the log-sum-exp of each score row (B,NH,T); backward recomputes the probabilities
+// from it, flash-attention style, so no (T,T) matrix per head is kept between the passes.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -27,8 +28,8 @@ inline void axpy(F* y, F a, const F* x, int n) {
 }  // namespace
 
 template <typename F>
-void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH, C3 = 3 * C;
+void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH, int NKV) {
+  const int hs = C / NH, C3 = (NH + 2 * NKV) * hs, group = NH / NKV;
   const F scale = F(1) / std::sqrt(F(hs));
 #pragma omp parallel
   {
@@ -39,9 +40,10 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
         for (int t = 0; t < T; ++t) {
           const F* base = qkv + int64_t(b) * T * C3;
           const F* q = base + int64_t(t) * C3 + h * hs;
+          const int kh = C + (h / group) * hs, vh = kh + NKV * hs;  // this head's k and v columns
           F mx = -std::numeric_limits<F>::infinity();
           for (int t2 = 0; t2 <= t; ++t2) {
-            score[t2] = dot(q, base + int64_t(t2) * C3 + C + h * hs, hs) * scale;
+            score[t2] = dot(q, base + int64_t(t2) * C3 + kh, hs) * scale;
             mx = std::max(mx, score[t2]);
           }
           F sum = 0;
@@ -54,7 +56,7 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
           std::fill(o, o + hs, F(0));
           const F inv = F(1) / sum;
           for (int t2 = 0; t2 <= t; ++t2)
-            axpy(o, score[t2] * inv, base + int64_t(t2) * C3 + 2 * C + h * hs, hs);
+            axpy(o, score[t2] * inv, base + int64_t(t2) * C3 + vh, hs);
           lse[(int64_t(b) * NH + h) * T + t] = mx + std::log(sum);
         }
   }
@@ -62,26 +64,28 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
 
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int B, int T, int C,
-                        int NH) {
-  const int hs = C / NH, C3 = 3 * C;
+                        int NH, int NKV) {
+  const int hs = C / NH, C3 = (NH + 2 * NKV) * hs, group = NH / NKV;
   const F scale = F(1) / std::sqrt(F(hs));
-  // One (b, h) per task: dk and dv of a head collect contributions from every query row, so a
-  // task owns all rows of its head and the summation order is fixed.
+  // One (b, key/value head) per task: its dk and dv collect contributions from every query row of
+  // every query head of its group, so a task owns all of them and the summation order is fixed.
 #pragma omp parallel
   {
     std::vector<F> p(T), dp(T);
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h) {
+      for (int g = 0; g < NKV; ++g)
+      for (int h = g * group; h < (g + 1) * group; ++h) {
         const F* base = qkv + int64_t(b) * T * C3;
         F* dbase = dqkv + int64_t(b) * T * C3;
+        const int kh = C + g * hs, vh = kh + NKV * hs;
         for (int t = 0; t < T; ++t) {
           const F* q = base + int64_t(t) * C3 + h * hs;
           const F* d = dout + (int64_t(b) * T + t) * C + h * hs;
           const F l = lse[(int64_t(b) * NH + h) * T + t];
           for (int t2 = 0; t2 <= t; ++t2) {
-            p[t2] = dot(q, base + int64_t(t2) * C3 + C + h * hs, hs) * scale - l;
-            dp[t2] = dot(d, base + int64_t(t2) * C3 + 2 * C + h * hs, hs);
+            p[t2] = dot(q, base + int64_t(t2) * C3 + kh, hs) * scale - l;
+            dp[t2] = dot(d, base + int64_t(t2) * C3 + vh, hs);
           }
           F D = 0;  // sum_t2 p * dp  (= dout . out)
 #pragma omp simd reduction(+ : D)
@@ -92,9 +96,9 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int 
           F* dq = dbase + int64_t(t) * C3 + h * hs;
           for (int t2 = 0; t2 <= t; ++t2) {
             const F ds = p[t2] * (dp[t2] - D) * scale;  // d(score before scaling)
-            const F* k = base + int64_t(t2) * C3 + C + h * hs;
-            F* dk = dbase + int64_t(t2) * C3 + C + h * hs;
-            F* dv = dbase + int64_t(t2) * C3 + 2 * C + h * hs;
+            const F* k = base + int64_t(t2) * C3 + kh;
+            F* dk = dbase + int64_t(t2) * C3 + kh;
+            F* dv = dbase + int64_t(t2) * C3 + vh;
             axpy(dq, ds, k, hs);
             axpy(dk, ds, q, hs);
             axpy(dv, p[t2], d, hs);
@@ -104,9 +108,9 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int 
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
-template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
-template void attention_backward<float>(float*, const float*, const float*, const float*, int, int, int, int);
-template void attention_backward<double>(double*, const double*, const double*, const double*, int, int, int, int);
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int, int);
+template void attention_forward<double>(double*, double*, const double*, int, int, int, int, int);
+template void attention_backward<float>(float*, const float*, const float*, const float*, int, int, int, int, int);
+template void attention_backward<double>(double*, const double*, const double*, const double*, int, int, int, int, int);
 
 }  // namespace zt::cpu

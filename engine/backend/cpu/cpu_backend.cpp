@@ -268,19 +268,58 @@ class CpuBackend final : public Backend {
     cpu::matmul_backward(d.get(), dweight, dbias, In(dout, int64_t(N) * OC, dt()).get(),
                          In(inp, int64_t(N) * C, dt()).get(), In(weight, int64_t(OC) * C, dt()).get(), N, C, OC);
   }
-  void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) override {
+  void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int NKV) override {
     const Access access(*this);
-    const int64_t BT = int64_t(B) * T;
+    const int64_t BT = int64_t(B) * T, C3 = int64_t(NH + 2 * NKV) * (C / NH);
     Out o(out, BT * C, dt(), false);
-    cpu::attention_forward(o.get(), lse, In(qkv, BT * 3 * C, dt()).get(), B, T, C, NH);
+    cpu::attention_forward(o.get(), lse, In(qkv, BT * C3, dt()).get(), B, T, C, NH, NKV);
   }
   void attention_backward(void* dqkv, const void* dout, const void* /*out*/, const void* qkv, const float* lse,
-                          int B, int T, int C, int NH) override {
+                          int B, int T, int C, int NH, int NKV) override {
     const Access access(*this);
-    const int64_t BT = int64_t(B) * T;
-    Out d(dqkv, BT * 3 * C, dt(), true);
-    cpu::attention_backward(d.get(), In(dout, BT * C, dt()).get(), In(qkv, BT * 3 * C, dt()).get(), lse, B,
-                            T, C, NH);
+    const int64_t BT = int64_t(B) * T, C3 = int64_t(NH + 2 * NKV) * (C / NH);
+    Out d(dqkv, BT * C3, dt(), true);
+    cpu::attention_backward(d.get(), In(dout, BT * C, dt()).get(), In(qkv, BT * C3, dt()).get(), lse, B, T, C,
+                            NH, NKV);
+  }
+  void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
+                       float eps) override {
+    const Access access(*this);
+    Out o(out, int64_t(N) * C, dt(), false);
+    cpu::rmsnorm_forward(o.get(), rstd, In(inp, int64_t(N) * C, dt()).get(), In(weight, C, dt()).get(), N, C, eps);
+  }
+  void residual_rmsnorm_forward(void* res, void* out, float* rstd, const void* a, const void* b, const void* weight,
+                                int N, int C, float eps) override {
+    const Access access(*this);
+    const int64_t n = int64_t(N) * C;
+    {
+      Out r(res, n, dt(), false);
+      cpu::add(r.get(), In(a, n, dt()).get(), In(b, n, dt()).get(), n);
+    }  // res is rounded to the compute type before the norm reads it, as on the GPU
+    rmsnorm_forward(out, rstd, res, weight, N, C, eps);
+  }
+  void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp, const void* weight,
+                        const float* rstd, int N, int C) override {
+    const Access access(*this);
+    const int64_t n = int64_t(N) * C;
+    Out d(dinp, n, dt(), true);
+    cpu::rmsnorm_backward(d.get(), dweight, In(dout, n, dt()).get(), In(inp, n, dt()).get(),
+                          In(weight, C, dt()).get(), rstd, N, C);
+  }
+  void rope(void* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse) override {
+    const Access access(*this);
+    Out o(x, int64_t(B) * T * stride, dt(), true);
+    cpu::rope(o.get(), B, T, n_heads, hs, stride, theta, inverse);
+  }
+  void swiglu_forward(void* out, const void* inp, int64_t N, int F) override {
+    const Access access(*this);
+    Out o(out, N * F, dt(), false);
+    cpu::swiglu_forward(o.get(), In(inp, N * 2 * F, dt()).get(), N, F);
+  }
+  void swiglu_backward(void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
+    const Access access(*this);
+    Out d(dinp, N * 2 * F, dt(), true);
+    cpu::swiglu_backward(d.get(), In(inp, N * 2 * F, dt()).get(), In(dout, N * F, dt()).get(), N, F);
   }
   void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override {
     const Access access(*this);

@@ -41,14 +41,40 @@ template <typename F>
 void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
                      int N, int C, int OC);
 
-// Causal self-attention on packed qkv (B,T,3C) = [q | k | v], head h owns channels
-// [h*hs, (h+1)*hs) of each part (hs = C/NH). out (B,T,C); lse (B,NH,T) = log-sum-exp of each
-// score row, saved so backward recomputes probabilities instead of storing (T,T) per head.
+// Causal self-attention on packed qkv (B,T,(NH + 2 NKV) hs) = [q | k | v]: NH query heads and
+// NKV key/value heads (grouped-query attention: query head h reads key/value head h / (NH/NKV);
+// NKV = NH is multi-head attention, where qkv is (B,T,3C)), each head hs = C/NH channels.
+// out (B,T,C); lse (B,NH,T) = log-sum-exp of each score row, saved so backward recomputes
+// probabilities instead of storing (T,T) per head.
 template <typename F>
-void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH);
+void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH, int NKV);
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int B, int T, int C,
-                        int NH);
+                        int NH, int NKV);
+
+// RMSNorm (Llama): out (N,C) = inp * rstd * weight, rstd (N) = 1 / sqrt(mean(inp^2) + eps),
+// saved for backward.
+template <typename F>
+void rmsnorm_forward(F* out, F* rstd, const F* inp, const F* weight, int N, int C, float eps);
+template <typename F>
+void rmsnorm_backward(F* dinp, F* dweight, const F* dout, const F* inp, const F* weight,
+                      const F* rstd, int N, int C);
+
+// Rotary position embedding, in place, on the first n_heads heads (hs channels each) of every
+// (b, t) row of x, rows `stride` elements apart: position t rotates channel pairs (i, i + hs/2)
+// by the angle t * theta^(-2i/hs), i < hs/2. This is the Hugging Face (GPT-NeoX) convention
+// that rotates the two halves of each head; Meta's original Llama code rotates adjacent pairs
+// (2i, 2i+1) instead, which Hugging Face's conversion script absorbs by permuting the rows of
+// q_proj and k_proj. We follow Hugging Face, so its weights load unpermuted. inverse = true
+// rotates by the negative angle: the backward of the rotation, which is orthogonal.
+template <typename F>
+void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse);
+
+// SwiGLU (Llama's MLP): inp (N, 2F) holds [gate | up] per row; out (N,F) = silu(gate) * up.
+template <typename F>
+void swiglu_forward(F* out, const F* inp, int64_t N, int F_);
+template <typename F>
+void swiglu_backward(F* dinp, const F* inp, const F* dout, int64_t N, int F_);  // (accumulates)
 
 // GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 template <typename F>

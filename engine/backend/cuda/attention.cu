@@ -10,6 +10,9 @@
 // probability from its lane with a shuffle. Maths in fp32; q, k, v, dout in T.
 // Head size up to 128 (KD = ceil(hs / 32) <= 4 dims per lane). For bf16/fp16 and head sizes that
 // are multiples of 16, the forward runs on tensor cores instead (attention_forward_tc_kernel).
+// Grouped-query attention (NKV key/value heads, each read by NH / NKV query heads): the forward
+// and dQ kernels index the key/value head of their query head; the dK/dV kernels run per
+// key/value head and loop over the query heads of its group, so dK and dV keep one writer.
 #include <mma.h>
 
 #include <cmath>
@@ -27,16 +30,22 @@ constexpr int kWarps = 8;                    // each warp owns kTile / kWarps ro
 constexpr int kRowsPerWarp = kTile / kWarps;
 constexpr int kMaxHead = 128;
 
-struct Geo {  // where (b, h) lives in qkv (B,T,3C) / out (B,T,C) / lse (B,NH,T)
-  int T, C, NH, hs, ld;
-  int b, h;
-  __device__ Geo(int T_, int C_, int NH_, int bh) : T(T_), C(C_), NH(NH_), hs(C_ / NH_), ld(C_ / NH_ + 1) {
+// Where query head h of sequence b lives in qkv (B,T,(NH + 2 NKV) hs) / out (B,T,C) / lse (B,NH,T),
+// and its key/value head h / (NH / NKV).
+struct Geo {
+  int T, C, NH, NKV, hs, ld;
+  int b, h, kvh;
+  int64_t row;  // elements per (b, t) row of qkv
+  __device__ Geo(int T_, int C_, int NH_, int NKV_, int bh)
+      : T(T_), C(C_), NH(NH_), NKV(NKV_), hs(C_ / NH_), ld(C_ / NH_ + 1) {
     b = bh / NH;
     h = bh % NH;
+    kvh = h / (NH / NKV);
+    row = int64_t(NH + 2 * NKV) * hs;
   }
-  __device__ int64_t q(int t) const { return (int64_t(b) * T + t) * 3 * C + int64_t(h) * hs; }
-  __device__ int64_t k(int t) const { return q(t) + C; }
-  __device__ int64_t v(int t) const { return q(t) + 2 * C; }
+  __device__ int64_t q(int t) const { return (int64_t(b) * T + t) * row + int64_t(h) * hs; }
+  __device__ int64_t k(int t) const { return (int64_t(b) * T + t) * row + C + int64_t(kvh) * hs; }
+  __device__ int64_t v(int t) const { return k(t) + int64_t(NKV) * hs; }
   __device__ int64_t o(int t) const { return (int64_t(b) * T + t) * C + int64_t(h) * hs; }
   __device__ int64_t stat(int t) const { return (int64_t(b) * NH + h) * T + t; }
 };
@@ -57,8 +66,8 @@ __device__ inline float dot_rows(const float* a, const float* b, int hs) {
 }
 
 template <typename T, int KD>
-__global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, float scale) {
-  const Geo g(T_, C, NH, blockIdx.y);
+__global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
+  const Geo g(T_, C, NH, NKV, blockIdx.y);
   const int q0 = blockIdx.x * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   extern __shared__ float sm[];
   float* Qs = sm;  // (kTile, ld), pre-scaled by 1/sqrt(hs)
@@ -118,11 +127,12 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T
 // D[b,h,t] = dout[t] . out[t] (= sum over keys of p * dp), one warp per row.
 template <typename T>
 __global__ void attention_rowdot_kernel(float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
+  const int NKV = NH;  // out and D do not involve the key/value heads
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= int64_t(B) * NH * T_) return;
   const int t = int(row % T_), bh = int(row / T_);
-  const Geo g(T_, C, NH, bh);
+  const Geo g(T_, C, NH, NKV, bh);
   float s = 0;
   for (int c = lane; c < g.hs; c += 32) s += to_float(dout[g.o(t) + c]) * to_float(out[g.o(t) + c]);
   s = warp_sum(s);
@@ -132,8 +142,10 @@ __global__ void attention_rowdot_kernel(float* D, const T* dout, const T* out, i
 // dK, dV for one tile of 32 keys: loops over the query tiles at or after it.
 template <typename T, int KD>
 __global__ void attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                                               const float* D, int T_, int C, int NH, float scale) {
-  const Geo g(T_, C, NH, blockIdx.y);
+                                               const float* D, int T_, int C, int NH, int NKV, float scale) {
+  // blockIdx.y = (b, key/value head); g is the group's first query head, gq each in turn
+  const int group = NH / NKV;
+  const Geo g(T_, C, NH, NKV, (blockIdx.y / NKV) * NH + (blockIdx.y % NKV) * group);
   const int k0 = blockIdx.x * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   extern __shared__ float sm[];
   float* Ks = sm;
@@ -149,14 +161,16 @@ __global__ void attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* 
   for (int i = 0; i < kRowsPerWarp; ++i)
     #pragma unroll
     for (int k = 0; k < KD; ++k) dk[i][k] = dv[i][k] = 0;
+  for (int hq = 0; hq < group; ++hq)
   for (int q0 = k0; q0 < g.T; q0 += kTile) {
+    const Geo gq(T_, C, NH, NKV, (blockIdx.y / NKV) * NH + (blockIdx.y % NKV) * group + hq);
     __syncthreads();
-    load_tile(Qs, qkv, q0, g, 1.0f, [&](int t) { return g.q(t); });
-    load_tile(dOs, dout, q0, g, 1.0f, [&](int t) { return g.o(t); });
+    load_tile(Qs, qkv, q0, gq, 1.0f, [&](int t) { return gq.q(t); });
+    load_tile(dOs, dout, q0, gq, 1.0f, [&](int t) { return gq.o(t); });
     for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
       const int t = q0 + r;
-      Ls[r] = t < g.T ? lse[g.stat(t)] : 0.0f;
-      Ds[r] = t < g.T ? D[g.stat(t)] : 0.0f;
+      Ls[r] = t < g.T ? lse[gq.stat(t)] : 0.0f;
+      Ds[r] = t < g.T ? D[gq.stat(t)] : 0.0f;
     }
     __syncthreads();
     const int t = q0 + lane;  // this lane's query
@@ -203,8 +217,8 @@ __global__ void attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* 
 // dQ for one tile of 32 queries: loops over the key tiles up to the diagonal.
 template <typename T, int KD>
 __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
-                                             int T_, int C, int NH, float scale) {
-  const Geo g(T_, C, NH, blockIdx.y);
+                                             int T_, int C, int NH, int NKV, float scale) {
+  const Geo g(T_, C, NH, NKV, blockIdx.y);
   const int q0 = blockIdx.x * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   extern __shared__ float sm[];
   float* Qs = sm;
@@ -300,9 +314,9 @@ __device__ void load_tile_raw(T* tile, int ld, const T* src, int t0, const Geo& 
 }
 
 template <typename T>
-__global__ void attention_forward_tc_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, float scale) {
+__global__ void attention_forward_tc_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
   using namespace nvcuda;
-  const Geo g(T_, C, NH, blockIdx.y);
+  const Geo g(T_, C, NH, NKV, blockIdx.y);
   const TcLayout L(g.hs);
   extern __shared__ __align__(128) unsigned char smem[];
   T* Qs = reinterpret_cast<T*>(smem + L.q);
@@ -483,8 +497,10 @@ __device__ void tc_load_stats(float* Ls, float* Ds, const float* lse, const floa
 // dK, dV for 64 keys (16 per warp) over the query tiles at or after them.
 template <typename T>
 __global__ void attention_backward_dkdv_tc_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                                                  const float* D, int T_, int C, int NH, float scale) {
-  const Geo g(T_, C, NH, blockIdx.y);
+                                                  const float* D, int T_, int C, int NH, int NKV, float scale) {
+  // blockIdx.y = (b, key/value head); g is the group's first query head, gq each in turn
+  const int group = NH / NKV;
+  const Geo g(T_, C, NH, NKV, (blockIdx.y / NKV) * NH + (blockIdx.y % NKV) * group);
   const TcBwdLayout L(g.hs);
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hs = g.hs;
@@ -499,11 +515,13 @@ __global__ void attention_backward_dkdv_tc_kernel(T* dqkv, const T* dout, const 
   load_tile_raw(Vs, L.ldq, qkv, k0, g, [&](int t) { return g.v(t); });
   for (int idx = lane; idx < 16 * hs; idx += 32) dK[(idx / hs) * L.ldo + idx % hs] = dV[(idx / hs) * L.ldo + idx % hs] = 0;
   const int r = lane / 2, half = lane % 2, key = k0 + warp * 16 + r;  // lane's row for the elementwise step
+  for (int hq = 0; hq < group; ++hq)
   for (int q0 = k0; q0 < g.T; q0 += kTcRows) {
+    const Geo gq(T_, C, NH, NKV, (blockIdx.y / NKV) * NH + (blockIdx.y % NKV) * group + hq);
     __syncthreads();
-    load_tile_raw(Qs, L.ldq, qkv, q0, g, [&](int t) { return g.q(t); });
-    load_tile_raw(dOs, L.ldq, dout, q0, g, [&](int t) { return g.o(t); });
-    tc_load_stats<T>(Ls, Dq, lse, D, q0, g);
+    load_tile_raw(Qs, L.ldq, qkv, q0, gq, [&](int t) { return gq.q(t); });
+    load_tile_raw(dOs, L.ldq, dout, q0, gq, [&](int t) { return gq.o(t); });
+    tc_load_stats<T>(Ls, Dq, lse, D, q0, gq);
     __syncthreads();
     tc_rows_times_cols(S, L.lds, Ks + warp * 16 * L.ldq, Qs, L.ldq, hs);   // K_w Q^T
     tc_rows_times_cols(dP, L.lds, Vs + warp * 16 * L.ldq, dOs, L.ldq, hs);  // V_w dO^T
@@ -532,8 +550,8 @@ __global__ void attention_backward_dkdv_tc_kernel(T* dqkv, const T* dout, const 
 // dQ for 64 queries (16 per warp) over the key tiles up to the diagonal.
 template <typename T>
 __global__ void attention_backward_dq_tc_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
-                                                int T_, int C, int NH, float scale) {
-  const Geo g(T_, C, NH, blockIdx.y);
+                                                int T_, int C, int NH, int NKV, float scale) {
+  const Geo g(T_, C, NH, NKV, blockIdx.y);
   const TcBwdLayout L(g.hs);
   extern __shared__ __align__(128) unsigned char smem[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, hs = g.hs;
@@ -615,7 +633,7 @@ void allow_smem(K kernel, size_t bytes) {
 }  // namespace
 
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t s) {
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
   if (B * T_ <= 0) return;
   const int hs = C / NH;
   if constexpr (sizeof(T) == 2) {
@@ -624,7 +642,7 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
       auto kernel = attention_forward_tc_kernel<T>;
       allow_smem(kernel, L.total);
       kernel<<<dim3(blocks_for(T_, kTcRows), unsigned(B * NH)), 32 * kTcWarps, L.total, s>>>(
-          out, lse, qkv, T_, C, NH, 1.0f / std::sqrt(float(hs)));
+          out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(hs)));
       ZT_CUDA_LAUNCH_CHECK();
       return;
     }
@@ -634,14 +652,14 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
   with_kd(hs, "attention_forward", [&](auto kd) {
     auto kernel = attention_forward_kernel<T, decltype(kd)::value>;
     allow_smem(kernel, smem);
-    kernel<<<grid, 32 * kWarps, smem, s>>>(out, lse, qkv, T_, C, NH, 1.0f / std::sqrt(float(hs)));
+    kernel<<<grid, 32 * kWarps, smem, s>>>(out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(hs)));
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
-                        int NH, float* scratch, cudaStream_t s) {
+                        int NH, int NKV, float* scratch, cudaStream_t s) {
   if (B * T_ <= 0) return;
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
@@ -652,36 +670,37 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
   if constexpr (sizeof(T) == 2) {
     const TcBwdLayout L(hs);
     if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
-      const dim3 tc_grid(blocks_for(T_, kTcRows), unsigned(B * NH));
+      const dim3 tc_grid(blocks_for(T_, kTcRows), unsigned(B * NH)), kv_grid(tc_grid.x, unsigned(B * NKV));
       auto dkdv = attention_backward_dkdv_tc_kernel<T>;
       allow_smem(dkdv, L.total);
-      dkdv<<<tc_grid, 32 * kTcWarps, L.total, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, scale);
+      dkdv<<<kv_grid, 32 * kTcWarps, L.total, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
       ZT_CUDA_LAUNCH_CHECK();
       auto dq = attention_backward_dq_tc_kernel<T>;
       allow_smem(dq, L.total);
-      dq<<<tc_grid, 32 * kTcWarps, L.total, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, scale);
+      dq<<<tc_grid, 32 * kTcWarps, L.total, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
       ZT_CUDA_LAUNCH_CHECK();
       return;
     }
   }
-  const dim3 grid(blocks_for(T_, kTile), unsigned(B * NH));
+  const dim3 grid(blocks_for(T_, kTile), unsigned(B * NH)), kv_grid(grid.x, unsigned(B * NKV));
   const size_t tiles = size_t(4) * kTile * (hs + 1) * sizeof(float);
   with_kd(hs, "attention_backward", [&](auto kd) {
     auto dkdv = attention_backward_dkdv_kernel<T, decltype(kd)::value>;
     allow_smem(dkdv, tiles + 2 * kTile * sizeof(float));
-    dkdv<<<grid, 32 * kWarps, tiles + 2 * kTile * sizeof(float), s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, scale);
+    dkdv<<<kv_grid, 32 * kWarps, tiles + 2 * kTile * sizeof(float), s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV,
+                                                                         scale);
     ZT_CUDA_LAUNCH_CHECK();
     auto dq = attention_backward_dq_kernel<T, decltype(kd)::value>;
     allow_smem(dq, tiles);
-    dq<<<grid, 32 * kWarps, tiles, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, scale);
+    dq<<<grid, 32 * kWarps, tiles, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
 #define ZT_INSTANTIATE(T)                                                                             \
-  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, cudaStream_t);        \
+  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, int, cudaStream_t);   \
   template void attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, \
-                                      int, float*, cudaStream_t);
+                                      int, int, float*, cudaStream_t);
 ZT_INSTANTIATE(float)
 ZT_INSTANTIATE(__nv_bfloat16)
 ZT_INSTANTIATE(__half)

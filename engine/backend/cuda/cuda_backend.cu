@@ -231,15 +231,39 @@ class CudaBackend final : public Backend {
       ZT_DISPATCH(dt(), T, cuda::bias_backward(dbias, tp<T>(dout), N, OC, sc, stream_));
     }
   }
-  void attention_forward(void* out, float* lse, const void* qkv, int B, int T_, int C, int NH) override {
-    ZT_DISPATCH(dt(), T, cuda::attention_forward(tp<T>(out), lse, tp<T>(qkv), B, T_, C, NH, stream_));
+  void attention_forward(void* out, float* lse, const void* qkv, int B, int T_, int C, int NH, int NKV) override {
+    ZT_DISPATCH(dt(), T, cuda::attention_forward(tp<T>(out), lse, tp<T>(qkv), B, T_, C, NH, NKV, stream_));
   }
   void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv, const float* lse, int B,
-                          int T_, int C, int NH) override {
+                          int T_, int C, int NH, int NKV) override {
     float* sc = scratch(attention_scratch_floats(B, T_, NH));
     ZT_DISPATCH(dt(), T,
-                cuda::attention_backward(tp<T>(dqkv), tp<T>(dout), tp<T>(out), tp<T>(qkv), lse, B, T_, C, NH, sc,
+                cuda::attention_backward(tp<T>(dqkv), tp<T>(dout), tp<T>(out), tp<T>(qkv), lse, B, T_, C, NH, NKV, sc,
                                          stream_));
+  }
+  void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* w, int N, int C, float eps) override {
+    ZT_DISPATCH(dt(), T, cuda::rmsnorm_forward(tp<T>(out), rstd, tp<T>(inp), tp<T>(w), N, C, eps, stream_));
+  }
+  void residual_rmsnorm_forward(void* res, void* out, float* rstd, const void* a, const void* b, const void* w, int N,
+                                int C, float eps) override {
+    ZT_DISPATCH(dt(), T,
+                cuda::residual_rmsnorm_forward(tp<T>(res), tp<T>(out), rstd, tp<T>(a), tp<T>(b), tp<T>(w), N, C, eps,
+                                               stream_));
+  }
+  void rmsnorm_backward(void* dinp, float* dw, const void* dout, const void* inp, const void* w, const float* rstd,
+                        int N, int C) override {
+    float* sc = scratch(column_scratch_floats(C));
+    ZT_DISPATCH(dt(), T,
+                cuda::rmsnorm_backward(tp<T>(dinp), dw, tp<T>(dout), tp<T>(inp), tp<T>(w), rstd, N, C, sc, stream_));
+  }
+  void rope(void* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse) override {
+    ZT_DISPATCH(dt(), T, cuda::rope(tp<T>(x), B, T_, n_heads, hs, stride, theta, inverse, stream_));
+  }
+  void swiglu_forward(void* out, const void* inp, int64_t N, int F) override {
+    ZT_DISPATCH(dt(), T, cuda::swiglu_forward(tp<T>(out), tp<T>(inp), N, F, stream_));
+  }
+  void swiglu_backward(void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
+    ZT_DISPATCH(dt(), T, cuda::swiglu_backward(tp<T>(dinp), tp<T>(inp), tp<T>(dout), N, F, stream_));
   }
   void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override {
     ZT_DISPATCH(dt(), T, cuda::gelu_backward(tp<T>(dinp), tp<T>(inp), tp<T>(dout), n, stream_));

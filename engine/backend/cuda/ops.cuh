@@ -39,10 +39,25 @@ void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s);  // out (N,
 
 inline int64_t attention_scratch_floats(int B, int T_, int NH) { return int64_t(B) * NH * T_; }
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t s);
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
-                        int NH, float* scratch, cudaStream_t s);
+                        int NH, int NKV, float* scratch, cudaStream_t s);
+
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps, cudaStream_t s);
+template <typename T>
+void residual_rmsnorm_forward(T* res, T* out, float* rstd, const T* a, const T* b, const T* w, int N, int C, float eps,
+                              cudaStream_t s);
+template <typename T>
+void rmsnorm_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* w, const float* rstd, int N, int C,
+                      float* scratch, cudaStream_t s);  // scratch: column_scratch_floats(C)
+template <typename T>
+void rope(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse, cudaStream_t s);
+template <typename T>
+void swiglu_forward(T* out, const T* inp, int64_t N, int F, cudaStream_t s);
+template <typename T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int F, cudaStream_t s);
 
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t s);

@@ -103,12 +103,12 @@ TEST_CASE("attention backward matches finite differences and float matches doubl
     const auto R = randn(size_t(B) * T * C, 10);
     std::vector<double> out(size_t(B) * T * C), lse(size_t(B) * NH * T);
     auto loss = [&] {
-      cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+      cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH);
       return dot(out, R);
     };
     loss();
     std::vector<double> dqkv(qkv.size());
-    cpu::attention_backward(dqkv.data(), R.data(), qkv.data(), lse.data(), B, T, C, NH);
+    cpu::attention_backward(dqkv.data(), R.data(), qkv.data(), lse.data(), B, T, C, NH, NH);
     auto [idx, num] = numeric_grad(qkv, loss, 300);
     REQUIRE(rel_err(gather(dqkv, idx), num) < kFdTol);
     loss();
@@ -117,15 +117,15 @@ TEST_CASE("attention backward matches finite differences and float matches doubl
       auto qkv2 = qkv;
       for (int c = 0; c < 3 * C; ++c) qkv2[size_t(T - 1) * 3 * C + c] += 1.0;
       std::vector<double> out2(out.size()), lse2(lse.size());
-      cpu::attention_forward(out2.data(), lse2.data(), qkv2.data(), B, T, C, NH);
+      cpu::attention_forward(out2.data(), lse2.data(), qkv2.data(), B, T, C, NH, NH);
       for (int t = 0; t < T - 1; ++t)
         for (int c = 0; c < C; ++c) REQUIRE(out2[size_t(t) * C + c] == out[size_t(t) * C + c]);
     }
     auto qf = cast<float>(qkv), Rf = cast<float>(R);
     std::vector<float> outf(out.size()), lsef(lse.size()), dqf(qkv.size());
-    cpu::attention_forward(outf.data(), lsef.data(), qf.data(), B, T, C, NH);
+    cpu::attention_forward(outf.data(), lsef.data(), qf.data(), B, T, C, NH, NH);
     REQUIRE(rel_err(outf, out) < kFloatTol);
-    cpu::attention_backward(dqf.data(), Rf.data(), qf.data(), lsef.data(), B, T, C, NH);
+    cpu::attention_backward(dqf.data(), Rf.data(), qf.data(), lsef.data(), B, T, C, NH, NH);
     REQUIRE(rel_err(dqf, dqkv) < 1e-4);
     REQUIRE(all_finite(dqf));
   }

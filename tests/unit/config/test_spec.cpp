@@ -156,3 +156,31 @@ TEST_CASE("arbitrary bytes never crash the loader", "[config][errors]") {
     }
   }
 }
+
+TEST_CASE("llama keys resolve their defaults and impossible combinations name the keys", "[config][llama]") {
+  const std::string llama = with("n_layer = 2", "arch = \"llama\"\nn_layer = 2");
+  const RunSpec s = parse_run_spec(llama, "spec.toml");
+  REQUIRE(s.model.n_kv_head == 2);           // n_head
+  REQUIRE(s.model.d_ff == 256);              // 8/3 * 16 rounded up to a multiple of 256
+  REQUIRE_FALSE(s.model.tie_embeddings);     // Llama's default
+  REQUIRE(s.model.rope_theta == 10000.0);
+  REQUIRE(parse_run_spec(kGood, "spec.toml").model.tie_embeddings);  // GPT-2: always tied
+  REQUIRE(parse_run_spec(llama, "spec.toml", {"model.tie_embeddings=true"}).model.tie_embeddings);
+  const RunSpec gqa = parse_run_spec(llama, "spec.toml", {"model.n_head=4", "model.n_kv_head=2"});
+  REQUIRE(gqa.model.n_kv_head == 2);
+  const std::string dump = resolved_toml(gqa);  // the resolved dump keeps every Llama key
+  REQUIRE(resolved_toml(parse_run_spec(dump, "resolved.toml")) == dump);
+  CHECK_THAT(error_of(llama, {"model.n_head=4", "model.n_kv_head=3"}),
+             Catch::Contains("[model] n_kv_head: n_head = 4 is not a multiple of n_kv_head = 3"));
+  CHECK_THAT(error_of(kGood, {"model.n_kv_head=1"}),
+             Catch::Contains("[model] n_kv_head: grouped-query attention (n_kv_head = 1 < n_head = 2) needs arch = \"llama\""));
+  CHECK_THAT(error_of(kGood, {"model.tie_embeddings=false"}), Catch::Contains("[model] tie_embeddings:"));
+  CHECK_THAT(error_of(kGood, {"model.rope_theta=500000"}), Catch::Contains("[model] rope_theta: applies to arch"));
+  CHECK_THAT(error_of(llama, {"model.d_model=18", "model.n_head=2"}),
+             Catch::Contains("[model] n_head: the rotary embedding needs an even head size; d_model / n_head = 18 / 2 = 9"));
+  CHECK_THAT(error_of(llama, {"model.norm_eps=0"}), Catch::Contains("[model] norm_eps: must be in (0, 1)"));
+  CHECK_THAT(error_of(llama, {"model.n_head=4", "model.n_kv_head=2", "parallel.tensor=4", "model.n_kv_head=3"}),
+             Catch::Contains("n_kv_head"));
+  CHECK_THAT(error_of(with("n_layer = 2", "arch = \"lama\"\nn_layer = 2")),
+             Catch::Contains("[model] arch: 'lama' is not a supported architecture (supported: \"gpt2\", \"llama\")"));
+}

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""PyTorch parity for the GPT-2 model on the CPU backend, fp32 and bf16 compute.
+"""PyTorch parity for the GPT-2 and Llama models (--arch), fp32, bf16 and fp16 compute.
 
 For several odd model sizes: ztrain writes its initial parameters, first batch, loss and every
-gradient (`ztrain debug dump-state`), plus 10 training steps; PyTorch builds the same GPT-2 from
-those parameters and must agree on the loss and on every gradient (normalized error
+gradient (`ztrain debug dump-state`), plus 10 training steps; PyTorch builds the same model
+(tests/torch_gpt.py, tests/torch_llama.py: independent references) from those parameters and must agree on the loss and on every gradient (normalized error
 ||a - b|| / ||b|| <= 1e-4 per tensor), and 10 steps of torch.optim.AdamW with the same schedule,
 clipping and batches must give the same losses (relative error <= 1e-4) and final parameters.
 
@@ -27,6 +27,7 @@ try:
     import numpy as np
     import torch
     from torch_gpt import GPT
+    from torch_llama import Llama
 except ImportError as e:  # a user's machine without the reference stack
     print(f"SKIP: PyTorch/h5py not available ({e}); install python3-torch python3-h5py")
     sys.exit(testlib.SKIP)
@@ -121,11 +122,21 @@ def storage_evidence(f, compute, names):
     return out
 
 
-def tolerances(compute, n_layer, loss, max_logit):
+def tolerances(compute, arch, n_layer, loss, max_logit):
     if compute == "fp32":
         return TOL
-    u, grad = testlib.UNIT_ROUNDOFF[compute], testlib.rounding_bound(compute, n_layer)
+    u, grad = testlib.UNIT_ROUNDOFF[compute], testlib.rounding_bound(compute, n_layer, arch)
     return {"loss": 2 * grad * max_logit / loss, "grad": grad, "grad_floor": u / 16, "final": 0.5}
+
+
+def reference(model):
+    """The PyTorch model for a [model] table (the README's defaults for keys it leaves out)."""
+    if model.get("arch", "gpt2") == "gpt2":
+        return GPT(model["n_layer"], model["n_head"], model["d_model"], model.get("d_ff", 4 * model["d_model"]),
+                   model["vocab_size"], model["seq_len"])
+    return Llama(model["n_layer"], model["n_head"], model.get("n_kv_head", model["n_head"]), model["d_model"],
+                 model["d_ff"], model["vocab_size"], model.get("rope_theta", 10000.0), model.get("norm_eps", 1e-5),
+                 model.get("tie_embeddings", False))
 
 
 def check_case(args, work, name, model, train, optim, device="cpu", compute="fp32"):
@@ -145,8 +156,7 @@ def check_case(args, work, name, model, train, optim, device="cpu", compute="fp3
         return [f"dump-state failed ({p.returncode}): {p.stderr[-800:]}"]
     f = h5py.File(h5path, "r")
     cfg = {**SPEC_DEFAULTS, **optim, **train}
-    m = GPT(model["n_layer"], model["n_head"], model["d_model"], model.get("d_ff", 4 * model["d_model"]),
-            model["vocab_size"], model["seq_len"])
+    m = reference(model)
     names = [n for n, _ in m.named_parameters()]
     assert sorted(names) == sorted(f["params"].keys()), (sorted(names), sorted(f["params"].keys()))
     with torch.no_grad():
@@ -160,7 +170,7 @@ def check_case(args, work, name, model, train, optim, device="cpu", compute="fp3
         ref_logits = m(x)
     loss = m(x, y)
     loss.backward()
-    tol = tolerances(compute, model["n_layer"], loss.item(), ref_logits.abs().max().item())
+    tol = tolerances(compute, model.get("arch", "gpt2"), model["n_layer"], loss.item(), ref_logits.abs().max().item())
     ref_loss = float(f["out"]["loss"][()])
     e = abs(loss.item() - ref_loss) / abs(loss.item())
     print(f"  [{name}] loss ztrain {ref_loss:.7f} torch {loss.item():.7f} rel {e:.2e} (bound {tol['loss']:.1e})")
@@ -246,27 +256,49 @@ def check_case(args, work, name, model, train, optim, device="cpu", compute="fp3
     return failures
 
 
+GPT2_CASES = [
+    ("tiny", {"n_layer": 1, "n_head": 1, "d_model": 8, "vocab_size": 257, "seq_len": 7},
+     {"micro_batch": 3, "global_batch": 3, "max_steps": 10},
+     {"lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 2, "schedule": "cosine"}),
+    ("odd", {"n_layer": 2, "n_head": 3, "d_model": 27, "d_ff": 37, "vocab_size": 263, "seq_len": 33},
+     {"micro_batch": 2, "global_batch": 6, "max_steps": 10},
+     {"lr": 3e-3, "min_lr": 0.0, "warmup_steps": 3, "schedule": "linear", "grad_clip": 0.5}),
+    ("deeper", {"n_layer": 3, "n_head": 2, "d_model": 14, "vocab_size": 301, "seq_len": 17},
+     {"micro_batch": 5, "global_batch": 5, "max_steps": 20},
+     {"lr": 5e-3, "schedule": "constant", "weight_decay": 0.3, "beta2": 0.99}),
+]
+
+# Llama at odd sizes: grouped-query (6 heads, 2 key/value), multi-query (4 heads, 1), plain
+# multi-head; head sizes 6, 10 and 4 (not powers of two), seq_len not a multiple of anything,
+# tied and untied heads, a non-default rope_theta and norm_eps.
+LLAMA_CASES = [
+    ("gqa", {"arch": "llama", "n_layer": 2, "n_head": 6, "n_kv_head": 2, "d_model": 36, "d_ff": 50,
+             "vocab_size": 263, "seq_len": 33, "rope_theta": 500.0},
+     {"micro_batch": 2, "global_batch": 4, "max_steps": 10},
+     {"lr": 3e-3, "min_lr": 0.0, "warmup_steps": 3, "schedule": "linear", "grad_clip": 0.5}),
+    ("mqa_tied", {"arch": "llama", "n_layer": 1, "n_head": 4, "n_kv_head": 1, "d_model": 40, "d_ff": 64,
+                  "vocab_size": 257, "seq_len": 19, "tie_embeddings": True, "norm_eps": 1e-6},
+     {"micro_batch": 3, "global_batch": 3, "max_steps": 10},
+     {"lr": 4e-3, "min_lr": 1e-3, "warmup_steps": 2, "schedule": "cosine"}),
+    ("mha", {"arch": "llama", "n_layer": 3, "n_head": 3, "d_model": 12, "d_ff": 20, "vocab_size": 301,
+             "seq_len": 17},
+     {"micro_batch": 5, "global_batch": 5, "max_steps": 20},
+     {"lr": 5e-3, "schedule": "constant", "weight_decay": 0.3, "beta2": 0.99}),
+]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ztrain", required=True)
     ap.add_argument("--tokenize", required=True)
+    ap.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="backend to compare with PyTorch (cuda: skipped, exit 77, without a GPU)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as work:
         args.data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 7)
-        cases = [
-            ("tiny", {"n_layer": 1, "n_head": 1, "d_model": 8, "vocab_size": 257, "seq_len": 7},
-             {"micro_batch": 3, "global_batch": 3, "max_steps": 10},
-             {"lr": 1e-2, "min_lr": 1e-3, "warmup_steps": 2, "schedule": "cosine"}),
-            ("odd", {"n_layer": 2, "n_head": 3, "d_model": 27, "d_ff": 37, "vocab_size": 263, "seq_len": 33},
-             {"micro_batch": 2, "global_batch": 6, "max_steps": 10},
-             {"lr": 3e-3, "min_lr": 0.0, "warmup_steps": 3, "schedule": "linear", "grad_clip": 0.5}),
-            ("deeper", {"n_layer": 3, "n_head": 2, "d_model": 14, "vocab_size": 301, "seq_len": 17},
-             {"micro_batch": 5, "global_batch": 5, "max_steps": 20},
-             {"lr": 5e-3, "schedule": "constant", "weight_decay": 0.3, "beta2": 0.99}),
-        ]
+        cases = GPT2_CASES if args.arch == "gpt2" else LLAMA_CASES
         failures = []
         for compute in ("fp32", "bf16", "fp16"):
             for name, model, train, optim in cases:
@@ -279,7 +311,7 @@ def main():
     if failures:
         print("FAIL:\n  " + "\n  ".join(failures))
         return 1
-    print(f"PASS ({args.device}): loss, every gradient and 10 AdamW steps agree with PyTorch: fp32 within {TOL['loss']}, "
+    print(f"PASS ({args.arch}, {args.device}): loss, every gradient and 10 AdamW steps agree with PyTorch: fp32 within {TOL['loss']}, "
           f"bf16 and fp16 within the rounding bounds, and their storage is 16-bit ({len(cases)} model sizes)")
     return 0
 

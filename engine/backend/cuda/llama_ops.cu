@@ -1,0 +1,195 @@
+// The Llama family's ops: RMSNorm (optionally fused with the residual add before it) and its
+// backward, rotary position embedding (Hugging Face convention, see engine/backend/cpu/ops.h)
+// and SwiGLU. Same layout as layernorm.cu: one warp per row for the row-wise parts; the weight
+// gradient is a column sum over rows in row chunks summed in chunk order (no atomics).
+#include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda/ops.cuh"
+
+namespace zt::cuda {
+
+namespace {
+constexpr int kWarps = 8;  // rows per block
+constexpr int kThreads = 256;
+
+// res = a + b (rounded to T) when a is not null, then out = rmsnorm(res or inp).
+template <typename T>
+__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, T* res, const T* a, const T* b,
+                                       const T* w, int N, int C, float eps) {
+  const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const int64_t off = int64_t(row) * C;
+  const T* x = inp + off;
+  float ss = 0;
+  if (a) {
+    for (int c = lane; c < C; c += 32) {
+      const T r = from_float<T>(to_float(a[off + c]) + to_float(b[off + c]));
+      res[off + c] = r;
+      ss += to_float(r) * to_float(r);
+    }
+    x = res + off;
+    __syncwarp();
+  } else {
+    for (int c = lane; c < C; c += 32) ss += to_float(x[c]) * to_float(x[c]);
+  }
+  const float s = rsqrtf(warp_sum(ss) / C + eps);
+  T* o = out + off;
+  for (int c = lane; c < C; c += 32) o[c] = from_float<T>(to_float(x[c]) * s * to_float(w[c]));
+  if (lane == 0) rstd[row] = s;
+}
+
+// dinp += s (w dout) - x s^3 mean(w dout x)
+template <typename T>
+__global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* rstd,
+                                             int N, int C) {
+  const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N) return;
+  const int64_t off = int64_t(row) * C;
+  const T* x = inp + off;
+  const T* d = dout + off;
+  const float s = rstd[row];
+  float dot = 0;
+  for (int c = lane; c < C; c += 32) dot += to_float(w[c]) * to_float(d[c]) * to_float(x[c]);
+  const float k = warp_sum(dot) / C * s * s * s;
+  T* di = dinp + off;
+  for (int c = lane; c < C; c += 32)
+    di[c] = from_float<T>(to_float(di[c]) + to_float(w[c]) * to_float(d[c]) * s - to_float(x[c]) * k);
+}
+
+// Partial column sums of x * rstd * dout over a chunk of rows: block (x: 32 columns, y: row
+// chunk); partial layout (kColChunks, C).
+template <typename T>
+__global__ void rmsnorm_weight_partial_kernel(float* partial, const T* dout, const T* inp, const float* rstd, int N,
+                                              int C) {
+  const int col = blockIdx.x * 32 + threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int rows = (N + kColChunks - 1) / kColChunks, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+  __shared__ float pw[32][33];
+  float acc = 0;
+  if (col < C)
+    for (int n = r0 + warp; n < r1; n += warps) {
+      const int64_t i = int64_t(n) * C + col;
+      acc += to_float(inp[i]) * rstd[n] * to_float(dout[i]);
+    }
+  pw[warp][threadIdx.x % 32] = acc;
+  __syncthreads();
+  if (warp == 0 && col < C) {
+    float t = 0;
+    for (int k = 0; k < warps; ++k) t += pw[k][threadIdx.x];
+    partial[int64_t(blockIdx.y) * C + col] = t;
+  }
+}
+
+__global__ void rmsnorm_weight_finish_kernel(float* dw, const float* partial, int C) {
+  const int col = blockIdx.x * blockDim.x + threadIdx.x;
+  if (col >= C) return;
+  float t = 0;
+  for (int k = 0; k < kColChunks; ++k) t += partial[int64_t(k) * C + col];
+  dw[col] += t;
+}
+
+// One thread per (b, t, head, i < hs/2): rotates the pair (i, i + hs/2). The frequency in fp32
+// as Hugging Face computes it; sincosf at full precision (no fast-math intrinsics).
+template <typename T>
+__global__ void rope_kernel(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse) {
+  const int half = hs / 2;
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= int64_t(B) * T_ * n_heads * half) return;
+  const int i = int(idx % half), h = int(idx / half % n_heads);
+  const int64_t bt = idx / half / n_heads;
+  const int t = int(bt % T_);
+  const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(hs));
+  float sn, cs;
+  sincosf(float(t) * inv_freq, &sn, &cs);
+  if (inverse) sn = -sn;
+  T* lo = x + bt * stride + int64_t(h) * hs + i;
+  T* hi = lo + half;
+  const float a = to_float(*lo), z = to_float(*hi);
+  *lo = from_float<T>(a * cs - z * sn);
+  *hi = from_float<T>(z * cs + a * sn);
+}
+
+template <typename T>
+__global__ void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int F) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= N * F) return;
+  const int64_t n = idx / F, i = idx % F;
+  const float g = to_float(inp[n * 2 * F + i]), u = to_float(inp[n * 2 * F + F + i]);
+  out[idx] = from_float<T>(g / (1.0f + expf(-g)) * u);
+}
+
+template <typename T>
+__global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t N, int F) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= N * F) return;
+  const int64_t n = idx / F, i = idx % F, gi = n * 2 * F + i, ui = gi + F;
+  const float g = to_float(inp[gi]), u = to_float(inp[ui]), d = to_float(dout[idx]);
+  const float sig = 1.0f / (1.0f + expf(-g));
+  dinp[gi] = from_float<T>(to_float(dinp[gi]) + d * u * sig * (1.0f + g * (1.0f - sig)));
+  dinp[ui] = from_float<T>(to_float(dinp[ui]) + d * g * sig);
+}
+}  // namespace
+
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps, cudaStream_t s) {
+  if (N <= 0) return;
+  rmsnorm_forward_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(out, rstd, inp, nullptr, nullptr, nullptr,
+                                                                           w, N, C, eps);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void residual_rmsnorm_forward(T* res, T* out, float* rstd, const T* a, const T* b, const T* w, int N, int C, float eps,
+                              cudaStream_t s) {
+  if (N <= 0) return;
+  rmsnorm_forward_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(out, rstd, nullptr, res, a, b, w, N, C,
+                                                                           eps);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void rmsnorm_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* w, const float* rstd, int N, int C,
+                      float* scratch, cudaStream_t s) {
+  if (N <= 0) return;
+  rmsnorm_backward_dinp_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(dinp, dout, inp, w, rstd, N, C);
+  rmsnorm_weight_partial_kernel<T><<<dim3(blocks_for(C, 32), kColChunks), 1024, 0, s>>>(scratch, dout, inp, rstd, N,
+                                                                                        C);
+  rmsnorm_weight_finish_kernel<<<blocks_for(C, 256), 256, 0, s>>>(dw, scratch, C);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void rope(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse, cudaStream_t s) {
+  const int64_t n = int64_t(B) * T_ * n_heads * (hs / 2);
+  if (n <= 0) return;
+  rope_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, s>>>(x, B, T_, n_heads, hs, stride, theta, inverse);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void swiglu_forward(T* out, const T* inp, int64_t N, int F, cudaStream_t s) {
+  if (N * F <= 0) return;
+  swiglu_forward_kernel<T><<<blocks_for(N * F, kThreads), kThreads, 0, s>>>(out, inp, N, F);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int F, cudaStream_t s) {
+  if (N * F <= 0) return;
+  swiglu_backward_kernel<T><<<blocks_for(N * F, kThreads), kThreads, 0, s>>>(dinp, inp, dout, N, F);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+#define ZT_INSTANTIATE(T)                                                                                         \
+  template void rmsnorm_forward<T>(T*, float*, const T*, const T*, int, int, float, cudaStream_t);               \
+  template void residual_rmsnorm_forward<T>(T*, T*, float*, const T*, const T*, const T*, int, int, float,       \
+                                            cudaStream_t);                                                       \
+  template void rmsnorm_backward<T>(T*, float*, const T*, const T*, const T*, const float*, int, int, float*,    \
+                                    cudaStream_t);                                                               \
+  template void rope<T>(T*, int, int, int, int, int64_t, float, bool, cudaStream_t);                            \
+  template void swiglu_forward<T>(T*, const T*, int64_t, int, cudaStream_t);                                     \
+  template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int, cudaStream_t);
+ZT_INSTANTIATE(float)
+ZT_INSTANTIATE(__nv_bfloat16)
+ZT_INSTANTIATE(__half)
+#undef ZT_INSTANTIATE
+
+}  // namespace zt::cuda

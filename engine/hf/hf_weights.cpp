@@ -1,0 +1,150 @@
+// Hugging Face weights in and out (see hf_weights.h).
+#include "engine/hf/hf_weights.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
+#include "engine/checkpoint/h5_file.h"
+#include "engine/config/spec.h"
+#include "engine/core/atomic_file.h"
+#include "engine/core/status.h"
+#include "engine/hf/hf_config.h"
+#include "engine/hf/safetensors.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "(";
+  for (size_t i = 0; i < s.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", s[i]);
+  return out + ")";
+}
+
+// Tensors Hugging Face files may hold that are not parameters (buffers older transformers saved),
+// and the tied head some writers store although it is the embedding.
+bool ignorable(const std::string& name, bool tied) {
+  auto ends = [&](const std::string& s) {
+    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  return ends(".attn.bias") || ends(".attn.masked_bias") || ends("rotary_emb.inv_freq") ||
+         (tied && name == "lm_head.weight");
+}
+
+// GPT-2 learns one position row per position: a model trained for more positions fine-tunes at a
+// shorter seq_len with the first rows.
+bool position_prefix(const std::string& arch, const std::string& name) {
+  return arch == "gpt2" && name == "transformer.wpe.weight";
+}
+}  // namespace
+
+std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, DType dtype, uint64_t max_file_bytes) {
+  const TrainState st = read_train_state(ckpt_dir);
+  const RunSpec spec = parse_run_spec(st.spec_toml, ckpt_dir + " (its run spec)");
+  const std::string& arch = spec.model.arch;
+  const std::string h5 = (fs::path(ckpt_dir) / "checkpoint.h5").string();
+  const H5File f(h5, H5File::Mode::Read);
+  std::vector<TensorSource> tensors;
+  // in the order the model holds them (the checkpoint lists them alphabetically)
+  std::vector<std::string> names = f.children("/params");
+  for (const std::string& name : names) {
+    const std::string ds = "/params/" + name;
+    const std::vector<int64_t> shape = f.shape(ds);
+    const HfName hf = hf_name(arch, name);
+    TensorSource t;
+    t.name = hf.name;
+    t.shape = hf.transposed ? std::vector<int64_t>{shape[1], shape[0]} : shape;
+    const int64_t cols = shape.size() == 2 ? shape[1] : 1;
+    if (hf.transposed) {  // GPT-2's Conv1D: (in, out); read whole (at most d_ff x d_model)
+      t.read = [&f, ds, shape](uint64_t first, uint64_t n, float* out) {
+        std::vector<float> whole(size_t(shape[0] * shape[1]));
+        f.read_block(ds, {0, 0}, {shape[0], shape[1]}, whole.data());
+        for (uint64_t k = 0; k < n; ++k) {
+          const uint64_t e = first + k, i = e / uint64_t(shape[0]), o = e % uint64_t(shape[0]);
+          out[k] = whole[size_t(o * uint64_t(shape[1]) + i)];
+        }
+      };
+    } else {  // the rows covering [first, first + n)
+      t.read = [&f, ds, shape, cols](uint64_t first, uint64_t n, float* out) {
+        if (shape.size() == 1) {
+          f.read_block(ds, {int64_t(first)}, {int64_t(n)}, out);
+          return;
+        }
+        const int64_t r0 = int64_t(first) / cols, r1 = (int64_t(first + n) + cols - 1) / cols;
+        std::vector<float> rows(size_t((r1 - r0) * cols));
+        f.read_block(ds, {r0, 0}, {r1 - r0, cols}, rows.data());
+        std::copy_n(rows.begin() + (int64_t(first) - r0 * cols), n, out);
+      };
+    }
+    tensors.push_back(std::move(t));
+  }
+  fs::create_directories(out_dir);
+  const auto files = write_safetensors(out_dir, tensors, dtype, max_file_bytes);
+  write_file_atomic((fs::path(out_dir) / "config.json").string(), hf_config_json(spec.model, dtype));
+  uint64_t bytes = 0;
+  for (const auto& p : files) bytes += fs::file_size(p);
+  return fmt::format("{}: {} tensors of {} (step {}) as {} in {} file{} ({:.1f} MiB) with config.json", out_dir,
+                     tensors.size(), arch, st.step, safetensors_dtype_name(dtype), files.size(),
+                     files.size() == 1 ? "" : "s", double(bytes) / 1048576.0);
+}
+
+std::string hf_mismatch(const std::string& dir, const std::string& arch, const Model& model) {
+  const SafetensorsDir w(dir);
+  const bool tied = !std::any_of(model.params().begin(), model.params().end(),
+                                 [](const ParamInfo& p) { return p.name == "lm_head.weight"; });
+  std::vector<std::string> seen;
+  for (const ParamInfo& p : model.params()) {
+    const HfName hf = hf_name(arch, p.name);
+    const SafeTensor* t = w.find(hf.name);
+    if (!t) return fmt::format("{}: no tensor {} (this model has it, shape {})", dir, hf.name, shape_str(p.stored_shape));
+    std::vector<int64_t> want = p.stored_shape;
+    if (hf.transposed) std::swap(want[0], want[1]);
+    const bool prefix_ok = position_prefix(arch, p.name) && t->shape.size() == 2 && t->shape[0] >= want[0] &&
+                           t->shape[1] == want[1];
+    if (t->shape != want && !prefix_ok)
+      return fmt::format("{}: tensor {} has shape {}, this model's is {}", t->file, hf.name, shape_str(t->shape),
+                         shape_str(want));
+    seen.push_back(hf.name);
+  }
+  for (const auto& [name, t] : w.tensors())
+    if (std::find(seen.begin(), seen.end(), name) == seen.end() && !ignorable(name, tied))
+      return fmt::format("{}: tensor {} is not in this model", t.file, name);
+  return "";
+}
+
+void load_hf_weights(const std::string& dir, const std::string& arch, ParamStore& store, const Model& model) {
+  const SafetensorsDir w(dir);
+  std::vector<float> buf, whole;
+  int whole_of = -1;  // the parameter `whole` holds (transposed tensors are read whole once)
+  for (const auto& run : store.global_runs()) {
+    const ParamInfo& p = model.params()[size_t(run.param)];
+    if (run.global_begin >= p.stored_numel) continue;  // padding rows stay zero
+    const size_t n = std::min(run.n, p.stored_numel - run.global_begin);
+    const HfName hf = hf_name(arch, p.name);
+    const SafeTensor* t = w.find(hf.name);
+    ZT_CHECK(t != nullptr, "{}: {} vanished after the check", dir, hf.name);
+    buf.resize(n);
+    if (!hf.transposed) {
+      w.read(*t, run.global_begin, n, buf.data());  // row-major: a prefix of rows keeps indices
+    } else {
+      if (whole_of != run.param) {
+        whole.resize(size_t(t->numel()));
+        w.read(*t, 0, t->numel(), whole.data());
+        whole_of = run.param;
+      }
+      const size_t out = size_t(p.stored_shape[0]), in = size_t(p.stored_shape[1]);  // ours: (out, in)
+      for (size_t k = 0; k < n; ++k) {
+        const size_t g = run.global_begin + k, o = g / in, i = g % in;
+        buf[k] = whole[i * out + o];
+      }
+    }
+    for (float v : buf)
+      if (!std::isfinite(v)) user_error("{}: tensor {} holds a non-finite value", t->file, hf.name);
+    store.write_run(ParamStore::State::Master, run, 0, n, buf.data());
+  }
+}
+
+}  // namespace zt

@@ -1,0 +1,61 @@
+// Shared model helpers (see activation_arena.h).
+#include "engine/model/activation_arena.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace zt {
+
+namespace {
+size_t aligned(size_t bytes) { return (bytes + 63) / 64 * 64; }
+}  // namespace
+
+void* carve_activations(Backend& be, const std::vector<ActSlot>& slots) {
+  const size_t es = be.compute_size();
+  auto bytes_of = [&](const ActSlot& sl) { return aligned(size_t(sl.n) * (sl.compute ? es : sizeof(float))); };
+  size_t total = 0;
+  for (const ActSlot& sl : slots) total += bytes_of(sl);
+  void* buf = be.alloc(total, MemTag::Activations);
+  char* p = static_cast<char*>(buf);
+  for (const ActSlot& sl : slots) {
+    if (sl.compute) *sl.compute = p;
+    else *sl.stat = reinterpret_cast<float*>(p);
+    p += bytes_of(sl);
+  }
+  return buf;
+}
+
+double activation_bytes(const std::vector<double>& compute_n, const std::vector<double>& stat_n, size_t compute_size) {
+  double total = 0;
+  for (double n : compute_n) total += n * double(compute_size);
+  for (double n : stat_n) total += n * 4.0;
+  return total;
+}
+
+PaddedVocab::PaddedVocab(Backend& be, const TensorParallel& tp, int vocab_size, int vocab_held)
+    : be_(be), tp_(tp), size_(vocab_size), held_(vocab_held), local_(vocab_held / tp.size()) {
+  if (held_ == size_) return;
+  const int64_t v0 = int64_t(tp_.rank()) * local_;
+  std::vector<float> mask(static_cast<size_t>(local_));
+  for (int64_t j = 0; j < local_; ++j) mask[size_t(j)] = v0 + j < size_ ? 0.0f : -INFINITY;
+  std::vector<char> raw(static_cast<size_t>(local_) * be_.compute_size());
+  convert_host(raw.data(), be_.compute_dtype(), mask.data(), DType::F32, local_);
+  mask_ = be_.alloc(raw.size(), MemTag::Activations);
+  be_.copy_to_device(mask_, raw.data(), raw.size());
+}
+
+PaddedVocab::~PaddedVocab() {
+  if (mask_) be_.free(mask_);
+}
+
+void PaddedVocab::logits_row(const void* row, float* out) const {
+  if (held_ == size_) {
+    tp_.gather_vocab_row(row, local_, out);
+    return;
+  }
+  std::vector<float> held(static_cast<size_t>(held_));  // the real ids come first
+  tp_.gather_vocab_row(row, local_, held.data());
+  std::copy(held.begin(), held.begin() + size_, out);
+}
+
+}  // namespace zt

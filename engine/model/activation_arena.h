@@ -1,0 +1,51 @@
+// Helpers the models share: their activations carved from one allocation, and the padded
+// vocabulary's logit mask and full-vocabulary logits rows.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/parallel/tensor_parallel.h"
+
+namespace zt {
+
+// One activation tensor of n elements: a compute-precision tensor (compute set) or fp32
+// statistics (stat set).
+struct ActSlot {
+  void** compute = nullptr;
+  float** stat = nullptr;
+  int64_t n = 0;
+};
+
+// Allocates one buffer (MemTag::Activations) holding every slot at a 64-byte aligned offset
+// (128-bit vector access) and points each slot into it; returns the buffer, for Backend::free.
+void* carve_activations(Backend& be, const std::vector<ActSlot>& slots);
+// The bytes carve_activations allocates for these slot sizes (compute and fp32 counts).
+double activation_bytes(const std::vector<double>& compute_n, const std::vector<double>& stat_n, size_t compute_size);
+
+// The vocabulary as held: vocab_size real ids, padded to vocab_held rows split across the
+// tensor-parallel group (this rank: vocab_local rows from id v0).
+class PaddedVocab {
+ public:
+  PaddedVocab(Backend& be, const TensorParallel& tp, int vocab_size, int vocab_held);
+  ~PaddedVocab();
+  PaddedVocab(const PaddedVocab&) = delete;
+  PaddedVocab& operator=(const PaddedVocab&) = delete;
+
+  int local() const { return local_; }
+  // (local) compute-dtype bias for the head: 0 for real ids, -inf for padding, so padding logits
+  // add nothing to the softmax and their gradient (hence the padding rows) stays exactly zero.
+  // Null when nothing is padded.
+  const void* logit_mask() const { return mask_; }
+  // out_host (vocab_size) <- the full-vocabulary logits of `row` (local, compute dtype, device).
+  // Collective over the tensor-parallel group.
+  void logits_row(const void* row, float* out_host) const;
+
+ private:
+  Backend& be_;
+  const TensorParallel& tp_;
+  int size_, held_, local_;
+  void* mask_ = nullptr;
+};
+
+}  // namespace zt

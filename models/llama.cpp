@@ -1,0 +1,304 @@
+// Llama forward/backward over the op interface (see llama.h for the parameter table).
+#include "models/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/core/status.h"
+
+namespace zt {
+
+namespace {
+int tp_size_of(Comm* tp) { return tp && tp->size() > 1 ? tp->size() : 1; }
+int tp_rank_of(Comm* tp) { return tp && tp->size() > 1 ? tp->rank() : 0; }
+}  // namespace
+
+Llama::Widths Llama::widths(const LlamaConfig& cfg, int tp) {
+  const int64_t hs = cfg.head_size();
+  Widths w;
+  w.q = int64_t(cfg.n_head / tp) * hs;
+  w.kv = int64_t(std::max(1, cfg.n_kv_head / tp)) * hs;  // one replicated head when tp > n_kv_head
+  w.qkv = w.q + 2 * w.kv;
+  w.f = cfg.d_ff / tp;
+  w.v = cfg.vocab_held() / tp;
+  return w;
+}
+
+Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
+    : cfg_(cfg),
+      be_(backend),
+      max_batch_(max_batch),
+      tp_(backend, tp,
+          int64_t(max_batch) * cfg.seq_len * std::max<int64_t>(cfg.d_model, cfg.vocab_held() / tp_size_of(tp))),
+      table_(tp_size_of(tp), tp_rank_of(tp)),
+      tokens_(backend, int64_t(max_batch) * cfg.seq_len),
+      loss_(backend, tp_, int64_t(max_batch) * cfg.seq_len),
+      vocab_(backend, tp_, cfg.vocab_size, cfg.vocab_held()) {
+  const int TP = tp_.size();
+  ZT_CHECK(cfg.n_head % cfg.n_kv_head == 0 && cfg.n_head % TP == 0 && cfg.d_ff % TP == 0 &&
+               (cfg.n_kv_head % TP == 0 || TP % cfg.n_kv_head == 0) && cfg.vocab_held() % TP == 0 &&
+               cfg.head_size() % 2 == 0,
+           "llama: heads {} / {}, d_ff {}, vocab {}, head size {} do not fit tensor parallelism {}", cfg.n_head,
+           cfg.n_kv_head, cfg.d_ff, cfg.vocab_held(), cfg.head_size(), TP);
+  const int64_t C = cfg.d_model, V = cfg.vocab_held(), T = cfg.seq_len, F = cfg.d_ff;
+  const int64_t hs = cfg.head_size(), KV = int64_t(cfg.n_kv_head) * hs;
+  w_ = widths(cfg, TP);
+  NH_l_ = cfg.n_head / TP;
+  NKV_l_ = std::max(1, cfg.n_kv_head / TP);
+  kv_replicas_ = TP > cfg.n_kv_head ? TP / cfg.n_kv_head : 1;
+  const float std0 = 0.02f;  // Hugging Face's initializer_range for every matrix
+  const auto None = TpSplit::None, Rows = TpSplit::Rows, Cols = TpSplit::Cols;
+  ParamTable& t = table_;
+  t.add("model.embed_tokens.weight", {V, C}, Rows, 1, true, std0, 0, cfg.vocab_size);  // vocabulary-parallel
+  t.end_group("embeddings");
+  for (int l = 0; l < cfg.n_layer; ++l) {
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    t.add(h + "input_layernorm.weight", {C}, None, 1, false, 0, 1);
+    t.add(h + "self_attn.q_proj.weight", {C, C}, Rows, 1, true, std0, 0);  // column-parallel by heads
+    t.add(h + "self_attn.k_proj.weight", {KV, C}, Rows, 1, true, std0, 0, -1, kv_replicas_);
+    t.add(h + "self_attn.v_proj.weight", {KV, C}, Rows, 1, true, std0, 0, -1, kv_replicas_);
+    t.add(h + "self_attn.o_proj.weight", {C, C}, Cols, 1, true, std0, 0);  // row-parallel
+    t.add(h + "post_attention_layernorm.weight", {C}, None, 1, false, 0, 1);
+    t.add(h + "mlp.gate_proj.weight", {F, C}, Rows, 1, true, std0, 0);  // column-parallel
+    t.add(h + "mlp.up_proj.weight", {F, C}, Rows, 1, true, std0, 0);
+    t.add(h + "mlp.down_proj.weight", {C, F}, Cols, 1, true, std0, 0);  // row-parallel
+    t.end_group("layers." + std::to_string(l));
+  }
+  t.add("model.norm.weight", {C}, None, 1, false, 0, 1);
+  if (!cfg.tie_embeddings) t.add("lm_head.weight", {V, C}, Rows, 1, true, std0, 0, cfg.vocab_size);
+  t.end_group("head");
+
+  // Activations for the largest batch, carved from one allocation (this rank's widths).
+  esize_ = be_.compute_size();
+  const int64_t L = cfg.n_layer, B = max_batch, BT = B * T;
+  const int64_t Wq = w_.q, Wqkv = w_.qkv, Fl = w_.f, Vl = w_.v;
+  Acts& a = acts_;
+  act_buf_ = carve_activations(be_, {
+      {&a.encoded, nullptr, BT * C},
+      {&a.ln1, nullptr, L * BT * C},       {nullptr, &a.rstd1, L * BT},
+      {&a.qkv, nullptr, L * BT * Wqkv},    {&a.atty, nullptr, L * BT * Wq},  {nullptr, &a.lse, L * B * NH_l_ * T},
+      {&a.attproj, nullptr, L * BT * C},   {&a.res2, nullptr, L * BT * C},
+      {&a.ln2, nullptr, L * BT * C},       {nullptr, &a.rstd2, L * BT},
+      {&a.gate_up, nullptr, L * BT * 2 * Fl}, {&a.act, nullptr, L * BT * Fl},
+      {&a.mlp, nullptr, L * BT * C},       {&a.res3, nullptr, L * BT * C},
+      {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_rstd, BT},
+      {&a.logits, nullptr, BT * Vl},
+      {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * Wqkv},
+      {&a.datty, nullptr, BT * Wq},        {&a.dgate_up, nullptr, BT * 2 * Fl}, {&a.dact, nullptr, BT * Fl}});
+  if (kv_replicas_ > 1) {
+    const int64_t n = 2 * w_.kv * C, pieces = TP / kv_replicas_;
+    kv_saved_ = static_cast<float*>(be_.alloc(size_t(n) * sizeof(float), MemTag::Grads));
+    kv_sum_ = static_cast<float*>(be_.alloc(size_t(n * pieces) * sizeof(float), MemTag::CommBuffers));
+  }
+}
+
+Llama::~Llama() {
+  be_.free(act_buf_);
+  if (kv_saved_) be_.free(kv_saved_);
+  if (kv_sum_) be_.free(kv_sum_);
+}
+
+std::string Llama::describe() const {
+  return fmt::format("llama {} layers, d_model {}, {} heads ({} key/value), d_ff {}, seq_len {}, vocab {}{}{}",
+                     cfg_.n_layer, cfg_.d_model, cfg_.n_head, cfg_.n_kv_head, cfg_.d_ff, cfg_.seq_len,
+                     cfg_.vocab_size,
+                     cfg_.vocab_held() > cfg_.vocab_size ? fmt::format(" (held as {})", cfg_.vocab_held()) : "",
+                     cfg_.tie_embeddings ? ", tied head" : "");
+}
+
+template <typename P>
+Llama::BlockParams<P> Llama::block_params(P g, int l) const {
+  const size_t first = table_.groups()[1 + l].first_param;  // the block's 9 tensors, in table order
+  auto p = [&](size_t k) { return at(g, first + k); };
+  return {p(0), p(1), p(4), p(5), p(6), p(8)};  // q (k, v follow), o, norm2, gate (up follows), down
+}
+
+Llama::BlockActs Llama::block_acts(int l) const {
+  const Acts& a = acts_;
+  const int64_t BT = int64_t(cur_B_) * cur_T_, C = cfg_.d_model, Fl = w_.f;
+  return {el(a.ln1, l * BT * C),         a.rstd1 + l * BT,
+          el(a.qkv, l * BT * w_.qkv),    el(a.atty, l * BT * w_.q),   a.lse + l * BT * NH_l_,
+          el(a.attproj, l * BT * C),     el(a.res2, l * BT * C),      el(a.ln2, l * BT * C),
+          a.rstd2 + l * BT,              el(a.gate_up, l * BT * 2 * Fl), el(a.act, l * BT * Fl),
+          el(a.mlp, l * BT * C),         el(a.res3, l * BT * C)};
+}
+
+void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum) {
+  const int B = cur_B_, T = cur_T_, C = cfg_.d_model, hs = cfg_.head_size();
+  const int64_t BT = int64_t(B) * T;
+  const float eps = cfg_.norm_eps;
+  const BlockActs x = block_acts(l);
+  // The residual add that ends the previous block is fused with this block's first norm.
+  if (!in_b) be_.rmsnorm_forward(x.ln1, x.rstd1, in_a, w.norm1, BT, C, eps);
+  else be_.residual_rmsnorm_forward(in_sum, x.ln1, x.rstd1, in_a, in_b, w.norm1, BT, C, eps);
+  const void* residual = in_b ? in_sum : in_a;
+  be_.matmul_forward(x.qkv, x.ln1, w.qkv, nullptr, BT, C, int(w_.qkv));  // (B,T,Wqkv) this rank's heads
+  // q and k heads are adjacent in each row: one rotation covers both
+  be_.rope(x.qkv, B, T, NH_l_ + NKV_l_, hs, w_.qkv, cfg_.rope_theta, false);
+  be_.attention_forward(x.atty, x.lse, x.qkv, B, T, int(w_.q), NH_l_, NKV_l_);  // (B,T,Wq)
+  be_.matmul_forward(x.attproj, x.atty, w.o, nullptr, BT, int(w_.q), C);       // row-parallel
+  tp_.reduce_from_region(x.attproj, BT * C);
+  be_.residual_rmsnorm_forward(x.res2, x.ln2, x.rstd2, residual, x.attproj, w.norm2, BT, C, eps);
+  be_.matmul_forward(x.gate_up, x.ln2, w.gate_up, nullptr, BT, C, int(2 * w_.f));  // (B,T,2Fl) column-parallel
+  be_.swiglu_forward(x.act, x.gate_up, BT, int(w_.f));
+  be_.matmul_forward(x.mlp, x.act, w.down, nullptr, BT, int(w_.f), C);  // row-parallel
+  tp_.reduce_from_region(x.mlp, BT * C);
+}
+
+void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
+  ZT_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= cfg_.seq_len, "batch ({}, {}) exceeds ({}, {})", B, T,
+           max_batch_, cfg_.seq_len);
+  ZT_CHECK(prov_ != nullptr, "Llama has no ParamProvider");
+  const int C = cfg_.d_model, Vl = int(w_.v), L = cfg_.n_layer, head = head_group();
+  const int64_t BT = int64_t(B) * T;
+  cur_B_ = B;
+  cur_T_ = T;
+  std::vector<int32_t> local_ids(BT);
+  tp_.vocab_local_ids(inputs, BT, Vl, local_ids.data());
+  const TokenSlots::Tokens tok = tokens_.upload(local_ids.data(), targets, BT);
+  Acts& a = acts_;
+  ParamProvider& prov = *prov_;
+  const size_t norm_i = cfg_.tie_embeddings ? table_.params().size() - 1 : table_.params().size() - 2;
+  std::vector<int> order = {0};
+  for (int l = 0; l < L; ++l) order.push_back(1 + l);
+  order.push_back(head);
+  if (cfg_.tie_embeddings) order.push_back(0);
+  prov.begin_pass(order);
+
+  void* emb = prov.params(0);
+  be_.embedding_forward(a.encoded, tok.inputs, emb, nullptr, B, T, C);  // no position table: RoPE
+  prov.release_params(0);
+  tp_.reduce_from_region(a.encoded, BT * C);
+  for (int l = 0; l < L; ++l) {
+    const BlockParams<void*> w = block_params(prov.params(1 + l), l);
+    if (l == 0) {
+      block_forward(0, w, a.encoded, nullptr, nullptr);
+    } else {
+      const BlockActs prev = block_acts(l - 1);
+      block_forward(l, w, prev.res2, prev.mlp, prev.res3);
+    }
+    prov.release_params(1 + l);
+  }
+  void* hp = prov.params(head);
+  if (L == 0) {
+    be_.rmsnorm_forward(a.lnf, a.lnf_rstd, a.encoded, at(hp, norm_i), BT, C, cfg_.norm_eps);
+  } else {
+    const BlockActs last = block_acts(L - 1);
+    be_.residual_rmsnorm_forward(last.res3, a.lnf, a.lnf_rstd, last.res2, last.mlp, at(hp, norm_i), BT, C,
+                                 cfg_.norm_eps);
+  }
+  if (cfg_.tie_embeddings) {
+    prov.release_params(head);
+    emb = prov.params(0);
+    be_.matmul_forward(a.logits, a.lnf, emb, vocab_.logit_mask(), BT, C, Vl);  // (B,T,Vl)
+    prov.release_params(0);
+  } else {
+    be_.matmul_forward(a.logits, a.lnf, at(hp, norm_i + 1), vocab_.logit_mask(), BT, C, Vl);
+    prov.release_params(head);
+  }
+  grads_ready_ = false;
+  if (targets) {
+    loss_.forward(a.logits, tok.targets, BT, Vl, grad_scale);
+    grads_ready_ = grad_scale != 0.0f;
+  }
+  tokens_.mark_read();
+}
+
+void Llama::logits_row(int b, int t, float* out) const {
+  vocab_.logits_row(el(acts_.logits, (int64_t(b) * cur_T_ + t) * w_.v), out);
+}
+
+void Llama::sum_replicated_kv_grads(float* kv_grad) {
+  // kv_grad = saved + this rank's part; the true gradient is saved + the sum of the parts of
+  // the ranks holding the same heads. Each rank puts its part in its piece's slot of kv_sum_
+  // (zero elsewhere) and one all-reduce over the tensor-parallel group sums each slot over its
+  // replicas.
+  const int64_t n = 2 * w_.kv * cfg_.d_model, pieces = tp_.size() / kv_replicas_;
+  const int64_t slot = int64_t(tp_.rank() / kv_replicas_) * n;
+  be_.scale(kv_saved_, -1.0f, n);
+  be_.fill_zero(kv_sum_, size_t(n * pieces) * sizeof(float));
+  be_.add(kv_sum_ + slot, kv_grad, kv_saved_, n);  // this rank's part
+  tp_.group().all_reduce_sync(kv_sum_, size_t(n * pieces));
+  be_.scale(kv_saved_, -1.0f, n);
+  be_.add(kv_grad, kv_saved_, kv_sum_ + slot, n);
+}
+
+void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* residual) {
+  const int B = cur_B_, T = cur_T_, C = cfg_.d_model, hs = cfg_.head_size();
+  const int64_t BT = int64_t(B) * T, Fl = w_.f, Wq = w_.q, Wqkv = w_.qkv;
+  const size_t cs = esize_;
+  Acts& a = acts_;
+  const BlockActs x = block_acts(l);
+  // MLP branch: res3 = res2 + down(silu(gate(ln2)) * up(ln2))
+  be_.fill_zero(a.dact, BT * Fl * cs);
+  be_.matmul_backward(a.dact, g.down, nullptr, a.dres, x.act, w.down, BT, int(Fl), C);
+  be_.fill_zero(a.dgate_up, BT * 2 * Fl * cs);
+  be_.swiglu_backward(a.dgate_up, x.gate_up, a.dact, BT, int(Fl));
+  be_.fill_zero(a.dln, BT * C * cs);
+  be_.matmul_backward(a.dln, g.gate_up, nullptr, a.dgate_up, x.ln2, w.gate_up, BT, C, int(2 * Fl));
+  tp_.reduce_from_region(a.dln, BT * C);
+  be_.rmsnorm_backward(a.dres, g.norm2, a.dln, x.res2, w.norm2, x.rstd2, BT, C);
+  // Attention branch: res2 = residual + o(attn(rope(qkv(ln1))))
+  be_.fill_zero(a.datty, BT * Wq * cs);
+  be_.matmul_backward(a.datty, g.o, nullptr, a.dres, x.atty, w.o, BT, int(Wq), C);
+  be_.fill_zero(a.dqkv, BT * Wqkv * cs);
+  be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.lse, B, T, int(Wq), NH_l_, NKV_l_);
+  be_.rope(a.dqkv, B, T, NH_l_ + NKV_l_, hs, Wqkv, cfg_.rope_theta, true);  // through the rotation
+  float* kv_grad = g.qkv + Wq * C;  // k_proj then v_proj rows follow q_proj's
+  if (kv_replicas_ > 1) be_.copy_device(kv_saved_, kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
+  be_.fill_zero(a.dln, BT * C * cs);
+  be_.matmul_backward(a.dln, g.qkv, nullptr, a.dqkv, x.ln1, w.qkv, BT, C, int(Wqkv));
+  if (kv_replicas_ > 1) sum_replicated_kv_grads(kv_grad);
+  tp_.reduce_from_region(a.dln, BT * C);
+  be_.rmsnorm_backward(a.dres, g.norm1, a.dln, residual, w.norm1, x.rstd1, BT, C);
+}
+
+void Llama::backward() {
+  ZT_CHECK(grads_ready_, "backward() needs a forward() with targets and grad_scale != 0");
+  const int B = cur_B_, T = cur_T_, C = cfg_.d_model, Vl = int(w_.v), head = head_group();
+  const int64_t BT = int64_t(B) * T;
+  const size_t cs = esize_;
+  Acts& a = acts_;
+  ParamProvider& prov = *prov_;
+  const size_t norm_i = cfg_.tie_embeddings ? table_.params().size() - 1 : table_.params().size() - 2;
+  std::vector<int> order;
+  if (cfg_.tie_embeddings) order.push_back(0);
+  order.push_back(head);
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) order.push_back(1 + l);
+  prov.begin_pass(order);  // the params() calls; the untied embedding needs only its gradient
+
+  // Head: logits now hold dlogits (B,T,Vl).
+  be_.fill_zero(a.dln, BT * C * cs);
+  float* emb_g = nullptr;
+  if (cfg_.tie_embeddings) {  // the embedding's gradient stays open until its own part at the end
+    void* emb = prov.params(0);
+    emb_g = prov.grads(0);
+    be_.matmul_backward(a.dln, emb_g, nullptr, a.logits, a.lnf, emb, BT, C, Vl);
+    prov.release_params(0);
+  }
+  void* hp = prov.params(head);
+  float* hg = prov.grads(head);
+  if (!cfg_.tie_embeddings)
+    be_.matmul_backward(a.dln, at(hg, norm_i + 1), nullptr, a.logits, a.lnf, at(hp, norm_i + 1), BT, C, Vl);
+  tp_.reduce_from_region(a.dln, BT * C);  // each rank's vocabulary slice contributed a part
+  be_.fill_zero(a.dres, BT * C * cs);
+  const void* last = cfg_.n_layer > 0 ? block_acts(cfg_.n_layer - 1).res3 : a.encoded;
+  be_.rmsnorm_backward(a.dres, at(hg, norm_i), a.dln, last, at(hp, norm_i), a.lnf_rstd, BT, C);
+  prov.grads_done(head);
+  prov.release_params(head);
+  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
+    const BlockParams<void*> w = block_params(prov.params(1 + l), l);
+    const BlockParams<float*> g = block_params(prov.grads(1 + l), l);
+    block_backward(l, w, g, l == 0 ? a.encoded : block_acts(l - 1).res3);
+    prov.grads_done(1 + l);
+    prov.release_params(1 + l);
+  }
+  if (!emb_g) emb_g = prov.grads(0);
+  be_.embedding_backward(emb_g, nullptr, a.dres, tokens_.current().inputs, B, T, C);
+  tokens_.mark_read();
+  prov.grads_done(0);
+  grads_ready_ = false;
+}
+
+}  // namespace zt

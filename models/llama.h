@@ -1,0 +1,141 @@
+// Llama family model on the op interface (Llama 2/3, Mistral-style dense models): RMSNorm
+// pre-norm blocks, rotary position embeddings (Hugging Face's half-rotation convention, see
+// engine/backend/cpu/ops.h), grouped-query causal attention, SwiGLU MLP, no biases, final RMSNorm,
+// an output head that is its own matrix or (tie_embeddings) the token embedding.
+//
+// Parameters, in buffer order, with Hugging Face (LlamaForCausalLM) names and nn.Linear layouts
+// (out, in); hs = d_model / n_head, KV = n_kv_head * hs, F = d_ff:
+//   model.embed_tokens.weight                       (V, C)
+//   model.layers.{i}.input_layernorm.weight         (C)
+//   model.layers.{i}.self_attn.q_proj.weight        (C, C)   head h: rows h*hs..+hs
+//   model.layers.{i}.self_attn.k_proj.weight        (KV, C)  query head h reads key/value head
+//   model.layers.{i}.self_attn.v_proj.weight        (KV, C)  h / (n_head / n_kv_head)
+//   model.layers.{i}.self_attn.o_proj.weight        (C, C)
+//   model.layers.{i}.post_attention_layernorm.weight (C)
+//   model.layers.{i}.mlp.gate_proj.weight           (F, C)
+//   model.layers.{i}.mlp.up_proj.weight             (F, C)
+//   model.layers.{i}.mlp.down_proj.weight           (C, F)
+//   model.norm.weight                               (C)
+//   lm_head.weight                                  (V, C)   absent when tied
+// q, k and v (and gate and up) are column-parallel and adjacent in the table, so this rank's
+// rows of them form one packed matrix and one GEMM computes [q | k | v] (and [gate | up]).
+// With more tensor-parallel ranks T than key/value heads, each key/value head is replicated on
+// the T / n_kv_head ranks whose query heads read it (ParamInfo::tp_replicas); their gradients
+// are summed across those ranks in backward.
+// Groups: 0 = embeddings, 1 + l = block l, last = model.norm (+ lm_head).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/model/activation_arena.h"
+#include "engine/model/model.h"
+#include "engine/model/token_slots.h"
+#include "engine/parallel/tensor_parallel.h"
+
+namespace zt {
+
+struct LlamaConfig {
+  int n_layer = 0, n_head = 0, n_kv_head = 0, d_model = 0, d_ff = 0, vocab_size = 0, seq_len = 0;
+  int vocab_padded = 0;  // the vocabulary as held (0 = not padded), as in GPT2Config
+  float rope_theta = 10000.0f, norm_eps = 1e-5f;
+  bool tie_embeddings = false;
+  int vocab_held() const { return vocab_padded > 0 ? vocab_padded : vocab_size; }
+  int head_size() const { return d_model / n_head; }
+};
+
+class Comm;
+
+class Llama final : public Model {
+ public:
+  Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp = nullptr);
+  ~Llama() override;
+  Llama(const Llama&) = delete;
+  Llama& operator=(const Llama&) = delete;
+
+  const LlamaConfig& config() const { return cfg_; }
+  const ParamTable& table() const override { return table_; }
+  int seq_len() const override { return cfg_.seq_len; }
+  int vocab_size() const override { return cfg_.vocab_size; }
+  std::string describe() const override;
+  void set_provider(ParamProvider* p) override { prov_ = p; }
+
+  void forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) override;
+  double take_losses() override { return loss_.take(); }
+  void backward() override;
+  void logits_row(int b, int t, float* out_host) const override;
+
+  // The elements of one rank's activation buffer, from the shapes alone (registry's footprint).
+  struct Widths {
+    int64_t q, kv, qkv, f, v;  // this rank's query width, key (= value) width, [q|k|v], MLP, vocab
+  };
+  static Widths widths(const LlamaConfig& cfg, int tp);
+
+ protected:
+  int deferred_losses() const override { return loss_.pending(); }
+
+ private:
+  template <typename P>  // void* for compute-precision parameters, float* for gradients
+  struct BlockParams {
+    P norm1, qkv, o, norm2, gate_up, down;  // q|k|v and gate|up are packed (adjacent rows)
+  };
+  struct BlockActs {
+    void* ln1;         // (B,T,C)
+    float* rstd1;      // (B,T)
+    void* qkv;         // (B,T,Wqkv) q and k rotated
+    void* atty;        // (B,T,Wq)
+    float* lse;        // (B,NHl,T)
+    void* attproj;     // (B,T,C)
+    void* res2;        // (B,T,C) residual after attention
+    void* ln2;         // (B,T,C)
+    float* rstd2;      // (B,T)
+    void* gate_up;     // (B,T,2Fl)
+    void* act;         // (B,T,Fl) silu(gate) * up
+    void* mlp;         // (B,T,C)
+    void* res3;        // (B,T,C) block output, written by the next block's fused residual norm
+  };
+  struct Acts {
+    void* encoded;  // (B,T,C)
+    void *ln1, *qkv, *atty, *attproj, *res2, *ln2, *gate_up, *act, *mlp, *res3;  // (L, ...)
+    float *rstd1, *lse, *rstd2;                                                 // (L, ...)
+    void* lnf;       // (B,T,C)
+    float* lnf_rstd;  // (B,T)
+    void* logits;    // (B,T,Vl)
+    void *dres, *dln, *dqkv, *datty, *dgate_up, *dact;  // backward scratch
+  };
+  void* el(void* base, int64_t i) const { return static_cast<char*>(base) + i * int64_t(esize_); }
+  void* at(void* group_base, size_t param) const { return el(group_base, table_.group_rel(param)); }
+  float* at(float* group_base, size_t param) const { return group_base + table_.group_rel(param); }
+  template <typename P>
+  BlockParams<P> block_params(P group_base, int l) const;
+  BlockActs block_acts(int l) const;
+  int head_group() const { return int(table_.groups().size()) - 1; }
+
+  void block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum);
+  void block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* in);
+  // Sums this micro-batch's gradient of the replicated key/value rows (added to `kv_grad` by the
+  // packed qkv backward, `saved` holding their values before it) across the ranks that hold them.
+  void sum_replicated_kv_grads(float* kv_grad);
+
+  LlamaConfig cfg_;
+  Backend& be_;
+  int max_batch_;
+  TensorParallel tp_;
+  ParamTable table_;
+  ParamProvider* prov_ = nullptr;
+  Widths w_{};
+  int NH_l_ = 0, NKV_l_ = 0, kv_replicas_ = 1;
+  size_t esize_ = 4;
+  void* act_buf_ = nullptr;
+  Acts acts_{};
+  TokenSlots tokens_;
+  VocabParallelCrossEntropy loss_;
+  PaddedVocab vocab_;
+  float* kv_saved_ = nullptr;  // (2 KVl C) fp32, replicated key/value heads only
+  float* kv_sum_ = nullptr;    // (pieces, 2 KVl C) fp32
+  int cur_B_ = 0, cur_T_ = 0;
+  bool grads_ready_ = false;
+};
+
+}  // namespace zt

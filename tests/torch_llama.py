@@ -1,0 +1,108 @@
+"""The reference Llama in PyTorch, written from Hugging Face's LlamaForCausalLM conventions (its
+parameter names and nn.Linear layouts; RMSNorm in fp32; rotary embedding on the two halves of each
+head, rotate_half; grouped-query attention repeating each key/value head for n_head / n_kv_head
+consecutive query heads; SwiGLU MLP; no biases), independent of ztrain's code. Used by the parity
+test."""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, C, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(C))
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        return self.weight * (x.float() * torch.rsqrt(var + self.eps))
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rope_cos_sin(T, hs, theta):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.int64).float() / hs))
+    freqs = torch.outer(torch.arange(T).float(), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)  # (T, hs)
+    return emb.cos(), emb.sin()
+
+
+class Attention(nn.Module):
+    def __init__(self, C, NH, NKV, theta):
+        super().__init__()
+        self.NH, self.NKV, self.hs, self.theta = NH, NKV, C // NH, theta
+        self.q_proj = nn.Linear(C, NH * self.hs, bias=False)
+        self.k_proj = nn.Linear(C, NKV * self.hs, bias=False)
+        self.v_proj = nn.Linear(C, NKV * self.hs, bias=False)
+        self.o_proj = nn.Linear(NH * self.hs, C, bias=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        hs = self.hs
+        q = self.q_proj(x).view(B, T, self.NH, hs).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.NKV, hs).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.NKV, hs).transpose(1, 2)
+        cos, sin = rope_cos_sin(T, hs, self.theta)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        rep = self.NH // self.NKV  # Hugging Face's repeat_kv
+        k = k[:, :, None].expand(B, self.NKV, rep, T, hs).reshape(B, self.NH, T, hs)
+        v = v[:, :, None].expand(B, self.NKV, rep, T, hs).reshape(B, self.NH, T, hs)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, self.NH * hs)
+        return self.o_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, C, FF):
+        super().__init__()
+        self.gate_proj = nn.Linear(C, FF, bias=False)
+        self.up_proj = nn.Linear(C, FF, bias=False)
+        self.down_proj = nn.Linear(FF, C, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Layer(nn.Module):
+    def __init__(self, C, NH, NKV, FF, theta, eps):
+        super().__init__()
+        self.input_layernorm = RMSNorm(C, eps)
+        self.self_attn = Attention(C, NH, NKV, theta)
+        self.post_attention_layernorm = RMSNorm(C, eps)
+        self.mlp = MLP(C, FF)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    def __init__(self, L, NH, NKV, C, FF, V, theta=10000.0, eps=1e-5, tie=False):
+        super().__init__()
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(V, C)
+        self.model.layers = nn.ModuleList([Layer(C, NH, NKV, FF, theta, eps) for _ in range(L)])
+        self.model.norm = RMSNorm(C, eps)
+        self.tie = tie
+        if not tie:
+            self.lm_head = nn.Linear(C, V, bias=False)
+
+    def forward(self, idx, targets=None):
+        """The mean cross-entropy over every position; the logits (B, T, V) without targets."""
+        x = self.model.embed_tokens(idx)
+        for layer in self.model.layers:
+            x = layer(x)
+        x = self.model.norm(x)
+        logits = x @ self.model.embed_tokens.weight.t() if self.tie else self.lm_head(x)
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1).long())
