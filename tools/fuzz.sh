@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (clang, ASan + UBSan) for the shard header, manifest and run spec
-# parsers, and runs each for RUNS inputs (default 100000) from the seed corpus in tests/fuzz/corpus
+# Builds the libFuzzer targets (clang, ASan + UBSan) for the shard header, manifest, run spec and
+# safetensors parsers, and runs each for RUNS inputs (default 100000) from the seed corpus in tests/fuzz/corpus
 # (written by tests/fuzz/make_seeds.py: a valid input setting every field plus one per rejection rule),
 # with a fixed seed: the same inputs every time, so CI cannot pass or fail by chance. For open-ended
 # fuzzing: FUZZ_SEED=0 (random) and a large RUNS.
@@ -28,6 +28,7 @@ build() {  # name sources... -- libs...
 }
 build fuzz_shard_header tests/fuzz/fuzz_shard_header.cpp data/shard.cpp "${common[@]}" -lz "${libs[@]}"
 build fuzz_manifest tests/fuzz/fuzz_manifest.cpp data/manifest.cpp "${common[@]}" "${libs[@]}"
+build fuzz_safetensors tests/fuzz/fuzz_safetensors.cpp engine/hf/safetensors.cpp "${common[@]}" "${libs[@]}"
 # toml++ 3.3 asserts an internal precondition (parse_key) just before it reports some syntax errors
 # (input: a table header "[" followed by a carriage return); release builds report the error
 # cleanly (exit 2; tests/unit/config/test_spec.cpp keeps that input). Fuzz the code as shipped:
@@ -35,7 +36,7 @@ build fuzz_manifest tests/fuzz/fuzz_manifest.cpp data/manifest.cpp "${common[@]}
 build fuzz_run_spec -D'TOML_ASSERT(expr)=static_assert(true)' tests/fuzz/fuzz_run_spec.cpp \
   engine/config/spec.cpp engine/config/spec_schema.cpp engine/hf/hf_config.cpp engine/core/byte_size.cpp "${common[@]}" \
   -ltomlplusplus "${libs[@]}"
-for t in shard_header manifest run_spec; do
+for t in shard_header manifest run_spec safetensors; do
   corpus="$out/corpus_$t"
   echo "fuzz.sh: fuzz_$t, $RUNS inputs, seed $SEED"
   # a fresh copy of the seed corpus each time: what earlier runs added must not change this run;

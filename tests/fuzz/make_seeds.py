@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the fuzzers' seed corpora into tests/fuzz/corpus/{run_spec,manifest,shard_header}.
+"""Writes the fuzzers' seed corpora into tests/fuzz/corpus/{run_spec,manifest,shard_header,safetensors}.
 
 One valid input alone lets a fuzzer reach only the first checks: a mutation that breaks an early
 rule never gets to the later ones. So each corpus holds a valid input that sets every field, plus
@@ -83,6 +83,15 @@ def write(kind, name, data):
 
 def spec_seeds():
     write("run_spec", "full.toml", toml(FULL))
+    llama = {s: dict(k) for s, k in FULL.items()}
+    llama["model"].update(arch='"llama"', n_kv_head="2", rope_theta="500000.0", norm_eps="1e-6",
+                          tie_embeddings="false")
+    write("run_spec", "full_llama.toml", toml(llama))
+    for name, key, value in [("kv_heads", "n_kv_head", "3"), ("odd_head", "d_model", "36"),
+                             ("theta", "rope_theta", "0.5"), ("eps", "norm_eps", "0.0")]:
+        broken = {s: dict(k) for s, k in llama.items()}
+        broken["model"][key] = value
+        write("run_spec", f"break_llama_{name}.toml", toml(broken))
     write("run_spec", "size_units.toml", toml(FULL).replace('"1.5 GiB"', '"512 kib"'))
     for name, sec, key, value in SPEC_BREAKS:
         spec = {s: dict(k) for s, k in FULL.items()}
@@ -152,7 +161,34 @@ def shard_seeds():
     write("shard_header", "short.bin", b"ZTOKSHRD\x01\x00")
 
 
+def safetensors(header, data=b"", raw_len=None):
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h) if raw_len is None else raw_len) + h + data
+
+
+def safetensors_seeds():
+    good = {"__metadata__": {"format": "pt"},
+            "a.weight": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+            "b.weight": {"dtype": "BF16", "shape": [4], "data_offsets": [24, 32]},
+            "c": {"dtype": "F16", "shape": [], "data_offsets": [32, 34]}}
+    write("safetensors", "three_dtypes.bin", safetensors(good, bytes(34)))
+    breaks = {
+        "dtype_i64": ("a.weight", "dtype", "I64"), "shape_neg": ("a.weight", "shape", [-1, 3]),
+        "shape_size": ("a.weight", "shape", [3, 3]), "offsets_out": ("b.weight", "data_offsets", [24, 99]),
+        "offsets_reversed": ("b.weight", "data_offsets", [32, 24]), "overlap": ("b.weight", "data_offsets", [20, 28]),
+        "offsets_short": ("c", "data_offsets", [32]), "metadata_int": ("__metadata__", "format", 1),
+    }
+    for name, (tensor, field, value) in breaks.items():
+        h = json.loads(json.dumps(good))
+        h[tensor][field] = value
+        write("safetensors", f"break_{name}.bin", safetensors(h, bytes(34)))
+    write("safetensors", "header_too_long.bin", safetensors(good, bytes(34), raw_len=1 << 40))
+    write("safetensors", "not_json.bin", struct.pack("<Q", 5) + b"{\"a\":")
+    write("safetensors", "short.bin", b"\x05\x00")
+
+
 if __name__ == "__main__":
+    safetensors_seeds()
     spec_seeds()
     manifest_seeds()
     shard_seeds()
