@@ -70,15 +70,17 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
   esize_ = be_.compute_size();
   const int64_t L = cfg.n_layer, B = max_batch, NH = NH_l_, BT = B * T;
   const int64_t Ca = C_l_, Fl = F_l_, Vl = V_l_;
+  // layers of slots: Lw for what full recompute drops, Ln for the norms selective drops too
+  const int64_t Lw = cfg.recompute == Recompute::Full ? 1 : L, Ln = cfg.recompute == Recompute::None ? L : 1;
   Acts& a = acts_;
   act_buf_ = carve_activations(be_, {
       {&a.encoded, nullptr, BT * C},
-      {&a.ln1, nullptr, L * BT * C},       {nullptr, &a.ln1_mean, L * BT},   {nullptr, &a.ln1_rstd, L * BT},
-      {&a.qkv, nullptr, L * BT * 3 * Ca},  {&a.atty, nullptr, L * BT * Ca},  {nullptr, &a.att_lse, L * B * NH * T},
-      {&a.attproj, nullptr, L * BT * C},   {&a.res2, nullptr, L * BT * C},
-      {&a.ln2, nullptr, L * BT * C},       {nullptr, &a.ln2_mean, L * BT},   {nullptr, &a.ln2_rstd, L * BT},
-      {&a.fch, nullptr, L * BT * Fl},      {&a.fch_gelu, nullptr, L * BT * Fl},
-      {&a.fcproj, nullptr, L * BT * C},    {&a.res3, nullptr, L * BT * C},
+      {&a.ln1, nullptr, Ln * BT * C},      {nullptr, &a.ln1_mean, Ln * BT},  {nullptr, &a.ln1_rstd, Ln * BT},
+      {&a.qkv, nullptr, Lw * BT * 3 * Ca}, {&a.atty, nullptr, Lw * BT * Ca}, {nullptr, &a.att_lse, Lw * B * NH * T},
+      {&a.attproj, nullptr, Lw * BT * C},  {&a.res2, nullptr, Lw * BT * C},
+      {&a.ln2, nullptr, Ln * BT * C},      {nullptr, &a.ln2_mean, Ln * BT},  {nullptr, &a.ln2_rstd, Ln * BT},
+      {&a.fch, nullptr, Lw * BT * Fl},     {&a.fch_gelu, nullptr, Lw * BT * Fl},
+      {&a.fcproj, nullptr, Lw * BT * C},   {&a.res3, nullptr, L * BT * C},
       {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_mean, BT},       {nullptr, &a.lnf_rstd, BT},
       {&a.logits, nullptr, BT * Vl},
       {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * 3 * Ca},
@@ -88,9 +90,10 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
 GPT2::~GPT2() { be_.free(act_buf_); }
 
 std::string GPT2::describe() const {
-  return fmt::format("gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}{}", cfg_.n_layer, cfg_.d_model,
+  return fmt::format("gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}{}{}", cfg_.n_layer, cfg_.d_model,
                      cfg_.n_head, cfg_.seq_len, cfg_.vocab_size,
-                     cfg_.vocab_held() > cfg_.vocab_size ? fmt::format(" (held as {})", cfg_.vocab_held()) : "");
+                     cfg_.vocab_held() > cfg_.vocab_size ? fmt::format(" (held as {})", cfg_.vocab_held()) : "",
+                     recompute_note(cfg_.recompute));
 }
 
 template <typename P>
@@ -103,11 +106,27 @@ GPT2::BlockParams<P> GPT2::block_params(P g, int l) const {
 GPT2::BlockActs GPT2::block_acts(int l) const {
   const Acts& a = acts_;
   const int64_t BT = int64_t(cur_B_) * cur_T_, C = cfg_.d_model, Ca = C_l_, Fl = F_l_;
-  return {el(a.ln1, l * BT * C),        a.ln1_mean + l * BT,           a.ln1_rstd + l * BT,
-          el(a.qkv, l * BT * 3 * Ca),   el(a.atty, l * BT * Ca),       a.att_lse + l * BT * NH_l_,
-          el(a.attproj, l * BT * C),    el(a.res2, l * BT * C),        el(a.ln2, l * BT * C),
-          a.ln2_mean + l * BT,          a.ln2_rstd + l * BT,           el(a.fch, l * BT * Fl),
-          el(a.fch_gelu, l * BT * Fl),  el(a.fcproj, l * BT * C),      el(a.res3, l * BT * C)};
+  const int64_t w = cfg_.recompute == Recompute::Full ? 0 : l;  // the slot of what full recompute drops
+  const int64_t n = cfg_.recompute == Recompute::None ? l : 0;  // and of the norms selective drops
+  return {el(a.ln1, n * BT * C),        a.ln1_mean + n * BT,           a.ln1_rstd + n * BT,
+          el(a.qkv, w * BT * 3 * Ca),   el(a.atty, w * BT * Ca),       a.att_lse + w * BT * NH_l_,
+          el(a.attproj, w * BT * C),    el(a.res2, w * BT * C),        el(a.ln2, n * BT * C),
+          a.ln2_mean + n * BT,          a.ln2_rstd + n * BT,           el(a.fch, w * BT * Fl),
+          el(a.fch_gelu, w * BT * Fl),  el(a.fcproj, w * BT * C),      el(a.res3, l * BT * C)};
+}
+
+void GPT2::recompute_block(int l, const BlockParams<void*>& w, const void* in) {
+  // The same ops on the same inputs: the same values, bit for bit (a fused residual norm and a
+  // plain norm of its stored sum compute alike).
+  const int64_t BT = int64_t(cur_B_) * cur_T_;
+  const int C = cfg_.d_model;
+  const BlockActs x = block_acts(l);
+  if (cfg_.recompute == Recompute::Full) {
+    block_forward(l, w, in, nullptr, nullptr);
+  } else if (cfg_.recompute == Recompute::Selective) {
+    be_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, in, w.ln1w, w.ln1b, BT, C, cfg_.norm_eps);
+    be_.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2w, w.ln2b, BT, C, cfg_.norm_eps);
+  }
 }
 
 void GPT2::block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum) {
@@ -257,7 +276,9 @@ void GPT2::backward() {
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     const BlockParams<void*> w = block_params(prov.params(1 + l), l);
     const BlockParams<float*> g = block_params(prov.grads(1 + l), l);
-    block_backward(l, w, g, l == 0 ? a.encoded : block_acts(l - 1).res3);
+    const void* in = l == 0 ? a.encoded : block_acts(l - 1).res3;
+    recompute_block(l, w, in);
+    block_backward(l, w, g, in);
     prov.grads_done(1 + l);
     prov.release_params(1 + l);
   }

@@ -37,6 +37,7 @@ struct GPT2Config {
   // wte stay zero and the padding logits are -inf, so they never enter the loss or sampling.
   int vocab_padded = 0;
   float norm_eps = 1e-5f;  // LayerNorm epsilon
+  Recompute recompute = Recompute::None;
   int vocab_held() const { return vocab_padded > 0 ? vocab_padded : vocab_size; }
 };
 
@@ -90,7 +91,9 @@ class GPT2 final : public Model {
     void* res3;                  // (B,T,C)  block output = res2 + fcproj, written by the next
                                  //          block's (or ln_f's) fused residual LayerNorm
   };
-  // Activations of every block (L = n_layer) and of the head, carved from one allocation.
+  // Activations of every block (L = n_layer) and of the head, carved from one allocation. With
+  // recompute, the tensors recomputed in backward have one slot that every block reuses: the
+  // norm outputs and their statistics (selective), everything but res3, the block inputs (full).
   struct Acts {
     void* encoded;               // (B,T,C)
     void *ln1, *qkv, *atty, *attproj, *res2, *ln2, *fch, *fch_gelu, *fcproj, *res3;  // (L, ...)
@@ -108,6 +111,8 @@ class GPT2 final : public Model {
   template <typename P>
   BlockParams<P> block_params(P group_base, int l) const;
   BlockActs block_acts(int l) const;  // block l's slice of acts_ for the current (B, T)
+  // The activations backward needs that recompute dropped, for block l whose input is `in`.
+  void recompute_block(int l, const BlockParams<void*>& w, const void* in);
   int head_group() const { return int(table_.groups().size()) - 1; }  // ln_f
 
   // Block l: its input is the residual stream `in` (the embedding, or the previous block's

@@ -73,15 +73,18 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
   esize_ = be_.compute_size();
   const int64_t L = cfg.n_layer, B = max_batch, BT = B * T;
   const int64_t Wq = w_.q, Wqkv = w_.qkv, Fl = w_.f, Vl = w_.v;
+  // layers of slots: Lw for what full recompute drops, Ln for what selective drops too (the
+  // norm outputs and the SwiGLU output)
+  const int64_t Lw = cfg.recompute == Recompute::Full ? 1 : L, Ln = cfg.recompute == Recompute::None ? L : 1;
   Acts& a = acts_;
   act_buf_ = carve_activations(be_, {
       {&a.encoded, nullptr, BT * C},
-      {&a.ln1, nullptr, L * BT * C},       {nullptr, &a.rstd1, L * BT},
-      {&a.qkv, nullptr, L * BT * Wqkv},    {&a.atty, nullptr, L * BT * Wq},  {nullptr, &a.lse, L * B * NH_l_ * T},
-      {&a.attproj, nullptr, L * BT * C},   {&a.res2, nullptr, L * BT * C},
-      {&a.ln2, nullptr, L * BT * C},       {nullptr, &a.rstd2, L * BT},
-      {&a.gate_up, nullptr, L * BT * 2 * Fl}, {&a.act, nullptr, L * BT * Fl},
-      {&a.mlp, nullptr, L * BT * C},       {&a.res3, nullptr, L * BT * C},
+      {&a.ln1, nullptr, Ln * BT * C},      {nullptr, &a.rstd1, Ln * BT},
+      {&a.qkv, nullptr, Lw * BT * Wqkv},   {&a.atty, nullptr, Lw * BT * Wq}, {nullptr, &a.lse, Lw * B * NH_l_ * T},
+      {&a.attproj, nullptr, Lw * BT * C},  {&a.res2, nullptr, Lw * BT * C},
+      {&a.ln2, nullptr, Ln * BT * C},      {nullptr, &a.rstd2, Ln * BT},
+      {&a.gate_up, nullptr, Lw * BT * 2 * Fl}, {&a.act, nullptr, Ln * BT * Fl},
+      {&a.mlp, nullptr, Lw * BT * C},      {&a.res3, nullptr, L * BT * C},
       {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_rstd, BT},
       {&a.logits, nullptr, BT * Vl},
       {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * Wqkv},
@@ -100,11 +103,11 @@ Llama::~Llama() {
 }
 
 std::string Llama::describe() const {
-  return fmt::format("llama {} layers, d_model {}, {} heads ({} key/value), d_ff {}, seq_len {}, vocab {}{}{}",
+  return fmt::format("llama {} layers, d_model {}, {} heads ({} key/value), d_ff {}, seq_len {}, vocab {}{}{}{}",
                      cfg_.n_layer, cfg_.d_model, cfg_.n_head, cfg_.n_kv_head, cfg_.d_ff, cfg_.seq_len,
                      cfg_.vocab_size,
                      cfg_.vocab_held() > cfg_.vocab_size ? fmt::format(" (held as {})", cfg_.vocab_held()) : "",
-                     cfg_.tie_embeddings ? ", tied head" : "");
+                     cfg_.tie_embeddings ? ", tied head" : "", recompute_note(cfg_.recompute));
 }
 
 template <typename P>
@@ -117,11 +120,27 @@ Llama::BlockParams<P> Llama::block_params(P g, int l) const {
 Llama::BlockActs Llama::block_acts(int l) const {
   const Acts& a = acts_;
   const int64_t BT = int64_t(cur_B_) * cur_T_, C = cfg_.d_model, Fl = w_.f;
-  return {el(a.ln1, l * BT * C),         a.rstd1 + l * BT,
-          el(a.qkv, l * BT * w_.qkv),    el(a.atty, l * BT * w_.q),   a.lse + l * BT * NH_l_,
-          el(a.attproj, l * BT * C),     el(a.res2, l * BT * C),      el(a.ln2, l * BT * C),
-          a.rstd2 + l * BT,              el(a.gate_up, l * BT * 2 * Fl), el(a.act, l * BT * Fl),
-          el(a.mlp, l * BT * C),         el(a.res3, l * BT * C)};
+  const int64_t w = cfg_.recompute == Recompute::Full ? 0 : l;  // the slot of what full recompute drops
+  const int64_t n = cfg_.recompute == Recompute::None ? l : 0;  // and of what selective drops
+  return {el(a.ln1, n * BT * C),         a.rstd1 + n * BT,
+          el(a.qkv, w * BT * w_.qkv),    el(a.atty, w * BT * w_.q),   a.lse + w * BT * NH_l_,
+          el(a.attproj, w * BT * C),     el(a.res2, w * BT * C),      el(a.ln2, n * BT * C),
+          a.rstd2 + n * BT,              el(a.gate_up, w * BT * 2 * Fl), el(a.act, n * BT * Fl),
+          el(a.mlp, w * BT * C),         el(a.res3, l * BT * C)};
+}
+
+void Llama::recompute_block(int l, const BlockParams<void*>& w, const void* in) {
+  // The same ops on the same inputs: the same values, bit for bit.
+  const int64_t BT = int64_t(cur_B_) * cur_T_;
+  const int C = cfg_.d_model;
+  const BlockActs x = block_acts(l);
+  if (cfg_.recompute == Recompute::Full) {
+    block_forward(l, w, in, nullptr, nullptr);
+  } else if (cfg_.recompute == Recompute::Selective) {
+    be_.rmsnorm_forward(x.ln1, x.rstd1, in, w.norm1, BT, C, cfg_.norm_eps);
+    be_.rmsnorm_forward(x.ln2, x.rstd2, x.res2, w.norm2, BT, C, cfg_.norm_eps);
+    be_.swiglu_forward(x.act, x.gate_up, BT, int(w_.f));
+  }
 }
 
 void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum) {
@@ -290,7 +309,9 @@ void Llama::backward() {
   for (int l = cfg_.n_layer - 1; l >= 0; --l) {
     const BlockParams<void*> w = block_params(prov.params(1 + l), l);
     const BlockParams<float*> g = block_params(prov.grads(1 + l), l);
-    block_backward(l, w, g, l == 0 ? a.encoded : block_acts(l - 1).res3);
+    const void* in = l == 0 ? a.encoded : block_acts(l - 1).res3;
+    recompute_block(l, w, in);
+    block_backward(l, w, g, in);
     prov.grads_done(1 + l);
     prov.release_params(1 + l);
   }

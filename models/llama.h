@@ -41,6 +41,7 @@ struct LlamaConfig {
   int vocab_padded = 0;  // the vocabulary as held (0 = not padded), as in GPT2Config
   float rope_theta = 10000.0f, norm_eps = 1e-5f;
   bool tie_embeddings = false;
+  Recompute recompute = Recompute::None;
   int vocab_held() const { return vocab_padded > 0 ? vocab_padded : vocab_size; }
   int head_size() const { return d_model / n_head; }
 };
@@ -110,6 +111,8 @@ class Llama final : public Model {
   template <typename P>
   BlockParams<P> block_params(P group_base, int l) const;
   BlockActs block_acts(int l) const;
+  // The activations backward needs that recompute dropped, for block l whose input is `in`.
+  void recompute_block(int l, const BlockParams<void*>& w, const void* in);
   int head_group() const { return int(table_.groups().size()) - 1; }
 
   void block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum);

@@ -283,6 +283,8 @@ struct Loader {
           fmt::format("global_batch = {} is not a multiple of micro_batch = {}", t.global_batch,
                       t.micro_batch));
     check(t.log_every >= 1, "train", "log_every", fmt::format("must be >= 1, got {}", t.log_every));
+    check(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full", "train", "recompute",
+          fmt::format("'{}' is not one of \"none\", \"selective\", \"full\"", t.recompute));
     check(t.eval_steps >= 1, "train", "eval_steps", fmt::format("must be >= 1, got {}", t.eval_steps));
     check(t.sample_temperature > 0, "train", "sample_temperature",
           fmt::format("must be > 0, got {}", t.sample_temperature));

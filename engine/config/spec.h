@@ -47,6 +47,10 @@ struct RunSpec {
     int64_t eval_steps = 10;    // micro-batches per evaluation
     int64_t sample_tokens = 0;  // tokens generated after training (0 = none)
     double sample_temperature = 0.8;
+    // Activation recompute: "none"; "selective" (the norm outputs, and Llama's SwiGLU output, are
+    // recomputed in backward from what is kept); "full" (only each block's input is kept; the
+    // block's forward runs again in backward).
+    std::string recompute = "none";
   } train;
   struct Optim {
     double lr = 6e-4, min_lr = 6e-5;

@@ -44,6 +44,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(train, eval_steps, false, "micro-batches per evaluation"),
       ZT_KEY(train, sample_tokens, false, "tokens to generate after training (0 = none)"),
       ZT_KEY(train, sample_temperature, false, "sampling temperature"),
+      ZT_KEY(train, recompute, false, "activation recompute: \"none\", \"selective\" (norms, SwiGLU) or \"full\" (whole blocks)"),
       ZT_KEY(optim, lr, false, "peak learning rate"),
       ZT_KEY(optim, min_lr, false, "final learning rate of the decay"),
       ZT_KEY(optim, warmup_steps, false, "linear warmup steps"),

@@ -15,6 +15,12 @@ namespace zt {
 // model uses them. engine/parallel/zero_provider.h implements it for every ZeRO stage: with
 // stage 3 params() gathers the group's shards (prefetching along the announced order) and
 // release_params() frees them; with stages 2-3 grads_done() starts the group's reduce-scatter.
+// Activation recompute ([train] recompute): what a model keeps between forward and backward.
+enum class Recompute { None, Selective, Full };
+inline const char* recompute_note(Recompute r) {  // for Model::describe()
+  return r == Recompute::Full ? ", full recompute" : r == Recompute::Selective ? ", selective recompute" : "";
+}
+
 class ParamProvider {
  public:
   virtual ~ParamProvider() = default;

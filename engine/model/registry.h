@@ -13,7 +13,10 @@ class Comm;
 
 // The model [model] describes, with activations for micro-batches of up to max_batch sequences;
 // `tp` is the tensor-parallel group (null: the whole model on this rank).
-std::unique_ptr<Model> make_model(const RunSpec::Model& spec, Backend& backend, int max_batch, Comm* tp);
+// `recompute`: [train] recompute.
+std::unique_ptr<Model> make_model(const RunSpec::Model& spec, Backend& backend, int max_batch, Comm* tp,
+                                  Recompute recompute = Recompute::None);
+Recompute recompute_of(const std::string& name);  // [train] recompute's value
 
 // What that model holds on one rank of a tensor-parallel group of `tp`, computed from the shapes
 // alone (nothing is built; doubles, so that absurd specs cannot overflow): its parameter elements
@@ -21,6 +24,7 @@ std::unique_ptr<Model> make_model(const RunSpec::Model& spec, Backend& backend, 
 struct ModelFootprint {
   double params = 0, activation_bytes = 0;
 };
-ModelFootprint model_footprint(const RunSpec::Model& spec, int max_batch, int tp, size_t compute_size);
+ModelFootprint model_footprint(const RunSpec::Model& spec, int max_batch, int tp, size_t compute_size,
+                               Recompute recompute = Recompute::None);
 
 }  // namespace zt

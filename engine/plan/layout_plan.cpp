@@ -79,7 +79,7 @@ LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const
   topo.world = group(world, "world", be);
   topo.tp_group = group(plan.tensor, "tp", be);
   topo.dp_group = group(plan.data, "dp", be);
-  auto model = make_model(spec.model, be, int(B), topo.tp_group.get());
+  auto model = make_model(spec.model, be, int(B), topo.tp_group.get(), recompute_of(spec.train.recompute));
   ParamStore store(*model, be, topo, spec);  // not initialized: values do not matter here
   model->set_provider(&store);
   AdamW optimizer(spec.optim, be);

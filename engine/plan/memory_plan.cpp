@@ -9,7 +9,8 @@
 namespace zt {
 
 MemoryPlan plan_memory(const RunSpec& spec, int tp, int dp, size_t compute_size) {
-  const ModelFootprint f = model_footprint(spec.model, int(spec.train.micro_batch), tp, compute_size);
+  const ModelFootprint f = model_footprint(spec.model, int(spec.train.micro_batch), tp, compute_size,
+                                           recompute_of(spec.train.recompute));
   const int stage = int(spec.parallel.zero_stage);
   const bool mixed = compute_size < 4;
   const double P = f.params, D = stage == 0 ? 1.0 : double(dp), fp32 = 4;

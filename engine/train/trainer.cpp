@@ -390,7 +390,7 @@ void Trainer::build() {
                     backend_->kind() == DeviceKind::CPU ? topo_.local_size : 1,
                     !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
                     : backend_->kind() == DeviceKind::CPU ? "this machine" : "the GPU", spec.source);
-  model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get());
+  model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get(), recompute_of(t.recompute));
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   store_->init(uint64_t(spec.run.seed));
   optimizer_ = std::make_unique<AdamW>(spec.optim, *backend_);

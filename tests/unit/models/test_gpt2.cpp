@@ -59,21 +59,24 @@ TEST_CASE("every parameter element comes from (seed, name, index)", "[model][ini
 }
 
 TEST_CASE("the footprint computed from the spec matches what the model allocates", "[model][plan]") {
+  for (const char* arch : {"gpt2", "llama"})
+  for (const Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
   for (const DType dt : {DType::F32, DType::BF16}) {
     for (const auto& [L, NH, C, V, T, B, multiple] :
          {std::tuple{2, 2, 16, 50, 16, 4, 1}, std::tuple{3, 4, 32, 257, 24, 2, 64}, std::tuple{1, 1, 8, 10, 64, 8, 1},
           std::tuple{1, 1, 8, 10, 64, 8, 128}}) {
+      CAPTURE(arch, int(rc), L, NH, C);
       auto be = make_cpu_backend(1);
       be->set_compute_dtype(dt);
       const size_t before = be->memory_stats().by_tag[size_t(MemTag::Activations)];
-      const int held = (V + multiple - 1) / multiple * multiple;
-      GPT2 model(GPT2Config{L, NH, C, 4 * C, V, T, held}, *be, B);
-      const double measured = double(be->memory_stats().by_tag[size_t(MemTag::Activations)] - before);
       RunSpec::Model m;
-      m.n_layer = L, m.n_head = NH, m.d_model = C, m.d_ff = 4 * C, m.vocab_size = V, m.seq_len = T;
-      m.vocab_multiple = multiple;
-      const ModelFootprint f = model_footprint(m, B, 1, dtype_size(dt));
-      REQUIRE(f.params == double(model.num_params()));
+      m.arch = arch;
+      m.n_layer = L, m.n_head = NH, m.n_kv_head = NH > 2 ? 2 : NH, m.d_model = C, m.d_ff = 4 * C, m.vocab_size = V;
+      m.seq_len = T, m.vocab_multiple = multiple, m.tie_embeddings = std::string(arch) == "gpt2" || L == 1;
+      auto model = make_model(m, *be, B, nullptr, rc);
+      const double measured = double(be->memory_stats().by_tag[size_t(MemTag::Activations)] - before);
+      const ModelFootprint f = model_footprint(m, B, 1, dtype_size(dt), rc);
+      REQUIRE(f.params == double(model->num_params()));
       // the activation buffer; the rest of the tag is token and loss scratch plus 64-byte alignment
       REQUIRE(f.activation_bytes <= measured);
       REQUIRE(f.activation_bytes >= 0.85 * measured);
