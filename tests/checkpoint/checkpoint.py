@@ -2,7 +2,8 @@
 """Checkpoints, end to end on the CPU backend under mpirun:
 - exact resume: 4 steps, stop ([checkpoint] exit_after), resume, 4 more gives the uninterrupted
   8-step run's losses and grad norms bit for bit, and the same final parameters and AdamW moments,
-  in fp32 (ZeRO 0-3, tensor parallelism, both), bf16 and fp16 (loss scaler mid-window);
+  in fp32 (ZeRO 0-3, tensor parallelism, both), bf16 and fp16 (loss scaler mid-window), for GPT-2
+  and for Llama (key/value heads split and replicated across tensor-parallel ranks);
   metrics.jsonl then holds every step once;
 - resharding: a checkpoint written by 4 ranks (T=2 D=2 ZeRO-3) resumes in 1 process, one written
   by 4 ranks (D=4 ZeRO-2) on 2 ranks with ZeRO-1, one written by 1 process on 4 ranks (T=2 D=2):
@@ -107,12 +108,16 @@ def main():
         # ---- exact resume per precision, ZeRO stage and tensor parallelism
         cases = [("fp32", 1, 1, 0), ("fp32", 1, 2, 1), ("fp32", 1, 2, 2), ("fp32", 1, 2, 3), ("fp32", 2, 1, 0),
                  ("fp32", 2, 2, 3), ("bf16", 1, 1, 0), ("bf16", 1, 2, 3), ("bf16", 2, 1, 0),
-                 ("fp16", 1, 1, 0), ("fp16", 1, 2, 2)]
+                 ("fp16", 1, 1, 0), ("fp16", 1, 2, 2),
+                 # Llama, 2 key/value heads: split over tensor 2, replicated over tensor 4
+                 ("fp32", 4, 1, 0, "llama"), ("bf16", 2, 2, 3, "llama")]
+        llama = ["model.arch=llama", "model.n_kv_head=2", "model.d_ff=40"]
         reference = None
-        for prec, t, d, z in cases:
+        for prec, t, d, z, *arch in cases:
             sets = [f"precision.compute={prec}", f"parallel.tensor={t}", f"parallel.zero_stage={z}",
                     "precision.scale_window=3"]  # fp16: the scale doubles at steps 3 and 6, so step 4 is mid-window
-            tag = f"{prec}_T{t}_D{d}_Z{z}"
+            sets += llama if arch else []
+            tag = f"{prec}_T{t}_D{d}_Z{z}" + (f"_{arch[0]}" if arch else "")
             _, full = train(f"full_{tag}", t * d, sets)
             _, part = train(f"part_{tag}", t * d, sets + ["checkpoint.exit_after=4"])
             p, _ = train(f"part_{tag}", t * d, sets, resume="auto")

@@ -1,6 +1,6 @@
 // GPU checks that need no dependency beyond the CUDA toolkit (built by tools/gpu_check.sh):
-//   parity: GPT-2 forward/backward and 5 AdamW steps on CUDA vs the CPU backend (which the
-//           PyTorch parity test proves), at odd sizes; prints per-tensor errors; exit 1 on failure
+//   parity: GPT-2 and Llama forward/backward and 5 AdamW steps on CUDA vs the CPU backend (which
+//           the PyTorch parity tests prove), at odd sizes; prints per-tensor errors; exit 1 on failure
 //   parity runs in fp32, bf16 and fp16 (the CPU backend emulating the same storage rounding)
 //   bench:  GPT-2 124M (12 layers, d_model 768, 12 heads, seq_len 1024, vocab 50304) training
 //           steps in bf16 with the largest micro-batch that fits; tokens/s, step ms, peak memory,
@@ -17,6 +17,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -27,6 +28,7 @@
 #include "engine/parallel/param_store.h"
 #include "engine/backend/nvml.h"
 #include "engine/plan/plan_backend.h"
+#include "engine/model/registry.h"
 #include "models/gpt2.h"
 
 using namespace zt;
@@ -87,17 +89,35 @@ int parity(DType dt) {
   const double loss_tol = dt == DType::F32 ? 1e-4 : 1e-2, grad_tol = dt == DType::F32 ? 1e-4 : 5e-2;
   int failures = 0;
   std::printf("{\"check\": \"parity\", \"precision\": \"%s\", \"cases\": [", dtype_name(dt));
-  const GPT2Config cases[] = {{2, 3, 48, 0, 263, 33}, {3, 4, 64, 200, 509, 64}, {2, 2, 256, 0, 1024, 96}};
-  for (size_t ci = 0; ci < 3; ++ci) {
-    GPT2Config cfg = cases[ci];
-    if (cfg.d_ff == 0) cfg.d_ff = 4 * cfg.d_model;
-    const int B = 3, T = cfg.seq_len;
-    GPT2 mc(cfg, *cpu, B), mg(cfg, *gpu, B);
+  // GPT-2 and Llama at odd sizes (Llama: grouped-query 6 / 2 with head size 16 for the
+  // tensor-core attention, multi-query with head size 6 for the CUDA-core one)
+  std::vector<RunSpec::Model> cases;
+  for (auto [L, NH, C, F, V, T] : {std::tuple{2, 3, 48, 192, 263, 33}, {3, 4, 64, 200, 509, 64},
+                                   {2, 2, 256, 1024, 1024, 96}}) {
+    RunSpec::Model m;
+    m.n_layer = L, m.n_head = NH, m.n_kv_head = NH, m.d_model = C, m.d_ff = F, m.vocab_size = V, m.seq_len = T;
+    m.vocab_multiple = 1;
+    cases.push_back(m);
+  }
+  for (auto [L, NH, NKV, C, F, V, T, tie] : {std::tuple{2, 6, 2, 96, 160, 263, 65, false},
+                                             {2, 4, 1, 24, 40, 300, 33, true}}) {
+    RunSpec::Model m;
+    m.arch = "llama";
+    m.n_layer = L, m.n_head = NH, m.n_kv_head = NKV, m.d_model = C, m.d_ff = F, m.vocab_size = V, m.seq_len = T;
+    m.vocab_multiple = 1, m.rope_theta = 500.0, m.tie_embeddings = tie;
+    cases.push_back(m);
+  }
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const RunSpec::Model& cfg = cases[ci];
+    const int B = 3, T = int(cfg.seq_len);
+    auto mcp = make_model(cfg, *cpu, B, nullptr), mgp = make_model(cfg, *gpu, B, nullptr);
+    Model &mc = *mcp, &mg = *mgp;
     SingleRank sc(mc, *cpu, 7), sg(mg, *gpu, 7);
     double worst_grad = 0, worst_loss = 0;
     std::string worst_name;
     for (int step = 1; step <= 5; ++step) {
-      const auto in = tokens(size_t(B) * T, cfg.vocab_size, 100 + step), tg = tokens(size_t(B) * T, cfg.vocab_size, 200 + step);
+      const auto in = tokens(size_t(B) * T, int(cfg.vocab_size), 100 + step),
+                 tg = tokens(size_t(B) * T, int(cfg.vocab_size), 200 + step);
       sc.zero_grad();
       sg.zero_grad();
       const float lc = mc.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
@@ -119,10 +139,12 @@ int parity(DType dt) {
     }
     const bool ok = worst_loss <= loss_tol && worst_grad <= grad_tol;
     failures += !ok;
-    std::printf("%s{\"n_layer\": %d, \"d_model\": %d, \"n_head\": %d, \"vocab\": %d, \"seq_len\": %d, "
-                "\"worst_loss_rel_5_steps\": %.3e, \"worst_grad_rel\": %.3e, \"worst_grad_tensor\": \"%s\", \"ok\": %s}",
-                ci ? ", " : "", cfg.n_layer, cfg.d_model, cfg.n_head, cfg.vocab_size, cfg.seq_len, worst_loss, worst_grad,
-                worst_name.c_str(), ok ? "true" : "false");
+    std::printf("%s{\"arch\": \"%s\", \"n_layer\": %d, \"d_model\": %d, \"n_head\": %d, \"n_kv_head\": %d, "
+                "\"vocab\": %d, \"seq_len\": %d, \"worst_loss_rel_5_steps\": %.3e, \"worst_grad_rel\": %.3e, "
+                "\"worst_grad_tensor\": \"%s\", \"ok\": %s}",
+                ci ? ", " : "", cfg.arch.c_str(), int(cfg.n_layer), int(cfg.d_model), int(cfg.n_head),
+                int(cfg.n_kv_head), int(cfg.vocab_size), int(cfg.seq_len), worst_loss, worst_grad, worst_name.c_str(),
+                ok ? "true" : "false");
   }
   std::printf("], \"ok\": %s}\n", failures ? "false" : "true");
   return failures ? 1 : 0;
