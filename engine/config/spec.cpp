@@ -312,6 +312,23 @@ struct Loader {
     check(pr.initial_scale >= pr.min_scale, "precision", "initial_scale",
           fmt::format("must be >= min_scale = {}, got {}", pr.min_scale, pr.initial_scale));
     check(pr.scale_window >= 1, "precision", "scale_window", fmt::format("must be >= 1, got {}", pr.scale_window));
+    auto& off = spec.offload;
+    check(off.optimizer == "none" || off.optimizer == "cpu" || off.optimizer == "nvme", "offload", "optimizer",
+          fmt::format("'{}' is not one of \"none\", \"cpu\", \"nvme\"", off.optimizer));
+    check(off.params == "none" || off.params == "cpu", "offload", "params",
+          fmt::format("'{}' is not one of \"none\", \"cpu\" (\"nvme\" for parameters is not built yet)", off.params));
+    check(off.params == "none" || spec.parallel.zero_stage == 3, "offload", "params",
+          fmt::format("parameter offload needs ZeRO-3 ([parallel] zero_stage = 3), got zero_stage = {}",
+                      spec.parallel.zero_stage));
+    check(off.params == "none" || off.optimizer != "none", "offload", "params",
+          "parameter offload needs optimizer offload too (optimizer = \"cpu\" or \"nvme\"): the compute copy "
+          "is written by the host's AdamW");
+    check(off.optimizer != "nvme" || !off.nvme_path.empty(), "offload", "nvme_path",
+          "optimizer = \"nvme\" needs a directory on a local SSD");
+    check(off.buffer_mb >= 0.0625 && off.buffer_mb <= 4096, "offload", "buffer_mb",
+          fmt::format("must be in [0.0625, 4096], got {}", off.buffer_mb));
+    check(off.io_depth >= 1 && off.io_depth <= 64, "offload", "io_depth",
+          fmt::format("must be in [1, 64], got {}", off.io_depth));
     auto& p = spec.parallel;
     check(p.tensor >= 1, "parallel", "tensor", fmt::format("must be >= 1, got {}", p.tensor));
     check(p.zero_stage <= 3, "parallel", "zero_stage", fmt::format("must be 0, 1, 2 or 3, got {}", p.zero_stage));

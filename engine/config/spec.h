@@ -72,6 +72,17 @@ struct RunSpec {
     double bucket_mb = 25.0;  // gradient reduce-scatter bucket size (MiB)
     int64_t prefetch = 1;     // ZeRO-3: layers whose parameters are gathered ahead of use
   } parallel;
+  // ZeRO-Infinity: where the model states live when the device is not enough.
+  struct Offload {
+    std::string optimizer = "none";  // "none" | "cpu" | "nvme": fp32 masters, AdamW moments and the
+                                     // gradient shard in pinned host memory (or masters and moments
+                                     // in files under nvme_path); AdamW runs on the CPU
+    std::string params = "none";     // "none" | "cpu": ZeRO-3's compute-precision shards in pinned
+                                     // host memory, uploaded per layer ahead of use
+    std::string nvme_path;           // directory for the nvme tier (a local SSD)
+    double buffer_mb = 64;           // nvme: bytes per I/O request (the streaming block)
+    int64_t io_depth = 4;            // nvme: requests in flight (read-ahead and write-behind)
+  } offload;
   struct Comm {
     std::string backend = "auto";  // "auto" | "mpi" | "nccl"
     double timeout_s = 300;        // a collective slower than this ends the job

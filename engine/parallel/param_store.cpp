@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <future>
+#include <unistd.h>
 
 #include "engine/core/status.h"
 
@@ -25,22 +28,49 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
       prefetch_(int(spec.parallel.prefetch)),
       ct_(be.compute_dtype()),
       esize_(dtype_size(ct_)),
-      mixed_(ct_ != DType::F32),
+      mixed_(ct_ != DType::F32 || spec.offload.optimizer != "none"),
       // Units padded to a multiple of 2P in mixed precision: whole 32-bit words per 16-bit shard.
       layout_(group_sizes(model), stage_ == 0 ? 1 : topo.dp, stage_ == 0 ? 0 : topo.dp_rank,
               size_t(spec.parallel.bucket_mb * 1048576.0 / sizeof(float)),
               size_t(stage_ == 0 ? 1 : topo.dp) * (mixed_ ? 2 : 1)),
       units_(layout_.units()) {
-  auto alloc = [&](size_t n, MemTag tag) { return static_cast<float*>(be_.alloc(n * sizeof(float), tag)); };
-  if (sharded_masters()) shard_params_ = alloc(layout_.total_shard(), MemTag::Params);
-  else full_params_ = alloc(layout_.total_full(), MemTag::Params);
+  if (spec.offload.optimizer != "none") {
+    host_ = make_cpu_backend(int(spec.run.threads));
+    host_->set_compute_dtype(ct_);
+    offload_params_ = spec.offload.params == "cpu";
+  }
+  const MemKind opt_kind = host_ ? MemKind::PinnedHost : MemKind::Device;
+  auto alloc = [&](size_t n, MemTag tag, MemKind kind = MemKind::Device) {
+    return static_cast<float*>(be_.alloc(n * sizeof(float), tag, kind));
+  };
+  flat_n_ = stage_ == 0 ? layout_.total_full() : layout_.total_shard();  // masters and moments alike
+  if (spec.offload.optimizer == "nvme") {
+    chunk_ = std::max<size_t>(NvmeFile::kAlign / sizeof(float),
+                              size_t(spec.offload.buffer_mb * 1048576.0) / NvmeFile::kAlign * NvmeFile::kAlign / sizeof(float));
+    io_depth_ = int(spec.offload.io_depth);
+    nvme_ = std::make_unique<NvmeFile>(spec.offload.nvme_path,
+                                       fmt::format("ztrain-states.rank{:05d}.pid{}", topo.world_rank, ::getpid()),
+                                       3 * nvme_offset(State::AdamM, 0));
+  } else if (sharded_masters()) {
+    shard_params_ = alloc(layout_.total_shard(), MemTag::Params, opt_kind);
+  } else {
+    full_params_ = alloc(layout_.total_full(), MemTag::Params, opt_kind);
+  }
   if (stage_ <= 1) full_grads_ = alloc(layout_.total_full(), MemTag::Grads);
-  if (stage_ >= 1) grad_shard_ = alloc(layout_.total_shard(), MemTag::Grads);
-  const size_t moments = stage_ == 0 ? layout_.total_full() : layout_.total_shard();
-  m_ = alloc(moments, MemTag::OptimStates);
-  v_ = alloc(moments, MemTag::OptimStates);
+  // with optimizer offload, stages 2-3 accumulate the gradient shard on the host only
+  if (stage_ == 1 || (stage_ >= 2 && !host_)) grad_shard_ = alloc(layout_.total_shard(), MemTag::Grads);
+  const size_t moments = flat_n_;
+  if (!nvme_) {
+    m_ = alloc(moments, MemTag::OptimStates, opt_kind);
+    v_ = alloc(moments, MemTag::OptimStates, opt_kind);
+  }
+  if (host_) {
+    host_grad_ = alloc(moments, MemTag::Grads, MemKind::PinnedHost);
+    host_compute_ = be_.alloc(moments * esize_, MemTag::Params, MemKind::PinnedHost);
+  }
   if (mixed_ && stage_ <= 2) full_compute_ = be_.alloc(layout_.total_full() * esize_, MemTag::Params);
-  if (mixed_ && stage_ == 3) shard_compute_ = be_.alloc(layout_.total_shard() * esize_, MemTag::Params);
+  if (mixed_ && stage_ == 3 && !offload_params_)
+    shard_compute_ = be_.alloc(layout_.total_shard() * esize_, MemTag::Params);
   build_spans();
 }
 
@@ -49,11 +79,131 @@ ParamStore::~ParamStore() {
     complete_all();
   } catch (...) {
   }
-  for (auto& [g, gb] : gathered_) be_.free(gb.buf);
+  for (auto& [g, gb] : gathered_) {
+    be_.free(gb.buf);
+    if (gb.staging) be_.free(gb.staging);
+  }
   for (auto& [g, buf] : grad_tmp_) be_.free(buf);
   for (void* p : {(void*)full_params_, (void*)shard_params_, (void*)full_grads_, (void*)grad_shard_, (void*)m_,
-                  (void*)v_, full_compute_, shard_compute_})
+                  (void*)v_, full_compute_, shard_compute_, (void*)host_grad_, host_compute_})
     be_.free(p);
+}
+
+bool ParamStore::on_host(const void* p) const {
+  if (!host_ || !p) return false;
+  // the offloaded arrays: masters, moments, the host gradient and compute copy
+  auto in = [&](const void* base, size_t bytes) {
+    return base && p >= base && static_cast<const char*>(p) < static_cast<const char*>(base) + bytes;
+  };
+  const size_t moments = (stage_ == 0 ? layout_.total_full() : layout_.total_shard()) * sizeof(float);
+  return in(sharded_masters() ? (const void*)shard_params_ : (const void*)full_params_,
+            (sharded_masters() ? layout_.total_shard() : layout_.total_full()) * sizeof(float)) ||
+         in(m_, moments) || in(v_, moments) || in(host_grad_, moments);
+}
+
+uint64_t ParamStore::nvme_offset(State st, size_t flat) const {
+  // three regions, each aligned: masters, then m, then v
+  const uint64_t region = (uint64_t(flat_n_) * sizeof(float) + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
+  const int k = st == State::Master ? 0 : st == State::AdamM ? 1 : 2;
+  return uint64_t(k) * region + uint64_t(flat) * sizeof(float);
+}
+
+template <typename Fn>
+void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
+  // io_depth buffer sets in a ring: block k uses set k % D. Reads run ahead (up to D - 1 blocks)
+  // and writes behind, each on its own thread; a set is refilled only after its write completed.
+  const size_t C = chunk_, blocks = (flat_n_ + C - 1) / C, D = size_t(std::max(1, io_depth_));
+  const int states = moments ? 3 : 1;
+  const State kinds[3] = {State::Master, State::AdamM, State::AdamV};
+  struct Set {
+    float* buf[3] = {};  // aligned for O_DIRECT within raw[k]
+    void* raw[3] = {};
+    std::future<void> read, write;
+  };
+  std::vector<Set> sets(std::min(D, blocks));
+  for (Set& st : sets)
+    for (int k = 0; k < states; ++k) {
+      st.raw[k] = be_.alloc(C * sizeof(float) + NvmeFile::kAlign, MemTag::OptimStates, MemKind::PinnedHost);
+      const uintptr_t a = (reinterpret_cast<uintptr_t>(st.raw[k]) + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
+      st.buf[k] = reinterpret_cast<float*>(a);
+    }
+  auto len = [&](size_t b) { return std::min(C, flat_n_ - b * C); };
+  auto bytes = [&](size_t b) {  // whole aligned blocks (the regions are padded to the alignment)
+    return (len(b) * sizeof(float) + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
+  };
+  auto issue_read = [&](size_t b) {
+    Set& st = sets[b % sets.size()];
+    if (st.write.valid()) st.write.get();
+    st.read = std::async(std::launch::async, [&, b, &st2 = st] {
+      for (int k = 0; k < states; ++k) nvme_->read(nvme_offset(kinds[k], b * C), st2.buf[k], bytes(b));
+    });
+  };
+  std::exception_ptr error;
+  try {
+    size_t next = 0;
+    for (size_t b = 0; b < blocks; ++b) {
+      for (; next < blocks && next < b + sets.size(); ++next) issue_read(next);
+      Set& st = sets[b % sets.size()];
+      st.read.get();
+      fn(b * C, len(b), st.buf[0], moments ? st.buf[1] : nullptr, moments ? st.buf[2] : nullptr);
+      if (write_back)
+        st.write = std::async(std::launch::async, [&, b, &st2 = st] {
+          for (int k = 0; k < states; ++k) nvme_->write(nvme_offset(kinds[k], b * C), st2.buf[k], bytes(b));
+        });
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  for (Set& st : sets) {  // every request finished before the buffers go (the first error wins)
+    for (std::future<void>* f : {&st.read, &st.write})
+      if (f->valid()) try {
+          f->get();
+        } catch (...) {
+          if (!error) error = std::current_exception();
+        }
+    for (int k = 0; k < states; ++k) be_.free(st.raw[k]);
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void ParamStore::optimizer_step(AdamW& opt, double lr, int t) {
+  if (!nvme_) {
+    opt.step(spans_, lr, t);
+    return;
+  }
+  // Each block of the flat arrays: the parts of the spans inside it, as spans over the buffers.
+  stream_nvme(true, true, [&](size_t b0, size_t n, float* master, float* m, float* v) {
+    std::vector<StateSpan> part;
+    for (size_t i = 0; i < spans_.size(); ++i) {
+      const StateSpan& s = spans_[i];
+      const size_t lo = std::max(b0, span_flat_[i]), hi = std::min(b0 + n, span_flat_[i] + s.n);
+      if (lo >= hi) continue;
+      StateSpan q;
+      const size_t d = lo - span_flat_[i];  // offset of the part within the span
+      q.master = master + (lo - b0), q.m = m + (lo - b0), q.v = v + (lo - b0);
+      q.grad = s.grad + d;
+      q.compute = s.compute ? cbyte(s.compute, d) : nullptr;
+      q.n = hi - lo;
+      for (const StateSpan::Piece& p : s.pieces) {
+        const size_t plo = std::max(p.off, d), phi = std::min(p.off + p.n, d + q.n);
+        if (plo < phi) q.pieces.push_back({plo - d, phi - plo, p.decay, p.counted});
+      }
+      part.push_back(std::move(q));
+    }
+    opt.step(part, lr, t);
+  });
+}
+
+ParamStore::TierBytes ParamStore::tier_bytes() const {
+  TierBytes t;
+  if (!host_) return t;
+  const double n = double(flat_n_) * sizeof(float);
+  double* master_tier = nvme_ ? t.nvme : t.pinned;
+  master_tier[0] = n;                    // masters
+  master_tier[2] = 2 * n;                // AdamW moments
+  t.pinned[1] = n;                       // the optimizer's gradient shard
+  t.pinned[0] += double(flat_n_) * double(esize_);  // the compute copy AdamW writes
+  return t;
 }
 
 float* ParamStore::shard_params(const Unit& u) {
@@ -63,6 +213,16 @@ float* ParamStore::shard_params(const Unit& u) {
 void* ParamStore::compute_copy(const Unit& u) {
   if (!mixed_) return nullptr;
   return stage_ == 3 ? cbyte(shard_compute_, u.shard_off) : cbyte(full_compute_, u.full_off + my_begin(u));
+}
+
+void ParamStore::upload_compute_copy() {
+  // AdamW wrote each span's compute copy on the host; the device copy the model reads gets it
+  // (stage 3 with parameter offload reads the host copy at each gather instead).
+  if (!host_ || offload_params_) return;
+  for (size_t i = 0; i < units_.size(); ++i) {
+    const StateSpan& s = spans_[i];
+    if (s.n) be_.copy_to_device(compute_copy(units_[i]), s.compute, s.n * esize_);
+  }
 }
 
 Comm::Handle ParamStore::all_gather_compute(const void* send, void* recv, size_t elems) {
@@ -79,19 +239,28 @@ void ParamStore::gather_compute_copy() {
 }
 
 float* ParamStore::shard_grads(const Unit& u) {
+  if (host_) return host_grad_ + (stage_ == 0 ? u.full_off : u.shard_off);
   return stage_ == 0 ? full_grads_ + u.full_off : grad_shard_ + u.shard_off;
 }
 
 void ParamStore::init(uint64_t seed) {
   const auto& groups = model_.groups();
   std::vector<float> host;
+  // masters in the optimizer's memory (pinned host memory with offload: a plain copy)
+  auto put = [&](size_t flat, const float* src, size_t n) {  // flat: element of the masters' array
+    float* base = sharded_masters() ? shard_params_ : full_params_;
+    if (nvme_) nvme_->write_any(nvme_offset(State::Master, flat), src, n * sizeof(float));
+    else if (host_) std::memcpy(base + flat, src, n * sizeof(float));
+    else be_.copy_to_device(base + flat, src, n * sizeof(float));
+  };
   if (!sharded_masters()) {
     for (size_t g = 0; g < groups.size(); ++g) {
       host.assign(groups[g].numel, 0.0f);
       model_.init_range(seed, groups[g].offset, groups[g].offset + groups[g].numel, host.data());
-      be_.copy_to_device(full_params_ + layout_.group_full_off(g), host.data(), host.size() * sizeof(float));
+      put(layout_.group_full_off(g), host.data(), host.size());
     }
-    if (mixed_) be_.convert(full_compute_, ct_, full_params_, DType::F32, int64_t(layout_.total_full()));
+    if (host_) publish_written_masters();
+    else if (mixed_) be_.convert(full_compute_, ct_, full_params_, DType::F32, int64_t(layout_.total_full()));
     return;
   }
   for (const Unit& u : units_) {  // only this rank's fp32 shards are ever materialized
@@ -100,8 +269,12 @@ void ParamStore::init(uint64_t seed) {
     const size_t lo = groups[u.group].offset + u.begin + my_begin(u);
     host.assign(n, 0.0f);
     model_.init_range(seed, lo, lo + n, host.data());
-    be_.copy_to_device(shard_params_ + u.shard_off, host.data(), n * sizeof(float));
-    if (mixed_) be_.convert(compute_copy(u), ct_, shard_params_ + u.shard_off, DType::F32, int64_t(n));
+    put(u.shard_off, host.data(), n);
+    if (mixed_ && !host_) be_.convert(compute_copy(u), ct_, shard_params_ + u.shard_off, DType::F32, int64_t(n));
+  }
+  if (host_) {
+    publish_written_masters();
+    return;
   }
   if (stage_ <= 2) gather_compute_copy();  // stages 1-2 (mixed): every rank needs the full copy
 }
@@ -109,6 +282,8 @@ void ParamStore::init(uint64_t seed) {
 void ParamStore::zero_grad() {
   if (full_grads_) be_.fill_zero(full_grads_, layout_.total_full() * sizeof(float));
   if (grad_shard_) be_.fill_zero(grad_shard_, layout_.total_shard() * sizeof(float));
+  if (host_grad_)
+    std::memset(host_grad_, 0, (stage_ == 0 ? layout_.total_full() : layout_.total_shard()) * sizeof(float));
 }
 
 // ---- parameters ----
@@ -125,10 +300,25 @@ void ParamStore::gather_group(int g) {
   if (gathered_.count(g)) return;
   Gathered& gb = gathered_[g];
   gb.buf = be_.alloc(layout_.group_padded(g) * esize_, MemTag::CommBuffers);
-  for (int ui : layout_.group_units(g)) {
+  const std::vector<int>& us = layout_.group_units(g);
+  if (offload_params_) {  // this rank's shards of the group, uploaded from the host's compute copy
+    size_t n = 0;
+    for (int ui : us) n += units_[ui].shard;
+    gb.staging = be_.alloc(n * esize_, MemTag::CommBuffers);
+    size_t off = 0;
+    for (int ui : us) {
+      be_.upload_async(cbyte(gb.staging, off), cbyte(host_compute_, units_[ui].shard_off), units_[ui].shard * esize_);
+      off += units_[ui].shard;
+    }
+  }
+  size_t off = 0;
+  for (int ui : us) {
     const Unit& u = units_[ui];
-    const void* src = mixed_ ? cbyte(shard_compute_, u.shard_off) : shard_params_ + u.shard_off;
+    const void* src = offload_params_ ? cbyte(gb.staging, off)
+                      : mixed_        ? cbyte(shard_compute_, u.shard_off)
+                                      : static_cast<const void*>(shard_params_ + u.shard_off);
     gb.handles.push_back(all_gather_compute(src, cbyte(gb.buf, u.full_off - layout_.group_full_off(g)), u.shard));
+    off += u.shard;
   }
 }
 
@@ -143,6 +333,10 @@ void* ParamStore::params(int g) {
   Gathered& gb = gathered_[g];
   for (auto h : gb.handles) dp_.wait(h);
   gb.handles.clear();
+  if (gb.staging) {
+    be_.free(gb.staging);
+    gb.staging = nullptr;
+  }
   return gb.buf;
 }
 
@@ -152,6 +346,7 @@ void ParamStore::release_params(int g) {
   if (it == gathered_.end()) return;
   for (auto h : it->second.handles) dp_.wait(h);
   be_.free(it->second.buf);
+  if (it->second.staging) be_.free(it->second.staging);
   gathered_.erase(it);
 }
 
@@ -199,9 +394,16 @@ void ParamStore::complete(Pending& p) {
   for (auto h : p.handles) dp_.wait(h);
   if (p.recv) {  // stages 2-3: add this micro-batch's reduced shard, free the group's buffers
     size_t off = 0;
+    std::vector<float> reduced;  // optimizer offload: the shard goes to the host as soon as it is reduced
     for (int ui : layout_.group_units(p.group)) {
       const Unit& u = units_[ui];
-      be_.add(grad_shard_ + u.shard_off, grad_shard_ + u.shard_off, p.recv + off, int64_t(u.shard));
+      if (host_) {
+        reduced.resize(u.shard);
+        be_.copy_to_host(reduced.data(), p.recv + off, u.shard * sizeof(float));
+        host_->add(host_grad_ + u.shard_off, host_grad_ + u.shard_off, reduced.data(), int64_t(u.shard));
+      } else {
+        be_.add(grad_shard_ + u.shard_off, grad_shard_ + u.shard_off, p.recv + off, int64_t(u.shard));
+      }
       off += u.shard;
     }
     be_.free(p.recv);
@@ -215,7 +417,13 @@ void ParamStore::complete_all() {
   pending_.clear();
 }
 
-void ParamStore::finish_backward() { complete_all(); }
+void ParamStore::finish_backward() {
+  complete_all();
+  if (!host_ || stage_ >= 2) return;
+  // Stages 0-1 reduce on the device after the last micro-batch; the optimizer's part goes to the host.
+  if (stage_ == 0) be_.copy_to_host(host_grad_, full_grads_, layout_.total_full() * sizeof(float));
+  else be_.copy_to_host(host_grad_, grad_shard_, layout_.total_shard() * sizeof(float));
+}
 
 // ---- optimizer ----
 
@@ -225,11 +433,13 @@ void ParamStore::build_spans() {
   const bool count_replicated = topo_.tp_rank == 0;
   for (const Unit& u : units_) {
     StateSpan s;
-    s.master = shard_params(u);
+    const size_t flat = stage_ == 0 ? u.full_off : u.shard_off;  // in the flat state arrays
+    span_flat_.push_back(flat);
+    s.master = nvme_ ? nullptr : shard_params(u);  // the NVMe tier streams them (optimizer_step)
     s.grad = shard_grads(u);
-    s.m = m_ + (stage_ == 0 ? u.full_off : u.shard_off);
-    s.v = v_ + (stage_ == 0 ? u.full_off : u.shard_off);
-    s.compute = compute_copy(u);
+    s.m = nvme_ ? nullptr : m_ + flat;
+    s.v = nvme_ ? nullptr : v_ + flat;
+    s.compute = host_ ? cbyte(host_compute_, stage_ == 0 ? u.full_off : u.shard_off) : compute_copy(u);
     s.n = my_len(u);
     s.all_counted = count_replicated;
     layout_.for_each_tensor_piece(model_.table(), u, [&](size_t param, size_t off, size_t n) {
@@ -260,6 +470,7 @@ Comm& ParamStore::norm_group() const {
 }
 
 void ParamStore::publish_params() {
+  upload_compute_copy();
   if (stage_ != 1 && stage_ != 2) return;  // every rank needs the full updated parameters again
   if (mixed_) {
     gather_compute_copy();  // in compute precision: half the bytes of the fp32 masters
@@ -279,18 +490,38 @@ float* ParamStore::state_ptr(State st, const GlobalRun& r) const {
 
 void ParamStore::read_run(State st, const GlobalRun& r, size_t off, size_t n, float* host) const {
   ZT_CHECK(off + n <= r.n, "read_run: [{}, {}) beyond a run of {}", off, off + n, r.n);
-  be_.copy_to_host(host, state_ptr(st, r) + off, n * sizeof(float));
+  if (in_nvme(st)) {
+    nvme_->read_any(nvme_offset(st, span_flat_[size_t(r.span)] + r.span_off + off), host, n * sizeof(float));
+    return;
+  }
+  const float* src = state_ptr(st, r) + off;
+  if (on_host(src)) std::memcpy(host, src, n * sizeof(float));
+  else be_.copy_to_host(host, src, n * sizeof(float));
 }
 
 void ParamStore::write_run(State st, const GlobalRun& r, size_t off, size_t n, const float* host) {
   ZT_CHECK(off + n <= r.n, "write_run: [{}, {}) beyond a run of {}", off, off + n, r.n);
-  be_.copy_to_device(state_ptr(st, r) + off, host, n * sizeof(float));
+  if (in_nvme(st)) {
+    nvme_->write_any(nvme_offset(st, span_flat_[size_t(r.span)] + r.span_off + off), host, n * sizeof(float));
+    return;
+  }
+  float* dst = state_ptr(st, r) + off;
+  if (on_host(dst)) std::memcpy(dst, host, n * sizeof(float));
+  else be_.copy_to_device(dst, host, n * sizeof(float));
 }
 
 void ParamStore::publish_written_masters() {
+  Backend& ob = optimizer_backend();  // where the masters and the spans' compute copies live
+  if (nvme_) {  // the masters, block by block, into the host's compute copy
+    stream_nvme(false, false, [&](size_t b0, size_t n, float* master, float*, float*) {
+      host_->convert(cbyte(host_compute_, b0), ct_, master, DType::F32, int64_t(n));
+    });
+    publish_params();
+    return;
+  }
   if (mixed_)
     for (const StateSpan& s : spans_)
-      if (s.n) be_.convert(s.compute, ct_, s.master, DType::F32, int64_t(s.n));
+      if (s.n) ob.convert(s.compute, ct_, s.master, DType::F32, int64_t(s.n));
   publish_params();
 }
 
@@ -313,11 +544,39 @@ std::vector<float> ParamStore::to_global(const std::vector<float>& local) {
 
 std::vector<float> ParamStore::full_params() {
   // The fp32 masters (not the compute copy), whatever the precision.
+  if (nvme_) {  // read the masters back from the file
+    std::vector<float> flat(flat_n_);
+    nvme_->read_any(nvme_offset(State::Master, 0), flat.data(), flat.size() * sizeof(float));
+    if (!sharded_masters()) return full_view(flat.data(), nullptr, true);
+    float* dev = static_cast<float*>(be_.alloc(flat.size() * sizeof(float), MemTag::CommBuffers));
+    be_.copy_to_device(dev, flat.data(), flat.size() * sizeof(float));
+    std::vector<float> out = full_view(nullptr, dev);
+    be_.free(dev);
+    return out;
+  }
   return full_view(sharded_masters() ? nullptr : full_params_, shard_params_);
 }
 
+const float* ParamStore::device_copy(const float* p, size_t n, float** owned) {
+  // Host-resident states go through a device buffer for the collectives of the full views.
+  *owned = nullptr;
+  if (!p || !on_host(p)) return p;
+  *owned = static_cast<float*>(be_.alloc(n * sizeof(float), MemTag::CommBuffers));
+  be_.copy_to_device(*owned, p, n * sizeof(float));
+  return *owned;
+}
+
 std::vector<float> ParamStore::full_compute_params() {
-  if (!mixed_) return {};
+  if (!mixed_ || ct_ == DType::F32) return {};  // offload in fp32: the "copy" is the fp32 parameters
+  if (offload_params_) {  // the compute shards live on the host
+    std::vector<float> wide(layout_.total_shard());
+    host_->convert(wide.data(), DType::F32, host_compute_, ct_, int64_t(wide.size()));
+    float* dev = static_cast<float*>(be_.alloc(wide.size() * sizeof(float), MemTag::CommBuffers));
+    be_.copy_to_device(dev, wide.data(), wide.size() * sizeof(float));
+    std::vector<float> out = full_view(nullptr, dev);
+    be_.free(dev);
+    return out;
+  }
   const size_t n = stage_ == 3 ? layout_.total_shard() : layout_.total_full();
   float* wide = static_cast<float*>(be_.alloc(n * sizeof(float), MemTag::CommBuffers));
   be_.convert(wide, DType::F32, stage_ == 3 ? shard_compute_ : full_compute_, ct_, int64_t(n));
@@ -326,18 +585,27 @@ std::vector<float> ParamStore::full_compute_params() {
   return out;
 }
 
-std::vector<float> ParamStore::full_grads() { return full_view(stage_ == 0 ? full_grads_ : nullptr, grad_shard_); }
+std::vector<float> ParamStore::full_grads() {
+  if (host_) return full_view(stage_ == 0 ? host_grad_ : nullptr, host_grad_);
+  return full_view(stage_ == 0 ? full_grads_ : nullptr, grad_shard_);
+}
 
-std::vector<float> ParamStore::full_view(const float* full, const float* shards) {
+std::vector<float> ParamStore::full_view(const float* full, const float* shards_in, bool full_on_host) {
   const auto& groups = model_.groups();
   std::vector<float> out(model_.num_params());
   if (full) {
-    for (size_t g = 0; g < groups.size(); ++g)
-      be_.copy_to_host(out.data() + groups[g].offset, full + layout_.group_full_off(g), groups[g].numel * sizeof(float));
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const float* src = full + layout_.group_full_off(g);
+      if (full_on_host || on_host(src)) std::memcpy(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
+      else be_.copy_to_host(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
+    }
     return to_global(out);
   }
+  float* owned = nullptr;
+  const float* shards = device_copy(shards_in, layout_.total_shard(), &owned);
   float* buf = static_cast<float*>(be_.alloc(layout_.total_full() * sizeof(float), MemTag::CommBuffers));
   for (const Unit& u : units_) dp_.wait(dp_.all_gather(shards + u.shard_off, buf + u.full_off, u.shard));
+  if (owned) be_.free(owned);
   for (const Unit& u : units_)
     be_.copy_to_host(out.data() + groups[u.group].offset + u.begin, buf + u.full_off, u.len * sizeof(float));
   be_.free(buf);

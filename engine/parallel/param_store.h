@@ -18,15 +18,28 @@
 // stages 1-2 the fp32 masters are then sharded too (as DeepSpeed's) and the updated compute
 // copy is all-gathered; at stage 3 the compute copy is sharded and gathered per group. Either
 // way parameters travel in compute precision (half the bytes of fp32).
+// Offload ([offload], ZeRO-Infinity): optimizer = "cpu" keeps the fp32 masters, the AdamW moments
+// and the optimizer's gradient shard in pinned host memory, and AdamW runs on the CPU (a CPU
+// backend over those arrays: the same kernel as the CPU backend's, so results are bit-identical
+// to on-device training there). The device then holds a compute-precision copy of the parameters
+// (fp32 too when the compute is fp32), refreshed by an upload after each step. A group's reduced
+// gradient goes to the host as soon as its reduction completes (stages 2-3). params = "cpu"
+// (stage 3) keeps the compute-precision shards in pinned host memory too; a group's shards are
+// uploaded into the gather buffer when the group is gathered (prefetch groups ahead).
+// optimizer = "nvme" keeps the masters and moments in one file per rank under nvme_path
+// (engine/offload/nvme_file.h) instead: the step streams them through io_depth pinned buffers
+// of buffer_mb, reading ahead and writing behind while the CPU updates the block in between.
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "engine/backend/backend.h"
 #include "engine/config/spec.h"
 #include "engine/comm/topology.h"
 #include "engine/model/model.h"
+#include "engine/offload/nvme_file.h"
 #include "engine/optim/adamw.h"
 #include "engine/parallel/shard_layout.h"
 
@@ -45,14 +58,29 @@ class ParamStore final : public ParamProvider {
   // reduce only then).
   void set_last_micro_batch(bool last) { last_micro_ = last; }
   void finish_backward();                  // every gradient reduction of the step complete
+  // The backend that holds the spans' states and runs the optimizer on them: the device backend,
+  // or, with optimizer offload, a CPU backend over pinned host memory.
+  Backend& optimizer_backend() { return host_ ? *host_ : be_; }
+  bool offloads_optimizer() const { return host_ != nullptr; }
+  // The optimizer step over this rank's spans (after clipping): AdamW on the spans as they are,
+  // or, with the NVMe tier, block by block through the pinned buffers.
+  void optimizer_step(AdamW& opt, double lr, int t);
+  // Bytes of model states per tier, for the memory line: [tag] for Params, Grads, OptimStates.
+  struct TierBytes {
+    double pinned[3] = {}, nvme[3] = {};
+  };
+  TierBytes tier_bytes() const;
+  // The NVMe file (null without the nvme tier), for its start-up warning.
+  const NvmeFile* nvme() const { return nvme_.get(); }
 
   // This rank's states for the optimizer: one span per unit (its shard; the whole unit at stage 0).
   const std::vector<StateSpan>& spans() const { return spans_; }
   // The ranks whose spans together hold every gradient once: the tensor-parallel group at stage 0
   // (data-parallel ranks hold copies), the world at stages 1-3.
   Comm& norm_group() const;
-  // After the optimizer wrote the masters (and compute copy) of this rank's spans: stages 1-2
-  // all-gather the updated parameters so every rank holds them whole again. Collective.
+  // After the optimizer wrote the masters (and compute copy) of this rank's spans: with optimizer
+  // offload, the compute copy is uploaded; stages 1-2 all-gather the updated parameters so every
+  // rank holds them whole again. Collective.
   void publish_params();
 
   // This rank's states in global coordinates, for checkpoints: each run is `n` consecutive
@@ -76,8 +104,8 @@ class ParamStore final : public ParamProvider {
   // Elements [off, off + n) of the run only.
   void read_run(State s, const GlobalRun& r, size_t off, size_t n, float* host) const;
   // The run's elements in the backend's memory (host memory on the CPU backend: checkpoint writes
-  // read them in place there instead of copying).
-  const float* run_data(State s, const GlobalRun& r) const { return state_ptr(s, r); }
+  // read them in place there instead of copying); null for states in the NVMe tier.
+  const float* run_data(State s, const GlobalRun& r) const { return in_nvme(s) ? nullptr : state_ptr(s, r); }
   void write_run(State s, const GlobalRun& r, size_t off, size_t n, const float* host);
   void publish_written_masters();
 
@@ -113,13 +141,26 @@ class ParamStore final : public ParamProvider {
   // fp32 masters exist only as this rank's shards: stage 3, and stages 1-2 in mixed precision
   // (the model reads the compute copy, so full fp32 parameters are not needed).
   bool sharded_masters() const { return stage_ == 3 || (mixed_ && stage_ >= 1); }
+  // Offloaded optimizer states: the host arrays of a span's masters / grads, and the upload of
+  // the compute copy AdamW wrote on the host (host_compute_) to the device copy.
+  void upload_compute_copy();
+  // Host pointer for `p` when p lives in pinned host memory (memcpy, not a device copy).
+  bool on_host(const void* p) const;
+  bool in_nvme(State s) const { return nvme_ && s != State::Grad; }
+  uint64_t nvme_offset(State s, size_t flat) const;  // byte offset of flat element `flat` of a state
+  // Streams the NVMe tier's masters (and moments) block by block: fn(flat_begin, n, master, m, v)
+  // on pinned buffers; `write_back`: the blocks are written back after fn.
+  template <typename Fn>
+  void stream_nvme(bool moments, bool write_back, Fn fn);
+  // `p` (n floats) itself, or a device copy of it when it lives on the host (*owned: free it).
+  const float* device_copy(const float* p, size_t n, float** owned);
   float* shard_grads(const Unit& u);
   void gather_group(int group);  // stage 3: launch the all-gather of a group's shards
   void complete(Pending& p);
   std::vector<float> to_global(const std::vector<float>& local);
   // The full tensors from `full` (a padded full-layout buffer) or, when it is null, from every
   // rank's fp32 `shards` (collective), in the unsharded model's layout.
-  std::vector<float> full_view(const float* full, const float* shards);
+  std::vector<float> full_view(const float* full, const float* shards, bool full_on_host = false);
   // recv (size * elems) <- every rank's send (elems), in the compute dtype.
   Comm::Handle all_gather_compute(const void* send, void* recv, size_t elems);  // gathers tensor-parallel slices
   void complete_all();
@@ -133,7 +174,16 @@ class ParamStore final : public ParamProvider {
   int stage_, prefetch_;
   DType ct_;            // the backend's compute dtype
   size_t esize_;        // its element size
-  bool mixed_;          // ct_ != F32: a compute-precision copy of the parameters exists
+  bool mixed_;          // ct_ != F32 or offload: a compute-precision copy of the parameters exists
+  std::unique_ptr<Backend> host_;  // optimizer offload: the CPU backend AdamW runs on
+  bool offload_params_ = false;    // stage 3: compute shards in pinned host memory
+  float* host_grad_ = nullptr;     // optimizer offload: the spans' gradients (pinned host)
+  void* host_compute_ = nullptr;   // optimizer offload: the compute copy AdamW writes (pinned host)
+  std::unique_ptr<NvmeFile> nvme_; // optimizer = "nvme": masters and moments in this file
+  size_t flat_n_ = 0;              // elements of each state array (masters, moments)
+  size_t chunk_ = 0;               // nvme: elements per I/O block
+  int io_depth_ = 1;
+  std::vector<size_t> span_flat_;  // each span's first element in the flat state arrays
   ShardLayout layout_;
   const std::vector<Unit>& units_;  // layout_.units()
   std::vector<StateSpan> spans_;
@@ -149,7 +199,8 @@ class ParamStore final : public ParamProvider {
   bool last_micro_ = true;
   std::vector<Pending> pending_;
   struct Gathered {
-    void* buf = nullptr;  // compute precision
+    void* buf = nullptr;      // compute precision
+    void* staging = nullptr;  // params offload: this rank's shards, uploaded for the gather
     std::vector<Comm::Handle> handles;
   };
   std::map<int, Gathered> gathered_;  // stage 3: groups with full parameters present

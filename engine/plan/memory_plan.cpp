@@ -19,25 +19,59 @@ MemoryPlan plan_memory(const RunSpec& spec, int tp, int dp, size_t compute_size)
   // ZeRO-1), moments sharded from ZeRO-1; the compute copy is full below ZeRO-3.
   const bool sharded_masters = stage == 3 || (mixed && stage >= 1);
   MemoryPlan m;
+  m.activations = f.activation_bytes;
+  m.state_elems = stage == 0 ? P : P / D;
+  const std::string& opt = spec.offload.optimizer;
+  if (opt != "none") {  // ParamStore with offload: masters, moments and the optimizer's gradient off the device
+    const double S = m.state_elems, copy = stage == 3 ? P / D : P;
+    const bool params_off = spec.offload.params == "cpu";
+    m.params = params_off ? 0 : copy * double(compute_size);
+    m.grads = (stage <= 1 ? P * fp32 : 0) + (stage == 1 ? P / D * fp32 : 0);
+    m.pinned_host = S * fp32 /* gradient */ + S * double(compute_size) /* compute copy */ +
+                    (opt == "cpu" ? 3 * S * fp32 : 0);
+    m.nvme = opt == "nvme" ? 3 * S * fp32 : 0;
+    return m;
+  }
   m.params = (sharded_masters ? P / D : P) * fp32 + (mixed ? (stage == 3 ? P / D : P) * double(compute_size) : 0);
   m.grads = (stage <= 1 ? P * fp32 : 0) + (stage >= 1 ? P / D * fp32 : 0);
   m.optimizer = 2 * P / D * fp32;
-  m.activations = f.activation_bytes;
   return m;
 }
 
+std::string offload_hint(const RunSpec& spec, int tp, int dp, size_t compute_size, double available) {
+  if (spec.offload.params != "none") return "";
+  const auto gib = [](double b) { return b / 1073741824.0; };
+  RunSpec s = spec;
+  if (spec.offload.optimizer == "none") {
+    s.offload.optimizer = "cpu";
+    const MemoryPlan p = plan_memory(s, tp, dp, compute_size);
+    if (p.total() <= available)
+      return fmt::format("; [offload] optimizer = \"cpu\" would need {:.3g} GiB of device memory per rank "
+                         "({:.3g} GiB pinned host)", gib(p.total()), gib(p.pinned_host));
+  }
+  s.parallel.zero_stage = 3;
+  s.offload.optimizer = spec.offload.optimizer == "none" ? "cpu" : spec.offload.optimizer;
+  s.offload.params = "cpu";
+  const MemoryPlan p = plan_memory(s, tp, dp, compute_size);
+  if (p.total() <= available)
+    return fmt::format("; [parallel] zero_stage = 3 with [offload] optimizer = \"{}\" and params = \"cpu\" would "
+                       "need {:.3g} GiB of device memory per rank (plus the gathered layers)",
+                       s.offload.optimizer, gib(p.total()));
+  return "";
+}
+
 void check_memory_fits(const MemoryPlan& plan, size_t available, int ranks_sharing, const std::string& where,
-                       const std::string& source) {
+                       const std::string& source, const std::string& hint) {
   if (available == SIZE_MAX) return;
   const double need = plan.total() * double(ranks_sharing);
   if (need <= double(available)) return;
   const auto gib = [](double b) { return b / 1073741824.0; };
   user_error("{}: this spec needs at least {:.3g} GiB per rank (parameters {:.3g}, gradients {:.3g}, optimizer "
              "{:.3g}, activations {:.3g} GiB){} but {} has {:.3g} GiB available ({:.0f} bytes needed, {} available): "
-             "use a smaller model or micro_batch, more ranks with ZeRO or tensor parallelism",
+             "use a smaller model or micro_batch, more ranks with ZeRO or tensor parallelism, or offload{}",
              source, gib(plan.total()), gib(plan.params), gib(plan.grads), gib(plan.optimizer), gib(plan.activations),
              ranks_sharing > 1 ? fmt::format(" x {} ranks on this machine", ranks_sharing) : "", where,
-             gib(double(available)), need, available);
+             gib(double(available)), need, available, hint);
 }
 
 }  // namespace zt

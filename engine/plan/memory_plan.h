@@ -15,7 +15,9 @@
 namespace zt {
 
 struct MemoryPlan {
-  double params = 0, grads = 0, optimizer = 0, activations = 0;  // bytes on one rank
+  double params = 0, grads = 0, optimizer = 0, activations = 0;  // device bytes on one rank
+  double pinned_host = 0, nvme = 0;  // [offload]: the states' bytes in pinned host memory, on NVMe
+  double state_elems = 0;            // elements of each optimizer state array this rank holds
   double total() const { return params + grads + optimizer + activations; }
 };
 
@@ -25,7 +27,12 @@ MemoryPlan plan_memory(const RunSpec& spec, int tp, int dp, size_t compute_size)
 
 // UserError (exit 2) when `ranks_sharing` ranks of `plan` need more than `available` bytes (the
 // ranks on one machine share host memory on the CPU backend; a GPU has one rank).
+// `hint`: what would fit instead (offload_hint), appended to the message.
 void check_memory_fits(const MemoryPlan& plan, size_t available, int ranks_sharing, const std::string& where,
-                       const std::string& source);
+                       const std::string& source, const std::string& hint = "");
+
+// For a spec that does not fit `available` bytes per rank: the first of [offload] optimizer =
+// "cpu", then ZeRO-3 with optimizer and params offloaded, that would, with its figure; "" if none.
+std::string offload_hint(const RunSpec& spec, int tp, int dp, size_t compute_size, double available);
 
 }  // namespace zt

@@ -386,14 +386,27 @@ void Trainer::build() {
                                                  spec.precision.loss_scale == 0 ? "dynamic" : "fixed")
                                    : "");
   // before anything large is allocated: a spec that cannot fit says so with the numbers
-  check_memory_fits(plan_memory(spec, topo_.tp, topo_.dp, dtype_size(compute)), backend_->memory_available(),
-                    backend_->kind() == DeviceKind::CPU ? topo_.local_size : 1,
-                    !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
-                    : backend_->kind() == DeviceKind::CPU ? "this machine" : "the GPU", spec.source);
+  {
+    const size_t available = backend_->memory_available();
+    const int sharing = backend_->kind() == DeviceKind::CPU && spec.run.device_memory_limit.empty() ? topo_.local_size : 1;
+    const double per_rank = available == SIZE_MAX ? 0 : double(available) / sharing;
+    check_memory_fits(plan_memory(spec, topo_.tp, topo_.dp, dtype_size(compute)), available, sharing,
+                      !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
+                      : backend_->kind() == DeviceKind::CPU ? "this machine" : "the GPU",
+                      spec.source, offload_hint(spec, topo_.tp, topo_.dp, dtype_size(compute), per_rank));
+  }
   model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get(), recompute_of(t.recompute));
+  if (spec.offload.optimizer == "nvme")  // masters and AdamW moments: 12 bytes per element this rank holds
+    agreed([&] {
+      check_nvme_path(spec.offload.nvme_path, uint64_t(12.0 * plan_memory(spec, topo_.tp, topo_.dp,
+                                                                          dtype_size(compute)).state_elems));
+    });
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
+  if (store_->nvme() && !store_->nvme()->direct() && topo_.local_rank == 0)
+    spdlog::warn("offload: {} does not support O_DIRECT (tmpfs?): buffered I/O, which the page cache doubles in "
+                 "host memory", spec.offload.nvme_path);
   store_->init(uint64_t(spec.run.seed));
-  optimizer_ = std::make_unique<AdamW>(spec.optim, *backend_);
+  optimizer_ = std::make_unique<AdamW>(spec.optim, store_->optimizer_backend());
   model_->set_provider(store_.get());
   inputs_.resize(size_t(t.micro_batch * m.seq_len));
   targets_.resize(inputs_.size());
@@ -515,7 +528,7 @@ StepResult Trainer::step(int64_t step) {
   r.skipped = !scaler_->update(std::isfinite(r.grad_norm));
   if (!r.skipped) {
     be.push_range("optimizer");
-    optimizer_->step(store_->spans(), r.lr, ++adam_steps_);
+    store_->optimizer_step(*optimizer_, r.lr, ++adam_steps_);
     store_->publish_params();
     be.pop_range();
   }
@@ -594,6 +607,15 @@ void Trainer::log_memory() const {
                "activations {:.3f} MiB (tensor-parallel {}, ZeRO-{} over {} data-parallel ranks)",
                topo_.world_rank, mib(MemTag::Params), mib(MemTag::Grads), mib(MemTag::OptimStates),
                mib(MemTag::Activations), topo_.tp, spec_.parallel.zero_stage, topo_.dp);
+  if (store_->offloads_optimizer()) {  // the other tiers, per kind of state
+    const ParamStore::TierBytes t = store_->tier_bytes();
+    auto m = [](double b) { return b / 1048576.0; };
+    spdlog::info("rank {} offloaded: pinned host: params {:.3f} MiB (fp32 masters{}, compute copy), grads {:.3f} "
+                 "MiB, optimizer {:.3f} MiB; nvme: params {:.3f} MiB, optimizer {:.3f} MiB ({}); pinned total "
+                 "held {:.3f} MiB", topo_.world_rank, m(t.pinned[0]), t.nvme[0] > 0 ? " on nvme" : "", m(t.pinned[1]),
+                 m(t.pinned[2]), m(t.nvme[0]), m(t.nvme[2]),
+                 spec_.offload.nvme_path.empty() ? "no nvme_path" : spec_.offload.nvme_path, m(double(s.pinned_host)));
+  }
 }
 
 void Trainer::run() {
