@@ -91,13 +91,16 @@ CheckpointWriter::~CheckpointWriter() {
 
 namespace {
 // Elements [e0, e1) of piece `p` of state `st` where they already are in host memory (the CPU
-// backend, the range within one run), or null.
+// backend, the range within one run; not the NVMe tier), or null.
 const float* in_place(const Backend& be, const ParamStore& store, const std::vector<ParamStore::GlobalRun>& runs,
                       const Piece& p, ParamStore::State st, size_t e0, size_t e1) {
   if (!be.host_accessible()) return nullptr;
   size_t at = 0;
   for (const Piece::Source& s : p.sources) {
-    if (e0 >= at && e1 <= at + s.n) return store.run_data(st, runs[s.run]) + s.off + (e0 - at);
+    if (e0 >= at && e1 <= at + s.n) {
+      const float* d = store.run_data(st, runs[s.run]);  // null: not in memory (the NVMe tier)
+      return d ? d + s.off + (e0 - at) : nullptr;
+    }
     at += s.n;
   }
   return nullptr;

@@ -4,8 +4,18 @@
   params "cpu", optimizer "nvme" + params "cpu") the first batch's loss and gradients, 10 steps'
   losses and the final parameters equal on-device training's to the last bit, at ZeRO stages 0-3,
   fp32 and bf16, GPT-2 and Llama, and with tensor 2 x data 2 ZeRO-3 under mpirun;
-- bad input exits 2 with one message (see the cases at the end).
+- checkpoints save and load offloaded states where they live: 4 steps + resume + 4 steps equal 8
+  steps bit for bit with optimizer "cpu" and "nvme", and an on-device checkpoint resumes offloaded;
+- a model whose model states are 4x [run] device_memory_limit or more trains with NVMe offload
+  while the backend's measured peak stays under the limit; the same spec without offload exits 2
+  at start with the bytes needed, the limit and the offload setting that would fit;
+- start-up checks: a missing nvme_path, a file as nvme_path, a parameter offload without ZeRO-3
+  exit 2 with one message; a tmpfs nvme_path (no O_DIRECT) trains with a warning;
+- an I/O error on the NVMe file mid-run exits 1 naming the file, and the last complete checkpoint
+  still verifies.
 """
+import json
+import re
 import argparse
 import os
 import shutil
@@ -105,7 +115,111 @@ def main():
                 d = same(f, ref)
                 expect(not d, f"T2D2 optimizer {opt} params {params}: differs in {d[:4]}")
                 print(f"T2 D2 ZeRO-3 optimizer {opt} params {params}: bit-identical to on-device: {not d}")
-    return testlib.report(failures, "offloaded optimizer states and parameters train bit-identically to on-device")
+        checkpoints(args, work, spec)
+        larger_than_device(args, work, data, nvme)
+        startup_and_faults(args, work, spec, nvme)
+    return testlib.report(failures, "offloaded optimizer states and parameters train bit-identically to on-device, "
+                                    "checkpoint where they live, fit 4x the device limit, and fail with one message")
+
+
+def records(out_dir):
+    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
+        return [(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, f) if r.get("kind") == "train"]
+
+
+def train(args, spec, out, sets, env=None, check=True):
+    argv = [args.ztrain, "train", spec, "--set", f"run.out_dir={out}", "--set", f"checkpoint.dir={out}/ckpt"]
+    for s in sets:
+        argv += ["--set", s]
+    p = testlib.run(argv, check=False, env=dict(ENV, **(env or {})), timeout=300)
+    if check and p.returncode != 0:
+        failures.append(f"{out}: exit {p.returncode}: {p.stderr[-1200:]}")
+    return p
+
+
+def checkpoints(args, work, spec):
+    for opt in ("cpu", "nvme"):
+        sets = ["parallel.zero_stage=3", "precision.compute=bf16", f"offload.optimizer={opt}", "offload.params=cpu"]
+        full, part = os.path.join(work, f"ck_full_{opt}"), os.path.join(work, f"ck_part_{opt}")
+        train(args, spec, full, sets)
+        train(args, spec, part, sets + ["checkpoint.exit_after=4"])
+        p = train(args, spec, part, sets + ["checkpoint.resume=auto"])
+        a, b = records(full), records(part)
+        expect(len(a) == 10 and a == b, f"checkpoint with optimizer {opt}: resumed {b} vs {a}")
+        print(f"checkpoint, optimizer {opt} + params cpu, ZeRO-3 bf16: 4 + resume + 6 steps equal 10 steps: {a == b}")
+    # an on-device checkpoint continues offloaded (the states move to their tier on load)
+    base = ["parallel.zero_stage=2"]
+    full, part = os.path.join(work, "ck_dev_full"), os.path.join(work, "ck_dev_part")
+    train(args, spec, full, base)
+    train(args, spec, part, base + ["checkpoint.exit_after=4"])
+    train(args, spec, part, base + ["checkpoint.resume=auto", "offload.optimizer=nvme"])
+    a, b = records(full), records(part)
+    expect(a == b, f"on-device checkpoint resumed with NVMe offload: {b} vs {a}")
+    print(f"on-device checkpoint resumed with optimizer nvme: equal to on-device training: {a == b}")
+
+
+def larger_than_device(args, work, data, nvme):
+    """Model states 4x the device limit train with NVMe offload; the peak stays under the limit."""
+    spec = os.path.join(work, "big.toml")
+    testlib.write_spec(spec, {
+        "run": {"out_dir": os.path.join(work, "big"), "seed": 3, "device": "cpu", "threads": 1,
+                "device_memory_limit": "8MiB"},
+        "model": {"n_layer": 16, "n_head": 4, "d_model": 128, "vocab_size": 260, "seq_len": 16},
+        "train": {"micro_batch": 1, "global_batch": 1, "max_steps": 3, "log_every": 1},
+        "parallel": {"zero_stage": 3, "prefetch": 1},
+        "offload": {"optimizer": "nvme", "params": "cpu", "nvme_path": nvme},
+        "data": {"train": data}})
+    p = testlib.run([args.ztrain, "train", spec], check=False, env=ENV, timeout=300)
+    m = re.search(r"(\d+(?:\.\d+)?)M parameters", p.stderr)
+    peak = re.search(r"peak memory: [\d.]+ MiB allocated by the .* backend \((\d+) bytes\)", p.stderr)
+    limit = 8 * 1048576
+    states = 16 * float(m[1]) * 1e6 if m else 0
+    expect(p.returncode == 0 and peak and int(peak[1]) <= limit and states >= 4 * limit,
+           f"NVMe offload 4x the device: exit {p.returncode}, states {states:.0f} bytes, peak "
+           f"{peak[1] if peak else None} bytes, limit {limit}: {p.stderr[-1200:]}")
+    if peak:
+        print(f"model states {states / 1048576:.1f} MiB ({states / limit:.1f}x the 8 MiB device limit) trained with "
+              f"NVMe offload: device peak {int(peak[1]) / 1048576:.2f} MiB")
+    p = testlib.run([args.ztrain, "train", spec, "--set", "offload.optimizer=none", "--set", "offload.params=none"],
+                    check=False, env=ENV, timeout=300)
+    expect(p.returncode == 2 and "[run] device_memory_limit has" in p.stderr and "[offload]" in p.stderr,
+           f"without offload: exit {p.returncode}: {p.stderr[-800:]}")
+    print(f"without offload: exit {p.returncode}: {p.stderr.strip().splitlines()[-1][:300] if p.stderr.strip() else ''}")
+
+
+def startup_and_faults(args, work, spec, nvme):
+    nofile = os.path.join(work, "a_file")
+    open(nofile, "w").close()
+    for sets, needle in [
+            (["offload.optimizer=nvme", f"offload.nvme_path={work}/missing"], "not an existing directory"),
+            (["offload.optimizer=nvme", f"offload.nvme_path={nofile}"], "not an existing directory"),
+            (["offload.optimizer=nvme", "offload.nvme_path="], "[offload] nvme_path"),
+            (["offload.optimizer=cpu", "offload.params=cpu", "parallel.zero_stage=2"], "parameter offload needs ZeRO-3"),
+            (["offload.params=cpu", "parallel.zero_stage=3"], "parameter offload needs optimizer offload"),
+            (["offload.optimizer=disk"], "[offload] optimizer: 'disk' is not one of")]:
+        p = train(args, spec, os.path.join(work, "bad"), sets, check=False)
+        expect(p.returncode == 2 and needle in p.stderr, f"{sets}: expected exit 2 with {needle!r}: {p.returncode} "
+                                                         f"{p.stderr[-500:]}")
+        print(f"{' '.join(sets)}: exit {p.returncode}: {p.stderr.strip().splitlines()[-1][:200] if p.stderr.strip() else ''}")
+    if os.path.isdir("/dev/shm"):  # tmpfs: O_DIRECT only since Linux 6.6; buffered I/O with a warning before
+        shm = tempfile.mkdtemp(dir="/dev/shm")
+        p = train(args, spec, os.path.join(work, "shm"), ["offload.optimizer=nvme", f"offload.nvme_path={shm}"])
+        expect(p.returncode == 0, f"tmpfs: {p.returncode} {p.stderr[-500:]}")
+        print(f"tmpfs nvme_path: exit {p.returncode}; "
+              f"{'buffered I/O with a warning' if 'does not support O_DIRECT' in p.stderr else 'O_DIRECT supported here'}")
+        shutil.rmtree(shm, ignore_errors=True)
+    # an I/O error mid-run: exit 1 naming the file; the checkpoint before it verifies
+    out = os.path.join(work, "ioerr")
+    p = train(args, spec, out, ["offload.optimizer=nvme", "checkpoint.every_steps=2", "checkpoint.async=false"],
+              env={"ZTRAIN_FAULT_NVME_WRITES": "40"}, check=False)
+    ck = os.path.join(out, "ckpt")
+    latest = open(os.path.join(ck, "latest")).read().strip() if os.path.exists(os.path.join(ck, "latest")) else ""
+    v = testlib.run([args.ztrain, "ckpt", "verify", os.path.join(ck, latest)], check=False) if latest else None
+    expect(p.returncode == 1 and re.search(r"ztrain-states\.rank00000\.pid\d+: write of \d+ bytes at \d+ failed",
+                                           p.stderr) and v is not None and v.returncode == 0,
+           f"I/O error: exit {p.returncode}, latest {latest!r}, verify {v.returncode if v else None}: {p.stderr[-600:]}")
+    print(f"NVMe write error: exit {p.returncode}; last complete checkpoint {latest} verifies: "
+          f"{v is not None and v.returncode == 0}")
 
 
 if __name__ == "__main__":
