@@ -374,8 +374,7 @@ class CpuBackend final : public Backend {
                     int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                     int t) override {
     const Access access(*this);
-    cpu::adamw_update(params, grads, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
-    if (params_compute) convert_host(params_compute, dt(), params, DType::F32, n);
+    cpu::adamw_update_with_copy(params, grads, m, v, params_compute, dt(), n, lr, beta1, beta2, eps, weight_decay, t);
   }
 
  private:

@@ -7,6 +7,8 @@
 #pragma once
 #include <cstdint>
 
+#include "engine/core/dtype.h"
+
 namespace zt::cpu {
 
 // C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X^T when trans_X.
@@ -117,5 +119,9 @@ double sum_squares(const F* x, int64_t n);  // sum x^2, accumulated in double, f
 template <typename F>
 void adamw_update(F* params, const F* grads, F* m, F* v, int64_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int t);
+// The same on fp32 states, also writing the updated parameters to `compute` (null: not) in `ct`
+// (rounded to nearest even) in the same pass.
+void adamw_update_with_copy(float* params, const float* grads, float* m, float* v, void* compute, DType ct, int64_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay, int t);
 
 }  // namespace zt::cpu
