@@ -161,7 +161,7 @@ nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
   for (int t = 0; t < int(MemTag::kCount); ++t) kinds[mem_tag_name(MemTag(t))] = p.memory.peak_by_tag[t];
   nlohmann::json j = {{"world", p.world}, {"tensor", p.tensor}, {"data", p.data}, {"zero_stage", p.zero_stage},
                       {"micro_batch", p.micro_batch}, {"compute", dtype_name(p.compute)},
-                      {"per_rank_bytes", {{"device", kinds}, {"host", {{"pinned", p.memory.pinned_host}}}, {"nvme", nlohmann::json::object()}}},
+                      {"per_rank_bytes", {{"device", kinds}, {"host", {{"pinned", p.memory.pinned_host}}}, {"nvme", p.nvme_bytes}}},
                       {"peak_device_bytes", p.peak_device()},
                       {"fits", device_memory <= 0 || double(p.peak_device()) <= device_memory},
                       {"step_flops_rank0", p.work.matrix_flops + p.work.other_flops}, {"step_bytes_rank0", p.work.bytes}};
@@ -228,7 +228,8 @@ int plan_command(const Cli& c, const RunSpec& spec) {
     std::printf("  device, per rank (each kind at its peak): %s\n", kinds.c_str());
     std::printf("  peak device memory: %s (%zu bytes)%s\n", gib(double(p.peak_device())).c_str(), p.peak_device(),
                 memory > 0 ? (double(p.peak_device()) <= memory ? " - fits" : " - does NOT fit") : "");
-    std::printf("  host (pinned): %s; NVMe: none\n", gib(double(p.memory.pinned_host)).c_str());
+    std::printf("  host (pinned): %s; NVMe: %s\n", gib(double(p.memory.pinned_host)).c_str(),
+                p.nvme_bytes > 0 ? gib(p.nvme_bytes).c_str() : "none");
     if (j.contains("predicted_step_ms"))
       std::printf("  predicted step: %.1f ms, MFU %.1f%% (roofline: each op at the slower of its FLOPs and its bytes; "
                   "communication not modeled; a lower bound on time)\n", j["predicted_step_ms"].get<double>(), 100 * j["predicted_mfu"].get<double>());

@@ -102,6 +102,11 @@ class Backend {
   // [run] device_memory_limit: device allocations beyond `bytes` fail with an out-of-memory error
   // naming the limit, and memory_available() counts it (emulates a smaller device). 0 = none.
   virtual void set_memory_limit(size_t bytes) { (void)bytes; }
+  // The backend for host-side work on this backend's pinned host memory (optimizer offload): a
+  // CPU backend; the planner's counting backend returns another counting one.
+  virtual std::unique_ptr<Backend> make_host_backend(int threads) const;
+  // True for a backend that only counts (the planner): its memory may not be touched.
+  virtual bool counts_only() const { return false; }
 
   // ---- precision. Activations and the weights the ops read ("compute" tensors, void* below)
   // are in compute_dtype(); statistics (mean, rstd, lse, losses), weight gradients (which

@@ -19,6 +19,8 @@ const char* mem_tag_name(MemTag tag) {
   }
 }
 
+std::unique_ptr<Backend> Backend::make_host_backend(int threads) const { return make_cpu_backend(threads); }
+
 int Backend::timing_point() {
   const int id = timing_next_;
   timing_next_ = (timing_next_ + 1) % kTimingPoints;

@@ -61,11 +61,13 @@ NvmeFile::NvmeFile(const std::string& dir, const std::string& name, uint64_t byt
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);  // the caller warns (direct() false)
   }
   if (fd_ < 0) throw RuntimeFailure(fmt::format("{}: cannot create ({})", path_, std::strerror(errno)));
+  // Unlinked at once: the file lives as long as the descriptor, so no run (not even one killed
+  // with -9) leaves its states behind on the SSD.
+  ::unlink(path_.c_str());
   // Room for every state now, not a full disk at step 40.
   const int rc = ::posix_fallocate(fd_, 0, off_t(align_up(bytes)));
   if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL) {
     ::close(fd_);
-    ::unlink(path_.c_str());
     throw RuntimeFailure(fmt::format("{}: cannot allocate {:.3f} GiB ({})", path_, bytes / 1073741824.0,
                                      std::strerror(rc)));
   }
@@ -75,7 +77,6 @@ NvmeFile::NvmeFile(const std::string& dir, const std::string& name, uint64_t byt
 
 NvmeFile::~NvmeFile() {
   if (fd_ >= 0) ::close(fd_);
-  ::unlink(path_.c_str());
 }
 
 void NvmeFile::read(uint64_t off, void* dst, size_t bytes) const {

@@ -17,9 +17,10 @@ void check_nvme_path(const std::string& dir, uint64_t bytes);
 class NvmeFile {
  public:
   static constexpr size_t kAlign = 4096;  // O_DIRECT: offsets, sizes and buffers aligned to this
-  // Creates DIR/NAME (replacing a leftover of a crashed run) with `bytes` allocated on disk.
+  // Creates DIR/NAME with `bytes` allocated on disk, and unlinks it at once (the space is freed
+  // when the process ends, however it ends).
   NvmeFile(const std::string& dir, const std::string& name, uint64_t bytes);
-  ~NvmeFile();  // closes and removes the file
+  ~NvmeFile();
   NvmeFile(const NvmeFile&) = delete;
   NvmeFile& operator=(const NvmeFile&) = delete;
 

@@ -35,7 +35,7 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
               size_t(stage_ == 0 ? 1 : topo.dp) * (mixed_ ? 2 : 1)),
       units_(layout_.units()) {
   if (spec.offload.optimizer != "none") {
-    host_ = make_cpu_backend(int(spec.run.threads));
+    host_ = be_.make_host_backend(int(spec.run.threads));
     host_->set_compute_dtype(ct_);
     offload_params_ = spec.offload.params == "cpu";
   }
@@ -44,7 +44,8 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
     return static_cast<float*>(be_.alloc(n * sizeof(float), tag, kind));
   };
   flat_n_ = stage_ == 0 ? layout_.total_full() : layout_.total_shard();  // masters and moments alike
-  if (spec.offload.optimizer == "nvme") {
+  nvme_tier_ = spec.offload.optimizer == "nvme";
+  if (nvme_tier_ && !be_.counts_only()) {  // the planner counts the tier without a file
     chunk_ = std::max<size_t>(NvmeFile::kAlign / sizeof(float),
                               size_t(spec.offload.buffer_mb * 1048576.0) / NvmeFile::kAlign * NvmeFile::kAlign / sizeof(float));
     io_depth_ = int(spec.offload.io_depth);
@@ -60,7 +61,7 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
   // with optimizer offload, stages 2-3 accumulate the gradient shard on the host only
   if (stage_ == 1 || (stage_ >= 2 && !host_)) grad_shard_ = alloc(layout_.total_shard(), MemTag::Grads);
   const size_t moments = flat_n_;
-  if (!nvme_) {
+  if (!nvme_tier_) {
     m_ = alloc(moments, MemTag::OptimStates, opt_kind);
     v_ = alloc(moments, MemTag::OptimStates, opt_kind);
   }
@@ -198,7 +199,7 @@ ParamStore::TierBytes ParamStore::tier_bytes() const {
   TierBytes t;
   if (!host_) return t;
   const double n = double(flat_n_) * sizeof(float);
-  double* master_tier = nvme_ ? t.nvme : t.pinned;
+  double* master_tier = nvme_tier_ ? t.nvme : t.pinned;
   master_tier[0] = n;                    // masters
   master_tier[2] = 2 * n;                // AdamW moments
   t.pinned[1] = n;                       // the optimizer's gradient shard
@@ -250,7 +251,7 @@ void ParamStore::init(uint64_t seed) {
   auto put = [&](size_t flat, const float* src, size_t n) {  // flat: element of the masters' array
     float* base = sharded_masters() ? shard_params_ : full_params_;
     if (nvme_) nvme_->write_any(nvme_offset(State::Master, flat), src, n * sizeof(float));
-    else if (host_) std::memcpy(base + flat, src, n * sizeof(float));
+    else if (host_) host_->copy_to_device(base + flat, src, n * sizeof(float));  // host to host
     else be_.copy_to_device(base + flat, src, n * sizeof(float));
   };
   if (!sharded_masters()) {
@@ -283,7 +284,7 @@ void ParamStore::zero_grad() {
   if (full_grads_) be_.fill_zero(full_grads_, layout_.total_full() * sizeof(float));
   if (grad_shard_) be_.fill_zero(grad_shard_, layout_.total_shard() * sizeof(float));
   if (host_grad_)
-    std::memset(host_grad_, 0, (stage_ == 0 ? layout_.total_full() : layout_.total_shard()) * sizeof(float));
+    host_->fill_zero(host_grad_, (stage_ == 0 ? layout_.total_full() : layout_.total_shard()) * sizeof(float));
 }
 
 // ---- parameters ----
@@ -435,10 +436,10 @@ void ParamStore::build_spans() {
     StateSpan s;
     const size_t flat = stage_ == 0 ? u.full_off : u.shard_off;  // in the flat state arrays
     span_flat_.push_back(flat);
-    s.master = nvme_ ? nullptr : shard_params(u);  // the NVMe tier streams them (optimizer_step)
+    s.master = nvme_tier_ ? nullptr : shard_params(u);  // the NVMe tier streams them (optimizer_step)
     s.grad = shard_grads(u);
-    s.m = nvme_ ? nullptr : m_ + flat;
-    s.v = nvme_ ? nullptr : v_ + flat;
+    s.m = nvme_tier_ ? nullptr : m_ + flat;
+    s.v = nvme_tier_ ? nullptr : v_ + flat;
     s.compute = host_ ? cbyte(host_compute_, stage_ == 0 ? u.full_off : u.shard_off) : compute_copy(u);
     s.n = my_len(u);
     s.all_counted = count_replicated;
@@ -495,7 +496,7 @@ void ParamStore::read_run(State st, const GlobalRun& r, size_t off, size_t n, fl
     return;
   }
   const float* src = state_ptr(st, r) + off;
-  if (on_host(src)) std::memcpy(host, src, n * sizeof(float));
+  if (on_host(src)) host_->copy_to_host(host, src, n * sizeof(float));
   else be_.copy_to_host(host, src, n * sizeof(float));
 }
 
@@ -506,12 +507,16 @@ void ParamStore::write_run(State st, const GlobalRun& r, size_t off, size_t n, c
     return;
   }
   float* dst = state_ptr(st, r) + off;
-  if (on_host(dst)) std::memcpy(dst, host, n * sizeof(float));
+  if (on_host(dst)) host_->copy_to_device(dst, host, n * sizeof(float));
   else be_.copy_to_device(dst, host, n * sizeof(float));
 }
 
 void ParamStore::publish_written_masters() {
   Backend& ob = optimizer_backend();  // where the masters and the spans' compute copies live
+  if (nvme_tier_ && !nvme_) {  // the planner: no file, nothing to convert
+    publish_params();
+    return;
+  }
   if (nvme_) {  // the masters, block by block, into the host's compute copy
     stream_nvme(false, false, [&](size_t b0, size_t n, float* master, float*, float*) {
       host_->convert(cbyte(host_compute_, b0), ct_, master, DType::F32, int64_t(n));
@@ -596,7 +601,8 @@ std::vector<float> ParamStore::full_view(const float* full, const float* shards_
   if (full) {
     for (size_t g = 0; g < groups.size(); ++g) {
       const float* src = full + layout_.group_full_off(g);
-      if (full_on_host || on_host(src)) std::memcpy(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
+      if (full_on_host) std::memcpy(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
+      else if (on_host(src)) host_->copy_to_host(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
       else be_.copy_to_host(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
     }
     return to_global(out);

@@ -180,6 +180,7 @@ class ParamStore final : public ParamProvider {
   float* host_grad_ = nullptr;     // optimizer offload: the spans' gradients (pinned host)
   void* host_compute_ = nullptr;   // optimizer offload: the compute copy AdamW writes (pinned host)
   std::unique_ptr<NvmeFile> nvme_; // optimizer = "nvme": masters and moments in this file
+  bool nvme_tier_ = false;         // optimizer = "nvme" (the planner has the tier but no file)
   size_t flat_n_ = 0;              // elements of each state array (masters, moments)
   size_t chunk_ = 0;               // nvme: elements per I/O block
   int io_depth_ = 1;

@@ -82,7 +82,7 @@ LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const
   auto model = make_model(spec.model, be, int(B), topo.tp_group.get(), recompute_of(spec.train.recompute));
   ParamStore store(*model, be, topo, spec);  // not initialized: values do not matter here
   model->set_provider(&store);
-  AdamW optimizer(spec.optim, be);
+  AdamW optimizer(spec.optim, store.optimizer_backend());
   std::unique_ptr<CheckpointWriter> ckpt;  // its pinned host buffers (async saves)
   if (!spec.checkpoint.dir.empty()) ckpt = std::make_unique<CheckpointWriter>(spec.checkpoint, store, *model, topo, be, 0, nullptr);
 
@@ -100,8 +100,12 @@ LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const
   store.finish_backward();
   (void)model->take_losses();
   optimizer.clip_grad_norm(store.spans(), store.norm_group(), spec.optim.grad_clip, 1.0);
-  optimizer.step(store.spans(), spec.optim.lr, 1);
+  store.optimizer_step(optimizer, spec.optim.lr, 1);
   store.publish_params();
+  {
+    const ParamStore::TierBytes t = store.tier_bytes();
+    plan.nvme_bytes = t.nvme[0] + t.nvme[1] + t.nvme[2];
+  }
   plan.memory = be.memory_stats();
   plan.work = be.work();
   plan.model_flops = flops_per_token(spec.model, double(model->num_global_params())) *

@@ -21,6 +21,7 @@ struct LayoutPlan {
   PlanBackend::Work work;   // one optimizer step on rank 0
   double roofline_s = 0;    // that step on the device of `DeviceSpec`, 0 when none was given
   double model_flops = 0;   // the job's model FLOPs per step (6N + 12LCT per token)
+  double nvme_bytes = 0;    // [offload] optimizer = "nvme": this rank's states on NVMe
 };
 
 // A device for the roofline: matrix (bf16 dense) and vector (fp32) TFLOP/s and memory bandwidth.

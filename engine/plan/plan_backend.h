@@ -20,6 +20,8 @@ class PlanBackend final : public Backend {
   explicit PlanBackend(DeviceKind kind) : kind_(kind) {}
   DeviceKind kind() const override { return kind_; }
   std::string name() const override { return "plan"; }
+  bool counts_only() const override { return true; }
+  std::unique_ptr<Backend> make_host_backend(int) const override { return std::make_unique<PlanBackend>(DeviceKind::CPU); }
 
   void* alloc(size_t bytes, MemTag tag, MemKind kind) override;
   void free(void* ptr) override;
