@@ -102,6 +102,9 @@ class Backend {
   // [run] device_memory_limit: device allocations beyond `bytes` fail with an out-of-memory error
   // naming the limit, and memory_available() counts it (emulates a smaller device). 0 = none.
   virtual void set_memory_limit(size_t bytes) { (void)bytes; }
+  // [offload] pinned_limit: MemKind::PinnedHost allocations beyond `bytes` fail naming the key
+  // (one bounded pool of page-locked memory: unbounded pinned buffers exhaust the host). 0 = none.
+  virtual void set_pinned_limit(size_t bytes) { (void)bytes; }
   // The backend for host-side work on this backend's pinned host memory (optimizer offload): a
   // CPU backend; the planner's counting backend returns another counting one.
   virtual std::unique_ptr<Backend> make_host_backend(int threads) const;

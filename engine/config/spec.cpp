@@ -329,6 +329,13 @@ struct Loader {
           fmt::format("must be in [0.0625, 4096], got {}", off.buffer_mb));
     check(off.io_depth >= 1 && off.io_depth <= 64, "offload", "io_depth",
           fmt::format("must be in [1, 64], got {}", off.io_depth));
+    if (!off.pinned_limit.empty()) {
+      try {
+        parse_byte_size(off.pinned_limit, "pinned_limit");
+      } catch (const UserError&) {
+        check(false, "offload", "pinned_limit", fmt::format("'{}' is not a size (examples: 64GB, 512MiB)", off.pinned_limit));
+      }
+    }
     auto& p = spec.parallel;
     check(p.tensor >= 1, "parallel", "tensor", fmt::format("must be >= 1, got {}", p.tensor));
     check(p.zero_stage <= 3, "parallel", "zero_stage", fmt::format("must be 0, 1, 2 or 3, got {}", p.zero_stage));

@@ -82,6 +82,8 @@ struct RunSpec {
     std::string nvme_path;           // directory for the nvme tier (a local SSD)
     double buffer_mb = 64;           // nvme: bytes per I/O request (the streaming block)
     int64_t io_depth = 4;            // nvme: requests in flight (read-ahead and write-behind)
+    std::string pinned_limit;        // page-locked host memory per rank (empty: half the host's
+                                     // memory, shared by the ranks on it)
   } offload;
   struct Comm {
     std::string backend = "auto";  // "auto" | "mpi" | "nccl"

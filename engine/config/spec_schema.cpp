@@ -68,6 +68,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(offload, nvme_path, false, "directory on a local SSD for optimizer = \"nvme\""),
       ZT_KEY(offload, buffer_mb, false, "nvme: MiB per I/O request"),
       ZT_KEY(offload, io_depth, false, "nvme: I/O requests in flight"),
+      ZT_KEY(offload, pinned_limit, false, "pinned host memory per rank (e.g. \"64GB\"; empty = half the host's memory / ranks on it)"),
       ZT_KEY(comm, backend, false, "\"auto\", \"mpi\" or \"nccl\""),
       ZT_KEY(comm, timeout_s, false, "seconds before a stuck collective ends the job"),
       ZT_KEY(comm, nccl_algo, false, "NCCL_ALGO for this run (empty = NCCL's choice)"),

@@ -33,6 +33,7 @@
 #include "engine/comm/agreement.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/hf/hf_weights.h"
+#include "engine/offload/core_binding.h"
 #include "engine/checkpoint/remote.h"
 #include "engine/train/preemption.h"
 #include "engine/core/byte_size.h"
@@ -366,6 +367,9 @@ void Trainer::build() {
                  a.name, a.n_vocab, a.eot, b.name, b.n_vocab, b.eot);
   }
   train_order_ = std::make_unique<data::SampleOrder>(*train_, uint64_t(spec.run.seed), true, int(d.shuffle_block));
+  // Offload runs AdamW on the host's cores: ranks sharing a machine (and not bound by the
+  // launcher) each take their own slice, so their optimizer threads do not fight.
+  if (spec.offload.optimizer != "none") bind_rank_to_cores(topo_.local_rank, topo_.local_size);
   backend_ = make_backend(spec.run.device, int(spec.run.threads), topo_.local_rank);
   attach_device_comms(topo_, spec.comm.backend, *backend_, spec.comm.timeout_s);
   if (spec.comm.backend == "nccl" && backend_->kind() != DeviceKind::CUDA)
@@ -373,6 +377,13 @@ void Trainer::build() {
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
   if (!spec.run.device_memory_limit.empty())
     backend_->set_memory_limit(parse_byte_size(spec.run.device_memory_limit, "[run] device_memory_limit"));
+  // One bounded pool of pinned host memory per rank: the key, or half the machine's memory
+  // shared by the ranks on it.
+  const double pinned_limit =
+      !spec.offload.pinned_limit.empty()
+          ? double(parse_byte_size(spec.offload.pinned_limit, "[offload] pinned_limit"))
+          : double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE)) / 2 / std::max(1, topo_.local_size);
+  backend_->set_pinned_limit(size_t(pinned_limit));
   trace_ = std::make_unique<StepTrace>(spec.run.trace_steps, topo_.world_rank,
                                        (std::filesystem::path(spec.run.out_dir) /
                                         fmt::format("trace.rank{}.json", topo_.world_rank)).string());
@@ -396,6 +407,18 @@ void Trainer::build() {
                       spec.source, offload_hint(spec, topo_.tp, topo_.dp, dtype_size(compute), per_rank));
   }
   model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get(), recompute_of(t.recompute));
+  agreed([&] {  // the offloaded states (and the NVMe tier's stream buffers) within the pinned pool
+    const MemoryPlan mp = plan_memory(spec, topo_.tp, topo_.dp, dtype_size(compute));
+    const double stream = spec.offload.optimizer == "nvme"
+                              ? 3.0 * double(spec.offload.io_depth) * (spec.offload.buffer_mb * 1048576.0 + 4096)
+                              : 0;
+    if (mp.pinned_host + stream > pinned_limit)
+      user_error("{}: the offloaded states need {:.3f} MiB of pinned host memory per rank ({:.0f} bytes), more than "
+                 "the pinned pool of {:.3f} MiB ({}): raise [offload] pinned_limit, use optimizer = \"nvme\", or more "
+                 "ranks", spec.source, (mp.pinned_host + stream) / 1048576.0, mp.pinned_host + stream,
+                 pinned_limit / 1048576.0,
+                 spec.offload.pinned_limit.empty() ? "half this machine's memory over its ranks" : "[offload] pinned_limit");
+  });
   if (spec.offload.optimizer == "nvme")  // masters and AdamW moments: 12 bytes per element this rank holds
     agreed([&] {
       check_nvme_path(spec.offload.nvme_path, uint64_t(12.0 * plan_memory(spec, topo_.tp, topo_.dp,

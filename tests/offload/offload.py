@@ -9,8 +9,9 @@
 - a model whose model states are 4x [run] device_memory_limit or more trains with NVMe offload
   while the backend's measured peak stays under the limit; the same spec without offload exits 2
   at start with the bytes needed, the limit and the offload setting that would fit;
-- start-up checks: a missing nvme_path, a file as nvme_path, a parameter offload without ZeRO-3
-  exit 2 with one message; a tmpfs nvme_path (no O_DIRECT) trains with a warning;
+- start-up checks: a missing nvme_path, a file as nvme_path, a parameter offload without ZeRO-3,
+  a pinned pool smaller than the offloaded states exit 2 with one message; a tmpfs nvme_path trains
+  (with a warning where it has no O_DIRECT); two ranks sharing the machine's cores take a slice each;
 - an I/O error on the NVMe file mid-run exits 1 naming the file, and the last complete checkpoint
   still verifies.
 """
@@ -208,6 +209,21 @@ def startup_and_faults(args, work, spec, nvme):
         print(f"tmpfs nvme_path: exit {p.returncode}; "
               f"{'buffered I/O with a warning' if 'does not support O_DIRECT' in p.stderr else 'O_DIRECT supported here'}")
         shutil.rmtree(shm, ignore_errors=True)
+    # the pinned pool: a bound below what the offloaded states need is an error at start
+    p = train(args, spec, os.path.join(work, "pinned"), ["offload.optimizer=cpu", "offload.pinned_limit=64KiB"],
+              check=False)
+    expect(p.returncode == 2 and "of pinned host memory per rank" in p.stderr and "[offload] pinned_limit" in p.stderr,
+           f"pinned_limit: {p.returncode} {p.stderr[-500:]}")
+    print(f"pinned_limit 64KiB: exit {p.returncode}: {p.stderr.strip().splitlines()[-1][:220] if p.stderr.strip() else ''}")
+    # two ranks on one machine, not bound by the launcher: each takes its own cores for AdamW
+    p = testlib.run(["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2", args.ztrain, "train", spec,
+                     "--set", f"run.out_dir={work}/bind", "--set", "offload.optimizer=cpu", "--set", "train.max_steps=2"],
+                    check=False, env=ENV, timeout=300)
+    bound = re.findall(r"local rank (\d) of 2 bound to cores (\d+)-(\d+)", p.stderr)
+    cores = os.cpu_count() or 1
+    expect(p.returncode == 0 and (cores < 2 or len({b[1] for b in bound}) == 2),
+           f"core binding: exit {p.returncode}, {bound}: {p.stderr[-500:]}")
+    print(f"2 ranks, --bind-to none, {cores} cores: {sorted(bound)}")
     # an I/O error mid-run: exit 1 naming the file; the checkpoint before it verifies
     out = os.path.join(work, "ioerr")
     p = train(args, spec, out, ["offload.optimizer=nvme", "checkpoint.every_steps=2", "checkpoint.async=false"],

@@ -125,7 +125,15 @@ class CpuBackend final : public Backend {
 
   // Both memory kinds are host memory here; pinned host bytes are counted apart (as on a GPU).
   void set_memory_limit(size_t bytes) override { limit_ = bytes; }
+  void set_pinned_limit(size_t bytes) override { pinned_limit_ = bytes; }
   void* alloc(size_t bytes, MemTag tag, MemKind kind) override {
+    if (pinned_limit_ && kind == MemKind::PinnedHost) {
+      std::lock_guard lock(mu_);
+      if (stats_.pinned_host + bytes > pinned_limit_)
+        throw RuntimeFailure(fmt::format(
+            "out of pinned host memory: allocating {:.3f} MiB with {:.3f} MiB pinned would pass the limit of {:.3f} "
+            "MiB ([offload] pinned_limit)", bytes / 1048576.0, stats_.pinned_host / 1048576.0, pinned_limit_ / 1048576.0));
+    }
     if (limit_ && kind == MemKind::Device) {
       std::lock_guard lock(mu_);
       if (stats_.allocated + bytes > limit_)
@@ -415,6 +423,7 @@ class CpuBackend final : public Backend {
   int threads_ = 1;
   mutable std::mutex mu_;
   size_t limit_ = 0;  // [run] device_memory_limit (0: none)
+  size_t pinned_limit_ = 0;  // [offload] pinned_limit (0: none)
   struct Allocation {
     size_t size;
     MemTag tag;

@@ -173,6 +173,7 @@ class CudaBackend final : public Backend {
     return free_bytes;
   }
   void set_memory_limit(size_t bytes) override { alloc_.set_limit(bytes); }
+  void set_pinned_limit(size_t bytes) override { pinned_limit_ = bytes; }
   MemoryStats memory_stats() const override {
     MemoryStats s = alloc_.stats();
     std::lock_guard lock(pinned_mu_);
@@ -329,9 +330,20 @@ class CudaBackend final : public Backend {
   int timing_next_ = 0;
   uint64_t marks_ = 0;
   // Page-locked host memory (cudaHostAlloc: the GPU reads and writes it directly), not cached.
+  size_t pinned_limit_ = 0;  // [offload] pinned_limit (0: none)
   void* alloc_pinned(size_t bytes) {
     void* p = nullptr;
     const size_t n = std::max<size_t>(bytes, 1);
+    {
+      std::lock_guard lock(pinned_mu_);
+      if (pinned_limit_ && pinned_bytes_ + n > pinned_limit_) {
+        char msg[256];
+        std::snprintf(msg, sizeof msg, "out of pinned host memory: allocating %.1f MiB with %.1f MiB pinned would pass "
+                      "the limit of %.1f MiB ([offload] pinned_limit)", n / 1048576.0, pinned_bytes_ / 1048576.0,
+                      pinned_limit_ / 1048576.0);
+        throw std::runtime_error(msg);
+      }
+    }
     if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) {
       cudaGetLastError();
       char msg[256];
