@@ -315,8 +315,10 @@ struct Loader {
     auto& off = spec.offload;
     check(off.optimizer == "none" || off.optimizer == "cpu" || off.optimizer == "nvme", "offload", "optimizer",
           fmt::format("'{}' is not one of \"none\", \"cpu\", \"nvme\"", off.optimizer));
-    check(off.params == "none" || off.params == "cpu", "offload", "params",
-          fmt::format("'{}' is not one of \"none\", \"cpu\" (\"nvme\" for parameters is not built yet)", off.params));
+    check(off.params == "none" || off.params == "cpu" || off.params == "nvme", "offload", "params",
+          fmt::format("'{}' is not one of \"none\", \"cpu\", \"nvme\"", off.params));
+    check(off.params != "nvme" || off.optimizer == "nvme", "offload", "params",
+          "params = \"nvme\" needs optimizer = \"nvme\" (the compute shards are written by the streamed AdamW)");
     check(off.params == "none" || spec.parallel.zero_stage == 3, "offload", "params",
           fmt::format("parameter offload needs ZeRO-3 ([parallel] zero_stage = 3), got zero_stage = {}",
                       spec.parallel.zero_stage));

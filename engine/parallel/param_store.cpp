@@ -37,7 +37,8 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
   if (spec.offload.optimizer != "none") {
     host_ = be_.make_host_backend(int(spec.run.threads));
     host_->set_compute_dtype(ct_);
-    offload_params_ = spec.offload.params == "cpu";
+    offload_params_ = spec.offload.params != "none";
+    params_nvme_ = spec.offload.params == "nvme";
   }
   const MemKind opt_kind = host_ ? MemKind::PinnedHost : MemKind::Device;
   auto alloc = [&](size_t n, MemTag tag, MemKind kind = MemKind::Device) {
@@ -46,12 +47,16 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
   flat_n_ = stage_ == 0 ? layout_.total_full() : layout_.total_shard();  // masters and moments alike
   nvme_tier_ = spec.offload.optimizer == "nvme";
   if (nvme_tier_ && !be_.counts_only()) {  // the planner counts the tier without a file
-    chunk_ = std::max<size_t>(NvmeFile::kAlign / sizeof(float),
-                              size_t(spec.offload.buffer_mb * 1048576.0) / NvmeFile::kAlign * NvmeFile::kAlign / sizeof(float));
+    // blocks of a multiple of 2048 elements: aligned in the fp32 states and in 16-bit compute shards
+    chunk_ = std::max<size_t>(2048, size_t(spec.offload.buffer_mb * 1048576.0) / sizeof(float) / 2048 * 2048);
     io_depth_ = int(spec.offload.io_depth);
     nvme_ = std::make_unique<NvmeFile>(spec.offload.nvme_path,
                                        fmt::format("ztrain-states.rank{:05d}.pid{}", topo.world_rank, ::getpid()),
                                        3 * nvme_offset(State::AdamM, 0));
+    if (params_nvme_)  // the compute shards of ZeRO-3, read at each gather
+      nvme_params_ = std::make_unique<NvmeFile>(
+          spec.offload.nvme_path, fmt::format("ztrain-params.rank{:05d}.pid{}", topo.world_rank, ::getpid()),
+          uint64_t(flat_n_) * esize_ + 2 * NvmeFile::kAlign);
   } else if (sharded_masters()) {
     shard_params_ = alloc(layout_.total_shard(), MemTag::Params, opt_kind);
   } else {
@@ -67,7 +72,7 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
   }
   if (host_) {
     host_grad_ = alloc(moments, MemTag::Grads, MemKind::PinnedHost);
-    host_compute_ = be_.alloc(moments * esize_, MemTag::Params, MemKind::PinnedHost);
+    if (!params_nvme_) host_compute_ = be_.alloc(moments * esize_, MemTag::Params, MemKind::PinnedHost);
   }
   if (mixed_ && stage_ <= 2) full_compute_ = be_.alloc(layout_.total_full() * esize_, MemTag::Params);
   if (mixed_ && stage_ == 3 && !offload_params_)
@@ -117,18 +122,29 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
   const int states = moments ? 3 : 1;
   const State kinds[3] = {State::Master, State::AdamM, State::AdamV};
   struct Set {
-    float* buf[3] = {};  // aligned for O_DIRECT within raw[k]
-    void* raw[3] = {};
+    float* buf[4] = {};  // aligned for O_DIRECT within raw[k]; [3]: the compute shard (params on NVMe)
+    void* raw[4] = {};
     std::future<void> read, write;
   };
   std::vector<Set> sets(std::min(D, blocks));
-  for (Set& st : sets)
+  auto aligned = [](void* p) {
+    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + NvmeFile::kAlign - 1) / NvmeFile::kAlign *
+                                    NvmeFile::kAlign);
+  };
+  for (Set& st : sets) {
     for (int k = 0; k < states; ++k) {
       st.raw[k] = be_.alloc(C * sizeof(float) + NvmeFile::kAlign, MemTag::OptimStates, MemKind::PinnedHost);
-      const uintptr_t a = (reinterpret_cast<uintptr_t>(st.raw[k]) + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
-      st.buf[k] = reinterpret_cast<float*>(a);
+      st.buf[k] = aligned(st.raw[k]);
     }
+    if (params_nvme_) {
+      st.raw[3] = be_.alloc(C * esize_ + NvmeFile::kAlign, MemTag::Params, MemKind::PinnedHost);
+      st.buf[3] = aligned(st.raw[3]);
+    }
+  }
   auto len = [&](size_t b) { return std::min(C, flat_n_ - b * C); };
+  auto cbytes = [&](size_t b) {  // the compute block, whole aligned blocks (the file is padded)
+    return (len(b) * esize_ + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
+  };
   auto bytes = [&](size_t b) {  // whole aligned blocks (the regions are padded to the alignment)
     return (len(b) * sizeof(float) + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
   };
@@ -146,10 +162,12 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
       for (; next < blocks && next < b + sets.size(); ++next) issue_read(next);
       Set& st = sets[b % sets.size()];
       st.read.get();
-      fn(b * C, len(b), st.buf[0], moments ? st.buf[1] : nullptr, moments ? st.buf[2] : nullptr);
-      if (write_back)
+      fn(b * C, len(b), st.buf[0], moments ? st.buf[1] : nullptr, moments ? st.buf[2] : nullptr, st.buf[3]);
+      if (write_back || params_nvme_)
         st.write = std::async(std::launch::async, [&, b, &st2 = st] {
-          for (int k = 0; k < states; ++k) nvme_->write(nvme_offset(kinds[k], b * C), st2.buf[k], bytes(b));
+          if (write_back)
+            for (int k = 0; k < states; ++k) nvme_->write(nvme_offset(kinds[k], b * C), st2.buf[k], bytes(b));
+          if (params_nvme_) nvme_params_->write(uint64_t(b * C) * esize_, st2.buf[3], cbytes(b));
         });
     }
   } catch (...) {
@@ -162,7 +180,7 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
         } catch (...) {
           if (!error) error = std::current_exception();
         }
-    for (int k = 0; k < states; ++k) be_.free(st.raw[k]);
+    for (void* r : st.raw) be_.free(r);
   }
   if (error) std::rethrow_exception(error);
 }
@@ -173,7 +191,7 @@ void ParamStore::optimizer_step(AdamW& opt, double lr, int t) {
     return;
   }
   // Each block of the flat arrays: the parts of the spans inside it, as spans over the buffers.
-  stream_nvme(true, true, [&](size_t b0, size_t n, float* master, float* m, float* v) {
+  stream_nvme(true, true, [&](size_t b0, size_t n, float* master, float* m, float* v, void* cblock) {
     std::vector<StateSpan> part;
     for (size_t i = 0; i < spans_.size(); ++i) {
       const StateSpan& s = spans_[i];
@@ -183,7 +201,8 @@ void ParamStore::optimizer_step(AdamW& opt, double lr, int t) {
       const size_t d = lo - span_flat_[i];  // offset of the part within the span
       q.master = master + (lo - b0), q.m = m + (lo - b0), q.v = v + (lo - b0);
       q.grad = s.grad + d;
-      q.compute = s.compute ? cbyte(s.compute, d) : nullptr;
+      // the compute copy: the host's, or with parameters on NVMe the block's buffer, written back
+      q.compute = cblock ? cbyte(cblock, lo - b0) : s.compute ? cbyte(s.compute, d) : nullptr;
       q.n = hi - lo;
       for (const StateSpan::Piece& p : s.pieces) {
         const size_t plo = std::max(p.off, d), phi = std::min(p.off + p.n, d + q.n);
@@ -203,7 +222,7 @@ ParamStore::TierBytes ParamStore::tier_bytes() const {
   master_tier[0] = n;                    // masters
   master_tier[2] = 2 * n;                // AdamW moments
   t.pinned[1] = n;                       // the optimizer's gradient shard
-  t.pinned[0] += double(flat_n_) * double(esize_);  // the compute copy AdamW writes
+  (params_nvme_ ? t.nvme : t.pinned)[0] += double(flat_n_) * double(esize_);  // the compute copy AdamW writes
   return t;
 }
 
@@ -307,8 +326,16 @@ void ParamStore::gather_group(int g) {
     for (int ui : us) n += units_[ui].shard;
     gb.staging = be_.alloc(n * esize_, MemTag::CommBuffers);
     size_t off = 0;
+    std::vector<char> read;  // params on NVMe: the group's shards read from the file first
     for (int ui : us) {
-      be_.upload_async(cbyte(gb.staging, off), cbyte(host_compute_, units_[ui].shard_off), units_[ui].shard * esize_);
+      const size_t bytes = units_[ui].shard * esize_;
+      const void* src = host_compute_ ? cbyte(host_compute_, units_[ui].shard_off) : nullptr;
+      if (params_nvme_ && nvme_params_) {
+        read.resize(bytes);
+        nvme_params_->read_any(uint64_t(units_[ui].shard_off) * esize_, read.data(), bytes);
+        src = read.data();
+      }
+      if (src) be_.upload_async(cbyte(gb.staging, off), src, bytes);
       off += units_[ui].shard;
     }
   }
@@ -440,7 +467,7 @@ void ParamStore::build_spans() {
     s.grad = shard_grads(u);
     s.m = nvme_tier_ ? nullptr : m_ + flat;
     s.v = nvme_tier_ ? nullptr : v_ + flat;
-    s.compute = host_ ? cbyte(host_compute_, stage_ == 0 ? u.full_off : u.shard_off) : compute_copy(u);
+    s.compute = !host_ ? compute_copy(u) : host_compute_ ? cbyte(host_compute_, flat) : nullptr;
     s.n = my_len(u);
     s.all_counted = count_replicated;
     layout_.for_each_tensor_piece(model_.table(), u, [&](size_t param, size_t off, size_t n) {
@@ -518,8 +545,8 @@ void ParamStore::publish_written_masters() {
     return;
   }
   if (nvme_) {  // the masters, block by block, into the host's compute copy
-    stream_nvme(false, false, [&](size_t b0, size_t n, float* master, float*, float*) {
-      host_->convert(cbyte(host_compute_, b0), ct_, master, DType::F32, int64_t(n));
+    stream_nvme(false, false, [&](size_t b0, size_t n, float* master, float*, float*, void* cblock) {
+      host_->convert(cblock ? cblock : cbyte(host_compute_, b0), ct_, master, DType::F32, int64_t(n));
     });
     publish_params();
     return;
@@ -575,7 +602,14 @@ std::vector<float> ParamStore::full_compute_params() {
   if (!mixed_ || ct_ == DType::F32) return {};  // offload in fp32: the "copy" is the fp32 parameters
   if (offload_params_) {  // the compute shards live on the host
     std::vector<float> wide(layout_.total_shard());
-    host_->convert(wide.data(), DType::F32, host_compute_, ct_, int64_t(wide.size()));
+    std::vector<char> raw;
+    const void* shards = host_compute_;
+    if (params_nvme_) {
+      raw.resize(wide.size() * esize_);
+      nvme_params_->read_any(0, raw.data(), raw.size());
+      shards = raw.data();
+    }
+    host_->convert(wide.data(), DType::F32, shards, ct_, int64_t(wide.size()));
     float* dev = static_cast<float*>(be_.alloc(wide.size() * sizeof(float), MemTag::CommBuffers));
     be_.copy_to_device(dev, wide.data(), wide.size() * sizeof(float));
     std::vector<float> out = full_view(nullptr, dev);

@@ -148,8 +148,9 @@ class ParamStore final : public ParamProvider {
   bool on_host(const void* p) const;
   bool in_nvme(State s) const { return nvme_ && s != State::Grad; }
   uint64_t nvme_offset(State s, size_t flat) const;  // byte offset of flat element `flat` of a state
-  // Streams the NVMe tier's masters (and moments) block by block: fn(flat_begin, n, master, m, v)
-  // on pinned buffers; `write_back`: the blocks are written back after fn.
+  // Streams the NVMe tier's masters (and moments) block by block: fn(flat_begin, n, master, m, v,
+  // compute) on pinned buffers; `write_back`: the blocks are written back after fn; with
+  // parameters on NVMe, `compute` is the block's compute shard buffer, written to their file.
   template <typename Fn>
   void stream_nvme(bool moments, bool write_back, Fn fn);
   // `p` (n floats) itself, or a device copy of it when it lives on the host (*owned: free it).
@@ -181,6 +182,8 @@ class ParamStore final : public ParamProvider {
   void* host_compute_ = nullptr;   // optimizer offload: the compute copy AdamW writes (pinned host)
   std::unique_ptr<NvmeFile> nvme_; // optimizer = "nvme": masters and moments in this file
   bool nvme_tier_ = false;         // optimizer = "nvme" (the planner has the tier but no file)
+  bool params_nvme_ = false;       // params = "nvme": ZeRO-3's compute shards in nvme_params_
+  std::unique_ptr<NvmeFile> nvme_params_;
   size_t flat_n_ = 0;              // elements of each state array (masters, moments)
   size_t chunk_ = 0;               // nvme: elements per I/O block
   int io_depth_ = 1;

@@ -24,12 +24,13 @@ MemoryPlan plan_memory(const RunSpec& spec, int tp, int dp, size_t compute_size)
   const std::string& opt = spec.offload.optimizer;
   if (opt != "none") {  // ParamStore with offload: masters, moments and the optimizer's gradient off the device
     const double S = m.state_elems, copy = stage == 3 ? P / D : P;
-    const bool params_off = spec.offload.params == "cpu";
+    const bool params_off = spec.offload.params != "none";
     m.params = params_off ? 0 : copy * double(compute_size);
     m.grads = (stage <= 1 ? P * fp32 : 0) + (stage == 1 ? P / D * fp32 : 0);
-    m.pinned_host = S * fp32 /* gradient */ + S * double(compute_size) /* compute copy */ +
+    const bool params_nvme = spec.offload.params == "nvme";
+    m.pinned_host = S * fp32 /* gradient */ + (params_nvme ? 0 : S * double(compute_size)) /* compute copy */ +
                     (opt == "cpu" ? 3 * S * fp32 : 0);
-    m.nvme = opt == "nvme" ? 3 * S * fp32 : 0;
+    m.nvme = (opt == "nvme" ? 3 * S * fp32 : 0) + (params_nvme ? S * double(compute_size) : 0);
     return m;
   }
   m.params = (sharded_masters ? P / D : P) * fp32 + (mixed ? (stage == 3 ? P / D : P) * double(compute_size) : 0);

@@ -1,12 +1,12 @@
 #!/usr/bin/python3
 """ZeRO-Infinity offload ([offload]) on the CPU backend, single process and under mpirun:
 - bit-identical training: for each mode (optimizer "cpu", optimizer "nvme", optimizer "cpu" +
-  params "cpu", optimizer "nvme" + params "cpu") the first batch's loss and gradients, 10 steps'
-  losses and the final parameters equal on-device training's to the last bit, at ZeRO stages 0-3,
-  fp32 and bf16, GPT-2 and Llama, and with tensor 2 x data 2 ZeRO-3 under mpirun;
+  params "cpu", optimizer "nvme" + params "cpu" or "nvme") the first batch's loss and gradients,
+  10 steps' losses and the final parameters equal on-device training's to the last bit, at ZeRO
+  stages 0-3, fp32 and bf16, GPT-2 and Llama, and with tensor 2 x data 2 ZeRO-3 under mpirun;
 - checkpoints save and load offloaded states where they live: 4 steps + resume + 4 steps equal 8
   steps bit for bit with optimizer "cpu" and "nvme", and an on-device checkpoint resumes offloaded;
-- a model whose model states are 4x [run] device_memory_limit or more trains with NVMe offload
+- a model whose model states are 4x [run] device_memory_limit or more trains with everything on NVMe
   while the backend's measured peak stays under the limit; the same spec without offload exits 2
   at start with the bytes needed, the limit and the offload setting that would fit;
 - start-up checks: a missing nvme_path, a file as nvme_path, a parameter offload without ZeRO-3,
@@ -88,7 +88,7 @@ def main():
                         diff.append(f"{g}/{k}")
             return diff
 
-        modes = [("cpu", "none"), ("cpu", "cpu"), ("nvme", "none"), ("nvme", "cpu")]
+        modes = [("cpu", "none"), ("cpu", "cpu"), ("nvme", "none"), ("nvme", "cpu"), ("nvme", "nvme")]
         cases = [(z, prec, arch) for z in (0, 1, 2, 3) for prec in ("fp32", "bf16") for arch in ("gpt2",)]
         cases += [(3, "fp32", "llama"), (2, "bf16", "llama")]
         llama = ["model.arch=llama", "model.n_kv_head=2", "model.d_ff=40"]
@@ -139,15 +139,15 @@ def train(args, spec, out, sets, env=None, check=True):
 
 
 def checkpoints(args, work, spec):
-    for opt in ("cpu", "nvme"):
-        sets = ["parallel.zero_stage=3", "precision.compute=bf16", f"offload.optimizer={opt}", "offload.params=cpu"]
-        full, part = os.path.join(work, f"ck_full_{opt}"), os.path.join(work, f"ck_part_{opt}")
+    for opt, params in (("cpu", "cpu"), ("nvme", "cpu"), ("nvme", "nvme")):
+        sets = ["parallel.zero_stage=3", "precision.compute=bf16", f"offload.optimizer={opt}", f"offload.params={params}"]
+        full, part = os.path.join(work, f"ck_full_{opt}_{params}"), os.path.join(work, f"ck_part_{opt}_{params}")
         train(args, spec, full, sets)
         train(args, spec, part, sets + ["checkpoint.exit_after=4"])
         p = train(args, spec, part, sets + ["checkpoint.resume=auto"])
         a, b = records(full), records(part)
-        expect(len(a) == 10 and a == b, f"checkpoint with optimizer {opt}: resumed {b} vs {a}")
-        print(f"checkpoint, optimizer {opt} + params cpu, ZeRO-3 bf16: 4 + resume + 6 steps equal 10 steps: {a == b}")
+        expect(len(a) == 10 and a == b, f"checkpoint with optimizer {opt} params {params}: resumed {b} vs {a}")
+        print(f"checkpoint, optimizer {opt} + params {params}, ZeRO-3 bf16: 4 + resume + 6 steps equal 10 steps: {a == b}")
     # an on-device checkpoint continues offloaded (the states move to their tier on load)
     base = ["parallel.zero_stage=2"]
     full, part = os.path.join(work, "ck_dev_full"), os.path.join(work, "ck_dev_part")
@@ -168,7 +168,7 @@ def larger_than_device(args, work, data, nvme):
         "model": {"n_layer": 16, "n_head": 4, "d_model": 128, "vocab_size": 260, "seq_len": 16},
         "train": {"micro_batch": 1, "global_batch": 1, "max_steps": 3, "log_every": 1},
         "parallel": {"zero_stage": 3, "prefetch": 1},
-        "offload": {"optimizer": "nvme", "params": "cpu", "nvme_path": nvme},
+        "offload": {"optimizer": "nvme", "params": "nvme", "nvme_path": nvme},
         "data": {"train": data}})
     p = testlib.run([args.ztrain, "train", spec], check=False, env=ENV, timeout=300)
     m = re.search(r"(\d+(?:\.\d+)?)M parameters", p.stderr)
