@@ -28,7 +28,7 @@ FROM ${CPU_BASE} AS cpu-runtime
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends libopenblas0-openmp libgomp1 zlib1g libpcre2-8-0 libcurl4 \
-      libspdlog1.10 libfmt9 libtomlplusplus3 libhdf5-103-1 libopenmpi3 openmpi-bin ca-certificates gnuplot-nox \
+      libspdlog1.10 libfmt9 libtomlplusplus3 libhdf5-103-1 libopenmpi3 openmpi-bin ca-certificates gnuplot-nox liburing2 \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --create-home --uid 1000 ztrain \
  && mkdir -p /data /cache /checkpoints /work /opt/ztrain \
@@ -77,7 +77,7 @@ FROM ${CUDA_RUNTIME_BASE} AS cuda
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends libopenblas0-openmp libgomp1 zlib1g libpcre2-8-0 libcurl4t64 \
-      libspdlog1.12 libfmt9 libtomlplusplus3 libhdf5-103-1t64 libopenmpi3t64 openmpi-bin ca-certificates \
+      libspdlog1.12 libfmt9 libtomlplusplus3 libhdf5-103-1t64 libopenmpi3t64 openmpi-bin ca-certificates liburing2 \
  && rm -rf /var/lib/apt/lists/* \
  && (id -u ztrain >/dev/null 2>&1 || useradd --create-home --uid 1000 ztrain || useradd --create-home ztrain) \
  && mkdir -p /data /cache /checkpoints /work /opt/ztrain \

@@ -91,10 +91,14 @@ void NvmeFile::read(uint64_t off, void* dst, size_t bytes) const {
   }
 }
 
-void NvmeFile::write(uint64_t off, const void* src, size_t bytes) {
-  const char* p = static_cast<const char*>(src);
+void NvmeFile::check_injected_write_failure(uint64_t off, size_t bytes) const {
   if (injected_write_failure())
     throw RuntimeFailure(fmt::format("{}: write of {} bytes at {} failed ({})", path_, bytes, off, std::strerror(EIO)));
+}
+
+void NvmeFile::write(uint64_t off, const void* src, size_t bytes) {
+  const char* p = static_cast<const char*>(src);
+  check_injected_write_failure(off, bytes);
   while (bytes > 0) {
     const ssize_t n = ::pwrite(fd_, p, bytes, off_t(off));
     if (n < 0 && errno == EINTR) continue;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "engine/core/status.h"
+#include "engine/offload/async_io.h"
 
 namespace zt {
 
@@ -117,14 +118,15 @@ uint64_t ParamStore::nvme_offset(State st, size_t flat) const {
 template <typename Fn>
 void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
   // io_depth buffer sets in a ring: block k uses set k % D. Reads run ahead (up to D - 1 blocks)
-  // and writes behind, each on its own thread; a set is refilled only after its write completed.
+  // and writes behind (engine/offload/async_io.h); a set is refilled only after its writes
+  // completed.
   const size_t C = chunk_, blocks = (flat_n_ + C - 1) / C, D = size_t(std::max(1, io_depth_));
   const int states = moments ? 3 : 1;
   const State kinds[3] = {State::Master, State::AdamM, State::AdamV};
   struct Set {
     float* buf[4] = {};  // aligned for O_DIRECT within raw[k]; [3]: the compute shard (params on NVMe)
     void* raw[4] = {};
-    std::future<void> read, write;
+    std::vector<AsyncIo::Ticket> reads, writes;
   };
   std::vector<Set> sets(std::min(D, blocks));
   auto aligned = [](void* p) {
@@ -142,46 +144,41 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
     }
   }
   auto len = [&](size_t b) { return std::min(C, flat_n_ - b * C); };
-  auto cbytes = [&](size_t b) {  // the compute block, whole aligned blocks (the file is padded)
-    return (len(b) * esize_ + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
-  };
-  auto bytes = [&](size_t b) {  // whole aligned blocks (the regions are padded to the alignment)
-    return (len(b) * sizeof(float) + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
-  };
-  auto issue_read = [&](size_t b) {
-    Set& st = sets[b % sets.size()];
-    if (st.write.valid()) st.write.get();
-    st.read = std::async(std::launch::async, [&, b, &st2 = st] {
-      for (int k = 0; k < states; ++k) nvme_->read(nvme_offset(kinds[k], b * C), st2.buf[k], bytes(b));
-    });
-  };
+  auto round = [](size_t x) { return (x + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign; };
+  // whole aligned blocks (the files are padded to the alignment)
+  auto bytes = [&](size_t b) { return round(len(b) * sizeof(float)); };
+  auto cbytes = [&](size_t b) { return round(len(b) * esize_); };
   std::exception_ptr error;
-  try {
-    size_t next = 0;
-    for (size_t b = 0; b < blocks; ++b) {
-      for (; next < blocks && next < b + sets.size(); ++next) issue_read(next);
-      Set& st = sets[b % sets.size()];
-      st.read.get();
-      fn(b * C, len(b), st.buf[0], moments ? st.buf[1] : nullptr, moments ? st.buf[2] : nullptr, st.buf[3]);
-      if (write_back || params_nvme_)
-        st.write = std::async(std::launch::async, [&, b, &st2 = st] {
-          if (write_back)
-            for (int k = 0; k < states; ++k) nvme_->write(nvme_offset(kinds[k], b * C), st2.buf[k], bytes(b));
-          if (params_nvme_) nvme_params_->write(uint64_t(b * C) * esize_, st2.buf[3], cbytes(b));
-        });
-    }
-  } catch (...) {
-    error = std::current_exception();
-  }
-  for (Set& st : sets) {  // every request finished before the buffers go (the first error wins)
-    for (std::future<void>* f : {&st.read, &st.write})
-      if (f->valid()) try {
-          f->get();
-        } catch (...) {
-          if (!error) error = std::current_exception();
+  {
+    AsyncIo io(int(D) * (states + 1));
+    auto drain = [&](std::vector<AsyncIo::Ticket>& ts) {
+      for (AsyncIo::Ticket t : ts) io.wait(t);
+      ts.clear();
+    };
+    try {
+      size_t next = 0;
+      for (size_t b = 0; b < blocks; ++b) {
+        for (; next < blocks && next < b + sets.size(); ++next) {  // read ahead
+          Set& st = sets[next % sets.size()];
+          drain(st.writes);
+          for (int k = 0; k < states; ++k)
+            st.reads.push_back(io.read(*nvme_, nvme_offset(kinds[k], next * C), st.buf[k], bytes(next)));
         }
+        Set& st = sets[b % sets.size()];
+        drain(st.reads);
+        fn(b * C, len(b), st.buf[0], moments ? st.buf[1] : nullptr, moments ? st.buf[2] : nullptr, st.buf[3]);
+        if (write_back)  // write behind
+          for (int k = 0; k < states; ++k)
+            st.writes.push_back(io.write(*nvme_, nvme_offset(kinds[k], b * C), st.buf[k], bytes(b)));
+        if (params_nvme_) st.writes.push_back(io.write(*nvme_params_, uint64_t(b * C) * esize_, st.buf[3], cbytes(b)));
+      }
+      for (Set& st : sets) drain(st.reads), drain(st.writes);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }  // ~AsyncIo: every request finished before the buffers go
+  for (Set& st : sets)
     for (void* r : st.raw) be_.free(r);
-  }
   if (error) std::rethrow_exception(error);
 }
 

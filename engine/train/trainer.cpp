@@ -33,6 +33,7 @@
 #include "engine/comm/agreement.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/hf/hf_weights.h"
+#include "engine/offload/async_io.h"
 #include "engine/offload/core_binding.h"
 #include "engine/checkpoint/remote.h"
 #include "engine/train/preemption.h"
@@ -425,6 +426,10 @@ void Trainer::build() {
                                                                           dtype_size(compute)).state_elems));
     });
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
+  if (store_->nvme() && topo_.local_rank == 0)
+    spdlog::info("offload: NVMe tier in {} through {}, {} requests of {} MiB in flight", spec.offload.nvme_path,
+                 AsyncIo::io_uring_available() ? "io_uring" : "a thread per request (no io_uring here)",
+                 spec.offload.io_depth, spec.offload.buffer_mb);
   if (store_->nvme() && !store_->nvme()->direct() && topo_.local_rank == 0)
     spdlog::warn("offload: {} does not support O_DIRECT (tmpfs?): buffered I/O, which the page cache doubles in "
                  "host memory", spec.offload.nvme_path);
