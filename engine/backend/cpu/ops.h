@@ -123,5 +123,8 @@ void adamw_update(F* params, const F* grads, F* m, F* v, int64_t n, float lr, fl
 // (rounded to nearest even) in the same pass.
 void adamw_update_with_copy(float* params, const float* grads, float* m, float* v, void* compute, DType ct, int64_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+// The scalar loop alone (the reference the AVX2 body of adamw_update_with_copy must equal).
+void adamw_update_reference(float* params, const float* grads, float* m, float* v, void* compute, DType ct, int64_t n,
+                            float lr, float beta1, float beta2, float eps, float weight_decay, int t);
 
 }  // namespace zt::cpu
