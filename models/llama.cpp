@@ -229,17 +229,16 @@ void Llama::logits_row(int b, int t, float* out) const {
 }
 
 void Llama::sum_replicated_kv_grads(float* kv_grad) {
-  // kv_grad = saved + this rank's part; the true gradient is saved + the sum of the parts of
-  // the ranks holding the same heads. Each rank puts its part in its piece's slot of kv_sum_
-  // (zero elsewhere) and one all-reduce over the tensor-parallel group sums each slot over its
-  // replicas.
+  // kv_grad holds exactly this rank's part (it was zeroed before the qkv backward, its earlier
+  // contents saved in kv_saved_); the true gradient adds the parts of every rank holding the same
+  // heads. Each rank puts its part in its piece's slot of kv_sum_ (zero elsewhere), one
+  // all-reduce over the tensor-parallel group sums each slot over its replicas, and the saved
+  // accumulation is added back.
   const int64_t n = 2 * w_.kv * cfg_.d_model, pieces = tp_.size() / kv_replicas_;
   const int64_t slot = int64_t(tp_.rank() / kv_replicas_) * n;
-  be_.scale(kv_saved_, -1.0f, n);
   be_.fill_zero(kv_sum_, size_t(n * pieces) * sizeof(float));
-  be_.add(kv_sum_ + slot, kv_grad, kv_saved_, n);  // this rank's part
+  be_.copy_device(kv_sum_ + slot, kv_grad, size_t(n) * sizeof(float));
   tp_.group().all_reduce_sync(kv_sum_, size_t(n * pieces));
-  be_.scale(kv_saved_, -1.0f, n);
   be_.add(kv_grad, kv_saved_, kv_sum_ + slot, n);
 }
 
@@ -265,7 +264,10 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.lse, B, T, int(Wq), NH_l_, NKV_l_);
   be_.rope(a.dqkv, B, T, NH_l_ + NKV_l_, hs, Wqkv, cfg_.rope_theta, true);  // through the rotation
   float* kv_grad = g.qkv + Wq * C;  // k_proj then v_proj rows follow q_proj's
-  if (kv_replicas_ > 1) be_.copy_device(kv_saved_, kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
+  if (kv_replicas_ > 1) {  // the qkv backward then accumulates exactly this rank's part
+    be_.copy_device(kv_saved_, kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
+    be_.fill_zero(kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
+  }
   be_.fill_zero(a.dln, BT * C * cs);
   be_.matmul_backward(a.dln, g.qkv, nullptr, a.dqkv, x.ln1, w.qkv, BT, C, int(Wqkv));
   if (kv_replicas_ > 1) sum_replicated_kv_grads(kv_grad);

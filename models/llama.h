@@ -117,8 +117,8 @@ class Llama final : public Model {
 
   void block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum);
   void block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* in);
-  // Sums this micro-batch's gradient of the replicated key/value rows (added to `kv_grad` by the
-  // packed qkv backward, `saved` holding their values before it) across the ranks that hold them.
+  // Sums this micro-batch's gradient of the replicated key/value rows (kv_grad: this rank's part,
+  // the earlier accumulation in kv_saved_) across the ranks that hold them.
   void sum_replicated_kv_grads(float* kv_grad);
 
   LlamaConfig cfg_;

@@ -327,8 +327,8 @@ struct Loader {
           "is written by the host's AdamW");
     check(off.optimizer != "nvme" || !off.nvme_path.empty(), "offload", "nvme_path",
           "optimizer = \"nvme\" needs a directory on a local SSD");
-    check(off.buffer_mb >= 0.0625 && off.buffer_mb <= 4096, "offload", "buffer_mb",
-          fmt::format("must be in [0.0625, 4096], got {}", off.buffer_mb));
+    check(off.buffer_mb >= 0.0625 && off.buffer_mb <= 1024, "offload", "buffer_mb",
+          fmt::format("must be in [0.0625, 1024] (one I/O request moves at most 2 GiB), got {}", off.buffer_mb));
     check(off.io_depth >= 1 && off.io_depth <= 64, "offload", "io_depth",
           fmt::format("must be in [1, 64], got {}", off.io_depth));
     if (!off.pinned_limit.empty()) {

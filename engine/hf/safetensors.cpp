@@ -99,8 +99,10 @@ std::vector<SafeTensor> parse_safetensors_header(const std::string& header, uint
   }
   // No two tensors may share bytes (a crafted file could alias them).
   std::vector<const SafeTensor*> by_offset;
-  for (const auto& t : out) by_offset.push_back(&t);
-  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->begin < b->begin; });
+  for (const auto& t : out)
+    if (t.begin < t.end) by_offset.push_back(&t);  // empty tensors hold no bytes
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](auto* a, auto* b) { return a->begin != b->begin ? a->begin < b->begin : a->end < b->end; });
   for (size_t i = 1; i < by_offset.size(); ++i)
     if (by_offset[i]->begin < by_offset[i - 1]->end)
       user_error("{}: tensors {} and {} overlap", file, by_offset[i - 1]->name, by_offset[i]->name);
@@ -195,6 +197,14 @@ void SafetensorsDir::read(const SafeTensor& t, uint64_t first, uint64_t n, float
 std::vector<std::string> write_safetensors(const std::string& dir, const std::vector<TensorSource>& tensors,
                                            DType dtype, uint64_t max_file_bytes) {
   fs::create_directories(dir);
+  // A previous export's weights must not survive beside these (a loader would take the old index
+  // or the old single file): they go first.
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string n = e.path().filename().string();
+    if (n == "model.safetensors" || n == "model.safetensors.index.json" ||
+        (n.rfind("model-", 0) == 0 && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0))
+      fs::remove(e.path());
+  }
   const size_t es = dtype_size(dtype);
   auto bytes_of = [&](const TensorSource& t) {
     uint64_t n = es;

@@ -71,8 +71,11 @@ NvmeFile::NvmeFile(const std::string& dir, const std::string& name, uint64_t byt
     throw RuntimeFailure(fmt::format("{}: cannot allocate {:.3f} GiB ({})", path_, bytes / 1073741824.0,
                                      std::strerror(rc)));
   }
-  if (rc != 0 && ::ftruncate(fd_, off_t(align_up(bytes))) != 0)
-    throw RuntimeFailure(fmt::format("{}: cannot size to {} bytes ({})", path_, bytes, std::strerror(errno)));
+  if (rc != 0 && ::ftruncate(fd_, off_t(align_up(bytes))) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    throw RuntimeFailure(fmt::format("{}: cannot size to {} bytes ({})", path_, bytes, std::strerror(err)));
+  }
 }
 
 NvmeFile::~NvmeFile() {

@@ -91,6 +91,8 @@ ParamStore::~ParamStore() {
     if (gb.staging) be_.free(gb.staging);
   }
   for (auto& [g, buf] : grad_tmp_) be_.free(buf);
+  for (StreamSet& st : stream_sets_)
+    for (void* r : st.raw) be_.free(r);
   for (void* p : {(void*)full_params_, (void*)shard_params_, (void*)full_grads_, (void*)grad_shard_, (void*)m_,
                   (void*)v_, full_compute_, shard_compute_, (void*)host_grad_, host_compute_})
     be_.free(p);
@@ -123,26 +125,31 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
   const size_t C = chunk_, blocks = (flat_n_ + C - 1) / C, D = size_t(std::max(1, io_depth_));
   const int states = moments ? 3 : 1;
   const State kinds[3] = {State::Master, State::AdamM, State::AdamV};
-  struct Set {
-    float* buf[4] = {};  // aligned for O_DIRECT within raw[k]; [3]: the compute shard (params on NVMe)
-    void* raw[4] = {};
-    std::vector<AsyncIo::Ticket> reads, writes;
-  };
-  std::vector<Set> sets(std::min(D, blocks));
-  auto aligned = [](void* p) {
-    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + NvmeFile::kAlign - 1) / NvmeFile::kAlign *
-                                    NvmeFile::kAlign);
-  };
-  for (Set& st : sets) {
-    for (int k = 0; k < states; ++k) {
-      st.raw[k] = be_.alloc(C * sizeof(float) + NvmeFile::kAlign, MemTag::OptimStates, MemKind::PinnedHost);
-      st.buf[k] = aligned(st.raw[k]);
-    }
-    if (params_nvme_) {
-      st.raw[3] = be_.alloc(C * esize_ + NvmeFile::kAlign, MemTag::Params, MemKind::PinnedHost);
-      st.buf[3] = aligned(st.raw[3]);
+  // The pinned buffer sets are allocated once (a pinned allocation and its free synchronize a GPU)
+  // and kept: three states (and the compute shard with parameters on NVMe) per set.
+  if (stream_sets_.empty()) {
+    auto aligned = [](void* p) {
+      return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + NvmeFile::kAlign - 1) / NvmeFile::kAlign *
+                                      NvmeFile::kAlign);
+    };
+    stream_sets_.resize(std::min(D, blocks));
+    for (StreamSet& st : stream_sets_) {
+      for (int k = 0; k < 3; ++k) {
+        st.raw[k] = be_.alloc(C * sizeof(float) + NvmeFile::kAlign, MemTag::OptimStates, MemKind::PinnedHost);
+        st.buf[k] = aligned(st.raw[k]);
+      }
+      if (params_nvme_) {
+        st.raw[3] = be_.alloc(C * esize_ + NvmeFile::kAlign, MemTag::Params, MemKind::PinnedHost);
+        st.buf[3] = aligned(st.raw[3]);
+      }
     }
   }
+  struct Set {
+    float** buf;
+    std::vector<AsyncIo::Ticket> reads, writes;
+  };
+  std::vector<Set> sets;
+  for (StreamSet& st : stream_sets_) sets.push_back({st.buf, {}, {}});
   auto len = [&](size_t b) { return std::min(C, flat_n_ - b * C); };
   auto round = [](size_t x) { return (x + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign; };
   // whole aligned blocks (the files are padded to the alignment)
@@ -166,6 +173,8 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
         }
         Set& st = sets[b % sets.size()];
         drain(st.reads);
+        // the compute block starts clean: padding between units must not carry another block's bytes
+        if (st.buf[3]) std::memset(st.buf[3], 0, len(b) * esize_);
         fn(b * C, len(b), st.buf[0], moments ? st.buf[1] : nullptr, moments ? st.buf[2] : nullptr, st.buf[3]);
         if (write_back)  // write behind
           for (int k = 0; k < states; ++k)
@@ -176,9 +185,7 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
     } catch (...) {
       error = std::current_exception();
     }
-  }  // ~AsyncIo: every request finished before the buffers go
-  for (Set& st : sets)
-    for (void* r : st.raw) be_.free(r);
+  }  // ~AsyncIo: every request finished before the buffers are reused
   if (error) std::rethrow_exception(error);
 }
 

@@ -184,6 +184,11 @@ class ParamStore final : public ParamProvider {
   bool nvme_tier_ = false;         // optimizer = "nvme" (the planner has the tier but no file)
   bool params_nvme_ = false;       // params = "nvme": ZeRO-3's compute shards in nvme_params_
   std::unique_ptr<NvmeFile> nvme_params_;
+  struct StreamSet {  // the NVMe tier's pinned block buffers, aligned for O_DIRECT inside raw
+    float* buf[4] = {};  // masters, m, v, and the compute shard (params on NVMe)
+    void* raw[4] = {};
+  };
+  std::vector<StreamSet> stream_sets_;
   size_t flat_n_ = 0;              // elements of each state array (masters, moments)
   size_t chunk_ = 0;               // nvme: elements per I/O block
   int io_depth_ = 1;

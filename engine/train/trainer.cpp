@@ -410,8 +410,12 @@ void Trainer::build() {
   model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get(), recompute_of(t.recompute));
   agreed([&] {  // the offloaded states (and the NVMe tier's stream buffers) within the pinned pool
     const MemoryPlan mp = plan_memory(spec, topo_.tp, topo_.dp, dtype_size(compute));
+    // the NVMe tier's block buffers: three fp32 states, and the compute shard with params on NVMe
+    const double block = spec.offload.buffer_mb * 1048576.0;
     const double stream = spec.offload.optimizer == "nvme"
-                              ? 3.0 * double(spec.offload.io_depth) * (spec.offload.buffer_mb * 1048576.0 + 4096)
+                              ? double(spec.offload.io_depth) *
+                                    (3.0 * (block + 4096) +
+                                     (spec.offload.params == "nvme" ? block / 4 * double(dtype_size(compute)) + 4096 : 0))
                               : 0;
     if (mp.pinned_host + stream > pinned_limit)
       user_error("{}: the offloaded states need {:.3f} MiB of pinned host memory per rank ({:.0f} bytes), more than "
