@@ -209,6 +209,14 @@ def startup_and_faults(args, work, spec, nvme):
         expect(p.returncode == 2 and needle in p.stderr, f"{sets}: expected exit 2 with {needle!r}: {p.returncode} "
                                                          f"{p.stderr[-500:]}")
         print(f"{' '.join(sets)}: exit {p.returncode}: {p.stderr.strip().splitlines()[-1][:200] if p.stderr.strip() else ''}")
+    # a directory this process may not write (root writes almost anywhere: /proc/sys where it is read-only)
+    ro = next((d for d in ("/proc/sys", "/sys") if os.path.isdir(d) and not os.access(d, os.W_OK)), None)
+    if ro:
+        p = train(args, spec, os.path.join(work, "ro"), ["offload.optimizer=nvme", f"offload.nvme_path={ro}"], check=False)
+        expect(p.returncode == 2 and "not writable" in p.stderr, f"read-only nvme_path: {p.returncode} {p.stderr[-400:]}")
+        print(f"nvme_path {ro} (not writable): exit {p.returncode}")
+    else:
+        print("nvme_path not writable: not provoked (no directory here that this user cannot write)")
     if os.path.isdir("/dev/shm"):  # tmpfs: O_DIRECT only since Linux 6.6; buffered I/O with a warning before
         shm = tempfile.mkdtemp(dir="/dev/shm")
         p = train(args, spec, os.path.join(work, "shm"), ["offload.optimizer=nvme", f"offload.nvme_path={shm}"])
