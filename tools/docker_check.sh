@@ -66,7 +66,9 @@ size=$(podman image inspect --format '{{.Size}}' "localhost/ztrain:$target")
 build_s=$(( $(date +%s) - t0 ))
 say "built localhost/ztrain:$target in $build_s s: $(( size / 1048576 )) MiB"
 say "podman build --target cpu-test (runs the checks inside the image, as its user)"
-podman build "${args[@]}" --build-arg TEST_FROM="localhost/ztrain:$target" --target cpu-test -t localhost/ztrain:test \
+# --no-cache: the self-test runs every time (a cached run would print nothing: an image whose
+# binaries did not change would seem to fail its test)
+podman build "${args[@]}" --no-cache --build-arg TEST_FROM="localhost/ztrain:$target" --target cpu-test -t localhost/ztrain:test \
   "$ctx" > build/docker-test.log 2>&1 || { tail -40 build/docker-test.log; say "FAILED: the image's self-test"; exit 1; }
 grep 'docker_selftest:' build/docker-test.log | sed 's/^/  /'
 user=$(podman image inspect --format '{{.Config.User}}' "localhost/ztrain:$target")
