@@ -426,13 +426,12 @@ void ParamStore::complete(Pending& p) {
   for (auto h : p.handles) dp_.wait(h);
   if (p.recv) {  // stages 2-3: add this micro-batch's reduced shard, free the group's buffers
     size_t off = 0;
-    std::vector<float> reduced;  // optimizer offload: the shard goes to the host as soon as it is reduced
     for (int ui : layout_.group_units(p.group)) {
       const Unit& u = units_[ui];
-      if (host_) {
-        reduced.resize(u.shard);
-        be_.copy_to_host(reduced.data(), p.recv + off, u.shard * sizeof(float));
-        host_->add(host_grad_ + u.shard_off, host_grad_ + u.shard_off, reduced.data(), int64_t(u.shard));
+      if (host_) {  // optimizer offload: the shard goes to the host as soon as it is reduced
+        reduced_.resize(std::max(reduced_.size(), u.shard));  // grows to the largest unit once
+        be_.copy_to_host(reduced_.data(), p.recv + off, u.shard * sizeof(float));
+        host_->add(host_grad_ + u.shard_off, host_grad_ + u.shard_off, reduced_.data(), int64_t(u.shard));
       } else {
         be_.add(grad_shard_ + u.shard_off, grad_shard_ + u.shard_off, p.recv + off, int64_t(u.shard));
       }

@@ -189,6 +189,7 @@ class ParamStore final : public ParamProvider {
     void* raw[4] = {};
   };
   std::vector<StreamSet> stream_sets_;
+  std::vector<float> reduced_;     // optimizer offload: a reduced gradient unit on its way to the host
   size_t flat_n_ = 0;              // elements of each state array (masters, moments)
   size_t chunk_ = 0;               // nvme: elements per I/O block
   int io_depth_ = 1;

@@ -20,10 +20,9 @@ MemoryPlan plan_memory(const RunSpec& spec, int tp, int dp, size_t compute_size)
   const bool sharded_masters = stage == 3 || (mixed && stage >= 1);
   MemoryPlan m;
   m.activations = f.activation_bytes;
-  m.state_elems = stage == 0 ? P : P / D;
   const std::string& opt = spec.offload.optimizer;
   if (opt != "none") {  // ParamStore with offload: masters, moments and the optimizer's gradient off the device
-    const double S = m.state_elems, copy = stage == 3 ? P / D : P;
+    const double S = stage == 0 ? P : P / D, copy = stage == 3 ? P / D : P;  // S: each state array's elements
     const bool params_off = spec.offload.params != "none";
     m.params = params_off ? 0 : copy * double(compute_size);
     m.grads = (stage <= 1 ? P * fp32 : 0) + (stage == 1 ? P / D * fp32 : 0);
@@ -31,6 +30,11 @@ MemoryPlan plan_memory(const RunSpec& spec, int tp, int dp, size_t compute_size)
     m.pinned_host = S * fp32 /* gradient */ + (params_nvme ? 0 : S * double(compute_size)) /* compute copy */ +
                     (opt == "cpu" ? 3 * S * fp32 : 0);
     m.nvme = (opt == "nvme" ? 3 * S * fp32 : 0) + (params_nvme ? S * double(compute_size) : 0);
+    if (opt == "nvme") {  // ParamStore::stream_nvme's io_depth block sets (each aligned within 4 KiB more)
+      const double block = spec.offload.buffer_mb * 1048576.0;
+      m.pinned_host += double(spec.offload.io_depth) *
+                       (3 * (block + 4096) + (params_nvme ? block / fp32 * double(compute_size) + 4096 : 0));
+    }
     return m;
   }
   m.params = (sharded_masters ? P / D : P) * fp32 + (mixed ? (stage == 3 ? P / D : P) * double(compute_size) : 0);

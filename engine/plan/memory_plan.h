@@ -16,8 +16,9 @@ namespace zt {
 
 struct MemoryPlan {
   double params = 0, grads = 0, optimizer = 0, activations = 0;  // device bytes on one rank
-  double pinned_host = 0, nvme = 0;  // [offload]: the states' bytes in pinned host memory, on NVMe
-  double state_elems = 0;            // elements of each optimizer state array this rank holds
+  // [offload]: bytes in pinned host memory (the offloaded states, and the NVMe tier's block
+  // buffers) and on NVMe (the files under nvme_path)
+  double pinned_host = 0, nvme = 0;
   double total() const { return params + grads + optimizer + activations; }
 };
 

@@ -398,37 +398,27 @@ void Trainer::build() {
                                                  spec.precision.loss_scale == 0 ? "dynamic" : "fixed")
                                    : "");
   // before anything large is allocated: a spec that cannot fit says so with the numbers
+  const MemoryPlan mem_plan = plan_memory(spec, topo_.tp, topo_.dp, dtype_size(compute));
   {
     const size_t available = backend_->memory_available();
     const int sharing = backend_->kind() == DeviceKind::CPU && spec.run.device_memory_limit.empty() ? topo_.local_size : 1;
     const double per_rank = available == SIZE_MAX ? 0 : double(available) / sharing;
-    check_memory_fits(plan_memory(spec, topo_.tp, topo_.dp, dtype_size(compute)), available, sharing,
+    check_memory_fits(mem_plan, available, sharing,
                       !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
                       : backend_->kind() == DeviceKind::CPU ? "this machine" : "the GPU",
                       spec.source, offload_hint(spec, topo_.tp, topo_.dp, dtype_size(compute), per_rank));
   }
   model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get(), recompute_of(t.recompute));
-  agreed([&] {  // the offloaded states (and the NVMe tier's stream buffers) within the pinned pool
-    const MemoryPlan mp = plan_memory(spec, topo_.tp, topo_.dp, dtype_size(compute));
-    // the NVMe tier's block buffers: three fp32 states, and the compute shard with params on NVMe
-    const double block = spec.offload.buffer_mb * 1048576.0;
-    const double stream = spec.offload.optimizer == "nvme"
-                              ? double(spec.offload.io_depth) *
-                                    (3.0 * (block + 4096) +
-                                     (spec.offload.params == "nvme" ? block / 4 * double(dtype_size(compute)) + 4096 : 0))
-                              : 0;
-    if (mp.pinned_host + stream > pinned_limit)
+  agreed([&] {  // the offloaded states (and the NVMe tier's block buffers) within the pinned pool
+    if (mem_plan.pinned_host > pinned_limit)
       user_error("{}: the offloaded states need {:.3f} MiB of pinned host memory per rank ({:.0f} bytes), more than "
                  "the pinned pool of {:.3f} MiB ({}): raise [offload] pinned_limit, use optimizer = \"nvme\", or more "
-                 "ranks", spec.source, (mp.pinned_host + stream) / 1048576.0, mp.pinned_host + stream,
+                 "ranks", spec.source, mem_plan.pinned_host / 1048576.0, mem_plan.pinned_host,
                  pinned_limit / 1048576.0,
                  spec.offload.pinned_limit.empty() ? "half this machine's memory over its ranks" : "[offload] pinned_limit");
   });
-  if (spec.offload.optimizer == "nvme")  // masters and AdamW moments: 12 bytes per element this rank holds
-    agreed([&] {
-      check_nvme_path(spec.offload.nvme_path, uint64_t(12.0 * plan_memory(spec, topo_.tp, topo_.dp,
-                                                                          dtype_size(compute)).state_elems));
-    });
+  if (spec.offload.optimizer == "nvme")  // room for this rank's files (masters, moments, parameters on NVMe)
+    agreed([&] { check_nvme_path(spec.offload.nvme_path, uint64_t(mem_plan.nvme)); });
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   if (store_->nvme() && topo_.local_rank == 0)
     spdlog::info("offload: NVMe tier in {} through {}, {} requests of {} MiB in flight", spec.offload.nvme_path,
