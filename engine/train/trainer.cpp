@@ -703,7 +703,7 @@ void Trainer::run() {
                  model_flops_per_token / 1e9);
   double carried_stall_ms = 0;  // a checkpoint save's stall, paid by the next step
   StepResult interval;          // the breakdown summed since the last log line, for the verdict
-  std::string last_verdict;
+  std::string last_judged, last_verdict;  // the previous interval's judgement; the verdict last reported
   double mean_step_ms = 0;      // for the time left: mean over this launch's steps after the first
   for (int64_t s = start_step_; s < t.max_steps; ++s) {
     StepResult r = step(s);
@@ -747,11 +747,15 @@ void Trainer::run() {
         const size_t avail = backend_->memory_available();
         const double limit = avail == SIZE_MAX ? 0 : double(avail) + double(ms.allocated);
         const Verdict v = judge(interval, ms, limit, spec_, telemetry ? telemetry->throttle_reasons() : std::vector<std::string>{});
-        if (v.kind != last_verdict && !v.kind.empty()) spdlog::warn("{}", v.line());
-        if (!v.kind.empty())
+        // One interval's hiccup (a scheduler stall, a page-cache miss) is not a verdict: the same
+        // kind must hold over two log intervals in a row before it is reported.
+        const bool confirmed = !v.kind.empty() && v.kind == last_judged;
+        if (confirmed && v.kind != last_verdict) spdlog::warn("{}", v.line());
+        if (confirmed)
           metrics->write({{"kind", "verdict"}, {"step", done}, {"verdict", v.kind}, {"evidence", v.evidence},
                           {"knob", v.knob}});
-        last_verdict = v.kind;
+        last_verdict = confirmed ? v.kind : std::string();
+        last_judged = v.kind;
       }
     }
     if (done % t.log_every == 0 || done == t.max_steps || s == 0) interval = StepResult{};
