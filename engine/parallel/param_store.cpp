@@ -47,10 +47,14 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
   };
   flat_n_ = stage_ == 0 ? layout_.total_full() : layout_.total_shard();  // masters and moments alike
   nvme_tier_ = spec.offload.optimizer == "nvme";
-  if (nvme_tier_ && !be_.counts_only()) {  // the planner counts the tier without a file
-    // blocks of a multiple of 2048 elements: aligned in the fp32 states and in 16-bit compute shards
+  if (nvme_tier_) {
+    // blocks of a multiple of 2048 elements: aligned in the fp32 states and in 16-bit compute
+    // shards; no larger than the states themselves (a small model does not pin buffer_mb blocks)
     chunk_ = std::max<size_t>(2048, size_t(spec.offload.buffer_mb * 1048576.0) / sizeof(float) / 2048 * 2048);
+    chunk_ = std::min(chunk_, std::max<size_t>(2048, (flat_n_ + 2047) / 2048 * 2048));
     io_depth_ = int(spec.offload.io_depth);
+  }
+  if (nvme_tier_ && !be_.counts_only()) {  // the planner counts the tier without a file
     nvme_ = std::make_unique<NvmeFile>(spec.offload.nvme_path,
                                        fmt::format("ztrain-states.rank{:05d}.pid{}", topo.world_rank, ::getpid()),
                                        3 * nvme_offset(State::AdamM, 0));
@@ -58,6 +62,7 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
       nvme_params_ = std::make_unique<NvmeFile>(
           spec.offload.nvme_path, fmt::format("ztrain-params.rank{:05d}.pid{}", topo.world_rank, ::getpid()),
           uint64_t(flat_n_) * esize_ + 2 * NvmeFile::kAlign);
+  } else if (nvme_tier_) {  // the planner: the masters are on NVMe, not in its books
   } else if (sharded_masters()) {
     shard_params_ = alloc(layout_.total_shard(), MemTag::Params, opt_kind);
   } else {
@@ -78,7 +83,30 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
   if (mixed_ && stage_ <= 2) full_compute_ = be_.alloc(layout_.total_full() * esize_, MemTag::Params);
   if (mixed_ && stage_ == 3 && !offload_params_)
     shard_compute_ = be_.alloc(layout_.total_shard() * esize_, MemTag::Params);
+  if (nvme_tier_) alloc_stream_sets();
   build_spans();
+}
+
+void ParamStore::alloc_stream_sets() {
+  // The pinned buffer sets of stream_nvme, allocated once (a pinned allocation and its free
+  // synchronize a GPU) and kept: three states (and the compute shard with parameters on NVMe)
+  // per set, io_depth sets or one per block if there are fewer blocks.
+  auto aligned = [](void* p) {
+    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + NvmeFile::kAlign - 1) / NvmeFile::kAlign *
+                                    NvmeFile::kAlign);
+  };
+  const size_t blocks = (flat_n_ + chunk_ - 1) / chunk_;
+  stream_sets_.resize(std::max<size_t>(1, std::min(size_t(std::max(1, io_depth_)), blocks)));
+  for (StreamSet& st : stream_sets_) {
+    for (int k = 0; k < 3; ++k) {
+      st.raw[k] = be_.alloc(chunk_ * sizeof(float) + NvmeFile::kAlign, MemTag::OptimStates, MemKind::PinnedHost);
+      st.buf[k] = aligned(st.raw[k]);
+    }
+    if (params_nvme_) {
+      st.raw[3] = be_.alloc(chunk_ * esize_ + NvmeFile::kAlign, MemTag::Params, MemKind::PinnedHost);
+      st.buf[3] = aligned(st.raw[3]);
+    }
+  }
 }
 
 ParamStore::~ParamStore() {
@@ -125,25 +153,6 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
   const size_t C = chunk_, blocks = (flat_n_ + C - 1) / C, D = size_t(std::max(1, io_depth_));
   const int states = moments ? 3 : 1;
   const State kinds[3] = {State::Master, State::AdamM, State::AdamV};
-  // The pinned buffer sets are allocated once (a pinned allocation and its free synchronize a GPU)
-  // and kept: three states (and the compute shard with parameters on NVMe) per set.
-  if (stream_sets_.empty()) {
-    auto aligned = [](void* p) {
-      return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + NvmeFile::kAlign - 1) / NvmeFile::kAlign *
-                                      NvmeFile::kAlign);
-    };
-    stream_sets_.resize(std::min(D, blocks));
-    for (StreamSet& st : stream_sets_) {
-      for (int k = 0; k < 3; ++k) {
-        st.raw[k] = be_.alloc(C * sizeof(float) + NvmeFile::kAlign, MemTag::OptimStates, MemKind::PinnedHost);
-        st.buf[k] = aligned(st.raw[k]);
-      }
-      if (params_nvme_) {
-        st.raw[3] = be_.alloc(C * esize_ + NvmeFile::kAlign, MemTag::Params, MemKind::PinnedHost);
-        st.buf[3] = aligned(st.raw[3]);
-      }
-    }
-  }
   struct Set {
     float** buf;
     std::vector<AsyncIo::Ticket> reads, writes;
@@ -151,6 +160,13 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
   std::vector<Set> sets;
   for (StreamSet& st : stream_sets_) sets.push_back({st.buf, {}, {}});
   auto len = [&](size_t b) { return std::min(C, flat_n_ - b * C); };
+  if (!nvme_) {  // the planner: the blocks' work in its books, no file and no memory behind the buffers
+    for (size_t b = 0; b < blocks; ++b) {
+      float** buf = sets[b % sets.size()].buf;
+      fn(b * C, len(b), buf[0], moments ? buf[1] : nullptr, moments ? buf[2] : nullptr, buf[3]);
+    }
+    return;
+  }
   auto round = [](size_t x) { return (x + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign; };
   // whole aligned blocks (the files are padded to the alignment)
   auto bytes = [&](size_t b) { return round(len(b) * sizeof(float)); };
@@ -190,7 +206,7 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
 }
 
 void ParamStore::optimizer_step(AdamW& opt, double lr, int t) {
-  if (!nvme_) {
+  if (!nvme_tier_) {
     opt.step(spans_, lr, t);
     return;
   }

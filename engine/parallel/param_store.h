@@ -147,6 +147,7 @@ class ParamStore final : public ParamProvider {
   // Host pointer for `p` when p lives in pinned host memory (memcpy, not a device copy).
   bool on_host(const void* p) const;
   bool in_nvme(State s) const { return nvme_ && s != State::Grad; }
+  void alloc_stream_sets();  // stream_nvme's pinned block sets, once
   uint64_t nvme_offset(State s, size_t flat) const;  // byte offset of flat element `flat` of a state
   // Streams the NVMe tier's masters (and moments) block by block: fn(flat_begin, n, master, m, v,
   // compute) on pinned buffers; `write_back`: the blocks are written back after fn; with

@@ -1,6 +1,8 @@
 // plan_memory and check_memory_fits (see memory_plan.h).
 #include "engine/plan/memory_plan.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "engine/core/status.h"
@@ -30,10 +32,12 @@ MemoryPlan plan_memory(const RunSpec& spec, int tp, int dp, size_t compute_size)
     m.pinned_host = S * fp32 /* gradient */ + (params_nvme ? 0 : S * double(compute_size)) /* compute copy */ +
                     (opt == "cpu" ? 3 * S * fp32 : 0);
     m.nvme = (opt == "nvme" ? 3 * S * fp32 : 0) + (params_nvme ? S * double(compute_size) : 0);
-    if (opt == "nvme") {  // ParamStore::stream_nvme's io_depth block sets (each aligned within 4 KiB more)
-      const double block = spec.offload.buffer_mb * 1048576.0;
-      m.pinned_host += double(spec.offload.io_depth) *
-                       (3 * (block + 4096) + (params_nvme ? block / fp32 * double(compute_size) + 4096 : 0));
+    if (opt == "nvme") {  // ParamStore::alloc_stream_sets: block sets, each buffer aligned within 4 KiB more
+      const double rounded = std::max(2048.0, std::ceil(S / 2048) * 2048);
+      const double chunk = std::min(std::max(2048.0, std::floor(spec.offload.buffer_mb * 1048576.0 / fp32 / 2048) * 2048),
+                                    rounded);  // elements per block
+      const double sets = std::max(1.0, std::min(double(spec.offload.io_depth), std::ceil(S / chunk)));
+      m.pinned_host += sets * (3 * (chunk * fp32 + 4096) + (params_nvme ? chunk * double(compute_size) + 4096 : 0));
     }
     return m;
   }

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""`ztrain plan` against measurement (issue 13): for 9 layouts on the CPU backend (ZeRO 0-3,
-tensor parallelism, fp32/bf16/fp16, async checkpoints), the planner's predicted peak device bytes
+"""`ztrain plan` against measurement (issue 13): for 14 layouts on the CPU backend (ZeRO 0-3,
+tensor parallelism, fp32/bf16/fp16, async checkpoints, recompute, Llama, optimizer and parameter
+offload), the planner's predicted peak device bytes
 on rank 0 must be within 10% of the backend allocator's measured peak of a real 2-step run
-("rank 0 peak memory ... (N bytes)"). Also: --json has the documented fields, --search lists only
+("rank 0 peak memory ... (N bytes)"); with offload, its pinned host and NVMe bytes within 1% of
+the memory line's. Also: --json has the documented fields, --search lists only
 layouts that fit, best first, and a layout that cannot work is a clear error (exit 2).
 """
 import argparse
@@ -29,6 +31,12 @@ LAYOUTS = [
     (2, ["parallel.tensor=2"]),
     (4, ["parallel.tensor=2", "parallel.zero_stage=3", "precision.compute=bf16"]),
     (4, ["parallel.zero_stage=3", "precision.compute=fp16", "checkpoint.dir=CKPT", "checkpoint.every_steps=1"]),
+    (1, ["train.recompute=full"]),
+    (2, ["train.recompute=selective", "parallel.zero_stage=2", "precision.compute=bf16"]),
+    (2, ["model.arch=llama", "model.n_kv_head=2", "parallel.tensor=2"]),
+    (2, ["parallel.zero_stage=1", "offload.optimizer=cpu"]),
+    (2, ["parallel.zero_stage=3", "precision.compute=bf16", "offload.optimizer=nvme", "offload.params=nvme",
+         "offload.nvme_path=WORK"]),
 ]
 
 
@@ -56,7 +64,7 @@ def main():
             "optim": {"lr": 1e-3}, "data": {"train": data}})
         rows = []
         for i, (np_, sets) in enumerate(LAYOUTS):
-            sets = [s.replace("CKPT", os.path.join(work, f"ck{i}")) for s in sets]
+            sets = [s.replace("CKPT", os.path.join(work, f"ck{i}")).replace("WORK", work) for s in sets]
             argv = [a for s in sets for a in ("--set", s)]
             p = testlib.run([args.ztrain, "plan", spec, "--world", str(np_), "--json", *argv], check=False)
             if p.returncode != 0:
@@ -75,6 +83,16 @@ def main():
             err = (predicted - measured) / measured
             rows.append((np_, " ".join(sets) or "(defaults: fp32, ZeRO-0)", predicted, measured, err))
             expect(abs(err) <= 0.10, f"{np_} ranks {sets}: predicted {predicted} bytes, measured {measured} ({100 * err:+.1f}%)")
+            off = re.search(r"rank 0 offloaded: .*nvme: params ([\d.]+) MiB, optimizer ([\d.]+) MiB .*pinned total held "
+                            r"([\d.]+) MiB", run.stderr)
+            if any(s.startswith("offload.") for s in sets):  # the other tiers, to the memory line's 1 KiB
+                host = plan["per_rank_bytes"]["host"]["pinned"] / 2 ** 20
+                nvme = plan["per_rank_bytes"]["nvme"] / 2 ** 20
+                expect(off and abs(float(off.group(3)) - host) <= 0.01 * max(host, 1)
+                       and abs(float(off.group(1)) + float(off.group(2)) - nvme) <= 0.01 * max(nvme, 1),
+                       f"{sets}: plan pinned {host:.3f} MiB, nvme {nvme:.3f} MiB; measured {off and off.groups()}")
+                print(f"  {' '.join(sets)}: pinned host {host:.3f} MiB planned, {off and off.group(3)} held; "
+                      f"NVMe {nvme:.3f} MiB planned, {off and float(off.group(1)) + float(off.group(2)):.3f} written")
         print(f"{'ranks':>5}  {'predicted':>10}  {'measured':>10}  {'error':>7}  layout")
         for np_, name, pred, meas, err in rows:
             print(f"{np_:>5}  {pred:>10}  {meas:>10}  {100 * err:>+6.1f}%  {name}")
