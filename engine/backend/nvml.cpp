@@ -4,6 +4,8 @@
 
 #include <dlfcn.h>
 
+#include <utility>
+
 namespace zt {
 
 struct Nvml::Api {
@@ -32,6 +34,27 @@ struct Nvml::Api {
   int (*ecc)(void*, int*, int*) = nullptr;
   int (*driver)(char*, unsigned) = nullptr;
   int (*cuda_driver)(int*) = nullptr;
+  // GPM (nvml.h: nvmlGpmSample_t is an opaque pointer; metric ids from nvmlGpmMetricId_t)
+  struct GpmSupport {
+    unsigned version, supported;
+  };
+  struct GpmMetric {
+    unsigned id;
+    int status;
+    double value;  // percent
+    const char *short_name, *long_name, *unit;
+  };
+  static constexpr int kGpmMetrics = 4;  // numMetrics: NVML fills only that many entries
+  struct GpmMetricsGet {
+    unsigned version, count;
+    void *sample1, *sample2;
+    GpmMetric metrics[kGpmMetrics];
+  };
+  int (*gpm_support)(void*, GpmSupport*) = nullptr;
+  int (*gpm_alloc)(void**) = nullptr;
+  int (*gpm_free)(void*) = nullptr;
+  int (*gpm_get)(void*, void*) = nullptr;
+  int (*gpm_metrics)(GpmMetricsGet*) = nullptr;
 };
 
 namespace {
@@ -78,6 +101,11 @@ Nvml::Nvml() : api_(std::make_unique<Api>()) {
   bind(a.lib, a.ecc, "nvmlDeviceGetEccMode");
   bind(a.lib, a.driver, "nvmlSystemGetDriverVersion");
   bind(a.lib, a.cuda_driver, "nvmlSystemGetCudaDriverVersion_v2");
+  bind(a.lib, a.gpm_support, "nvmlGpmQueryDeviceSupport");
+  bind(a.lib, a.gpm_alloc, "nvmlGpmSampleAlloc");
+  bind(a.lib, a.gpm_free, "nvmlGpmSampleFree");
+  bind(a.lib, a.gpm_get, "nvmlGpmSampleGet");
+  bind(a.lib, a.gpm_metrics, "nvmlGpmMetricsGet");
   if (!a.init || !a.count || !a.handle || a.init() != 0) {
     why_ = "NVML did not initialize";
     return;
@@ -91,14 +119,30 @@ Nvml::Nvml() : api_(std::make_unique<Api>()) {
     void* d = nullptr;
     if (a.handle(i, &d) == 0) devices_.push_back(d);
   }
+  // GPM: two sample buffers per supported device (the previous one and the next)
+  const bool gpm_api = a.gpm_support && a.gpm_alloc && a.gpm_free && a.gpm_get && a.gpm_metrics;
+  bool any = false;
+  for (void* d : devices_) {
+    void *prev = nullptr, *next = nullptr;
+    Api::GpmSupport sup{1 /* NVML_GPM_SUPPORT_VERSION */, 0};
+    if (gpm_api && a.gpm_support(d, &sup) == 0 && sup.supported && a.gpm_alloc(&prev) == 0) {
+      if (a.gpm_alloc(&next) != 0) a.gpm_free(prev), prev = nullptr;
+    }
+    gpm_.push_back(prev), gpm_spare_.push_back(next);
+    any = any || prev;
+  }
+  if (!any) gpm_.clear(), gpm_spare_.clear();
 }
 
 Nvml::~Nvml() {
+  for (std::vector<void*>* v : {&gpm_, &gpm_spare_})
+    for (void* g : *v)
+      if (g) api_->gpm_free(g);
   if (api_->shutdown && !devices_.empty()) api_->shutdown();
   if (api_->lib) dlclose(api_->lib);
 }
 
-std::vector<GpuSample> Nvml::sample() const {
+std::vector<GpuSample> Nvml::sample() {
   const Api& a = *api_;
   std::vector<GpuSample> out;
   for (size_t i = 0; i < devices_.size(); ++i) {
@@ -115,9 +159,33 @@ std::vector<GpuSample> Nvml::sample() const {
     if (a.temperature && a.temperature(d, 0 /* NVML_TEMPERATURE_GPU */, &v) == 0) s.temp_c = v;
     unsigned long long r = 0;
     if (a.reasons && a.reasons(d, &r) == 0) s.clock_event_reasons = reason_names(r);
+    if (i < gpm_.size() && gpm_[i]) read_gpm(i, s);
     out.push_back(std::move(s));
   }
   return out;
+}
+
+void Nvml::read_gpm(size_t i, GpuSample& s) {
+  // GPM metrics are rates between two samples: take the next one, compare it with the previous
+  // (once there is one), and keep it as the previous for the next call.
+  const Api& a = *api_;
+  if (a.gpm_get(devices_[i], gpm_spare_[i]) != 0) return;
+  if (gpm_started_.size() <= i) gpm_started_.resize(devices_.size(), false);
+  if (gpm_started_[i]) {
+    Api::GpmMetricsGet q{};
+    q.version = 1;  // NVML_GPM_METRICS_GET_VERSION
+    q.count = Api::kGpmMetrics;
+    q.sample1 = gpm_[i], q.sample2 = gpm_spare_[i];
+    // NVML_GPM_METRIC_SM_UTIL, _SM_OCCUPANCY, _ANY_TENSOR_UTIL, _DRAM_BW_UTIL (percent)
+    const unsigned ids[Api::kGpmMetrics] = {2, 3, 5, 10};
+    double* into[Api::kGpmMetrics] = {&s.sm_active, &s.sm_occupancy, &s.tensor_active, &s.dram_active};
+    for (int k = 0; k < Api::kGpmMetrics; ++k) q.metrics[k].id = ids[k];
+    if (a.gpm_metrics(&q) == 0)
+      for (int k = 0; k < Api::kGpmMetrics; ++k)
+        if (q.metrics[k].status == 0) *into[k] = q.metrics[k].value / 100.0;
+  }
+  gpm_started_[i] = true;
+  std::swap(gpm_[i], gpm_spare_[i]);
 }
 
 GpuInfo Nvml::info(size_t gpu) const {

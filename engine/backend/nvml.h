@@ -14,6 +14,12 @@ struct GpuSample {
   long long sm_clock_mhz = -1, mem_used_bytes = -1;
   double power_w = -1, temp_c = -1;
   std::vector<std::string> clock_event_reasons;  // "sw_power_cap", "hw_thermal", ... (throttling)
+  // NVML's GPM metrics (Hopper and newer) since the previous sample, fractions; -1 = not
+  // available. Unlike util_gpu (time with any kernel running), these say how busy the SMs were.
+  double sm_active = -1;      // share of SMs busy
+  double sm_occupancy = -1;   // active warps over the theoretical maximum
+  double tensor_active = -1;  // time the SMs ran any tensor-core instruction
+  double dram_active = -1;    // DRAM bandwidth used over the peak
 };
 
 // What does not change while a job runs: for `ztrain doctor`.
@@ -35,7 +41,9 @@ class Nvml {
   bool ok() const { return !devices_.empty(); }
   const std::string& why() const { return why_; }
   size_t gpus() const { return devices_.size(); }
-  std::vector<GpuSample> sample() const;
+  // One row per GPU. The GPM fields need two samples: the first call only starts them.
+  std::vector<GpuSample> sample();
+  bool gpm() const { return !gpm_.empty(); }  // GPM metrics are read (a supported GPU and driver)
   GpuInfo info(size_t gpu) const;
   std::string driver_version() const;  // "580.159.03", or "" when NVML does not say
   int cuda_driver_version() const;     // 13000 for CUDA 13.0, or -1
@@ -44,6 +52,10 @@ class Nvml {
   struct Api;
   std::unique_ptr<Api> api_;
   std::vector<void*> devices_;
+  std::vector<void*> gpm_;  // per device: the previous GPM sample (nullptr: unsupported), then a spare
+  std::vector<void*> gpm_spare_;
+  std::vector<bool> gpm_started_;  // a previous sample exists
+  void read_gpm(size_t gpu, GpuSample& s);
   std::string why_;
 };
 

@@ -38,7 +38,7 @@ std::string gib(double b) { return fmt::format("{:.1f} GiB", b / 1073741824.0); 
 
 void gpu_checks(const RunSpec* spec, std::vector<Check>& out) {
   const bool wants_gpu = spec && spec->run.device == "cuda";
-  const Nvml nvml;
+  Nvml nvml;
   if (!nvml.ok()) {
     out.push_back({wants_gpu ? Level::Fail : Level::Pass, "gpu", "no GPU (" + nvml.why() + ")",
                    wants_gpu ? "[run] device = \"cuda\" needs an NVIDIA GPU and driver (or use \"cpu\")" : ""});

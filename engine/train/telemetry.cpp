@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -36,7 +37,9 @@ Telemetry::Telemetry(double every_s, bool gpus, int threads, std::function<void(
     : every_s_(every_s), threads_(std::max(1, threads)), sink_(std::move(sink)) {
   if (gpus) {
     nvml_ = std::make_unique<Nvml>();
-    if (nvml_->ok()) status_ = fmt::format("NVML, {} GPU(s)", nvml_->gpus());
+    if (nvml_->ok())
+      status_ = fmt::format("NVML, {} GPU(s){}", nvml_->gpus(),
+                            nvml_->gpm() ? ", GPM SM/tensor/DRAM activity" : " (no GPM metrics: before Hopper, or the driver)");
     else status_ = nvml_->why(), nvml_.reset();
   } else {
     status_ = fmt::format("process CPU utilization over {} threads and resident memory", threads_);
@@ -76,6 +79,8 @@ void Telemetry::sample_cpu(double t) {
 
 void Telemetry::sample_gpus(double t) {
   std::vector<std::string> reasons;
+  double sm = 0, tensor = 0;
+  int gpm = 0;
   for (const GpuSample& g : nvml_->sample()) {
     nlohmann::json row = {{"kind", "device"}, {"t", t}, {"device", fmt::format("gpu{}", g.index)}};
     auto put = [&](const char* key, double v) {
@@ -87,16 +92,24 @@ void Telemetry::sample_gpus(double t) {
     put("mem_used_bytes", double(g.mem_used_bytes));
     put("power_w", g.power_w);
     put("temp_c", g.temp_c);
+    put("sm_active", g.sm_active);
+    put("sm_occupancy", g.sm_occupancy);
+    put("tensor_active", g.tensor_active);
+    put("dram_active", g.dram_active);
     row["clock_event_reasons"] = g.clock_event_reasons;
     reasons.insert(reasons.end(), g.clock_event_reasons.begin(), g.clock_event_reasons.end());
+    if (g.sm_active >= 0) sm += g.sm_active, tensor += std::max(0.0, g.tensor_active), ++gpm;
     sink_(row);
   }
-  reasons_ = std::move(reasons);  // mu_ is held by loop()
+  // mu_ is held by loop()
+  signals_.throttle_reasons = std::move(reasons);
+  signals_.sm_active = gpm ? sm / gpm : -1;
+  signals_.tensor_active = gpm ? tensor / gpm : -1;
 }
 
-std::vector<std::string> Telemetry::throttle_reasons() const {
+DeviceSignals Telemetry::signals() const {
   std::lock_guard lock(mu_);
-  return reasons_;
+  return signals_;
 }
 
 }  // namespace zt

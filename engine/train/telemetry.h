@@ -3,7 +3,8 @@
 //   GPUs: NVML, loaded at run time (dlopen of libnvidia-ml.so.1: no build dependency): GPU and
 //         memory utilization, SM clock, memory used, power, temperature, clock-event (throttle)
 //         reasons. NVML's utilization counts time with any kernel running, not how busy the SMs
-//         are; Hopper's GPM metrics (SM, tensor-pipe, DRAM activity) are not read yet.
+//         are (a rank stalled in a collective shows 100%), so on Hopper and newer NVML's GPM
+//         metrics are read too: SM activity and occupancy, tensor-pipe and DRAM activity.
 //   CPU:  this process's CPU utilization (CPU time over wall time x threads) and resident memory.
 #pragma once
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend/nvml.h"
+#include "engine/train/verdict.h"
 
 namespace zt {
 
@@ -30,8 +32,8 @@ class Telemetry {
   Telemetry& operator=(const Telemetry&) = delete;
   // "NVML: 1 GPU" or why there are no GPU rows (no libnvidia-ml, no GPU); for the log.
   const std::string& status() const { return status_; }
-  // The clock-event reasons of the latest GPU row (any GPU of this machine), for the verdict.
-  std::vector<std::string> throttle_reasons() const;
+  // The latest sample's throttle reasons and GPM activity (this machine's GPUs), for the verdict.
+  DeviceSignals signals() const;
 
  private:
   void loop();
@@ -44,7 +46,7 @@ class Telemetry {
   std::unique_ptr<Nvml> nvml_;
   double last_cpu_s_ = 0, last_wall_s_ = 0;
   mutable std::mutex mu_;
-  std::vector<std::string> reasons_;
+  DeviceSignals signals_;
   std::condition_variable cv_;
   bool stop_ = false;
   std::thread thread_;

@@ -703,6 +703,7 @@ void Trainer::run() {
                  model_flops_per_token / 1e9);
   double carried_stall_ms = 0;  // a checkpoint save's stall, paid by the next step
   StepResult interval;          // the breakdown summed since the last log line, for the verdict
+  int64_t interval_steps = 0;
   std::string last_judged, last_verdict;  // the previous interval's judgement; the verdict last reported
   double mean_step_ms = 0;      // for the time left: mean over this launch's steps after the first
   for (int64_t s = start_step_; s < t.max_steps; ++s) {
@@ -714,6 +715,7 @@ void Trainer::run() {
     for (auto [sum, part] : {std::pair{&interval.step_ms, r.step_ms}, {&interval.data_wait_ms, r.data_wait_ms},
                              {&interval.comm_ms, r.comm_ms}, {&interval.other_ms, r.other_ms}})
       *sum += part;
+    ++interval_steps;
     if (!std::isfinite(r.loss))
       throw RuntimeFailure(fmt::format("step {}: loss is {} (diverged); lower [optim] lr", s + 1, r.loss));
     const int64_t done = s + 1;
@@ -746,7 +748,13 @@ void Trainer::run() {
         const MemoryStats ms = backend_->memory_stats();
         const size_t avail = backend_->memory_available();
         const double limit = avail == SIZE_MAX ? 0 : double(avail) + double(ms.allocated);
-        const Verdict v = judge(interval, ms, limit, spec_, telemetry ? telemetry->throttle_reasons() : std::vector<std::string>{});
+        const double interval_mfu =
+            peak.tflops > 0 && interval.step_ms > 0
+                ? double(interval_steps) * double(t.global_batch) * double(m.seq_len) * model_flops_per_token /
+                      (interval.step_ms / 1e3) / (peak.tflops * 1e12 * topo_.world_size)
+                : -1;
+        const Verdict v = judge(interval, ms, limit, spec_, telemetry ? telemetry->signals() : DeviceSignals{},
+                                interval_mfu);
         // One interval's hiccup (a scheduler stall, a page-cache miss) is not a verdict: the same
         // kind must hold over two log intervals in a row before it is reported.
         const bool confirmed = !v.kind.empty() && v.kind == last_judged;
@@ -758,7 +766,7 @@ void Trainer::run() {
         last_judged = v.kind;
       }
     }
-    if (done % t.log_every == 0 || done == t.max_steps || s == 0) interval = StepResult{};
+    if (done % t.log_every == 0 || done == t.max_steps || s == 0) interval = StepResult{}, interval_steps = 0;
     if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) do_eval(done);
     if (!ckpt_ || done == t.max_steps) continue;  // the last step's checkpoint is written below
     // The ranks agree, in one small all-reduce per step: a signal on any rank, rank 0's clock for

@@ -9,7 +9,7 @@
 namespace zt {
 
 Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_limit, const RunSpec& spec,
-              const std::vector<std::string>& throttle_reasons) {
+              const DeviceSignals& device, double mfu) {
   const double total = sum.step_ms > 0 ? sum.step_ms : 1;
   const double data = sum.data_wait_ms / total, comm = sum.comm_ms / total, other = sum.other_ms / total;
   // the largest excess over its threshold is named first: one line
@@ -28,11 +28,21 @@ Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_li
                                fmt::format("raise [parallel] bucket_mb (now {:g}), keep tensor groups inside a node, "
                                            "try a lower ZeRO stage (now {}), or set [comm] nccl_algo / nccl_proto",
                                            spec.parallel.bucket_mb, spec.parallel.zero_stage)}});
+  const std::string host_knob = fmt::format("raise [train] micro_batch (now {}) so each launch does more work; "
+                                            "check for other processes on the machine", spec.train.micro_batch);
+  const std::string mfu_text = mfu >= 0 ? fmt::format(", MFU {:.0f}%", 100 * mfu) : "";
   if (other > 0.20)
     c.push_back({other / 0.20, {"host-bound",
-                                fmt::format("{:.0f}% of the step time is outside the measured device work", 100 * other),
-                                fmt::format("raise [train] micro_batch (now {}) so each launch does more work; check "
-                                            "for other processes on the machine", spec.train.micro_batch)}});
+                                fmt::format("{:.0f}% of the step time is outside the measured device work{}",
+                                            100 * other, mfu_text),
+                                host_knob}});
+  else if (device.sm_active >= 0 && device.sm_active < 0.70 && data <= 0.05 && comm <= 0.15)
+    c.push_back({0.70 / std::max(device.sm_active, 0.01),
+                 {"host-bound",
+                  fmt::format("the SMs were busy {:.0f}% of the time (NVML GPM; tensor pipes {:.0f}%){} with no data "
+                              "or communication wait to explain it",
+                              100 * device.sm_active, 100 * std::max(0.0, device.tensor_active), mfu_text),
+                  host_knob}});
   const double frag = memory.fragmentation();
   const double near = memory_limit > 0 ? double(memory.peak) / memory_limit : 0;
   if (near > 0.90 || frag > 0.25)
@@ -45,7 +55,7 @@ Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_li
                               "parallelism; `ztrain plan` shows what fits", spec.train.micro_batch,
                               spec.parallel.zero_stage)}});
   std::string slowed;  // reasons that mean lost speed (not idle, not application clocks)
-  for (const std::string& r : throttle_reasons)
+  for (const std::string& r : device.throttle_reasons)
     if (r != "gpu_idle" && r != "applications_clocks" && r != "display_clocks" && r != "sync_boost")
       slowed += (slowed.empty() ? "" : ", ") + r;
   if (!slowed.empty())

@@ -6,13 +6,16 @@
 //   communication-bound     exposed communication > 15%
 //   host-bound              time outside every measured phase ("other") > 20%: the host, not the
 //                           device, sets the pace (Python-free as ztrain is, that is launch
-//                           overhead, small micro-batches or something else on the machine)
+//                           overhead, small micro-batches or something else on the machine);
+//                           or, where NVML's GPM metrics exist (Hopper+), the SMs busy < 70% of
+//                           the time while data and communication waits are under their
+//                           thresholds (NVML's plain utilization cannot tell: it counts any
+//                           kernel running, a collective's spin included)
 //   memory pressure         the peak above 90% of what the backend may hold, or fragmentation
 //                           (reserved but unused) above 25%
 //   throttling              the GPU's clocks held down by power or temperature (NVML's clock-event
 //                           reasons in the latest telemetry row: sw/hw power cap or brake,
 //                           sw/hw thermal, hw slowdown)
-// A device-busy test for host-bound (NVML/GPM SM activity) is not there yet.
 #pragma once
 #include <string>
 #include <vector>
@@ -30,10 +33,17 @@ struct Verdict {
   std::string line() const { return kind.empty() ? "" : "verdict: " + kind + ": " + evidence + "; " + knob; }
 };
 
+// What the device telemetry says (engine/train/telemetry.h): the latest sample.
+struct DeviceSignals {
+  std::vector<std::string> throttle_reasons;  // NVML clock-event reasons (empty: none or no GPU)
+  double sm_active = -1;                      // GPM: share of SMs busy, mean over the GPUs; -1 unknown
+  double tensor_active = -1;                  // GPM: tensor-pipe activity; -1 unknown
+};
+
 // `sum`: the breakdown summed over the interval's steps (step_ms and the *_ms parts).
 // `memory_limit`: what the backend may hold in all (allocated + available), 0 = unknown.
-// `throttle_reasons`: the clock-event reasons of the latest device telemetry (empty: none or no GPU).
+// `mfu`: the interval's model FLOPs utilization, for the evidence (-1: unknown).
 Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_limit, const RunSpec& spec,
-              const std::vector<std::string>& throttle_reasons = {});
+              const DeviceSignals& device = {}, double mfu = -1);
 
 }  // namespace zt

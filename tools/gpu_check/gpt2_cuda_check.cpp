@@ -168,6 +168,8 @@ int bench(int steps, DType dt) {
       };
       for (int w = 1; w <= 3; ++w) one(w);
       gpu->synchronize();
+      Nvml nvml;  // the telemetry's NVML reader; this first sample starts GPM's window over the timed steps
+      if (nvml.ok()) (void)nvml.sample();
       const auto t0 = std::chrono::steady_clock::now();
       for (int s = 0; s < steps; ++s) one(4 + s);
       gpu->synchronize();
@@ -188,20 +190,21 @@ int bench(int steps, DType dt) {
         sp.adamw(6e-4f, 1);
       }
       const double planned = double(plan.memory_stats().peak);
-      // the telemetry's NVML reader, sampled right after the timed steps (the GPU still warm)
+      // the telemetry's NVML reader, sampled right after the timed steps (the GPU still warm; GPM:
+      // SM, tensor and DRAM activity over them)
       {
-        const Nvml nvml;
-        std::printf("{\"check\": \"nvml\", \"ok\": %s, \"why\": \"%s\", \"samples\": [", nvml.ok() ? "true" : "false",
-                    nvml.why().c_str());
+        std::printf("{\"check\": \"nvml\", \"ok\": %s, \"why\": \"%s\", \"gpm\": %s, \"samples\": [",
+                    nvml.ok() ? "true" : "false", nvml.why().c_str(), nvml.gpm() ? "true" : "false");
         const auto samples = nvml.ok() ? nvml.sample() : std::vector<GpuSample>{};
         for (size_t i = 0; i < samples.size(); ++i) {
           const GpuSample& g = samples[i];
           std::string reasons;
           for (const auto& r : g.clock_event_reasons) reasons += (reasons.empty() ? "\"" : ", \"") + r + "\"";
           std::printf("%s{\"gpu\": %d, \"util_gpu\": %.2f, \"sm_clock_mhz\": %lld, \"mem_used_bytes\": %lld, "
-                      "\"power_w\": %.1f, \"temp_c\": %.0f, \"clock_event_reasons\": [%s]}",
+                      "\"power_w\": %.1f, \"temp_c\": %.0f, \"sm_active\": %.3f, \"sm_occupancy\": %.3f, "
+                      "\"tensor_active\": %.3f, \"dram_active\": %.3f, \"clock_event_reasons\": [%s]}",
                       i ? ", " : "", g.index, g.util_gpu, g.sm_clock_mhz, g.mem_used_bytes, g.power_w, g.temp_c,
-                      reasons.c_str());
+                      g.sm_active, g.sm_occupancy, g.tensor_active, g.dram_active, reasons.c_str());
         }
         std::printf("]}\n");
       }

@@ -31,10 +31,31 @@ TEST_CASE("verdicts: thresholds, the largest excess first, throttling from NVML 
   m.reserved = 200;  // half of what is held is unused: fragmentation
   m.peak = 50;
   REQUIRE(judge(parts(0, 0, 0), m, 0, spec).kind == "memory pressure");
-  const Verdict t = judge(parts(0, 0, 0), none, 0, spec, {"gpu_idle", "hw_thermal"});
+  DeviceSignals hot;
+  hot.throttle_reasons = {"gpu_idle", "hw_thermal"};
+  const Verdict t = judge(parts(0, 0, 0), none, 0, spec, hot);
   REQUIRE(t.kind == "throttling");
   REQUIRE(t.evidence.find("hw_thermal") != std::string::npos);
   REQUIRE(t.evidence.find("gpu_idle") == std::string::npos);
-  REQUIRE(judge(parts(0, 0, 0), none, 0, spec, {"gpu_idle", "applications_clocks"}).kind.empty());
+  DeviceSignals idle;
+  idle.throttle_reasons = {"gpu_idle", "applications_clocks"};
+  REQUIRE(judge(parts(0, 0, 0), none, 0, spec, idle).kind.empty());
   REQUIRE(!judge(parts(50, 0, 0), none, 0, spec).line().empty());
+}
+
+TEST_CASE("verdicts: host-bound from NVML GPM SM activity when no wait explains idle SMs", "[verdict]") {
+  const RunSpec spec;
+  const MemoryStats none;
+  DeviceSignals gpm;
+  gpm.sm_active = 0.45, gpm.tensor_active = 0.20;
+  const Verdict v = judge(parts(1, 5, 5), none, 0, spec, gpm, 0.12);
+  REQUIRE(v.kind == "host-bound");
+  REQUIRE(v.evidence.find("busy 45%") != std::string::npos);
+  REQUIRE(v.evidence.find("MFU 12%") != std::string::npos);
+  gpm.sm_active = 0.75;  // busy enough
+  REQUIRE(judge(parts(1, 5, 5), none, 0, spec, gpm).kind.empty());
+  gpm.sm_active = 0.45;  // idle SMs explained by a data wait: data-bound, not host-bound
+  REQUIRE(judge(parts(8, 5, 5), none, 0, spec, gpm).kind == "data-bound");
+  gpm.sm_active = -1;  // no GPM (before Hopper, the CPU backend): only the breakdown judges
+  REQUIRE(judge(parts(1, 5, 5), none, 0, spec, gpm).kind.empty());
 }
