@@ -146,6 +146,15 @@ uint64_t ParamStore::nvme_offset(State st, size_t flat) const {
 }
 
 template <typename Fn>
+void ParamStore::offload_wait(const char* what, Fn&& fn) {
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  offload_waited_ms_ += ms;
+  if (offload_observer_) offload_observer_(what, start, ms);
+}
+
+template <typename Fn>
 void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
   // io_depth buffer sets in a ring: block k uses set k % D. Reads run ahead (up to D - 1 blocks)
   // and writes behind (engine/offload/async_io.h); a set is refilled only after its writes
@@ -174,8 +183,11 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
   std::exception_ptr error;
   {
     AsyncIo io(int(D) * (states + 1));
-    auto drain = [&](std::vector<AsyncIo::Ticket>& ts) {
-      for (AsyncIo::Ticket t : ts) io.wait(t);
+    auto drain = [&](std::vector<AsyncIo::Ticket>& ts, const char* what) {
+      if (ts.empty()) return;
+      offload_wait(what, [&] {
+        for (AsyncIo::Ticket t : ts) io.wait(t);
+      });
       ts.clear();
     };
     try {
@@ -183,12 +195,12 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
       for (size_t b = 0; b < blocks; ++b) {
         for (; next < blocks && next < b + sets.size(); ++next) {  // read ahead
           Set& st = sets[next % sets.size()];
-          drain(st.writes);
+          drain(st.writes, "nvme write");
           for (int k = 0; k < states; ++k)
             st.reads.push_back(io.read(*nvme_, nvme_offset(kinds[k], next * C), st.buf[k], bytes(next)));
         }
         Set& st = sets[b % sets.size()];
-        drain(st.reads);
+        drain(st.reads, "nvme read");
         // the compute block starts clean: padding between units must not carry another block's bytes
         if (st.buf[3]) std::memset(st.buf[3], 0, len(b) * esize_);
         fn(b * C, len(b), st.buf[0], moments ? st.buf[1] : nullptr, moments ? st.buf[2] : nullptr, st.buf[3]);
@@ -197,7 +209,7 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
             st.writes.push_back(io.write(*nvme_, nvme_offset(kinds[k], b * C), st.buf[k], bytes(b)));
         if (params_nvme_) st.writes.push_back(io.write(*nvme_params_, uint64_t(b * C) * esize_, st.buf[3], cbytes(b)));
       }
-      for (Set& st : sets) drain(st.reads), drain(st.writes);
+      for (Set& st : sets) drain(st.reads, "nvme read"), drain(st.writes, "nvme write");
     } catch (...) {
       error = std::current_exception();
     }
@@ -259,10 +271,12 @@ void ParamStore::upload_compute_copy() {
   // AdamW wrote each span's compute copy on the host; the device copy the model reads gets it
   // (stage 3 with parameter offload reads the host copy at each gather instead).
   if (!host_ || offload_params_) return;
-  for (size_t i = 0; i < units_.size(); ++i) {
-    const StateSpan& s = spans_[i];
-    if (s.n) be_.copy_to_device(compute_copy(units_[i]), s.compute, s.n * esize_);
-  }
+  offload_wait("parameters to device", [&] {
+    for (size_t i = 0; i < units_.size(); ++i) {
+      const StateSpan& s = spans_[i];
+      if (s.n) be_.copy_to_device(compute_copy(units_[i]), s.compute, s.n * esize_);
+    }
+  });
 }
 
 Comm::Handle ParamStore::all_gather_compute(const void* send, void* recv, size_t elems) {
@@ -352,10 +366,11 @@ void ParamStore::gather_group(int g) {
       const void* src = host_compute_ ? cbyte(host_compute_, units_[ui].shard_off) : nullptr;
       if (params_nvme_ && nvme_params_) {
         read.resize(bytes);
-        nvme_params_->read_any(uint64_t(units_[ui].shard_off) * esize_, read.data(), bytes);
+        offload_wait("parameters from nvme",
+                     [&] { nvme_params_->read_any(uint64_t(units_[ui].shard_off) * esize_, read.data(), bytes); });
         src = read.data();
       }
-      if (src) be_.upload_async(cbyte(gb.staging, off), src, bytes);
+      if (src) offload_wait("parameters to device", [&] { be_.upload_async(cbyte(gb.staging, off), src, bytes); });
       off += units_[ui].shard;
     }
   }
@@ -446,7 +461,7 @@ void ParamStore::complete(Pending& p) {
       const Unit& u = units_[ui];
       if (host_) {  // optimizer offload: the shard goes to the host as soon as it is reduced
         reduced_.resize(std::max(reduced_.size(), u.shard));  // grows to the largest unit once
-        be_.copy_to_host(reduced_.data(), p.recv + off, u.shard * sizeof(float));
+        offload_wait("gradient to host", [&] { be_.copy_to_host(reduced_.data(), p.recv + off, u.shard * sizeof(float)); });
         host_->add(host_grad_ + u.shard_off, host_grad_ + u.shard_off, reduced_.data(), int64_t(u.shard));
       } else {
         be_.add(grad_shard_ + u.shard_off, grad_shard_ + u.shard_off, p.recv + off, int64_t(u.shard));
@@ -468,8 +483,10 @@ void ParamStore::finish_backward() {
   complete_all();
   if (!host_ || stage_ >= 2) return;
   // Stages 0-1 reduce on the device after the last micro-batch; the optimizer's part goes to the host.
-  if (stage_ == 0) be_.copy_to_host(host_grad_, full_grads_, layout_.total_full() * sizeof(float));
-  else be_.copy_to_host(host_grad_, grad_shard_, layout_.total_shard() * sizeof(float));
+  offload_wait("gradients to host", [&] {
+    if (stage_ == 0) be_.copy_to_host(host_grad_, full_grads_, layout_.total_full() * sizeof(float));
+    else be_.copy_to_host(host_grad_, grad_shard_, layout_.total_shard() * sizeof(float));
+  });
 }
 
 // ---- optimizer ----

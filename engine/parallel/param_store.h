@@ -30,7 +30,9 @@
 // (engine/offload/nvme_file.h) instead: the step streams them through io_depth pinned buffers
 // of buffer_mb, reading ahead and writing behind while the CPU updates the block in between.
 #pragma once
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -70,6 +72,13 @@ class ParamStore final : public ParamProvider {
     double pinned[3] = {}, nvme[3] = {};
   };
   TierBytes tier_bytes() const;
+  // Milliseconds this rank's host has been blocked in offload transfers and I/O so far (gradients
+  // to the host, parameters to the device, NVMe reads and writes waited for): the step
+  // breakdown's "offload", taken out of the phase it happened in, like exposed communication.
+  double offload_waited_ms() const { return offload_waited_ms_; }
+  // Called after each such wait with what it was, when it began and how long (the timeline trace).
+  using WaitObserver = std::function<void(const char* what, std::chrono::steady_clock::time_point start, double ms)>;
+  void set_offload_observer(WaitObserver f) { offload_observer_ = std::move(f); }
   // The NVMe file (null without the nvme tier), for its start-up warning.
   const NvmeFile* nvme() const { return nvme_.get(); }
 
@@ -214,6 +223,11 @@ class ParamStore final : public ParamProvider {
     void* staging = nullptr;  // params offload: this rank's shards, uploaded for the gather
     std::vector<Comm::Handle> handles;
   };
+  // Runs fn, counting its time as blocked in offload (offload_waited_ms).
+  template <typename Fn>
+  void offload_wait(const char* what, Fn&& fn);
+  double offload_waited_ms_ = 0;
+  WaitObserver offload_observer_;
   std::map<int, Gathered> gathered_;  // stage 3: groups with full parameters present
   std::map<int, float*> grad_tmp_;    // stages 2-3: groups with a gradient buffer open
   std::vector<int> order_;

@@ -42,6 +42,8 @@ void StepTrace::write() {
   meta.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 1}, {"args", {{"name", "data"}}}});
   meta.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 2},
                    {"args", {{"name", "collectives (blocked)"}}}});
+  meta.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank_}, {"tid", 3},
+                   {"args", {{"name", "offload transfers and NVMe I/O (blocked)"}}}});
   for (auto& e : events_) meta.push_back(e);
   write_file_atomic(path_, nlohmann::json{{"traceEvents", meta}, {"displayTimeUnit", "ms"}}.dump());
 }

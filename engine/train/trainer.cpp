@@ -487,9 +487,10 @@ StepResult Trainer::step(int64_t step) {
   // The breakdown: timing points around the phases (device time on a GPU, read after the step's
   // synchronize) and the host's blocked time in collectives, read at the same boundaries.
   auto comm_now = [&] { return topo_.world->waited_ms() + topo_.tp_group->waited_ms() + topo_.dp_group->waited_ms(); };
+  auto offload_now = [&] { return store_->offload_waited_ms(); };
   struct Phase {
     int from, to;
-    double comm;
+    double comm, offload = 0;
   };
   std::vector<Phase> fwd, bwd;
   Backend& be = *backend_;
@@ -503,6 +504,11 @@ StepResult Trainer::step(int64_t step) {
         trace_->add(fmt::format("{} {}", g->name(), what), step,
                     std::chrono::duration<double, std::milli>(start - trace_origin_).count(), ms, 2);
       });
+  if (traced)  // each blocking offload transfer or NVMe wait, on its own track
+    store_->set_offload_observer([this, step](const char* what, std::chrono::steady_clock::time_point start, double ms) {
+      trace_->add(fmt::format("offload {}", what), step,
+                  std::chrono::duration<double, std::milli>(start - trace_origin_).count(), ms, 3);
+    });
   std::vector<std::pair<double, double>> data_spans;  // (start, duration) ms from the step's start
   auto ms_since = [](std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
@@ -517,28 +523,30 @@ StepResult Trainer::step(int64_t step) {
     if (on_batch) on_batch(inputs_.data(), targets_.data());
     store_->set_last_micro_batch(micro == accum - 1);
     const bool timed = 2 * micro + 8 < Backend::kTimingPoints;  // beyond: counted in "other"
-    const double c0 = comm_now();
+    const double c0 = comm_now(), o0 = offload_now();
     const int p0 = timed ? be.timing_point() : 0;
     be.push_range("forward");
     model_->forward_deferred(inputs_.data(), targets_.data(), B, T, grad_scale);
     be.pop_range();
-    const double c1 = comm_now();
+    const double c1 = comm_now(), o1 = offload_now();
     const int p1 = timed ? be.timing_point() : 0;
     exit_if_fault_injected(topo_.world_rank, step);
     be.push_range("backward");
     model_->backward();
     be.pop_range();
-    if (timed) fwd.push_back({p0, p1, c1 - c0}), bwd.push_back({p1, be.timing_point(), comm_now() - c1});
+    if (timed)
+      fwd.push_back({p0, p1, c1 - c0, o1 - o0}),
+          bwd.push_back({p1, be.timing_point(), comm_now() - c1, offload_now() - o1});
   }
-  const double c_reduce = comm_now();
+  const double c_reduce = comm_now(), o_reduce = offload_now();
   const int p_reduce = be.timing_point();
   be.push_range("gradient reduction");
   store_->finish_backward();  // the last gradient reductions: backward's tail
   be.pop_range();
   double loss = model_->take_losses() / double(global_micro);
   topo_.dp_group->all_reduce_doubles(&loss, 1);
-  bwd.push_back({p_reduce, be.timing_point(), comm_now() - c_reduce});
-  const double c_opt = comm_now();
+  bwd.push_back({p_reduce, be.timing_point(), comm_now() - c_reduce, offload_now() - o_reduce});
+  const double c_opt = comm_now(), o_opt = offload_now();
   const int p_opt = be.timing_point();
   StepResult r;
   r.step = step;
@@ -556,23 +564,28 @@ StepResult Trainer::step(int64_t step) {
   }
   r.skipped_total = scaler_->skipped();
   const int p_end = be.timing_point();
-  const double comm_opt = comm_now() - c_opt;
+  const double comm_opt = comm_now() - c_opt, offload_opt = offload_now() - o_opt;
   backend_->synchronize();
   r.step_ms = timer.ms();
   r.tokens_per_s = double(spec_.train.global_batch) * T / (r.step_ms / 1e3);
   r.data_wait_ms = wait_ms;
-  // Exposed communication is taken out of the phase it blocked (phases are never negative: on a
-  // GPU the host's blocked time and the device's phase times are different clocks).
+  // Exposed communication and offload waits are taken out of the phase they blocked (phases are
+  // never negative: on a GPU the host's blocked time and the device's phase times are different
+  // clocks).
   auto net = [&](const std::vector<Phase>& ph) {
     double ms = 0;
-    for (const Phase& x : ph) ms += std::max(0.0, be.timing_ms(x.from, x.to) - x.comm), r.comm_ms += x.comm;
+    for (const Phase& x : ph)
+      ms += std::max(0.0, be.timing_ms(x.from, x.to) - x.comm - x.offload), r.comm_ms += x.comm,
+          r.offload_ms += x.offload;
     return ms;
   };
   r.forward_ms = net(fwd);
   r.backward_ms = net(bwd);
-  r.optimizer_ms = std::max(0.0, be.timing_ms(p_opt, p_end) - comm_opt);
+  r.optimizer_ms = std::max(0.0, be.timing_ms(p_opt, p_end) - comm_opt - offload_opt);
   r.comm_ms += comm_opt;
-  r.other_ms = std::max(0.0, r.step_ms - r.data_wait_ms - r.forward_ms - r.backward_ms - r.optimizer_ms - r.comm_ms);
+  r.offload_ms += offload_opt;
+  r.other_ms = std::max(0.0, r.step_ms - r.data_wait_ms - r.forward_ms - r.backward_ms - r.optimizer_ms - r.comm_ms -
+                                r.offload_ms);
   if (traced) {
     const double base = ms_since(trace_origin_, host_start);
     auto add = [&](const char* name, const Phase& x) {
@@ -583,6 +596,7 @@ StepResult Trainer::step(int64_t step) {
     add("optimizer", {p_opt, p_end, comm_opt});
     for (const auto& [start, dur] : data_spans) trace_->add("data wait", step, base + start, dur, 1);
     for (Comm* g : {topo_.world.get(), topo_.tp_group.get(), topo_.dp_group.get()}) g->set_wait_observer(nullptr);
+    store_->set_offload_observer(nullptr);
     trace_->finish_step(step);
   }
   return r;

@@ -30,7 +30,8 @@ struct StepResult {
   // Where step_ms went (they add up to it): waiting for data, forward and backward compute,
   // the optimizer (clipping, AdamW, publishing the updated weights), exposed communication (time
   // blocked in collectives that nothing overlapped, taken out of the phases it happened in), the
-  // checkpoint stall paid before this step, offload I/O (0: no offload yet), and the rest.
+  // checkpoint stall paid before this step, offload (time blocked in offload transfers and NVMe
+// I/O, taken out of the phases like communication), and the rest.
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, comm_ms = 0, checkpoint_ms = 0, offload_ms = 0,
          other_ms = 0;
   double loss_scale = 1;    // fp16 loss scale this step used

@@ -7,6 +7,8 @@
 - under mpirun with ZeRO-3 the exposed communication is measured (> 0), and a checkpoint save's
   stall lands in the next step's checkpoint_ms;
 - [run] trace_steps writes a valid Chrome trace per rank with each traced step's phases in order;
+- with NVMe offload, the time blocked in offload I/O and transfers is measured (offload_ms) and
+  each wait is an event on the trace's offload track;
 - [run] telemetry_s writes "device" rows (on the CPU: process utilization and resident memory);
 - `ztrain report` draws a PNG dashboard from a real run's metrics.jsonl.
 """
@@ -84,6 +86,21 @@ def main():
             expect(line and "MFU" in line[0] and "fwd" in line[0] and "comm" in line[0] and "left 0s" in line[0],
                    f"progress line: {line}")
             expect("MFU against" in p.stderr and "GEMM probe" in p.stderr, "the MFU peak is not named in the log")
+        # offload: the time blocked in NVMe I/O and host<->device transfers is its own part, and
+        # each wait an event on the trace's offload track
+        p = testlib.run([args.ztrain, "train", spec(work, data, "offload", parallel__zero_stage=3,
+                                                    offload__optimizer="nvme", offload__params="nvme",
+                                                    offload__nvme_path=work, run__trace_steps="3")], check=False)
+        expect(p.returncode == 0, f"offload: exit {p.returncode}: {p.stderr[-500:]}")
+        if p.returncode == 0:
+            share = check_records("NVMe offload, ZeRO-3", train_records(os.path.join(work, "offload")))
+            expect(share and share["offload_ms"] > 0, "offload: no offload time measured")
+            ev = [e for e in json.load(open(os.path.join(work, "offload", "trace.rank0.json")))["traceEvents"]
+                  if e["ph"] == "X" and e["tid"] == 3]
+            kinds = {e["name"] for e in ev}
+            expect({"offload nvme read", "offload nvme write", "offload parameters from nvme"} <= kinds,
+                   f"offload trace events: {sorted(kinds)}")
+            print(f"offload trace: {len(ev)} events on the offload track: {sorted(kinds)}")
         # device telemetry: on the CPU, this process's utilization and resident memory, 10 times a second
         p = testlib.run([args.ztrain, "train", spec(work, data, "telemetry", run__telemetry_s=0.1, train__max_steps=60,
                                                     train__log_every=100)], check=False)
