@@ -81,6 +81,15 @@ class Backend {
     (void)after;
     copy_to_device(dst, host_src, bytes);
   }
+  // The same copy straight from pinned host memory (alloc(..., MemKind::PinnedHost)), with no
+  // staging copy and no host wait: the source must stay unchanged until wait_upload(ticket)
+  // returns. For the offloaded parameters, whose pinned home is already a staging buffer.
+  virtual uint64_t upload_pinned_async(void* dst, const void* pinned_src, size_t bytes, uint64_t after = 0) {
+    (void)after;
+    copy_to_device(dst, pinned_src, bytes);
+    return 0;
+  }
+  virtual void wait_upload(uint64_t ticket) { (void)ticket; }
   virtual void synchronize() {}
   // Timing points for the step breakdown: a point after the work enqueued so far (CUDA: a timing
   // event on the compute stream; the base, for backends whose ops are synchronous: the host

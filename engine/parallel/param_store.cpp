@@ -84,6 +84,17 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
   if (mixed_ && stage_ == 3 && !offload_params_)
     shard_compute_ = be_.alloc(layout_.total_shard() * esize_, MemTag::Params);
   if (nvme_tier_) alloc_stream_sets();
+  if (params_nvme_) {  // the read-ahead ring: the groups being gathered and the one read ahead
+    size_t largest = 0;
+    for (size_t g = 0; g < model_.groups().size(); ++g) largest = std::max(largest, group_shard_bytes(int(g)));
+    param_ring_.resize(size_t(prefetch_) + 2);
+    for (RingBuffer& rb : param_ring_) {
+      rb.raw = be_.alloc(largest + 3 * NvmeFile::kAlign, MemTag::Params, MemKind::PinnedHost);
+      rb.buf = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(rb.raw) + NvmeFile::kAlign - 1) /
+                                       NvmeFile::kAlign * NvmeFile::kAlign);
+    }
+    if (nvme_params_) param_io_ = std::make_unique<AsyncIo>(int(param_ring_.size()));
+  }
   build_spans();
 }
 
@@ -114,10 +125,13 @@ ParamStore::~ParamStore() {
     complete_all();
   } catch (...) {
   }
-  for (auto& [g, gb] : gathered_) {
-    be_.free(gb.buf);
-    if (gb.staging) be_.free(gb.staging);
+  try {
+    while (!gathered_.empty()) drop_gathered(gathered_.begin());
+    for (RingBuffer& rb : param_ring_) be_.wait_upload(rb.upload);
+  } catch (...) {
   }
+  param_io_.reset();  // every read finished before the buffers go
+  for (RingBuffer& rb : param_ring_) be_.free(rb.raw);
   for (auto& [g, buf] : grad_tmp_) be_.free(buf);
   for (StreamSet& st : stream_sets_)
     for (void* r : st.raw) be_.free(r);
@@ -350,28 +364,57 @@ void ParamStore::begin_pass(const std::vector<int>& order) {
   order_pos_ = 0;
 }
 
+size_t ParamStore::group_shard_bytes(int g) const {
+  // a group's units are consecutive in the flat shard: one range of the compute copy
+  size_t n = 0;
+  for (int ui : layout_.group_units(g)) n += units_[ui].shard;
+  return n * esize_;
+}
+
+void ParamStore::read_ahead(int g) {
+  // Parameters on NVMe: the group's compute shards read into a pinned ring buffer, in flight
+  // while earlier groups compute; gather_group waits for the read and uploads from the buffer.
+  if (!params_nvme_ || !param_io_ || gathered_.count(g)) return;
+  const int slot = int(next_ring_++ % param_ring_.size());
+  RingBuffer& rb = param_ring_[size_t(slot)];
+  // The buffer's previous group: uploaded (wait for the copy), or only read ahead and not yet
+  // gathered (its read is dropped; gather_group reads it again).
+  auto prev = gathered_.find(rb.owner);
+  if (prev != gathered_.end() && prev->second.ring == slot && !prev->second.buf) drop_gathered(prev);
+  be_.wait_upload(rb.upload);
+  rb.upload = 0;
+  rb.owner = g;
+  Gathered& gb = gathered_[g];
+  gb.ring = slot;
+  const uint64_t begin = uint64_t(units_[layout_.group_units(g).front()].shard_off) * esize_;
+  const uint64_t lo = begin / NvmeFile::kAlign * NvmeFile::kAlign;
+  const uint64_t hi = (begin + group_shard_bytes(g) + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
+  gb.host = static_cast<const char*>(rb.buf) + (begin - lo);
+  gb.read = param_io_->read(*nvme_params_, lo, rb.buf, size_t(hi - lo));
+  gb.reading = true;
+}
+
 void ParamStore::gather_group(int g) {
-  if (gathered_.count(g)) return;
+  auto it = gathered_.find(g);
+  if (it != gathered_.end() && it->second.buf) return;  // launched already
+  if (it == gathered_.end()) read_ahead(g);               // params on NVMe (else nothing)
   Gathered& gb = gathered_[g];
   gb.buf = be_.alloc(layout_.group_padded(g) * esize_, MemTag::CommBuffers);
   const std::vector<int>& us = layout_.group_units(g);
-  if (offload_params_) {  // this rank's shards of the group, uploaded from the host's compute copy
-    size_t n = 0;
-    for (int ui : us) n += units_[ui].shard;
-    gb.staging = be_.alloc(n * esize_, MemTag::CommBuffers);
-    size_t off = 0;
-    std::vector<char> read;  // params on NVMe: the group's shards read from the file first
-    for (int ui : us) {
-      const size_t bytes = units_[ui].shard * esize_;
-      const void* src = host_compute_ ? cbyte(host_compute_, units_[ui].shard_off) : nullptr;
-      if (params_nvme_ && nvme_params_) {
-        read.resize(bytes);
-        offload_wait("parameters from nvme",
-                     [&] { nvme_params_->read_any(uint64_t(units_[ui].shard_off) * esize_, read.data(), bytes); });
-        src = read.data();
-      }
-      if (src) offload_wait("parameters to device", [&] { be_.upload_async(cbyte(gb.staging, off), src, bytes); });
-      off += units_[ui].shard;
+  if (offload_params_) {  // this rank's shards of the group, one upload from pinned host memory
+    const size_t bytes = group_shard_bytes(g);
+    gb.staging = be_.alloc(bytes, MemTag::CommBuffers);
+    const void* src = nullptr;  // the planner has no file: nothing to read or upload
+    if (params_nvme_ && param_io_) {
+      offload_wait("parameters from nvme", [&] { param_io_->wait(gb.read); });
+      gb.reading = false;
+      src = gb.host;
+    } else if (host_compute_) {
+      src = cbyte(host_compute_, units_[us.front()].shard_off);
+    }
+    if (src) {
+      const uint64_t ticket = be_.upload_pinned_async(gb.staging, src, bytes);
+      if (gb.ring >= 0) param_ring_[size_t(gb.ring)].upload = ticket;
     }
   }
   size_t off = 0;
@@ -388,10 +431,12 @@ void ParamStore::gather_group(int g) {
 void* ParamStore::params(int g) {
   if (stage_ <= 2) return mixed_ ? cbyte(full_compute_, layout_.group_full_off(g)) : full_params_ + layout_.group_full_off(g);
   gather_group(g);
-  // Prefetch: start the gathers of the next groups of this pass while this one computes.
+  // Prefetch: start the gathers of the next groups of this pass while this one computes, and
+  // with parameters on NVMe the read of the group after those.
   while (order_pos_ < order_.size() && order_[order_pos_] != g) ++order_pos_;
   for (size_t k = order_pos_ + 1; k < order_.size() && k <= order_pos_ + size_t(prefetch_); ++k)
     gather_group(order_[k]);
+  if (order_pos_ + size_t(prefetch_) + 1 < order_.size()) read_ahead(order_[order_pos_ + size_t(prefetch_) + 1]);
   if (order_pos_ < order_.size()) ++order_pos_;
   Gathered& gb = gathered_[g];
   for (auto h : gb.handles) dp_.wait(h);
@@ -403,14 +448,19 @@ void* ParamStore::params(int g) {
   return gb.buf;
 }
 
+void ParamStore::drop_gathered(std::map<int, Gathered>::iterator it) {
+  Gathered& gb = it->second;
+  for (auto h : gb.handles) dp_.wait(h);
+  if (gb.reading) param_io_->wait(gb.read);  // read ahead, never gathered: its buffer is in use
+  if (gb.buf) be_.free(gb.buf);
+  if (gb.staging) be_.free(gb.staging);
+  gathered_.erase(it);
+}
+
 void ParamStore::release_params(int g) {
   if (stage_ <= 2) return;
   auto it = gathered_.find(g);
-  if (it == gathered_.end()) return;
-  for (auto h : it->second.handles) dp_.wait(h);
-  be_.free(it->second.buf);
-  if (it->second.staging) be_.free(it->second.staging);
-  gathered_.erase(it);
+  if (it != gathered_.end()) drop_gathered(it);
 }
 
 // ---- gradients ----

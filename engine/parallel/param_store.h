@@ -41,6 +41,7 @@
 #include "engine/config/spec.h"
 #include "engine/comm/topology.h"
 #include "engine/model/model.h"
+#include "engine/offload/async_io.h"
 #include "engine/offload/nvme_file.h"
 #include "engine/optim/adamw.h"
 #include "engine/parallel/shard_layout.h"
@@ -219,10 +220,27 @@ class ParamStore final : public ParamProvider {
   bool last_micro_ = true;
   std::vector<Pending> pending_;
   struct Gathered {
-    void* buf = nullptr;      // compute precision
+    void* buf = nullptr;      // compute precision; null while only read ahead
     void* staging = nullptr;  // params offload: this rank's shards, uploaded for the gather
     std::vector<Comm::Handle> handles;
+    // params on NVMe: the read into ring buffer `ring`, the shards at `host` within it
+    int ring = -1;
+    bool reading = false;
+    AsyncIo::Ticket read = 0;
+    const void* host = nullptr;
   };
+  struct RingBuffer {
+    void* raw = nullptr;  // pinned
+    void* buf = nullptr;  // aligned for O_DIRECT
+    uint64_t upload = 0;  // the upload that last read it (Backend::wait_upload)
+    int owner = -1;       // the group read into it last
+  };
+  std::vector<RingBuffer> param_ring_;  // params on NVMe: prefetch + 2 buffers of the largest group
+  std::unique_ptr<AsyncIo> param_io_;
+  uint64_t next_ring_ = 0;
+  size_t group_shard_bytes(int g) const;  // this rank's compute shards of a group
+  void read_ahead(int g);                 // params on NVMe: start reading a group's shards
+  void drop_gathered(std::map<int, Gathered>::iterator it);  // waits for what is in flight, frees
   // Runs fn, counting its time as blocked in offload (offload_waited_ms).
   template <typename Fn>
   void offload_wait(const char* what, Fn&& fn);

@@ -63,6 +63,7 @@ class CudaBackend final : public Backend {
     ZT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
     for (auto& st : staging_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
     for (auto& e : mark_events_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (auto& e : upload_events_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     for (auto& e : timing_events_) ZT_CUDA_CHECK(cudaEventCreate(&e));
     gemm_ = std::make_unique<Gemm>();
     sum_partials_ = static_cast<double*>(alloc_.alloc(kSumBlocks * sizeof(double), MemTag::Other));
@@ -78,6 +79,7 @@ class CudaBackend final : public Backend {
       cudaEventDestroy(st.done);
     }
     for (auto& e : mark_events_) cudaEventDestroy(e);
+    for (auto& e : upload_events_) cudaEventDestroy(e);
     for (auto& e : timing_events_) cudaEventDestroy(e);
     gemm_.reset();
     cudaStreamDestroy(copy_stream_);
@@ -153,6 +155,23 @@ class CudaBackend final : public Backend {
     ZT_CUDA_CHECK(cudaMemcpyAsync(dst, st.host, n, cudaMemcpyHostToDevice, copy_stream_));
     ZT_CUDA_CHECK(cudaEventRecord(st.done, copy_stream_));
     ZT_CUDA_CHECK(cudaStreamWaitEvent(stream_, st.done, 0));
+  }
+  uint64_t upload_pinned_async(void* dst, const void* src, size_t n, uint64_t after) override {
+    // as upload_async, without the staging buffer: the copy engine reads the pinned source
+    if (after == 0) after = mark();
+    if (marks_ - after < kMarks)
+      ZT_CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, mark_events_[after % kMarks], 0));
+    ZT_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, copy_stream_));
+    const uint64_t ticket = ++uploads_;
+    cudaEvent_t done = upload_events_[ticket % kUploads];
+    ZT_CUDA_CHECK(cudaEventRecord(done, copy_stream_));
+    ZT_CUDA_CHECK(cudaStreamWaitEvent(stream_, done, 0));
+    return ticket;
+  }
+  void wait_upload(uint64_t ticket) override {
+    // An event is re-recorded kUploads uploads later, by a later copy on the same stream: waiting
+    // for it covers this one too.
+    if (ticket) ZT_CUDA_CHECK(cudaEventSynchronize(upload_events_[ticket % kUploads]));
   }
   void copy_to_host(void* dst, const void* src, size_t n) override {
     // callable from any thread (checkpoint writers): a new thread's current device is device 0
@@ -329,6 +348,9 @@ class CudaBackend final : public Backend {
   cudaEvent_t timing_events_[kTimingPoints] = {};
   int timing_next_ = 0;
   uint64_t marks_ = 0;
+  static constexpr uint64_t kUploads = 16;  // upload_pinned_async's completion events, in turn
+  cudaEvent_t upload_events_[kUploads] = {};
+  uint64_t uploads_ = 0;
   // Page-locked host memory (cudaHostAlloc: the GPU reads and writes it directly), not cached.
   size_t pinned_limit_ = 0;  // [offload] pinned_limit (0: none)
   void* alloc_pinned(size_t bytes) {
