@@ -44,11 +44,14 @@ void check_nvme_path(const std::string& dir, uint64_t bytes) {
   if (::access(dir.c_str(), W_OK) != 0)
     user_error("[offload] nvme_path = \"{}\": not writable by this user ({})", dir, std::strerror(errno));
   struct statvfs st {};
-  if (::statvfs(dir.c_str(), &st) == 0) {
+  // f_blocks 0: a filesystem that reports no size (ramfs) cannot be checked
+  if (::statvfs(dir.c_str(), &st) == 0 && st.f_blocks > 0) {
     const uint64_t free_bytes = uint64_t(st.f_bavail) * uint64_t(st.f_frsize);
     if (free_bytes < bytes)
-      user_error("[offload] nvme_path = \"{}\": the optimizer states need {:.3f} GiB on this machine, the filesystem "
-                 "has {:.3f} GiB free", dir, bytes / 1073741824.0, free_bytes / 1073741824.0);
+      user_error("[offload] nvme_path = \"{}\": the offloaded states need {:.3f} GiB on this machine ({} bytes), the "
+                 "filesystem has {:.3f} GiB free ({} bytes): free some space, point nvme_path at a larger disk, or "
+                 "spread the states over more ranks (ZeRO)",
+                 dir, bytes / 1073741824.0, bytes, free_bytes / 1073741824.0, free_bytes);
   }
 }
 

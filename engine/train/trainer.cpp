@@ -384,6 +384,13 @@ void Trainer::build() {
       !spec.offload.pinned_limit.empty()
           ? double(parse_byte_size(spec.offload.pinned_limit, "[offload] pinned_limit"))
           : double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE)) / 2 / std::max(1, topo_.local_size);
+  {  // the pool within the machine's memory (the ranks on this machine each have one)
+    const double host = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+    if (pinned_limit * std::max(1, topo_.local_size) > host)
+      user_error("{}: [offload] pinned_limit = \"{}\" x {} rank(s) on this machine is more than its {:.3f} GiB of "
+                 "memory: pinned pages cannot be swapped, so the machine would run out of memory",
+                 spec.source, spec.offload.pinned_limit, std::max(1, topo_.local_size), host / 1073741824.0);
+  }
   backend_->set_pinned_limit(size_t(pinned_limit));
   trace_ = std::make_unique<StepTrace>(spec.run.trace_steps, topo_.world_rank,
                                        (std::filesystem::path(spec.run.out_dir) /
@@ -409,6 +416,8 @@ void Trainer::build() {
                       spec.source, offload_hint(spec, topo_.tp, topo_.dp, dtype_size(compute), per_rank));
   }
   model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get(), recompute_of(t.recompute));
+  if (spec.offload.optimizer == "nvme")  // room for this rank's files (masters, moments, parameters on NVMe)
+    agreed([&] { check_nvme_path(spec.offload.nvme_path, uint64_t(mem_plan.nvme)); });
   agreed([&] {  // the offloaded states (and the NVMe tier's block buffers) within the pinned pool
     if (mem_plan.pinned_host > pinned_limit)
       user_error("{}: the offloaded states need {:.3f} MiB of pinned host memory per rank ({:.0f} bytes), more than "
@@ -417,8 +426,6 @@ void Trainer::build() {
                  pinned_limit / 1048576.0,
                  spec.offload.pinned_limit.empty() ? "half this machine's memory over its ranks" : "[offload] pinned_limit");
   });
-  if (spec.offload.optimizer == "nvme")  // room for this rank's files (masters, moments, parameters on NVMe)
-    agreed([&] { check_nvme_path(spec.offload.nvme_path, uint64_t(mem_plan.nvme)); });
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   if (store_->nvme() && topo_.local_rank == 0)
     spdlog::info("offload: NVMe tier in {} through {}, {} requests of {} MiB in flight", spec.offload.nvme_path,

@@ -10,14 +10,17 @@
   while the backend's measured peak stays under the limit; the same spec without offload exits 2
   at start with the bytes needed, the limit and the offload setting that would fit;
 - start-up checks: a missing nvme_path, a file as nvme_path, a parameter offload without ZeRO-3,
-  a pinned pool smaller than the offloaded states exit 2 with one message; a tmpfs nvme_path trains
-  (with a warning where it has no O_DIRECT); two ranks sharing the machine's cores take a slice each;
+  a pinned pool smaller than the offloaded states or larger than the machine's memory, too little
+  free space (a 64 KiB tmpfs mounted for the test) exit 2 with one message; a tmpfs nvme_path
+  trains; a ramfs one (no O_DIRECT) trains the same losses with a warning; two ranks sharing the
+  machine's cores take a slice each;
 - an I/O error on the NVMe file mid-run exits 1 naming the file, and the last complete checkpoint
   still verifies.
 """
+import argparse
+import contextlib
 import json
 import re
-import argparse
 import os
 import shutil
 import sys
@@ -195,6 +198,23 @@ def larger_than_device(args, work, data, nvme):
     print(f"without offload: exit {p.returncode}: {p.stderr.strip().splitlines()[-1][:300] if p.stderr.strip() else ''}")
 
 
+@contextlib.contextmanager
+def mounted(work, fstype, options):
+    """A fresh filesystem of `fstype` under work (None, with a printed reason, where mounting is not
+    allowed), unmounted after."""
+    path = tempfile.mkdtemp(dir=work, prefix=fstype + "_")
+    cmd = ["mount", "-t", fstype] + (["-o", options] if options else []) + [fstype, path]
+    p = testlib.run(cmd, check=False) if shutil.which("mount") else None
+    if p is None or p.returncode != 0:
+        print(f"{fstype} nvme_path: not provoked (mount not allowed here: {p.stderr.strip()[:120] if p else 'no mount'})")
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        testlib.run(["umount", path], check=False)
+
+
 def startup_and_faults(args, work, spec, nvme):
     nofile = os.path.join(work, "a_file")
     open(nofile, "w").close()
@@ -224,6 +244,29 @@ def startup_and_faults(args, work, spec, nvme):
         print(f"tmpfs nvme_path: exit {p.returncode}; "
               f"{'buffered I/O with a warning' if 'does not support O_DIRECT' in p.stderr else 'O_DIRECT supported here'}")
         shutil.rmtree(shm, ignore_errors=True)
+    # filesystems of our own where this user may mount them (root in CI): a 64 KiB tmpfs (too little
+    # space for the states) and a ramfs (no O_DIRECT: buffered I/O with a warning, same training)
+    with mounted(work, "tmpfs", "size=64k") as small:
+        if small:
+            p = train(args, spec, os.path.join(work, "small"), ["offload.optimizer=nvme", f"offload.nvme_path={small}"],
+                      check=False)
+            expect(p.returncode == 2 and "the filesystem has" in p.stderr and "GiB free" in p.stderr,
+                   f"too little space: {p.returncode} {p.stderr[-500:]}")
+            print(f"nvme_path on a 64 KiB tmpfs: exit {p.returncode}: {p.stderr.strip().splitlines()[-1][:240]}")
+    with mounted(work, "ramfs", "") as ram:
+        if ram:
+            sets = ["offload.optimizer=nvme", "offload.params=nvme", "parallel.zero_stage=3"]
+            base = train(args, spec, os.path.join(work, "ram_base"), ["parallel.zero_stage=3"])
+            p = train(args, spec, os.path.join(work, "ram"), sets + [f"offload.nvme_path={ram}"], check=False)
+            same = p.returncode == 0 and records(os.path.join(work, "ram")) == records(os.path.join(work, "ram_base"))
+            expect(same and "does not support O_DIRECT" in p.stderr, f"ramfs: {p.returncode} {p.stderr[-500:]}")
+            print(f"nvme_path on ramfs (no O_DIRECT): exit {p.returncode}, warned "
+                  f"{'does not support O_DIRECT' in p.stderr}, losses equal on-device: {same}; base {base.returncode}")
+    # the pinned pool: larger than the machine's memory is refused
+    p = train(args, spec, os.path.join(work, "pinned_huge"), ["offload.optimizer=cpu", "offload.pinned_limit=64TiB"],
+              check=False)
+    expect(p.returncode == 2 and "more than its" in p.stderr, f"pinned_limit 64TiB: {p.returncode} {p.stderr[-400:]}")
+    print(f"pinned_limit 64TiB: exit {p.returncode}")
     # the pinned pool: a bound below what the offloaded states need is an error at start
     p = train(args, spec, os.path.join(work, "pinned"), ["offload.optimizer=cpu", "offload.pinned_limit=64KiB"],
               check=False)
