@@ -127,7 +127,7 @@ ParamStore::~ParamStore() {
   }
   try {
     while (!gathered_.empty()) drop_gathered(gathered_.begin());
-    for (RingBuffer& rb : param_ring_) be_.wait_upload(rb.upload);
+    be_.wait_upload(last_upload_);  // the latest upload from pinned memory: every earlier one too
   } catch (...) {
   }
   param_io_.reset();  // every read finished before the buffers go
@@ -232,6 +232,9 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
 }
 
 void ParamStore::optimizer_step(AdamW& opt, double lr, int t) {
+  // AdamW rewrites the pinned compute copy: the uploads that read it (the same copy stream, in
+  // order) have finished
+  be_.wait_upload(last_upload_);
   if (!nvme_tier_) {
     opt.step(spans_, lr, t);
     return;
@@ -285,10 +288,12 @@ void ParamStore::upload_compute_copy() {
   // AdamW wrote each span's compute copy on the host; the device copy the model reads gets it
   // (stage 3 with parameter offload reads the host copy at each gather instead).
   if (!host_ || offload_params_) return;
+  // Straight from the pinned copy on the copy stream: the host goes on, and the compute stream
+  // waits for the copies before the next step's ops.
   offload_wait("parameters to device", [&] {
     for (size_t i = 0; i < units_.size(); ++i) {
       const StateSpan& s = spans_[i];
-      if (s.n) be_.copy_to_device(compute_copy(units_[i]), s.compute, s.n * esize_);
+      if (s.n) last_upload_ = be_.upload_pinned_async(compute_copy(units_[i]), s.compute, s.n * esize_);
     }
   });
 }
@@ -413,8 +418,8 @@ void ParamStore::gather_group(int g) {
       src = cbyte(host_compute_, units_[us.front()].shard_off);
     }
     if (src) {
-      const uint64_t ticket = be_.upload_pinned_async(gb.staging, src, bytes);
-      if (gb.ring >= 0) param_ring_[size_t(gb.ring)].upload = ticket;
+      last_upload_ = be_.upload_pinned_async(gb.staging, src, bytes);
+      if (gb.ring >= 0) param_ring_[size_t(gb.ring)].upload = last_upload_;
     }
   }
   size_t off = 0;

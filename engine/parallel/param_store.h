@@ -238,6 +238,7 @@ class ParamStore final : public ParamProvider {
   std::vector<RingBuffer> param_ring_;  // params on NVMe: prefetch + 2 buffers of the largest group
   std::unique_ptr<AsyncIo> param_io_;
   uint64_t next_ring_ = 0;
+  uint64_t last_upload_ = 0;  // the latest upload_pinned_async from pinned states (wait_upload)
   size_t group_shard_bytes(int g) const;  // this rank's compute shards of a group
   void read_ahead(int g);                 // params on NVMe: start reading a group's shards
   void drop_gathered(std::map<int, Gathered>::iterator it);  // waits for what is in flight, frees
