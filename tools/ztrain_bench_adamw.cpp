@@ -53,15 +53,27 @@ int main(int argc, char** argv) {
     }
     bw = std::max(bw, 30.0 * double(n) / (now() - t0));
   }
-  double adamw = 0;
-  for (int r = 0; r < reps; ++r) {
-    const double t0 = now();
-    zt::cpu::adamw_update_with_copy(p.data(), g.data(), m.data(), v.data(), copy.data(), zt::DType::BF16, n, 1e-3f,
-                                    0.9f, 0.95f, 1e-8f, 0.1f, r + 1);
-    adamw = std::max(adamw, 30.0 * double(n) / (now() - t0));
-  }
-  std::printf("{\"params\": %lld, \"threads\": %d, \"stream_gb_s\": %.2f, \"adamw_gb_s\": %.2f, "
-              "\"adamw_params_per_s\": %.3e, \"ratio_to_bandwidth\": %.3f}\n",
-              (long long)n, omp_get_max_threads(), bw / 1e9, adamw / 1e9, adamw / 30.0, adamw / bw);
+  // each body this CPU has, best first; the copy in bf16 and in fp16
+  std::string bodies;
+  double best = 0;
+  for (const zt::cpu::AdamwBody body : {zt::cpu::AdamwBody::Best, zt::cpu::AdamwBody::Avx2, zt::cpu::AdamwBody::Scalar})
+    for (const zt::DType ct : {zt::DType::BF16, zt::DType::F16}) {
+      zt::cpu::force_adamw_body(body);
+      double adamw = 0;
+      for (int r = 0; r < reps; ++r) {
+        const double t0 = now();
+        zt::cpu::adamw_update_with_copy(p.data(), g.data(), m.data(), v.data(), copy.data(), ct, n, 1e-3f, 0.9f,
+                                        0.95f, 1e-8f, 0.1f, r + 1);
+        adamw = std::max(adamw, 30.0 * double(n) / (now() - t0));
+      }
+      if (body == zt::cpu::AdamwBody::Best && ct == zt::DType::BF16) best = adamw;
+      bodies += std::string(bodies.empty() ? "" : ", ") + "\"" + zt::cpu::adamw_body_name() + "_" +
+                (ct == zt::DType::BF16 ? "bf16" : "fp16") + "_gb_s\": " + std::to_string(adamw / 1e9);
+    }
+  zt::cpu::force_adamw_body(zt::cpu::AdamwBody::Best);
+  std::printf("{\"params\": %lld, \"threads\": %d, \"body\": \"%s\", \"stream_gb_s\": %.2f, \"adamw_gb_s\": %.2f, "
+              "\"adamw_params_per_s\": %.3e, \"ratio_to_bandwidth\": %.3f, %s}\n",
+              (long long)n, omp_get_max_threads(), zt::cpu::adamw_body_name(), bw / 1e9, best / 1e9, best / 30.0,
+              best / bw, bodies.c_str());
   return 0;
 }

@@ -123,7 +123,12 @@ void adamw_update(F* params, const F* grads, F* m, F* v, int64_t n, float lr, fl
 // (rounded to nearest even) in the same pass.
 void adamw_update_with_copy(float* params, const float* grads, float* m, float* v, void* compute, DType ct, int64_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay, int t);
-// The scalar loop alone (the reference the AVX2 body of adamw_update_with_copy must equal).
+// Which body adamw_update_with_copy runs: the best this CPU has (AVX-512, else AVX2 + F16C, else
+// scalar), or a lesser one (tests and benchmarks compare them); and the name of the one in use.
+enum class AdamwBody { Best, Avx2, Scalar };
+void force_adamw_body(AdamwBody body);
+const char* adamw_body_name();
+// The scalar loop alone (the reference the vector bodies of adamw_update_with_copy must equal).
 void adamw_update_reference(float* params, const float* grads, float* m, float* v, void* compute, DType ct, int64_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay, int t);
 

@@ -338,14 +338,22 @@ TEST_CASE("embedding skips negative ids and a null position table", "[ops][embed
   REQUIRE(dwte == std::vector<double>{2, 2, 1, 1});
 }
 
-TEST_CASE("adamw's AVX2 body equals its scalar reference bit for bit, with every compute copy", "[ops][adamw]") {
-  for (const int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(1000), int64_t(4099)})
+TEST_CASE("adamw's AVX-512 and AVX2 bodies equal the scalar reference bit for bit, with every compute copy",
+          "[ops][adamw]") {
+  for (const cpu::AdamwBody body : {cpu::AdamwBody::Best, cpu::AdamwBody::Avx2})
+  for (const int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(17), int64_t(1000), int64_t(4099)})
     for (const DType ct : {DType::F32, DType::BF16, DType::F16}) {
-      CAPTURE(n, int(ct));
+      cpu::force_adamw_body(body);
+      CAPTURE(cpu::adamw_body_name(), n, int(ct));
       auto p = cast<float>(randn(size_t(n), 31)), g = cast<float>(randn(size_t(n), 32, 1e-2));
       auto m = cast<float>(randn(size_t(n), 33, 1e-3)), v = cast<float>(randn(size_t(n), 34, 1e-3));
       for (auto& x : v) x = x * x;
       if (n > 3) p[2] = std::numeric_limits<float>::quiet_NaN(), p[3] = -INFINITY;  // NaN and inf copies
+      if (n > 16) {  // fp16's edges: a subnormal, overflow to inf, the largest half, a NaN with a payload
+        p[4] = 3e-6f, p[5] = -1e5f, p[6] = 65519.f, p[8] = 6.1e-5f;
+        const uint32_t snan = 0x7fa00001u;
+        std::memcpy(&p[7], &snan, 4);
+      }
       auto p2 = p, m2 = m, v2 = v;
       std::vector<uint16_t> c1(size_t(n) * 2), c2(size_t(n) * 2);
       for (int t = 1; t <= 3; ++t) {
@@ -358,5 +366,6 @@ TEST_CASE("adamw's AVX2 body equals its scalar reference bit for bit, with every
       REQUIRE(std::memcmp(m.data(), m2.data(), size_t(n) * 4) == 0);
       REQUIRE(std::memcmp(v.data(), v2.data(), size_t(n) * 4) == 0);
       REQUIRE(std::memcmp(c1.data(), c2.data(), size_t(n) * dtype_size(ct)) == 0);
+      cpu::force_adamw_body(cpu::AdamwBody::Best);
     }
 }
