@@ -123,6 +123,7 @@ void ParamStore::alloc_stream_sets() {
 ParamStore::~ParamStore() {
   try {
     complete_all();
+    if (worker_) worker_->wait();
   } catch (...) {
   }
   try {
@@ -235,6 +236,16 @@ void ParamStore::optimizer_step(AdamW& opt, double lr, int t) {
   // AdamW rewrites the pinned compute copy: the uploads that read it (the same copy stream, in
   // order) have finished
   be_.wait_upload(last_upload_);
+  if (early_.opt) {  // the groups stepped during backward: wait for them, step the rest (none, normally)
+    ZT_CHECK(early_.opt == &opt && early_.lr == lr && early_.t == t, "the early update was scheduled for another step");
+    early_.opt = nullptr;
+    worker_->wait();
+    std::vector<StateSpan> rest;
+    for (size_t i = 0; i < spans_.size(); ++i)
+      if (!early_.stepped[i]) rest.push_back(spans_[i]);
+    if (!rest.empty()) opt.step(rest, lr, t);
+    return;
+  }
   if (!nvme_tier_) {
     opt.step(spans_, lr, t);
     return;
@@ -485,6 +496,7 @@ void ParamStore::grads_done(int g) {
   if (stage_ >= 2) complete_all();
   Pending p;
   p.group = g;
+  p.last = last_micro_;
   if (stage_ == 0) {
     for (int ui : layout_.group_units(g))
       p.handles.push_back(dp_.all_reduce(full_grads_ + units_[ui].full_off, units_[ui].padded, ReduceOp::Sum));
@@ -526,7 +538,20 @@ void ParamStore::complete(Pending& p) {
     be_.free(p.recv);
     be_.free(grad_tmp_.at(p.group));
     grad_tmp_.erase(p.group);
+    if (p.last && early_.opt && host_) {  // the group's gradient is final: its AdamW, off this thread
+      std::vector<StateSpan> part;
+      for (int ui : layout_.group_units(p.group)) part.push_back(spans_[size_t(ui)]), early_.stepped[size_t(ui)] = 1;
+      worker_->submit([opt = early_.opt, part = std::move(part), lr = early_.lr, t = early_.t] { opt->step(part, lr, t); });
+    }
   }
+}
+
+bool ParamStore::schedule_early_update(AdamW& opt, double lr, int t) {
+  if (!host_ || nvme_tier_ || stage_ < 2) return false;
+  if (!worker_) worker_ = std::make_unique<SerialWorker>();
+  early_.opt = &opt, early_.lr = lr, early_.t = t;
+  early_.stepped.assign(units_.size(), 0);
+  return true;
 }
 
 void ParamStore::complete_all() {

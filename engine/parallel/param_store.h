@@ -39,6 +39,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/config/spec.h"
+#include "engine/core/serial_worker.h"
 #include "engine/comm/topology.h"
 #include "engine/model/model.h"
 #include "engine/offload/async_io.h"
@@ -66,8 +67,15 @@ class ParamStore final : public ParamProvider {
   Backend& optimizer_backend() { return host_ ? *host_ : be_; }
   bool offloads_optimizer() const { return host_ != nullptr; }
   // The optimizer step over this rank's spans (after clipping): AdamW on the spans as they are,
-  // or, with the NVMe tier, block by block through the pinned buffers.
+  // or, with the NVMe tier, block by block through the pinned buffers. Spans the early update
+  // already stepped are waited for, not stepped again.
   void optimizer_step(AdamW& opt, double lr, int t);
+  // Optimizer offload to CPU memory at ZeRO 2-3: the host AdamW of each group runs on a
+  // background thread as soon as its gradient of the step's last micro-batch is on the host,
+  // while backward goes on. Exact only when nothing global touches the gradients between backward
+  // and the step (no clipping, no loss scaling): the trainer asks for it then, before the step's
+  // last micro-batch, with the step's lr and t. False where it does not apply.
+  bool schedule_early_update(AdamW& opt, double lr, int t);
   // Bytes of model states per tier, for the memory line: [tag] for Params, Grads, OptimStates.
   struct TierBytes {
     double pinned[3] = {}, nvme[3] = {};
@@ -141,7 +149,16 @@ class ParamStore final : public ParamProvider {
     std::vector<Comm::Handle> handles;
     int group = -1;
     float* recv = nullptr;  // stages 2-3: reduced shard of this group's units, to add
+    bool last = false;      // of the step's last micro-batch: the group's gradient is final
   };
+  struct EarlyUpdate {
+    AdamW* opt = nullptr;  // null: none scheduled
+    double lr = 0;
+    int t = 0;
+    std::vector<char> stepped;  // per unit
+  };
+  EarlyUpdate early_;
+  std::unique_ptr<SerialWorker> worker_;  // the early update's thread
   size_t my_begin(const Unit& u) const { return layout_.my_begin(u); }  // unit-local
   size_t my_len(const Unit& u) const { return layout_.my_len(u); }      // valid elements of my shard
   float* shard_params(const Unit& u);

@@ -522,6 +522,15 @@ StepResult Trainer::step(int64_t step) {
   };
   slow_host_if_injected();
   store_->zero_grad();
+  const double lr = lr_at(spec_.optim, step, spec_.train.max_steps);
+  // With optimizer offload to CPU memory, each group's host AdamW may run while backward goes on,
+  // where nothing global (clipping by the norm, fp16 unscaling) must first touch the gradients.
+  if (spec_.optim.grad_clip == 0 && !scaler_->active() &&
+      store_->schedule_early_update(*optimizer_, lr, adam_steps_ + 1) && !early_update_logged_) {
+    early_update_logged_ = true;
+    if (topo_.is_root())
+      spdlog::info("offload: each layer's host AdamW runs while backward goes on (no clipping, no loss scaling)");
+  }
   double wait_ms = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
     const auto w0 = std::chrono::steady_clock::now();
@@ -559,7 +568,7 @@ StepResult Trainer::step(int64_t step) {
   r.step = step;
   r.loss = float(loss);
   r.grad_norm = optimizer_->clip_grad_norm(store_->spans(), store_->norm_group(), spec_.optim.grad_clip, loss_scale);
-  r.lr = lr_at(spec_.optim, step, spec_.train.max_steps);
+  r.lr = lr;
   r.loss_scale = loss_scale;
   // The norm is global (reduced over every rank), so all ranks agree on skipping.
   r.skipped = !scaler_->update(std::isfinite(r.grad_norm));

@@ -111,6 +111,7 @@ class Trainer {
   std::unique_ptr<data::TokenDataset> train_, val_;
   std::unique_ptr<data::SampleOrder> train_order_;
   std::unique_ptr<LossScaler> scaler_;
+  bool early_update_logged_ = false;
   int adam_steps_ = 0;                         // applied updates (AdamW's t; skipped steps excluded)
   std::unique_ptr<data::BatchLoader> loader_;  // created at the first step
   int64_t loader_step_ = -1;                   // the step the loader's next batch belongs to

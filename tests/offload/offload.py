@@ -3,7 +3,8 @@
 - bit-identical training: for each mode (optimizer "cpu", optimizer "nvme", optimizer "cpu" +
   params "cpu", optimizer "nvme" + params "cpu" or "nvme") the first batch's loss and gradients,
   10 steps' losses and the final parameters equal on-device training's to the last bit, at ZeRO
-  stages 0-3, fp32 and bf16, GPT-2 and Llama, and with tensor 2 x data 2 ZeRO-3 under mpirun;
+  stages 0-3, fp32 and bf16, GPT-2 and Llama, and with tensor 2 x data 2 ZeRO-3 under mpirun; likewise
+  without clipping, where each group's host AdamW runs during backward (ZeRO 2-3);
 - checkpoints save and load offloaded states where they live: 4 steps + resume + 4 steps equal 8
   steps bit for bit with optimizer "cpu" and "nvme", and an on-device checkpoint resumes offloaded;
 - a model whose model states are 4x [run] device_memory_limit or more trains with everything on NVMe
@@ -110,6 +111,21 @@ def main():
                 d = same(f, ref)
                 expect(not d, f"{name}: differs from on-device training in {d[:4]}")
                 print(f"{name}: loss, gradients, 10 steps and final parameters bit-identical to on-device: {not d}")
+        # without clipping (fp32/bf16: no loss scaling) each group's host AdamW runs during backward,
+        # on its gradient of the last of 2 micro-batches
+        for z, prec, params, extra, np_ in [(2, "fp32", "none", [], 1), (3, "bf16", "cpu", [], 1),
+                                            (3, "fp32", "none", llama, 1), (3, "fp32", "cpu", ["parallel.tensor=2"], 4)]:
+            base_sets = [f"parallel.zero_stage={z}", f"precision.compute={prec}", "optim.grad_clip=0"] + extra
+            name = f"early_z{z}_{prec}_params-{params}_{np_}ranks{'_llama' if extra == llama else ''}"
+            ref = dump("ref_" + name, base_sets, np_)
+            f = dump(name, base_sets + ["offload.optimizer=cpu", f"offload.params={params}"], np_)
+            if ref is not None and f is not None:
+                d = same(f, ref)
+                expect(not d, f"{name}: differs from on-device training in {d[:4]}")
+                print(f"{name}: host AdamW during backward, bit-identical to on-device: {not d}")
+        p = train(args, spec, os.path.join(work, "early"), ["optim.grad_clip=0", "parallel.zero_stage=2",
+                                                             "offload.optimizer=cpu", "train.max_steps=2"])
+        expect("host AdamW runs while backward goes on" in p.stderr, f"early update not used: {p.stderr[-500:]}")
         # tensor 2 x data 2, ZeRO-3, under mpirun
         sets = ["parallel.zero_stage=3", "parallel.tensor=2"]
         ref = dump("ref_T2D2", sets, 4)

@@ -382,6 +382,7 @@ class CpuBackend final : public Backend {
                     int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay,
                     int t) override {
     const Access access(*this);
+    omp_set_num_threads(threads_);  // also from a thread of its own (the early host AdamW)
     cpu::adamw_update_with_copy(params, grads, m, v, params_compute, dt(), n, lr, beta1, beta2, eps, weight_decay, t);
   }
 
