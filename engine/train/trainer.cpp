@@ -652,6 +652,24 @@ float Trainer::evaluate() {
   return float(sum / double(n));
 }
 
+nlohmann::json Trainer::memory_record(int64_t step) const {
+  // bytes by tier and kind of state: the device's (the backend's books), pinned host and NVMe
+  const MemoryStats st = backend_->memory_stats();
+  nlohmann::json device = {{"allocated", st.allocated}, {"peak", st.peak}, {"reserved", st.reserved}};
+  for (size_t t = 0; t < size_t(MemTag::kCount); ++t) device[mem_tag_name(MemTag(t))] = st.by_tag[t];
+  nlohmann::json rec = {{"kind", "memory"}, {"step", step}, {"rank", topo_.world_rank}, {"device", device},
+                        {"pinned_host_total", st.pinned_host}};
+  if (store_->offloads_optimizer()) {
+    const ParamStore::TierBytes t = store_->tier_bytes();
+    const char* kinds[3] = {"params", "grads", "optimizer"};
+    nlohmann::json pinned, nvme;
+    for (int k = 0; k < 3; ++k) pinned[kinds[k]] = t.pinned[k], nvme[kinds[k]] = t.nvme[k];
+    rec["pinned_host"] = pinned;
+    rec["nvme"] = nvme;
+  }
+  return rec;
+}
+
 void Trainer::log_memory() const {
   const MemoryStats s = backend_->memory_stats();
   auto mib = [&](MemTag t) { return s.by_tag[size_t(t)] / 1048576.0; };
@@ -774,6 +792,7 @@ void Trainer::run() {
         rec["skipped_steps"] = r.skipped_total;
       }
       metrics->write(rec);
+      metrics->write(memory_record(done));
       if (s > start_step_) {  // the first step pays for warm-up (the first shard, first touches)
         const MemoryStats ms = backend_->memory_stats();
         const size_t avail = backend_->memory_available();

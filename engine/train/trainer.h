@@ -6,6 +6,8 @@
 #include <functional>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "data/loader.h"
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/checkpoint_writer.h"
@@ -83,6 +85,7 @@ class Trainer {
  private:
   void build();  // everything after the topology (the part that may fail on one rank only)
   void log_memory() const;
+  nlohmann::json memory_record(int64_t step) const;  // a metrics row of kind "memory"
   // Runs f on every rank and agrees on the outcome: when it threw somewhere, every rank throws
   // (the failing ones their own error; the others PeerFailure with its exit status), so a job
   // prints one message and never leaves ranks waiting in a collective.

@@ -7,8 +7,8 @@
 - under mpirun with ZeRO-3 the exposed communication is measured (> 0), and a checkpoint save's
   stall lands in the next step's checkpoint_ms;
 - [run] trace_steps writes a valid Chrome trace per rank with each traced step's phases in order;
-- with NVMe offload, the time blocked in offload I/O and transfers is measured (offload_ms) and
-  each wait is an event on the trace's offload track;
+- with NVMe offload, the time blocked in offload I/O and transfers is measured (offload_ms),
+  each wait is an event on the trace's offload track, and "memory" rows give bytes per tier;
 - [run] telemetry_s writes "device" rows (on the CPU: process utilization and resident memory);
 - `ztrain report` draws a PNG dashboard from a real run's metrics.jsonl.
 """
@@ -95,6 +95,14 @@ def main():
         if p.returncode == 0:
             share = check_records("NVMe offload, ZeRO-3", train_records(os.path.join(work, "offload")))
             expect(share and share["offload_ms"] > 0, "offload: no offload time measured")
+            with open(os.path.join(work, "offload", "metrics.jsonl")) as f:
+                mem = [r for r in map(json.loads, f) if r["kind"] == "memory"]
+            expect(mem and mem[-1]["nvme"]["optimizer"] > 0 and mem[-1]["nvme"]["params"] > 0
+                   and mem[-1]["pinned_host"]["grads"] > 0 and mem[-1]["device"]["peak"] > 0,
+                   f"memory rows by tier: {mem[-1:] if mem else 'none'}")
+            if mem:
+                print(f"memory row: device peak {mem[-1]['device']['peak']} B, pinned {mem[-1]['pinned_host']}, "
+                      f"nvme {mem[-1]['nvme']}")
             ev = [e for e in json.load(open(os.path.join(work, "offload", "trace.rank0.json")))["traceEvents"]
                   if e["ph"] == "X" and e["tid"] == 3]
             kinds = {e["name"] for e in ev}
