@@ -2,9 +2,11 @@
 #include "engine/offload/async_io.h"
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 
 #include "engine/core/status.h"
 
@@ -128,6 +130,13 @@ AsyncIo::Ticket AsyncIo::write(NvmeFile& f, uint64_t off, const void* src, size_
 }
 
 void AsyncIo::wait(Ticket t) {
+  // Test hook for the offload-bound verdict: ZTRAIN_FAULT_SLOW_NVME_MS=N makes every wait on a
+  // request take N ms longer, as a slow disk would.
+  static const int slow_ms = [] {
+    const char* v = std::getenv("ZTRAIN_FAULT_SLOW_NVME_MS");
+    return v ? std::atoi(v) : 0;
+  }();
+  if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
 #ifdef ZTRAIN_HAVE_LIBURING
   if (impl_->ring_ok) {
     auto it = impl_->requests.find(t);

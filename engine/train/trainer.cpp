@@ -761,7 +761,8 @@ void Trainer::run() {
     if (s > start_step_) mean_step_ms += (r.step_ms - mean_step_ms) / double(s - start_step_);
     const double mfu = peak.tflops > 0 ? r.tokens_per_s * model_flops_per_token / (peak.tflops * 1e12 * topo_.world_size) : 0;
     for (auto [sum, part] : {std::pair{&interval.step_ms, r.step_ms}, {&interval.data_wait_ms, r.data_wait_ms},
-                             {&interval.comm_ms, r.comm_ms}, {&interval.other_ms, r.other_ms}})
+                             {&interval.comm_ms, r.comm_ms}, {&interval.other_ms, r.other_ms},
+                             {&interval.offload_ms, r.offload_ms}})
       *sum += part;
     ++interval_steps;
     if (!std::isfinite(r.loss))

@@ -11,7 +11,8 @@ namespace zt {
 Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_limit, const RunSpec& spec,
               const DeviceSignals& device, double mfu) {
   const double total = sum.step_ms > 0 ? sum.step_ms : 1;
-  const double data = sum.data_wait_ms / total, comm = sum.comm_ms / total, other = sum.other_ms / total;
+  const double data = sum.data_wait_ms / total, comm = sum.comm_ms / total, other = sum.other_ms / total,
+               offload = sum.offload_ms / total;
   // the largest excess over its threshold is named first: one line
   struct Candidate {
     double excess;
@@ -28,6 +29,14 @@ Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_li
                                fmt::format("raise [parallel] bucket_mb (now {:g}), keep tensor groups inside a node, "
                                            "try a lower ZeRO stage (now {}), or set [comm] nccl_algo / nccl_proto",
                                            spec.parallel.bucket_mb, spec.parallel.zero_stage)}});
+  if (offload > 0.15)
+    c.push_back({offload / 0.15,
+                 {"offload-bound", fmt::format("{:.0f}% of the step time is blocked in offload transfers and NVMe I/O",
+                                               100 * offload),
+                  fmt::format("raise [offload] io_depth (now {}) or buffer_mb (now {:g}), put nvme_path on a faster "
+                              "local SSD, keep parameters in CPU memory (params = \"cpu\"), raise [parallel] prefetch "
+                              "(now {}), or offload less (a higher ZeRO stage or more ranks)",
+                              spec.offload.io_depth, spec.offload.buffer_mb, spec.parallel.prefetch)}});
   const std::string host_knob = fmt::format("raise [train] micro_batch (now {}) so each launch does more work; "
                                             "check for other processes on the machine", spec.train.micro_batch);
   const std::string mfu_text = mfu >= 0 ? fmt::format(", MFU {:.0f}%", 100 * mfu) : "";
@@ -36,11 +45,11 @@ Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_li
                                 fmt::format("{:.0f}% of the step time is outside the measured device work{}",
                                             100 * other, mfu_text),
                                 host_knob}});
-  else if (device.sm_active >= 0 && device.sm_active < 0.70 && data <= 0.05 && comm <= 0.15)
+  else if (device.sm_active >= 0 && device.sm_active < 0.70 && data <= 0.05 && comm <= 0.15 && offload <= 0.15)
     c.push_back({0.70 / std::max(device.sm_active, 0.01),
                  {"host-bound",
                   fmt::format("the SMs were busy {:.0f}% of the time (NVML GPM; tensor pipes {:.0f}%){} with no data "
-                              "or communication wait to explain it",
+                              "communication or offload wait to explain it",
                               100 * device.sm_active, 100 * std::max(0.0, device.tensor_active), mfu_text),
                   host_knob}});
   const double frag = memory.fragmentation();

@@ -4,6 +4,7 @@
 // row. Thresholds (README, "Where the time goes"):
 //   data-bound              waiting for data > 5% of the step time
 //   communication-bound     exposed communication > 15%
+//   offload-bound           blocked in offload transfers and NVMe I/O > 15%
 //   host-bound              time outside every measured phase ("other") > 20%: the host, not the
 //                           device, sets the pace (Python-free as ztrain is, that is launch
 //                           overhead, small micro-batches or something else on the machine);

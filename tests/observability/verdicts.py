@@ -5,6 +5,7 @@ evidence and knob, in the log (once) and in metrics.jsonl (kind "verdict"); a he
   be (a throttled link through the fault proxy was tried first: the loader's read-ahead fetched
   the few shards a short run needs before its first step, so no step waited);
 - communication-bound: every collective wait made 20 ms slower (ZTRAIN_FAULT_SLOW_COMM_MS), 2 ranks;
+- offload-bound: every NVMe I/O wait made 50 ms slower (ZTRAIN_FAULT_SLOW_NVME_MS), optimizer on NVMe;
 - host-bound: 60 ms of host time per step outside the measured phases (ZTRAIN_FAULT_SLOW_HOST_MS);
 - memory pressure: [run] device_memory_limit 3% above the peak `ztrain plan` predicts.
 """
@@ -90,6 +91,12 @@ def main():
             check(work, "slow_comm", p, "communication-bound", "bucket_mb")
         else:
             print("SKIP (communication-bound): mpirun not found")
+
+        # offload-bound: the optimizer's states on NVMe, each I/O wait 50 ms longer (a slow disk)
+        env = dict(os.environ, ZTRAIN_FAULT_SLOW_NVME_MS="50")
+        p = testlib.run([args.ztrain, "train", write_spec(work, "slow_nvme", data, offload__optimizer="nvme",
+                                                          offload__nvme_path=work)], check=False, env=env)
+        check(work, "slow_nvme", p, "offload-bound", "io_depth")
 
         env = dict(os.environ, ZTRAIN_FAULT_SLOW_HOST_MS="60")
         p = testlib.run([args.ztrain, "train", write_spec(work, "slow_host", data)], check=False, env=env)

@@ -25,6 +25,12 @@ TEST_CASE("verdicts: thresholds, the largest excess first, throttling from NVML 
   REQUIRE(judge(parts(0, 16, 0), none, 0, spec).kind == "communication-bound");
   REQUIRE(judge(parts(0, 0, 21), none, 0, spec).kind == "host-bound");
   REQUIRE(judge(parts(6, 40, 0), none, 0, spec).kind == "communication-bound");  // 40/15 > 6/5
+  StepResult off = parts(0, 0, 0);
+  off.offload_ms = 14;
+  REQUIRE(judge(off, none, 0, spec).kind.empty());
+  off.offload_ms = 30, off.forward_ms -= 16;
+  REQUIRE(judge(off, none, 0, spec).kind == "offload-bound");
+  REQUIRE(judge(off, none, 0, spec).knob.find("io_depth") != std::string::npos);
   MemoryStats m;
   m.peak = m.allocated = m.reserved = 95;
   REQUIRE(judge(parts(0, 0, 0), m, 100, spec).kind == "memory pressure");
