@@ -34,9 +34,11 @@ Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_li
                  {"offload-bound", fmt::format("{:.0f}% of the step time is blocked in offload transfers and NVMe I/O",
                                                100 * offload),
                   fmt::format("raise [offload] io_depth (now {}) or buffer_mb (now {:g}), put nvme_path on a faster "
-                              "local SSD, keep parameters in CPU memory (params = \"cpu\"), raise [parallel] prefetch "
-                              "(now {}), or offload less (a higher ZeRO stage or more ranks)",
-                              spec.offload.io_depth, spec.offload.buffer_mb, spec.parallel.prefetch)}});
+                              "local SSD, {}raise [parallel] prefetch (now {}), or offload less (a higher ZeRO stage or "
+                              "more ranks)",
+                              spec.offload.io_depth, spec.offload.buffer_mb,
+                              spec.offload.params == "nvme" ? "keep parameters in CPU memory (params = \"cpu\"), " : "",
+                              spec.parallel.prefetch)}});
   const std::string host_knob = fmt::format("raise [train] micro_batch (now {}) so each launch does more work; "
                                             "check for other processes on the machine", spec.train.micro_batch);
   const std::string mfu_text = mfu >= 0 ? fmt::format(", MFU {:.0f}%", 100 * mfu) : "";
