@@ -41,6 +41,8 @@ class Backend {
   virtual ~Backend() = default;
   virtual DeviceKind kind() const = 0;
   virtual std::string name() const = 0;
+  // The GPU's PCI bus id ("0000:3B:00.0"), to find it in NVML; "" for the CPU.
+  virtual std::string pci_bus_id() const { return ""; }
 
   // ---- memory: every buffer the engine uses comes from here, so budgets and peaks are known
   // Zero-filled; throws RuntimeFailure (with the breakdown) on exhaustion. free() takes either kind.

@@ -44,12 +44,13 @@ struct Nvml::Api {
     double value;  // percent
     const char *short_name, *long_name, *unit;
   };
-  static constexpr int kGpmMetrics = 4;  // numMetrics: NVML fills only that many entries
+  static constexpr int kGpmMetrics = 4;  // numMetrics: the metrics asked for
   struct GpmMetricsGet {
     unsigned version, count;
     void *sample1, *sample2;
-    GpmMetric metrics[kGpmMetrics];
+    GpmMetric metrics[98];  // NVML_GPM_METRIC_MAX: the header's full size, whatever NVML touches
   };
+  int (*by_pci)(const char*, void**) = nullptr;
   int (*gpm_support)(void*, GpmSupport*) = nullptr;
   int (*gpm_alloc)(void**) = nullptr;
   int (*gpm_free)(void*) = nullptr;
@@ -101,6 +102,7 @@ Nvml::Nvml() : api_(std::make_unique<Api>()) {
   bind(a.lib, a.ecc, "nvmlDeviceGetEccMode");
   bind(a.lib, a.driver, "nvmlSystemGetDriverVersion");
   bind(a.lib, a.cuda_driver, "nvmlSystemGetCudaDriverVersion_v2");
+  bind(a.lib, a.by_pci, "nvmlDeviceGetHandleByPciBusId_v2");
   bind(a.lib, a.gpm_support, "nvmlGpmQueryDeviceSupport");
   bind(a.lib, a.gpm_alloc, "nvmlGpmSampleAlloc");
   bind(a.lib, a.gpm_free, "nvmlGpmSampleFree");
@@ -172,7 +174,8 @@ void Nvml::read_gpm(size_t i, GpuSample& s) {
   if (a.gpm_get(devices_[i], gpm_spare_[i]) != 0) return;
   if (gpm_started_.size() <= i) gpm_started_.resize(devices_.size(), false);
   if (gpm_started_[i]) {
-    Api::GpmMetricsGet q{};
+    auto owned = std::make_unique<Api::GpmMetricsGet>();  // ~4 KB: on the heap
+    Api::GpmMetricsGet& q = *owned;
     q.version = 1;  // NVML_GPM_METRICS_GET_VERSION
     q.count = Api::kGpmMetrics;
     q.sample1 = gpm_[i], q.sample2 = gpm_spare_[i];
@@ -186,6 +189,14 @@ void Nvml::read_gpm(size_t i, GpuSample& s) {
   }
   gpm_started_[i] = true;
   std::swap(gpm_[i], gpm_spare_[i]);
+}
+
+int Nvml::index_of_pci(const std::string& bus_id) const {
+  void* d = nullptr;
+  if (bus_id.empty() || !api_->by_pci || api_->by_pci(bus_id.c_str(), &d) != 0) return -1;
+  for (size_t i = 0; i < devices_.size(); ++i)
+    if (devices_[i] == d) return int(i);
+  return -1;
 }
 
 GpuInfo Nvml::info(size_t gpu) const {

@@ -44,6 +44,9 @@ class Nvml {
   // One row per GPU. The GPM fields need two samples: the first call only starts them.
   std::vector<GpuSample> sample();
   bool gpm() const { return !gpm_.empty(); }  // GPM metrics are read (a supported GPU and driver)
+  // The index in sample() of the GPU with this PCI bus id (CUDA's cudaDeviceGetPCIBusId), or -1.
+  // NVML numbers every GPU of the machine, whatever CUDA_VISIBLE_DEVICES says.
+  int index_of_pci(const std::string& bus_id) const;
   GpuInfo info(size_t gpu) const;
   std::string driver_version() const;  // "580.159.03", or "" when NVML does not say
   int cuda_driver_version() const;     // 13000 for CUDA 13.0, or -1

@@ -120,10 +120,18 @@ void ParamStore::alloc_stream_sets() {
   }
 }
 
+void ParamStore::cancel_early_update() noexcept {
+  early_.opt = nullptr;  // complete() submits no more
+  try {
+    if (worker_) worker_->wait();
+  } catch (...) {
+  }
+}
+
 ParamStore::~ParamStore() {
+  cancel_early_update();  // before the states it writes are freed
   try {
     complete_all();
-    if (worker_) worker_->wait();
   } catch (...) {
   }
   try {
@@ -397,7 +405,7 @@ void ParamStore::read_ahead(int g) {
   // gathered (its read is dropped; gather_group reads it again).
   auto prev = gathered_.find(rb.owner);
   if (prev != gathered_.end() && prev->second.ring == slot && !prev->second.buf) drop_gathered(prev);
-  be_.wait_upload(rb.upload);
+  offload_wait("parameters to device", [&] { be_.wait_upload(rb.upload); });
   rb.upload = 0;
   rb.owner = g;
   Gathered& gb = gathered_[g];
@@ -528,6 +536,7 @@ void ParamStore::complete(Pending& p) {
       const Unit& u = units_[ui];
       if (host_) {  // optimizer offload: the shard goes to the host as soon as it is reduced
         reduced_.resize(std::max(reduced_.size(), u.shard));  // grows to the largest unit once
+        if (off == 0) be_.synchronize();  // the group's backward and reduction: not offload time
         offload_wait("gradient to host", [&] { be_.copy_to_host(reduced_.data(), p.recv + off, u.shard * sizeof(float)); });
         host_->add(host_grad_ + u.shard_off, host_grad_ + u.shard_off, reduced_.data(), int64_t(u.shard));
       } else {
@@ -539,6 +548,7 @@ void ParamStore::complete(Pending& p) {
     be_.free(grad_tmp_.at(p.group));
     grad_tmp_.erase(p.group);
     if (p.last && early_.opt && host_) {  // the group's gradient is final: its AdamW, off this thread
+      be_.wait_upload(last_upload_);      // AdamW rewrites the pinned compute copy earlier uploads read
       std::vector<StateSpan> part;
       for (int ui : layout_.group_units(p.group)) part.push_back(spans_[size_t(ui)]), early_.stepped[size_t(ui)] = 1;
       worker_->submit([opt = early_.opt, part = std::move(part), lr = early_.lr, t = early_.t] { opt->step(part, lr, t); });
@@ -563,6 +573,7 @@ void ParamStore::finish_backward() {
   complete_all();
   if (!host_ || stage_ >= 2) return;
   // Stages 0-1 reduce on the device after the last micro-batch; the optimizer's part goes to the host.
+  be_.synchronize();  // backward and the reductions: not offload time
   offload_wait("gradients to host", [&] {
     if (stage_ == 0) be_.copy_to_host(host_grad_, full_grads_, layout_.total_full() * sizeof(float));
     else be_.copy_to_host(host_grad_, grad_shard_, layout_.total_shard() * sizeof(float));

@@ -76,6 +76,9 @@ class ParamStore final : public ParamProvider {
   // and the step (no clipping, no loss scaling): the trainer asks for it then, before the step's
   // last micro-batch, with the step's lr and t. False where it does not apply.
   bool schedule_early_update(AdamW& opt, double lr, int t);
+  // Drops a scheduled early update and waits for its queued work (a step that failed midway;
+  // before the optimizer goes). Never throws.
+  void cancel_early_update() noexcept;
   // Bytes of model states per tier, for the memory line: [tag] for Params, Grads, OptimStates.
   struct TierBytes {
     double pinned[3] = {}, nvme[3] = {};

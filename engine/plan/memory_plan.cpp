@@ -32,6 +32,12 @@ MemoryPlan plan_memory(const RunSpec& spec, int tp, int dp, size_t compute_size)
     m.pinned_host = S * fp32 /* gradient */ + (params_nvme ? 0 : S * double(compute_size)) /* compute copy */ +
                     (opt == "cpu" ? 3 * S * fp32 : 0);
     m.nvme = (opt == "nvme" ? 3 * S * fp32 : 0) + (params_nvme ? S * double(compute_size) : 0);
+    if (params_nvme) {  // ParamStore's read-ahead ring: prefetch + 2 buffers of the largest group's shard
+      // (the larger of the embedding and an average layer: a bound for the start-up checks)
+      const double largest = std::max(double(spec.model.vocab_size) * double(spec.model.d_model) / tp,
+                                      P / double(std::max<int64_t>(1, spec.model.n_layer)));
+      m.pinned_host += double(spec.parallel.prefetch + 2) * (largest / D * double(compute_size) + 3 * 4096);
+    }
     if (opt == "nvme") {  // ParamStore::alloc_stream_sets: block sets, each buffer aligned within 4 KiB more
       const double rounded = std::max(2048.0, std::ceil(S / 2048) * 2048);
       const double chunk = std::min(std::max(2048.0, std::floor(spec.offload.buffer_mb * 1048576.0 / fp32 / 2048) * 2048),

@@ -33,10 +33,12 @@ long long rss_bytes() {
 }
 }  // namespace
 
-Telemetry::Telemetry(double every_s, bool gpus, int threads, std::function<void(const nlohmann::json&)> sink)
+Telemetry::Telemetry(double every_s, bool gpus, int threads, std::function<void(const nlohmann::json&)> sink,
+                     const std::string& focus_pci)
     : every_s_(every_s), threads_(std::max(1, threads)), sink_(std::move(sink)) {
   if (gpus) {
     nvml_ = std::make_unique<Nvml>();
+    focus_ = nvml_->index_of_pci(focus_pci);
     if (nvml_->ok())
       status_ = fmt::format("NVML, {} GPU(s){}", nvml_->gpus(),
                             nvml_->gpm() ? ", GPM SM/tensor/DRAM activity" : " (no GPM metrics: before Hopper, or the driver)");
@@ -98,7 +100,8 @@ void Telemetry::sample_gpus(double t) {
     put("dram_active", g.dram_active);
     row["clock_event_reasons"] = g.clock_event_reasons;
     reasons.insert(reasons.end(), g.clock_event_reasons.begin(), g.clock_event_reasons.end());
-    if (g.sm_active >= 0) sm += g.sm_active, tensor += std::max(0.0, g.tensor_active), ++gpm;
+    if (g.sm_active >= 0 && (focus_ < 0 || g.index == focus_))
+      sm += g.sm_active, tensor += std::max(0.0, g.tensor_active), ++gpm;
     sink_(row);
   }
   // mu_ is held by loop()

@@ -26,7 +26,10 @@ class Telemetry {
  public:
   // `gpus`: sample the local GPUs through NVML (else this process on the CPU). `threads`: the
   // CPU backend's threads (utilization 1.0 = all of them busy).
-  Telemetry(double every_s, bool gpus, int threads, std::function<void(const nlohmann::json&)> sink);
+  // `focus_pci`: the PCI bus id of this rank's GPU, whose GPM activity the verdict reads ("" or
+  // not found: the mean over the machine's GPUs).
+  Telemetry(double every_s, bool gpus, int threads, std::function<void(const nlohmann::json&)> sink,
+            const std::string& focus_pci = "");
   ~Telemetry();  // stops the thread
   Telemetry(const Telemetry&) = delete;
   Telemetry& operator=(const Telemetry&) = delete;
@@ -44,6 +47,7 @@ class Telemetry {
   std::function<void(const nlohmann::json&)> sink_;
   std::string status_;
   std::unique_ptr<Nvml> nvml_;
+  int focus_ = -1;  // index of this rank's GPU in NVML's samples
   double last_cpu_s_ = 0, last_wall_s_ = 0;
   mutable std::mutex mu_;
   DeviceSignals signals_;

@@ -442,6 +442,9 @@ void Trainer::build() {
 }
 
 Trainer::~Trainer() {
+  // an early host AdamW still queued (a step that failed mid-backward) uses the optimizer, which
+  // is destroyed before the store
+  if (store_) store_->cancel_early_update();
   if (out_lock_fd_ >= 0) ::close(out_lock_fd_);  // releases the lock
 }
 
@@ -704,7 +707,8 @@ void Trainer::run() {
   if (root && spec_.run.telemetry_s > 0) {
     const int threads = spec_.run.threads > 0 ? int(spec_.run.threads) : int(std::thread::hardware_concurrency());
     telemetry = std::make_unique<Telemetry>(spec_.run.telemetry_s, backend_->kind() == DeviceKind::CUDA, threads,
-                                            [&metrics](const nlohmann::json& row) { metrics->write(row); });
+                                            [&metrics](const nlohmann::json& row) { metrics->write(row); },
+                                            backend_->pci_bus_id());
     spdlog::info("telemetry every {:g} s: {}", spec_.run.telemetry_s, telemetry->status());
   }
   const auto& k = spec_.checkpoint;
@@ -816,7 +820,7 @@ void Trainer::run() {
         last_judged = v.kind;
       }
     }
-    if (done % t.log_every == 0 || done == t.max_steps || s == 0) interval = StepResult{}, interval_steps = 0;
+    if (done % t.log_every == 0 || done == t.max_steps || s == start_step_) interval = StepResult{}, interval_steps = 0;
     if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) do_eval(done);
     if (!ckpt_ || done == t.max_steps) continue;  // the last step's checkpoint is written below
     // The ranks agree, in one small all-reduce per step: a signal on any rank, rank 0's clock for

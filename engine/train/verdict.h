@@ -37,7 +37,7 @@ struct Verdict {
 // What the device telemetry says (engine/train/telemetry.h): the latest sample.
 struct DeviceSignals {
   std::vector<std::string> throttle_reasons;  // NVML clock-event reasons (empty: none or no GPU)
-  double sm_active = -1;                      // GPM: share of SMs busy, mean over the GPUs; -1 unknown
+  double sm_active = -1;                      // GPM: share of SMs busy (this rank's GPU); -1 unknown
   double tensor_active = -1;                  // GPM: tensor-pipe activity; -1 unknown
 };
 

@@ -35,6 +35,11 @@ int nvmlDeviceGetHandleByIndex_v2(unsigned i, void** d) {
   return OK;
 }
 static int index_of(void* d) { return *(int*)d; }
+int nvmlDeviceGetHandleByPciBusId_v2(const char* bus, void** d) {
+  if (strcmp(bus, "00000000:41:00.0") == 0) { *d = &devices[1]; return OK; }
+  if (strcmp(bus, "00000000:01:00.0") == 0) { *d = &devices[0]; return OK; }
+  return 6; /* NVML_ERROR_NOT_FOUND */
+}
 int nvmlDeviceGetUtilizationRates(void* d, Utilization* u) { u->gpu = 100; u->memory = 30 + index_of(d); return OK; }
 int nvmlDeviceGetClockInfo(void* d, int type, unsigned* mhz) { (void)d; *mhz = type == 1 ? 1980 : 0; return OK; }
 int nvmlDeviceGetMemoryInfo(void* d, Memory* m) { m->total = 80ull << 30; m->used = (1ull + index_of(d)) << 30; m->free = m->total - m->used; return OK; }

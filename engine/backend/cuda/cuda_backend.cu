@@ -86,6 +86,10 @@ class CudaBackend final : public Backend {
     cudaStreamDestroy(stream_);
   }
   DeviceKind kind() const override { return DeviceKind::CUDA; }
+  std::string pci_bus_id() const override {
+    char id[32] = {};
+    return cudaDeviceGetPCIBusId(id, sizeof id, device_) == cudaSuccess ? std::string(id) : std::string();
+  }
   void* native_stream() const override { return stream_; }
   std::string name() const override { return name_; }
 
@@ -348,7 +352,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t timing_events_[kTimingPoints] = {};
   int timing_next_ = 0;
   uint64_t marks_ = 0;
-  static constexpr uint64_t kUploads = 16;  // upload_pinned_async's completion events, in turn
+  static constexpr uint64_t kUploads = 64;  // upload_pinned_async's completion events, in turn
   cudaEvent_t upload_events_[kUploads] = {};
   uint64_t uploads_ = 0;
   // Page-locked host memory (cudaHostAlloc: the GPU reads and writes it directly), not cached.

@@ -66,4 +66,11 @@ TEST_CASE("telemetry: NVML and GPM rows from the stand-in libnvidia-ml", "[.nvml
   CHECK(signals.sm_active == Approx(0.40));  // the mean over the GPUs that have GPM
   CHECK(signals.tensor_active == Approx(0.20));
   CHECK(signals.throttle_reasons == std::vector<std::string>{"hw_thermal"});
+  CHECK(nvml.index_of_pci("00000000:41:00.0") == 1);
+  CHECK(nvml.index_of_pci("00000000:99:00.0") == -1);
+  {  // this rank's GPU is GPU 1, which has no GPM: the verdict gets no SM activity
+    Telemetry t(0.02, true, 1, [](const nlohmann::json&) {}, "00000000:41:00.0");
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    CHECK(t.signals().sm_active == -1);
+  }
 }
