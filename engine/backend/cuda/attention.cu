@@ -601,15 +601,20 @@ inline size_t smem_optin_limit() {
   return limit;
 }
 
-// The tensor-core path applies to 16-bit types and head sizes that are multiples of 16; the
-// environment variable ZTRAIN_ATTENTION=simt forces the CUDA-core kernels (for comparison).
+// ZTRAIN_ATTENTION: "simt" forces the CUDA-core kernels (for comparison); "fa2" takes the
+// register-level FlashAttention-2 forward where it applies (opt-in until it has run on a GPU).
+const std::string& attention_choice() {
+  static const std::string choice = [] {
+    const char* v = std::getenv("ZTRAIN_ATTENTION");
+    return std::string(v ? v : "");
+  }();
+  return choice;
+}
+
+// The tensor-core path applies to 16-bit types and head sizes that are multiples of 16.
 template <typename T>
 bool use_tensor_cores(int hs) {
-  static const bool forced_simt = [] {
-    const char* v = std::getenv("ZTRAIN_ATTENTION");
-    return v && std::string(v) == "simt";
-  }();
-  return sizeof(T) == 2 && hs % 16 == 0 && hs <= kMaxHead && !forced_simt;
+  return sizeof(T) == 2 && hs % 16 == 0 && hs <= kMaxHead && attention_choice() != "simt";
 }
 
 // Runs fn(std::integral_constant<int, KD>) for the head size's KD.
@@ -637,6 +642,7 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
   if (B * T_ <= 0) return;
   const int hs = C / NH;
   if constexpr (sizeof(T) == 2) {
+    if (attention_choice() == "fa2" && attention_forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, s)) return;
     const TcLayout L(hs);
     if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
       auto kernel = attention_forward_tc_kernel<T>;

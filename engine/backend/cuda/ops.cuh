@@ -40,6 +40,11 @@ void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s);  // out (N,
 inline int64_t attention_scratch_floats(int B, int T_, int NH) { return int64_t(B) * NH * T_; }
 template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
+// The FlashAttention-2-structured forward (attention_fa2.cu; 16-bit types, head size 64 or 128,
+// 16-byte aligned qkv); false where it does not apply. attention_forward takes it when
+// ZTRAIN_ATTENTION=fa2.
+template <typename T>
+bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
                         int NH, int NKV, float* scratch, cudaStream_t s);
