@@ -18,7 +18,8 @@ ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(HERE, ".."))
 import testlib  # noqa: E402
 
-STAGES = ["build", "ops", "parity", "gemm", "attention", "bench", "pytorch", "zero3", "hang_probe", "crash_probe"]
+STAGES = ["build", "ops", "ops_fa2", "parity", "gemm", "attention", "attention_fa2", "bench", "pytorch", "zero3",
+          "hang_probe", "crash_probe"]
 
 
 def main():
