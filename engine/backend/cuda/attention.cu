@@ -674,6 +674,7 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
                                                                                                NH);
   ZT_CUDA_LAUNCH_CHECK();
   if constexpr (sizeof(T) == 2) {
+    if (attention_choice() == "fa2" && attention_backward_fa2(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s)) return;
     const TcBwdLayout L(hs);
     if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
       const dim3 tc_grid(blocks_for(T_, kTcRows), unsigned(B * NH)), kv_grid(tc_grid.x, unsigned(B * NKV));

@@ -1,4 +1,4 @@
-// Causal attention forward in FlashAttention-2's structure, on mma.sync tensor-core instructions
+// Causal attention in FlashAttention-2's structure, on mma.sync tensor-core instructions
 // with everything a warp computes held in registers (bf16 / fp16, head size 64 or 128):
 // - a block of 4 warps takes 64 queries, 16 per warp; each warp keeps its Q rows as mma A
 //   fragments in registers for the whole kernel;
@@ -9,8 +9,10 @@
 // - P is converted in registers straight into A fragments of O += P V (the accumulator layout of
 //   m16n8k16 matches the A layout two n-blocks at a time), so S and P never touch shared memory;
 // - O (16 x hs) stays in fp32 accumulators; each row's log-sum-exp is written for the backward.
-// P is rounded to T before P V, as in FlashAttention. Written for a first GPU run: it is opt-in
-// (ZTRAIN_ATTENTION=fa2) until the GPU check's comparison with the CPU backend has passed.
+// P is rounded to T before P V, as in FlashAttention. The backward (below) follows the same plan.
+// Written for a first GPU run: opt-in (ZTRAIN_ATTENTION=fa2) until the GPU check's comparison with
+// the CPU backend has passed; the index arithmetic was checked by a numpy emulation of the
+// fragment layouts below (forward and backward, T = 150, grouped-query heads).
 //
 // mma.sync.m16n8k16 fragments (PTX ISA, 16-bit A/B, fp32 C), g = lane / 4, q = lane % 4:
 //   A (16 x 16, row-major): a0 = (g, 2q..2q+1), a1 = (g + 8, 2q..), a2 = (g, 2q + 8..), a3 = (g + 8, 2q + 8..)
@@ -89,8 +91,10 @@ __device__ __forceinline__ void cp_async_wait() {
 // Where query head h of sequence b lives in qkv (B,T,(NH + 2 NKV) hs), out (B,T,C), lse (B,NH,T)
 struct Heads {
   int64_t row, q, k, v, o, stat;  // row: elements per (b, t) row of qkv; the rest: offsets of t = 0
-  __device__ Heads(int T_, int C, int NH, int NKV, int hs, int bh) {
-    const int b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
+  __device__ Heads(int T_, int C, int NH, int NKV, int hs, int bh) : Heads(T_, C, NH, NKV, hs, bh / NH, bh % NH) {}
+  // query head h of sequence b, with its key/value head
+  __device__ Heads(int T_, int C, int NH, int NKV, int hs, int b, int h) {
+    const int kvh = h / (NH / NKV);
     row = int64_t(NH + 2 * NKV) * hs;
     q = int64_t(b) * T_ * row + int64_t(h) * hs;
     k = int64_t(b) * T_ * row + C + int64_t(kvh) * hs;
@@ -214,6 +218,217 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
+// ---- Backward (FlashAttention-2's recurrences, the same split as the WMMA backward): dK/dV
+// parallel over key tiles, each warp holding 16 keys' K and V as A fragments and their dK, dV in
+// fp32 accumulators while the query tiles (Q, dO, lse, D of every query head of the key/value
+// head's group) stream through shared memory; dQ parallel over query tiles, each warp holding 16
+// queries' Q and dO as A fragments and dQ in accumulators while K/V tiles stream. S^T, P^T, dP^T
+// and dS^T (or S, P, dP, dS) stay in registers; P and dS are rounded to T before their products,
+// as in FlashAttention. Head size 64 (the register budget of 128 would spill).
+
+// rows [t0, t0 + 64) of a (.., T, ld) tensor at `base` + t * ld into a shared (64, HS + 8) tile, zeros past T
+template <typename T, int HS>
+__device__ void load_rows(T* dst, const T* base, int64_t ld, int t0, int T_) {
+  constexpr int kLd = HS + 8, kChunks = HS / 8;
+  for (int idx = threadIdx.x; idx < kKeys * kChunks; idx += blockDim.x) {
+    const int r = idx / kChunks, c = (idx % kChunks) * 8, t = t0 + r;
+    cp_async16(dst + r * kLd + c, base + int64_t(t < T_ ? t : 0) * ld + c, t < T_);
+  }
+}
+
+// A fragments of 16 rows (r0 = first + g, r1 = r0 + 8) of a (T, ld) tensor, zeros past T
+template <typename T, int HS>
+__device__ void load_a_rows(uint32_t (&a)[HS / 16][4], const T* base, int64_t ld, int r0, int T_, int qd) {
+  for (int kk = 0; kk < HS / 16; ++kk)
+    for (int i = 0; i < 4; ++i) {
+      const int r = r0 + (i % 2) * 8, c = kk * 16 + 2 * qd + (i / 2) * 8;
+      a[kk][i] = r < T_ ? *reinterpret_cast<const uint32_t*>(base + int64_t(r) * ld + c) : 0u;
+    }
+}
+
+// B fragment pair for k = rows 2qd.. (and + 8) of a shared (rows, kLd) tile at column n: the
+// "transposed" read (two 16-bit loads a register)
+template <typename T, int kLd>
+__device__ __forceinline__ void b_down(uint32_t& b0, uint32_t& b1, const T* tile, int k0, int n, int qd) {
+  const T* p = tile + (k0 + 2 * qd) * kLd + n;
+  b0 = pack2<T>(p[0], p[kLd]);
+  b1 = pack2<T>(p[8 * kLd], p[9 * kLd]);
+}
+
+// B fragment pair for n = row `n` of a shared tile, k = columns k0 + 2qd.. (and + 8): contiguous
+template <typename T, int kLd>
+__device__ __forceinline__ void b_across(uint32_t& b0, uint32_t& b1, const T* tile, int n, int k0, int qd) {
+  const T* p = tile + n * kLd + k0 + 2 * qd;
+  b0 = *reinterpret_cast<const uint32_t*>(p);
+  b1 = *reinterpret_cast<const uint32_t*>(p + 8);
+}
+
+template <typename T, int HS>
+__global__ void __launch_bounds__(32 * kWarps)
+    attention_backward_dkdv_fa2_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_,
+                                       int C, int NH, int NKV, float scale) {
+  constexpr int kLd = HS + 8, kTile = kKeys * kLd;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* tiles = reinterpret_cast<T*>(smem);                                      // [2][Q, dO][64][kLd]
+  float* stats = reinterpret_cast<float*>(smem + size_t(4) * kTile * sizeof(T));  // [2][lse2, D][64]
+  const int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, group = NH / NKV;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
+  const int k0 = blockIdx.x * kKeys, kr0 = k0 + warp * 16 + g, kr1 = kr0 + 8;  // this thread's two keys
+  const float scale_log2 = scale * 1.4426950408889634f;
+  const Heads H0(T_, C, NH, NKV, HS, b, kvh * group);  // the key/value head's offsets
+  uint32_t ka[HS / 16][4], va[HS / 16][4];
+  load_a_rows<T, HS>(ka, qkv + H0.k, H0.row, k0 + warp * 16 + g, T_, qd);
+  load_a_rows<T, HS>(va, qkv + H0.v, H0.row, k0 + warp * 16 + g, T_, qd);
+  float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+  const int first = k0 / kRows, n_tiles = (T_ + kRows - 1) / kRows - first;  // query tiles at or after the keys
+  const int total = group * n_tiles;  // (query head, query tile) pairs, streamed in that order
+  auto load = [&](int i, int buf) {
+    const Heads H(T_, C, NH, NKV, HS, b, kvh * group + i / n_tiles);
+    const int t0 = (first + i % n_tiles) * kRows;
+    T* Qs = tiles + buf * 2 * kTile;
+    load_rows<T, HS>(Qs, qkv + H.q, H.row, t0, T_);
+    load_rows<T, HS>(Qs + kTile, dout + H.o, C, t0, T_);
+    float* st = stats + buf * 2 * kRows;
+    for (int r = threadIdx.x; r < kRows; r += blockDim.x) {
+      const int t = t0 + r;
+      st[r] = t < T_ ? lse[H.stat + t] * 1.4426950408889634f : INFINITY;  // past T: P = 0
+      st[kRows + r] = t < T_ ? D[H.stat + t] : 0.0f;
+    }
+  };
+  load(0, 0);
+  cp_async_commit();
+  for (int i = 0; i < total; ++i) {
+    const int buf = i % 2;
+    if (i + 1 < total) load(i + 1, (i + 1) % 2);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const T* Qs = tiles + buf * 2 * kTile;
+    const T* dOs = Qs + kTile;
+    const float* L2 = stats + buf * 2 * kRows;
+    const float* Dq = L2 + kRows;
+    const int t0 = (first + i % n_tiles) * kRows;
+    // S^T (16 keys x 64 queries) = K Q^T and dP^T = V dO^T
+    float st[kRows / 8][4] = {}, dpt[kRows / 8][4] = {};
+    for (int nb = 0; nb < kRows / 8; ++nb)
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        uint32_t b0, b1;
+        b_across<T, kLd>(b0, b1, Qs, nb * 8 + g, kk * 16, qd);
+        mma16816<T>(st[nb], ka[kk], b0, b1);
+        b_across<T, kLd>(b0, b1, dOs, nb * 8 + g, kk * 16, qd);
+        mma16816<T>(dpt[nb], va[kk], b0, b1);
+      }
+    // P^T = exp(S scale - lse) where key <= query; dS^T = P^T (dP^T - D) scale
+    for (int nb = 0; nb < kRows / 8; ++nb)
+      for (int i2 = 0; i2 < 4; ++i2) {
+        const int col = nb * 8 + 2 * qd + (i2 % 2), key = i2 < 2 ? kr0 : kr1;
+        const float p = key <= t0 + col ? exp2f(st[nb][i2] * scale_log2 - L2[col]) : 0.0f;
+        st[nb][i2] = p;
+        dpt[nb][i2] = p * (dpt[nb][i2] - Dq[col]) * scale;
+      }
+    // dV += P^T dO and dK += dS^T Q over the 64 queries, 16 at a time
+    for (int kk = 0; kk < kRows / 16; ++kk) {
+      const uint32_t pa[4] = {pack2<T>(st[2 * kk][0], st[2 * kk][1]), pack2<T>(st[2 * kk][2], st[2 * kk][3]),
+                              pack2<T>(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                              pack2<T>(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+      const uint32_t da[4] = {pack2<T>(dpt[2 * kk][0], dpt[2 * kk][1]), pack2<T>(dpt[2 * kk][2], dpt[2 * kk][3]),
+                              pack2<T>(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                              pack2<T>(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+      for (int dn = 0; dn < HS / 8; ++dn) {
+        uint32_t b0, b1;
+        b_down<T, kLd>(b0, b1, dOs, kk * 16, dn * 8 + g, qd);
+        mma16816<T>(dv[dn], pa, b0, b1);
+        b_down<T, kLd>(b0, b1, Qs, kk * 16, dn * 8 + g, qd);
+        mma16816<T>(dk[dn], da, b0, b1);
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+  }
+  cp_async_wait<0>();
+  for (int half = 0; half < 2; ++half) {
+    const int r = half ? kr1 : kr0;
+    if (r >= T_) continue;
+    T* dkr = dqkv + H0.k + int64_t(r) * H0.row + 2 * qd;
+    T* dvr = dqkv + H0.v + int64_t(r) * H0.row + 2 * qd;
+    for (int dn = 0; dn < HS / 8; ++dn) {
+      *reinterpret_cast<uint32_t*>(dkr + dn * 8) = pack2<T>(dk[dn][2 * half], dk[dn][2 * half + 1]);
+      *reinterpret_cast<uint32_t*>(dvr + dn * 8) = pack2<T>(dv[dn][2 * half], dv[dn][2 * half + 1]);
+    }
+  }
+}
+
+template <typename T, int HS>
+__global__ void __launch_bounds__(32 * kWarps)
+    attention_backward_dq_fa2_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_,
+                                     int C, int NH, int NKV, float scale) {
+  constexpr int kLd = HS + 8, kTile = kKeys * kLd;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* tiles = reinterpret_cast<T*>(smem);  // [2][K, V][64][kLd]
+  const Heads H(T_, C, NH, NKV, HS, blockIdx.y);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
+  const int q0 = blockIdx.x * kRows, row0 = q0 + warp * 16 + g, row1 = row0 + 8;
+  const float scale_log2 = scale * 1.4426950408889634f;
+  uint32_t qa[HS / 16][4], oa[HS / 16][4];
+  load_a_rows<T, HS>(qa, qkv + H.q, H.row, row0, T_, qd);
+  load_a_rows<T, HS>(oa, dout + H.o, C, row0, T_, qd);
+  const float l0 = row0 < T_ ? lse[H.stat + row0] * 1.4426950408889634f : 0.0f;
+  const float l1 = row1 < T_ ? lse[H.stat + row1] * 1.4426950408889634f : 0.0f;
+  const float d0 = row0 < T_ ? D[H.stat + row0] : 0.0f, d1 = row1 < T_ ? D[H.stat + row1] : 0.0f;
+  float dq[HS / 8][4] = {};
+  const int last_q = min(q0 + kRows, T_) - 1, n_tiles = last_q / kKeys + 1;
+  load_kv<T, HS>(tiles, tiles + kTile, qkv, H, 0, T_);
+  cp_async_commit();
+  for (int j = 0; j < n_tiles; ++j) {
+    const T* Ks = tiles + (j % 2) * 2 * kTile;
+    const T* Vs = Ks + kTile;
+    if (j + 1 < n_tiles) {
+      T* nK = tiles + ((j + 1) % 2) * 2 * kTile;
+      load_kv<T, HS>(nK, nK + kTile, qkv, H, (j + 1) * kKeys, T_);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const int k0 = j * kKeys;
+    // S = Q K^T and dP = dO V^T (16 queries x 64 keys)
+    float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
+    for (int nb = 0; nb < kKeys / 8; ++nb)
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        uint32_t b0, b1;
+        b_across<T, kLd>(b0, b1, Ks, nb * 8 + g, kk * 16, qd);
+        mma16816<T>(s[nb], qa[kk], b0, b1);
+        b_across<T, kLd>(b0, b1, Vs, nb * 8 + g, kk * 16, qd);
+        mma16816<T>(dp[nb], oa[kk], b0, b1);
+      }
+    // P = exp(S scale - lse) where key <= query; dS = P (dP - D) scale
+    for (int nb = 0; nb < kKeys / 8; ++nb)
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + nb * 8 + 2 * qd + (i % 2), r = i < 2 ? row0 : row1;
+        const float p = key <= r && r < T_ ? exp2f(s[nb][i] * scale_log2 - (i < 2 ? l0 : l1)) : 0.0f;
+        dp[nb][i] = p * (dp[nb][i] - (i < 2 ? d0 : d1)) * scale;
+      }
+    // dQ += dS K
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const uint32_t da[4] = {pack2<T>(dp[2 * kk][0], dp[2 * kk][1]), pack2<T>(dp[2 * kk][2], dp[2 * kk][3]),
+                              pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                              pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+      for (int dn = 0; dn < HS / 8; ++dn) {
+        uint32_t b0, b1;
+        b_down<T, kLd>(b0, b1, Ks, kk * 16, dn * 8 + g, qd);
+        mma16816<T>(dq[dn], da, b0, b1);
+      }
+    }
+    __syncthreads();
+  }
+  cp_async_wait<0>();
+  for (int half = 0; half < 2; ++half) {
+    const int r = half ? row1 : row0;
+    if (r >= T_) continue;
+    T* dst = dqkv + H.q + int64_t(r) * H.row + 2 * qd;
+    for (int dn = 0; dn < HS / 8; ++dn)
+      *reinterpret_cast<uint32_t*>(dst + dn * 8) = pack2<T>(dq[dn][2 * half], dq[dn][2 * half + 1]);
+  }
+}
+
 template <typename T, int HS>
 void launch(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
   const size_t smem = size_t(2) * 2 * kKeys * (HS + 8) * sizeof(T);
@@ -237,6 +452,34 @@ bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int 
   return true;
 }
 
+template <typename T>
+bool attention_backward_fa2(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
+                            int C, int NH, int NKV, cudaStream_t s) {
+  const int hs = C / NH;
+  const bool aligned = reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(dqkv) % 4 == 0;
+  if (!aligned || hs != 64 || B * T_ <= 0) return false;
+  constexpr int HS = 64;
+  const float scale = 1.0f / std::sqrt(float(HS));
+  const size_t tiles = size_t(2) * 2 * kKeys * (HS + 8) * sizeof(T);
+  const unsigned blocks = unsigned((T_ + kRows - 1) / kRows);
+  auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS>;
+  const size_t dkdv_smem = tiles + size_t(2) * 2 * kRows * sizeof(float);
+  if (dkdv_smem > 48 * 1024)
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dkdv_smem)));
+  dkdv<<<dim3(blocks, unsigned(B * NKV)), 32 * kWarps, dkdv_smem, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+  ZT_CUDA_LAUNCH_CHECK();
+  auto dq = attention_backward_dq_fa2_kernel<T, HS>;
+  if (tiles > 48 * 1024) ZT_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, int(tiles)));
+  dq<<<dim3(blocks, unsigned(B * NH)), 32 * kWarps, tiles, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+  ZT_CUDA_LAUNCH_CHECK();
+  return true;
+}
+
+template bool attention_backward_fa2<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                                    const float*, const float*, int, int, int, int, int, cudaStream_t);
+template bool attention_backward_fa2<__half>(__half*, const __half*, const __half*, const float*, const float*, int,
+                                             int, int, int, int, cudaStream_t);
 template bool attention_forward_fa2<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int, int, int,
                                                    int, cudaStream_t);
 template bool attention_forward_fa2<__half>(__half*, float*, const __half*, int, int, int, int, int, cudaStream_t);

@@ -45,6 +45,10 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
 // ZTRAIN_ATTENTION=fa2.
 template <typename T>
 bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
+// Its backward (head size 64), given D = rowsum(dout * out) (B,NH,T); false where it does not apply.
+template <typename T>
+bool attention_backward_fa2(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
+                            int C, int NH, int NKV, cudaStream_t s);
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
                         int NH, int NKV, float* scratch, cudaStream_t s);
