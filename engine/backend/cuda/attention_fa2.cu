@@ -50,6 +50,16 @@ __device__ __forceinline__ uint32_t pack2(T lo, T hi) {
   return uint32_t(a) | (uint32_t(b) << 16);
 }
 
+// The A fragment of k-step kk from the fp32 accumulators of n-blocks 2 kk and 2 kk + 1 (rounded
+// to T): m16n8k16's C layout, two n-blocks side by side, is its A layout.
+template <typename T, int N>
+__device__ __forceinline__ void a_from_c(uint32_t (&a)[4], const float (&c)[N][4], int kk) {
+  a[0] = pack2<T>(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = pack2<T>(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = pack2<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = pack2<T>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
 // d += a b on tensor cores (16 x 8 x 16, fp32 accumulation)
 template <typename T>
 __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -104,128 +114,6 @@ struct Heads {
   }
 };
 
-// rows [t0, t0 + 64) of K and V (zeros past T) into shared tiles of (64, HS + 8), 16 bytes a copy
-template <typename T, int HS>
-__device__ void load_kv(T* Ks, T* Vs, const T* qkv, const Heads& H, int t0, int T_) {
-  constexpr int kLd = HS + 8, kChunks = HS / 8;  // 8 elements per 16-byte copy
-  for (int idx = threadIdx.x; idx < kKeys * kChunks; idx += blockDim.x) {
-    const int r = idx / kChunks, c = (idx % kChunks) * 8, t = t0 + r;
-    const bool ok = t < T_;
-    const int64_t at = int64_t(ok ? t : 0) * H.row + c;
-    cp_async16(Ks + r * kLd + c, qkv + H.k + at, ok);
-    cp_async16(Vs + r * kLd + c, qkv + H.v + at, ok);
-  }
-}
-
-template <typename T, int HS>
-__global__ void __launch_bounds__(32 * kWarps)
-    attention_forward_fa2_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
-  constexpr int kLd = HS + 8;  // shared rows padded by 16 bytes: the quads' 32-bit reads spread over banks
-  extern __shared__ __align__(16) unsigned char smem[];
-  T* tiles = reinterpret_cast<T*>(smem);  // [2 buffers][K, V][64][kLd]
-  const Heads H(T_, C, NH, NKV, HS, blockIdx.y);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int q0 = blockIdx.x * kRows, row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two rows
-  const float scale_log2 = scale * 1.4426950408889634f;  // softmax in base 2: exp2f
-
-  // Q rows of this warp as A fragments, for the HS / 16 steps of the dot products
-  uint32_t qa[HS / 16][4];
-  for (int kk = 0; kk < HS / 16; ++kk)
-    for (int i = 0; i < 4; ++i) {
-      const int r = i % 2 ? row1 : row0, c = kk * 16 + 2 * q + (i / 2) * 8;
-      qa[kk][i] = r < T_ ? *reinterpret_cast<const uint32_t*>(qkv + H.q + int64_t(r) * H.row + c) : 0u;
-    }
-  float o[HS / 8][4] = {};                     // O (16 x HS) of this warp, fp32
-  float m0 = -INFINITY, m1 = -INFINITY;         // running maxima (base 2) of rows row0, row1
-  float l0 = 0, l1 = 0;                         // this thread's part of the running sums
-
-  const int last_q = min(q0 + kRows, T_) - 1, n_tiles = last_q / kKeys + 1;
-  load_kv<T, HS>(tiles, tiles + kKeys * kLd, qkv, H, 0, T_);
-  cp_async_commit();
-  for (int j = 0; j < n_tiles; ++j) {
-    T* Ks = tiles + (j % 2) * 2 * kKeys * kLd;
-    T* Vs = Ks + kKeys * kLd;
-    if (j + 1 < n_tiles) {  // the next tile into the other buffer while this one computes
-      T* nK = tiles + ((j + 1) % 2) * 2 * kKeys * kLd;
-      load_kv<T, HS>(nK, nK + kKeys * kLd, qkv, H, (j + 1) * kKeys, T_);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();  // all but the newest group: tile j is in
-    __syncthreads();
-    const int k0 = j * kKeys;
-
-    // S (16 x 64) = Q K^T: 8 n-blocks of 8 keys
-    float s[kKeys / 8][4] = {};
-    for (int nb = 0; nb < kKeys / 8; ++nb)
-      for (int kk = 0; kk < HS / 16; ++kk) {
-        const T* kr = Ks + (nb * 8 + g) * kLd + kk * 16 + 2 * q;
-        mma16816<T>(s[nb], qa[kk], *reinterpret_cast<const uint32_t*>(kr), *reinterpret_cast<const uint32_t*>(kr + 8));
-      }
-    // causal mask, scale, row maxima (a row's scores sit in the 4 lanes of its quad)
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-    for (int nb = 0; nb < kKeys / 8; ++nb)
-      for (int i = 0; i < 4; ++i) {
-        const int key = k0 + nb * 8 + 2 * q + (i % 2), r = i < 2 ? row0 : row1;
-        s[nb][i] = key <= r ? s[nb][i] * scale_log2 : -INFINITY;
-        if (i < 2) mx0 = fmaxf(mx0, s[nb][i]);
-        else mx1 = fmaxf(mx1, s[nb][i]);
-      }
-    for (int off = 1; off <= 2; off *= 2) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    // tile 0 holds key k0 = 0 <= every row: the maxima are finite from the first tile on
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);  // 0 on the first tile (m = -inf)
-    m0 = n0, m1 = n1;
-    float sum0 = 0, sum1 = 0;
-    for (int nb = 0; nb < kKeys / 8; ++nb) {
-      s[nb][0] = exp2f(s[nb][0] - n0), s[nb][1] = exp2f(s[nb][1] - n0);
-      s[nb][2] = exp2f(s[nb][2] - n1), s[nb][3] = exp2f(s[nb][3] - n1);
-      sum0 += s[nb][0] + s[nb][1], sum1 += s[nb][2] + s[nb][3];
-    }
-    l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
-    for (int dn = 0; dn < HS / 8; ++dn) o[dn][0] *= c0, o[dn][1] *= c0, o[dn][2] *= c1, o[dn][3] *= c1;
-
-    // O += P V: P's accumulators of n-blocks 2 kk and 2 kk + 1 are the A fragment of key step kk
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const uint32_t pa[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]),
-                              pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const T* vr = Vs + (kk * 16 + 2 * q) * kLd + g;  // V (keys x dims): B's k = key, n = dim
-      for (int dn = 0; dn < HS / 8; ++dn) {
-        const T* v = vr + dn * 8;
-        mma16816<T>(o[dn], pa, pack2<T>(v[0], v[kLd]), pack2<T>(v[8 * kLd], v[9 * kLd]));
-      }
-    }
-    __syncthreads();  // every warp is done with this buffer before it is refilled
-  }
-  cp_async_wait<0>();
-
-  for (int off = 1; off <= 2; off *= 2) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-  }
-  const float ln2 = 0.6931471805599453f;
-  for (int half = 0; half < 2; ++half) {
-    const int r = half ? row1 : row0;
-    if (r >= T_) continue;
-    const float inv = 1.0f / (half ? l1 : l0);
-    T* dst = out + H.o + int64_t(r) * C + 2 * q;
-    for (int dn = 0; dn < HS / 8; ++dn)
-      *reinterpret_cast<uint32_t*>(dst + dn * 8) = pack2<T>(o[dn][2 * half] * inv, o[dn][2 * half + 1] * inv);
-    if (q == 0) lse[H.stat + r] = (half ? m1 : m0) * ln2 + logf(half ? l1 : l0);
-  }
-}
-
-// ---- Backward (FlashAttention-2's recurrences, the same split as the WMMA backward): dK/dV
-// parallel over key tiles, each warp holding 16 keys' K and V as A fragments and their dK, dV in
-// fp32 accumulators while the query tiles (Q, dO, lse, D of every query head of the key/value
-// head's group) stream through shared memory; dQ parallel over query tiles, each warp holding 16
-// queries' Q and dO as A fragments and dQ in accumulators while K/V tiles stream. S^T, P^T, dP^T
-// and dS^T (or S, P, dP, dS) stay in registers; P and dS are rounded to T before their products,
-// as in FlashAttention. Head size 64 (the register budget of 128 would spill).
-
 // rows [t0, t0 + 64) of a (.., T, ld) tensor at `base` + t * ld into a shared (64, HS + 8) tile, zeros past T
 template <typename T, int HS>
 __device__ void load_rows(T* dst, const T* base, int64_t ld, int t0, int T_) {
@@ -255,6 +143,13 @@ __device__ __forceinline__ void b_down(uint32_t& b0, uint32_t& b1, const T* tile
   b1 = pack2<T>(p[8 * kLd], p[9 * kLd]);
 }
 
+// rows [t0, t0 + 64) of K and V (zeros past T) into shared tiles of (64, HS + 8)
+template <typename T, int HS>
+__device__ void load_kv(T* Ks, T* Vs, const T* qkv, const Heads& H, int t0, int T_) {
+  load_rows<T, HS>(Ks, qkv + H.k, H.row, t0, T_);
+  load_rows<T, HS>(Vs, qkv + H.v, H.row, t0, T_);
+}
+
 // B fragment pair for n = row `n` of a shared tile, k = columns k0 + 2qd.. (and + 8): contiguous
 template <typename T, int kLd>
 __device__ __forceinline__ void b_across(uint32_t& b0, uint32_t& b1, const T* tile, int n, int k0, int qd) {
@@ -262,6 +157,118 @@ __device__ __forceinline__ void b_across(uint32_t& b0, uint32_t& b1, const T* ti
   b0 = *reinterpret_cast<const uint32_t*>(p);
   b1 = *reinterpret_cast<const uint32_t*>(p + 8);
 }
+
+// c (16 x 64, fp32) = a (16 x HS, A fragments) times the transpose of a shared (64, HS) tile
+template <typename T, int HS, int kLd>
+__device__ __forceinline__ void times_tile_t(float (&c)[8][4], const uint32_t (&a)[HS / 16][4], const T* tile, int g,
+                                             int qd) {
+  for (int nb = 0; nb < 8; ++nb)
+    for (int kk = 0; kk < HS / 16; ++kk) {
+      uint32_t b0, b1;
+      b_across<T, kLd>(b0, b1, tile, nb * 8 + g, kk * 16, qd);
+      mma16816<T>(c[nb], a[kk], b0, b1);
+    }
+}
+
+template <typename T, int HS>
+__global__ void __launch_bounds__(32 * kWarps)
+    attention_forward_fa2_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
+  constexpr int kLd = HS + 8;  // shared rows padded by 16 bytes: the quads' 32-bit reads spread over banks
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* tiles = reinterpret_cast<T*>(smem);  // [2 buffers][K, V][64][kLd]
+  const Heads H(T_, C, NH, NKV, HS, blockIdx.y);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+  const int q0 = blockIdx.x * kRows, row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two rows
+  const float scale_log2 = scale * 1.4426950408889634f;  // softmax in base 2: exp2f
+
+  // Q rows of this warp as A fragments, for the HS / 16 steps of the dot products
+  uint32_t qa[HS / 16][4];
+  load_a_rows<T, HS>(qa, qkv + H.q, H.row, row0, T_, q);
+  float o[HS / 8][4] = {};                     // O (16 x HS) of this warp, fp32
+  float m0 = -INFINITY, m1 = -INFINITY;         // running maxima (base 2) of rows row0, row1
+  float l0 = 0, l1 = 0;                         // this thread's part of the running sums
+
+  const int last_q = min(q0 + kRows, T_) - 1, n_tiles = last_q / kKeys + 1;
+  load_kv<T, HS>(tiles, tiles + kKeys * kLd, qkv, H, 0, T_);
+  cp_async_commit();
+  for (int j = 0; j < n_tiles; ++j) {
+    T* Ks = tiles + (j % 2) * 2 * kKeys * kLd;
+    T* Vs = Ks + kKeys * kLd;
+    if (j + 1 < n_tiles) {  // the next tile into the other buffer while this one computes
+      T* nK = tiles + ((j + 1) % 2) * 2 * kKeys * kLd;
+      load_kv<T, HS>(nK, nK + kKeys * kLd, qkv, H, (j + 1) * kKeys, T_);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // all but the newest group: tile j is in
+    __syncthreads();
+    const int k0 = j * kKeys;
+
+    // S (16 x 64) = Q K^T: 8 n-blocks of 8 keys
+    float s[kKeys / 8][4] = {};
+    times_tile_t<T, HS, kLd>(s, qa, Ks, g, q);
+    // causal mask, scale, row maxima (a row's scores sit in the 4 lanes of its quad)
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+    for (int nb = 0; nb < kKeys / 8; ++nb)
+      for (int i = 0; i < 4; ++i) {
+        const int key = k0 + nb * 8 + 2 * q + (i % 2), r = i < 2 ? row0 : row1;
+        s[nb][i] = key <= r ? s[nb][i] * scale_log2 : -INFINITY;
+        if (i < 2) mx0 = fmaxf(mx0, s[nb][i]);
+        else mx1 = fmaxf(mx1, s[nb][i]);
+      }
+    for (int off = 1; off <= 2; off *= 2) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+    }
+    // tile 0 holds key k0 = 0 <= every row: the maxima are finite from the first tile on
+    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+    const float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);  // 0 on the first tile (m = -inf)
+    m0 = n0, m1 = n1;
+    float sum0 = 0, sum1 = 0;
+    for (int nb = 0; nb < kKeys / 8; ++nb) {
+      s[nb][0] = exp2f(s[nb][0] - n0), s[nb][1] = exp2f(s[nb][1] - n0);
+      s[nb][2] = exp2f(s[nb][2] - n1), s[nb][3] = exp2f(s[nb][3] - n1);
+      sum0 += s[nb][0] + s[nb][1], sum1 += s[nb][2] + s[nb][3];
+    }
+    l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
+    for (int dn = 0; dn < HS / 8; ++dn) o[dn][0] *= c0, o[dn][1] *= c0, o[dn][2] *= c1, o[dn][3] *= c1;
+
+    // O += P V: P's accumulators of n-blocks 2 kk and 2 kk + 1 are the A fragment of key step kk
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      uint32_t pa[4];
+      a_from_c<T>(pa, s, kk);
+      for (int dn = 0; dn < HS / 8; ++dn) {  // V (keys x dims): B's k = key, n = dim
+        uint32_t b0, b1;
+        b_down<T, kLd>(b0, b1, Vs, kk * 16, dn * 8 + g, q);
+        mma16816<T>(o[dn], pa, b0, b1);
+      }
+    }
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+  }
+  cp_async_wait<0>();
+
+  for (int off = 1; off <= 2; off *= 2) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+  }
+  const float ln2 = 0.6931471805599453f;
+  for (int half = 0; half < 2; ++half) {
+    const int r = half ? row1 : row0;
+    if (r >= T_) continue;
+    const float inv = 1.0f / (half ? l1 : l0);
+    T* dst = out + H.o + int64_t(r) * C + 2 * q;
+    for (int dn = 0; dn < HS / 8; ++dn)
+      *reinterpret_cast<uint32_t*>(dst + dn * 8) = pack2<T>(o[dn][2 * half] * inv, o[dn][2 * half + 1] * inv);
+    if (q == 0) lse[H.stat + r] = (half ? m1 : m0) * ln2 + logf(half ? l1 : l0);
+  }
+}
+
+// ---- Backward (FlashAttention-2's recurrences, the same split as the WMMA backward): dK/dV
+// parallel over key tiles, each warp holding 16 keys' K and V as A fragments and their dK, dV in
+// fp32 accumulators while the query tiles (Q, dO, lse, D of every query head of the key/value
+// head's group) stream through shared memory; dQ parallel over query tiles, each warp holding 16
+// queries' Q and dO as A fragments and dQ in accumulators while K/V tiles stream. S^T, P^T, dP^T
+// and dS^T (or S, P, dP, dS) stay in registers; P and dS are rounded to T before their products,
+// as in FlashAttention. Head size 64 (the register budget of 128 would spill).
 
 template <typename T, int HS>
 __global__ void __launch_bounds__(32 * kWarps)
@@ -310,14 +317,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     const int t0 = (first + i % n_tiles) * kRows;
     // S^T (16 keys x 64 queries) = K Q^T and dP^T = V dO^T
     float st[kRows / 8][4] = {}, dpt[kRows / 8][4] = {};
-    for (int nb = 0; nb < kRows / 8; ++nb)
-      for (int kk = 0; kk < HS / 16; ++kk) {
-        uint32_t b0, b1;
-        b_across<T, kLd>(b0, b1, Qs, nb * 8 + g, kk * 16, qd);
-        mma16816<T>(st[nb], ka[kk], b0, b1);
-        b_across<T, kLd>(b0, b1, dOs, nb * 8 + g, kk * 16, qd);
-        mma16816<T>(dpt[nb], va[kk], b0, b1);
-      }
+    times_tile_t<T, HS, kLd>(st, ka, Qs, g, qd);
+    times_tile_t<T, HS, kLd>(dpt, va, dOs, g, qd);
     // P^T = exp(S scale - lse) where key <= query; dS^T = P^T (dP^T - D) scale
     for (int nb = 0; nb < kRows / 8; ++nb)
       for (int i2 = 0; i2 < 4; ++i2) {
@@ -328,12 +329,9 @@ __global__ void __launch_bounds__(32 * kWarps)
       }
     // dV += P^T dO and dK += dS^T Q over the 64 queries, 16 at a time
     for (int kk = 0; kk < kRows / 16; ++kk) {
-      const uint32_t pa[4] = {pack2<T>(st[2 * kk][0], st[2 * kk][1]), pack2<T>(st[2 * kk][2], st[2 * kk][3]),
-                              pack2<T>(st[2 * kk + 1][0], st[2 * kk + 1][1]),
-                              pack2<T>(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-      const uint32_t da[4] = {pack2<T>(dpt[2 * kk][0], dpt[2 * kk][1]), pack2<T>(dpt[2 * kk][2], dpt[2 * kk][3]),
-                              pack2<T>(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
-                              pack2<T>(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+      uint32_t pa[4], da[4];
+      a_from_c<T>(pa, st, kk);
+      a_from_c<T>(da, dpt, kk);
       for (int dn = 0; dn < HS / 8; ++dn) {
         uint32_t b0, b1;
         b_down<T, kLd>(b0, b1, dOs, kk * 16, dn * 8 + g, qd);
@@ -391,14 +389,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     const int k0 = j * kKeys;
     // S = Q K^T and dP = dO V^T (16 queries x 64 keys)
     float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
-    for (int nb = 0; nb < kKeys / 8; ++nb)
-      for (int kk = 0; kk < HS / 16; ++kk) {
-        uint32_t b0, b1;
-        b_across<T, kLd>(b0, b1, Ks, nb * 8 + g, kk * 16, qd);
-        mma16816<T>(s[nb], qa[kk], b0, b1);
-        b_across<T, kLd>(b0, b1, Vs, nb * 8 + g, kk * 16, qd);
-        mma16816<T>(dp[nb], oa[kk], b0, b1);
-      }
+    times_tile_t<T, HS, kLd>(s, qa, Ks, g, qd);
+    times_tile_t<T, HS, kLd>(dp, oa, Vs, g, qd);
     // P = exp(S scale - lse) where key <= query; dS = P (dP - D) scale
     for (int nb = 0; nb < kKeys / 8; ++nb)
       for (int i = 0; i < 4; ++i) {
@@ -408,9 +400,8 @@ __global__ void __launch_bounds__(32 * kWarps)
       }
     // dQ += dS K
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const uint32_t da[4] = {pack2<T>(dp[2 * kk][0], dp[2 * kk][1]), pack2<T>(dp[2 * kk][2], dp[2 * kk][3]),
-                              pack2<T>(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                              pack2<T>(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+      uint32_t da[4];
+      a_from_c<T>(da, dp, kk);
       for (int dn = 0; dn < HS / 8; ++dn) {
         uint32_t b0, b1;
         b_down<T, kLd>(b0, b1, Ks, kk * 16, dn * 8 + g, qd);
