@@ -140,6 +140,7 @@ ParamStore::~ParamStore() {
   } catch (...) {
   }
   param_io_.reset();  // every read finished before the buffers go
+  prefetch_io_.reset();
   for (RingBuffer& rb : param_ring_) be_.free(rb.raw);
   for (auto& [g, buf] : grad_tmp_) be_.free(buf);
   for (StreamSet& st : stream_sets_)
@@ -177,6 +178,34 @@ void ParamStore::offload_wait(const char* what, Fn&& fn) {
   if (offload_observer_) offload_observer_(what, start, ms);
 }
 
+size_t ParamStore::nvme_block_bytes(size_t bytes) {
+  return (bytes + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
+}
+
+void ParamStore::prefetch_optimizer_states() {
+  // The first blocks' masters and moments, read into their stream sets while the step's last
+  // micro-batch computes; the optimizer's stream_nvme takes them. Reads already in flight (a
+  // skipped fp16 step left them: the states did not change) are kept.
+  if (!nvme_ || !early_reads_.empty()) return;
+  const size_t C = chunk_, blocks = (flat_n_ + C - 1) / C, n = std::min(blocks, stream_sets_.size());
+  if (!prefetch_io_) prefetch_io_ = std::make_unique<AsyncIo>(int(3 * stream_sets_.size()));
+  const State kinds[3] = {State::Master, State::AdamM, State::AdamV};
+  for (size_t b = 0; b < n; ++b) {
+    const size_t bytes = nvme_block_bytes(std::min(C, flat_n_ - b * C) * sizeof(float));
+    std::vector<AsyncIo::Ticket> t;
+    for (int k = 0; k < 3; ++k)
+      t.push_back(prefetch_io_->read(*nvme_, nvme_offset(kinds[k], b * C), stream_sets_[b].buf[k], bytes));
+    early_reads_.push_back(std::move(t));
+  }
+}
+
+void ParamStore::drop_optimizer_prefetch() {
+  // the reads must finish before their buffers are reused (or the file written)
+  for (auto& ts : early_reads_)
+    for (AsyncIo::Ticket t : ts) prefetch_io_->wait(t);
+  early_reads_.clear();
+}
+
 template <typename Fn>
 void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
   // io_depth buffer sets in a ring: block k uses set k % D. Reads run ahead (up to D - 1 blocks)
@@ -199,10 +228,15 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
     }
     return;
   }
-  auto round = [](size_t x) { return (x + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign; };
   // whole aligned blocks (the files are padded to the alignment)
-  auto bytes = [&](size_t b) { return round(len(b) * sizeof(float)); };
-  auto cbytes = [&](size_t b) { return round(len(b) * esize_); };
+  auto bytes = [&](size_t b) { return nvme_block_bytes(len(b) * sizeof(float)); };
+  auto cbytes = [&](size_t b) { return nvme_block_bytes(len(b) * esize_); };
+  // The optimizer's pass takes the first blocks' reads issued during backward
+  // (prefetch_optimizer_states); any other pass would reuse their buffers: those reads are dropped.
+  const bool use_early = moments && write_back;
+  if (!use_early) drop_optimizer_prefetch();
+  std::vector<std::vector<AsyncIo::Ticket>> early = use_early ? std::move(early_reads_) : decltype(early_reads_){};
+  early_reads_.clear();
   std::exception_ptr error;
   {
     AsyncIo io(int(D) * (states + 1));
@@ -217,12 +251,17 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
       size_t next = 0;
       for (size_t b = 0; b < blocks; ++b) {
         for (; next < blocks && next < b + sets.size(); ++next) {  // read ahead
+          if (next < early.size()) continue;  // read during backward already
           Set& st = sets[next % sets.size()];
           drain(st.writes, "nvme write");
           for (int k = 0; k < states; ++k)
             st.reads.push_back(io.read(*nvme_, nvme_offset(kinds[k], next * C), st.buf[k], bytes(next)));
         }
         Set& st = sets[b % sets.size()];
+        if (b < early.size())
+          offload_wait("nvme read", [&] {
+            for (AsyncIo::Ticket t : early[b]) prefetch_io_->wait(t);
+          });
         drain(st.reads, "nvme read");
         // the compute block starts clean: padding between units must not carry another block's bytes
         if (st.buf[3]) std::memset(st.buf[3], 0, len(b) * esize_);
@@ -235,6 +274,7 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
       for (Set& st : sets) drain(st.reads, "nvme read"), drain(st.writes, "nvme write");
     } catch (...) {
       error = std::current_exception();
+      if (prefetch_io_) prefetch_io_.reset();  // ~AsyncIo: its reads finished too
     }
   }  // ~AsyncIo: every request finished before the buffers are reused
   if (error) std::rethrow_exception(error);
@@ -341,7 +381,7 @@ void ParamStore::init(uint64_t seed) {
   // masters in the optimizer's memory (pinned host memory with offload: a plain copy)
   auto put = [&](size_t flat, const float* src, size_t n) {  // flat: element of the masters' array
     float* base = sharded_masters() ? shard_params_ : full_params_;
-    if (nvme_) nvme_->write_any(nvme_offset(State::Master, flat), src, n * sizeof(float));
+    if (nvme_) drop_optimizer_prefetch(), nvme_->write_any(nvme_offset(State::Master, flat), src, n * sizeof(float));
     else if (host_) host_->copy_to_device(base + flat, src, n * sizeof(float));  // host to host
     else be_.copy_to_device(base + flat, src, n * sizeof(float));
   };
@@ -657,6 +697,7 @@ void ParamStore::read_run(State st, const GlobalRun& r, size_t off, size_t n, fl
 void ParamStore::write_run(State st, const GlobalRun& r, size_t off, size_t n, const float* host) {
   ZT_CHECK(off + n <= r.n, "write_run: [{}, {}) beyond a run of {}", off, off + n, r.n);
   if (in_nvme(st)) {
+    drop_optimizer_prefetch();  // the file changes: reads made before are stale
     nvme_->write_any(nvme_offset(st, span_flat_[size_t(r.span)] + r.span_off + off), host, n * sizeof(float));
     return;
   }

@@ -76,6 +76,10 @@ class ParamStore final : public ParamProvider {
   // and the step (no clipping, no loss scaling): the trainer asks for it then, before the step's
   // last micro-batch, with the step's lr and t. False where it does not apply.
   bool schedule_early_update(AdamW& opt, double lr, int t);
+  // With the NVMe tier: start reading the optimizer's first blocks of states (as many as there
+  // are stream sets) so that the step finds them in memory; the trainer calls it as the step's
+  // last micro-batch begins. No-op otherwise.
+  void prefetch_optimizer_states();
   // Drops a scheduled early update and waits for its queued work (a step that failed midway;
   // before the optimizer goes). Never throws.
   void cancel_early_update() noexcept;
@@ -178,6 +182,10 @@ class ParamStore final : public ParamProvider {
   bool on_host(const void* p) const;
   bool in_nvme(State s) const { return nvme_ && s != State::Grad; }
   void alloc_stream_sets();  // stream_nvme's pinned block sets, once
+  static size_t nvme_block_bytes(size_t bytes);  // rounded up to whole O_DIRECT blocks
+  void drop_optimizer_prefetch();                // waits for prefetch_optimizer_states's reads, forgets them
+  std::unique_ptr<AsyncIo> prefetch_io_;
+  std::vector<std::vector<AsyncIo::Ticket>> early_reads_;  // per block from 0: masters, m, v
   uint64_t nvme_offset(State s, size_t flat) const;  // byte offset of flat element `flat` of a state
   // Streams the NVMe tier's masters (and moments) block by block: fn(flat_begin, n, master, m, v,
   // compute) on pinned buffers; `write_back`: the blocks are written back after fn; with

@@ -541,6 +541,7 @@ StepResult Trainer::step(int64_t step) {
     if (traced) data_spans.push_back({ms_since(host_start, w0), ms_since(w0, std::chrono::steady_clock::now())});
     if (on_batch) on_batch(inputs_.data(), targets_.data());
     store_->set_last_micro_batch(micro == accum - 1);
+    if (micro == accum - 1) store_->prefetch_optimizer_states();  // NVMe: the step's first reads, now
     const bool timed = 2 * micro + 8 < Backend::kTimingPoints;  // beyond: counted in "other"
     const double c0 = comm_now(), o0 = offload_now();
     const int p0 = timed ? be.timing_point() : 0;
