@@ -190,12 +190,18 @@ void ParamStore::prefetch_optimizer_states() {
   const size_t C = chunk_, blocks = (flat_n_ + C - 1) / C, n = std::min(blocks, stream_sets_.size());
   if (!prefetch_io_) prefetch_io_ = std::make_unique<AsyncIo>(int(3 * stream_sets_.size()));
   const State kinds[3] = {State::Master, State::AdamM, State::AdamV};
-  for (size_t b = 0; b < n; ++b) {
-    const size_t bytes = nvme_block_bytes(std::min(C, flat_n_ - b * C) * sizeof(float));
-    std::vector<AsyncIo::Ticket> t;
-    for (int k = 0; k < 3; ++k)
-      t.push_back(prefetch_io_->read(*nvme_, nvme_offset(kinds[k], b * C), stream_sets_[b].buf[k], bytes));
-    early_reads_.push_back(std::move(t));
+  try {
+    for (size_t b = 0; b < n; ++b) {
+      const size_t bytes = nvme_block_bytes(std::min(C, flat_n_ - b * C) * sizeof(float));
+      early_reads_.emplace_back();
+      for (int k = 0; k < 3; ++k)
+        early_reads_.back().push_back(
+            prefetch_io_->read(*nvme_, nvme_offset(kinds[k], b * C), stream_sets_[b].buf[k], bytes));
+    }
+  } catch (...) {  // no read may land in the buffers later: wait for them all
+    prefetch_io_.reset();
+    early_reads_.clear();
+    throw;
   }
 }
 
@@ -235,8 +241,7 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
   // (prefetch_optimizer_states); any other pass would reuse their buffers: those reads are dropped.
   const bool use_early = moments && write_back;
   if (!use_early) drop_optimizer_prefetch();
-  std::vector<std::vector<AsyncIo::Ticket>> early = use_early ? std::move(early_reads_) : decltype(early_reads_){};
-  early_reads_.clear();
+  std::vector<std::vector<AsyncIo::Ticket>> early;  // taken inside the try: an error resets prefetch_io_
   std::exception_ptr error;
   {
     AsyncIo io(int(D) * (states + 1));
@@ -248,6 +253,8 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
       ts.clear();
     };
     try {
+      early = std::move(early_reads_);
+      early_reads_.clear();
       size_t next = 0;
       for (size_t b = 0; b < blocks; ++b) {
         for (; next < blocks && next < b + sets.size(); ++next) {  // read ahead
