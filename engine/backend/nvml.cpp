@@ -134,6 +134,7 @@ Nvml::Nvml() : api_(std::make_unique<Api>()) {
     any = any || prev;
   }
   if (!any) gpm_.clear(), gpm_spare_.clear();
+  gpm_started_.assign(gpm_.size(), false);
 }
 
 Nvml::~Nvml() {
@@ -172,7 +173,6 @@ void Nvml::read_gpm(size_t i, GpuSample& s) {
   // (once there is one), and keep it as the previous for the next call.
   const Api& a = *api_;
   if (a.gpm_get(devices_[i], gpm_spare_[i]) != 0) return;
-  if (gpm_started_.size() <= i) gpm_started_.resize(devices_.size(), false);
   if (gpm_started_[i]) {
     auto owned = std::make_unique<Api::GpmMetricsGet>();  // ~4 KB: on the heap
     Api::GpmMetricsGet& q = *owned;

@@ -281,7 +281,7 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
       for (Set& st : sets) drain(st.reads, "nvme read"), drain(st.writes, "nvme write");
     } catch (...) {
       error = std::current_exception();
-      if (prefetch_io_) prefetch_io_.reset();  // ~AsyncIo: its reads finished too
+      prefetch_io_.reset();  // ~AsyncIo: its reads finished too
     }
   }  // ~AsyncIo: every request finished before the buffers are reused
   if (error) std::rethrow_exception(error);

@@ -127,19 +127,15 @@ class CpuBackend final : public Backend {
   void set_memory_limit(size_t bytes) override { limit_ = bytes; }
   void set_pinned_limit(size_t bytes) override { pinned_limit_ = bytes; }
   void* alloc(size_t bytes, MemTag tag, MemKind kind) override {
-    if (pinned_limit_ && kind == MemKind::PinnedHost) {
+    {  // each kind of memory within its limit (0: none)
       std::lock_guard lock(mu_);
-      if (stats_.pinned_host + bytes > pinned_limit_)
+      const bool pinned = kind == MemKind::PinnedHost;
+      const size_t held = pinned ? stats_.pinned_host : stats_.allocated, limit = pinned ? pinned_limit_ : limit_;
+      if (limit && held + bytes > limit)
         throw RuntimeFailure(fmt::format(
-            "out of pinned host memory: allocating {:.3f} MiB with {:.3f} MiB pinned would pass the limit of {:.3f} "
-            "MiB ([offload] pinned_limit)", bytes / 1048576.0, stats_.pinned_host / 1048576.0, pinned_limit_ / 1048576.0));
-    }
-    if (limit_ && kind == MemKind::Device) {
-      std::lock_guard lock(mu_);
-      if (stats_.allocated + bytes > limit_)
-        throw RuntimeFailure(fmt::format(
-            "out of device memory: allocating {:.3f} MiB with {:.3f} MiB allocated would pass the limit of {:.3f} MiB "
-            "([run] device_memory_limit)", bytes / 1048576.0, stats_.allocated / 1048576.0, limit_ / 1048576.0));
+            "out of {} memory: allocating {:.3f} MiB with {:.3f} MiB {} would pass the limit of {:.3f} MiB ({})",
+            pinned ? "pinned host" : "device", bytes / 1048576.0, held / 1048576.0, pinned ? "pinned" : "allocated",
+            limit / 1048576.0, pinned ? "[offload] pinned_limit" : "[run] device_memory_limit"));
     }
     if (guard_) return guarded_alloc(bytes, tag, kind);
     const size_t rounded = (bytes + 63) / 64 * 64;
