@@ -380,17 +380,15 @@ void Trainer::build() {
     backend_->set_memory_limit(parse_byte_size(spec.run.device_memory_limit, "[run] device_memory_limit"));
   // One bounded pool of pinned host memory per rank: the key, or half the machine's memory
   // shared by the ranks on it.
-  const double pinned_limit =
-      !spec.offload.pinned_limit.empty()
-          ? double(parse_byte_size(spec.offload.pinned_limit, "[offload] pinned_limit"))
-          : double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE)) / 2 / std::max(1, topo_.local_size);
-  {  // the pool within the machine's memory (the ranks on this machine each have one)
-    const double host = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
-    if (pinned_limit * std::max(1, topo_.local_size) > host)
-      user_error("{}: [offload] pinned_limit = \"{}\" x {} rank(s) on this machine is more than its {:.3f} GiB of "
-                 "memory: pinned pages cannot be swapped, so the machine would run out of memory",
-                 spec.source, spec.offload.pinned_limit, std::max(1, topo_.local_size), host / 1073741824.0);
-  }
+  const double host_memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
+  const int local_ranks = std::max(1, topo_.local_size);
+  const double pinned_limit = !spec.offload.pinned_limit.empty()
+                                  ? double(parse_byte_size(spec.offload.pinned_limit, "[offload] pinned_limit"))
+                                  : host_memory / 2 / local_ranks;
+  if (pinned_limit * local_ranks > host_memory)  // the ranks on this machine each have a pool
+    user_error("{}: [offload] pinned_limit = \"{}\" x {} rank(s) on this machine is more than its {:.3f} GiB of "
+               "memory: pinned pages cannot be swapped, so the machine would run out of memory",
+               spec.source, spec.offload.pinned_limit, local_ranks, host_memory / 1073741824.0);
   backend_->set_pinned_limit(size_t(pinned_limit));
   trace_ = std::make_unique<StepTrace>(spec.run.trace_steps, topo_.world_rank,
                                        (std::filesystem::path(spec.run.out_dir) /
@@ -754,6 +752,9 @@ void Trainer::run() {
   if (root)
     spdlog::info("MFU against {:.3g} TFLOP/s per device ({}); {:.3g} GFLOP per token", peak.tflops, peak.source,
                  model_flops_per_token / 1e9);
+  auto mfu_at = [&](double tokens_per_s) {  // of the whole job, against each device's peak
+    return peak.tflops > 0 ? tokens_per_s * model_flops_per_token / (peak.tflops * 1e12 * topo_.world_size) : 0;
+  };
   double carried_stall_ms = 0;  // a checkpoint save's stall, paid by the next step
   StepResult interval;          // the breakdown summed since the last log line, for the verdict
   int64_t interval_steps = 0;
@@ -764,7 +765,7 @@ void Trainer::run() {
     r.checkpoint_ms = carried_stall_ms, r.step_ms += carried_stall_ms, carried_stall_ms = 0;
     r.tokens_per_s = double(t.global_batch) * double(m.seq_len) / (r.step_ms / 1e3);
     if (s > start_step_) mean_step_ms += (r.step_ms - mean_step_ms) / double(s - start_step_);
-    const double mfu = peak.tflops > 0 ? r.tokens_per_s * model_flops_per_token / (peak.tflops * 1e12 * topo_.world_size) : 0;
+    const double mfu = mfu_at(r.tokens_per_s);
     for (auto [sum, part] : {std::pair{&interval.step_ms, r.step_ms}, {&interval.data_wait_ms, r.data_wait_ms},
                              {&interval.comm_ms, r.comm_ms}, {&interval.other_ms, r.other_ms},
                              {&interval.offload_ms, r.offload_ms}})
@@ -805,8 +806,7 @@ void Trainer::run() {
         const double limit = avail == SIZE_MAX ? 0 : double(avail) + double(ms.allocated);
         const double interval_mfu =
             peak.tflops > 0 && interval.step_ms > 0
-                ? double(interval_steps) * double(t.global_batch) * double(m.seq_len) * model_flops_per_token /
-                      (interval.step_ms / 1e3) / (peak.tflops * 1e12 * topo_.world_size)
+                ? mfu_at(double(interval_steps) * double(t.global_batch) * double(m.seq_len) / (interval.step_ms / 1e3))
                 : -1;
         const Verdict v = judge(interval, ms, limit, spec_, telemetry ? telemetry->signals() : DeviceSignals{},
                                 interval_mfu);
