@@ -84,7 +84,7 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
       {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_mean, BT},       {nullptr, &a.lnf_rstd, BT},
       {&a.logits, nullptr, BT * Vl},
       {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * 3 * Ca},
-      {&a.datty, nullptr, BT * Ca},        {&a.dfch, nullptr, BT * Fl},      {&a.dfch_gelu, nullptr, BT * Fl}});
+      {&a.datty, nullptr, BT * Ca},        {&a.dfch, nullptr, BT * Fl}});
 }
 
 GPT2::~GPT2() { be_.free(act_buf_); }
@@ -218,24 +218,17 @@ void GPT2::logits_row(int b, int t, float* out) const {
 void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* residual) {
   const int B = cur_B_, T = cur_T_, C = cfg_.d_model, Ca = C_l_, Fl = F_l_, NH = NH_l_;
   const int64_t BT = int64_t(B) * T;
-  const size_t cs = esize_;
   Acts& a = acts_;
   const BlockActs x = block_acts(l);
   // MLP branch: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
-  be_.fill_zero(a.dfch_gelu, BT * Fl * cs);
-  be_.matmul_backward(a.dfch_gelu, g.fcprojw, g.fcprojb, a.dres, x.fch_gelu, w.fcprojw, BT, Fl, C);
-  be_.fill_zero(a.dfch, BT * Fl * cs);
-  be_.gelu_backward(a.dfch, x.fch, a.dfch_gelu, BT * Fl);
-  be_.fill_zero(a.dln, BT * C * cs);
+  // (activation gradients with one writer are written, not zero-filled and accumulated)
+  be_.matmul_gelu_backward(a.dfch, g.fcprojw, g.fcprojb, a.dres, x.fch_gelu, w.fcprojw, x.fch, BT, Fl, C);
   be_.matmul_backward(a.dln, g.fcw, g.fcb, a.dfch, x.ln2, w.fcw, BT, C, Fl);
   tp_.reduce_from_region(a.dln, BT * C);  // column-parallel input: sum of the ranks' parts
   be_.layernorm_backward(a.dres, g.ln2w, g.ln2b, a.dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, BT, C);
   // Attention branch: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
-  be_.fill_zero(a.datty, BT * Ca * cs);
   be_.matmul_backward(a.datty, g.attprojw, g.attprojb, a.dres, x.atty, w.attprojw, BT, Ca, C);
-  be_.fill_zero(a.dqkv, BT * 3 * Ca * cs);
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.att_lse, B, T, Ca, NH, NH);
-  be_.fill_zero(a.dln, BT * C * cs);
   be_.matmul_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, x.ln1, w.qkvw, BT, C, 3 * Ca);
   tp_.reduce_from_region(a.dln, BT * C);
   be_.layernorm_backward(a.dres, g.ln1w, g.ln1b, a.dln, residual, w.ln1w, x.ln1_mean, x.ln1_rstd, BT, C);
@@ -259,7 +252,6 @@ void GPT2::backward() {
   const size_t cs = esize_;
   void* emb = prov.params(0);
   float* emb_g = prov.grads(0);
-  be_.fill_zero(a.dln, BT * C * cs);
   be_.matmul_backward(a.dln, at(emb_g, wte_i), nullptr, a.logits, a.lnf, at(emb, wte_i), BT, C, Vl);
   prov.release_params(0);
   tp_.reduce_from_region(a.dln, BT * C);  // each rank's vocabulary slice contributed a part

@@ -102,7 +102,7 @@ class GPT2 final : public Model {
     float *lnf_mean, *lnf_rstd;  // (B,T)
     void* logits;                // (B,T,Vl)
     // backward scratch
-    void *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu;  // (B,T,C) x2, (B,T,3Ca), (B,T,Ca), (B,T,Fl) x2
+    void *dres, *dln, *dqkv, *datty, *dfch;  // (B,T,C) x2, (B,T,3Ca), (B,T,Ca), (B,T,Fl)
   };
   // Element `i` of a compute-precision tensor.
   void* el(void* base, int64_t i) const { return static_cast<char*>(base) + i * int64_t(esize_); }

@@ -245,22 +245,17 @@ void Llama::sum_replicated_kv_grads(float* kv_grad) {
 void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* residual) {
   const int B = cur_B_, T = cur_T_, C = cfg_.d_model, hs = cfg_.head_size();
   const int64_t BT = int64_t(B) * T, Fl = w_.f, Wq = w_.q, Wqkv = w_.qkv;
-  const size_t cs = esize_;
   Acts& a = acts_;
   const BlockActs x = block_acts(l);
   // MLP branch: res3 = res2 + down(silu(gate(ln2)) * up(ln2))
-  be_.fill_zero(a.dact, BT * Fl * cs);
+  // (activation gradients with one writer are written, not zero-filled and accumulated)
   be_.matmul_backward(a.dact, g.down, nullptr, a.dres, x.act, w.down, BT, int(Fl), C);
-  be_.fill_zero(a.dgate_up, BT * 2 * Fl * cs);
   be_.swiglu_backward(a.dgate_up, x.gate_up, a.dact, BT, int(Fl));
-  be_.fill_zero(a.dln, BT * C * cs);
   be_.matmul_backward(a.dln, g.gate_up, nullptr, a.dgate_up, x.ln2, w.gate_up, BT, C, int(2 * Fl));
   tp_.reduce_from_region(a.dln, BT * C);
   be_.rmsnorm_backward(a.dres, g.norm2, a.dln, x.res2, w.norm2, x.rstd2, BT, C);
   // Attention branch: res2 = residual + o(attn(rope(qkv(ln1))))
-  be_.fill_zero(a.datty, BT * Wq * cs);
   be_.matmul_backward(a.datty, g.o, nullptr, a.dres, x.atty, w.o, BT, int(Wq), C);
-  be_.fill_zero(a.dqkv, BT * Wqkv * cs);
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.lse, B, T, int(Wq), NH_l_, NKV_l_);
   be_.rope(a.dqkv, B, T, NH_l_ + NKV_l_, hs, Wqkv, cfg_.rope_theta, true);  // through the rotation
   float* kv_grad = g.qkv + Wq * C;  // k_proj then v_proj rows follow q_proj's
@@ -268,7 +263,6 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
     be_.copy_device(kv_saved_, kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
     be_.fill_zero(kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
   }
-  be_.fill_zero(a.dln, BT * C * cs);
   be_.matmul_backward(a.dln, g.qkv, nullptr, a.dqkv, x.ln1, w.qkv, BT, C, int(Wqkv));
   if (kv_replicas_ > 1) sum_replicated_kv_grads(kv_grad);
   tp_.reduce_from_region(a.dln, BT * C);
@@ -290,7 +284,6 @@ void Llama::backward() {
   prov.begin_pass(order);  // the params() calls; the untied embedding needs only its gradient
 
   // Head: logits now hold dlogits (B,T,Vl).
-  be_.fill_zero(a.dln, BT * C * cs);
   float* emb_g = nullptr;
   if (cfg_.tie_embeddings) {  // the embedding's gradient stays open until its own part at the end
     void* emb = prov.params(0);

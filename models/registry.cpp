@@ -69,8 +69,7 @@ ModelFootprint model_footprint(const RunSpec::Model& m, int max_batch, int tp, s
     const double BT = B * T, Ca = C / P, Fl = F / P, Vl = V / P;
     f.activation_bytes = activation_bytes(
         {BT * C, Ln * BT * C, Lw * BT * 3 * Ca, Lw * BT * Ca, Lw * BT * C, Lw * BT * C, Ln * BT * C, Lw * BT * Fl,
-         Lw * BT * Fl, Lw * BT * C, L * BT * C, BT * C, BT * Vl, BT * C, BT * C, BT * 3 * Ca, BT * Ca, BT * Fl,
-         BT * Fl},
+         Lw * BT * Fl, Lw * BT * C, L * BT * C, BT * C, BT * Vl, BT * C, BT * C, BT * 3 * Ca, BT * Ca, BT * Fl},
         {2 * Ln * BT, Lw * B * NH * T, 2 * Ln * BT, 2 * BT}, compute_size);
     return f;
   }

@@ -1,7 +1,9 @@
 // The op interface: every op the models need, forward and backward, behind one virtual table per
 // device. CPU (cpu/) is the reference; CUDA (cuda/) implements the same entries with the same
 // semantics. Pointers are device pointers of the backend's device. "(accumulates)" marks outputs
-// that are added to rather than overwritten.
+// that are added to rather than overwritten (weight gradients, and the residual stream's gradient,
+// which has two writers); an activation gradient with one writer is written, so it needs no
+// zero-fill before and no read of its old contents.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -156,9 +158,16 @@ class Backend {
   // out = gelu(inp @ weight^T + bias), keeping the pre-activation in `pre` for backward.
   virtual void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
                                    const void* bias, int N, int C, int OC) { unsupported("matmul_gelu_forward"); }
+  // dinp (may be null) is written; dweight and dbias (may be null) accumulate.
   virtual void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C,
-                               int OC) { unsupported("matmul_backward"); }  // (accumulates)
+                               int OC) { unsupported("matmul_backward"); }
+  // The backward of matmul_forward(gelu(pre)): dpre (N,C) = gelu'(pre) * (dout @ weight), written;
+  // dweight and dbias accumulate as in matmul_backward. One fused GEMM where the backend has one;
+  // by default matmul_backward and an in-place gelu_backward.
+  virtual void matmul_gelu_backward(void* dpre, float* dweight, float* dbias, const void* dout,
+                                    const void* inp, const void* weight, const void* pre, int N,
+                                    int C, int OC);
   // Grouped-query attention: qkv (B,T,(NH + 2 NKV) hs) holds NH query heads then NKV key and NKV
   // value heads (NKV = NH: multi-head, qkv (B,T,3C)); C = NH hs.
   virtual void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
@@ -167,7 +176,7 @@ class Backend {
   // reference recomputes it).
   virtual void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv,
                                   const float* lse, int B, int T, int C, int NH,
-                                  int NKV) { unsupported("attention_backward"); }  // (accumulates)
+                                  int NKV) { unsupported("attention_backward"); }  // (dqkv written)
   virtual void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
                                float eps) { unsupported("rmsnorm_forward"); }
   // Residual add fused with the RMSNorm that follows it: res = a + b; out = rmsnorm(res).
@@ -182,9 +191,10 @@ class Backend {
                     bool inverse) { unsupported("rope"); }
   virtual void swiglu_forward(void* out, const void* inp, int64_t N, int F) { unsupported("swiglu_forward"); }
   virtual void swiglu_backward(void* dinp, const void* inp, const void* dout, int64_t N,
-                               int F) { unsupported("swiglu_backward"); }  // (accumulates)
+                               int F) { unsupported("swiglu_backward"); }  // (dinp written)
+  // dinp (n) = gelu'(inp) * dout, written; dinp may be dout (in place).
   virtual void gelu_backward(void* dinp, const void* inp, const void* dout,
-                             int64_t n) { unsupported("gelu_backward"); }  // (accumulates)
+                             int64_t n) { unsupported("gelu_backward"); }
   virtual void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N,
                                     int V, float grad_scale) { unsupported("softmax_crossentropy"); }
   virtual void logits_row_max(float* out_max, const void* logits, int N, int V) { unsupported("logits_row_max"); }

@@ -31,6 +31,12 @@ int Backend::timing_point() {
 
 double Backend::timing_ms(int from, int to) { return double(timing_host_ns_[to] - timing_host_ns_[from]) / 1e6; }
 
+void Backend::matmul_gelu_backward(void* dpre, float* dweight, float* dbias, const void* dout, const void* inp,
+                                   const void* weight, const void* pre, int N, int C, int OC) {
+  matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC);
+  gelu_backward(dpre, pre, dpre, int64_t(N) * C);
+}
+
 void Backend::unsupported(const char* op) const {
   throw RuntimeFailure(fmt::format("op {} is not supported on backend {}", op, name()));
 }

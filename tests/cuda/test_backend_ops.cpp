@@ -220,6 +220,14 @@ int main() {
     dx.check("matmul_backward dinp", tol(kTol));
     dw.check("matmul_backward dweight", 1e-4);
     db.check("matmul_backward dbias", 1e-4);
+    // fused GELU backward (cuBLASLt's DGELU epilogue where C % 8 == 0, else GEMM + in-place kernel);
+    // dpre is prefilled with noise: it must be written, not accumulated
+    Pair xpre(C, G, randn(size_t(N) * Ch, 18, 2.f), dt), dpre(C, G, randn(size_t(N) * Ch, 19), dt);
+    C.matmul_gelu_backward(dpre.c, dw.fc(), db.fc(), dout.c, x.c, w.c, xpre.c, N, Ch, OC);
+    G.matmul_gelu_backward(dpre.g, dw.fg(), db.fg(), dout.g, x.g, w.g, xpre.g, N, Ch, OC);
+    dpre.check("matmul_gelu_backward dpre " + tag, tol(1e-4, 2));  // the epilogue's own tanh, as forward
+    dw.check("matmul_gelu_backward dweight " + tag, 1e-4);
+    db.check("matmul_gelu_backward dbias " + tag, 1e-4);
   }
   // NKV < NH: grouped-query attention (Llama); head sizes 16-multiple (tensor cores) and not.
   for (auto [B, T, Ch, NH, NKV] : {std::tuple{1, 1, 32, 1, 1}, {2, 7, 96, 3, 3}, {1, 127, 64, 2, 2},

@@ -43,7 +43,7 @@ def expected_bytes(arch, m, B, mode):
         per_block_w = BT * (3 * C + C + C + C + F + F + C) + B * NH * T   # qkv atty attproj res2 fch gelu fcproj, lse
         per_block_n = BT * (C + C) + 4 * BT                               # ln1 ln2, their means and rstds
         head = BT * C + BT * C + 2 * BT + BT * V                          # encoded, lnf (+stats), logits
-        scratch = BT * (C + C + 3 * C + C + F + F)                        # dres dln dqkv datty dfch dgelu
+        scratch = BT * (C + C + 3 * C + C + F)                            # dres dln dqkv datty dfch
     else:
         hs = C // NH
         Wqkv = C + 2 * m["n_kv_head"] * hs

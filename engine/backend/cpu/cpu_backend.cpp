@@ -78,6 +78,9 @@ class Out {
   Out(const Out&) = delete;
   Out& operator=(const Out&) = delete;
   float* get() { return p_; }
+  void zero() {
+    if (p_) std::fill(p_, p_ + n_, 0.0f);
+  }
   void discard() { buf_.clear(); }
 
  private:
@@ -268,7 +271,8 @@ class CpuBackend final : public Backend {
   void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                        const void* weight, int N, int C, int OC) override {
     const Access access(*this);
-    Out d(dinp, int64_t(N) * C, dt(), true);
+    Out d(dinp, int64_t(N) * C, dt(), false);
+    d.zero();  // written: the reference op accumulates into zeros
     cpu::matmul_backward(d.get(), dweight, dbias, In(dout, int64_t(N) * OC, dt()).get(),
                          In(inp, int64_t(N) * C, dt()).get(), In(weight, int64_t(OC) * C, dt()).get(), N, C, OC);
   }
@@ -282,7 +286,8 @@ class CpuBackend final : public Backend {
                           int B, int T, int C, int NH, int NKV) override {
     const Access access(*this);
     const int64_t BT = int64_t(B) * T, C3 = int64_t(NH + 2 * NKV) * (C / NH);
-    Out d(dqkv, BT * C3, dt(), true);
+    Out d(dqkv, BT * C3, dt(), false);
+    d.zero();  // written: the reference op accumulates into zeros
     cpu::attention_backward(d.get(), In(dout, BT * C, dt()).get(), In(qkv, BT * C3, dt()).get(), lse, B, T, C,
                             NH, NKV);
   }
@@ -322,12 +327,12 @@ class CpuBackend final : public Backend {
   }
   void swiglu_backward(void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
     const Access access(*this);
-    Out d(dinp, N * 2 * F, dt(), true);
+    Out d(dinp, N * 2 * F, dt(), false);
     cpu::swiglu_backward(d.get(), In(inp, N * 2 * F, dt()).get(), In(dout, N * F, dt()).get(), N, F);
   }
   void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override {
     const Access access(*this);
-    Out d(dinp, n, dt(), true);
+    Out d(dinp, n, dt(), false);  // dinp may be dout: elementwise, each read before its write
     cpu::gelu_backward(d.get(), In(inp, n, dt()).get(), In(dout, n, dt()).get(), n);
   }
   void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N, int V,

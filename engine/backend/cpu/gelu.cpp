@@ -30,7 +30,7 @@ void gelu_backward(F* dinp, const F* inp, const F* dout, int64_t n) {
     const F th = vtanh(u);
     const F sech2 = F(1) - th * th;
     const F grad = F(0.5) * (F(1) + th) + F(0.5) * x * sech2 * k * (F(1) + F(3 * 0.044715) * x * x);
-    dinp[i] += grad * dout[i];
+    dinp[i] = grad * dout[i];
   }
 }
 

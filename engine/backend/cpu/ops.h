@@ -2,7 +2,9 @@
 // float type: the engine runs them in float; the tests also run them in double, where finite
 // differences are exact enough to prove every backward, and then compare float against double.
 // Conventions: row-major, shape comments name the dims, backward ops ACCUMULATE (+=) into grads so
-// gradient accumulation and residual branches need no extra pass. Threads: OpenMP, static
+// gradient accumulation and residual branches need no extra pass, except the elementwise GELU and
+// SwiGLU backward, which write (the Backend interface writes every single-writer activation
+// gradient; the CPU backend zero-fills before the accumulating ones). Threads: OpenMP, static
 // partitions chosen so every reduction has a fixed order (bit-identical reruns).
 #pragma once
 #include <cstdint>
@@ -76,13 +78,13 @@ void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, 
 template <typename F>
 void swiglu_forward(F* out, const F* inp, int64_t N, int F_);
 template <typename F>
-void swiglu_backward(F* dinp, const F* inp, const F* dout, int64_t N, int F_);  // (accumulates)
+void swiglu_backward(F* dinp, const F* inp, const F* dout, int64_t N, int F_);  // (dinp written)
 
 // GELU, tanh approximation (GPT-2): out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 template <typename F>
 void gelu_forward(F* out, const F* inp, int64_t n);
 template <typename F>
-void gelu_backward(F* dinp, const F* inp, const F* dout, int64_t n);
+void gelu_backward(F* dinp, const F* inp, const F* dout, int64_t n);  // (dinp written; may be dout)
 
 // Fused softmax cross-entropy over logits (N,V): losses (N) = logsumexp(row) - row[target].
 // When grad_scale != 0, overwrites logits with dlogits = (softmax - onehot(target)) * grad_scale,

@@ -29,8 +29,9 @@ void swiglu_backward(F* dinp, const F* inp, const F* dout, int64_t N, int F_) {
 #pragma omp simd
     for (int i = 0; i < F_; ++i) {
       const F sig = F(1) / (F(1) + vexp(-g[i]));
-      dg[i] += d[i] * u[i] * sig * (F(1) + g[i] * (F(1) - sig));
-      du[i] += d[i] * g[i] * sig;
+      const F di = d[i];
+      dg[i] = di * u[i] * sig * (F(1) + g[i] * (F(1) - sig));
+      du[i] = di * g[i] * sig;
     }
   }
 }

@@ -208,8 +208,8 @@ __global__ void attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* 
       if (c >= g.hs) continue;
       T* pk = dqkv + g.k(t2) + c;
       T* pv = dqkv + g.v(t2) + c;
-      *pk = from_float<T>(to_float(*pk) + dk[i][k]);
-      *pv = from_float<T>(to_float(*pv) + dv[i][k]);
+      *pk = from_float<T>(dk[i][k]);
+      *pv = from_float<T>(dv[i][k]);
     }
   }
 }
@@ -272,7 +272,7 @@ __global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qk
       const int c = lane + 32 * k;
       if (c >= g.hs) continue;
       T* pq = dqkv + g.q(t) + c;
-      *pq = from_float<T>(to_float(*pq) + dq[i][k]);
+      *pq = from_float<T>(dq[i][k]);
     }
   }
 }
@@ -542,8 +542,8 @@ __global__ void attention_backward_dkdv_tc_kernel(T* dqkv, const T* dout, const 
     for (int c = half; c < hs; c += 2) {
       T* pk = dqkv + g.k(key) + c;
       T* pv = dqkv + g.v(key) + c;
-      *pk = from_float<T>(to_float(*pk) + dK[r * L.ldo + c]);
-      *pv = from_float<T>(to_float(*pv) + dV[r * L.ldo + c]);
+      *pk = from_float<T>(dK[r * L.ldo + c]);
+      *pv = from_float<T>(dV[r * L.ldo + c]);
     }
 }
 
@@ -586,7 +586,7 @@ __global__ void attention_backward_dq_tc_kernel(T* dqkv, const T* dout, const T*
   if (t < g.T)
     for (int c = half; c < hs; c += 2) {
       T* pq = dqkv + g.q(t) + c;
-      *pq = from_float<T>(to_float(*pq) + dQ[r * L.ldo + c]);
+      *pq = from_float<T>(dQ[r * L.ldo + c]);
     }
 }
 

@@ -249,11 +249,13 @@ class CudaBackend final : public Backend {
   }
   void matmul_backward(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w, int N,
                        int C, int OC) override {
-    gemm_->linear_backward(dinp, dw, dout, inp, w, N, C, OC, dt(), stream_);
-    if (dbias) {
-      float* sc = scratch(column_scratch_floats(OC));
-      ZT_DISPATCH(dt(), T, cuda::bias_backward(dbias, tp<T>(dout), N, OC, sc, stream_));
-    }
+    gemm_->linear_backward(dinp, dw, dbias, dout, inp, w, nullptr, N, C, OC, dt(), scratch(column_scratch_floats(OC)),
+                           stream_);
+  }
+  void matmul_gelu_backward(void* dpre, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
+                            const void* pre, int N, int C, int OC) override {
+    gemm_->linear_backward(dpre, dw, dbias, dout, inp, w, pre, N, C, OC, dt(), scratch(column_scratch_floats(OC)),
+                           stream_);
   }
   void attention_forward(void* out, float* lse, const void* qkv, int B, int T_, int C, int NH, int NKV) override {
     ZT_DISPATCH(dt(), T, cuda::attention_forward(tp<T>(out), lse, tp<T>(qkv), B, T_, C, NH, NKV, stream_));

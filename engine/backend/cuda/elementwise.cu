@@ -99,18 +99,17 @@ template <int V, typename T>
 __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n) return;
-  float x[V], d[V], acc[V];
+  float x[V], d[V];  // read before dinp is written: dinp may be dout (in place)
   load_floats<V>(x, inp + i);
   load_floats<V>(d, dout + i);
-  load_floats<V>(acc, dinp + i);
 #pragma unroll
   for (int k = 0; k < V; ++k) {
     const float th = tanhf(kSqrt2OverPi * (x[k] + 0.044715f * x[k] * x[k] * x[k]));
     const float grad =
         0.5f * (1.0f + th) + 0.5f * x[k] * (1.0f - th * th) * kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x[k] * x[k]);
-    acc[k] += grad * d[k];
+    d[k] *= grad;
   }
-  store_floats<V>(dinp + i, acc);
+  store_floats<V>(dinp + i, d);
 }
 // Grid-stride partial sums, one per block (the grid is fixed: kSumBlocks), then one block sums
 // the partials: the same order on every run.

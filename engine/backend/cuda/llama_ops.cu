@@ -123,8 +123,8 @@ __global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int
   const int64_t n = idx / F, i = idx % F, gi = n * 2 * F + i, ui = gi + F;
   const float g = to_float(inp[gi]), u = to_float(inp[ui]), d = to_float(dout[idx]);
   const float sig = 1.0f / (1.0f + expf(-g));
-  dinp[gi] = from_float<T>(to_float(dinp[gi]) + d * u * sig * (1.0f + g * (1.0f - sig)));
-  dinp[ui] = from_float<T>(to_float(dinp[ui]) + d * g * sig);
+  dinp[gi] = from_float<T>(d * u * sig * (1.0f + g * (1.0f - sig)));  // written, not accumulated
+  dinp[ui] = from_float<T>(d * g * sig);
 }
 }  // namespace
 

@@ -4,7 +4,9 @@
 //   dW (OC,C) += dout^T @ inp         is  dW_cm (C,OC) += inp_cm (C,N) x dout_cm^T (N,OC)
 // Compute is fp32 in every precision (CUBLAS_COMPUTE_32F: no TF32 for fp32 inputs, so fp32
 // results track the CPU reference; bf16/fp16 inputs accumulate in fp32). The bias broadcasts
-// along the n columns of D_cm, i.e. per output feature: cuBLASLt's BIAS epilogue.
+// along the n columns of D_cm, i.e. per output feature: cuBLASLt's BIAS epilogue. In backward,
+// DGELU multiplies dinp by gelu'(pre) (aux input) as it is written, and BGRADB sums dout over the
+// tokens (the weight GEMM's k) into the bias gradient: neither needs its own pass over memory.
 #include <cublasLt.h>
 
 #include <array>
@@ -41,71 +43,80 @@ Gemm::Gemm() {
 }
 
 Gemm::~Gemm() {
+  for (auto& [key, p] : plans_) {
+    for (void* l : p.layouts) cublasLtMatrixLayoutDestroy(static_cast<cublasLtMatrixLayout_t>(l));
+    cublasLtMatmulDescDestroy(static_cast<cublasLtMatmulDesc_t>(p.desc));
+  }
   cudaFree(workspace_);
   cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-bool Gemm::run(const Args& a, cudaStream_t s, bool may_fail) {
-  auto lt = static_cast<cublasLtHandle_t>(handle_);
+const Gemm::Plan& Gemm::plan(const Args& a) {
+  const int al_a = alignment(a.A), al_b = alignment(a.B), al_d = alignment(a.D);
+  const Key key{a.ta * 2 + a.tb, a.m, a.n, a.k, a.lda, a.ldb, a.ldd, int(a.ab_type) * 64 + int(a.d_type),
+                a.epilogue, int(a.bias_type), a.aux_ld, al_a, al_b, al_d, a.beta != 0};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second;
+  Plan p;
   cublasLtMatmulDesc_t desc;
   lt_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
+  p.desc = desc;
   const cublasOperation_t opa = a.ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = a.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
   const auto epi = cublasLtEpilogue_t(a.epilogue);
   cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-  if (a.bias) {
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a.bias, sizeof a.bias);
-    const cudaDataType_t bt = a.d_type;
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt);
-  }
+  if (a.bias) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &a.bias_type, sizeof a.bias_type);
   if (a.aux) {
-    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a.aux, sizeof a.aux);
     const int64_t ld = a.aux_ld;
     cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
   }
+  // the pointers the heuristic sees (their alignment is in the key); each call sets its own
+  if (a.bias) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a.bias, sizeof a.bias);
+  if (a.aux) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a.aux, sizeof a.aux);
   cublasLtMatrixLayout_t la, lb, ld;
   lt_check(cublasLtMatrixLayoutCreate(&la, a.ab_type, a.ta ? a.k : a.m, a.ta ? a.m : a.k, a.lda), "layout A");
   lt_check(cublasLtMatrixLayoutCreate(&lb, a.ab_type, a.tb ? a.n : a.k, a.tb ? a.k : a.n, a.ldb), "layout B");
   lt_check(cublasLtMatrixLayoutCreate(&ld, a.d_type, a.m, a.n, a.ldd), "layout D");
+  p.layouts = {la, lb, ld};
 
-  const int al_a = alignment(a.A), al_b = alignment(a.B), al_d = alignment(a.D);
-  const Key key{a.ta, a.tb, a.m, a.n, a.k, a.lda, a.ldb, a.ldd, int(a.ab_type) * 64 + int(a.d_type), a.epilogue,
-                al_a, al_b, al_d * 2 + (a.beta != 0)};
-  auto it = algos_.find(key);
-  if (it == algos_.end()) {
-    cublasLtMatmulPreference_t pref;
-    lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    const size_t ws = kWorkspaceBytes;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    const uint32_t ua = al_a, ub = al_b, ud = al_d;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &ua, sizeof ua);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ub, sizeof ub);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ud, sizeof ud);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ud, sizeof ud);
-    cublasLtMatmulHeuristicResult_t heur{};
-    int found = 0;
-    const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &heur, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
-    std::array<char, 64> bytes{};
-    std::memcpy(bytes.data(), &heur.algo, sizeof heur.algo);
-    it = algos_.emplace(key, std::make_pair(st == CUBLAS_STATUS_SUCCESS && found > 0, bytes)).first;
+  cublasLtMatmulPreference_t pref;
+  lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  const size_t ws = kWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  const uint32_t ua = al_a, ub = al_b, ud = al_d;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &ua, sizeof ua);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ub, sizeof ub);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ud, sizeof ud);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ud, sizeof ud);
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), desc, la, lb, ld,
+                                                           ld, pref, 1, &heur, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  std::memcpy(p.algo.data(), &heur.algo, sizeof heur.algo);
+  return plans_.emplace(key, p).first->second;
+}
+
+bool Gemm::run(const Args& a, cudaStream_t s, bool may_fail) {
+  const Plan& p = plan(a);
+  if (!p.found) {
+    if (!may_fail) fail(__FILE__, __LINE__, "cublasLt", "no algorithm for this GEMM");
+    return false;
   }
-  bool ok = it->second.first;
-  if (ok) {
-    cublasLtMatmulAlgo_t algo;
-    std::memcpy(&algo, it->second.second.data(), sizeof algo);
-    const float alpha = 1.0f;
-    lt_check(cublasLtMatmul(lt, desc, &alpha, a.A, la, a.B, lb, &a.beta, a.D, ld, a.D, ld, &algo, workspace_,
-                            kWorkspaceBytes, s),
-             "cublasLtMatmul");
-  }
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(ld);
-  cublasLtMatmulDescDestroy(desc);
-  if (!ok && !may_fail) fail(__FILE__, __LINE__, "cublasLt", "no algorithm for this GEMM");
-  return ok;
+  auto desc = static_cast<cublasLtMatmulDesc_t>(p.desc);
+  if (a.bias) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a.bias, sizeof a.bias);
+  if (a.aux) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a.aux, sizeof a.aux);
+  auto la = static_cast<cublasLtMatrixLayout_t>(p.layouts[0]), lb = static_cast<cublasLtMatrixLayout_t>(p.layouts[1]),
+       ld = static_cast<cublasLtMatrixLayout_t>(p.layouts[2]);
+  cublasLtMatmulAlgo_t algo;
+  std::memcpy(&algo, p.algo.data(), sizeof algo);
+  const float alpha = 1.0f;
+  lt_check(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), desc, &alpha, a.A, la, a.B, lb, &a.beta, a.D, ld,
+                          a.D, ld, &algo, workspace_, kWorkspaceBytes, s),
+           "cublasLtMatmul");
+  return true;
 }
 
 void Gemm::linear_forward(void* out, const void* inp, const void* w, const void* bias, int N, int C, int OC, DType t,
@@ -114,7 +125,7 @@ void Gemm::linear_forward(void* out, const void* inp, const void* w, const void*
   a.ta = true;
   a.m = OC, a.n = N, a.k = C;
   a.A = w, a.lda = C, a.B = inp, a.ldb = C, a.D = out, a.ldd = OC;
-  a.ab_type = a.d_type = cuda_type(t);
+  a.ab_type = a.d_type = a.bias_type = cuda_type(t);
   if (bias) {
     a.epilogue = CUBLASLT_EPILOGUE_BIAS;
     a.bias = bias;
@@ -141,7 +152,7 @@ bool Gemm::linear_gelu_forward(void* out, void* pre, const void* inp, const void
   a.ta = true;
   a.m = OC, a.n = N, a.k = C;
   a.A = w, a.lda = C, a.B = inp, a.ldb = C, a.D = out, a.ldd = OC;
-  a.ab_type = a.d_type = cuda_type(t);
+  a.ab_type = a.d_type = a.bias_type = cuda_type(t);
   a.epilogue = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
   a.bias = bias;
   a.aux = pre;
@@ -149,16 +160,42 @@ bool Gemm::linear_gelu_forward(void* out, void* pre, const void* inp, const void
   return run(a, s, /*may_fail=*/true);
 }
 
-void Gemm::linear_backward(void* dinp, float* dw, const void* dout, const void* inp, const void* w, int N, int C,
-                           int OC, DType t, cudaStream_t s) {
+namespace {
+template <typename Fn>
+void with_type(DType t, Fn fn) {
+  switch (t) {
+    case DType::F32: fn(float{}); break;
+    case DType::BF16: fn(__nv_bfloat16{}); break;
+    case DType::F16: fn(__half{}); break;
+  }
+}
+}  // namespace
+
+void Gemm::linear_backward(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
+                           const void* gelu_pre, int N, int C, int OC, DType t, float* scratch, cudaStream_t s) {
   const cudaDataType_t ct = cuda_type(t);
-  if (dinp) {
+  if (dinp) {  // written, not accumulated: no zero-fill before, no read of D
     Args a;
     a.m = C, a.n = N, a.k = OC;
     a.A = w, a.lda = C, a.B = dout, a.ldb = OC, a.D = dinp, a.ldd = C;
-    a.beta = 1.0f;
     a.ab_type = a.d_type = ct;
-    run(a, s);
+    bool fused = false;
+    if (gelu_pre && C % 8 == 0) {  // the aux input's leading dimension must be a multiple of 8
+      a.epilogue = CUBLASLT_EPILOGUE_DGELU;
+      a.aux = gelu_pre;
+      a.aux_ld = C;
+      fused = run(a, s, /*may_fail=*/true);
+      a.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+      a.aux = nullptr;
+      a.aux_ld = 0;
+    }
+    if (!fused) run(a, s);
+    if (gelu_pre && !fused)  // in place: each element is read before it is written
+      with_type(t, [&](auto z) {
+        using T = decltype(z);
+        gelu_backward(static_cast<T*>(dinp), static_cast<const T*>(gelu_pre), static_cast<const T*>(dinp),
+                      int64_t(N) * C, s);
+      });
   }
   Args a;  // fp32 weight gradient from compute-type inputs (cuBLASLt's mixed A/B -> D types)
   a.tb = true;
@@ -167,6 +204,23 @@ void Gemm::linear_backward(void* dinp, float* dw, const void* dout, const void* 
   a.beta = 1.0f;
   a.ab_type = ct;
   a.d_type = CUDA_R_32F;
+  if (dbias) {
+    // BGRADB: the column sums of op(B) = dout over k = the N tokens, i.e. the bias gradient, as
+    // the GEMM reads dout anyway. It is written, so it goes to scratch and is added to dbias.
+    a.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    a.bias = scratch;
+    a.bias_type = CUDA_R_32F;
+    if (run(a, s, /*may_fail=*/true)) {
+      add(dbias, dbias, scratch, OC, s);
+      return;
+    }
+    a.epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // no fused algorithm for this shape: a reduction pass
+    a.bias = nullptr;
+    with_type(t, [&](auto z) {
+      using T = decltype(z);
+      bias_backward(dbias, static_cast<const T*>(dout), N, OC, scratch, s);
+    });
+  }
   run(a, s);
 }
 

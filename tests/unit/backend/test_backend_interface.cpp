@@ -1,6 +1,10 @@
 // The backend interface: an op a backend lacks is an answer, not a crash; pinned host memory is
-// counted apart from device memory.
+// counted apart from device memory; single-writer activation gradients are written.
 #include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+#include <vector>
 
 #include "engine/backend/backend.h"
 #include "engine/core/status.h"
@@ -51,4 +55,75 @@ TEST_CASE("pinned host memory is counted apart from device memory", "[backend]")
   s = be->memory_stats();
   REQUIRE(s.pinned_host == before.pinned_host);
   REQUIRE(s.allocated == before.allocated);
+}
+
+namespace {
+// n floats into a new device buffer of the backend's compute type, and back
+void* upload(Backend& be, const std::vector<float>& v) {
+  const size_t n = v.size();
+  void* f = be.alloc(n * 4);
+  be.copy_to_device(f, v.data(), n * 4);
+  void* p = be.alloc(n * be.compute_size());
+  be.convert(p, be.compute_dtype(), f, DType::F32, int64_t(n));
+  be.free(f);
+  return p;
+}
+std::vector<float> download(Backend& be, const void* p, size_t n) {
+  void* f = be.alloc(n * 4);
+  be.convert(f, DType::F32, p, be.compute_dtype(), int64_t(n));
+  std::vector<float> v(n);
+  be.copy_to_host(v.data(), f, n * 4);
+  be.free(f);
+  return v;
+}
+std::vector<float> noise(size_t n, float phase) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = std::sin(0.37f * float(i) + phase);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("activation gradients with one writer are written, whatever the buffer held", "[backend]") {
+  for (const DType dt : {DType::F32, DType::BF16}) {
+    CAPTURE(int(dt));
+    auto be = make_cpu_backend(1);
+    be->set_compute_dtype(dt);
+    const int N = 6, C = 16, OC = 8, B = 1, T = 6, NH = 2;
+    void* x = upload(*be, noise(size_t(N) * C, 0.1f));
+    void* w = upload(*be, noise(size_t(OC) * C, 0.2f));
+    void* pre = upload(*be, noise(size_t(N) * C, 0.3f));
+    void* dout = upload(*be, noise(size_t(N) * OC, 0.4f));
+    float* dw = static_cast<float*>(be->alloc(size_t(OC) * C * 4));
+    // each op twice: into zeros, then into noise; the results must not differ
+    auto twice = [&](size_t n, const std::function<void(void*)>& op) {
+      void* zeros = upload(*be, std::vector<float>(n));
+      void* noisy = upload(*be, noise(n, 0.9f));
+      op(zeros);
+      op(noisy);
+      const auto a = download(*be, zeros, n), b = download(*be, noisy, n);
+      be->free(zeros);
+      be->free(noisy);
+      REQUIRE(a == b);
+      return a;
+    };
+    const auto dx = twice(size_t(N) * C, [&](void* d) { be->matmul_backward(d, dw, nullptr, dout, x, w, N, C, OC); });
+    const auto dpre = twice(size_t(N) * C, [&](void* d) {
+      be->matmul_gelu_backward(d, dw, nullptr, dout, x, w, pre, N, C, OC);
+    });
+    // the fused op is the matmul's dinp through gelu' (in place here: dinp = dout)
+    void* chain = upload(*be, dx);
+    be->gelu_backward(chain, pre, chain, int64_t(N) * C);
+    REQUIRE(download(*be, chain, size_t(N) * C) == dpre);
+    be->free(chain);
+    twice(size_t(N) * C, [&](void* d) { be->gelu_backward(d, pre, x, int64_t(N) * C); });
+    twice(size_t(N) * C, [&](void* d) { be->swiglu_backward(d, x, pre, N, C / 2); });
+    float* lse = static_cast<float*>(be->alloc(size_t(B) * NH * T * 4));
+    void* qkv = upload(*be, noise(size_t(B) * T * 3 * C, 0.5f));
+    void* att = upload(*be, std::vector<float>(size_t(B) * T * C));
+    be->attention_forward(att, lse, qkv, B, T, C, NH, NH);
+    twice(size_t(B) * T * 3 * C, [&](void* d) { be->attention_backward(d, x, att, qkv, lse, B, T, C, NH, NH); });
+    for (void* p : {x, w, pre, dout, qkv, att}) be->free(p);
+    be->free(dw);
+    be->free(lse);
+  }
 }
