@@ -126,11 +126,11 @@ export B arch CUDA_HOME
 if [ $DRY = 1 ]; then
   stage build 200 dry_build
   stage ops 45 dry ops
-  stage ops_fa2 30 dry ops_fa2
+  stage ops_wmma 30 dry ops_wmma
   stage parity 45 dry parity
   stage gemm 30 dry gemm
   stage attention 30 dry attention
-  stage attention_fa2 30 dry attention_fa2
+  stage attention_wmma 30 dry attention_wmma
   stage bench 60 dry bench_gpt2_124m
   stage pytorch 60 $PYTHON tools/gpu_check/torch_gpt2.py --tiny --device cpu --steps 2 --batch 2
   stage zero3 45 dry zero3_overhead
@@ -141,13 +141,13 @@ else
   stage build 200 build
   export CUDA_LAUNCH_BLOCKING=1  # ops first, each launch synchronous: an error names its kernel
   stage ops 45 "$B/test_backend_ops"
-  # the opt-in FlashAttention-2 forward (engine/backend/cuda/attention_fa2.cu) against the CPU too
-  stage ops_fa2 30 env ZTRAIN_ATTENTION=fa2 "$B/test_backend_ops"
+  # the WMMA attention kernels the FlashAttention-2 ones replaced as the default, against the CPU too
+  stage ops_wmma 30 env ZTRAIN_ATTENTION=wmma "$B/test_backend_ops"
   unset CUDA_LAUNCH_BLOCKING
   stage parity 45 "$B/gpt2_cuda_check" parity
   stage gemm 30 "$B/gemm_probe"
   stage attention 30 "$B/gpt2_cuda_check" attention
-  stage attention_fa2 30 env ZTRAIN_ATTENTION=fa2 "$B/gpt2_cuda_check" attention
+  stage attention_wmma 30 env ZTRAIN_ATTENTION=wmma "$B/gpt2_cuda_check" attention
   stage bench 60 "$B/gpt2_cuda_check" bench "$STEPS"
   MB=$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)
   stage pytorch 60 $PYTHON tools/gpu_check/torch_gpt2.py --batch "$MB" --steps "$STEPS"

@@ -18,7 +18,7 @@ ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(HERE, ".."))
 import testlib  # noqa: E402
 
-STAGES = ["build", "ops", "ops_fa2", "parity", "gemm", "attention", "attention_fa2", "bench", "pytorch", "zero3",
+STAGES = ["build", "ops", "ops_wmma", "parity", "gemm", "attention", "attention_wmma", "bench", "pytorch", "zero3",
           "hang_probe", "crash_probe"]
 
 

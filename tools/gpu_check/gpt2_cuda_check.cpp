@@ -224,10 +224,10 @@ int bench(int steps, DType dt) {
   return 1;
 }
 
-int attention(DType dt) {
+// One shape: B sequences of T tokens, NH heads of size C / NH.
+void attention_shape(DType dt, int B, int T, int C, int NH) {
   auto gpu = make_backend("cuda", 0);
   gpu->set_compute_dtype(dt);
-  const int B = 8, T = 1024, C = 768, NH = 12;
   const size_t nq = size_t(B) * T * 3 * C, es = gpu->compute_size();
   void* qkv = gpu->alloc(nq * es);
   void* out = gpu->alloc(size_t(B) * T * C * es);
@@ -255,7 +255,19 @@ int attention(DType dt) {
   std::printf("{\"check\": \"attention\", \"B\": %d, \"T\": %d, \"heads\": %d, \"head_size\": %d, \"precision\": \"%s\", "
               "\"fwd_ms\": %.3f, \"bwd_ms\": %.3f, \"fwd_tflops\": %.2f, \"bwd_tflops\": %.2f}\n",
               B, T, NH, C / NH, dtype_name(dt), fwd * 1e3, bwd * 1e3, f / fwd / 1e12, 2.5 * f / bwd / 1e12);
+  std::fflush(stdout);
   for (void* p : {qkv, out, (void*)lse, dqkv}) gpu->free(p);
+}
+
+// The targets are at head size 64 and 128, T = 1024 and 4096 (8192 tokens each); fp32
+// (the CUDA-core kernels) at GPT-2's shape only.
+int attention(DType dt) {
+  if (dt == DType::F32) {
+    attention_shape(dt, 8, 1024, 768, 12);
+    return 0;
+  }
+  for (const int T : {1024, 4096})
+    for (const int hs : {64, 128}) attention_shape(dt, 8192 / T, T, 768, 768 / hs);
   return 0;
 }
 

@@ -79,12 +79,15 @@ def summary(path):
         "mfu_vs_measured_gemm_ceiling": round(model_tflops / bf16_ceiling, 4) if model_tflops and bf16_ceiling else None,
         "not_measured": sorted(n for n, s in res["stages"].items() if not s.get("ok")),
     }
-    # attention forward (bf16) against the GEMM ceiling (target >= 0.5): the default kernel and
-    # the opt-in FlashAttention-2 one
-    for name in ("attention", "attention_fa2"):
-        fwd = next((r["fwd_tflops"] for r in res["stages"].get(name, {}).get("result", [])
-                    if r.get("precision") == "bf16" and "fwd_tflops" in r), None)
-        res["derived"][name + "_fwd_vs_gemm_ceiling"] = round(fwd / bf16_ceiling, 3) if fwd and bf16_ceiling else None
+    # attention (bf16) against the GEMM ceiling, per head size and T (targets: forward >= 0.5,
+    # backward >= 0.4): the default FlashAttention-2 kernels and the WMMA ones they replaced
+    for name in ("attention", "attention_wmma"):
+        for r in res["stages"].get(name, {}).get("result", []):
+            if r.get("precision") != "bf16" or "fwd_tflops" not in r or not bf16_ceiling:
+                continue
+            key = f"{name}_hs{r['head_size']}_T{r['T']}_vs_gemm_ceiling"
+            res["derived"][key] = {"fwd": round(r["fwd_tflops"] / bf16_ceiling, 3),
+                                   "bwd": round(r["bwd_tflops"] / bf16_ceiling, 3)}
     save(path, res)
     print(f"{'stage':<16} {'exit':>5} {'seconds':>8}  result")
     for n, s in res["stages"].items():

@@ -10,9 +10,10 @@
 //   m16n8k16 matches the A layout two n-blocks at a time), so S and P never touch shared memory;
 // - O (16 x hs) stays in fp32 accumulators; each row's log-sum-exp is written for the backward.
 // P is rounded to T before P V, as in FlashAttention. The backward (below) follows the same plan.
-// Written for a first GPU run: opt-in (ZTRAIN_ATTENTION=fa2) until the GPU check's comparison with
-// the CPU backend has passed; the index arithmetic was checked by a numpy emulation of the
-// fragment layouts below (forward and backward, T = 150, grouped-query heads).
+// The default attention where it applies (ZTRAIN_ATTENTION=wmma takes the older WMMA kernels). Not
+// yet run on a GPU: the index arithmetic is checked by a numpy emulation of the fragment layouts
+// below (tools/fa2_emulation, in CI: forward and backward, head sizes 64 and 128, T = 150,
+// grouped-query heads); the GPU check compares both kernel sets with the CPU backend.
 //
 // mma.sync.m16n8k16 fragments (PTX ISA, 16-bit A/B, fp32 C), g = lane / 4, q = lane % 4:
 //   A (16 x 16, row-major): a0 = (g, 2q..2q+1), a1 = (g + 8, 2q..), a2 = (g, 2q + 8..), a3 = (g + 8, 2q + 8..)
@@ -114,11 +115,11 @@ struct Heads {
   }
 };
 
-// rows [t0, t0 + 64) of a (.., T, ld) tensor at `base` + t * ld into a shared (64, HS + 8) tile, zeros past T
-template <typename T, int HS>
+// rows [t0, t0 + ROWS) of a (.., T, ld) tensor at `base` + t * ld into a shared (ROWS, HS + 8) tile, zeros past T
+template <typename T, int HS, int ROWS = kKeys>
 __device__ void load_rows(T* dst, const T* base, int64_t ld, int t0, int T_) {
   constexpr int kLd = HS + 8, kChunks = HS / 8;
-  for (int idx = threadIdx.x; idx < kKeys * kChunks; idx += blockDim.x) {
+  for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += blockDim.x) {
     const int r = idx / kChunks, c = (idx % kChunks) * 8, t = t0 + r;
     cp_async16(dst + r * kLd + c, base + int64_t(t < T_ ? t : 0) * ld + c, t < T_);
   }
@@ -158,16 +159,43 @@ __device__ __forceinline__ void b_across(uint32_t& b0, uint32_t& b1, const T* ti
   b1 = *reinterpret_cast<const uint32_t*>(p + 8);
 }
 
-// c (16 x 64, fp32) = a (16 x HS, A fragments) times the transpose of a shared (64, HS) tile
-template <typename T, int HS, int kLd>
-__device__ __forceinline__ void times_tile_t(float (&c)[8][4], const uint32_t (&a)[HS / 16][4], const T* tile, int g,
+// c (16 x 8 NB, fp32) = a (16 x HS, A fragments) times the transpose of a shared (8 NB, HS) tile
+template <typename T, int HS, int kLd, int NB>
+__device__ __forceinline__ void times_tile_t(float (&c)[NB][4], const uint32_t (&a)[HS / 16][4], const T* tile, int g,
                                              int qd) {
-  for (int nb = 0; nb < 8; ++nb)
+  for (int nb = 0; nb < NB; ++nb)
     for (int kk = 0; kk < HS / 16; ++kk) {
       uint32_t b0, b1;
       b_across<T, kLd>(b0, b1, tile, nb * 8 + g, kk * 16, qd);
       mma16816<T>(c[nb], a[kk], b0, b1);
     }
+}
+
+// The A fragment of k-step k0 / 16 for 16 rows of a shared (.., kLd) tile: r = the thread's first row (g)
+template <typename T, int kLd>
+__device__ __forceinline__ void a_from_tile(uint32_t (&a)[4], const T* tile, int r, int k0, int qd) {
+  const T* p = tile + r * kLd + k0 + 2 * qd;
+  a[0] = *reinterpret_cast<const uint32_t*>(p);
+  a[1] = *reinterpret_cast<const uint32_t*>(p + 8 * kLd);
+  a[2] = *reinterpret_cast<const uint32_t*>(p + 8);
+  a[3] = *reinterpret_cast<const uint32_t*>(p + 8 * kLd + 8);
+}
+
+// times_tile_t with the A rows read from shared memory as needed (r: the thread's first row there)
+template <typename T, int HS, int kLd, int NB>
+__device__ __forceinline__ void rows_times_tile_t(float (&c)[NB][4], const T* rows, int r, const T* tile, int g,
+                                                  int qd) {
+#pragma unroll
+  for (int kk = 0; kk < HS / 16; ++kk) {
+    uint32_t a[4];
+    a_from_tile<T, kLd>(a, rows, r, kk * 16, qd);
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      uint32_t b0, b1;
+      b_across<T, kLd>(b0, b1, tile, nb * 8 + g, kk * 16, qd);
+      mma16816<T>(c[nb], a, b0, b1);
+    }
+  }
 }
 
 template <typename T, int HS>
@@ -268,38 +296,51 @@ __global__ void __launch_bounds__(32 * kWarps)
 // head's group) stream through shared memory; dQ parallel over query tiles, each warp holding 16
 // queries' Q and dO as A fragments and dQ in accumulators while K/V tiles stream. S^T, P^T, dP^T
 // and dS^T (or S, P, dP, dS) stay in registers; P and dS are rounded to T before their products,
-// as in FlashAttention. Head size 64 (the register budget of 128 would spill).
+// as in FlashAttention. At head size 128, dK and dV take 128 fp32 registers a thread, so the dK/dV
+// kernel streams query tiles of 32 (S^T and dP^T: 32 registers) and keeps K and V in shared memory,
+// reading their fragments as needed.
+
+// query rows per tile streamed by the dK/dV kernel
+template <int HS>
+constexpr int kDkdvQueryRows = HS > 64 ? 32 : 64;
 
 template <typename T, int HS>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_backward_dkdv_fa2_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_,
                                        int C, int NH, int NKV, float scale) {
-  constexpr int kLd = HS + 8, kTile = kKeys * kLd;
+  constexpr int kLd = HS + 8, kQ = kDkdvQueryRows<HS>, kTile = kQ * kLd, kKvTile = kKeys * kLd;
+  constexpr bool kSharedKV = HS > 64;  // K and V rows in shared memory rather than registers
   extern __shared__ __align__(16) unsigned char smem[];
-  T* tiles = reinterpret_cast<T*>(smem);                                      // [2][Q, dO][64][kLd]
-  float* stats = reinterpret_cast<float*>(smem + size_t(4) * kTile * sizeof(T));  // [2][lse2, D][64]
+  T* tiles = reinterpret_cast<T*>(smem);                                      // [2][Q, dO][kQ][kLd]
+  float* stats = reinterpret_cast<float*>(smem + size_t(4) * kTile * sizeof(T));  // [2][lse2, D][kQ]
+  T* kv = reinterpret_cast<T*>(stats + 4 * kQ);                               // kSharedKV: [K, V][64][kLd]
   const int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, group = NH / NKV;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
   const int k0 = blockIdx.x * kKeys, kr0 = k0 + warp * 16 + g, kr1 = kr0 + 8;  // this thread's two keys
   const float scale_log2 = scale * 1.4426950408889634f;
   const Heads H0(T_, C, NH, NKV, HS, b, kvh * group);  // the key/value head's offsets
-  uint32_t ka[HS / 16][4], va[HS / 16][4];
-  load_a_rows<T, HS>(ka, qkv + H0.k, H0.row, k0 + warp * 16 + g, T_, qd);
-  load_a_rows<T, HS>(va, qkv + H0.v, H0.row, k0 + warp * 16 + g, T_, qd);
+  uint32_t ka[kSharedKV ? 1 : HS / 16][4], va[kSharedKV ? 1 : HS / 16][4];
+  if constexpr (kSharedKV) {
+    load_rows<T, HS>(kv, qkv + H0.k, H0.row, k0, T_);  // in the first cp.async group, with tile 0
+    load_rows<T, HS>(kv + kKvTile, qkv + H0.v, H0.row, k0, T_);
+  } else {
+    load_a_rows<T, HS>(ka, qkv + H0.k, H0.row, k0 + warp * 16 + g, T_, qd);
+    load_a_rows<T, HS>(va, qkv + H0.v, H0.row, k0 + warp * 16 + g, T_, qd);
+  }
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
-  const int first = k0 / kRows, n_tiles = (T_ + kRows - 1) / kRows - first;  // query tiles at or after the keys
+  const int first = k0 / kQ, n_tiles = (T_ + kQ - 1) / kQ - first;  // query tiles at or after the keys
   const int total = group * n_tiles;  // (query head, query tile) pairs, streamed in that order
   auto load = [&](int i, int buf) {
     const Heads H(T_, C, NH, NKV, HS, b, kvh * group + i / n_tiles);
-    const int t0 = (first + i % n_tiles) * kRows;
+    const int t0 = (first + i % n_tiles) * kQ;
     T* Qs = tiles + buf * 2 * kTile;
-    load_rows<T, HS>(Qs, qkv + H.q, H.row, t0, T_);
-    load_rows<T, HS>(Qs + kTile, dout + H.o, C, t0, T_);
-    float* st = stats + buf * 2 * kRows;
-    for (int r = threadIdx.x; r < kRows; r += blockDim.x) {
+    load_rows<T, HS, kQ>(Qs, qkv + H.q, H.row, t0, T_);
+    load_rows<T, HS, kQ>(Qs + kTile, dout + H.o, C, t0, T_);
+    float* st = stats + buf * 2 * kQ;
+    for (int r = threadIdx.x; r < kQ; r += blockDim.x) {
       const int t = t0 + r;
       st[r] = t < T_ ? lse[H.stat + t] * 1.4426950408889634f : INFINITY;  // past T: P = 0
-      st[kRows + r] = t < T_ ? D[H.stat + t] : 0.0f;
+      st[kQ + r] = t < T_ ? D[H.stat + t] : 0.0f;
     }
   };
   load(0, 0);
@@ -312,23 +353,28 @@ __global__ void __launch_bounds__(32 * kWarps)
     __syncthreads();
     const T* Qs = tiles + buf * 2 * kTile;
     const T* dOs = Qs + kTile;
-    const float* L2 = stats + buf * 2 * kRows;
-    const float* Dq = L2 + kRows;
-    const int t0 = (first + i % n_tiles) * kRows;
-    // S^T (16 keys x 64 queries) = K Q^T and dP^T = V dO^T
-    float st[kRows / 8][4] = {}, dpt[kRows / 8][4] = {};
-    times_tile_t<T, HS, kLd>(st, ka, Qs, g, qd);
-    times_tile_t<T, HS, kLd>(dpt, va, dOs, g, qd);
+    const float* L2 = stats + buf * 2 * kQ;
+    const float* Dq = L2 + kQ;
+    const int t0 = (first + i % n_tiles) * kQ;
+    // S^T (16 keys x kQ queries) = K Q^T and dP^T = V dO^T
+    float st[kQ / 8][4] = {}, dpt[kQ / 8][4] = {};
+    if constexpr (kSharedKV) {
+      rows_times_tile_t<T, HS, kLd>(st, kv, warp * 16 + g, Qs, g, qd);
+      rows_times_tile_t<T, HS, kLd>(dpt, kv + kKvTile, warp * 16 + g, dOs, g, qd);
+    } else {
+      times_tile_t<T, HS, kLd>(st, ka, Qs, g, qd);
+      times_tile_t<T, HS, kLd>(dpt, va, dOs, g, qd);
+    }
     // P^T = exp(S scale - lse) where key <= query; dS^T = P^T (dP^T - D) scale
-    for (int nb = 0; nb < kRows / 8; ++nb)
+    for (int nb = 0; nb < kQ / 8; ++nb)
       for (int i2 = 0; i2 < 4; ++i2) {
         const int col = nb * 8 + 2 * qd + (i2 % 2), key = i2 < 2 ? kr0 : kr1;
         const float p = key <= t0 + col ? exp2f(st[nb][i2] * scale_log2 - L2[col]) : 0.0f;
         st[nb][i2] = p;
         dpt[nb][i2] = p * (dpt[nb][i2] - Dq[col]) * scale;
       }
-    // dV += P^T dO and dK += dS^T Q over the 64 queries, 16 at a time
-    for (int kk = 0; kk < kRows / 16; ++kk) {
+    // dV += P^T dO and dK += dS^T Q over the kQ queries, 16 at a time
+    for (int kk = 0; kk < kQ / 16; ++kk) {
       uint32_t pa[4], da[4];
       a_from_c<T>(pa, st, kk);
       a_from_c<T>(da, dpt, kk);
@@ -430,6 +476,26 @@ void launch(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int 
   kernel<<<grid, 32 * kWarps, smem, s>>>(out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(HS)));
   ZT_CUDA_LAUNCH_CHECK();
 }
+
+template <typename T, int HS>
+void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_, int C,
+                     int NH, int NKV, cudaStream_t s) {
+  const float scale = 1.0f / std::sqrt(float(HS));
+  const size_t tiles = size_t(2) * 2 * kKeys * (HS + 8) * sizeof(T);
+  const unsigned blocks = unsigned((T_ + kRows - 1) / kRows);
+  auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS>;
+  constexpr int kQ = kDkdvQueryRows<HS>;
+  const size_t dkdv_smem = size_t(2) * 2 * kQ * (HS + 8) * sizeof(T) + size_t(2) * 2 * kQ * sizeof(float) +
+                           (HS > 64 ? size_t(2) * kKeys * (HS + 8) * sizeof(T) : 0);  // + K, V rows at 128
+  if (dkdv_smem > 48 * 1024)
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dkdv_smem)));
+  dkdv<<<dim3(blocks, unsigned(B * NKV)), 32 * kWarps, dkdv_smem, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+  ZT_CUDA_LAUNCH_CHECK();
+  auto dq = attention_backward_dq_fa2_kernel<T, HS>;
+  if (tiles > 48 * 1024) ZT_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, int(tiles)));
+  dq<<<dim3(blocks, unsigned(B * NH)), 32 * kWarps, tiles, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+  ZT_CUDA_LAUNCH_CHECK();
+}
 }  // namespace
 
 template <typename T>
@@ -449,21 +515,9 @@ bool attention_backward_fa2(T* dqkv, const T* dout, const T* qkv, const float* l
   const int hs = C / NH;
   const bool aligned = reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(dqkv) % 4 == 0;
-  if (!aligned || hs != 64 || B * T_ <= 0) return false;
-  constexpr int HS = 64;
-  const float scale = 1.0f / std::sqrt(float(HS));
-  const size_t tiles = size_t(2) * 2 * kKeys * (HS + 8) * sizeof(T);
-  const unsigned blocks = unsigned((T_ + kRows - 1) / kRows);
-  auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS>;
-  const size_t dkdv_smem = tiles + size_t(2) * 2 * kRows * sizeof(float);
-  if (dkdv_smem > 48 * 1024)
-    ZT_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dkdv_smem)));
-  dkdv<<<dim3(blocks, unsigned(B * NKV)), 32 * kWarps, dkdv_smem, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
-  ZT_CUDA_LAUNCH_CHECK();
-  auto dq = attention_backward_dq_fa2_kernel<T, HS>;
-  if (tiles > 48 * 1024) ZT_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, int(tiles)));
-  dq<<<dim3(blocks, unsigned(B * NH)), 32 * kWarps, tiles, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
-  ZT_CUDA_LAUNCH_CHECK();
+  if (!aligned || (hs != 64 && hs != 128) || B * T_ <= 0) return false;
+  if (hs == 64) launch_backward<T, 64>(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
+  else launch_backward<T, 128>(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
   return true;
 }
 

@@ -41,11 +41,11 @@ inline int64_t attention_scratch_floats(int B, int T_, int NH) { return int64_t(
 template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
 // The FlashAttention-2-structured forward (attention_fa2.cu; 16-bit types, head size 64 or 128,
-// 16-byte aligned qkv); false where it does not apply. attention_forward takes it when
-// ZTRAIN_ATTENTION=fa2.
+// 16-byte aligned qkv); false where it does not apply. attention_forward takes it unless
+// ZTRAIN_ATTENTION=wmma or simt.
 template <typename T>
 bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
-// Its backward (head size 64), given D = rowsum(dout * out) (B,NH,T); false where it does not apply.
+// Its backward (head size 64 or 128), given D = rowsum(dout * out) (B,NH,T); false where it does not apply.
 template <typename T>
 bool attention_backward_fa2(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
                             int C, int NH, int NKV, cudaStream_t s);
