@@ -9,49 +9,75 @@ namespace zt::cuda {
 namespace {
 constexpr int kThreads = 512;
 
+// Rows are read and written V elements per access (V = kVec<T>, 128 bits, where the rows allow;
+// the vocabulary is padded to a multiple of 128, so they do). Thread i takes elements
+// [(i + k blockDim) V, + V) for k = 0, 1, ...
 // One pass for max and sum of exponentials (online rescaling, as flash attention's softmax).
-template <typename T>
-__device__ float row_logsumexp(const T* row, int V) {
+template <int V, typename T>
+__device__ float row_logsumexp(const T* row, int n) {
   float mx = -INFINITY, sum = 0;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) {
-    const float x = to_float(row[i]);
-    if (x > mx) {
-      sum = sum * expf(mx - x) + 1.0f;
-      mx = x;
-    } else {
-      sum += expf(x - mx);
+  for (int i = threadIdx.x * V; i < n; i += blockDim.x * V) {
+    float x[V];
+    load_floats<V>(x, row + i);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      if (x[k] > mx) {
+        sum = sum * expf(mx - x[k]) + 1.0f;
+        mx = x[k];
+      } else {
+        sum += expf(x[k] - mx);
+      }
     }
   }
   const float bmx = block_max(mx);
   const float scaled = mx == -INFINITY ? 0.0f : sum * expf(mx - bmx);
   return bmx + logf(block_sum(scaled));
 }
-template <typename T>
-__global__ void softmax_crossentropy_kernel(float* losses, T* logits, const int32_t* targets, int V, float grad_scale) {
-  T* row = logits + int64_t(blockIdx.x) * V;
-  const float lse = row_logsumexp(row, V);
+// row (n) = (softmax(row) - onehot(target)) * grad_scale, softmax from the row's log-sum-exp
+template <int V, typename T>
+__device__ void write_grad(T* row, int n, float lse, int target, float grad_scale) {
+  for (int i = threadIdx.x * V; i < n; i += blockDim.x * V) {
+    float x[V];
+    load_floats<V>(x, row + i);
+#pragma unroll
+    for (int k = 0; k < V; ++k) x[k] = (expf(x[k] - lse) - (i + k == target ? 1.0f : 0.0f)) * grad_scale;
+    store_floats<V>(row + i, x);
+  }
+}
+template <int V, typename T>
+__global__ void softmax_crossentropy_kernel(float* losses, T* logits, const int32_t* targets, int n, float grad_scale) {
+  T* row = logits + int64_t(blockIdx.x) * n;
+  const float lse = row_logsumexp<V>(row, n);
   const int tgt = targets[blockIdx.x];
   __syncthreads();
   if (threadIdx.x == 0) losses[blockIdx.x] = lse - to_float(row[tgt]);
   __syncthreads();  // the target logit is read before it is overwritten
-  if (grad_scale != 0.0f)
-    for (int i = threadIdx.x; i < V; i += blockDim.x)
-      row[i] = from_float<T>((expf(to_float(row[i]) - lse) - (i == tgt ? 1.0f : 0.0f)) * grad_scale);
+  if (grad_scale != 0.0f) write_grad<V>(row, n, lse, tgt, grad_scale);
 }
-template <typename T>
-__global__ void row_max_kernel(float* out, const T* logits, int V) {
-  const T* row = logits + int64_t(blockIdx.x) * V;
+template <int V, typename T>
+__global__ void row_max_kernel(float* out, const T* logits, int n) {
+  const T* row = logits + int64_t(blockIdx.x) * n;
   float mx = -INFINITY;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, to_float(row[i]));
+  for (int i = threadIdx.x * V; i < n; i += blockDim.x * V) {
+    float x[V];
+    load_floats<V>(x, row + i);
+#pragma unroll
+    for (int k = 0; k < V; ++k) mx = fmaxf(mx, x[k]);
+  }
   mx = block_max(mx);
   if (threadIdx.x == 0) out[blockIdx.x] = mx;
 }
-template <typename T>
-__global__ void row_sumexp_kernel(float* out, const T* logits, const float* row_max, int V) {
-  const T* row = logits + int64_t(blockIdx.x) * V;
+template <int V, typename T>
+__global__ void row_sumexp_kernel(float* out, const T* logits, const float* row_max, int n) {
+  const T* row = logits + int64_t(blockIdx.x) * n;
   const float mx = row_max[blockIdx.x];
   float sum = 0;
-  for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf(to_float(row[i]) - mx);
+  for (int i = threadIdx.x * V; i < n; i += blockDim.x * V) {
+    float x[V];
+    load_floats<V>(x, row + i);
+#pragma unroll
+    for (int k = 0; k < V; ++k) sum += expf(x[k] - mx);
+  }
   sum = block_sum(sum);
   if (threadIdx.x == 0) out[blockIdx.x] = sum;
 }
@@ -62,14 +88,10 @@ __global__ void pick_target_kernel(float* out, const T* logits, const int32_t* t
   const int local = targets[n] - v0;
   out[n] = local >= 0 && local < V ? to_float(logits[int64_t(n) * V + local]) : 0.0f;
 }
-template <typename T>
-__global__ void grad_from_lse_kernel(T* logits, const float* lse, const int32_t* targets, int V, int v0,
+template <int V, typename T>
+__global__ void grad_from_lse_kernel(T* logits, const float* lse, const int32_t* targets, int n, int v0,
                                      float grad_scale) {
-  T* row = logits + int64_t(blockIdx.x) * V;
-  const float l = lse[blockIdx.x];
-  const int local = targets[blockIdx.x] - v0;
-  for (int i = threadIdx.x; i < V; i += blockDim.x)
-    row[i] = from_float<T>((expf(to_float(row[i]) - l) - (i == local ? 1.0f : 0.0f)) * grad_scale);
+  write_grad<V>(logits + int64_t(blockIdx.x) * n, n, lse[blockIdx.x], targets[blockIdx.x] - v0, grad_scale);
 }
 }  // namespace
 
@@ -77,19 +99,23 @@ template <typename T>
 void softmax_crossentropy(float* losses, T* logits, const int32_t* targets, int N, int V, float grad_scale,
                           cudaStream_t s) {
   if (N <= 0) return;
-  softmax_crossentropy_kernel<T><<<N, kThreads, 0, s>>>(losses, logits, targets, V, grad_scale);
+  with_vec<T>(V, {logits}, [&](auto v) {
+    softmax_crossentropy_kernel<decltype(v)::value, T><<<N, kThreads, 0, s>>>(losses, logits, targets, V, grad_scale);
+  });
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
 void logits_row_max(float* out, const T* logits, int N, int V, cudaStream_t s) {
   if (N <= 0) return;
-  row_max_kernel<T><<<N, kThreads, 0, s>>>(out, logits, V);
+  with_vec<T>(V, {logits}, [&](auto v) { row_max_kernel<decltype(v)::value, T><<<N, kThreads, 0, s>>>(out, logits, V); });
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
 void logits_row_sumexp(float* out, const T* logits, const float* row_max, int N, int V, cudaStream_t s) {
   if (N <= 0) return;
-  row_sumexp_kernel<T><<<N, kThreads, 0, s>>>(out, logits, row_max, V);
+  with_vec<T>(V, {logits}, [&](auto v) {
+    row_sumexp_kernel<decltype(v)::value, T><<<N, kThreads, 0, s>>>(out, logits, row_max, V);
+  });
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
@@ -102,7 +128,9 @@ template <typename T>
 void crossentropy_grad_from_lse(T* logits, const float* lse, const int32_t* targets, int N, int V, int v0,
                                 float grad_scale, cudaStream_t s) {
   if (N <= 0) return;
-  grad_from_lse_kernel<T><<<N, kThreads, 0, s>>>(logits, lse, targets, V, v0, grad_scale);
+  with_vec<T>(V, {logits}, [&](auto v) {
+    grad_from_lse_kernel<decltype(v)::value, T><<<N, kThreads, 0, s>>>(logits, lse, targets, V, v0, grad_scale);
+  });
   ZT_CUDA_LAUNCH_CHECK();
 }
 

@@ -5,6 +5,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <initializer_list>
+#include <type_traits>
+
 #include <cstdint>
 
 #include <cstdio>
@@ -102,5 +105,18 @@ __device__ __forceinline__ void store_floats(T* p, const float (&in)[V]) {
 template <typename T>
 constexpr int kVec = 16 / int(sizeof(T));
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+// 128-bit accesses apply when every (non-null) pointer is 16-byte aligned and the rows (n
+// elements) are whole vectors, so every row starts aligned too.
+inline bool vectorizable(int64_t n, int v, std::initializer_list<const void*> ptrs) {
+  bool ok = n % v == 0;
+  for (const void* p : ptrs) ok = ok && (p == nullptr || aligned16(p));
+  return ok;
+}
+// Runs fn(std::integral_constant<int, V>) with V = kVec<T> where vectorizable, else V = 1.
+template <typename T, typename Fn>
+void with_vec(int64_t n, std::initializer_list<const void*> ptrs, Fn fn) {
+  if (vectorizable(n, kVec<T>, ptrs)) fn(std::integral_constant<int, kVec<T>>{});
+  else fn(std::integral_constant<int, 1>{});
+}
 
 }  // namespace zt::cuda

@@ -16,9 +16,7 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 // Launches kernel<V> over n elements with the widest V the pointers and n allow (V <= VMAX).
 template <int VMAX, typename Launch>
 void launch_vec(int64_t n, std::initializer_list<const void*> ptrs, Launch launch) {
-  bool ok = n % VMAX == 0;
-  for (const void* p : ptrs) ok = ok && (p == nullptr || aligned16(p));
-  if (ok) launch(std::integral_constant<int, VMAX>{}, blocks_for(n / VMAX, kThreads));
+  if (vectorizable(n, VMAX, ptrs)) launch(std::integral_constant<int, VMAX>{}, blocks_for(n / VMAX, kThreads));
   else launch(std::integral_constant<int, 1>{}, blocks_for(n, kThreads));
   ZT_CUDA_LAUNCH_CHECK();
 }

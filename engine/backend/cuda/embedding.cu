@@ -5,26 +5,37 @@
 namespace zt::cuda {
 
 namespace {
-template <typename T>
+// One block per token row, V channels per access (128 bits where the rows allow).
+template <int V, typename T>
 __global__ void embedding_forward_kernel(T* out, const int32_t* inp, const T* wte, const T* wpe, int T_, int C) {
   const int bt = blockIdx.x, t = bt % T_;
   const int tok = inp[bt];
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float v = tok >= 0 ? to_float(wte[int64_t(tok) * C + c]) : 0.0f;
-    if (wpe) v += to_float(wpe[int64_t(t) * C + c]);
-    out[int64_t(bt) * C + c] = from_float<T>(v);
+  for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
+    float v[V] = {}, p[V];
+    if (tok >= 0) load_floats<V>(v, wte + int64_t(tok) * C + c);
+    if (wpe) {
+      load_floats<V>(p, wpe + int64_t(t) * C + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] += p[k];
+    }
+    store_floats<V>(out + int64_t(bt) * C + c, v);
   }
 }
 // Tokens repeat, so rows of dwte collide: fp32 atomics (the one reduction on the GPU whose order
 // is not fixed; the gradient buffers are fp32, so only the last bits vary between runs).
-template <typename T>
+// dout is read V channels per access; the atomics stay scalar.
+template <int V, typename T>
 __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int T_, int C) {
   const int bt = blockIdx.x, t = bt % T_;
   const int tok = inp[bt];
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float d = to_float(dout[int64_t(bt) * C + c]);
-    if (tok >= 0) atomicAdd(&dwte[int64_t(tok) * C + c], d);
-    if (dwpe) atomicAdd(&dwpe[int64_t(t) * C + c], d);
+  for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
+    float d[V];
+    load_floats<V>(d, dout + int64_t(bt) * C + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      if (tok >= 0) atomicAdd(&dwte[int64_t(tok) * C + c + k], d[k]);
+      if (dwpe) atomicAdd(&dwpe[int64_t(t) * C + c + k], d[k]);
+    }
   }
 }
 // [run] deterministic: thread c owns channel c of every row and adds the positions in order, so
@@ -54,7 +65,9 @@ void embedding_backward_deterministic(float* dwte, float* dwpe, const T* dout, c
 template <typename T>
 void embedding_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C, cudaStream_t s) {
   if (B * T_ <= 0) return;
-  embedding_forward_kernel<T><<<B * T_, 256, 0, s>>>(out, inp, wte, wpe, T_, C);
+  with_vec<T>(C, {out, wte, wpe}, [&](auto v) {
+    embedding_forward_kernel<decltype(v)::value, T><<<B * T_, 256, 0, s>>>(out, inp, wte, wpe, T_, C);
+  });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
@@ -62,7 +75,9 @@ template <typename T>
 void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_, int C,
                         cudaStream_t s) {
   if (B * T_ <= 0) return;
-  embedding_backward_kernel<T><<<B * T_, 256, 0, s>>>(dwte, dwpe, dout, inp, T_, C);
+  with_vec<T>(C, {dout}, [&](auto v) {
+    embedding_backward_kernel<decltype(v)::value, T><<<B * T_, 256, 0, s>>>(dwte, dwpe, dout, inp, T_, C);
+  });
   ZT_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,6 +1,6 @@
 // LayerNorm forward (optionally fused with the residual add before it) and backward: one warp per
-// row for the row-wise parts; the weight/bias gradients are column sums over rows computed in
-// row chunks and summed in chunk order (deterministic, no atomics).
+// row for the row-wise parts, 128-bit accesses where the row allows; the weight/bias gradients are
+// column sums over rows computed in row chunks and summed in chunk order (deterministic, no atomics).
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
@@ -9,9 +9,10 @@ namespace zt::cuda {
 namespace {
 constexpr int kWarps = 8;  // rows per block
 
-// res = a + b (rounded to T) when a is not null, then out = layernorm(res or inp). The row is
-// read from global memory three times; the second and third reads hit L1/L2.
-template <typename T>
+// res = a + b (rounded to T) when a is not null, then out = layernorm(res or inp). Each lane
+// moves V elements per access (V = kVec<T>: 128 bits, where the row allows). The row is read from
+// global memory three times; the second and third reads hit L1/L2.
+template <int V, typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, T* res, const T* a,
                                          const T* b_, const T* w, const T* b, int N, int C, float eps) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -20,32 +21,54 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   const T* x = inp + off;
   float sum = 0;
   if (a) {
-    for (int c = lane; c < C; c += 32) {
-      const T r = from_float<T>(to_float(a[off + c]) + to_float(b_[off + c]));
-      res[off + c] = r;
-      sum += to_float(r);
+    for (int c = lane * V; c < C; c += 32 * V) {
+      float u[V], v[V];
+      load_floats<V>(u, a + off + c);
+      load_floats<V>(v, b_ + off + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        u[k] = to_float(from_float<T>(u[k] + v[k]));  // the sum as stored
+        sum += u[k];
+      }
+      store_floats<V>(res + off + c, u);
     }
     x = res + off;
     __syncwarp();
   } else {
-    for (int c = lane; c < C; c += 32) sum += to_float(x[c]);
+    for (int c = lane * V; c < C; c += 32 * V) {
+      float u[V];
+      load_floats<V>(u, x + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) sum += u[k];
+    }
   }
   const float m = warp_sum(sum) / C;
   float var = 0;
-  for (int c = lane; c < C; c += 32) {
-    const float d = to_float(x[c]) - m;
-    var += d * d;
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float u[V];
+    load_floats<V>(u, x + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) var += (u[k] - m) * (u[k] - m);
   }
   const float s = rsqrtf(warp_sum(var) / C + eps);
   T* o = out + off;
-  for (int c = lane; c < C; c += 32) o[c] = from_float<T>((to_float(x[c]) - m) * s * to_float(w[c]) + to_float(b[c]));
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float u[V], wv[V], bv[V];
+    load_floats<V>(u, x + c);
+    load_floats<V>(wv, w + c);
+    load_floats<V>(bv, b + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) u[k] = (u[k] - m) * s * wv[k] + bv[k];
+    store_floats<V>(o + c, u);
+  }
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = s;
   }
 }
 
-template <typename T>
+// dinp += the LayerNorm's input gradient (dinp is the residual stream's gradient: two writers)
+template <int V, typename T>
 __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* mean,
                                                const float* rstd, int N, int C) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -55,18 +78,33 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
   const T* d = dout + off;
   const float m = mean[row], s = rstd[row];
   float dnorm_mean = 0, dnorm_norm_mean = 0;
-  for (int c = lane; c < C; c += 32) {
-    const float dn = to_float(w[c]) * to_float(d[c]);
-    dnorm_mean += dn;
-    dnorm_norm_mean += dn * (to_float(x[c]) - m) * s;
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float xv[V], dv[V], wv[V];
+    load_floats<V>(xv, x + c);
+    load_floats<V>(dv, d + c);
+    load_floats<V>(wv, w + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float dn = wv[k] * dv[k];
+      dnorm_mean += dn;
+      dnorm_norm_mean += dn * (xv[k] - m) * s;
+    }
   }
   dnorm_mean = warp_sum(dnorm_mean) / C;
   dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
   T* di = dinp + off;
-  for (int c = lane; c < C; c += 32) {
-    const float norm = (to_float(x[c]) - m) * s;
-    const float g = (to_float(w[c]) * to_float(d[c]) - dnorm_mean - norm * dnorm_norm_mean) * s;
-    di[c] = from_float<T>(to_float(di[c]) + g);
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float xv[V], dv[V], wv[V], acc[V];
+    load_floats<V>(xv, x + c);
+    load_floats<V>(dv, d + c);
+    load_floats<V>(wv, w + c);
+    load_floats<V>(acc, di + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float norm = (xv[k] - m) * s;
+      acc[k] += (wv[k] * dv[k] - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+    store_floats<V>(di + c, acc);
   }
 }
 
@@ -117,8 +155,10 @@ template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C, float eps,
                        cudaStream_t s) {
   if (N <= 0) return;
-  layernorm_forward_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(out, mean, rstd, inp, nullptr, nullptr,
-                                                                             nullptr, w, b, N, C, eps);
+  with_vec<T>(C, {out, inp, w, b}, [&](auto v) {
+    layernorm_forward_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
+        out, mean, rstd, inp, nullptr, nullptr, nullptr, w, b, N, C, eps);
+  });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
@@ -126,8 +166,10 @@ template <typename T>
 void residual_layernorm_forward(T* res, T* out, float* mean, float* rstd, const T* a, const T* b_, const T* w,
                                 const T* b, int N, int C, float eps, cudaStream_t s) {
   if (N <= 0) return;
-  layernorm_forward_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(out, mean, rstd, nullptr, res, a, b_, w,
-                                                                             b, N, C, eps);
+  with_vec<T>(C, {res, out, a, b_, w, b}, [&](auto v) {
+    layernorm_forward_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
+        out, mean, rstd, nullptr, res, a, b_, w, b, N, C, eps);
+  });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
@@ -135,8 +177,10 @@ template <typename T>
 void layernorm_backward(T* dinp, float* dw, float* db, const T* dout, const T* inp, const T* w, const float* mean,
                         const float* rstd, int N, int C, float* scratch, cudaStream_t s) {
   if (N <= 0) return;
-  layernorm_backward_dinp_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(dinp, dout, inp, w, mean, rstd, N,
-                                                                                   C);
+  with_vec<T>(C, {dinp, dout, inp, w}, [&](auto v) {
+    layernorm_backward_dinp_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
+        dinp, dout, inp, w, mean, rstd, N, C);
+  });
   layernorm_param_partial_kernel<T><<<dim3(blocks_for(C, 32), kColChunks), 1024, 0, s>>>(scratch, dout, inp, mean,
                                                                                          rstd, N, C);
   layernorm_param_finish_kernel<<<blocks_for(C, 256), 256, 0, s>>>(dw, db, scratch, C);

@@ -1,7 +1,8 @@
 // The Llama family's ops: RMSNorm (optionally fused with the residual add before it) and its
 // backward, rotary position embedding (Hugging Face convention, see engine/backend/cpu/ops.h)
-// and SwiGLU. Same layout as layernorm.cu: one warp per row for the row-wise parts; the weight
-// gradient is a column sum over rows in row chunks summed in chunk order (no atomics).
+// and SwiGLU. Same layout as layernorm.cu: one warp per row for the row-wise parts (128-bit
+// accesses where the row allows); the weight gradient is a column sum over rows in row chunks
+// summed in chunk order (no atomics).
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
@@ -11,8 +12,9 @@ namespace {
 constexpr int kWarps = 8;  // rows per block
 constexpr int kThreads = 256;
 
-// res = a + b (rounded to T) when a is not null, then out = rmsnorm(res or inp).
-template <typename T>
+// res = a + b (rounded to T) when a is not null, then out = rmsnorm(res or inp); V elements per
+// access (128 bits where the row allows), as in layernorm.cu.
+template <int V, typename T>
 __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, T* res, const T* a, const T* b,
                                        const T* w, int N, int C, float eps) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -21,24 +23,42 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, T* res
   const T* x = inp + off;
   float ss = 0;
   if (a) {
-    for (int c = lane; c < C; c += 32) {
-      const T r = from_float<T>(to_float(a[off + c]) + to_float(b[off + c]));
-      res[off + c] = r;
-      ss += to_float(r) * to_float(r);
+    for (int c = lane * V; c < C; c += 32 * V) {
+      float u[V], v[V];
+      load_floats<V>(u, a + off + c);
+      load_floats<V>(v, b + off + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        u[k] = to_float(from_float<T>(u[k] + v[k]));  // the sum as stored
+        ss += u[k] * u[k];
+      }
+      store_floats<V>(res + off + c, u);
     }
     x = res + off;
     __syncwarp();
   } else {
-    for (int c = lane; c < C; c += 32) ss += to_float(x[c]) * to_float(x[c]);
+    for (int c = lane * V; c < C; c += 32 * V) {
+      float u[V];
+      load_floats<V>(u, x + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) ss += u[k] * u[k];
+    }
   }
   const float s = rsqrtf(warp_sum(ss) / C + eps);
   T* o = out + off;
-  for (int c = lane; c < C; c += 32) o[c] = from_float<T>(to_float(x[c]) * s * to_float(w[c]));
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float u[V], wv[V];
+    load_floats<V>(u, x + c);
+    load_floats<V>(wv, w + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) u[k] = u[k] * s * wv[k];
+    store_floats<V>(o + c, u);
+  }
   if (lane == 0) rstd[row] = s;
 }
 
-// dinp += s (w dout) - x s^3 mean(w dout x)
-template <typename T>
+// dinp += s (w dout) - x s^3 mean(w dout x)  (dinp: the residual stream's gradient, two writers)
+template <int V, typename T>
 __global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* rstd,
                                              int N, int C) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -48,11 +68,26 @@ __global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* in
   const T* d = dout + off;
   const float s = rstd[row];
   float dot = 0;
-  for (int c = lane; c < C; c += 32) dot += to_float(w[c]) * to_float(d[c]) * to_float(x[c]);
-  const float k = warp_sum(dot) / C * s * s * s;
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float xv[V], dv[V], wv[V];
+    load_floats<V>(xv, x + c);
+    load_floats<V>(dv, d + c);
+    load_floats<V>(wv, w + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) dot += wv[k] * dv[k] * xv[k];
+  }
+  const float k3 = warp_sum(dot) / C * s * s * s;
   T* di = dinp + off;
-  for (int c = lane; c < C; c += 32)
-    di[c] = from_float<T>(to_float(di[c]) + to_float(w[c]) * to_float(d[c]) * s - to_float(x[c]) * k);
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float xv[V], dv[V], wv[V], acc[V];
+    load_floats<V>(xv, x + c);
+    load_floats<V>(dv, d + c);
+    load_floats<V>(wv, w + c);
+    load_floats<V>(acc, di + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] += wv[k] * dv[k] * s - xv[k] * k3;
+    store_floats<V>(di + c, acc);
+  }
 }
 
 // Partial column sums of x * rstd * dout over a chunk of rows: block (x: 32 columns, y: row
@@ -131,8 +166,10 @@ __global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int
 template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps, cudaStream_t s) {
   if (N <= 0) return;
-  rmsnorm_forward_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(out, rstd, inp, nullptr, nullptr, nullptr,
-                                                                           w, N, C, eps);
+  with_vec<T>(C, {out, inp, w}, [&](auto v) {
+    rmsnorm_forward_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
+        out, rstd, inp, nullptr, nullptr, nullptr, w, N, C, eps);
+  });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
@@ -140,8 +177,10 @@ template <typename T>
 void residual_rmsnorm_forward(T* res, T* out, float* rstd, const T* a, const T* b, const T* w, int N, int C, float eps,
                               cudaStream_t s) {
   if (N <= 0) return;
-  rmsnorm_forward_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(out, rstd, nullptr, res, a, b, w, N, C,
-                                                                           eps);
+  with_vec<T>(C, {res, out, a, b, w}, [&](auto v) {
+    rmsnorm_forward_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
+        out, rstd, nullptr, res, a, b, w, N, C, eps);
+  });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
@@ -149,7 +188,10 @@ template <typename T>
 void rmsnorm_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* w, const float* rstd, int N, int C,
                       float* scratch, cudaStream_t s) {
   if (N <= 0) return;
-  rmsnorm_backward_dinp_kernel<T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(dinp, dout, inp, w, rstd, N, C);
+  with_vec<T>(C, {dinp, dout, inp, w}, [&](auto v) {
+    rmsnorm_backward_dinp_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
+        dinp, dout, inp, w, rstd, N, C);
+  });
   rmsnorm_weight_partial_kernel<T><<<dim3(blocks_for(C, 32), kColChunks), 1024, 0, s>>>(scratch, dout, inp, rstd, N,
                                                                                         C);
   rmsnorm_weight_finish_kernel<<<blocks_for(C, 256), 256, 0, s>>>(dw, scratch, C);
