@@ -134,6 +134,7 @@ if [ $DRY = 1 ]; then
   stage bench 60 dry bench_gpt2_124m
   stage pytorch 60 $PYTHON tools/gpu_check/torch_gpt2.py --tiny --device cpu --steps 2 --batch 2
   stage zero3 45 dry zero3_overhead
+  stage bench_unfused 45 dry bench_unfused
   # the failure paths: a stage that hangs past its limit, and one that dies of a signal
   stage hang_probe 2 sleep 30
   stage crash_probe 10 bash -c 'echo "{\"check\": \"crash_probe\", \"partial\": true}"; kill -SEGV $$'
@@ -152,6 +153,8 @@ else
   MB=$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)
   stage pytorch 60 $PYTHON tools/gpu_check/torch_gpt2.py --batch "$MB" --steps "$STEPS"
   stage zero3 45 "$B/gpt2_cuda_check" zero3 "$((STEPS / 3 + 1))"
+  # the same training without cuBLASLt's fused epilogues (bias, GELU, DGELU, BGRADB): what they gain
+  stage bench_unfused 45 env ZTRAIN_GEMM_EPILOGUES=off "$B/gpt2_cuda_check" bench "$((STEPS / 2 + 1))"
   stage pytorch_compile 120 $PYTHON tools/gpu_check/torch_gpt2.py --batch "$MB" --steps "$STEPS" --compile
 fi
 

@@ -99,8 +99,14 @@ void PlanBackend::matmul_gelu_forward(void*, void*, const void*, const void*, co
 }
 void PlanBackend::matmul_backward(void*, float*, float* dbias, const void*, const void*, const void*, int N, int C,
                                   int OC) {
-  // dinp = dout W (accumulated), dweight += dout^T inp in fp32, dbias += column sums
+  // dinp = dout W (written), dweight += dout^T inp in fp32, dbias += column sums (in the weight GEMM)
   count(4.0 * N * C * OC,
+        double(es()) * (2.0 * N * OC + double(OC) * C + 2.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
+}
+void PlanBackend::matmul_gelu_backward(void*, float*, float* dbias, const void*, const void*, const void*,
+                                       const void*, int N, int C, int OC) {
+  // as matmul_backward, with gelu'(pre) applied as dinp is written: one more read (pre), no pass
+  count(4.0 * N * C * OC + 12.0 * N * C,
         double(es()) * (2.0 * N * OC + double(OC) * C + 3.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
 }
 void PlanBackend::attention_forward(void*, float*, const void*, int B, int T, int C, int NH, int NKV) {

@@ -44,6 +44,8 @@ class PlanBackend final : public Backend {
   void matmul_forward(void*, const void*, const void*, const void*, int N, int C, int OC) override;
   void matmul_gelu_forward(void*, void*, const void*, const void*, const void*, int N, int C, int OC) override;
   void matmul_backward(void*, float*, float*, const void*, const void*, const void*, int N, int C, int OC) override;
+  void matmul_gelu_backward(void* dpre, float* dweight, float* dbias, const void* dout, const void* inp,
+                            const void* weight, const void* pre, int N, int C, int OC) override;
   void attention_forward(void*, float*, const void*, int B, int T, int C, int NH, int NKV) override;
   void attention_backward(void*, const void*, const void*, const void*, const float*, int B, int T, int C,
                           int NH, int NKV) override;

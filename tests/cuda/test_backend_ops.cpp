@@ -243,7 +243,8 @@ int main() {
                             " NH" + std::to_string(NH) + " NKV" + std::to_string(NKV);
     out.check("attention_forward" + tag, tol(kTol));
     lse.check("attention_forward lse", kTol);
-    Pair dout(C, G, randn(size_t(B) * T * Ch, 19), dt), dqkv(C, G, std::vector<float>(size_t(B) * T * C3), dt);
+    // dqkv prefilled with noise: the gradient is written, not accumulated
+    Pair dout(C, G, randn(size_t(B) * T * Ch, 19), dt), dqkv(C, G, randn(size_t(B) * T * C3, 20), dt);
     C.attention_backward(dqkv.c, dout.c, out.c, qkv.c, lse.fc(), B, T, Ch, NH, NKV);
     G.attention_backward(dqkv.g, dout.g, out.g, qkv.g, lse.fg(), B, T, Ch, NH, NKV);
     dqkv.check("attention_backward" + tag, tol(1e-4));

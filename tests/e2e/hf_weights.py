@@ -3,16 +3,17 @@
 - `ztrain export CHECKPOINT --format hf` writes model.safetensors and config.json that this test
   reads with its own parser (8-byte length, JSON header, numpy bytes): Hugging Face names, GPT-2's
   Conv1D weights transposed to (in, out), metadata {"format": "pt"}, fp32 values equal to the
-  checkpoint's and bf16 values equal to them rounded to nearest even; above --max-file-size the
-  export is split with model.safetensors.index.json;
+  checkpoint's and bf16 / fp16 values equal to them rounded to nearest even; above --max-file-size
+  the export is split with model.safetensors.index.json;
 - [model] init_from = that directory (single file or split) starts a run whose parameters equal the
-  exported ones exactly, single process and under mpirun with tensor parallelism (resharded), the
-  model's shape read from config.json;
-- weights written by this test's own writer with Hugging Face names (GPT-2 with the causal-mask
-  buffers older transformers saved and more positions than the run uses; Llama with grouped-query
-  attention) load, and ztrain's first-step loss on them equals the PyTorch reference's on the same
-  weights (relative difference <= 1e-5);
-- bad input exits 2 with one message: a spec key that disagrees with config.json, a header that is
+  exported ones exactly, single process and under mpirun with tensor parallelism or ZeRO-3
+  (resharded), the model's shape read from config.json;
+- weights written by this test's own writer with Hugging Face names (GPT-2 sharded in two files
+  with an index, with the causal-mask buffers older transformers saved and more positions than the
+  run uses; Llama with grouped-query attention) load, and ztrain's first-step loss on them equals
+  the PyTorch reference's on the same weights (relative difference <= 1e-5);
+- bad input exits 2 with one message: a spec key that disagrees with config.json (Llama and GPT-2
+  names), a header that is
   not JSON, offsets outside the file, a dtype ztrain does not read, a tensor of the wrong shape, a
   missing tensor, a config ztrain cannot build.
 """
@@ -167,6 +168,16 @@ def export_and_reload(args, work, data, arch):
     for n, v in params.items():
         want = bf16_round(v.T if arch == "gpt2" and n.endswith(CONV1D) else v)
         expect(n in hf16 and np.array_equal(hf16[n], want), f"[{arch}] bf16 export of {n} is not the rounded master")
+    # fp16: the masters rounded to nearest even (numpy's float16 cast)
+    out_h = os.path.join(work, arch + "_hf_fp16")
+    ztrain(args, ["export", step, "--format", "hf", "--out", out_h, "--dtype", "fp16"])
+    hdr = json.loads(open(os.path.join(out_h, "model.safetensors"), "rb").read()[8:][:struct.unpack(
+        "<Q", open(os.path.join(out_h, "model.safetensors"), "rb").read(8))[0]])
+    expect(all(t["dtype"] == "F16" for n, t in hdr.items() if n != "__metadata__"), f"[{arch}] fp16 export dtypes")
+    hfh = read_dir(out_h)
+    for n, v in params.items():
+        want = (v.T if arch == "gpt2" and n.endswith(CONV1D) else v).astype(np.float16).astype(np.float32)
+        expect(n in hfh and np.array_equal(hfh[n], want), f"[{arch}] fp16 export of {n} is not the rounded master")
     # exporting again into a directory that holds a split export: the old files go (a loader
     # would otherwise take the stale index)
     again = os.path.join(work, arch + "_again")
@@ -175,17 +186,19 @@ def export_and_reload(args, work, data, arch):
     left = sorted(f for f in os.listdir(again) if f.endswith((".safetensors", ".json")))
     expect(left == ["config.json", "model.safetensors"], f"[{arch}] re-export left {left}")
     # init_from: the model's shape from config.json (the spec gives no model keys but seq_len)
-    for src, want_of, np_, tensor in [(out32, lambda v: v, 1, 1), (out32, lambda v: v, 2, 2), (out16, bf16_round, 1, 1)]:
-        name = f"{arch}_init_{os.path.basename(src)}_T{tensor}"
+    for src, want_of, np_, tensor, zero in [(out32, lambda v: v, 1, 1, 0), (out32, lambda v: v, 2, 2, 0),
+                                            (out16, bf16_round, 1, 1, 0), (out16, bf16_round, 2, 1, 3)]:
+        name = f"{arch}_init_{os.path.basename(src)}_T{tensor}_Z{zero}"
         spec = spec_for(work, name, data, {"init_from": src, "seq_len": model["seq_len"]},
-                        parallel__tensor=tensor)
+                        parallel__tensor=tensor, parallel__zero_stage=zero, train__global_batch=2 * np_ // tensor)
         h5 = os.path.join(work, name + ".h5")
         if ztrain(args, ["debug", "dump-state", spec, "--out", h5], np_=np_).returncode != 0:
             continue
         got = h5py.File(h5, "r")["params"]
         bad = [n for n, v in params.items() if not np.array_equal(got[n][()], want_of(v))]
         expect(not bad, f"[{name}] parameters differ from the exported ones: {bad}")
-        print(f"[{name}] init_from on {np_} rank(s), tensor {tensor}: {len(params)} tensors equal the export")
+        print(f"[{name}] init_from on {np_} rank(s), tensor {tensor}, ZeRO {zero}: {len(params)} tensors equal "
+              f"the export")
 
 
 def own_writer(args, work, data, arch):
@@ -219,7 +232,16 @@ def own_writer(args, work, data, arch):
     if arch == "gpt2":  # buffers older transformers versions saved: ignored
         for layer in range(L):
             tensors[f"transformer.h.{layer}.attn.bias"] = np.tril(np.ones((1, 1, NPOS, NPOS), np.float32))
-    st_write(os.path.join(d, "model.safetensors"), tensors)
+    if arch == "gpt2":  # a sharded directory, as large checkpoints are published: two files and the index
+        names = list(tensors)
+        parts = {"model-00001-of-00002.safetensors": names[:len(names) // 2],
+                 "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+        for fname, part in parts.items():
+            st_write(os.path.join(d, fname), {n: tensors[n] for n in part})
+        json.dump({"metadata": {}, "weight_map": {n: f for f, part in parts.items() for n in part}},
+                  open(os.path.join(d, "model.safetensors.index.json"), "w"))
+    else:
+        st_write(os.path.join(d, "model.safetensors"), tensors)
     json.dump(config, open(os.path.join(d, "config.json"), "w"))
     spec = spec_for(work, arch + "_own_run", data, {"init_from": d, "seq_len": T})
     h5 = os.path.join(work, arch + "_own.h5")
@@ -237,7 +259,7 @@ def own_writer(args, work, data, arch):
     return d
 
 
-def bad_inputs(args, work, data, good):
+def bad_inputs(args, work, data, good, good_gpt2):
     """good: the Llama directory of own_writer. Each case copies it and breaks one thing."""
     cases = []
 
@@ -281,6 +303,10 @@ def bad_inputs(args, work, data, good):
     p = ztrain(args, ["check", spec], check=False)
     expect(p.returncode == 2 and "[model] n_layer = 3 disagrees with" in p.stderr
            and "config.json: num_hidden_layers = 2" in p.stderr, f"disagreeing n_layer: {p.returncode} {p.stderr[-600:]}")
+    spec = spec_for(work, "disagree_gpt2", data, {"init_from": good_gpt2, "seq_len": 24, "d_model": 32})
+    p = ztrain(args, ["check", spec], check=False)
+    expect(p.returncode == 2 and "[model] d_model = 32 disagrees with" in p.stderr and "n_embd = 16" in p.stderr,
+           f"disagreeing d_model (GPT-2): {p.returncode} {p.stderr[-600:]}")
     spec = spec_for(work, "too_long", data, {"init_from": good, "seq_len": 100})
     p = ztrain(args, ["check", spec], check=False)
     expect(p.returncode == 2 and "seq_len = 100 exceeds" in p.stderr, f"seq_len beyond the positions: {p.stderr[-600:]}")
@@ -295,11 +321,13 @@ def main():
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 4000, 3)
+        own = {}
         for arch in ("gpt2", "llama"):
             export_and_reload(args, work, data, arch)
-            good = own_writer(args, work, data, arch)
-        bad_inputs(args, work, data, good)
-    return testlib.report(failures, "Hugging Face safetensors out (fp32, bf16, split) and in (resharded), "
+            own[arch] = own_writer(args, work, data, arch)
+        bad_inputs(args, work, data, own["llama"], own["gpt2"])
+    return testlib.report(failures, "Hugging Face safetensors out (fp32, bf16, fp16, split) and in (resharded, "
+                                    "sharded files), "
                                     "losses on foreign weights equal PyTorch's, bad files exit 2")
 
 

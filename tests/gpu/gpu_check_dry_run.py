@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 import testlib  # noqa: E402
 
 STAGES = ["build", "ops", "ops_wmma", "parity", "gemm", "attention", "attention_wmma", "bench", "pytorch", "zero3",
-          "hang_probe", "crash_probe"]
+          "bench_unfused", "hang_probe", "crash_probe"]
 
 
 def main():

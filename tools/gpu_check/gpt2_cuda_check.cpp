@@ -5,8 +5,8 @@
 //   bench:  GPT-2 124M (12 layers, d_model 768, 12 heads, seq_len 1024, vocab 50304) training
 //           steps in bf16 with the largest micro-batch that fits; tokens/s, step ms, peak memory,
 //           MFU (bench-fp32: the same in fp32)
-//   attention: the fused attention kernel's TFLOP/s forward and backward (B 8, T 1024, 12 x 64),
-//           bf16 then fp32
+//   attention: the attention kernels' TFLOP/s forward and backward, bf16 at head size 64 and 128,
+//           T 1024 and 4096 (8192 tokens), then fp32 at GPT-2's shape (B 8, T 1024, 12 x 64)
 //   zero3:  GPT-2 124M step time through ParamStore with ZeRO-0 and ZeRO-3 at world size 1: the
 //           stage-3 machinery's own overhead (gathers into temporary buffers, per-group grads)
 // Output: one JSON object per check on stdout.

@@ -79,6 +79,8 @@ def summary(path):
         "mfu_vs_measured_gemm_ceiling": round(model_tflops / bf16_ceiling, 4) if model_tflops and bf16_ceiling else None,
         "not_measured": sorted(n for n, s in res["stages"].items() if not s.get("ok")),
     }
+    unfused = value(res, "bench_unfused", "tokens_per_s")
+    res["derived"]["fused_epilogues_speedup"] = round(ztrain / unfused, 3) if ztrain and unfused else None
     # attention (bf16) against the GEMM ceiling, per head size and T (targets: forward >= 0.5,
     # backward >= 0.4): the default FlashAttention-2 kernels and the WMMA ones they replaced
     for name in ("attention", "attention_wmma"):

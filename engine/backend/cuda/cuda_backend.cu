@@ -249,13 +249,11 @@ class CudaBackend final : public Backend {
   }
   void matmul_backward(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w, int N,
                        int C, int OC) override {
-    gemm_->linear_backward(dinp, dw, dbias, dout, inp, w, nullptr, N, C, OC, dt(), scratch(column_scratch_floats(OC)),
-                           stream_);
+    gemm_->linear_backward(dinp, dw, dbias, dout, inp, w, nullptr, N, C, OC, dt(), bias_scratch(dbias, OC), stream_);
   }
   void matmul_gelu_backward(void* dpre, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
                             const void* pre, int N, int C, int OC) override {
-    gemm_->linear_backward(dpre, dw, dbias, dout, inp, w, pre, N, C, OC, dt(), scratch(column_scratch_floats(OC)),
-                           stream_);
+    gemm_->linear_backward(dpre, dw, dbias, dout, inp, w, pre, N, C, OC, dt(), bias_scratch(dbias, OC), stream_);
   }
   void attention_forward(void* out, float* lse, const void* qkv, int B, int T_, int C, int NH, int NKV) override {
     ZT_DISPATCH(dt(), T, cuda::attention_forward(tp<T>(out), lse, tp<T>(qkv), B, T_, C, NH, NKV, stream_));
@@ -329,6 +327,8 @@ class CudaBackend final : public Backend {
   // A device buffer of at least n floats for ops' intermediate sums. It grows during the first
   // step only (every later step asks for the same sizes), so steady state allocates nothing.
   // Ops on the one compute stream use it in turn.
+  // the bias gradient's scratch: none without a bias (the LM head's OC is the vocabulary)
+  float* bias_scratch(const float* dbias, int OC) { return dbias ? scratch(column_scratch_floats(OC)) : nullptr; }
   float* scratch(int64_t n) {
     const size_t bytes = size_t(n) * sizeof(float);
     if (bytes > scratch_bytes_) {

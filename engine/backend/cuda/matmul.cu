@@ -10,7 +10,9 @@
 #include <cublasLt.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/matmul.cuh"
@@ -19,6 +21,15 @@
 namespace zt::cuda {
 
 namespace {
+// ZTRAIN_GEMM_EPILOGUES=off: no fused epilogue (separate bias, GELU and bias-gradient kernels), so
+// the GPU check can measure what the fusions gain.
+bool fused_epilogues() {
+  static const bool on = [] {
+    const char* v = std::getenv("ZTRAIN_GEMM_EPILOGUES");
+    return !(v && std::string(v) == "off");
+  }();
+  return on;
+}
 void lt_check(cublasStatus_t st, const char* what) {
   if (st != CUBLAS_STATUS_SUCCESS) fail(__FILE__, __LINE__, what, cublasLtGetStatusString(st));
 }
@@ -53,8 +64,10 @@ Gemm::~Gemm() {
 
 const Gemm::Plan& Gemm::plan(const Args& a) {
   const int al_a = alignment(a.A), al_b = alignment(a.B), al_d = alignment(a.D);
+  // the heuristic also reads the bias and aux pointers' alignment from the descriptor
+  const int al_epi = alignment(a.bias) * 512 + alignment(a.aux);
   const Key key{a.ta * 2 + a.tb, a.m, a.n, a.k, a.lda, a.ldb, a.ldd, int(a.ab_type) * 64 + int(a.d_type),
-                a.epilogue, int(a.bias_type), a.aux_ld, al_a, al_b, al_d, a.beta != 0};
+                a.epilogue, int(a.bias_type), a.aux_ld, al_a, al_b, al_d * 2 + (a.beta != 0), al_epi};
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
   Plan p;
@@ -129,7 +142,7 @@ void Gemm::linear_forward(void* out, const void* inp, const void* w, const void*
   if (bias) {
     a.epilogue = CUBLASLT_EPILOGUE_BIAS;
     a.bias = bias;
-    if (run(a, s, /*may_fail=*/true)) return;
+    if (fused_epilogues() && run(a, s, /*may_fail=*/true)) return;
     a.epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // no fused-bias algorithm for this shape: two passes
     a.bias = nullptr;
     run(a, s);
@@ -147,7 +160,7 @@ void Gemm::linear_forward(void* out, const void* inp, const void* w, const void*
 
 bool Gemm::linear_gelu_forward(void* out, void* pre, const void* inp, const void* w, const void* bias, int N, int C,
                                int OC, DType t, cudaStream_t s) {
-  if (OC % 8 != 0) return false;  // the aux output's leading dimension must be a multiple of 8
+  if (OC % 8 != 0 || !fused_epilogues()) return false;  // the aux's leading dimension: a multiple of 8
   Args a;
   a.ta = true;
   a.m = OC, a.n = N, a.k = C;
@@ -180,7 +193,7 @@ void Gemm::linear_backward(void* dinp, float* dw, float* dbias, const void* dout
     a.A = w, a.lda = C, a.B = dout, a.ldb = OC, a.D = dinp, a.ldd = C;
     a.ab_type = a.d_type = ct;
     bool fused = false;
-    if (gelu_pre && C % 8 == 0) {  // the aux input's leading dimension must be a multiple of 8
+    if (gelu_pre && C % 8 == 0 && fused_epilogues()) {  // the aux's leading dimension: a multiple of 8
       a.epilogue = CUBLASLT_EPILOGUE_DGELU;
       a.aux = gelu_pre;
       a.aux_ld = C;
@@ -210,7 +223,7 @@ void Gemm::linear_backward(void* dinp, float* dw, float* dbias, const void* dout
     a.epilogue = CUBLASLT_EPILOGUE_BGRADB;
     a.bias = scratch;
     a.bias_type = CUDA_R_32F;
-    if (run(a, s, /*may_fail=*/true)) {
+    if (fused_epilogues() && run(a, s, /*may_fail=*/true)) {
       add(dbias, dbias, scratch, OC, s);
       return;
     }
