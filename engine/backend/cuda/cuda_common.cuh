@@ -101,6 +101,38 @@ __device__ __forceinline__ void store_floats(T* p, const float (&in)[V]) {
   for (int i = 0; i < V; ++i) x.v[i] = from_float<T>(in[i]);
   *reinterpret_cast<Vec<T, V>*>(p) = x;
 }
+// One lane's part of row `off / C` for the row-normalizing kernels (a warp a row, V elements a
+// lane per access): the sum of f(x) over the lane's elements of the row of x, where x is `inp`,
+// or, when a is not null, res = a + b rounded to T (written; the sum is over the stored values).
+// Returns the row the norm reads next (of inp or of res).
+template <int V, typename T, typename F>
+__device__ __forceinline__ const T* row_input_sum(float& sum, const T* inp, T* res, const T* a, const T* b,
+                                                  int64_t off, int C, int lane, F f) {
+  sum = 0;
+  if (!a) {
+    for (int c = lane * V; c < C; c += 32 * V) {
+      float u[V];
+      load_floats<V>(u, inp + off + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) sum += f(u[k]);
+    }
+    return inp + off;
+  }
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float u[V], v[V];
+    load_floats<V>(u, a + off + c);
+    load_floats<V>(v, b + off + c);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      u[k] = to_float(from_float<T>(u[k] + v[k]));  // the sum as stored
+      sum += f(u[k]);
+    }
+    store_floats<V>(res + off + c, u);
+  }
+  __syncwarp();
+  return res + off;
+}
+
 // Elements per 128-bit access of T.
 template <typename T>
 constexpr int kVec = 16 / int(sizeof(T));

@@ -18,30 +18,8 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const int64_t off = int64_t(row) * C;
-  const T* x = inp + off;
-  float sum = 0;
-  if (a) {
-    for (int c = lane * V; c < C; c += 32 * V) {
-      float u[V], v[V];
-      load_floats<V>(u, a + off + c);
-      load_floats<V>(v, b_ + off + c);
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        u[k] = to_float(from_float<T>(u[k] + v[k]));  // the sum as stored
-        sum += u[k];
-      }
-      store_floats<V>(res + off + c, u);
-    }
-    x = res + off;
-    __syncwarp();
-  } else {
-    for (int c = lane * V; c < C; c += 32 * V) {
-      float u[V];
-      load_floats<V>(u, x + c);
-#pragma unroll
-      for (int k = 0; k < V; ++k) sum += u[k];
-    }
-  }
+  float sum;
+  const T* x = row_input_sum<V>(sum, inp, res, a, b_, off, C, lane, [](float u) { return u; });
   const float m = warp_sum(sum) / C;
   float var = 0;
   for (int c = lane * V; c < C; c += 32 * V) {

@@ -20,30 +20,8 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, T* res
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const int64_t off = int64_t(row) * C;
-  const T* x = inp + off;
-  float ss = 0;
-  if (a) {
-    for (int c = lane * V; c < C; c += 32 * V) {
-      float u[V], v[V];
-      load_floats<V>(u, a + off + c);
-      load_floats<V>(v, b + off + c);
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        u[k] = to_float(from_float<T>(u[k] + v[k]));  // the sum as stored
-        ss += u[k] * u[k];
-      }
-      store_floats<V>(res + off + c, u);
-    }
-    x = res + off;
-    __syncwarp();
-  } else {
-    for (int c = lane * V; c < C; c += 32 * V) {
-      float u[V];
-      load_floats<V>(u, x + c);
-#pragma unroll
-      for (int k = 0; k < V; ++k) ss += u[k] * u[k];
-    }
-  }
+  float ss;
+  const T* x = row_input_sum<V>(ss, inp, res, a, b, off, C, lane, [](float u) { return u * u; });
   const float s = rsqrtf(warp_sum(ss) / C + eps);
   T* o = out + off;
   for (int c = lane * V; c < C; c += 32 * V) {
