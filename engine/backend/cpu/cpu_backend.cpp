@@ -78,8 +78,8 @@ class Out {
   Out(const Out&) = delete;
   Out& operator=(const Out&) = delete;
   float* get() { return p_; }
-  void zero() {
-    if (p_) std::fill(p_, p_ + n_, 0.0f);
+  void zero() {  // a converted buffer starts zeroed; the fp32 one is the destination itself
+    if (p_ && buf_.empty()) std::fill(p_, p_ + n_, 0.0f);
   }
   void discard() { buf_.clear(); }
 

@@ -132,6 +132,18 @@ bool Gemm::run(const Args& a, cudaStream_t s, bool may_fail) {
   return true;
 }
 
+namespace {
+// Runs fn(T{}) with T the storage type of t (for the kernels that stand in for an epilogue).
+template <typename Fn>
+void with_type(DType t, Fn fn) {
+  switch (t) {
+    case DType::F32: fn(float{}); break;
+    case DType::BF16: fn(__nv_bfloat16{}); break;
+    case DType::F16: fn(__half{}); break;
+  }
+}
+}  // namespace
+
 void Gemm::linear_forward(void* out, const void* inp, const void* w, const void* bias, int N, int C, int OC, DType t,
                           cudaStream_t s) {
   Args a;
@@ -146,13 +158,10 @@ void Gemm::linear_forward(void* out, const void* inp, const void* w, const void*
     a.epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // no fused-bias algorithm for this shape: two passes
     a.bias = nullptr;
     run(a, s);
-    switch (t) {
-      case DType::F32: add_bias(static_cast<float*>(out), static_cast<const float*>(bias), N, OC, s); break;
-      case DType::BF16:
-        add_bias(static_cast<__nv_bfloat16*>(out), static_cast<const __nv_bfloat16*>(bias), N, OC, s);
-        break;
-      case DType::F16: add_bias(static_cast<__half*>(out), static_cast<const __half*>(bias), N, OC, s); break;
-    }
+    with_type(t, [&](auto z) {
+      using T = decltype(z);
+      add_bias(static_cast<T*>(out), static_cast<const T*>(bias), N, OC, s);
+    });
     return;
   }
   run(a, s);
@@ -172,17 +181,6 @@ bool Gemm::linear_gelu_forward(void* out, void* pre, const void* inp, const void
   a.aux_ld = OC;
   return run(a, s, /*may_fail=*/true);
 }
-
-namespace {
-template <typename Fn>
-void with_type(DType t, Fn fn) {
-  switch (t) {
-    case DType::F32: fn(float{}); break;
-    case DType::BF16: fn(__nv_bfloat16{}); break;
-    case DType::F16: fn(__half{}); break;
-  }
-}
-}  // namespace
 
 void Gemm::linear_backward(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
                            const void* gelu_pre, int N, int C, int OC, DType t, float* scratch, cudaStream_t s) {
