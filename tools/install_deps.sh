@@ -11,11 +11,11 @@ cd "$(dirname "$0")/.."
 # scripts).
 PKGS=(build-essential cmake pkg-config git libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
       libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev
-      liburing-dev catch2 python3 python3-torch python3-h5py python3-numpy curl gnuplot-nox shellcheck)
+      liburing-dev libboost-context-dev catch2 python3 python3-torch python3-h5py python3-numpy curl gnuplot-nox shellcheck)
 if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" = 1 ]; then
   PKGS=(build-essential cmake pkg-config libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
         libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev
-        liburing-dev catch2)
+        liburing-dev libboost-context-dev catch2)
 fi
 if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" != 1 ]; then  # Node.js runs the tests' npm references
   command -v node >/dev/null 2>&1 || PKGS+=(nodejs)

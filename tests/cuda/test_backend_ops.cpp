@@ -4,8 +4,14 @@
 // and after every tensor that must come back untouched (catches out-of-bounds writes). Output is
 // line-buffered and each op is synchronized and checked before the next, so a crash or an
 // exception names the op it happened in. Exits 77 (ctest: skipped) without a visible GPU.
+// On the emulated device (tests/cuda_emu/race_check.py): ZTRAIN_OPS_DIGEST=FILE writes a hash of
+// every checked GPU output, so two runs under different thread orders can be compared bit for
+// bit; ZTRAIN_OPS_SECTIONS=a,b runs only those op families (embedding, layernorm, matmul,
+// attention, llama, elementwise, crossentropy); ZTRAIN_OPS_DTYPES=bf16,fp16 only those types.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -23,6 +29,20 @@ constexpr int kGuard = 64;
 constexpr float kSentinel = 12345.678f;
 int failures = 0, checks = 0;
 std::string last_checked = "(none yet)";  // named when an op throws: the failing one came after it
+FILE* digest = nullptr;                    // ZTRAIN_OPS_DIGEST: one "hash name" line per check
+
+// Whether the op family `section` runs (ZTRAIN_OPS_SECTIONS: a comma list; unset: all).
+bool wanted(const char* section) {
+  const char* v = std::getenv("ZTRAIN_OPS_SECTIONS");
+  if (!v || !*v) return true;
+  const std::string list = std::string(",") + v + ",";
+  return list.find(std::string(",") + section + ",") != std::string::npos;
+}
+uint64_t fnv1a(const void* p, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+  return h;
+}
 
 std::vector<float> randn(size_t n, unsigned seed, float scale = 1.0f) {
   std::mt19937 g(seed);
@@ -84,6 +104,9 @@ struct Pair {
       guard &= std::memcmp(r->data(), want.data(), want.size()) == 0 &&
                std::memcmp(r->data() + (kGuard + n) * es, want.data(), want.size()) == 0;
     const double err = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+    if (digest)
+      std::fprintf(digest, "%016llx %s %s\n", (unsigned long long)fnv1a(rg.data(), rg.size()), dtype_name(t),
+                   what.c_str());
     ++checks;
     const bool ok = finite && guard && err <= tol;
     if (!ok) ++failures;
@@ -132,16 +155,19 @@ int main() {
     std::puts("SKIP: no CUDA device visible");
     return 77;
   }
+  if (const char* d = std::getenv("ZTRAIN_OPS_DIGEST")) digest = std::fopen(d, "w");
   auto cpu = make_cpu_backend(0);
   auto gpu = make_backend("cuda", 0);
   Backend &C = *cpu, &G = *gpu;
   std::printf("test-backend-ops: %s vs %s\n", G.name().c_str(), C.name().c_str());
   const auto F = DType::F32;
   for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+  if (const char* only = std::getenv("ZTRAIN_OPS_DTYPES"); only && !std::strstr(only, dtype_name(dt))) continue;
   try {
   C.set_compute_dtype(dt);
   G.set_compute_dtype(dt);
   auto tol = [&](double t32, int roundings = 1) { return tol_for(dt, t32, roundings); };
+  if (wanted("embedding"))
   for (auto [B, T, Ch, V] : {std::tuple{1, 1, 8, 7}, {2, 7, 33, 127}, {3, 33, 64, 1025}}) {
     std::vector<int32_t> ids(size_t(B) * T);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 11) % V);
@@ -177,6 +203,7 @@ int main() {
     }
     G.set_deterministic(false);
   }
+  if (wanted("layernorm"))
   for (auto [N, Ch] : {std::pair{1, 7}, {33, 127}, {127, 1025}, {1031, 64}}) {
     Pair x(C, G, randn(size_t(N) * Ch, 4, 2.f), dt), w(C, G, randn(Ch, 5), dt), b(C, G, randn(Ch, 6), dt),
         out(C, G, std::vector<float>(size_t(N) * Ch), dt);
@@ -201,6 +228,7 @@ int main() {
   }
   // 16-bit GEMMs on tensor cores accumulate in fp32 in blocked orders: the fp32 tolerance applies
   // to the fp32 weight gradient; outputs stored in 16 bits get the storage tolerance.
+  if (wanted("matmul"))
   for (auto [N, Ch, OC] : {std::tuple{1, 1, 1}, {7, 33, 127}, {127, 256, 33}, {1025, 64, 257}, {256, 128, 512}}) {
     Pair x(C, G, randn(size_t(N) * Ch, 11), dt), w(C, G, randn(size_t(OC) * Ch, 12), dt), b(C, G, randn(OC, 13), dt),
         out(C, G, std::vector<float>(size_t(N) * OC), dt);
@@ -230,6 +258,7 @@ int main() {
     db.check("matmul_gelu_backward dbias " + tag, 1e-4);
   }
   // NKV < NH: grouped-query attention (Llama); head sizes 16-multiple (tensor cores) and not.
+  if (wanted("attention"))
   for (auto [B, T, Ch, NH, NKV] : {std::tuple{1, 1, 32, 1, 1}, {2, 7, 96, 3, 3}, {1, 127, 64, 2, 2},
                                    {2, 257, 768, 12, 12}, {1, 70, 200, 2, 2}, {1, 65, 21, 3, 3},
                                    {2, 97, 384, 6, 2}, {1, 130, 30, 6, 2}, {1, 64, 512, 8, 1},
@@ -250,6 +279,7 @@ int main() {
     dqkv.check("attention_backward" + tag, tol(1e-4));
   }
   // Llama's ops: RMSNorm (plain and fused with the residual), rotary embedding, SwiGLU.
+  if (wanted("llama"))
   for (auto [N, Ch] : {std::pair{1, 1}, {7, 33}, {127, 768}, {1025, 4096}}) {
     const std::string tag = " " + std::to_string(N) + "x" + std::to_string(Ch);
     Pair x(C, G, randn(size_t(N) * Ch, 40, 2.f), dt), y(C, G, randn(size_t(N) * Ch, 41), dt),
@@ -269,6 +299,7 @@ int main() {
     dx.check("rmsnorm_backward dinp" + tag, tol(1e-4));
     dw.check("rmsnorm_backward dweight" + tag, 1e-4);
   }
+  if (wanted("llama"))
   for (auto [B, T, H, hs, extra] : {std::tuple{1, 1, 1, 2, 0}, {2, 37, 8, 64, 128}, {1, 129, 3, 30, 60}}) {
     const int64_t stride = int64_t(H) * hs + extra;
     const std::string tag = " B" + std::to_string(B) + " T" + std::to_string(T) + " H" + std::to_string(H) +
@@ -281,6 +312,7 @@ int main() {
     G.rope(x.g, B, T, H, hs, stride, 500000.0f, true);
     x.check("rope inverse" + tag, tol(kTol));
   }
+  if (wanted("llama"))
   for (auto [N, Fd] : {std::pair{1, 1}, {7, 33}, {255, 1376}}) {
     const std::string tag = " " + std::to_string(N) + "x" + std::to_string(Fd);
     Pair x(C, G, randn(size_t(N) * 2 * Fd, 47, 3.f), dt), out(C, G, std::vector<float>(size_t(N) * Fd), dt),
@@ -292,6 +324,7 @@ int main() {
     G.swiglu_backward(dx.g, x.g, dout.g, N, Fd);
     dx.check("swiglu_backward" + tag, tol(kTol));
   }
+  if (wanted("elementwise"))
   for (int64_t n : {int64_t(1), int64_t(7), int64_t(1025), int64_t(100003), int64_t(65536)}) {
     Pair x(C, G, randn(n, 20, 3.f), dt), dout(C, G, randn(n, 21), dt), dx(C, G, randn(n, 22), dt);
     C.gelu_backward(dx.c, x.c, dout.c, n);
@@ -352,6 +385,7 @@ int main() {
     v.check("adamw_update x3 second moment", kTol);
     pc.check("adamw_update x3 compute copy", tol(kTol));
   }
+  if (wanted("crossentropy"))
   for (auto [N, V] : {std::pair{1, 2}, {7, 127}, {33, 50304}}) {
     std::vector<int32_t> tg(N);
     for (int n = 0; n < N; ++n) tg[n] = (n * 131 + 7) % V;
@@ -385,5 +419,6 @@ int main() {
   std::printf("device allocator: %zu B allocated, %zu B reserved, %zu B peak, fragmentation %.1f%%\n", ms.allocated,
               ms.reserved, ms.peak, 100.0 * ms.fragmentation());
   std::printf("%d passed, %d failed\n", checks - failures, failures);
+  if (digest) std::fclose(digest);
   return failures ? 1 : 0;
 }

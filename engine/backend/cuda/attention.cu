@@ -20,6 +20,7 @@
 #include <string>
 
 #include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
 namespace zt::cuda {
@@ -651,8 +652,7 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
     if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
       auto kernel = attention_forward_tc_kernel<T>;
       allow_smem(kernel, L.total);
-      kernel<<<dim3(blocks_for(T_, kTcRows), unsigned(B * NH)), 32 * kTcWarps, L.total, s>>>(
-          out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(hs)));
+      launch(kernel, dim3(blocks_for(T_, kTcRows), unsigned(B * NH)), 32 * kTcWarps, L.total, s, out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(hs)));
       ZT_CUDA_LAUNCH_CHECK();
       return;
     }
@@ -662,7 +662,7 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
   with_kd(hs, "attention_forward", [&](auto kd) {
     auto kernel = attention_forward_kernel<T, decltype(kd)::value>;
     allow_smem(kernel, smem);
-    kernel<<<grid, 32 * kWarps, smem, s>>>(out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(hs)));
+    launch(kernel, grid, 32 * kWarps, smem, s, out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(hs)));
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
@@ -674,7 +674,7 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
   float* D = scratch;  // (B,NH,T)
-  attention_rowdot_kernel<T><<<blocks_for(int64_t(B) * NH * T_, kWarps), 32 * kWarps, 0, s>>>(D, dout, out, B, T_, C,
+  launch(attention_rowdot_kernel<T>, blocks_for(int64_t(B) * NH * T_, kWarps), 32 * kWarps, 0, s, D, dout, out, B, T_, C,
                                                                                                NH);
   ZT_CUDA_LAUNCH_CHECK();
   if constexpr (sizeof(T) == 2) {
@@ -684,11 +684,11 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
       const dim3 tc_grid(blocks_for(T_, kTcRows), unsigned(B * NH)), kv_grid(tc_grid.x, unsigned(B * NKV));
       auto dkdv = attention_backward_dkdv_tc_kernel<T>;
       allow_smem(dkdv, L.total);
-      dkdv<<<kv_grid, 32 * kTcWarps, L.total, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+      launch(dkdv, kv_grid, 32 * kTcWarps, L.total, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
       ZT_CUDA_LAUNCH_CHECK();
       auto dq = attention_backward_dq_tc_kernel<T>;
       allow_smem(dq, L.total);
-      dq<<<tc_grid, 32 * kTcWarps, L.total, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+      launch(dq, tc_grid, 32 * kTcWarps, L.total, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
       ZT_CUDA_LAUNCH_CHECK();
       return;
     }
@@ -698,12 +698,12 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
   with_kd(hs, "attention_backward", [&](auto kd) {
     auto dkdv = attention_backward_dkdv_kernel<T, decltype(kd)::value>;
     allow_smem(dkdv, tiles + 2 * kTile * sizeof(float));
-    dkdv<<<kv_grid, 32 * kWarps, tiles + 2 * kTile * sizeof(float), s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV,
+    launch(dkdv, kv_grid, 32 * kWarps, tiles + 2 * kTile * sizeof(float), s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV,
                                                                          scale);
     ZT_CUDA_LAUNCH_CHECK();
     auto dq = attention_backward_dq_kernel<T, decltype(kd)::value>;
     allow_smem(dq, tiles);
-    dq<<<grid, 32 * kWarps, tiles, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+    launch(dq, grid, 32 * kWarps, tiles, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }

@@ -27,7 +27,9 @@
 #include <type_traits>
 
 #include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
+#include "engine/backend/cuda/ptx.cuh"
 
 namespace zt::cuda {
 
@@ -59,44 +61,6 @@ __device__ __forceinline__ void a_from_c(uint32_t (&a)[4], const float (&c)[N][4
   a[1] = pack2<T>(c[2 * kk][2], c[2 * kk][3]);
   a[2] = pack2<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
   a[3] = pack2<T>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
-}
-
-// d += a b on tensor cores (16 x 8 x 16, fp32 accumulation)
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  else
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-
-// 16 bytes global -> shared without passing through registers; `valid` false: zeros
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-#endif
 }
 
 // Where query head h of sequence b lives in qkv (B,T,(NH + 2 NKV) hs), out (B,T,C), lse (B,NH,T)
@@ -467,13 +431,13 @@ __global__ void __launch_bounds__(32 * kWarps)
 }
 
 template <typename T, int HS>
-void launch(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
+void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
   const size_t smem = size_t(2) * 2 * kKeys * (HS + 8) * sizeof(T);
   auto kernel = attention_forward_fa2_kernel<T, HS>;
   if (smem > 48 * 1024)
     ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned((T_ + kRows - 1) / kRows), unsigned(B * NH));
-  kernel<<<grid, 32 * kWarps, smem, s>>>(out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(HS)));
+  launch(kernel, grid, 32 * kWarps, smem, s, out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(HS)));
   ZT_CUDA_LAUNCH_CHECK();
 }
 
@@ -489,11 +453,11 @@ void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, con
                            (HS > 64 ? size_t(2) * kKeys * (HS + 8) * sizeof(T) : 0);  // + K, V rows at 128
   if (dkdv_smem > 48 * 1024)
     ZT_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dkdv_smem)));
-  dkdv<<<dim3(blocks, unsigned(B * NKV)), 32 * kWarps, dkdv_smem, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+  launch(dkdv, dim3(blocks, unsigned(B * NKV)), 32 * kWarps, dkdv_smem, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
   ZT_CUDA_LAUNCH_CHECK();
   auto dq = attention_backward_dq_fa2_kernel<T, HS>;
   if (tiles > 48 * 1024) ZT_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, int(tiles)));
-  dq<<<dim3(blocks, unsigned(B * NH)), 32 * kWarps, tiles, s>>>(dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+  launch(dq, dim3(blocks, unsigned(B * NH)), 32 * kWarps, tiles, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
   ZT_CUDA_LAUNCH_CHECK();
 }
 }  // namespace
@@ -504,8 +468,8 @@ bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int 
   // 16-byte copies need 16-byte aligned rows: the base, and every row and head offset
   const bool aligned = reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
   if (!aligned || (hs != 64 && hs != 128) || B * T_ <= 0) return false;
-  if (hs == 64) launch<T, 64>(out, lse, qkv, B, T_, C, NH, NKV, s);
-  else launch<T, 128>(out, lse, qkv, B, T_, C, NH, NKV, s);
+  if (hs == 64) launch_forward<T, 64>(out, lse, qkv, B, T_, C, NH, NKV, s);
+  else launch_forward<T, 128>(out, lse, qkv, B, T_, C, NH, NKV, s);
   return true;
 }
 

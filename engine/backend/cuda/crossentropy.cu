@@ -2,6 +2,7 @@
 // pieces. The probability tensor is never stored: the gradient overwrites the logits. Logits are
 // in the compute type; the maths (max, sum of exponentials, log) is fp32.
 #include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
 namespace zt::cuda {
@@ -100,28 +101,28 @@ void softmax_crossentropy(float* losses, T* logits, const int32_t* targets, int 
                           cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(V, {logits}, [&](auto v) {
-    softmax_crossentropy_kernel<decltype(v)::value, T><<<N, kThreads, 0, s>>>(losses, logits, targets, V, grad_scale);
+    launch(softmax_crossentropy_kernel<decltype(v)::value, T>, N, kThreads, 0, s, losses, logits, targets, V, grad_scale);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
 void logits_row_max(float* out, const T* logits, int N, int V, cudaStream_t s) {
   if (N <= 0) return;
-  with_vec<T>(V, {logits}, [&](auto v) { row_max_kernel<decltype(v)::value, T><<<N, kThreads, 0, s>>>(out, logits, V); });
+  with_vec<T>(V, {logits}, [&](auto v) { launch(row_max_kernel<decltype(v)::value, T>, N, kThreads, 0, s, out, logits, V); });
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
 void logits_row_sumexp(float* out, const T* logits, const float* row_max, int N, int V, cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(V, {logits}, [&](auto v) {
-    row_sumexp_kernel<decltype(v)::value, T><<<N, kThreads, 0, s>>>(out, logits, row_max, V);
+    launch(row_sumexp_kernel<decltype(v)::value, T>, N, kThreads, 0, s, out, logits, row_max, V);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
 void logits_pick_target(float* out, const T* logits, const int32_t* targets, int N, int V, int v0, cudaStream_t s) {
   if (N <= 0) return;
-  pick_target_kernel<T><<<blocks_for(N, 256), 256, 0, s>>>(out, logits, targets, N, V, v0);
+  launch(pick_target_kernel<T>, blocks_for(N, 256), 256, 0, s, out, logits, targets, N, V, v0);
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
@@ -129,7 +130,7 @@ void crossentropy_grad_from_lse(T* logits, const float* lse, const int32_t* targ
                                 float grad_scale, cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(V, {logits}, [&](auto v) {
-    grad_from_lse_kernel<decltype(v)::value, T><<<N, kThreads, 0, s>>>(logits, lse, targets, V, v0, grad_scale);
+    launch(grad_from_lse_kernel<decltype(v)::value, T>, N, kThreads, 0, s, logits, lse, targets, V, v0, grad_scale);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }

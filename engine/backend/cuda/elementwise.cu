@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
 namespace zt::cuda {
@@ -15,9 +16,9 @@ constexpr float kSqrt2OverPi = 0.7978845608028654f;
 
 // Launches kernel<V> over n elements with the widest V the pointers and n allow (V <= VMAX).
 template <int VMAX, typename Launch>
-void launch_vec(int64_t n, std::initializer_list<const void*> ptrs, Launch launch) {
-  if (vectorizable(n, VMAX, ptrs)) launch(std::integral_constant<int, VMAX>{}, blocks_for(n / VMAX, kThreads));
-  else launch(std::integral_constant<int, 1>{}, blocks_for(n, kThreads));
+void launch_vec(int64_t n, std::initializer_list<const void*> ptrs, Launch run) {
+  if (vectorizable(n, VMAX, ptrs)) run(std::integral_constant<int, VMAX>{}, blocks_for(n / VMAX, kThreads));
+  else run(std::integral_constant<int, 1>{}, blocks_for(n, kThreads));
   ZT_CUDA_LAUNCH_CHECK();
 }
 
@@ -154,53 +155,53 @@ void convert(Dst* dst, const Src* src, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   constexpr int VM = kVec<Dst> < kVec<Src> ? kVec<Dst> : kVec<Src>;
   launch_vec<VM>(n, {dst, src}, [&](auto vc, unsigned blocks) {
-    convert_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(dst, src, n);
+    launch(convert_kernel<decltype(vc)::value, Dst, Src>, blocks, kThreads, 0, s, dst, src, n);
   });
 }
 void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   launch_vec<4>(n, {out, a, b}, [&](auto vc, unsigned blocks) {
-    add_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(out, a, b, n);
+    launch(add_kernel<decltype(vc)::value>, blocks, kThreads, 0, s, out, a, b, n);
   });
 }
 void scale(float* x, float f, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   launch_vec<4>(n, {x}, [&](auto vc, unsigned blocks) {
-    scale_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(x, f, n);
+    launch(scale_kernel<decltype(vc)::value>, blocks, kThreads, 0, s, x, f, n);
   });
 }
 template <typename T>
 void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s) {
   const int64_t n = int64_t(N) * OC;
   if (n <= 0) return;
-  add_bias_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(out, bias, n, OC);
+  launch(add_bias_kernel<T>, blocks_for(n, kThreads), kThreads, 0, s, out, bias, n, OC);
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
 void bias_backward(float* dbias, const T* dout, int N, int OC, float* scratch, cudaStream_t s) {
   if (N <= 0 || OC <= 0) return;
-  column_partial_kernel<<<dim3(blocks_for(OC, 32), kColChunks), 1024, 0, s>>>(scratch, dout, N, OC);
-  column_finish_kernel<<<blocks_for(OC, kThreads), kThreads, 0, s>>>(dbias, scratch, OC);
+  launch(column_partial_kernel<T>, dim3(blocks_for(OC, 32), kColChunks), 1024, 0, s, scratch, dout, N, OC);
+  launch(column_finish_kernel, blocks_for(OC, kThreads), kThreads, 0, s, dbias, scratch, OC);
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
 void gelu_forward(T* out, const T* inp, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   launch_vec<kVec<T>>(n, {out, inp}, [&](auto vc, unsigned blocks) {
-    gelu_forward_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(out, inp, n);
+    launch(gelu_forward_kernel<decltype(vc)::value, T>, blocks, kThreads, 0, s, out, inp, n);
   });
 }
 template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
   launch_vec<kVec<T>>(n, {dinp, inp, dout}, [&](auto vc, unsigned blocks) {
-    gelu_backward_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(dinp, inp, dout, n);
+    launch(gelu_backward_kernel<decltype(vc)::value, T>, blocks, kThreads, 0, s, dinp, inp, dout, n);
   });
 }
 void sum_accumulate(double* acc, double* partial, const float* x, int64_t n, bool square, double scale,
                     cudaStream_t s) {
-  sum_partial_kernel<<<kSumBlocks, kThreads, 0, s>>>(partial, x, n, square);
-  sum_partials_kernel<<<1, kThreads, 0, s>>>(acc, partial, kSumBlocks, scale);
+  launch(sum_partial_kernel, kSumBlocks, kThreads, 0, s, partial, x, n, square);
+  launch(sum_partials_kernel, 1, kThreads, 0, s, acc, partial, kSumBlocks, scale);
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
@@ -209,7 +210,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, T* pc, int64_t n
   if (n <= 0) return;
   const float bc1 = 1.0f - powf(beta1, float(t)), bc2 = 1.0f - powf(beta2, float(t));
   launch_vec<4>(n, {p, g, m, v, pc}, [&](auto vc, unsigned blocks) {
-    adamw_kernel<decltype(vc)::value><<<blocks, kThreads, 0, s>>>(p, g, m, v, pc, n, lr, beta1, beta2, eps, wd,
+    launch(adamw_kernel<decltype(vc)::value, T>, blocks, kThreads, 0, s, p, g, m, v, pc, n, lr, beta1, beta2, eps, wd,
                                                                    lr / bc1, sqrtf(bc2));
   });
 }

@@ -1,5 +1,6 @@
 // Token + position embedding, forward and backward (negative ids and a null wpe as in cpu/).
 #include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
 namespace zt::cuda {
@@ -58,7 +59,7 @@ template <typename T>
 void embedding_backward_deterministic(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_,
                                       int C, cudaStream_t s) {
   if (B * T_ <= 0) return;
-  embedding_backward_ordered_kernel<T><<<(C + 127) / 128, 128, 0, s>>>(dwte, dwpe, dout, inp, B * T_, T_, C);
+  launch(embedding_backward_ordered_kernel<T>, (C + 127) / 128, 128, 0, s, dwte, dwpe, dout, inp, B * T_, T_, C);
   ZT_CUDA_LAUNCH_CHECK();
 }
 
@@ -66,7 +67,7 @@ template <typename T>
 void embedding_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C, cudaStream_t s) {
   if (B * T_ <= 0) return;
   with_vec<T>(C, {out, wte, wpe}, [&](auto v) {
-    embedding_forward_kernel<decltype(v)::value, T><<<B * T_, 256, 0, s>>>(out, inp, wte, wpe, T_, C);
+    launch(embedding_forward_kernel<decltype(v)::value, T>, B * T_, 256, 0, s, out, inp, wte, wpe, T_, C);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
@@ -76,7 +77,7 @@ void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* 
                         cudaStream_t s) {
   if (B * T_ <= 0) return;
   with_vec<T>(C, {dout}, [&](auto v) {
-    embedding_backward_kernel<decltype(v)::value, T><<<B * T_, 256, 0, s>>>(dwte, dwpe, dout, inp, T_, C);
+    launch(embedding_backward_kernel<decltype(v)::value, T>, B * T_, 256, 0, s, dwte, dwpe, dout, inp, T_, C);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }

@@ -2,6 +2,7 @@
 // row for the row-wise parts, 128-bit accesses where the row allows; the weight/bias gradients are
 // column sums over rows computed in row chunks and summed in chunk order (deterministic, no atomics).
 #include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
 namespace zt::cuda {
@@ -134,8 +135,7 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
                        cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {out, inp, w, b}, [&](auto v) {
-    layernorm_forward_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
-        out, mean, rstd, inp, nullptr, nullptr, nullptr, w, b, N, C, eps);
+    launch(layernorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, mean, rstd, inp, nullptr, nullptr, nullptr, w, b, N, C, eps);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
@@ -145,8 +145,7 @@ void residual_layernorm_forward(T* res, T* out, float* mean, float* rstd, const 
                                 const T* b, int N, int C, float eps, cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {res, out, a, b_, w, b}, [&](auto v) {
-    layernorm_forward_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
-        out, mean, rstd, nullptr, res, a, b_, w, b, N, C, eps);
+    launch(layernorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, mean, rstd, nullptr, res, a, b_, w, b, N, C, eps);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
@@ -156,12 +155,11 @@ void layernorm_backward(T* dinp, float* dw, float* db, const T* dout, const T* i
                         const float* rstd, int N, int C, float* scratch, cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {dinp, dout, inp, w}, [&](auto v) {
-    layernorm_backward_dinp_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
-        dinp, dout, inp, w, mean, rstd, N, C);
+    launch(layernorm_backward_dinp_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, dinp, dout, inp, w, mean, rstd, N, C);
   });
-  layernorm_param_partial_kernel<T><<<dim3(blocks_for(C, 32), kColChunks), 1024, 0, s>>>(scratch, dout, inp, mean,
+  launch(layernorm_param_partial_kernel<T>, dim3(blocks_for(C, 32), kColChunks), 1024, 0, s, scratch, dout, inp, mean,
                                                                                          rstd, N, C);
-  layernorm_param_finish_kernel<<<blocks_for(C, 256), 256, 0, s>>>(dw, db, scratch, C);
+  launch(layernorm_param_finish_kernel, blocks_for(C, 256), 256, 0, s, dw, db, scratch, C);
   ZT_CUDA_LAUNCH_CHECK();
 }
 

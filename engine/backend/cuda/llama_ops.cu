@@ -4,6 +4,7 @@
 // accesses where the row allows); the weight gradient is a column sum over rows in row chunks
 // summed in chunk order (no atomics).
 #include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
 namespace zt::cuda {
@@ -145,8 +146,7 @@ template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps, cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {out, inp, w}, [&](auto v) {
-    rmsnorm_forward_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
-        out, rstd, inp, nullptr, nullptr, nullptr, w, N, C, eps);
+    launch(rmsnorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, rstd, inp, nullptr, nullptr, nullptr, w, N, C, eps);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
@@ -156,8 +156,7 @@ void residual_rmsnorm_forward(T* res, T* out, float* rstd, const T* a, const T* 
                               cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {res, out, a, b, w}, [&](auto v) {
-    rmsnorm_forward_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
-        out, rstd, nullptr, res, a, b, w, N, C, eps);
+    launch(rmsnorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, rstd, nullptr, res, a, b, w, N, C, eps);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
@@ -167,12 +166,11 @@ void rmsnorm_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* 
                       float* scratch, cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {dinp, dout, inp, w}, [&](auto v) {
-    rmsnorm_backward_dinp_kernel<decltype(v)::value, T><<<blocks_for(N, kWarps), 32 * kWarps, 0, s>>>(
-        dinp, dout, inp, w, rstd, N, C);
+    launch(rmsnorm_backward_dinp_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, dinp, dout, inp, w, rstd, N, C);
   });
-  rmsnorm_weight_partial_kernel<T><<<dim3(blocks_for(C, 32), kColChunks), 1024, 0, s>>>(scratch, dout, inp, rstd, N,
+  launch(rmsnorm_weight_partial_kernel<T>, dim3(blocks_for(C, 32), kColChunks), 1024, 0, s, scratch, dout, inp, rstd, N,
                                                                                         C);
-  rmsnorm_weight_finish_kernel<<<blocks_for(C, 256), 256, 0, s>>>(dw, scratch, C);
+  launch(rmsnorm_weight_finish_kernel, blocks_for(C, 256), 256, 0, s, dw, scratch, C);
   ZT_CUDA_LAUNCH_CHECK();
 }
 
@@ -180,21 +178,21 @@ template <typename T>
 void rope(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse, cudaStream_t s) {
   const int64_t n = int64_t(B) * T_ * n_heads * (hs / 2);
   if (n <= 0) return;
-  rope_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, s>>>(x, B, T_, n_heads, hs, stride, theta, inverse);
+  launch(rope_kernel<T>, blocks_for(n, kThreads), kThreads, 0, s, x, B, T_, n_heads, hs, stride, theta, inverse);
   ZT_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
 void swiglu_forward(T* out, const T* inp, int64_t N, int F, cudaStream_t s) {
   if (N * F <= 0) return;
-  swiglu_forward_kernel<T><<<blocks_for(N * F, kThreads), kThreads, 0, s>>>(out, inp, N, F);
+  launch(swiglu_forward_kernel<T>, blocks_for(N * F, kThreads), kThreads, 0, s, out, inp, N, F);
   ZT_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
 void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int F, cudaStream_t s) {
   if (N * F <= 0) return;
-  swiglu_backward_kernel<T><<<blocks_for(N * F, kThreads), kThreads, 0, s>>>(dinp, inp, dout, N, F);
+  launch(swiglu_backward_kernel<T>, blocks_for(N * F, kThreads), kThreads, 0, s, dinp, inp, dout, N, F);
   ZT_CUDA_LAUNCH_CHECK();
 }
 

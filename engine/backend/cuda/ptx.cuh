@@ -1,0 +1,64 @@
+// The backend's inline PTX, each instruction in one small device function. On the GPU they are
+// the instructions; on the emulated device (ZT_CUDA_EMULATED) each calls its twin in
+// engine/backend/cuda_emu/ptx.h, written from the PTX ISA.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#ifdef ZT_CUDA_EMULATED
+#include "engine/backend/cuda_emu/ptx.h"
+#endif
+
+namespace zt::cuda {
+
+// d += a b on tensor cores (m16n8k16, 16-bit A and B, fp32 accumulation); fragments: PTX ISA,
+// "Matrix Fragments for mma.m16n8k16 with floating point type"
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#ifdef ZT_CUDA_EMULATED
+  emu::mma_m16n8k16(d, a, b0, b1, std::is_same_v<T, __nv_bfloat16> ? emu::MmaType::BF16 : emu::MmaType::F16);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// 16 bytes global -> shared without passing through registers; `valid` false: zeros
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+#ifdef ZT_CUDA_EMULATED
+  emu::cp_async_16(smem, gmem, valid ? 16 : 0);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef ZT_CUDA_EMULATED
+  emu::cp_async_commit_group();
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef ZT_CUDA_EMULATED
+  emu::cp_async_wait_group(N);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+}  // namespace zt::cuda
