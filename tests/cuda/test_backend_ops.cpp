@@ -410,6 +410,22 @@ int main() {
     G.crossentropy_grad_from_lse(l2.g, mx.fg(), targets.g, N, V, 0, 0.5f);
     l2.check("crossentropy_grad_from_lse", tol(kTol));
   }
+  // masked logits (-inf) at any position of a row, the first of a thread's elements included
+  if (wanted("crossentropy"))
+  for (auto [N, V] : {std::pair{3, 127}, {2, 1024}}) {
+    std::vector<int32_t> tg(N);
+    for (int n = 0; n < N; ++n) tg[n] = (n * 131 + 7) % V;
+    IntPair targets(C, G, tg);
+    std::vector<float> init = randn(size_t(N) * V, 28, 3.f);
+    for (int n = 0; n < N; ++n)
+      for (int v : {0, 1, 5, 8, 64, V - 1})
+        if (v != tg[n]) init[size_t(n) * V + v] = -INFINITY;
+    Pair logits(C, G, init, dt), losses(C, G, std::vector<float>(N));
+    C.softmax_crossentropy(losses.fc(), logits.c, targets.c, N, V, 0.25f);
+    G.softmax_crossentropy(losses.fg(), logits.g, targets.g, N, V, 0.25f);
+    losses.check("softmax_crossentropy -inf logits loss V" + std::to_string(V), kTol);
+    logits.check("softmax_crossentropy -inf logits dlogits", tol(kTol));
+  }
   } catch (const std::exception& e) {  // the next compute type still runs
     ++failures;
     std::printf("  %-4s EXCEPTION in the op after \"%s\": %s\n", dtype_name(dt), last_checked.c_str(), e.what());

@@ -322,10 +322,15 @@ Reference reference(const Case& cs, const Inputs& in) {
       // fp32 accumulation of k products plus a few more roundings (k + 4 unit roundoffs of the magnitude)
       const double pre_err = double(cs.k + 4) * kU * mag;
       double out = pre, out_err = pre_err;
-      if (has_gelu(cs.epi)) out = gelu_ref(pre), out_err = 1.2 * pre_err + 16 * kU * (std::fabs(pre) + 1e-30);
+      // the epilogue's tanh may be the fast instruction's, 2^-11 relative (cublaslt.cpp)
+      constexpr double kTanh = 1.0 / 2048;
+      if (has_gelu(cs.epi))
+        out = gelu_ref(pre), out_err = 1.2 * pre_err + 16 * kU * (std::fabs(pre) + 1e-30) + 0.5 * std::fabs(pre) * kTanh;
       if (reads_aux(cs.epi)) {
         const double x = in.aux.at(i, j), g = gelu_grad_ref(x);
-        out = pre * g, out_err = std::fabs(g) * pre_err + 32 * kU * std::fabs(pre) * (1 + x * x * std::fabs(x));
+        const double g_err = kTanh * (0.5 + std::fabs(x) * 0.7978845608 * (1 + 3 * 0.044715 * x * x));
+        out = pre * g, out_err = std::fabs(g) * pre_err + 32 * kU * std::fabs(pre) * (1 + x * x * std::fabs(x)) +
+                                 std::fabs(pre) * g_err;
       }
       const size_t e = size_t(i + j * cs.m);
       r.pre[e] = pre, r.pre_err[e] = pre_err, r.out[e] = out, r.out_err[e] = out_err;

@@ -25,7 +25,7 @@ __device__ float row_logsumexp(const T* row, int n) {
       if (x[k] > mx) {
         sum = sum * expf(mx - x[k]) + 1.0f;
         mx = x[k];
-      } else {
+      } else if (x[k] != -INFINITY) {  // -inf adds nothing, and exp(-inf - -inf) would be NaN
         sum += expf(x[k] - mx);
       }
     }

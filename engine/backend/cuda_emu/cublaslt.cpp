@@ -212,11 +212,22 @@ bool applies_gelu(uint32_t e) {
 // "GELU (Gaussian Error Linear Unit) is approximated by: 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))"
 // (3.3.2, note 5)
 constexpr float kSqrt2OverPi = 0.7978845608028654f, kGeluCubic = 0.044715f;
-float gelu(float x) { return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x))); }
+// The docs do not say how accurately the epilogue's tanh is computed. A GPU kernel would use the
+// fast instruction, tanh.approx.f32, whose maximum relative error the PTX ISA gives as 2^-10.987;
+// the emulation assumes that worst case: the exact tanh off by 2^-11 relative, the sign of the
+// error varying with the input's bits (deterministic). So fp32 code that needs more accuracy
+// from the GELU epilogues fails here as it may on the GPU; 16-bit outputs round it away.
+float epilogue_tanh(float u) {
+  uint32_t b;
+  std::memcpy(&b, &u, 4);
+  const float err = ((b * 2654435761u) >> 31) ? 4.8828125e-4f : -4.8828125e-4f;  // +-2^-11
+  return std::tanh(u) * (1.0f + err);
+}
+float gelu(float x) { return 0.5f * x * (1.0f + epilogue_tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x))); }
 // DGELU's "GELU gradient": the derivative of that same approximation (the docs give no formula
 // for it; this is the exact derivative of the documented forward)
 float gelu_grad(float x) {
-  const float t = std::tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+  const float t = epilogue_tanh(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
 }
 
