@@ -11,6 +11,7 @@
 //           stage-3 machinery's own overhead (gathers into temporary buffers, per-group grads)
 // Output: one JSON object per check on stdout.
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -150,10 +151,22 @@ int parity(DType dt) {
   return failures ? 1 : 0;
 }
 
+// GPU_CHECK_TINY=1 (tools/gpu_check.sh --emulated): the same programs at sizes the emulated
+// device runs in seconds; their figures say nothing about speed and are labelled so.
+bool tiny() {
+  static const bool t = std::getenv("GPU_CHECK_TINY") && std::string(std::getenv("GPU_CHECK_TINY")) == "1";
+  return t;
+}
+GPT2Config bench_config() {
+  if (tiny()) return GPT2Config{2, 2, 64, 256, 260, 64, 384};
+  return GPT2Config{12, 12, 768, 3072, 50257, 1024, 50304};  // GPT-2 124M; its vocabulary held padded
+}
+
 int bench(int steps, DType dt) {
-  const GPT2Config cfg{12, 12, 768, 3072, 50257, 1024, 50304};  // GPT-2's vocabulary, held padded
+  const GPT2Config cfg = bench_config();
   const int T = cfg.seq_len;
-  for (int B : {64, 48, 32, 16, 8, 4, 2, 1}) {
+  const std::vector<int> batches = tiny() ? std::vector<int>{4} : std::vector<int>{64, 48, 32, 16, 8, 4, 2, 1};
+  for (int B : batches) {
     try {
       auto gpu = make_backend("cuda", 0);
       gpu->set_compute_dtype(dt);
@@ -208,12 +221,12 @@ int bench(int steps, DType dt) {
         }
         std::printf("]}\n");
       }
-      std::printf("{\"check\": \"bench_gpt2_124m\", \"precision\": \"%s\", \"micro_batch\": %d, \"seq_len\": %d, "
+      std::printf("{\"check\": \"%s\", \"precision\": \"%s\", \"micro_batch\": %d, \"seq_len\": %d, "
                   "\"params\": %.0f, \"step_ms\": %.2f, \"tokens_per_s\": %.0f, \"peak_memory_gib\": %.2f, "
                   "\"reserved_gib\": %.2f, \"fragmentation\": %.3f, "
                   "\"model_tflops\": %.2f, \"mfu_vs_989_bf16\": %.4f, \"peak_bytes\": %zu, \"planned_peak_bytes\": %.0f, "
                   "\"plan_error\": %.4f}\n",
-                  dtype_name(dt), B, T, n_params, sec * 1e3, tok_s, ms.peak / 1073741824.0, ms.reserved / 1073741824.0,
+                  tiny() ? "bench_gpt2_tiny" : "bench_gpt2_124m", dtype_name(dt), B, T, n_params, sec * 1e3, tok_s, ms.peak / 1073741824.0, ms.reserved / 1073741824.0,
                   ms.fragmentation(), flops_per_token * tok_s / 1e12, flops_per_token * tok_s / 989e12, ms.peak, planned,
                   planned / double(ms.peak) - 1.0);
       return 0;
@@ -262,6 +275,10 @@ void attention_shape(DType dt, int B, int T, int C, int NH) {
 // The targets are at head size 64 and 128, T = 1024 and 4096 (8192 tokens each); fp32
 // (the CUDA-core kernels) at GPT-2's shape only.
 int attention(DType dt) {
+  if (tiny()) {  // both head sizes, a few tiles
+    for (const int hs : {64, 128}) attention_shape(dt, 1, 130, 256, 256 / hs);
+    return 0;
+  }
   if (dt == DType::F32) {
     attention_shape(dt, 8, 1024, 768, 12);
     return 0;
@@ -273,7 +290,7 @@ int attention(DType dt) {
 
 // Step time of GPT-2 124M through the trainer's ParamStore at world size 1 (self communicators).
 int zero3(int steps, DType dt) {
-  const GPT2Config cfg{12, 12, 768, 3072, 50257, 1024, 50304};  // GPT-2's vocabulary, held padded
+  const GPT2Config cfg = bench_config();
   const int T = cfg.seq_len, B = 4;
   double ms[2] = {0, 0};
   size_t peak[2] = {0, 0};

@@ -2,11 +2,12 @@
 """The GPU check's results file (tools/gpu_check.sh), rewritten after every stage so that a hang
 or a crash later still leaves everything before it.
 
-  results.py init FILE --gpu G --sm N --dry-run 0|1 --nvcc V
+  results.py init FILE --gpu G --sm N --dry-run 0|1 --nvcc V [--device gpu|emulated]
   results.py stage FILE NAME EXIT MS LIMIT_S STDOUT STDERR   a stage's outcome and JSON lines
   results.py skip FILE NAME WHY
   results.py get FILE STAGE KEY DEFAULT                      a value from a stage's JSON lines
   results.py summary FILE                                    derived figures, and a short table
+  results.py all-ok FILE                                     exit 1 unless every stage passed
 """
 import json
 import os
@@ -65,6 +66,20 @@ def value(res, stage_name, key):
 
 def summary(path):
     res = load(path)
+    if res.get("device") == "emulated":  # the script's plumbing and the results' correctness, no speed
+        res["derived"] = {"emulated": True,
+                          "note": "emulated CUDA device at tiny sizes: every figure is a correctness or plumbing "
+                                  "result; times and tokens/s say nothing about a GPU",
+                          "plan_error": value(res, "bench", "plan_error"),
+                          "not_measured": sorted(n for n, s in res["stages"].items() if not s.get("ok"))}
+        save(path, res)
+        print(f"{'stage':<16} {'exit':>5} {'seconds':>8}  result (emulated device)")
+        for n, s in res["stages"].items():
+            first = s.get("result", [{}])[:1]
+            brief = s.get("summary") or s.get("why") or (json.dumps(first[0])[:90] if first else "")
+            print(f"{n:<16} {str(s.get('exit')):>5} {s.get('seconds', 0):>8}  {brief}")
+        print(f"planner vs measured peak: {res['derived']['plan_error']}; not passed: {res['derived']['not_measured']}")
+        return
     ztrain, torch_eager = value(res, "bench", "tokens_per_s"), value(res, "pytorch", "tokens_per_s")
     torch_compiled = value(res, "pytorch_compile", "tokens_per_s")
     best = max([t for t in (torch_eager, torch_compiled) if t], default=None)
@@ -107,8 +122,8 @@ def main():
     cmd, path = sys.argv[1], sys.argv[2]
     if cmd == "init":
         args = dict(zip(sys.argv[3::2], sys.argv[4::2]))
-        save(path, {"gpu": args["--gpu"], "sm": args["--sm"], "dry_run": args["--dry-run"] == "1",
-                    "nvcc": args["--nvcc"], "stages": {}})
+        save(path, {"device": args.get("--device", "gpu"), "gpu": args["--gpu"], "sm": args["--sm"],
+                    "dry_run": args["--dry-run"] == "1", "nvcc": args["--nvcc"], "stages": {}})
     elif cmd == "stage":
         stage(path, *sys.argv[3:10])
     elif cmd == "skip":
@@ -120,6 +135,11 @@ def main():
         print(v if v is not None else sys.argv[5])
     elif cmd == "summary":
         summary(path)
+    elif cmd == "all-ok":
+        res = load(path)
+        bad = [n for n, s in res["stages"].items() if not s.get("ok")]
+        print(f"{len(res['stages']) - len(bad)} of {len(res['stages'])} stages passed" + (f"; not: {bad}" if bad else ""))
+        sys.exit(1 if bad or not res["stages"] else 0)
     else:
         sys.exit(f"unknown command {cmd}")
 

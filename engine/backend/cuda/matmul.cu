@@ -31,11 +31,12 @@ bool fused_epilogues() {
   }();
   return on;
 }
-// cuBLASLt does not document how accurately its GELU epilogues compute tanh; a fast instruction
-// (tanh.approx.f32: 2^-11 relative, PTX ISA) puts fp32 results outside the 1e-4 the fp32 path
-// promises (the emulated device models that error, and test-backend-ops fails there with the
-// fusion on). 16-bit outputs round the difference away, so only they fuse GELU.
-bool gelu_fusable(DType t) { return t != DType::F32; }
+// cuBLASLt does not document how accurately its GELU epilogues compute tanh. With a fast
+// instruction (tanh.approx.f32: 2^-11 relative, PTX ISA) fp32 results leave the 1e-4 the fp32
+// path promises, and DGELU's derivative, which amplifies the error by up to ~3x at |x| ~ 2, leaves
+// fp16's one-ulp (2^-10) bound: the emulated device models that error, and test-backend-ops fails
+// there with those fusions on. bf16's rounding (2^-7) absorbs it, so only bf16 fuses GELU.
+bool gelu_fusable(DType t) { return t == DType::BF16; }
 void lt_check(cublasStatus_t st, const char* what) {
   if (st != CUBLAS_STATUS_SUCCESS) fail(__FILE__, __LINE__, what, cublasLtGetStatusString(st));
 }

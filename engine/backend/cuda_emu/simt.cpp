@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -143,6 +144,24 @@ struct Block {
 thread_local Block* tl_block = nullptr;
 thread_local Thread* tl_thread = nullptr;
 
+// ZTRAIN_EMU_STATS=1: what the emulator executed, printed at exit (the README's speed figures)
+struct Stats {
+  std::atomic<uint64_t> kernels{0}, blocks{0}, threads{0}, switches{0}, collectives{0}, barriers{0};
+  std::atomic<uint64_t> kernel_ns{0};
+  ~Stats() {
+    const char* v = std::getenv("ZTRAIN_EMU_STATS");
+    if (!v || std::string(v) != "1" || !kernels) return;
+    const double s = double(kernel_ns) * 1e-9;
+    std::fprintf(stderr,
+                 "ztrain emulated device: %llu kernels, %llu blocks, %llu threads, %llu barriers, %llu warp collectives, "
+                 "%llu fiber switches in %.2f s of kernel time: %.0f kernels/s, %.2e threads/s, %.2e switches/s\n",
+                 (unsigned long long)kernels, (unsigned long long)blocks, (unsigned long long)threads,
+                 (unsigned long long)barriers, (unsigned long long)collectives, (unsigned long long)switches, s,
+                 double(kernels) / s, double(threads) / s, double(switches) / s);
+  }
+};
+Stats g_stats;
+
 std::string where(const Block& b) {
   char buf[160];
   std::snprintf(buf, sizeof buf, "block (%u,%u,%u) of grid (%u,%u,%u) x (%u,%u,%u) threads", b.idx.x, b.idx.y, b.idx.z,
@@ -246,6 +265,7 @@ void resume(Block& b, Thread& t) {
     });
   }
   t.fiber = std::move(t.fiber).resume();
+  g_stats.switches.fetch_add(1, std::memory_order_relaxed);
   current_thread = nullptr;
   tl_thread = nullptr;
 }
@@ -298,6 +318,8 @@ size_t canary_end(const KernelRun& run) {
 }
 
 void run_block(const KernelRun& run, uint3 idx, std::string& fault) {
+  g_stats.blocks.fetch_add(1, std::memory_order_relaxed);
+  g_stats.threads.fetch_add(uint64_t(run.block.x) * run.block.y * run.block.z, std::memory_order_relaxed);
   Block b;
   b.run = &run;
   b.idx = idx;
@@ -371,6 +393,7 @@ void run_block(const KernelRun& run, uint3 idx, std::string& fault) {
 
 // ---- the device functions kernels call
 void syncthreads() {
+  g_stats.barriers.fetch_add(1, std::memory_order_relaxed);
   Thread& t = *tl_thread;
   t.state = State::Barrier;
   ++tl_block->at_barrier;
@@ -413,6 +436,7 @@ void warp_collective(const char* what, unsigned mask, void* slot, WarpComplete c
     return;
   }
   p->complete(p->slots, mask);
+  g_stats.collectives.fetch_add(1, std::memory_order_relaxed);
   for (int l = 0; l < 32; ++l)
     if ((mask >> l & 1) && l != t.lane) b.threads[t.warp * 32 + l].state = State::Runnable;
   w.pending.erase(w.pending.begin() + (p - w.pending.data()));
@@ -711,6 +735,15 @@ void locate_dynamic_shared(KernelRun& run) {
 }
 
 std::string run_grid(const KernelRun& run) {
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Count {
+    std::chrono::steady_clock::time_point t0;
+    ~Count() {
+      g_stats.kernels.fetch_add(1, std::memory_order_relaxed);
+      g_stats.kernel_ns.fetch_add(uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::steady_clock::now() - t0).count()), std::memory_order_relaxed);
+    }
+  } count{t0};
   Grid g;
   g.run = &run;
   g.total = long(run.grid.x) * run.grid.y * run.grid.z;
