@@ -15,26 +15,31 @@ CachingAllocator::~CachingAllocator() {
 }
 
 size_t CachingAllocator::round(size_t bytes) {
-#ifdef ZT_CUDA_EMULATED
-  return bytes;  // exact sizes: the emulated device's guard pages and redzones sit right past them
-#endif
   if (bytes < (1u << 20)) return (bytes + 511) / 512 * 512;
   return (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
 }
 
 void CachingAllocator::release_cache() {
-  for (auto& [size, p] : free_) {
+  for (auto& [block, p] : free_) {
     cudaFree(p);
-    reserved_ -= size;
+    reserved_ -= round(block);
   }
   free_.clear();
 }
 
 void* CachingAllocator::alloc(size_t bytes, MemTag tag) {
   std::lock_guard lock(mu_);
-  const size_t size = round(std::max<size_t>(bytes, 1));
+  const size_t size = round(std::max<size_t>(bytes, 1));  // what the block counts as (its size class)
+  // What is asked of cudaMalloc: the size class on a GPU; the exact size on the emulated device,
+  // whose guard pages and redzones sit right past the bytes asked for (blocks are then cached and
+  // reused by exact size, and the figures still count size classes, as on a GPU).
+#ifdef ZT_CUDA_EMULATED
+  const size_t block = std::max<size_t>(bytes, 1);
+#else
+  const size_t block = size;
+#endif
   void* p = nullptr;
-  auto it = free_.find(size);  // exact size class: no splitting, so no fragmentation inside blocks
+  auto it = free_.find(block);  // exact size class: no splitting, so no fragmentation inside blocks
   if (it != free_.end()) {
     p = it->second;
     free_.erase(it);
@@ -47,10 +52,10 @@ void* CachingAllocator::alloc(size_t bytes, MemTag tag) {
                     limit_ / 1048576.0);
       throw std::runtime_error(msg);
     }
-    if (cudaMalloc(&p, size) != cudaSuccess) {
+    if (cudaMalloc(&p, block) != cudaSuccess) {
       cudaGetLastError();
       release_cache();  // give cached blocks back and try once more
-      if (cudaMalloc(&p, size) != cudaSuccess) {
+      if (cudaMalloc(&p, block) != cudaSuccess) {
         cudaGetLastError();
         size_t free_b = 0, total_b = 0;
         cudaMemGetInfo(&free_b, &total_b);
@@ -70,7 +75,7 @@ void* CachingAllocator::alloc(size_t bytes, MemTag tag) {
     }
     reserved_ += size;
   }
-  live_[p] = {size, tag};
+  live_[p] = {block, tag};
   stats_.allocated += size;
   stats_.peak = std::max(stats_.peak, stats_.allocated);
   stats_.n_allocs++;
@@ -84,12 +89,13 @@ void CachingAllocator::free(void* p) {
   std::lock_guard lock(mu_);
   auto it = live_.find(p);
   if (it == live_.end()) fail(__FILE__, __LINE__, "CachingAllocator::free", "pointer not allocated here");
-  const auto [size, tag] = it->second;
+  const auto [block, tag] = it->second;
+  const size_t size = round(block);
   live_.erase(it);
   stats_.allocated -= size;
   stats_.n_allocs--;
   stats_.by_tag[size_t(tag)] -= size;
-  free_.emplace(size, p);  // kept for reuse (one stream: reuse is ordered after earlier work)
+  free_.emplace(block, p);  // kept for reuse (one stream: reuse is ordered after earlier work)
 }
 
 MemoryStats CachingAllocator::stats() const {

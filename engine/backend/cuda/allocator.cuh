@@ -27,8 +27,8 @@ class CachingAllocator {
   static size_t round(size_t bytes);  // size classes: 512 B steps below 1 MiB, 2 MiB above
   void release_cache();
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> free_;  // size -> cached block
-  std::unordered_map<void*, std::pair<size_t, MemTag>> live_;
+  std::multimap<size_t, void*> free_;  // cudaMalloc'd bytes -> cached block
+  std::unordered_map<void*, std::pair<size_t, MemTag>> live_;  // block -> its cudaMalloc'd bytes, tag
   MemoryStats stats_;
   size_t reserved_ = 0;
   size_t limit_ = 0;
