@@ -138,6 +138,7 @@ build() {
     echo '{"check": "build", "ok": true, "reused": true}'
     return 0
   fi
+  rm -f "$B/test_backend_ops" "$B/gpt2_cuda_check" "$B/gemm_probe"  # a failed build leaves none behind
   [ "${EMU:-0}" = 1 ] && { build_emulated; return; }
   local CXXFLAGS=($HOST_FLAGS -I. -Itools/gpu_check/shim -I"$CUDA_HOME/include")
   local NVFLAGS=(-std=c++17 -O3 -gencode=arch=compute_$arch,code=sm_$arch -I. -Itools/gpu_check/shim)
@@ -209,6 +210,22 @@ export -f build build_emulated dry_build dry sources current
 export B arch CUDA_HOME EMU REUSE
 export HOST_FLAGS
 
+# the build passed: no stage runs on binaries of an earlier build
+built() {
+  grep -q '"ok": true' "$B/build.out" 2>/dev/null && return 0
+  log "build failed: no stage runs (see $LOG)"
+  return 1
+}
+# the summary, the copy of the results, and exit with $1
+finish() {
+  $PYTHON tools/gpu_check/results.py summary "$RESULTS" | tee -a "$LOG"
+  local stamp
+  stamp=$(date -u +%Y%m%dT%H%M%SZ)
+  [ $DRY = 1 ] || [ $EMU = 1 ] || cp "$RESULTS" "bench/results/gpu_check-$stamp.json"
+  log "results in $RESULTS (total $(( $(date +%s) - START )) s)"
+  exit "$1"
+}
+
 if [ $DRY = 1 ]; then
   stage build 200 dry_build
   stage ops 45 dry ops
@@ -226,6 +243,7 @@ if [ $DRY = 1 ]; then
   stage crash_probe 10 bash -c 'echo "{\"check\": \"crash_probe\", \"partial\": true}"; kill -SEGV $$'
 elif [ $EMU = 1 ]; then
   stage build 400 build
+  built || finish 1
   stage ops 300 "$B/test_backend_ops"
   stage ops_wmma 120 env ZTRAIN_ATTENTION=wmma ZTRAIN_OPS_SECTIONS=attention "$B/test_backend_ops"
   stage parity 300 "$B/gpt2_cuda_check" parity
@@ -235,6 +253,7 @@ elif [ $EMU = 1 ]; then
   stage bench_unfused 120 env ZTRAIN_GEMM_EPILOGUES=off "$B/gpt2_cuda_check" bench "$STEPS"
 else
   stage build 200 build
+  built || finish 1
   export CUDA_LAUNCH_BLOCKING=1  # ops first, each launch synchronous: an error names its kernel
   stage ops 45 "$B/test_backend_ops"
   # the WMMA attention kernels the FlashAttention-2 ones replaced as the default, against the CPU too
@@ -253,7 +272,4 @@ else
   stage pytorch_compile 120 $PYTHON tools/gpu_check/torch_gpt2.py --batch "$MB" --steps "$STEPS" --compile
 fi
 
-$PYTHON tools/gpu_check/results.py summary "$RESULTS" | tee -a "$LOG"
-stamp=$(date -u +%Y%m%dT%H%M%SZ)
-[ $DRY = 1 ] || [ $EMU = 1 ] || cp "$RESULTS" "bench/results/gpu_check-$stamp.json"
-log "results in $RESULTS (total $(( $(date +%s) - START )) s)"
+finish 0

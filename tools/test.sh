@@ -24,6 +24,7 @@ echo "test.sh: skipped tests:"
 unexpected=0
 for t in $skipped; do
   case "$t" in
+    *emulated*) why="UNEXPECTED: the emulated CUDA device needs no GPU"; unexpected=1 ;;
     cuda_*|*_cuda_*) why="no GPU visible (allowed)" ;;
     tokenizer_matches_tiktoken)
       if [ -d ../shared/data ]; then why="UNEXPECTED: ../shared/data is present"; unexpected=1

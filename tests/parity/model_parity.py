@@ -294,11 +294,16 @@ def main():
     ap.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="backend to compare with PyTorch (cuda: skipped, exit 77, without a GPU)")
+    ap.add_argument("--cases", default="", help="comma list of the case names to run (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as work:
         args.data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 7)
         cases = GPT2_CASES if args.arch == "gpt2" else LLAMA_CASES
+        if args.cases:
+            cases = [c for c in cases if c[0] in args.cases.split(",")]
+            if not cases:
+                sys.exit(f"no case named {args.cases}")
         failures = []
         for compute in ("fp32", "bf16", "fp16"):
             for name, model, train, optim in cases:
