@@ -54,6 +54,14 @@ MUTATIONS = {
                               "    return ticket;",
                               ("driver", ["upload"], {"ZTRAIN_EMU_COPY_DELAY_MS": "200"}),
                               r"WRONG: element \d+ is .* after the upload and the scale"),
+    # a race only another thread order shows: without the barrier, threads that run before thread 0
+    # overwrite the target logit with its gradient before thread 0 reads it for the loss (in index
+    # order thread 0 reads first and the result is right: the race check's second order catches it)
+    "crossentropy_no_barrier_race": ("engine/backend/cuda/crossentropy.cu",
+                                     "  __syncthreads();  // the target logit is read before it is overwritten\n", "",
+                                     ("ops", {"ZTRAIN_OPS_SECTIONS": "crossentropy", "ZTRAIN_OPS_DTYPES": "fp32",
+                                              "ZTRAIN_EMU_SCHEDULE": "reverse"}),
+                                     r"fp32 softmax_crossentropy loss .*FAIL"),
 }
 # the plugin each mutant shares (the two add checks are one mutant)
 PLUGIN = {"add_off_by_one_redzone": "add_off_by_one"}
@@ -92,6 +100,11 @@ def check(bin_dir):
         if not ok:
             print(out[-2000:])
             failed = True
+    # the race above is invisible in index order: what the second order of the race check adds
+    rc, out = run(bin_dir, "libztrain_cuda_emu_mutant_crossentropy_no_barrier_race.so",
+                  ("ops", {"ZTRAIN_OPS_SECTIONS": "crossentropy", "ZTRAIN_OPS_DTYPES": "fp32",
+                           "ZTRAIN_EMU_SCHEDULE": "forward"}))
+    print(f"crossentropy_no_barrier_race in index order: exit {rc} ({'passes: only another order shows the race' if rc == 0 else 'caught already'})")
     for name, (src, _, _, how, expect) in MUTATIONS.items():
         plugin = f"libztrain_cuda_emu_mutant_{PLUGIN.get(name, name)}.so"
         rc, out = run(bin_dir, plugin, how)

@@ -2,9 +2,9 @@
 """Training on the emulated CUDA device equals the CPU backend (fp32 compute, tolerances below):
 - `ztrain debug dump-state` (first batch's loss and every gradient, then 5 AdamW steps) on both
   backends, for GPT-2 and Llama with a padded vocabulary (260 -> 384), under recompute none /
-  selective / full, ZeRO stages 0-3 at world size 1, optimizer offload to CPU memory and parameter
-  offload (whose pinned uploads run on the copy stream); the loss and the 5 step losses agree
-  within 1e-4 relative, each gradient within 1e-4 of its tensor's norm (float reassociation:
+  selective / full, ZeRO stages 0, 2 and 3 at world size 1 (stage 1 shards a subset of what 2
+  does), optimizer offload to CPU memory and parameter offload (whose pinned uploads run on the
+  copy stream); the loss and the 5 step losses agree within 1e-4 relative, each gradient within 1e-4 of its tensor's norm (float reassociation:
   cuBLASLt's and OpenBLAS's summation orders differ), the final parameters within 1e-3;
 - a checkpoint saved on the emulated device resumes on the CPU backend, and one saved on the CPU
   resumes on the emulated device: 3 + 3 steps equal 6 steps of the saving backend's run within
@@ -38,7 +38,6 @@ CASES = [  # name, model, --set overrides
     ("gpt2_recompute_selective", GPT2, ["train.recompute=selective"]),
     ("gpt2_recompute_full", GPT2, ["train.recompute=full"]),
     ("llama_recompute_selective", LLAMA, ["train.recompute=selective"]),
-    ("gpt2_zero1", GPT2, ["parallel.zero_stage=1"]),
     ("gpt2_zero2", GPT2, ["parallel.zero_stage=2"]),
     ("gpt2_zero3", GPT2, ["parallel.zero_stage=3"]),
     ("gpt2_zero2_offload_optimizer_cpu", GPT2, ["parallel.zero_stage=2", "offload.optimizer=cpu"]),
@@ -131,7 +130,7 @@ def main():
                   f"uninterrupted {saver} run (resume line: {resumed})", flush=True)
             expect(resumed and d <= LOSS_TOL, f"{saver} -> {resumer} resume: {full} vs {part} + {rest}")
     return testlib.report(failures, "training on the emulated CUDA device equals the CPU backend: recompute, padded "
-                                    "vocabulary, ZeRO 0-3, offload, checkpoints across backends")
+                                    "vocabulary, ZeRO 0/2/3, offload, checkpoints across backends")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,100 @@
+// The emulated device's own checks, each provoked once by a small kernel written to break one
+// rule (tests/cuda_emu/emulator_faults.py runs every case in its own process, since a device
+// fault is sticky, and requires the report it names). Compiled as a kernel module of the emulated
+// device (ZT_EMU_KERNEL_MODULE) against engine/backend/cuda_emu/include.
+//   emulator_faults CASE   exits 0 when the device reported nothing, 3 when a CUDA call failed
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace zt::cuda {
+namespace {
+
+// half of each warp waits at a barrier, the other half in a shuffle that needs the first half:
+// neither is ever reached by all it waits for
+__global__ void barrier_divergence(float* out) {
+  if (threadIdx.x % 32 < 16) __syncthreads();
+  else out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+// a lane calls a shuffle whose mask leaves it out
+__global__ void shuffle_mask_excludes_caller(float* out) {
+  out[threadIdx.x] = __shfl_xor_sync(0x0000ffffu, float(threadIdx.x), 1);
+}
+// a full-warp mask in a block of 48 threads: lanes 16-31 of warp 1 do not exist
+__global__ void shuffle_partial_warp(float* out) {
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, float(threadIdx.x), 1);
+}
+// lanes of one warp in two different collectives at once
+__global__ void lanes_disagree(float* out) {
+  if (threadIdx.x % 2) out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+  else __syncwarp();
+}
+// a shuffle's lanes wait for one that returned early
+__global__ void lane_exits_early(float* out) {
+  if (threadIdx.x == 5) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+// a read one element past a device allocation that ends on a page
+__global__ void read_past_end(float* out, const float* in, int n) { out[0] = in[n]; }
+// shared memory read before anything wrote it: poison (NaN)
+__global__ void read_unwritten_shared(float* out) {
+  __shared__ float tile[64];
+  if (threadIdx.x == 0) tile[0] = 1;
+  __syncthreads();
+  out[threadIdx.x] = tile[threadIdx.x];  // only tile[0] was written
+}
+// a correct kernel for the controls
+__global__ void shuffle_sum(float* out) {
+  float v = float(threadIdx.x);
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  out[threadIdx.x] = v;
+}
+
+int run(const std::string& c) {
+  float* d = nullptr;
+  if (cudaMalloc(&d, 1024 * sizeof(float)) != cudaSuccess) return 3;  // 4096 bytes: ends on a page
+  if (c == "barrier_divergence") launch(barrier_divergence, 1, 64, 0, nullptr, d);
+  else if (c == "shuffle_mask_excludes_caller") launch(shuffle_mask_excludes_caller, 1, 32, 0, nullptr, d);
+  else if (c == "shuffle_partial_warp") launch(shuffle_partial_warp, 1, 48, 0, nullptr, d);
+  else if (c == "lanes_disagree") launch(lanes_disagree, 1, 32, 0, nullptr, d);
+  else if (c == "lane_exits_early") launch(lane_exits_early, 1, 32, 0, nullptr, d);
+  else if (c == "read_past_end") launch(read_past_end, 1, 1, 0, nullptr, d, static_cast<const float*>(d), 1024);
+  else if (c == "too_many_threads") launch(shuffle_sum, 1, 2048, 0, nullptr, d);
+  else if (c == "shared_over_default_limit") launch(shuffle_sum, 1, 32, 64 * 1024, nullptr, d);
+  else if (c == "shared_over_optin_limit") {
+    if (cudaFuncSetAttribute(shuffle_sum, cudaFuncAttributeMaxDynamicSharedMemorySize, 240 * 1024) == cudaSuccess) {
+      std::puts("cudaFuncSetAttribute accepted 240 KB, past the 227 KB opt-in limit");
+      return 0;
+    }
+    std::puts("cudaFuncSetAttribute refused 240 KB: invalid argument");
+    return 3;
+  } else if (c == "read_unwritten_shared" || c == "control") {
+    c == "control" ? launch(shuffle_sum, 1, 64, 0, nullptr, d) : launch(read_unwritten_shared, 1, 64, 0, nullptr, d);
+    float h[64];
+    if (cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess) return 3;
+    for (int i = 0; i < 64; ++i) {
+      const float want = c == "control" ? float((i / 32) * 32 * 32 + 496) : (i == 0 ? 1.0f : h[i]);
+      if (c == "control" ? h[i] != want : h[i] == h[i] && i > 0) {
+        std::printf("element %d is %g\n", i, h[i]);
+        return 4;
+      }
+    }
+    std::puts(c == "control" ? "control: shuffles and barrier right" : "unwritten shared memory read as NaN");
+    return c == "control" ? 0 : 5;
+  } else {
+    std::fprintf(stderr, "emulator_faults: unknown case %s\n", c.c_str());
+    return 2;
+  }
+  const cudaError_t launch_error = cudaGetLastError();
+  const cudaError_t sync_error = cudaDeviceSynchronize();
+  std::printf("launch: %s; synchronize: %s\n", cudaGetErrorString(launch_error), cudaGetErrorString(sync_error));
+  return launch_error == cudaSuccess && sync_error == cudaSuccess ? 0 : 3;
+}
+
+}  // namespace
+}  // namespace zt::cuda
+
+int main(int argc, char** argv) { return argc < 2 ? 2 : zt::cuda::run(argv[1]); }
