@@ -131,7 +131,9 @@ struct DevBuf {
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
   ~DevBuf() { cudaFree(p); }
-  void upload(const std::vector<unsigned char>& b) { cuda_ok(cudaMemcpy(p, b.data(), b.size(), cudaMemcpyHostToDevice), "upload"); }
+  void upload(const std::vector<unsigned char>& b) {
+    cuda_ok(cudaMemcpy(p, b.data(), b.size(), cudaMemcpyHostToDevice), "upload");
+  }
   std::vector<unsigned char> download(cudaStream_t s) const {
     std::vector<unsigned char> b(n);
     cuda_ok(cudaMemcpyAsync(b.data(), p, n, cudaMemcpyDeviceToHost, s), "download");
@@ -653,7 +655,8 @@ void refusal_alignment(const Lt& lt) {
     Desc desc;
     const Heuristic h = heuristic(lt, desc, s.la, s.lb, s.ld, s.ld, Pref(16));
     void* ws = static_cast<char*>(s.ws.p) + 64;
-    const cublasStatus_t st = h.found ? s.matmul_ws(lt, desc, &h.result.algo, nullptr, ws, 1024) : CUBLAS_STATUS_SUCCESS;
+    const cublasStatus_t st =
+        h.found ? s.matmul_ws(lt, desc, &h.result.algo, nullptr, ws, 1024) : CUBLAS_STATUS_SUCCESS;
     report("refuse a workspace that is not 256-byte aligned", st == CUBLAS_STATUS_INVALID_VALUE ? "" : "got " + status_name(st));
     const cublasStatus_t st0 = h.found ? s.matmul_ws(lt, desc, &h.result.algo, nullptr, nullptr, 0) : CUBLAS_STATUS_NOT_SUPPORTED;
     report("accept no workspace (the algorithm needs 0 bytes)", st0 == CUBLAS_STATUS_SUCCESS ? "" : "got " + status_name(st0));
@@ -721,7 +724,8 @@ void refusal_misc(const Lt& lt) {
     with_gelu.epilogue(CUBLASLT_EPILOGUE_GELU);
     const Heuristic h = heuristic(lt, plain, s.la, s.lb, s.ld, s.ld, Pref());
     const cublasStatus_t st = s.matmul(lt, with_gelu, &h.result.algo);
-    report("refuse an algo chosen for another epilogue", st == CUBLAS_STATUS_INVALID_VALUE ? "" : "got " + status_name(st));
+    report("refuse an algo chosen for another epilogue",
+           st == CUBLAS_STATUS_INVALID_VALUE ? "" : "got " + status_name(st));
     cublasLtMatmulAlgo_t zero{};
     const cublasStatus_t st0 = s.matmul(lt, plain, &zero);
     report("refuse an algo the heuristic never returned", st0 == CUBLAS_STATUS_INVALID_VALUE ? "" : "got " + status_name(st0));

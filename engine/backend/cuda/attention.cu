@@ -652,7 +652,8 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
     if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
       auto kernel = attention_forward_tc_kernel<T>;
       allow_smem(kernel, L.total);
-      launch(kernel, dim3(blocks_for(T_, kTcRows), unsigned(B * NH)), 32 * kTcWarps, L.total, s, out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(hs)));
+      launch(kernel, dim3(blocks_for(T_, kTcRows), unsigned(B * NH)), 32 * kTcWarps, L.total, s, out, lse, qkv, T_, C,
+             NH, NKV, 1.0f / std::sqrt(float(hs)));
       ZT_CUDA_LAUNCH_CHECK();
       return;
     }
@@ -674,8 +675,8 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
   float* D = scratch;  // (B,NH,T)
-  launch(attention_rowdot_kernel<T>, blocks_for(int64_t(B) * NH * T_, kWarps), 32 * kWarps, 0, s, D, dout, out, B, T_, C,
-                                                                                               NH);
+  launch(attention_rowdot_kernel<T>, blocks_for(int64_t(B) * NH * T_, kWarps), 32 * kWarps, 0, s, D, dout, out, B, T_,
+         C, NH);
   ZT_CUDA_LAUNCH_CHECK();
   if constexpr (sizeof(T) == 2) {
     if (use_fa2() && attention_backward_fa2(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s)) return;

@@ -453,10 +453,12 @@ void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, con
                            (HS > 64 ? size_t(2) * kKeys * (HS + 8) * sizeof(T) : 0);  // + K, V rows at 128
   if (dkdv_smem > 48 * 1024)
     ZT_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dkdv_smem)));
-  launch(dkdv, dim3(blocks, unsigned(B * NKV)), 32 * kWarps, dkdv_smem, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+  launch(dkdv, dim3(blocks, unsigned(B * NKV)), 32 * kWarps, dkdv_smem, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV,
+         scale);
   ZT_CUDA_LAUNCH_CHECK();
   auto dq = attention_backward_dq_fa2_kernel<T, HS>;
-  if (tiles > 48 * 1024) ZT_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, int(tiles)));
+  if (tiles > 48 * 1024)
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, int(tiles)));
   launch(dq, dim3(blocks, unsigned(B * NH)), 32 * kWarps, tiles, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
   ZT_CUDA_LAUNCH_CHECK();
 }

@@ -101,14 +101,16 @@ void softmax_crossentropy(float* losses, T* logits, const int32_t* targets, int 
                           cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(V, {logits}, [&](auto v) {
-    launch(softmax_crossentropy_kernel<decltype(v)::value, T>, N, kThreads, 0, s, losses, logits, targets, V, grad_scale);
+    launch(softmax_crossentropy_kernel<decltype(v)::value, T>, N, kThreads, 0, s, losses, logits, targets, V,
+           grad_scale);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
 void logits_row_max(float* out, const T* logits, int N, int V, cudaStream_t s) {
   if (N <= 0) return;
-  with_vec<T>(V, {logits}, [&](auto v) { launch(row_max_kernel<decltype(v)::value, T>, N, kThreads, 0, s, out, logits, V); });
+  with_vec<T>(V, {logits},
+              [&](auto v) { launch(row_max_kernel<decltype(v)::value, T>, N, kThreads, 0, s, out, logits, V); });
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>

@@ -192,7 +192,8 @@ class CudaBackend final : public Backend {
   size_t memory_available() const override {
     size_t free_bytes = 0, total = 0;
     if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return SIZE_MAX;
-    if (alloc_.limit()) free_bytes = std::min(free_bytes, alloc_.limit() > alloc_.reserved() ? alloc_.limit() - alloc_.reserved() : 0);
+    if (alloc_.limit())
+      free_bytes = std::min(free_bytes, alloc_.limit() > alloc_.reserved() ? alloc_.limit() - alloc_.reserved() : 0);
     return free_bytes;
   }
   void set_memory_limit(size_t bytes) override { alloc_.set_limit(bytes); }

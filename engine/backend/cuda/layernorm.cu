@@ -135,7 +135,8 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
                        cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {out, inp, w, b}, [&](auto v) {
-    launch(layernorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, mean, rstd, inp, nullptr, nullptr, nullptr, w, b, N, C, eps);
+    launch(layernorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, mean, rstd,
+           inp, nullptr, nullptr, nullptr, w, b, N, C, eps);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
@@ -145,7 +146,8 @@ void residual_layernorm_forward(T* res, T* out, float* mean, float* rstd, const 
                                 const T* b, int N, int C, float eps, cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {res, out, a, b_, w, b}, [&](auto v) {
-    launch(layernorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, mean, rstd, nullptr, res, a, b_, w, b, N, C, eps);
+    launch(layernorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, mean, rstd,
+           nullptr, res, a, b_, w, b, N, C, eps);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
@@ -155,7 +157,8 @@ void layernorm_backward(T* dinp, float* dw, float* db, const T* dout, const T* i
                         const float* rstd, int N, int C, float* scratch, cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {dinp, dout, inp, w}, [&](auto v) {
-    launch(layernorm_backward_dinp_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, dinp, dout, inp, w, mean, rstd, N, C);
+    launch(layernorm_backward_dinp_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, dinp, dout,
+           inp, w, mean, rstd, N, C);
   });
   launch(layernorm_param_partial_kernel<T>, dim3(blocks_for(C, 32), kColChunks), 1024, 0, s, scratch, dout, inp, mean,
                                                                                          rstd, N, C);

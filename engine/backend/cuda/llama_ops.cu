@@ -146,7 +146,8 @@ template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps, cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {out, inp, w}, [&](auto v) {
-    launch(rmsnorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, rstd, inp, nullptr, nullptr, nullptr, w, N, C, eps);
+    launch(rmsnorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, rstd, inp,
+           nullptr, nullptr, nullptr, w, N, C, eps);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
@@ -156,7 +157,8 @@ void residual_rmsnorm_forward(T* res, T* out, float* rstd, const T* a, const T* 
                               cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {res, out, a, b, w}, [&](auto v) {
-    launch(rmsnorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, rstd, nullptr, res, a, b, w, N, C, eps);
+    launch(rmsnorm_forward_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, out, rstd, nullptr,
+           res, a, b, w, N, C, eps);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
@@ -166,7 +168,8 @@ void rmsnorm_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* 
                       float* scratch, cudaStream_t s) {
   if (N <= 0) return;
   with_vec<T>(C, {dinp, dout, inp, w}, [&](auto v) {
-    launch(rmsnorm_backward_dinp_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, dinp, dout, inp, w, rstd, N, C);
+    launch(rmsnorm_backward_dinp_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, dinp, dout,
+           inp, w, rstd, N, C);
   });
   launch(rmsnorm_weight_partial_kernel<T>, dim3(blocks_for(C, 32), kColChunks), 1024, 0, s, scratch, dout, inp, rstd, N,
                                                                                         C);

@@ -1,6 +1,8 @@
 // __half and __nv_bfloat16 for the emulated device: 16-bit storage types with the CUDA headers'
 // names and conversions (round to nearest even, NaN kept quiet), so the kernels' to_float /
-// from_float paths compute what the GPU computes. Arithmetic goes through float.
+// from_float paths compute what the GPU computes. Arithmetic goes through float. Written apart
+// from the CPU backend's engine/core/dtype.h on purpose: test-backend-ops compares the two
+// backends, and one shared conversion would let a rounding bug pass every comparison.
 #pragma once
 #include <cstdint>
 #include <cstring>

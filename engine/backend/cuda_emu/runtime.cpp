@@ -77,7 +77,8 @@ cudaError_t allocate(void** p, size_t bytes, Kind kind) {
     std::lock_guard lock(g_mem_mu);
     if (kind == Kind::Device && g_device_bytes + rounded > kDeviceBytes) return set_error(cudaErrorMemoryAllocation);
   }
-  void* m = mmap(nullptr, pages + 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* m =
+      mmap(nullptr, pages + 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return set_error(cudaErrorMemoryAllocation);
   char* base = static_cast<char*>(m);
   mprotect(base, kPage, PROT_NONE);

@@ -152,12 +152,13 @@ struct Stats {
     const char* v = std::getenv("ZTRAIN_EMU_STATS");
     if (!v || std::string(v) != "1" || !kernels) return;
     const double s = double(kernel_ns) * 1e-9;
-    std::fprintf(stderr,
-                 "ztrain emulated device: %llu kernels, %llu blocks, %llu threads, %llu barriers, %llu warp collectives, "
-                 "%llu fiber switches in %.2f s of kernel time: %.0f kernels/s, %.2e threads/s, %.2e switches/s\n",
-                 (unsigned long long)kernels, (unsigned long long)blocks, (unsigned long long)threads,
-                 (unsigned long long)barriers, (unsigned long long)collectives, (unsigned long long)switches, s,
-                 double(kernels) / s, double(threads) / s, double(switches) / s);
+    std::fprintf(
+        stderr,
+        "ztrain emulated device: %llu kernels, %llu blocks, %llu threads, %llu barriers, %llu warp collectives, "
+        "%llu fiber switches in %.2f s of kernel time: %.0f kernels/s, %.2e threads/s, %.2e switches/s\n",
+        (unsigned long long)kernels, (unsigned long long)blocks, (unsigned long long)threads,
+        (unsigned long long)barriers, (unsigned long long)collectives, (unsigned long long)switches, s,
+        double(kernels) / s, double(threads) / s, double(switches) / s);
   }
 };
 Stats g_stats;
@@ -620,7 +621,8 @@ void mma(float* d, const void* a, const void* b, const float* c, int type) {
     const size_t es = type_bytes(type);
     for (int e = 0; e < 256; ++e) {
       const int wa = owner(0, e), wb = owner(1, e), wc = owner(2, e);
-      A[e / 16][e % 16] = load_elem(static_cast<const char*>(static_cast<Slot*>(slots[wa / 8])->a) + (wa % 8) * es, type);
+      A[e / 16][e % 16] =
+          load_elem(static_cast<const char*>(static_cast<Slot*>(slots[wa / 8])->a) + (wa % 8) * es, type);
       B[e / 16][e % 16] = load_elem(static_cast<const char*>(static_cast<Slot*>(slots[wb / 8])->b) + (wb % 8) * es, type);
       C[e / 16][e % 16] = static_cast<Slot*>(slots[wc / 8])->c[wc % 8];
     }
