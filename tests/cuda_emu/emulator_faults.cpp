@@ -45,6 +45,8 @@ __global__ void read_unwritten_shared(float* out) {
   __syncthreads();
   out[threadIdx.x] = tile[threadIdx.x];  // only tile[0] was written
 }
+// a write one element before a device allocation (in the gap under it)
+__global__ void write_before_start(float* p) { p[-1] = 1; }
 // a correct kernel for the controls
 __global__ void shuffle_sum(float* out) {
   float v = float(threadIdx.x);
@@ -62,7 +64,23 @@ int run(const std::string& c) {
   else if (c == "lanes_disagree") launch(lanes_disagree, 1, 32, 0, nullptr, d);
   else if (c == "lane_exits_early") launch(lane_exits_early, 1, 32, 0, nullptr, d);
   else if (c == "read_past_end") launch(read_past_end, 1, 1, 0, nullptr, d, static_cast<const float*>(d), 1024);
-  else if (c == "too_many_threads") launch(shuffle_sum, 1, 2048, 0, nullptr, d);
+  else if (c == "write_before_start") {
+    float* small = nullptr;
+    if (cudaMalloc(&small, 1000) != cudaSuccess) return 3;  // not a page: a gap below it
+    launch(write_before_start, 1, 1, 0, nullptr, small);
+  } else if (c == "fault_then_event") {  // waits on events after a fault return (with the error)
+    cudaStream_t s2;
+    cudaEvent_t e;
+    cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
+    cudaEventCreate(&e);
+    launch(barrier_divergence, 1, 64, 0, nullptr, d);
+    cudaEventRecord(e, nullptr);
+    cudaStreamWaitEvent(s2, e, 0);
+    const cudaError_t a = cudaEventSynchronize(e), b = cudaStreamSynchronize(s2);
+    std::printf("after the fault: cudaEventSynchronize %s, cudaStreamSynchronize %s\n", cudaGetErrorName(a),
+                cudaGetErrorName(b));
+    return a != cudaSuccess && b != cudaSuccess ? 3 : 0;
+  } else if (c == "too_many_threads") launch(shuffle_sum, 1, 2048, 0, nullptr, d);
   else if (c == "shared_over_default_limit") launch(shuffle_sum, 1, 32, 64 * 1024, nullptr, d);
   else if (c == "shared_over_optin_limit") {
     if (cudaFuncSetAttribute(shuffle_sum, cudaFuncAttributeMaxDynamicSharedMemorySize, 240 * 1024) == cudaSuccess) {

@@ -25,6 +25,10 @@ CASES = {  # case: (exit status, what the output must say)
     "lane_exits_early": (3, r"thread \(5,0,0\): exited while lanes of mask 0xffffffff wait for it in __shfl_xor_sync"),
     "read_past_end": (1, r"out-of-bounds access at 0x[0-9a-f]+, 0 bytes past the end of the 4096-byte device "
                          r"allocation at 0x[0-9a-f]+ in " + KERNEL + r"read_past_end, block \(0,0,0\)"),
+    "write_before_start": (3, KERNEL + r"write_before_start wrote at byte \d+ before the start of the 1000-byte device "
+                              r"allocation"),
+    "fault_then_event": (3, r"after the fault: cudaEventSynchronize cudaErrorLaunchFailure, cudaStreamSynchronize "
+                            r"cudaErrorLaunchFailure"),
     "too_many_threads": (3, r"invalid configuration: grid \(1,1,1\), block \(2048,1,1\)"),
     "shared_over_default_limit": (3, r"asks 65536 bytes of dynamic shared memory; its "
                                      r"cudaFuncAttributeMaxDynamicSharedMemorySize allows 49152"),
@@ -37,7 +41,7 @@ def main():
     binary = sys.argv[1]
     failed = False
     for case, (status, pattern) in CASES.items():
-        p = subprocess.run([binary, case], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        p = subprocess.run([binary, case], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
         m = re.search(pattern, p.stdout)
         ok = p.returncode == status and m is not None
         print(f"{case}: exit {p.returncode} (want {status}), {'ok' if ok else 'FAIL'}: "

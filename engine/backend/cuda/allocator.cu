@@ -20,9 +20,9 @@ size_t CachingAllocator::round(size_t bytes) {
 }
 
 void CachingAllocator::release_cache() {
-  for (auto& [block, p] : free_) {
-    cudaFree(p);
-    reserved_ -= round(block);
+  for (auto& [block, cached] : free_) {
+    cudaFree(cached.first);
+    reserved_ -= cached.second;
   }
   free_.clear();
 }
@@ -41,7 +41,7 @@ void* CachingAllocator::alloc(size_t bytes, MemTag tag) {
   void* p = nullptr;
   auto it = free_.find(block);  // exact size class: no splitting, so no fragmentation inside blocks
   if (it != free_.end()) {
-    p = it->second;
+    p = it->second.first;
     free_.erase(it);
   } else {
     if (limit_ && reserved_ + size > limit_) release_cache();
@@ -75,7 +75,7 @@ void* CachingAllocator::alloc(size_t bytes, MemTag tag) {
     }
     reserved_ += size;
   }
-  live_[p] = {block, tag};
+  live_[p] = {block, size, tag};
   stats_.allocated += size;
   stats_.peak = std::max(stats_.peak, stats_.allocated);
   stats_.n_allocs++;
@@ -89,13 +89,12 @@ void CachingAllocator::free(void* p) {
   std::lock_guard lock(mu_);
   auto it = live_.find(p);
   if (it == live_.end()) fail(__FILE__, __LINE__, "CachingAllocator::free", "pointer not allocated here");
-  const auto [block, tag] = it->second;
-  const size_t size = round(block);
+  const auto [block, size, tag] = it->second;  // the class stored, never re-rounded: round(1 MiB) is 2 MiB
   live_.erase(it);
   stats_.allocated -= size;
   stats_.n_allocs--;
   stats_.by_tag[size_t(tag)] -= size;
-  free_.emplace(block, p);  // kept for reuse (one stream: reuse is ordered after earlier work)
+  free_.emplace(block, std::make_pair(p, size));  // kept for reuse (one stream: reuse is ordered after earlier work)
 }
 
 MemoryStats CachingAllocator::stats() const {

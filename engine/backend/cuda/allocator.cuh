@@ -27,8 +27,13 @@ class CachingAllocator {
   static size_t round(size_t bytes);  // size classes: 512 B steps below 1 MiB, 2 MiB above
   void release_cache();
   mutable std::mutex mu_;
-  std::multimap<size_t, void*> free_;  // cudaMalloc'd bytes -> cached block
-  std::unordered_map<void*, std::pair<size_t, MemTag>> live_;  // block -> its cudaMalloc'd bytes, tag
+  struct Block {
+    size_t bytes;  // what cudaMalloc gave (the size class; the exact request on the emulated device)
+    size_t size;   // its size class: what the figures count
+    MemTag tag;
+  };
+  std::multimap<size_t, std::pair<void*, size_t>> free_;  // cudaMalloc'd bytes -> cached block, its class
+  std::unordered_map<void*, Block> live_;
   MemoryStats stats_;
   size_t reserved_ = 0;
   size_t limit_ = 0;

@@ -2,6 +2,7 @@
 // the instructions; on the emulated device (ZT_CUDA_EMULATED) each calls its twin in
 // engine/backend/cuda_emu/ptx.h, written from the PTX ISA.
 #pragma once
+#include <cuda_runtime.h>  // first: on the emulated device it defines ZT_CUDA_EMULATED
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -86,6 +86,7 @@ cudaError_t allocate(void** p, size_t bytes, Kind kind) {
   char* user = base + kPage + pages - rounded;
   if (kind == Kind::Device) std::memset(user, 0xA5, bytes);  // cudaMalloc'd memory is not zeroed
   std::memset(user + bytes, kRedzone, rounded - bytes);
+  std::memset(base + kPage, kRedzone, size_t(user - (base + kPage)));  // the gap below, when there is one
   std::lock_guard lock(g_mem_mu);
   g_allocs[user] = {base, pages + 2 * kPage, user, bytes, rounded, kind};
   if (kind == Kind::Device) g_device_bytes += rounded;
@@ -126,6 +127,7 @@ const Allocation* find_alloc(const void* p, size_t n, bool* partial) {
 struct Job {
   const char* what;
   std::function<void()> work;
+  bool always = false;  // runs after a device fault too (event markers: their waiters must not hang)
 };
 }  // namespace
 }  // namespace zt::emu
@@ -159,7 +161,7 @@ struct CUstream_st {
       queue.pop_front();
       lock.unlock();
       zt::emu::set_stream_activity(job.what);
-      if (!zt::emu::g_sticky.load()) job.work();  // after a fault, the device does nothing more
+      if (job.always || !zt::emu::g_sticky.load()) job.work();  // after a fault, only markers complete
       zt::emu::set_stream_activity(nullptr);
       job = {};
       lock.lock();
@@ -167,10 +169,10 @@ struct CUstream_st {
       cv.notify_all();
     }
   }
-  void push(const char* what, std::function<void()> work) {
+  void push(const char* what, std::function<void()> work, bool always = false) {
     {
       std::lock_guard lock(mu);
-      queue.push_back({what, std::move(work)});
+      queue.push_back({what, std::move(work), always});
       ++enqueued;
     }
     cv.notify_all();
@@ -235,6 +237,19 @@ std::string check_redzones(const std::string& name) {
   std::lock_guard lock(g_mem_mu);
   for (auto& [user, a] : g_allocs) {
     if (a.kind != Kind::Device) continue;
+    // below: the nearest kBelow bytes of the gap under the allocation (the rest of it is far
+    // enough to be a wild pointer rather than an index off by a little)
+    constexpr size_t kBelow = 1024;
+    const size_t gap = size_t(a.user - (a.map + kPage)), below = std::min(gap, kBelow);
+    for (size_t i = 1; i <= below; ++i)
+      if (static_cast<unsigned char>(a.user[-ptrdiff_t(i)]) != kRedzone) {
+        char buf[256];
+        std::snprintf(buf, sizeof buf, "kernel %s wrote at byte %zu before the start of the %zu-byte device "
+                      "allocation at %p (found below it after the kernel)", name.c_str(), i, a.bytes,
+                      static_cast<const void*>(a.user));
+        std::memset(a.user - below, kRedzone, below);
+        return buf;
+      }
     for (size_t i = a.bytes; i < a.rounded; ++i)
       if (static_cast<unsigned char>(a.user[i]) != kRedzone) {
         char buf[256];
@@ -570,6 +585,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind
   if (!check_side(src, n, src_dev, "cudaMemcpyAsync", "source") || !check_side(dst, n, dst_dev, "cudaMemcpyAsync", "destination"))
     return set_error(cudaErrorInvalidValue);
   CUstream_st* st = stream_of(s);
+  if (!src_dev && !dst_dev) {  // host to host: synchronous, after the stream's earlier work
+    st->drain();
+    std::memcpy(dst, src, n);
+    return sticky();
+  }
   if (!src_dev && !is_pinned(src)) {  // pageable source: staged now, the caller may reuse it at once
     auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + n);
     st->push("cudaMemcpyAsync", [dst, staged] { copy_in_flight(dst, staged->data(), staged->size()); });
@@ -622,12 +642,11 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   return sticky();
 }
 cudaError_t cudaDeviceSynchronize() {
-  std::vector<CUstream_st*> all;
   {
+    // held across the drains: a cudaStreamDestroy on another thread waits (no stream work takes it)
     std::lock_guard lock(g_streams_mu);
-    all = g_streams;
+    for (CUstream_st* s : g_streams) s->drain();
   }
-  for (CUstream_st* s : all) s->drain();
   stream_of(nullptr)->drain();
   return sticky();
 }
@@ -649,7 +668,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     std::lock_guard lock(e->mu);
     e->last = m;
   }
-  stream_of(s)->push("cudaEventRecord", [m] { m->complete(); });
+  stream_of(s)->push("cudaEventRecord", [m] { m->complete(); }, /*always=*/true);
   return sticky();
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
@@ -666,6 +685,12 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if ((start->flags | end->flags) & cudaEventDisableTiming) return set_error(cudaErrorInvalidResourceHandle);
   auto a = start->latest(), b = end->latest();
   if (!a || !b) return set_error(cudaErrorInvalidResourceHandle);
+  if (a == b) {  // one event: no time between
+    std::lock_guard lock(a->mu);
+    if (!a->done) return cudaErrorNotReady;
+    *ms = 0;
+    return sticky();
+  }
   std::scoped_lock lock(a->mu, b->mu);
   if (!a->done || !b->done) return cudaErrorNotReady;
   *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
@@ -675,7 +700,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   if (!e) return set_error(cudaErrorInvalidResourceHandle);
   auto m = e->latest();  // the record made before this call; later records do not matter
   if (!m) return sticky();
-  stream_of(s)->push("cudaStreamWaitEvent", [m] { m->wait(); });
+  stream_of(s)->push("cudaStreamWaitEvent", [m] { m->wait(); }, /*always=*/true);
   return sticky();
 }
 

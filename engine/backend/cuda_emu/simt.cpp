@@ -418,7 +418,7 @@ void warp_collective(const char* what, unsigned mask, void* slot, WarpComplete c
   Pending* p = nullptr;
   for (Pending& q : w.pending)
     if (q.mask & mask) {
-      if (q.mask != mask || std::strcmp(q.what, what) != 0)
+      if (q.mask != mask || std::strcmp(q.what, what) != 0 || q.complete != complete)  // same op, same type
         fault_here(std::string(what) + " with mask " + hex(mask) + " while lanes " + hex(q.arrived) + " wait in " +
                    q.what + " with mask " + hex(q.mask));
       p = &q;
@@ -659,6 +659,7 @@ struct Grid {
   std::atomic<long> next{0};
   long finished = 0;  // under the pool's mutex
   int helpers = 0;    // workers inside help(): the grid outlives them
+  std::vector<long> order;  // the blocks' order when the schedule is not forward
   std::string fault;
 };
 struct Pool {
@@ -684,8 +685,9 @@ struct Pool {
   void help(Grid& g) {
     install_fault_handler();
     for (;;) {
-      const long i = g.next.fetch_add(1);
-      if (i >= g.total) return;
+      const long n = g.next.fetch_add(1);
+      if (n >= g.total) return;
+      const long i = g.order.empty() ? n : g.order[size_t(n)];  // blocks in the schedule's order too
       std::string fault;
       {
         std::lock_guard lock(mu);
@@ -749,6 +751,12 @@ std::string run_grid(const KernelRun& run) {
   Grid g;
   g.run = &run;
   g.total = long(run.grid.x) * run.grid.y * run.grid.z;
+  if (schedule().order != Order::Forward) {  // blocks taken in another order as well as threads
+    g.order.resize(size_t(g.total));
+    std::iota(g.order.begin(), g.order.end(), 0L);
+    if (schedule().order == Order::Reverse) std::reverse(g.order.begin(), g.order.end());
+    else std::shuffle(g.order.begin(), g.order.end(), std::mt19937_64(schedule().seed));
+  }
   Pool& p = pool();
   {
     std::lock_guard lock(p.mu);

@@ -156,9 +156,10 @@ inline void __syncwarp(unsigned mask = 0xffffffffu) { zt::emu::syncwarp(mask); }
 
 namespace zt::emu {
 // __shfl*_sync: a value of up to 8 bytes from another lane of the mask (CUDA C++ Programming
-// Guide, "Warp Shuffle Functions": width a power of two <= 32 splits the warp into segments; a
-// source lane outside the caller's segment or outside the mask gives the caller's own value here,
-// where the hardware's result is undefined).
+// Guide, "Warp Shuffle Functions": width, a power of two <= 32, splits the warp into segments;
+// down and up past the segment's end give the caller's own value; xor may read an earlier
+// segment, a later one gives the caller's own value). A source lane outside the mask gives an
+// undefined result on the GPU: poison (0xFF bytes) here, so code that relies on it shows.
 enum class Shfl { Idx, Xor, Down, Up };
 template <typename T>
 struct ShflSlot {
@@ -179,7 +180,12 @@ void shfl_complete(void* const* slots, unsigned mask) {
       case Shfl::Down: src = (lane - seg) + me->arg < w ? lane + me->arg : lane; break;
       case Shfl::Up: src = (lane - seg) - me->arg >= 0 ? lane - me->arg : lane; break;
     }
-    if (src < 0 || src > 31 || (src & ~(w - 1)) != seg || !((mask >> src) & 1)) src = lane;
+    if (src < 0 || src > 31 || (me->kind == Shfl::Xor ? (src & ~(w - 1)) > seg : (src & ~(w - 1)) != seg))
+      src = lane;
+    if (!((mask >> src) & 1)) {
+      std::memset(static_cast<void*>(&me->out), 0xFF, sizeof(T));
+      continue;
+    }
     me->out = static_cast<ShflSlot<T>*>(slots[src])->in;
   }
 }
