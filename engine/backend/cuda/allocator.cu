@@ -94,7 +94,8 @@ void CachingAllocator::free(void* p) {
   stats_.allocated -= size;
   stats_.n_allocs--;
   stats_.by_tag[size_t(tag)] -= size;
-  free_.emplace(block, std::make_pair(p, size));  // kept for reuse (one stream: reuse is ordered after earlier work)
+  free_.emplace(block, std::make_pair(p, size));  // kept for reuse (one stream: reuse is ordered after
+                                                  // earlier work)
 }
 
 MemoryStats CachingAllocator::stats() const {

@@ -191,7 +191,7 @@ void Gemm::linear_forward(void* out, const void* inp, const void* w, const void*
 
 bool Gemm::linear_gelu_forward(void* out, void* pre, const void* inp, const void* w, const void* bias, int N, int C,
                                int OC, DType t, cudaStream_t s) {
-  // the aux's leading dimension must be a multiple of 8; and no GELU epilogue in fp32 (gelu_fusable)
+  // the aux's leading dimension must be a multiple of 8; GELU epilogues in bf16 only (gelu_fusable)
   if (OC % 8 != 0 || !fused_epilogues() || !gelu_fusable(t)) return false;
   Args a;
   a.ta = true;
