@@ -53,6 +53,7 @@ commands:
                                 above the size, with model.safetensors.index.json) and config.json
   ckpt ls DIR                   the checkpoints in DIR: step, complete or not, layout, size
   ckpt verify PATH              check every block's checksum of checkpoint PATH (exit 2 if damaged)
+  help spec                     every run-spec key with its type, default and meaning (Markdown)
 
 options:
   --set section.key=value       override a spec value (repeatable), e.g. --set optim.lr=3e-4
@@ -285,6 +286,10 @@ int run(int argc, char** argv) {
     if (needs_spec(c.command) && !c.help) agree_on_spec(*world, resolved_entries(spec));
   } else if (error) {
     std::rethrow_exception(error);
+  }
+  if (c.command == "help" && c.spec_path == "spec") {
+    std::fputs(spec_reference_markdown().c_str(), stdout);
+    return 0;
   }
   if (c.help || c.command.empty() || c.command == "help" || c.command == "--help" || c.command == "-h") {
     std::fputs(kUsage, stdout);

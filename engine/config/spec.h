@@ -131,6 +131,9 @@ RunSpec parse_run_spec(const std::string& toml_text, const std::string& source,
 
 // The fully resolved spec as TOML, every key present.
 std::string resolved_toml(const RunSpec& spec);
+
+// Every key of the run spec as a Markdown reference (docs/spec-reference.md): type, default, help.
+std::string spec_reference_markdown();
 // The same values as ("[section] key", TOML value) pairs in schema order; secrets are "" (never
 // shown). The ranks of a job compare these.
 std::vector<std::pair<std::string, std::string>> resolved_entries(const RunSpec& spec);
