@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <numeric>
 
+#include "engine/core/faults.h"
 #include "engine/core/rng.h"
 #include "engine/core/status.h"
 
@@ -264,13 +265,7 @@ void BatchLoader::produce() {
       }
       b.first.resize(size_t(B_) * T_);
       b.second.resize(b.first.size());
-      // Test hook for the data-bound verdict: ZTRAIN_FAULT_SLOW_DATA_MS=N makes each batch take N ms
-      // longer to assemble, as a slow source or a slow disk would.
-      static const int slow_ms = [] {
-        const char* v = std::getenv("ZTRAIN_FAULT_SLOW_DATA_MS");
-        return v ? std::atoi(v) : 0;
-      }();
-      if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+      injected_delay(faults().slow_data_ms);  // the data-bound verdict's test: a slow source or disk
       order_.fill(ds_, first_of_(k), B_, b.first.data(), b.second.data());
       {
         std::lock_guard g(mu_);

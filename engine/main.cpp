@@ -13,6 +13,7 @@
 #include "engine/comm/agreement.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/config/spec.h"
+#include "engine/core/faults.h"
 #include <nlohmann/json.hpp>
 
 #include "engine/core/byte_size.h"
@@ -344,6 +345,7 @@ int run(int argc, char** argv) {
 // process layout) are printed by rank 0 only; any later failure aborts the whole job with its
 // exit code.
 int main(int argc, char** argv) {
+  faults();  // the test-only fault hooks are read from the environment once, before anything runs
   dist_init(&argc, &argv);
   int code = 0;
   try {

@@ -19,6 +19,7 @@
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/checkpoint/h5_file.h"
 #include "engine/checkpoint/remote.h"
+#include "engine/core/faults.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/core/timer.h"
@@ -33,15 +34,12 @@ constexpr int kWriteThreads = 4;                        // hold at most 4 of the
 constexpr ParamStore::State kStates[] = {ParamStore::State::Master, ParamStore::State::AdamM,
                                          ParamStore::State::AdamV};
 
-// Test hook for the crash tests: ZTRAIN_TEST_PAUSE_SAVE=RANK:STEP makes that rank stop in the
-// middle of writing its part of that checkpoint (after the parameters, before the moments).
+// The crash tests' hook (faults().pause_save): that rank stops in the middle of writing its part of
+// that checkpoint (after the parameters, before the moments).
 void pause_if_asked(int rank, int64_t step) {
-  const char* v = std::getenv("ZTRAIN_TEST_PAUSE_SAVE");
-  int r = -1;
-  long long s = -1;
-  if (!v || std::sscanf(v, "%d:%lld", &r, &s) != 2 || r != rank || s != step) return;
+  if (!faults().pause_save.hits(rank, step)) return;
   std::fprintf(stderr, "ztrain: test hook: rank %d (pid %d) pauses in the middle of saving step %lld\n", rank,
-               int(::getpid()), s);
+               int(::getpid()), (long long)step);
   std::fflush(stderr);
   std::this_thread::sleep_for(std::chrono::minutes(10));
 }

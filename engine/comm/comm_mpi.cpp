@@ -9,6 +9,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "engine/core/faults.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -98,13 +99,7 @@ class MpiComm final : public Comm {
   }
   void poll_until_done(MPI_Request& r, const char* what, size_t n) {
     const auto start = std::chrono::steady_clock::now();
-    // Test hook for the communication-bound verdict: ZTRAIN_FAULT_SLOW_COMM_MS=N makes every wait
-    // on a collective take N ms longer, as a slow network would.
-    static const int slow_ms = [] {
-      const char* v = std::getenv("ZTRAIN_FAULT_SLOW_COMM_MS");
-      return v ? std::atoi(v) : 0;
-    }();
-    if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+    injected_delay(faults().slow_comm_ms);  // the communication-bound verdict's test: a slow network
     int done = 0;
     for (int spins = 0;; ++spins) {
       MPI_Test(&r, &done, MPI_STATUS_IGNORE);

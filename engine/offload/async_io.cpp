@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "engine/core/faults.h"
 #include "engine/core/status.h"
 
 #ifdef ZTRAIN_HAVE_LIBURING
@@ -130,13 +131,7 @@ AsyncIo::Ticket AsyncIo::write(NvmeFile& f, uint64_t off, const void* src, size_
 }
 
 void AsyncIo::wait(Ticket t) {
-  // Test hook for the offload-bound verdict: ZTRAIN_FAULT_SLOW_NVME_MS=N makes every wait on a
-  // request take N ms longer, as a slow disk would.
-  static const int slow_ms = [] {
-    const char* v = std::getenv("ZTRAIN_FAULT_SLOW_NVME_MS");
-    return v ? std::atoi(v) : 0;
-  }();
-  if (slow_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+  injected_delay(faults().slow_nvme_ms);  // the offload-bound verdict's test: a slow disk
 #ifdef ZTRAIN_HAVE_LIBURING
   if (impl_->ring_ok) {
     auto it = impl_->requests.find(t);

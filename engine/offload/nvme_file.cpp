@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "engine/core/faults.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -25,14 +26,10 @@ std::unique_ptr<char, AlignedFree> aligned_buffer(size_t bytes) {
 uint64_t align_down(uint64_t x) { return x / NvmeFile::kAlign * NvmeFile::kAlign; }
 uint64_t align_up(uint64_t x) { return (x + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign; }
 
-// Test hook: ZTRAIN_FAULT_NVME_WRITES=N makes the N-th write of this process fail with EIO.
+// faults().nvme_write_fails = N: the N-th write of this process fails with EIO.
 bool injected_write_failure() {
-  static const long at = [] {
-    const char* v = std::getenv("ZTRAIN_FAULT_NVME_WRITES");
-    return v ? std::atol(v) : 0L;
-  }();
   static long count = 0;
-  return at > 0 && ++count == at;
+  return faults().nvme_write_fails > 0 && ++count == faults().nvme_write_fails;
 }
 }  // namespace
 

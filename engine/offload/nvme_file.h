@@ -27,7 +27,7 @@ class NvmeFile {
   bool direct() const { return direct_; }
   const std::string& path() const { return path_; }
   int fd() const { return fd_; }
-  // The test hook ZTRAIN_FAULT_NVME_WRITES=N: the N-th write of the process fails with EIO
+  // The test hook faults().nvme_write_fails = N (engine/core/faults.h): the N-th write of the process fails with EIO
   // (RuntimeFailure naming the file). Called by every write path.
   void check_injected_write_failure(uint64_t off, size_t bytes) const;
   // Aligned transfers (offset, size and buffer multiples of kAlign when direct()).

@@ -30,21 +30,22 @@
 
 #include "data/tokenizer/tokenizer.h"
 #include "engine/checkpoint/checkpoint_files.h"
-#include "engine/comm/agreement.h"
 #include "engine/checkpoint/checkpoint_reader.h"
-#include "engine/hf/hf_weights.h"
-#include "engine/offload/async_io.h"
-#include "engine/offload/core_binding.h"
 #include "engine/checkpoint/remote.h"
-#include "engine/train/preemption.h"
+#include "engine/comm/agreement.h"
 #include "engine/core/byte_size.h"
+#include "engine/core/faults.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
 #include "engine/core/timer.h"
+#include "engine/hf/hf_weights.h"
+#include "engine/model/registry.h"
+#include "engine/offload/async_io.h"
+#include "engine/offload/core_binding.h"
 #include "engine/optim/schedule.h"
 #include "engine/train/metrics.h"
+#include "engine/train/preemption.h"
 #include "engine/train/sampler.h"
-#include "engine/model/registry.h"
 
 namespace zt {
 
@@ -78,32 +79,16 @@ std::string duration_text(double s) {
   return fmt::format("{}s", t);
 }
 
-// Test hook for the host-bound verdict: ZTRAIN_FAULT_SLOW_HOST_MS=N makes every step spend N ms
-// on the host outside the measured phases, as a slow host would.
-void slow_host_if_injected() {
-  static const int ms = [] {
-    const char* v = std::getenv("ZTRAIN_FAULT_SLOW_HOST_MS");
-    return v ? std::atoi(v) : 0;
-  }();
-  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
-}
-
-// Test hooks for the failure tests, both RANK:STEP (0-based step): ZTRAIN_FAULT_EXIT makes that
-// rank exit abruptly (no cleanup, no MPI_Finalize) in the middle of the step, as a crashed
-// process would; ZTRAIN_FAULT_HANG makes it stop responding, as a wedged one would.
+// The failure tests' hooks (engine/core/faults.h): that rank exits abruptly (no cleanup, no
+// MPI_Finalize) in the middle of the step, as a crashed process would, or stops responding, as a
+// wedged one would.
 void exit_if_fault_injected(int rank, int64_t step) {
-  auto hit = [&](const char* var) {
-    const char* v = std::getenv(var);
-    int r = -1;
-    long long s = -1;
-    return v && std::sscanf(v, "%d:%lld", &r, &s) == 2 && r == rank && s == step;
-  };
-  if (hit("ZTRAIN_FAULT_EXIT")) {
+  if (faults().exit.hits(rank, step)) {
     std::fprintf(stderr, "ztrain: fault injection: rank %d exits during step %lld\n", rank, (long long)step + 1);
     std::fflush(stderr);
     std::_Exit(3);
   }
-  if (hit("ZTRAIN_FAULT_HANG")) {
+  if (faults().hang.hits(rank, step)) {
     std::fprintf(stderr, "ztrain: fault injection: rank %d hangs during step %lld\n", rank, (long long)step + 1);
     std::fflush(stderr);
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -521,7 +506,7 @@ StepResult Trainer::step(int64_t step) {
   auto ms_since = [](std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
-  slow_host_if_injected();
+  injected_delay(faults().slow_host_ms);  // the host-bound verdict's test: a slow host
   store_->zero_grad();
   const double lr = lr_at(spec_.optim, step, spec_.train.max_steps);
   // With optimizer offload to CPU memory, each group's host AdamW may run while backward goes on,

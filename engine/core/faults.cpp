@@ -1,0 +1,48 @@
+// The fault-injection hooks (see faults.h), read from the environment once.
+#include "engine/core/faults.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace zt {
+
+namespace {
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : 0;
+}
+
+RankStep env_rank_step(const char* name) {
+  RankStep h;
+  const char* v = std::getenv(name);
+  int r = -1;
+  long long s = -1;
+  if (v && std::sscanf(v, "%d:%lld", &r, &s) == 2) h = {r, s};
+  return h;
+}
+}  // namespace
+
+const Faults& faults() {
+  static const Faults f = [] {
+    Faults x;
+    x.slow_data_ms = env_int("ZTRAIN_FAULT_SLOW_DATA_MS");
+    x.slow_comm_ms = env_int("ZTRAIN_FAULT_SLOW_COMM_MS");
+    x.slow_nvme_ms = env_int("ZTRAIN_FAULT_SLOW_NVME_MS");
+    x.slow_host_ms = env_int("ZTRAIN_FAULT_SLOW_HOST_MS");
+    const char* w = std::getenv("ZTRAIN_FAULT_NVME_WRITES");
+    x.nvme_write_fails = w ? std::atol(w) : 0L;
+    x.exit = env_rank_step("ZTRAIN_FAULT_EXIT");
+    x.hang = env_rank_step("ZTRAIN_FAULT_HANG");
+    x.pause_save = env_rank_step("ZTRAIN_TEST_PAUSE_SAVE");
+    return x;
+  }();
+  return f;
+}
+
+void injected_delay(int ms) {
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+}  // namespace zt

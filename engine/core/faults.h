@@ -1,0 +1,35 @@
+// Test-only fault injection, in one place. The failure and verdict tests make ztrain misbehave on
+// purpose (a slow disk, a crashed rank, a save interrupted half-way) through ZTRAIN_FAULT_* and
+// ZTRAIN_TEST_* environment variables; production code asks faults() instead of reading the
+// environment, so every hook is listed here and the variables are read once, at the first call
+// (main makes that call before anything else runs).
+#pragma once
+#include <cstdint>
+
+namespace zt {
+
+// A hook aimed at one rank and one 0-based step ("RANK:STEP"); inactive when rank < 0.
+struct RankStep {
+  int rank = -1;
+  int64_t step = -1;
+  bool hits(int r, int64_t s) const { return rank >= 0 && r == rank && s == step; }
+};
+
+struct Faults {
+  int slow_data_ms = 0;       // ZTRAIN_FAULT_SLOW_DATA_MS: each batch takes this much longer to assemble
+  int slow_comm_ms = 0;       // ZTRAIN_FAULT_SLOW_COMM_MS: each wait on an MPI collective, longer
+  int slow_nvme_ms = 0;       // ZTRAIN_FAULT_SLOW_NVME_MS: each wait on an NVMe request, longer
+  int slow_host_ms = 0;       // ZTRAIN_FAULT_SLOW_HOST_MS: each step spends this on the host, unmeasured
+  long nvme_write_fails = 0;  // ZTRAIN_FAULT_NVME_WRITES=N: the N-th NVMe write of the process fails (EIO)
+  RankStep exit;              // ZTRAIN_FAULT_EXIT: that rank exits abruptly in the middle of that step
+  RankStep hang;              // ZTRAIN_FAULT_HANG: that rank stops responding in that step
+  RankStep pause_save;        // ZTRAIN_TEST_PAUSE_SAVE: that rank stops half-way through saving that step
+};
+
+// The hooks set in this process's environment (all off in a normal run).
+const Faults& faults();
+
+// Sleeps ms milliseconds when ms > 0: how the slow_* hooks take effect.
+void injected_delay(int ms);
+
+}  // namespace zt
