@@ -65,15 +65,18 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
   t.add("transformer.ln_f.bias", {C}, None, 1, false, 0, 0);
   t.end_group("ln_f");
 
+  esize_ = be_.compute_size();
+  act_buf_ = carve_activations(be_, activation_slots(cfg, max_batch, TP, acts_));
+}
+
+std::vector<ActSlot> GPT2::activation_slots(const GPT2Config& cfg, int max_batch, int tp, Acts& a) {
   // Activations for the largest batch, carved from one allocation. With tensor parallelism the
   // attention (Ca = C/TP), MLP (Fl = F/TP) and logits (Vl = V/TP) activations are this rank's part.
-  esize_ = be_.compute_size();
-  const int64_t L = cfg.n_layer, B = max_batch, NH = NH_l_, BT = B * T;
-  const int64_t Ca = C_l_, Fl = F_l_, Vl = V_l_;
+  const double C = cfg.d_model, T = cfg.seq_len, L = cfg.n_layer, B = max_batch, BT = B * T, TP = tp;
+  const double Ca = C / TP, Fl = double(cfg.d_ff) / TP, Vl = double(cfg.vocab_held()) / TP, NH = cfg.n_head / TP;
   // layers of slots: Lw for what full recompute drops, Ln for the norms selective drops too
-  const int64_t Lw = cfg.recompute == Recompute::Full ? 1 : L, Ln = cfg.recompute == Recompute::None ? L : 1;
-  Acts& a = acts_;
-  act_buf_ = carve_activations(be_, {
+  const double Lw = cfg.recompute == Recompute::Full ? 1 : L, Ln = cfg.recompute == Recompute::None ? L : 1;
+  return {
       {&a.encoded, nullptr, BT * C},
       {&a.ln1, nullptr, Ln * BT * C},      {nullptr, &a.ln1_mean, Ln * BT},  {nullptr, &a.ln1_rstd, Ln * BT},
       {&a.qkv, nullptr, Lw * BT * 3 * Ca}, {&a.atty, nullptr, Lw * BT * Ca}, {nullptr, &a.att_lse, Lw * B * NH * T},
@@ -84,7 +87,12 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
       {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_mean, BT},       {nullptr, &a.lnf_rstd, BT},
       {&a.logits, nullptr, BT * Vl},
       {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * 3 * Ca},
-      {&a.datty, nullptr, BT * Ca},        {&a.dfch, nullptr, BT * Fl}});
+      {&a.datty, nullptr, BT * Ca},        {&a.dfch, nullptr, BT * Fl}};
+}
+
+double GPT2::activation_footprint(const GPT2Config& cfg, int max_batch, int tp, size_t compute_size) {
+  Acts unused{};
+  return activation_bytes(activation_slots(cfg, max_batch, tp, unused), compute_size);
 }
 
 GPT2::~GPT2() { be_.free(act_buf_); }

@@ -54,6 +54,9 @@ class GPT2 final : public Model {
   GPT2& operator=(const GPT2&) = delete;
 
   const GPT2Config& config() const { return cfg_; }
+  // The bytes of the activation buffer one rank of a tensor-parallel group of `tp` carves for
+  // batches of up to max_batch (the same slots the constructor carves; nothing is built).
+  static double activation_footprint(const GPT2Config& cfg, int max_batch, int tp, size_t compute_size);
   const ParamTable& table() const override { return table_; }
   int seq_len() const override { return cfg_.seq_len; }
   int vocab_size() const override { return cfg_.vocab_size; }
@@ -104,6 +107,8 @@ class GPT2 final : public Model {
     // backward scratch
     void *dres, *dln, *dqkv, *datty, *dfch;  // (B,T,C) x2, (B,T,3Ca), (B,T,Ca), (B,T,Fl)
   };
+  // Every activation slot, in carve order, pointing into `a`: the one list of the activations.
+  static std::vector<ActSlot> activation_slots(const GPT2Config& cfg, int max_batch, int tp, Acts& a);
   // Element `i` of a compute-precision tensor.
   void* el(void* base, int64_t i) const { return static_cast<char*>(base) + i * int64_t(esize_); }
   void* at(void* group_base, size_t param) const { return el(group_base, table_.group_rel(param)); }

@@ -69,18 +69,27 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
   if (!cfg.tie_embeddings) t.add("lm_head.weight", {V, C}, Rows, 1, true, std0, 0, cfg.vocab_size);
   t.end_group("head");
 
-  // Activations for the largest batch, carved from one allocation (this rank's widths).
   esize_ = be_.compute_size();
-  const int64_t L = cfg.n_layer, B = max_batch, BT = B * T;
-  const int64_t Wq = w_.q, Wqkv = w_.qkv, Fl = w_.f, Vl = w_.v;
+  act_buf_ = carve_activations(be_, activation_slots(cfg, max_batch, TP, acts_));
+  if (kv_replicas_ > 1) {
+    const int64_t n = 2 * w_.kv * C, pieces = TP / kv_replicas_;
+    kv_saved_ = static_cast<float*>(be_.alloc(size_t(n) * sizeof(float), MemTag::Grads));
+    kv_sum_ = static_cast<float*>(be_.alloc(size_t(n * pieces) * sizeof(float), MemTag::CommBuffers));
+  }
+}
+
+std::vector<ActSlot> Llama::activation_slots(const LlamaConfig& cfg, int max_batch, int tp, Acts& a) {
+  // Activations for the largest batch, carved from one allocation (this rank's widths).
+  const Widths w = widths(cfg, tp);
+  const double C = cfg.d_model, T = cfg.seq_len, L = cfg.n_layer, B = max_batch, BT = B * T;
+  const double Wq = double(w.q), Wqkv = double(w.qkv), Fl = double(w.f), Vl = double(w.v), NH = cfg.n_head / tp;
   // layers of slots: Lw for what full recompute drops, Ln for what selective drops too (the
   // norm outputs and the SwiGLU output)
-  const int64_t Lw = cfg.recompute == Recompute::Full ? 1 : L, Ln = cfg.recompute == Recompute::None ? L : 1;
-  Acts& a = acts_;
-  act_buf_ = carve_activations(be_, {
+  const double Lw = cfg.recompute == Recompute::Full ? 1 : L, Ln = cfg.recompute == Recompute::None ? L : 1;
+  return {
       {&a.encoded, nullptr, BT * C},
       {&a.ln1, nullptr, Ln * BT * C},      {nullptr, &a.rstd1, Ln * BT},
-      {&a.qkv, nullptr, Lw * BT * Wqkv},   {&a.atty, nullptr, Lw * BT * Wq}, {nullptr, &a.lse, Lw * B * NH_l_ * T},
+      {&a.qkv, nullptr, Lw * BT * Wqkv},   {&a.atty, nullptr, Lw * BT * Wq}, {nullptr, &a.lse, Lw * B * NH * T},
       {&a.attproj, nullptr, Lw * BT * C},  {&a.res2, nullptr, Lw * BT * C},
       {&a.ln2, nullptr, Ln * BT * C},      {nullptr, &a.rstd2, Ln * BT},
       {&a.gate_up, nullptr, Lw * BT * 2 * Fl}, {&a.act, nullptr, Ln * BT * Fl},
@@ -88,12 +97,12 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
       {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_rstd, BT},
       {&a.logits, nullptr, BT * Vl},
       {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * Wqkv},
-      {&a.datty, nullptr, BT * Wq},        {&a.dgate_up, nullptr, BT * 2 * Fl}, {&a.dact, nullptr, BT * Fl}});
-  if (kv_replicas_ > 1) {
-    const int64_t n = 2 * w_.kv * C, pieces = TP / kv_replicas_;
-    kv_saved_ = static_cast<float*>(be_.alloc(size_t(n) * sizeof(float), MemTag::Grads));
-    kv_sum_ = static_cast<float*>(be_.alloc(size_t(n * pieces) * sizeof(float), MemTag::CommBuffers));
-  }
+      {&a.datty, nullptr, BT * Wq},        {&a.dgate_up, nullptr, BT * 2 * Fl}, {&a.dact, nullptr, BT * Fl}};
+}
+
+double Llama::activation_footprint(const LlamaConfig& cfg, int max_batch, int tp, size_t compute_size) {
+  Acts unused{};
+  return activation_bytes(activation_slots(cfg, max_batch, tp, unused), compute_size);
 }
 
 Llama::~Llama() {

@@ -67,11 +67,14 @@ class Llama final : public Model {
   void backward() override;
   void logits_row(int b, int t, float* out_host) const override;
 
-  // The elements of one rank's activation buffer, from the shapes alone (registry's footprint).
+  // This rank's widths in a tensor-parallel group of `tp`.
   struct Widths {
     int64_t q, kv, qkv, f, v;  // this rank's query width, key (= value) width, [q|k|v], MLP, vocab
   };
   static Widths widths(const LlamaConfig& cfg, int tp);
+  // The bytes of the activation buffer one rank carves for batches of up to max_batch (the same
+  // slots the constructor carves; nothing is built).
+  static double activation_footprint(const LlamaConfig& cfg, int max_batch, int tp, size_t compute_size);
 
  protected:
   int deferred_losses() const override { return loss_.pending(); }
@@ -105,6 +108,8 @@ class Llama final : public Model {
     void* logits;    // (B,T,Vl)
     void *dres, *dln, *dqkv, *datty, *dgate_up, *dact;  // backward scratch
   };
+  // Every activation slot, in carve order, pointing into `a`: the one list of the activations.
+  static std::vector<ActSlot> activation_slots(const LlamaConfig& cfg, int max_batch, int tp, Acts& a);
   void* el(void* base, int64_t i) const { return static_cast<char*>(base) + i * int64_t(esize_); }
   void* at(void* group_base, size_t param) const { return el(group_base, table_.group_rel(param)); }
   float* at(float* group_base, size_t param) const { return group_base + table_.group_rel(param); }

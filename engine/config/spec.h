@@ -8,6 +8,9 @@
 
 namespace zt {
 
+// [model] arch when the spec gives none (models/registry.cpp).
+const char* default_model_family();
+
 struct RunSpec {
   struct Run {
     std::string name = "run";
@@ -22,17 +25,17 @@ struct RunSpec {
     double telemetry_s = 1;           // seconds between device telemetry rows (0 = none)
   } run;
   struct Model {
-    std::string arch = "gpt2";
+    std::string arch = default_model_family();
     int64_t n_layer = 0, n_head = 0, d_model = 0;
-    int64_t d_ff = 0;  // 0 in the file means 4 * d_model; resolved after loading
+    int64_t d_ff = 0;  // 0 in the file: the family's default, resolved after loading
     int64_t vocab_size = 0, seq_len = 0;
     int64_t vocab_multiple = 128;  // padded internally to a multiple of this x [parallel] tensor
-    // Llama: grouped-query attention's key/value heads (0 in the file means n_head), the rotary
-    // embedding's base, and whether the output head is the token embedding (GPT-2: always;
-    // Llama: default false, resolved after loading).
+    // Grouped-query attention's key/value heads (0 in the file means n_head), the rotary
+    // embedding's base, and whether the output head is the token embedding (the family's
+    // default, resolved after loading); which families use them: models/*_family.cpp.
     int64_t n_kv_head = 0;
     double rope_theta = 10000.0;
-    double norm_eps = 1e-5;  // LayerNorm (GPT-2) or RMSNorm (Llama) epsilon
+    double norm_eps = 1e-5;  // the family's normalization epsilon (LayerNorm, RMSNorm)
     bool tie_embeddings = true;
     // A Hugging Face model directory (config.json + safetensors) whose weights start a fresh run;
     // the model's shape comes from its config.json.

@@ -12,6 +12,7 @@
 #include "engine/core/status.h"
 #include "engine/hf/hf_config.h"
 #include "engine/hf/safetensors.h"
+#include "engine/model/registry.h"
 
 namespace zt {
 
@@ -34,11 +35,6 @@ bool ignorable(const std::string& name, bool tied) {
          (tied && name == "lm_head.weight");
 }
 
-// GPT-2 learns one position row per position: a model trained for more positions fine-tunes at a
-// shorter seq_len with the first rows.
-bool position_prefix(const std::string& arch, const std::string& name) {
-  return arch == "gpt2" && name == "transformer.wpe.weight";
-}
 }  // namespace
 
 std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, DType dtype, uint64_t max_file_bytes) {
@@ -102,7 +98,7 @@ std::string hf_mismatch(const std::string& dir, const std::string& arch, const M
     if (!t) return fmt::format("{}: no tensor {} (this model has it, shape {})", dir, hf.name, shape_str(p.stored_shape));
     std::vector<int64_t> want = p.stored_shape;
     if (hf.transposed) std::swap(want[0], want[1]);
-    const bool prefix_ok = position_prefix(arch, p.name) && t->shape.size() == 2 && t->shape[0] >= want[0] &&
+    const bool prefix_ok = model_family(arch).hf_row_prefix(p.name) && t->shape.size() == 2 && t->shape[0] >= want[0] &&
                            t->shape[1] == want[1];
     if (t->shape != want && !prefix_ok)
       return fmt::format("{}: tensor {} has shape {}, this model's is {}", t->file, hf.name, shape_str(t->shape),

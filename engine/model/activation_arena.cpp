@@ -25,10 +25,9 @@ void* carve_activations(Backend& be, const std::vector<ActSlot>& slots) {
   return buf;
 }
 
-double activation_bytes(const std::vector<double>& compute_n, const std::vector<double>& stat_n, size_t compute_size) {
+double activation_bytes(const std::vector<ActSlot>& slots, size_t compute_size) {
   double total = 0;
-  for (double n : compute_n) total += n * double(compute_size);
-  for (double n : stat_n) total += n * 4.0;
+  for (const ActSlot& sl : slots) total += std::ceil(sl.n * double(sl.compute ? compute_size : 4) / 64) * 64;
   return total;
 }
 

@@ -10,18 +10,19 @@
 namespace zt {
 
 // One activation tensor of n elements: a compute-precision tensor (compute set) or fp32
-// statistics (stat set).
+// statistics (stat set). A double: the planner counts the slots of specs too large to build.
 struct ActSlot {
   void** compute = nullptr;
   float** stat = nullptr;
-  int64_t n = 0;
+  double n = 0;
 };
 
 // Allocates one buffer (MemTag::Activations) holding every slot at a 64-byte aligned offset
 // (128-bit vector access) and points each slot into it; returns the buffer, for Backend::free.
 void* carve_activations(Backend& be, const std::vector<ActSlot>& slots);
-// The bytes carve_activations allocates for these slot sizes (compute and fp32 counts).
-double activation_bytes(const std::vector<double>& compute_n, const std::vector<double>& stat_n, size_t compute_size);
+// The bytes carve_activations allocates for these slots with `compute_size`-byte activations
+// (the models' footprints: the planner counts the very slots the constructor carves).
+double activation_bytes(const std::vector<ActSlot>& slots, size_t compute_size);
 
 // The vocabulary as held: vocab_size real ids, padded to vocab_held rows split across the
 // tensor-parallel group (this rank: vocab_local rows from id v0).

@@ -1,0 +1,106 @@
+// The GPT-2 family's entry (engine/model/family.h): learned positions, LayerNorm, GELU MLP,
+// output head tied to the token embedding; Hugging Face's GPT2LMHeadModel.
+#include <memory>
+
+#include "engine/comm/comm.h"
+#include "engine/core/status.h"
+#include "engine/model/family.h"
+#include "models/gpt2.h"
+#include "models/held_vocab.h"
+
+namespace zt {
+
+namespace {
+
+GPT2Config gpt2_config(const RunSpec::Model& m, int tp, Recompute rc) {
+  return GPT2Config{int(m.n_layer),    int(m.n_head),  int(m.d_model),         int(m.d_ff), int(m.vocab_size),
+                    int(m.seq_len),    int(held_vocab(m, tp)), float(m.norm_eps), rc};
+}
+
+// GPT-2's Conv1D weights (Hugging Face keeps OpenAI's (in, out) layout).
+bool conv1d(const std::string& name) {
+  for (const char* s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
+    const std::string suffix(s);
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return true;
+  }
+  return false;
+}
+
+class Gpt2Family final : public ModelFamily {
+ public:
+  const char* name() const override { return "gpt2"; }
+
+  void resolve(RunSpec::Model& m, const ModelKeyChecks& c) const override {
+    if (m.d_ff == 0) m.d_ff = 4 * m.d_model;
+    c.check(!c.given("n_kv_head") || m.n_kv_head == m.n_head, "n_kv_head",
+            fmt::format("grouped-query attention (n_kv_head = {} < n_head = {}) needs arch = \"llama\"", m.n_kv_head,
+                        m.n_head));
+    c.check(m.rope_theta == 10000.0, "rope_theta", "applies to arch = \"llama\" (gpt2 learns its position embeddings)");
+    c.check(m.tie_embeddings, "tie_embeddings", "gpt2's output head is its token embedding; false needs arch = \"llama\"");
+  }
+
+  std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp,
+                              Recompute rc) const override {
+    return std::make_unique<GPT2>(gpt2_config(m, tp ? tp->size() : 1, rc), backend, max_batch, tp);
+  }
+
+  ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size,
+                           Recompute rc) const override {
+    // doubles throughout: the config's ints could overflow for absurd specs (the point of asking)
+    const double L = double(m.n_layer), C = double(m.d_model), F = double(m.d_ff), V = double(held_vocab(m, tp));
+    const double T = double(m.seq_len), P = double(tp);
+    ModelFootprint f;
+    // the parameter table of GPT2's constructor: vocabulary-parallel wte, replicated wpe and norms,
+    // column-parallel c_attn and c_fc, row-parallel projections (their biases replicated)
+    f.params = V * C / P + T * C + L * (4 * C + 3 * C * C / P + 3 * C / P + C * C / P + C + 2 * F * C / P + F / P + C) +
+               2 * C;
+    f.activation_bytes = GPT2::activation_footprint(gpt2_config(m, tp, rc), max_batch, tp, compute_size);
+    return f;
+  }
+
+  bool reads_hf_model_type(const std::string& type) const override { return type == "gpt2"; }
+
+  std::vector<HfModelKey> read_hf_config(const HfConfigView& c) const override {
+    const std::string act = c.string("activation_function", "gelu_new");
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh")
+      c.reject(fmt::format("activation_function = \"{}\": ztrain's GPT-2 uses the tanh GELU (gelu_new)", act));
+    const int64_t C = c.integer("n_embd");
+    return {{"arch", std::string(name()), "model_type"},
+            {"n_layer", c.integer("n_layer"), "n_layer"},
+            {"n_head", c.integer("n_head"), "n_head"},
+            {"d_model", C, "n_embd"},
+            {"d_ff", c.has("n_inner") ? c.integer("n_inner") : 4 * C, "n_inner"},
+            {"vocab_size", c.integer("vocab_size"), "vocab_size"},
+            {"seq_len", c.integer("n_positions"), "n_positions", true},
+            {"norm_eps", c.number("layer_norm_epsilon", 1e-5), "layer_norm_epsilon"}};
+  }
+
+  HfConfigFields hf_config(const RunSpec::Model& m, const char* torch_dtype) const override {
+    return {{"architectures", std::vector<std::string>{"GPT2LMHeadModel"}},
+            {"model_type", std::string(name())},
+            {"n_layer", m.n_layer},
+            {"n_head", m.n_head},
+            {"n_embd", m.d_model},
+            {"n_inner", m.d_ff},
+            {"vocab_size", m.vocab_size},
+            {"n_positions", m.seq_len},
+            {"n_ctx", m.seq_len},
+            {"layer_norm_epsilon", m.norm_eps},
+            {"activation_function", std::string("gelu_new")},
+            {"tie_word_embeddings", true},
+            {"torch_dtype", std::string(torch_dtype)}};
+  }
+
+  bool hf_transposed(const std::string& n) const override { return conv1d(n); }
+  bool hf_row_prefix(const std::string& n) const override { return n == "transformer.wpe.weight"; }
+};
+
+}  // namespace
+
+const ModelFamily& gpt2_family() {
+  static const Gpt2Family f;
+  return f;
+}
+
+}  // namespace zt

@@ -1,0 +1,125 @@
+// The Llama family's entry (engine/model/family.h): rotary positions, RMSNorm, SwiGLU MLP,
+// grouped-query attention, optionally tied head; Hugging Face's LlamaForCausalLM (and Mistral's
+// config without a sliding window).
+#include <algorithm>
+#include <memory>
+
+#include "engine/comm/comm.h"
+#include "engine/core/status.h"
+#include "engine/model/family.h"
+#include "models/held_vocab.h"
+#include "models/llama.h"
+
+namespace zt {
+
+namespace {
+
+LlamaConfig llama_config(const RunSpec::Model& m, int tp, Recompute rc) {
+  LlamaConfig c;
+  c.n_layer = int(m.n_layer);
+  c.n_head = int(m.n_head);
+  c.n_kv_head = int(m.n_kv_head);
+  c.d_model = int(m.d_model);
+  c.d_ff = int(m.d_ff);
+  c.vocab_size = int(m.vocab_size);
+  c.seq_len = int(m.seq_len);
+  c.vocab_padded = int(held_vocab(m, tp));
+  c.rope_theta = float(m.rope_theta);
+  c.norm_eps = float(m.norm_eps);
+  c.tie_embeddings = m.tie_embeddings;
+  c.recompute = rc;
+  return c;
+}
+
+class LlamaFamily final : public ModelFamily {
+ public:
+  const char* name() const override { return "llama"; }
+
+  void resolve(RunSpec::Model& m, const ModelKeyChecks& c) const override {
+    // The default MLP width: 2/3 of 4 d_model (SwiGLU has three matrices, not two), rounded up to
+    // a multiple of 256 as Meta's reference code does.
+    if (m.d_ff == 0) m.d_ff = ((8 * m.d_model / 3) + 255) / 256 * 256;
+    c.check((m.d_model / m.n_head) % 2 == 0, "n_head",
+            fmt::format("the rotary embedding needs an even head size; d_model / n_head = {} / {} = {}", m.d_model,
+                        m.n_head, m.d_model / m.n_head));
+    if (!c.given("tie_embeddings")) m.tie_embeddings = false;  // Llama's default
+  }
+
+  std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp,
+                              Recompute rc) const override {
+    return std::make_unique<Llama>(llama_config(m, tp ? tp->size() : 1, rc), backend, max_batch, tp);
+  }
+
+  ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size,
+                           Recompute rc) const override {
+    const double L = double(m.n_layer), C = double(m.d_model), F = double(m.d_ff), V = double(held_vocab(m, tp));
+    const double P = double(tp), hs = C / double(m.n_head);
+    const double KVl = std::max(1.0, double(m.n_kv_head) / P) * hs;  // replicated when tp > n_kv_head
+    ModelFootprint f;
+    // the parameter table of Llama's constructor: vocabulary-parallel embedding (and head when
+    // untied), replicated norms, column-parallel q/k/v and gate/up, row-parallel o and down
+    f.params = V * C / P * (m.tie_embeddings ? 1 : 2) + C +
+               L * (2 * C + C * C / P + 2 * KVl * C + C * C / P + 3 * F * C / P);
+    f.activation_bytes = Llama::activation_footprint(llama_config(m, tp, rc), max_batch, tp, compute_size);
+    return f;
+  }
+
+  bool reads_hf_model_type(const std::string& type) const override { return type == "llama" || type == "mistral"; }
+
+  std::vector<HfModelKey> read_hf_config(const HfConfigView& c) const override {
+    const std::string act = c.string("hidden_act", "silu");
+    if (act != "silu") c.reject(fmt::format("hidden_act = \"{}\": ztrain's Llama uses SwiGLU (silu)", act));
+    if (c.has("rope_scaling"))
+      c.reject(fmt::format("rope_scaling = {} is not supported (plain rotary embedding only)", c.json("rope_scaling")));
+    if (c.boolean("attention_bias", false) || c.boolean("mlp_bias", false))
+      c.reject("attention_bias / mlp_bias: ztrain's Llama has no biases");
+    if (c.has("sliding_window"))
+      c.reject(fmt::format("sliding_window = {} is not supported (full causal attention only)",
+                           c.json("sliding_window")));
+    const int64_t C = c.integer("hidden_size"), NH = c.integer("num_attention_heads");
+    if (c.has("head_dim") && NH > 0 && c.integer("head_dim") * NH != C)
+      c.reject(fmt::format("head_dim = {} is not hidden_size / num_attention_heads = {}", c.integer("head_dim"),
+                           C / NH));
+    return {{"arch", std::string(name()), "model_type"},
+            {"n_layer", c.integer("num_hidden_layers"), "num_hidden_layers"},
+            {"n_head", NH, "num_attention_heads"},
+            {"n_kv_head", c.has("num_key_value_heads") ? c.integer("num_key_value_heads") : NH,
+             "num_key_value_heads"},
+            {"d_model", C, "hidden_size"},
+            {"d_ff", c.integer("intermediate_size"), "intermediate_size"},
+            {"vocab_size", c.integer("vocab_size"), "vocab_size"},
+            {"seq_len", c.integer("max_position_embeddings"), "max_position_embeddings", true},
+            {"norm_eps", c.number("rms_norm_eps", 1e-6), "rms_norm_eps"},
+            {"rope_theta", c.number("rope_theta", 10000.0), "rope_theta"},
+            {"tie_embeddings", c.boolean("tie_word_embeddings", false), "tie_word_embeddings"}};
+  }
+
+  HfConfigFields hf_config(const RunSpec::Model& m, const char* torch_dtype) const override {
+    return {{"architectures", std::vector<std::string>{"LlamaForCausalLM"}},
+            {"model_type", std::string(name())},
+            {"num_hidden_layers", m.n_layer},
+            {"num_attention_heads", m.n_head},
+            {"num_key_value_heads", m.n_kv_head},
+            {"hidden_size", m.d_model},
+            {"intermediate_size", m.d_ff},
+            {"vocab_size", m.vocab_size},
+            {"max_position_embeddings", m.seq_len},
+            {"rms_norm_eps", m.norm_eps},
+            {"rope_theta", m.rope_theta},
+            {"tie_word_embeddings", m.tie_embeddings},
+            {"hidden_act", std::string("silu")},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"rope_scaling", nullptr},
+            {"torch_dtype", std::string(torch_dtype)}};
+  }
+};
+
+}  // namespace
+
+const ModelFamily& llama_family() {
+  static const LlamaFamily f;
+  return f;
+}
+
+}  // namespace zt
