@@ -64,7 +64,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(parallel, bucket_mb, false, "gradient reduce-scatter bucket size in MiB"),
       ZT_KEY(parallel, prefetch, false, "ZeRO-3 layers gathered ahead of use"),
       ZT_KEY(offload, optimizer, false, "\"none\", \"cpu\" or \"nvme\": masters, AdamW moments (and gradient shard) off the device; AdamW on the CPU"),
-      ZT_KEY(offload, params, false, "\"none\" or \"cpu\": ZeRO-3 parameter shards in pinned host memory, uploaded per layer"),
+      ZT_KEY(offload, params, false, "\"none\", \"cpu\" or \"nvme\": ZeRO-3 parameter shards in pinned host memory (cpu) or on the SSD (nvme, with optimizer = \"nvme\"), uploaded per layer"),
       ZT_KEY(offload, nvme_path, false, "directory on a local SSD for optimizer = \"nvme\""),
       ZT_KEY(offload, buffer_mb, false, "nvme: MiB per I/O request"),
       ZT_KEY(offload, io_depth, false, "nvme: I/O requests in flight"),

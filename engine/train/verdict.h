@@ -1,7 +1,7 @@
 // The bottleneck verdict: one line when something is wrong, naming the evidence and the knob.
 // Judged every log interval from the step breakdown summed over the interval's steps and the
 // backend's memory figures; the trainer reports a verdict once it holds in two intervals in a
-// row. Thresholds (README, "Where the time goes"):
+// row. Thresholds (docs/observability.md, "Where the time goes"):
 //   data-bound              waiting for data > 5% of the step time
 //   communication-bound     exposed communication > 15%
 //   offload-bound           blocked in offload transfers and NVMe I/O > 15%

@@ -40,7 +40,7 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const T* dou
   }
 }
 // [run] deterministic: thread c owns channel c of every row and adds the positions in order, so
-// the sums are the same every run (B*T dependent steps per thread: slower, see README).
+// the sums are the same every run (B*T dependent steps per thread: slower, see docs/gpus.md, "Deterministic runs").
 template <typename T>
 __global__ void embedding_backward_ordered_kernel(float* dwte, float* dwpe, const T* dout, const int32_t* inp,
                                                   int BT, int T_, int C) {

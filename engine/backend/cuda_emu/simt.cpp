@@ -144,7 +144,7 @@ struct Block {
 thread_local Block* tl_block = nullptr;
 thread_local Thread* tl_thread = nullptr;
 
-// ZTRAIN_EMU_STATS=1: what the emulator executed, printed at exit (the README's speed figures)
+// ZTRAIN_EMU_STATS=1: what the emulator executed, printed at exit (the speed figures in docs/measured.md)
 struct Stats {
   std::atomic<uint64_t> kernels{0}, blocks{0}, threads{0}, switches{0}, collectives{0}, barriers{0};
   std::atomic<uint64_t> kernel_ns{0};
