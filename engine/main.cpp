@@ -23,7 +23,7 @@
 #include "engine/comm/topology.h"
 #include "engine/plan/layout_plan.h"
 #include "engine/train/doctor.h"
-#include "engine/train/report.h"
+#include "engine/observe/report.h"
 #include "engine/train/dump_state.h"
 #include "engine/train/trainer.h"
 

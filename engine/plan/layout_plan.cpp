@@ -10,7 +10,7 @@
 #include "engine/model/registry.h"
 #include "engine/optim/adamw.h"
 #include "engine/parallel/param_store.h"
-#include "engine/train/throughput.h"
+#include "engine/observe/throughput.h"
 
 namespace zt {
 

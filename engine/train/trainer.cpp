@@ -4,9 +4,9 @@
 #include "engine/comm/agreement.h"
 #include "engine/core/atomic_file.h"
 #include "engine/plan/memory_plan.h"
-#include "engine/train/throughput.h"
-#include "engine/train/telemetry.h"
-#include "engine/train/verdict.h"
+#include "engine/observe/throughput.h"
+#include "engine/observe/telemetry.h"
+#include "engine/observe/verdict.h"
 
 #include <algorithm>
 #include <cctype>
@@ -30,6 +30,7 @@
 
 #include "data/tokenizer/tokenizer.h"
 #include "engine/checkpoint/checkpoint_files.h"
+#include "engine/checkpoint/checkpoint_manager.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/remote.h"
 #include "engine/comm/agreement.h"
@@ -43,41 +44,15 @@
 #include "engine/offload/async_io.h"
 #include "engine/offload/core_binding.h"
 #include "engine/optim/schedule.h"
-#include "engine/train/metrics.h"
-#include "engine/train/preemption.h"
+#include "engine/observe/metrics.h"
+#include "engine/observe/progress.h"
+#include "engine/core/preemption.h"
+#include "engine/train/out_dir.h"
 #include "engine/train/sampler.h"
 
 namespace zt {
 
 namespace {
-
-// "data 2% fwd 31% bwd 55% opt 7% comm 3% other 2%": where the step's time went (checkpoint and
-// offload shares only when present).
-std::string breakdown_shares(const StepResult& r) {
-  const double total = std::max(r.step_ms, 1e-9);
-  std::string out;
-  auto add = [&](const char* name, double ms, bool always) {
-    if (!always && ms <= 0) return;
-    out += fmt::format("{}{} {:.0f}%", out.empty() ? "" : " ", name, 100 * ms / total);
-  };
-  add("data", r.data_wait_ms, true);
-  add("fwd", r.forward_ms, true);
-  add("bwd", r.backward_ms, true);
-  add("opt", r.optimizer_ms, true);
-  add("comm", r.comm_ms, true);
-  add("ckpt", r.checkpoint_ms, false);
-  add("offload", r.offload_ms, false);
-  add("other", r.other_ms, true);
-  return out;
-}
-
-// 3725 s -> "1h02m", 95 s -> "1m35s", 7 s -> "7s"
-std::string duration_text(double s) {
-  const int64_t t = int64_t(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, int(t % 3600 / 60));
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, int(t % 60));
-  return fmt::format("{}s", t);
-}
 
 // The failure tests' hooks (engine/core/faults.h): that rank exits abruptly (no cleanup, no
 // MPI_Finalize) in the middle of the step, as a crashed process would, or stops responding, as a
@@ -103,24 +78,6 @@ DType compute_dtype_for(const RunSpec& spec, const Backend& backend) {
   return c == "bf16" ? DType::BF16 : c == "fp16" ? DType::F16 : DType::F32;
 }
 
-data::DataOptions data_options(const RunSpec& spec) {
-  const auto& d = spec.data;
-  data::DataOptions o;
-  o.store.retries = int(d.retries);
-  o.store.timeout_s = d.timeout_s;
-  o.store.s3_endpoint = d.s3_endpoint;
-  o.store.s3_region = d.s3_region;
-  o.store.s3_path_style = d.s3_path_style;
-  o.store.access_key_id = d.s3_access_key_id;
-  o.store.secret_access_key = d.s3_secret_access_key;
-  o.store.session_token = d.s3_session_token;
-  o.cache_dir = d.cache_dir;
-  o.cache_limit = parse_byte_size(d.cache_limit, "[data] cache_limit");
-  o.prefetch = int(d.prefetch);
-  o.shuffle_block = int(d.shuffle_block);
-  return o;
-}
-
 Trainer::Trainer(const RunSpec& spec)
     : spec_(spec), topo_(make_topology(int(spec.parallel.tensor), spec.comm.timeout_s)) {
   // Start-up can fail on some ranks only (a missing file on one machine). The ranks agree on
@@ -141,118 +98,14 @@ Trainer::Trainer(const RunSpec& spec)
 
 void Trainer::agreed(const std::function<void()>& f) { run_agreed(*topo_.world, f); }
 
-std::string Trainer::choose_checkpoint() {
-  const std::string& dir = ckpt_root_;
-  // Candidates, newest first: the complete local ones and (s3://) the complete ones in the store,
-  // listed by rank 0 and shared (every rank must try the same ones in the same order).
-  std::set<int64_t> steps;
-  for (const auto& c : list_checkpoints(dir))
-    if (c.complete) steps.insert(c.step);
-  if (ckpt_store_) {
-    constexpr int kMax = 256;
-    std::vector<double> shared(kMax + 1, 0.0);
-    std::exception_ptr error;  // rank 0's listing failed: every rank must still reach the all-reduce
-    if (topo_.is_root()) {
-      try {
-        const auto names = remote_checkpoints(*ckpt_store_);
-        const size_t first = names.size() > kMax ? names.size() - kMax : 0;
-        for (size_t i = first; i < names.size(); ++i)
-          shared[1 + i - first] = double(std::stoll(names[i].substr(5))) + 1, shared[0] += 1;
-      } catch (...) {
-        error = std::current_exception();
-        shared[0] = -1;
-      }
-    }
-    topo_.world->all_reduce_doubles(shared.data(), shared.size());
-    if (error) std::rethrow_exception(error);
-    if (shared[0] < 0) throw PeerFailure(1, "rank 0 could not list the checkpoints in the store");
-    for (int i = 0; i < int(shared[0]); ++i) steps.insert(int64_t(shared[size_t(1 + i)]) - 1);
-  }
-  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    const std::string name = checkpoint_name(*it);
-    std::string path = (std::filesystem::path(dir) / name).string();
-    if (ckpt_store_ && !std::filesystem::exists(std::filesystem::path(path) / "checkpoint.h5")) {
-      // one download per machine, then every rank reads the local copy
-      agreed([&] {
-        if (topo_.local_rank == 0) download_checkpoint(*ckpt_store_, name, dir);
-      });
-      if (topo_.is_root()) spdlog::info("checkpoint: downloaded {} to {}", ckpt_store_->describe(name), path);
-    }
-    // the ranks share the verification: each checks every world_size-th rank file
-    const std::string problem = verify_checkpoint(path, topo_.world_rank, topo_.world_size);
-    double bad = problem.empty() ? 0 : 1;
-    topo_.world->all_reduce_doubles(&bad, 1);
-    if (bad == 0) return path;
-    if (!problem.empty())
-      spdlog::warn("checkpoint {} is damaged: {}; falling back to the previous complete one", path, problem);
-  }
-  if (!steps.empty())
-    user_error("{}: no complete checkpoint verifies (see the warnings above); resume = \"\" starts afresh",
-               spec_.checkpoint.dir);
-  return "";
-}
-
-std::string Trainer::local_checkpoint(const std::string& wanted) {
-  namespace fs = std::filesystem;
-  if (!is_remote_dir(wanted)) {
-    if (fs::exists(fs::path(wanted) / "checkpoint.h5")) return wanted;
-    const std::string latest = read_latest(wanted);
-    if (latest.empty())
-      user_error("{}: not a checkpoint (no checkpoint.h5) nor a checkpoint directory (no latest)", wanted);
-    return (fs::path(wanted) / latest).string();
-  }
-  // s3://.../step_XXXXXXXX, or s3://... holding `latest`
-  std::string uri = wanted;
-  while (!uri.empty() && uri.back() == '/') uri.pop_back();
-  const std::string last = uri.substr(uri.find_last_of('/') + 1);
-  long long step = 0;
-  int used = 0;
-  const bool is_step = std::sscanf(last.c_str(), "step_%lld%n", &step, &used) == 1 && used == int(last.size());
-  const auto store = open_checkpoint_store(spec_, data_options(spec_).store,
-                                           is_step ? uri.substr(0, uri.size() - last.size() - 1) : uri);
-  std::string name = last;
-  if (!is_step) {
-    name = store->get("latest");
-    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
-  }
-  const std::string root = local_checkpoint_root(spec_);
-  fs::create_directories(root);
-  std::string path = (fs::path(root) / name).string();
-  if (topo_.local_rank == 0) path = download_checkpoint(*store, name, root);
-  return path;
-}
-
 void Trainer::resume_or_init() {
   const auto& k = spec_.checkpoint;
-  if (!k.dir.empty()) {
-    // one id for the job, from rank 0 (the time too: a container's pid repeats across restarts)
-    double id = topo_.is_root() ? double(int64_t(std::time(nullptr)) % 100000000 * 100000 + ::getpid() % 100000) : 0.0;
-    topo_.world->all_reduce_doubles(&id, 1);
-    job_id_ = int64_t(id);
-    ckpt_root_ = local_checkpoint_root(spec_);
-    agreed([&] {
-      std::filesystem::create_directories(ckpt_root_);
-      if (is_remote_dir(k.dir)) ckpt_store_ = open_checkpoint_store(spec_, data_options(spec_).store, k.dir);
-    });
-  }
+  ckpts_ = std::make_unique<CheckpointManager>(spec_, topo_);
   const bool weights_only = !k.init_from.empty();
   const std::string wanted = weights_only ? k.init_from : k.resume;
-  std::string path;
-  if (wanted == "auto") {
-    agreed([&] { path = choose_checkpoint(); });
-    if (path.empty()) {
-      if (topo_.is_root()) spdlog::info("checkpoint: none in {} yet: starting from step 0", k.dir);
-      init_from_hf();
-      return;
-    }
-  } else if (!wanted.empty()) {
-    agreed([&] { path = local_checkpoint(wanted); });
-    agreed([&] {
-      const std::string problem = verify_checkpoint(path, topo_.world_rank, topo_.world_size);
-      if (!problem.empty()) user_error("{}", problem);
-    });
-  }
+  const std::string path = wanted.empty() ? "" : ckpts_->find(wanted);
   if (path.empty()) {
+    if (wanted == "auto" && topo_.is_root()) spdlog::info("checkpoint: none in {} yet: starting from step 0", k.dir);
     init_from_hf();
     return;
   }
@@ -272,7 +125,7 @@ void Trainer::resume_or_init() {
   }
   adam_steps_ = int(st.adam_steps);
   scaler_->restore(st.scaler);
-  set_aside_newer_checkpoints(st.step);
+  ckpts_->set_aside_newer(st.step);
   if (topo_.is_root())
     spdlog::info("checkpoint: resumed from {} at step {} (written by {} ranks: tensor {}, data {}, ZeRO-{}; "
                  "verified and loaded in {:.2f} s)", path, start_step_, st.world, st.tensor, st.data_parallel,
@@ -296,26 +149,6 @@ void Trainer::init_from_hf() {
                  dir, model_->num_global_params(), t.seconds());
 }
 
-void Trainer::set_aside_newer_checkpoints(int64_t step) {
-  // Resuming from an older checkpoint than the newest (an explicit path, or auto falling back
-  // past a damaged one) starts a new history: the newer checkpoints of the old one must not be
-  // taken for this run's (resume = auto would jump back to them; keep_last would delete this
-  // run's saves first). Rank 0 renames them to step_X.superseded-<job> (kept, never listed);
-  // in the store, their checkpoint.h5 goes, so they no longer count as complete.
-  if (!topo_.is_root() || ckpt_root_.empty()) return;
-  namespace fs = std::filesystem;
-  for (const auto& c : list_checkpoints(ckpt_root_))
-    if (c.step > step) {
-      std::error_code ec;
-      fs::rename(c.path, fmt::format("{}.superseded-{}", c.path, job_id_), ec);
-      spdlog::warn("checkpoint: {} is newer than the resumed step {}: set aside as {}.superseded-{}", c.path, step,
-                   c.path, job_id_);
-    }
-  if (ckpt_store_)
-    for (const std::string& name : remote_checkpoints(*ckpt_store_))
-      if (std::stoll(name.substr(5)) > step) ckpt_store_->remove(name + "/checkpoint.h5");
-}
-
 TrainState Trainer::train_state(int64_t steps_done) const {
   TrainState s;
   s.step = steps_done;
@@ -325,10 +158,6 @@ TrainState Trainer::train_state(int64_t steps_done) const {
   s.spec_toml = resolved_toml(spec_);
   s.world = topo_.world_size, s.tensor = topo_.tp, s.data_parallel = topo_.dp, s.zero_stage = spec_.parallel.zero_stage;
   return s;
-}
-
-void Trainer::save_checkpoint(int64_t steps_done, bool wait) {
-  ckpt_->save(train_state(steps_done), wait);
 }
 
 void Trainer::build() {
@@ -429,34 +258,6 @@ Trainer::~Trainer() {
   // is destroyed before the store
   if (store_) store_->cancel_early_update();
   if (out_lock_fd_ >= 0) ::close(out_lock_fd_);  // releases the lock
-}
-
-void Trainer::claim_out_dir() {
-  namespace fs = std::filesystem;
-  const fs::path dir(spec_.run.out_dir);
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    user_error("{}: [run] out_dir = \"{}\" is a file, not a directory", spec_.source, dir.string());
-  fs::create_directories(dir, ec);
-  if (ec) user_error("{}: [run] out_dir = \"{}\": cannot create it: {}", spec_.source, dir.string(), ec.message());
-  const fs::path resolved = dir / "config.resolved.toml";
-  if (fs::exists(resolved, ec) && fs::equivalent(resolved, spec_.source, ec))
-    user_error("{}: this is the run's own config.resolved.toml in [run] out_dir, which the run rewrites; copy it "
-               "elsewhere first, or pass --set run.out_dir=ANOTHER_DIR", spec_.source);
-  const std::string lock = (dir / ".lock").string();
-  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) user_error("{}: cannot create: {}", lock, std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    char pid[32] = {0};
-    (void)!::pread(fd, pid, sizeof pid - 1, 0);
-    ::close(fd);
-    user_error("{}: [run] out_dir = \"{}\" is in use by another ztrain run (pid {}); wait for it to end, or "
-               "choose another out_dir", spec_.source, dir.string(), std::string(pid).empty() ? "unknown" : pid);
-  }
-  const std::string me = std::to_string(::getpid());
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) != ssize_t(me.size()))
-    spdlog::warn("{}: cannot record this run's pid", lock);
-  out_lock_fd_ = fd;
 }
 
 StepResult Trainer::step(int64_t step) {
@@ -681,7 +482,7 @@ void Trainer::run() {
   const bool root = topo_.is_root();
   std::unique_ptr<MetricsWriter> metrics;
   agreed([&] {
-    if (root) claim_out_dir();
+    if (root) out_lock_fd_ = claim_out_dir(spec_);
   });
   if (root) {
     write_file_atomic((fs::path(spec_.run.out_dir) / "config.resolved.toml").string(), resolved_toml(spec_));
@@ -695,24 +496,14 @@ void Trainer::run() {
                                             backend_->pci_bus_id());
     spdlog::info("telemetry every {:g} s: {}", spec_.run.telemetry_s, telemetry->status());
   }
-  const auto& k = spec_.checkpoint;
-  if (!k.dir.empty()) {
-    RunSpec::Checkpoint local = k;
-    local.dir = ckpt_root_;
-    ckpt_ = std::make_unique<CheckpointWriter>(local, *store_, *model_, topo_, *backend_, job_id_, ckpt_store_.get());
-    if (root)
-      ckpt_->on_complete = [&metrics](const SaveStats& s) {
+  if (ckpts_->enabled())
+    ckpts_->start_writer(*store_, *model_, *backend_, [&metrics](const SaveStats& s) {
+      if (metrics)  // rank 0
         metrics->write({{"kind", "checkpoint"}, {"step", s.step}, {"async", s.async}, {"stall_ms", s.stall_ms},
                         {"write_s", s.write_s}, {"commit_ms", s.commit_ms}, {"rank0_bytes", s.bytes}});
-      };
-    install_preemption_handlers();
-    if (root)
-      spdlog::info("checkpoint: {}{}; {} saves hold {:.1f} MiB of host buffers (rank 0)", k.dir,
-                   k.every_steps > 0 ? fmt::format(" every {} steps", k.every_steps) : "",
-                   k.async ? "async" : "synchronous", ckpt_->host_buffer_mib());
-  }
-  if (!ckpt_) install_interrupt_report(root);
-  Timer since_save;
+    });
+  else
+    install_interrupt_report(root);
   const auto& m = spec_.model;
   if (root) {
     spdlog::info("run '{}': {}: {:.2f}M parameters", spec_.run.name, model_->describe(),
@@ -732,121 +523,28 @@ void Trainer::run() {
     metrics->write({{"kind", "eval"}, {"step", step}, {"val_loss", vl}});
   };
   // MFU against one device's peak (found in build()), for every device of the job
-  const Peak& peak = peak_;
   const double model_flops_per_token = flops_per_token(spec_.model, double(model_->num_global_params()));
   if (root)
-    spdlog::info("MFU against {:.3g} TFLOP/s per device ({}); {:.3g} GFLOP per token", peak.tflops, peak.source,
+    spdlog::info("MFU against {:.3g} TFLOP/s per device ({}); {:.3g} GFLOP per token", peak_.tflops, peak_.source,
                  model_flops_per_token / 1e9);
-  auto mfu_at = [&](double tokens_per_s) {  // of the whole job, against each device's peak
-    return peak.tflops > 0 ? tokens_per_s * model_flops_per_token / (peak.tflops * 1e12 * topo_.world_size) : 0;
-  };
+  Progress progress(spec_, topo_.world_size, peak_, model_flops_per_token, *backend_, metrics.get(), telemetry.get(),
+                    scaler_->active(), start_step_, [this](int64_t step) { return memory_record(step); });
   double carried_stall_ms = 0;  // a checkpoint save's stall, paid by the next step
-  StepResult interval;          // the breakdown summed since the last log line, for the verdict
-  int64_t interval_steps = 0;
-  std::string last_judged, last_verdict;  // the previous interval's judgement; the verdict last reported
-  double mean_step_ms = 0;      // for the time left: mean over this launch's steps after the first
   for (int64_t s = start_step_; s < t.max_steps; ++s) {
     StepResult r = step(s);
     r.checkpoint_ms = carried_stall_ms, r.step_ms += carried_stall_ms, carried_stall_ms = 0;
     r.tokens_per_s = double(t.global_batch) * double(m.seq_len) / (r.step_ms / 1e3);
-    if (s > start_step_) mean_step_ms += (r.step_ms - mean_step_ms) / double(s - start_step_);
-    const double mfu = mfu_at(r.tokens_per_s);
-    for (auto [sum, part] : {std::pair{&interval.step_ms, r.step_ms}, {&interval.data_wait_ms, r.data_wait_ms},
-                             {&interval.comm_ms, r.comm_ms}, {&interval.other_ms, r.other_ms},
-                             {&interval.offload_ms, r.offload_ms}})
-      *sum += part;
-    ++interval_steps;
     if (!std::isfinite(r.loss))
       throw RuntimeFailure(fmt::format("step {}: loss is {} (diverged); lower [optim] lr", s + 1, r.loss));
     const int64_t done = s + 1;
     set_current_step(long(s));
-    if (root && (done % t.log_every == 0 || done == t.max_steps || s == 0)) {
-      const std::string scaling =
-          scaler_->active() ? fmt::format(" | scale {:g} | skipped {}", r.loss_scale, r.skipped_total) : "";
-      const double left_s = (mean_step_ms > 0 ? mean_step_ms : r.step_ms) * double(t.max_steps - done) / 1e3;
-      std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %s | %.0f tok/s | MFU %.1f%% | %.1f ms (%s)%s | "
-                  "left %s\n",
-                  (long long)done, (long long)t.max_steps, r.loss, r.lr,
-                  r.skipped ? "overflow (step skipped)" : fmt::format("{:.4f}", r.grad_norm).c_str(),
-                  r.tokens_per_s, 100 * mfu, r.step_ms, breakdown_shares(r).c_str(), scaling.c_str(),
-                  duration_text(left_s).c_str());
-      std::fflush(stdout);
-      nlohmann::json rec = {{"kind", "train"}, {"step", done}, {"loss", r.loss}, {"lr", r.lr},
-                            {"grad_norm", std::isfinite(r.grad_norm) ? nlohmann::json(r.grad_norm) : nlohmann::json()},
-                            {"tokens_per_s", r.tokens_per_s}, {"mfu", mfu}, {"step_ms", r.step_ms},
-                            {"data_wait_ms", r.data_wait_ms}, {"forward_ms", r.forward_ms},
-                            {"backward_ms", r.backward_ms}, {"optimizer_ms", r.optimizer_ms},
-                            {"comm_ms", r.comm_ms}, {"checkpoint_ms", r.checkpoint_ms},
-                            {"offload_ms", r.offload_ms}, {"other_ms", r.other_ms}, {"eta_s", left_s}};
-      if (scaler_->active()) {
-        rec["loss_scale"] = r.loss_scale;
-        rec["skipped"] = r.skipped;
-        rec["skipped_steps"] = r.skipped_total;
-      }
-      metrics->write(rec);
-      metrics->write(memory_record(done));
-      if (s > start_step_) {  // the first step pays for warm-up (the first shard, first touches)
-        const MemoryStats ms = backend_->memory_stats();
-        const size_t avail = backend_->memory_available();
-        const double limit = avail == SIZE_MAX ? 0 : double(avail) + double(ms.allocated);
-        const double interval_mfu =
-            peak.tflops > 0 && interval.step_ms > 0
-                ? mfu_at(double(interval_steps) * double(t.global_batch) * double(m.seq_len) / (interval.step_ms / 1e3))
-                : -1;
-        const Verdict v = judge(interval, ms, limit, spec_, telemetry ? telemetry->signals() : DeviceSignals{},
-                                interval_mfu);
-        // One interval's hiccup (a scheduler stall, a page-cache miss) is not a verdict: the same
-        // kind must hold over two log intervals in a row before it is reported.
-        const bool confirmed = !v.kind.empty() && v.kind == last_judged;
-        if (confirmed && v.kind != last_verdict) spdlog::warn("{}", v.line());
-        if (confirmed)
-          metrics->write({{"kind", "verdict"}, {"step", done}, {"verdict", v.kind}, {"evidence", v.evidence},
-                          {"knob", v.knob}});
-        last_verdict = confirmed ? v.kind : std::string();
-        last_judged = v.kind;
-      }
-    }
-    if (done % t.log_every == 0 || done == t.max_steps || s == start_step_) interval = StepResult{}, interval_steps = 0;
+    progress.step_done(s, r);
     if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) do_eval(done);
-    if (!ckpt_ || done == t.max_steps) continue;  // the last step's checkpoint is written below
-    // The ranks agree, in one small all-reduce per step: a signal on any rank, rank 0's clock for
-    // every_minutes, and whether every rank finished writing its part of the pending save.
-    double agree[5] = {preemption_signal() ? 1.0 : 0.0,
-                       root && k.every_minutes > 0 && since_save.seconds() >= 60 * k.every_minutes ? 1.0 : 0.0,
-                       ckpt_->local_done() ? 1.0 : 0.0, ckpt_->local_failed() ? 1.0 : 0.0,
-                       ckpt_->commit_failed() ? 1.0 : 0.0};
-    topo_.world->all_reduce_doubles(agree, 5);
-    if (agree[4] > 0) ckpt_->throw_commit_failure();  // rank 0's commit failed: every rank stops
-    if (ckpt_->pending() && agree[2] == topo_.world_size) ckpt_->complete(agree[3] > 0);
-    ckpt_->poll_commit(/*wait=*/false);
-    const bool stop = agree[0] > 0 || (k.exit_after > 0 && done - start_step_ >= k.exit_after);
-    if (stop) {
-      Timer t_save;
-      save_checkpoint(done, /*wait=*/true);
-      if (root) {
-        const int sig = preemption_signal();
-        const std::string why = agree[0] == 0 ? "[checkpoint] exit_after reached"
-                                : sig       ? fmt::format("stopped by {}", signal_name(sig))
-                                            : "stopped by a signal to another rank";
-        std::printf("%s after step %lld: checkpoint %s written in %.2f s; continue with --resume auto\n",
-                    why.c_str(), (long long)done, ckpt_->last_complete().c_str(), t_save.seconds());
-        std::fflush(stdout);
-      }
-      return;
-    }
-    if ((k.every_steps > 0 && done % k.every_steps == 0) || agree[1] > 0) {
-      Timer stall;
-      save_checkpoint(done, /*wait=*/false);
-      carried_stall_ms = stall.ms();
-      since_save.reset();
-      if (root)
-        spdlog::info("checkpoint: step {} {} ({:.1f} ms{}, {:.1f} MiB of host buffers)", done,
-                     k.async ? "saving in the background" : "saved", ckpt_->last_stall_ms(),
-                     k.async ? " paid by the step" : "", ckpt_->host_buffer_mib());
-    }
+    if (!ckpts_->enabled() || done == t.max_steps) continue;  // the last step's checkpoint is written below
+    if (ckpts_->after_step(done, start_step_, [&] { return train_state(done); }, &carried_stall_ms)) return;
   }
   do_eval(t.max_steps);
-  if (ckpt_ && start_step_ < t.max_steps) save_checkpoint(t.max_steps, /*wait=*/true);
+  if (ckpts_->enabled() && start_step_ < t.max_steps) ckpts_->save_final(train_state(t.max_steps));
   const MemoryStats ms = backend_->memory_stats();
   spdlog::info("rank {} peak memory: {:.3f} MiB allocated by the {} backend ({} bytes)", topo_.world_rank,
                ms.peak / 1048576.0, backend_->name(), ms.peak);

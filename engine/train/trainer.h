@@ -10,13 +10,16 @@
 
 #include "data/loader.h"
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_manager.h"
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/backend/backend.h"
+#include "engine/config/data_options.h"
 #include "engine/config/spec.h"
 #include "engine/comm/device_comms.h"
 #include "engine/comm/topology.h"
-#include "engine/train/throughput.h"
-#include "engine/train/trace.h"
+#include "engine/observe/step_result.h"
+#include "engine/observe/throughput.h"
+#include "engine/observe/trace.h"
 #include "engine/parallel/param_store.h"
 #include "engine/optim/adamw.h"
 #include "engine/optim/loss_scaler.h"
@@ -24,28 +27,8 @@
 
 namespace zt {
 
-struct StepResult {
-  int64_t step = 0;  // 0-based optimizer step
-  float loss = 0;    // mean over the global batch
-  double lr = 0, grad_norm = 0, step_ms = 0, tokens_per_s = 0;
-  double data_wait_ms = 0;  // time this step waited for its batches
-  // Where step_ms went (they add up to it): waiting for data, forward and backward compute,
-  // the optimizer (clipping, AdamW, publishing the updated weights), exposed communication (time
-  // blocked in collectives that nothing overlapped, taken out of the phases it happened in), the
-  // checkpoint stall paid before this step, offload (time blocked in offload transfers and NVMe
-// I/O, taken out of the phases like communication), and the rest.
-  double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, comm_ms = 0, checkpoint_ms = 0, offload_ms = 0,
-         other_ms = 0;
-  double loss_scale = 1;    // fp16 loss scale this step used
-  bool skipped = false;     // fp16 overflow: the update was not applied
-  int64_t skipped_total = 0;
-};
-
 // [precision] compute resolved for a backend ("auto": bf16 on a GPU, fp32 on the CPU).
 DType compute_dtype_for(const RunSpec& spec, const Backend& backend);
-
-// The data pipeline's options from the spec's [data] section.
-data::DataOptions data_options(const RunSpec& spec);
 
 class Trainer {
  public:
@@ -95,15 +78,6 @@ class Trainer {
   std::chrono::steady_clock::time_point trace_origin_{};
   void init_from_hf();
   void resume_or_init();             // [checkpoint] resume / init_from
-  std::string choose_checkpoint();   // resume = "auto": the newest complete one that verifies
-  // A checkpoint path or s3:// URI (a checkpoint, or a directory with `latest`) as a local
-  // checkpoint directory, downloaded first when remote.
-  std::string local_checkpoint(const std::string& wanted);
-  void save_checkpoint(int64_t steps_done, bool wait);
-  void set_aside_newer_checkpoints(int64_t step);  // after resuming from `step`
-  // Rank 0, before writing anything: [run] out_dir is a directory, not the home of the spec being
-  // run (config.resolved.toml would overwrite it), and no other run is using it (a lock file).
-  void claim_out_dir();
 
   RunSpec spec_;
   Topology topo_;
@@ -121,12 +95,8 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;  // (micro_batch, seq_len) host staging
   int64_t local_batch_ = 0;                // sequences per step on this rank
   int64_t start_step_ = 0;
-  int64_t job_id_ = 0;                     // names this job's unfinished saves (rank 0's time and pid)
   int out_lock_fd_ = -1;                   // rank 0: holds out_dir/.lock while the run lasts
-  std::string ckpt_root_;                          // the local checkpoint directory
-  std::unique_ptr<data::ObjectStore> ckpt_store_;  // [checkpoint] dir = s3://... (declared before
-                                                   // ckpt_: destroyed after its threads end)
-  std::unique_ptr<CheckpointWriter> ckpt_;
+  std::unique_ptr<CheckpointManager> ckpts_;  // where checkpoints live, which one resumes, when to save
 };
 
 }  // namespace zt

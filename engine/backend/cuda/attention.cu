@@ -13,6 +13,8 @@
 // Grouped-query attention (NKV key/value heads, each read by NH / NKV query heads): the forward
 // and dQ kernels index the key/value head of their query head; the dK/dV kernels run per
 // key/value head and loop over the query heads of its group, so dK and dV keep one writer.
+// One file over 600 lines on purpose: forward, the two backward kernels and their launch code share
+// the tile layout and the online-softmax bookkeeping, which must change together.
 #include <mma.h>
 
 #include <cmath>

@@ -2,6 +2,8 @@
 // a one-algorithm heuristic, and cublasLtMatmul validated at the call and computed on the host,
 // asynchronously on the stream's thread. Semantics and refusals follow NVIDIA's cuBLAS docs
 // (https://docs.nvidia.com/cuda/cublas/index.html, "Using the cuBLASLt API"), cited by section.
+// One file over 600 lines on purpose: the descriptors, the heuristic and the matmul validate against
+// one another (every refusal is checked where the documentation places it, next to its section).
 #include <cublasLt.h>
 
 #include <algorithm>

@@ -12,6 +12,8 @@
 //   made before them; timing as on the GPU (DisableTiming events have no elapsed time);
 // - kernel launches validated against an H100/H200's limits and the kernel's attributes; a
 //   device fault is sticky: every later call returns cudaErrorLaunchFailure, as on the GPU.
+// One file over 600 lines on purpose: the runtime's pieces (memory, streams, events, copies, the
+// fault handler) share one device state and one lock order; split, their invariants would span files.
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <elf.h>

@@ -6,6 +6,8 @@
 // lanes that disagree on a collective, a cp.async destination outside shared memory, a write past
 // the dynamic shared allocation) stops the kernel with a message naming it, the block and the
 // threads. Blocks of a grid are spread over a pool of worker threads.
+// One file over 600 lines on purpose: the scheduler, barriers, warp collectives and the shared-memory
+// poisoning all act on one block's fiber state, whose invariants are kept in one place.
 #include <boost/context/fiber.hpp>
 #include <dlfcn.h>
 #include <link.h>

@@ -1,5 +1,5 @@
 // Device telemetry (see telemetry.h).
-#include "engine/train/telemetry.h"
+#include "engine/observe/telemetry.h"
 
 #include <sys/resource.h>
 #include <unistd.h>

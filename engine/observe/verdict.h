@@ -23,7 +23,7 @@
 
 #include "engine/backend/backend.h"
 #include "engine/config/spec.h"
-#include "engine/train/trainer.h"
+#include "engine/observe/step_result.h"
 
 namespace zt {
 
@@ -34,7 +34,7 @@ struct Verdict {
   std::string line() const { return kind.empty() ? "" : "verdict: " + kind + ": " + evidence + "; " + knob; }
 };
 
-// What the device telemetry says (engine/train/telemetry.h): the latest sample.
+// What the device telemetry says (engine/observe/telemetry.h): the latest sample.
 struct DeviceSignals {
   std::vector<std::string> throttle_reasons;  // NVML clock-event reasons (empty: none or no GPU)
   double sm_active = -1;                      // GPM: share of SMs busy (this rank's GPU); -1 unknown

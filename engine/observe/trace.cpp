@@ -1,5 +1,5 @@
 // The Chrome trace of [run] trace_steps (see trace.h).
-#include "engine/train/trace.h"
+#include "engine/observe/trace.h"
 
 #include <cstdio>
 

@@ -1,5 +1,5 @@
 // metrics.jsonl writer.
-#include "engine/train/metrics.h"
+#include "engine/observe/metrics.h"
 
 #include <cstring>
 #include <filesystem>

@@ -1,5 +1,5 @@
 // Preemption signal handling (see preemption.h).
-#include "engine/train/preemption.h"
+#include "engine/core/preemption.h"
 
 #include <unistd.h>
 

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/backend/nvml.h"
-#include "engine/train/verdict.h"
+#include "engine/observe/verdict.h"
 
 namespace zt {
 

@@ -1,5 +1,5 @@
 // The bottleneck verdict (see verdict.h).
-#include "engine/train/verdict.h"
+#include "engine/observe/verdict.h"
 
 #include <algorithm>
 #include <vector>

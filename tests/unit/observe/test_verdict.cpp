@@ -1,9 +1,9 @@
-// The bottleneck verdict's thresholds (engine/train/verdict.h), including throttling, which needs a
+// The bottleneck verdict's thresholds (engine/observe/verdict.h), including throttling, which needs a
 // GPU's telemetry and so cannot be provoked on the CPU backend (tests/observability/verdicts.py
 // provokes the others in real runs).
 #include <catch2/catch.hpp>
 
-#include "engine/train/verdict.h"
+#include "engine/observe/verdict.h"
 
 using namespace zt;
 

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "engine/backend/nvml.h"
-#include "engine/train/telemetry.h"
+#include "engine/observe/telemetry.h"
 
 using namespace zt;
 

@@ -1,5 +1,5 @@
 // The run dashboard (see report.h).
-#include "engine/train/report.h"
+#include "engine/observe/report.h"
 
 #include <unistd.h>
 

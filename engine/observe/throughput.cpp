@@ -1,5 +1,5 @@
 // FLOPs per token and the peak MFU is judged against (see throughput.h).
-#include "engine/train/throughput.h"
+#include "engine/observe/throughput.h"
 
 #include <chrono>
 #include <cstring>

@@ -1,0 +1,213 @@
+// Which checkpoint a run resumes from and when it saves (see checkpoint_manager.h).
+#include "engine/checkpoint/checkpoint_manager.h"
+
+#include <cctype>
+#include <cstdio>
+#include <ctime>
+#include <exception>
+#include <filesystem>
+#include <set>
+#include <vector>
+
+#include <unistd.h>
+
+#include "engine/checkpoint/checkpoint_files.h"
+#include "engine/checkpoint/checkpoint_reader.h"
+#include "engine/checkpoint/remote.h"
+#include "engine/comm/agreement.h"
+#include "engine/config/data_options.h"
+#include "engine/core/log.h"
+#include "engine/core/status.h"
+#include "engine/core/preemption.h"
+
+namespace zt {
+
+namespace fs = std::filesystem;
+
+CheckpointManager::CheckpointManager(const RunSpec& spec, const Topology& topo) : spec_(spec), topo_(topo) {
+  if (!enabled()) return;
+  // one id for the job, from rank 0 (the time too: a container's pid repeats across restarts)
+  double id = topo_.is_root() ? double(int64_t(std::time(nullptr)) % 100000000 * 100000 + ::getpid() % 100000) : 0.0;
+  topo_.world->all_reduce_doubles(&id, 1);
+  job_id_ = int64_t(id);
+  root_ = local_checkpoint_root(spec_);
+  run_agreed(*topo_.world, [&] {
+    fs::create_directories(root_);
+    if (is_remote_dir(spec_.checkpoint.dir))
+      store_ = open_checkpoint_store(spec_, data_options(spec_).store, spec_.checkpoint.dir);
+  });
+}
+
+CheckpointManager::~CheckpointManager() = default;
+
+std::string CheckpointManager::find(const std::string& wanted) {
+  std::string path;
+  if (wanted == "auto") {
+    run_agreed(*topo_.world, [&] { path = choose(); });
+    return path;
+  }
+  run_agreed(*topo_.world, [&] { path = local_copy(wanted); });
+  run_agreed(*topo_.world, [&] {
+    const std::string problem = verify_checkpoint(path, topo_.world_rank, topo_.world_size);
+    if (!problem.empty()) user_error("{}", problem);
+  });
+  return path;
+}
+
+std::string CheckpointManager::choose() {
+  const std::string& dir = root_;
+  // Candidates, newest first: the complete local ones and (s3://) the complete ones in the store,
+  // listed by rank 0 and shared (every rank must try the same ones in the same order).
+  std::set<int64_t> steps;
+  for (const auto& c : list_checkpoints(dir))
+    if (c.complete) steps.insert(c.step);
+  if (store_) {
+    constexpr int kMax = 256;
+    std::vector<double> shared(kMax + 1, 0.0);
+    std::exception_ptr error;  // rank 0's listing failed: every rank must still reach the all-reduce
+    if (topo_.is_root()) {
+      try {
+        const auto names = remote_checkpoints(*store_);
+        const size_t first = names.size() > kMax ? names.size() - kMax : 0;
+        for (size_t i = first; i < names.size(); ++i)
+          shared[1 + i - first] = double(std::stoll(names[i].substr(5))) + 1, shared[0] += 1;
+      } catch (...) {
+        error = std::current_exception();
+        shared[0] = -1;
+      }
+    }
+    topo_.world->all_reduce_doubles(shared.data(), shared.size());
+    if (error) std::rethrow_exception(error);
+    if (shared[0] < 0) throw PeerFailure(1, "rank 0 could not list the checkpoints in the store");
+    for (int i = 0; i < int(shared[0]); ++i) steps.insert(int64_t(shared[size_t(1 + i)]) - 1);
+  }
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string name = checkpoint_name(*it);
+    std::string path = (fs::path(dir) / name).string();
+    if (store_ && !fs::exists(fs::path(path) / "checkpoint.h5")) {
+      // one download per machine, then every rank reads the local copy
+      run_agreed(*topo_.world, [&] {
+        if (topo_.local_rank == 0) download_checkpoint(*store_, name, dir);
+      });
+      if (topo_.is_root()) spdlog::info("checkpoint: downloaded {} to {}", store_->describe(name), path);
+    }
+    // the ranks share the verification: each checks every world_size-th rank file
+    const std::string problem = verify_checkpoint(path, topo_.world_rank, topo_.world_size);
+    double bad = problem.empty() ? 0 : 1;
+    topo_.world->all_reduce_doubles(&bad, 1);
+    if (bad == 0) return path;
+    if (!problem.empty())
+      spdlog::warn("checkpoint {} is damaged: {}; falling back to the previous complete one", path, problem);
+  }
+  if (!steps.empty())
+    user_error("{}: no complete checkpoint verifies (see the warnings above); resume = \"\" starts afresh",
+               spec_.checkpoint.dir);
+  return "";
+}
+
+std::string CheckpointManager::local_copy(const std::string& wanted) {
+  if (!is_remote_dir(wanted)) {
+    if (fs::exists(fs::path(wanted) / "checkpoint.h5")) return wanted;
+    const std::string latest = read_latest(wanted);
+    if (latest.empty())
+      user_error("{}: not a checkpoint (no checkpoint.h5) nor a checkpoint directory (no latest)", wanted);
+    return (fs::path(wanted) / latest).string();
+  }
+  // s3://.../step_XXXXXXXX, or s3://... holding `latest`
+  std::string uri = wanted;
+  while (!uri.empty() && uri.back() == '/') uri.pop_back();
+  const std::string last = uri.substr(uri.find_last_of('/') + 1);
+  long long step = 0;
+  int used = 0;
+  const bool is_step = std::sscanf(last.c_str(), "step_%lld%n", &step, &used) == 1 && used == int(last.size());
+  const auto store = open_checkpoint_store(spec_, data_options(spec_).store,
+                                           is_step ? uri.substr(0, uri.size() - last.size() - 1) : uri);
+  std::string name = last;
+  if (!is_step) {
+    name = store->get("latest");
+    while (!name.empty() && std::isspace(static_cast<unsigned char>(name.back()))) name.pop_back();
+  }
+  const std::string root = local_checkpoint_root(spec_);
+  fs::create_directories(root);
+  std::string path = (fs::path(root) / name).string();
+  if (topo_.local_rank == 0) path = download_checkpoint(*store, name, root);
+  return path;
+}
+
+void CheckpointManager::set_aside_newer(int64_t step) {
+  // Resuming from an older checkpoint than the newest (an explicit path, or auto falling back
+  // past a damaged one) starts a new history: the newer checkpoints of the old one must not be
+  // taken for this run's (resume = auto would jump back to them; keep_last would delete this
+  // run's saves first). Rank 0 renames them to step_X.superseded-<job> (kept, never listed);
+  // in the store, their checkpoint.h5 goes, so they no longer count as complete.
+  if (!topo_.is_root() || root_.empty()) return;
+  for (const auto& c : list_checkpoints(root_))
+    if (c.step > step) {
+      std::error_code ec;
+      fs::rename(c.path, fmt::format("{}.superseded-{}", c.path, job_id_), ec);
+      spdlog::warn("checkpoint: {} is newer than the resumed step {}: set aside as {}.superseded-{}", c.path, step,
+                   c.path, job_id_);
+    }
+  if (store_)
+    for (const std::string& name : remote_checkpoints(*store_))
+      if (std::stoll(name.substr(5)) > step) store_->remove(name + "/checkpoint.h5");
+}
+
+void CheckpointManager::start_writer(ParamStore& store, const Model& model, Backend& backend,
+                                     std::function<void(const SaveStats&)> on_complete) {
+  const auto& k = spec_.checkpoint;
+  RunSpec::Checkpoint local = k;
+  local.dir = root_;
+  writer_ = std::make_unique<CheckpointWriter>(local, store, model, topo_, backend, job_id_, store_.get());
+  writer_->on_complete = std::move(on_complete);
+  install_preemption_handlers();
+  if (topo_.is_root())
+    spdlog::info("checkpoint: {}{}; {} saves hold {:.1f} MiB of host buffers (rank 0)", k.dir,
+                 k.every_steps > 0 ? fmt::format(" every {} steps", k.every_steps) : "",
+                 k.async ? "async" : "synchronous", writer_->host_buffer_mib());
+  since_save_.reset();
+}
+
+bool CheckpointManager::after_step(int64_t done, int64_t start_step, const std::function<TrainState()>& state,
+                                   double* stall_ms) {
+  const auto& k = spec_.checkpoint;
+  const bool root = topo_.is_root();
+  CheckpointWriter& w = *writer_;
+  // The ranks agree, in one small all-reduce per step: a signal on any rank, rank 0's clock for
+  // every_minutes, and whether every rank finished writing its part of the pending save.
+  double agree[5] = {preemption_signal() ? 1.0 : 0.0,
+                     root && k.every_minutes > 0 && since_save_.seconds() >= 60 * k.every_minutes ? 1.0 : 0.0,
+                     w.local_done() ? 1.0 : 0.0, w.local_failed() ? 1.0 : 0.0, w.commit_failed() ? 1.0 : 0.0};
+  topo_.world->all_reduce_doubles(agree, 5);
+  if (agree[4] > 0) w.throw_commit_failure();  // rank 0's commit failed: every rank stops
+  if (w.pending() && agree[2] == topo_.world_size) w.complete(agree[3] > 0);
+  w.poll_commit(/*wait=*/false);
+  const bool stop = agree[0] > 0 || (k.exit_after > 0 && done - start_step >= k.exit_after);
+  if (stop) {
+    Timer t_save;
+    w.save(state(), /*wait=*/true);
+    if (root) {
+      const int sig = preemption_signal();
+      const std::string why = agree[0] == 0 ? "[checkpoint] exit_after reached"
+                              : sig       ? fmt::format("stopped by {}", signal_name(sig))
+                                          : "stopped by a signal to another rank";
+      std::printf("%s after step %lld: checkpoint %s written in %.2f s; continue with --resume auto\n", why.c_str(),
+                  (long long)done, w.last_complete().c_str(), t_save.seconds());
+      std::fflush(stdout);
+    }
+    return true;
+  }
+  if ((k.every_steps > 0 && done % k.every_steps == 0) || agree[1] > 0) {
+    Timer stall;
+    w.save(state(), /*wait=*/false);
+    *stall_ms = stall.ms();
+    since_save_.reset();
+    if (root)
+      spdlog::info("checkpoint: step {} {} ({:.1f} ms{}, {:.1f} MiB of host buffers)", done,
+                   k.async ? "saving in the background" : "saved", w.last_stall_ms(), k.async ? " paid by the step" : "",
+                   w.host_buffer_mib());
+  }
+  return false;
+}
+
+}  // namespace zt

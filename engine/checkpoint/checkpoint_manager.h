@@ -1,0 +1,68 @@
+// A run's checkpoints from the trainer's side: where they live ([checkpoint] dir, a local
+// directory or s3://), which one a launch resumes from, setting aside a newer history after an
+// older resume, and, after each step, when to save or stop (the ranks agree on it). Saving
+// itself is the CheckpointWriter's; loading, the reader's.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "data/store/object_store.h"
+#include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_writer.h"
+#include "engine/comm/topology.h"
+#include "engine/config/spec.h"
+#include "engine/core/timer.h"
+
+namespace zt {
+
+class CheckpointManager {
+ public:
+  // Collective over the world: one id for the job (rank 0's time and pid, which name this job's
+  // unfinished saves), the local checkpoint directory and, for s3://, the store.
+  CheckpointManager(const RunSpec& spec, const Topology& topo);
+  ~CheckpointManager();
+
+  bool enabled() const { return !spec_.checkpoint.dir.empty(); }
+  int64_t job_id() const { return job_id_; }
+
+  // The local checkpoint directory `wanted` names, verified by the ranks together (collective):
+  // "auto": the newest complete checkpoint in [checkpoint] dir that verifies ("" when there is
+  // none yet; UserError when none of several verifies); a path or s3:// URI (a checkpoint, or a
+  // directory with `latest`): that checkpoint, downloaded first when remote.
+  std::string find(const std::string& wanted);
+
+  // After resuming from `step`: newer checkpoints of the old history are renamed aside (rank 0),
+  // so that neither resume = "auto" nor keep_last mistakes them for this run's.
+  void set_aside_newer(int64_t step);
+
+  // Starts saving (after the states exist); on_complete gets rank 0's finished saves.
+  void start_writer(ParamStore& store, const Model& model, Backend& backend,
+                    std::function<void(const SaveStats&)> on_complete);
+  CheckpointWriter* writer() { return writer_.get(); }
+
+  // After step `done` (1-based, not the run's last), with launch starting at start_step: the ranks
+  // agree in one small all-reduce on a signal on any rank, rank 0's every_minutes clock and the
+  // pending save's completion, then save as [checkpoint] says (state(): what a checkpoint after
+  // `done` steps holds). Returns true when the run must stop now (a signal, exit_after), its
+  // checkpoint written.
+  bool after_step(int64_t done, int64_t start_step, const std::function<TrainState()>& state,
+                  double* stall_ms);
+  // The last save of a run (waits for it).
+  void save_final(const TrainState& state) { writer_->save(state, /*wait=*/true); }
+
+ private:
+  std::string choose();                               // "auto"
+  std::string local_copy(const std::string& wanted);  // a path or URI
+
+  const RunSpec& spec_;
+  const Topology& topo_;
+  int64_t job_id_ = 0;
+  std::string root_;                           // the local checkpoint directory
+  std::unique_ptr<data::ObjectStore> store_;   // s3:// (declared before writer_: destroyed after its threads end)
+  std::unique_ptr<CheckpointWriter> writer_;
+  Timer since_save_;
+};
+
+}  // namespace zt

@@ -1,0 +1,57 @@
+// What a training run tells its user as it goes: the progress line, metrics.jsonl's train,
+// memory and verdict rows, and the verdict itself (judged over each log interval, reported once
+// the same kind holds over two intervals in a row). The trainer hands it each step's result.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/backend/backend.h"
+#include "engine/config/spec.h"
+#include "engine/observe/metrics.h"
+#include "engine/observe/step_result.h"
+#include "engine/observe/telemetry.h"
+#include "engine/observe/throughput.h"
+
+namespace zt {
+
+// "data 2% fwd 31% bwd 55% opt 7% comm 3% other 2%": where the step's time went (checkpoint and
+// offload shares only when present).
+std::string breakdown_shares(const StepResult& r);
+// 3725 s -> "1h02m", 95 s -> "1m35s", 7 s -> "7s"
+std::string duration_text(double s);
+
+class Progress {
+ public:
+  // metrics: rank 0's metrics.jsonl (null on the other ranks, which report nothing);
+  // telemetry: rank 0's device signals for the verdict (may be null); memory_row(step): a
+  // metrics row of kind "memory"; the run continues a launch from step start_step.
+  Progress(const RunSpec& spec, int world_size, const Peak& peak, double flops_per_token, const Backend& backend,
+           MetricsWriter* metrics, const Telemetry* telemetry, bool loss_scaling, int64_t start_step,
+           std::function<nlohmann::json(int64_t)> memory_row);
+
+  // The job's model FLOPs utilization at tokens_per_s, against each device's peak.
+  double mfu(double tokens_per_s) const;
+  // After step s (0-based): prints and writes what is due at this step.
+  void step_done(int64_t s, const StepResult& r);
+
+ private:
+  const RunSpec& spec_;
+  int world_size_;
+  Peak peak_;
+  double flops_per_token_;
+  const Backend& backend_;
+  MetricsWriter* metrics_;
+  const Telemetry* telemetry_;
+  bool loss_scaling_;
+  int64_t start_step_;
+  std::function<nlohmann::json(int64_t)> memory_row_;
+  StepResult interval_;                    // the breakdown summed since the last log line, for the verdict
+  int64_t interval_steps_ = 0;
+  std::string last_judged_, last_verdict_;  // the previous interval's judgement; the verdict last reported
+  double mean_step_ms_ = 0;                // for the time left: mean over this launch's steps after the first
+};
+
+}  // namespace zt

@@ -1,0 +1,13 @@
+// [run] out_dir belongs to one run at a time.
+#pragma once
+#include "engine/config/spec.h"
+
+namespace zt {
+
+// Rank 0, before writing anything: [run] out_dir is a directory (created if missing), not the
+// home of the spec being run (config.resolved.toml would overwrite it), and no other run is
+// using it: an exclusive flock on out_dir/.lock, which holds this process's pid. Returns the
+// lock's descriptor (closing it releases the lock); UserError otherwise.
+int claim_out_dir(const RunSpec& spec);
+
+}  // namespace zt
