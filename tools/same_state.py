@@ -36,6 +36,9 @@ CASES = [
     ("gpt2_single_offload_cpu", "gpt2", 1, ["offload.optimizer=cpu"]),
     ("gpt2_D2_zero3_offload_cpu_params_cpu", "gpt2", 2,
      ["parallel.zero_stage=3", "offload.optimizer=cpu", "offload.params=cpu"]),
+    # no clipping: each group's host AdamW runs during backward (the early update)
+    ("gpt2_D2_zero2_offload_cpu_early_adamw", "gpt2", 2,
+     ["parallel.zero_stage=2", "offload.optimizer=cpu", "optim.grad_clip=0"]),
     ("gpt2_D2_zero3_offload_nvme_bf16", "gpt2", 2,
      ["parallel.zero_stage=3", "precision.compute=bf16", "offload.optimizer=nvme", "offload.params=nvme"]),
     ("gpt2_single_zero1_fp16_nvme", "gpt2", 1, ["parallel.zero_stage=1", "precision.compute=fp16",

@@ -121,7 +121,7 @@ void ParamStore::alloc_stream_sets() {
 }
 
 void ParamStore::cancel_early_update() noexcept {
-  early_.opt = nullptr;  // complete() submits no more
+  early_.step = nullptr;  // complete() submits no more
   try {
     if (worker_) worker_->wait();
   } catch (...) {
@@ -287,22 +287,22 @@ void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
   if (error) std::rethrow_exception(error);
 }
 
-void ParamStore::optimizer_step(AdamW& opt, double lr, int t) {
-  // AdamW rewrites the pinned compute copy: the uploads that read it (the same copy stream, in
-  // order) have finished
+void ParamStore::step_states(int t, const SpanStep& step) {
+  // The update rewrites the pinned compute copy: the uploads that read it (the same copy stream,
+  // in order) have finished
   be_.wait_upload(last_upload_);
-  if (early_.opt) {  // the groups stepped during backward: wait for them, step the rest (none, normally)
-    ZT_CHECK(early_.opt == &opt && early_.lr == lr && early_.t == t, "the early update was scheduled for another step");
-    early_.opt = nullptr;
+  if (early_.step) {  // the groups stepped during backward: wait for them, step the rest (none, normally)
+    ZT_CHECK(early_.t == t, "the early update was scheduled for step {}, not {}", early_.t, t);
+    early_.step = nullptr;
     worker_->wait();
     std::vector<StateSpan> rest;
     for (size_t i = 0; i < spans_.size(); ++i)
       if (!early_.stepped[i]) rest.push_back(spans_[i]);
-    if (!rest.empty()) opt.step(rest, lr, t);
+    if (!rest.empty()) step(rest);
     return;
   }
   if (!nvme_tier_) {
-    opt.step(spans_, lr, t);
+    step(spans_);
     return;
   }
   // Each block of the flat arrays: the parts of the spans inside it, as spans over the buffers.
@@ -325,7 +325,7 @@ void ParamStore::optimizer_step(AdamW& opt, double lr, int t) {
       }
       part.push_back(std::move(q));
     }
-    opt.step(part, lr, t);
+    step(part);
   });
 }
 
@@ -594,19 +594,19 @@ void ParamStore::complete(Pending& p) {
     be_.free(p.recv);
     be_.free(grad_tmp_.at(p.group));
     grad_tmp_.erase(p.group);
-    if (p.last && early_.opt && host_) {  // the group's gradient is final: its AdamW, off this thread
-      be_.wait_upload(last_upload_);      // AdamW rewrites the pinned compute copy earlier uploads read
+    if (p.last && early_.step && host_) {  // the group's gradient is final: its update, off this thread
+      be_.wait_upload(last_upload_);       // the update rewrites the pinned compute copy earlier uploads read
       std::vector<StateSpan> part;
       for (int ui : layout_.group_units(p.group)) part.push_back(spans_[size_t(ui)]), early_.stepped[size_t(ui)] = 1;
-      worker_->submit([opt = early_.opt, part = std::move(part), lr = early_.lr, t = early_.t] { opt->step(part, lr, t); });
+      worker_->submit([step = early_.step, part = std::move(part)] { step(part); });
     }
   }
 }
 
-bool ParamStore::schedule_early_update(AdamW& opt, double lr, int t) {
+bool ParamStore::schedule_early_update(int t, SpanStep step) {
   if (!host_ || nvme_tier_ || stage_ < 2) return false;
   if (!worker_) worker_ = std::make_unique<SerialWorker>();
-  early_.opt = &opt, early_.lr = lr, early_.t = t;
+  early_.step = std::move(step), early_.t = t;
   early_.stepped.assign(units_.size(), 0);
   return true;
 }

@@ -1,7 +1,7 @@
 // State placement under ZeRO over the data-parallel group: where parameters, gradients and AdamW
 // moments live (today: the backend's memory; the offload issue adds pinned host memory and NVMe
 // here), the gathers and gradient reductions a pass needs, and this rank's states as spans for the
-// optimizer (engine/optim/adamw.h) and as pieces in global coordinates (checkpoints).
+// optimizer (engine/optim/) and as pieces in global coordinates (checkpoints).
 //
 // The flat parameter layout is cut into units (engine/parallel/shard_layout.h): chunks of at most
 // [parallel] bucket_mb of each parameter group, cut into P shards (P = D for stages 1-3, 1 for
@@ -44,8 +44,8 @@
 #include "engine/model/model.h"
 #include "engine/offload/async_io.h"
 #include "engine/offload/nvme_file.h"
-#include "engine/optim/adamw.h"
 #include "engine/parallel/shard_layout.h"
+#include "engine/parallel/state_span.h"
 
 namespace zt {
 
@@ -66,16 +66,17 @@ class ParamStore final : public ParamProvider {
   // or, with optimizer offload, a CPU backend over pinned host memory.
   Backend& optimizer_backend() { return host_ ? *host_ : be_; }
   bool offloads_optimizer() const { return host_ != nullptr; }
-  // The optimizer step over this rank's spans (after clipping): AdamW on the spans as they are,
-  // or, with the NVMe tier, block by block through the pinned buffers. Spans the early update
-  // already stepped are waited for, not stepped again.
-  void optimizer_step(AdamW& opt, double lr, int t);
-  // Optimizer offload to CPU memory at ZeRO 2-3: the host AdamW of each group runs on a
+  // The optimizer step `t` over this rank's states (after clipping; engine/optim/optimizer_step.h
+  // calls it with AdamW): `step` on the spans as they are, or, with the NVMe tier, block by block
+  // through the pinned buffers (spans over the block's buffers). Spans the early update already
+  // stepped are waited for, not stepped again.
+  void step_states(int t, const SpanStep& step);
+  // Optimizer offload to CPU memory at ZeRO 2-3: step `t`'s update of each group runs on a
   // background thread as soon as its gradient of the step's last micro-batch is on the host,
   // while backward goes on. Exact only when nothing global touches the gradients between backward
   // and the step (no clipping, no loss scaling): the trainer asks for it then, before the step's
-  // last micro-batch, with the step's lr and t. False where it does not apply.
-  bool schedule_early_update(AdamW& opt, double lr, int t);
+  // last micro-batch. False where it does not apply.
+  bool schedule_early_update(int t, SpanStep step);
   // With the NVMe tier: start reading the optimizer's first blocks of states (as many as there
   // are stream sets) so that the step finds them in memory; the trainer calls it as the step's
   // last micro-batch begins. No-op otherwise.
@@ -159,8 +160,7 @@ class ParamStore final : public ParamProvider {
     bool last = false;      // of the step's last micro-batch: the group's gradient is final
   };
   struct EarlyUpdate {
-    AdamW* opt = nullptr;  // null: none scheduled
-    double lr = 0;
+    SpanStep step;  // empty: none scheduled
     int t = 0;
     std::vector<char> stepped;  // per unit
   };

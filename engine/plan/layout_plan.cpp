@@ -9,6 +9,7 @@
 #include "engine/core/status.h"
 #include "engine/model/registry.h"
 #include "engine/optim/adamw.h"
+#include "engine/optim/optimizer_step.h"
 #include "engine/parallel/param_store.h"
 #include "engine/observe/throughput.h"
 
@@ -100,7 +101,7 @@ LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const
   store.finish_backward();
   (void)model->take_losses();
   optimizer.clip_grad_norm(store.spans(), store.norm_group(), spec.optim.grad_clip, 1.0);
-  store.optimizer_step(optimizer, spec.optim.lr, 1);
+  adamw_step(store, optimizer, spec.optim.lr, 1);
   store.publish_params();
   {
     const ParamStore::TierBytes t = store.tier_bytes();

@@ -43,6 +43,7 @@
 #include "engine/model/registry.h"
 #include "engine/offload/async_io.h"
 #include "engine/offload/core_binding.h"
+#include "engine/optim/optimizer_step.h"
 #include "engine/optim/schedule.h"
 #include "engine/observe/metrics.h"
 #include "engine/observe/progress.h"
@@ -313,7 +314,7 @@ StepResult Trainer::step(int64_t step) {
   // With optimizer offload to CPU memory, each group's host AdamW may run while backward goes on,
   // where nothing global (clipping by the norm, fp16 unscaling) must first touch the gradients.
   if (spec_.optim.grad_clip == 0 && !scaler_->active() &&
-      store_->schedule_early_update(*optimizer_, lr, adam_steps_ + 1) && !early_update_logged_) {
+      schedule_early_adamw(*store_, *optimizer_, lr, adam_steps_ + 1) && !early_update_logged_) {
     early_update_logged_ = true;
     if (topo_.is_root())
       spdlog::info("offload: each layer's host AdamW runs while backward goes on (no clipping, no loss scaling)");
@@ -362,7 +363,7 @@ StepResult Trainer::step(int64_t step) {
   r.skipped = !scaler_->update(std::isfinite(r.grad_norm));
   if (!r.skipped) {
     be.push_range("optimizer");
-    store_->optimizer_step(*optimizer_, r.lr, ++adam_steps_);
+    adamw_step(*store_, *optimizer_, r.lr, ++adam_steps_);
     store_->publish_params();
     be.pop_range();
   }
