@@ -1,4 +1,8 @@
 """Shared helpers for ztrain's script tests: generated text, shard datasets, specs, runs."""
+import argparse
+import contextlib
+import importlib
+import json
 import math
 import os
 import random
@@ -6,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 SKIP = 77  # ctest SKIP_RETURN_CODE
@@ -95,6 +100,101 @@ def report(failures, pass_message):
         return 1
     print("PASS: " + pass_message)
     return 0
+
+
+# ---- what every script test starts with: its checks, arguments, modules, directory and spec
+def checks(echo=False):
+    """A test's failures list and its expect(cond, msg), which adds msg to the list when cond is
+    false; with echo it also prints msg at once (long tests, to see a failure while they run)."""
+    failures = []
+
+    def expect(cond, msg):
+        if not cond:
+            failures.append(msg)
+            if echo:
+                print(f"  failed: {msg}", flush=True)
+    return failures, expect
+
+
+def arg_parser():
+    """The arguments of a test that runs the binaries: --ztrain and --tokenize (add more, then parse)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ztrain", required=True)
+    ap.add_argument("--tokenize", required=True)
+    return ap
+
+
+def require(*modules, what=None, hint=None):
+    """The named modules, imported; where one is missing, prints a SKIP line naming `what` (default:
+    the modules) and the ImportError, then `hint` (how to install them), and exits SKIP."""
+    try:
+        return [importlib.import_module(m) for m in modules]
+    except ImportError as e:
+        print(f"SKIP: {what or '/'.join(modules)} not available ({e})" + (f"; {hint}" if hint else ""))
+        sys.exit(SKIP)
+
+
+@contextlib.contextmanager
+def workdir(prefix, procs=()):
+    """A new temporary directory; afterwards the processes in `procs` (servers the test starts and
+    appends while it runs) are stopped and the directory is removed with all in it."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield work
+    finally:
+        stop(procs)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# The small GPT-2 of the checkpoint, offload and layout tests (--set model.arch=llama etc. for Llama).
+TINY_MODEL = {"n_layer": 2, "n_head": 4, "d_model": 24, "vocab_size": 260, "seq_len": 16}
+
+
+def tiny_spec(path, out_dir, data, model, train, optim=None, seed=None, threads=1, device="cpu", **over):
+    """Writes the spec of a short test run to `path` and returns path: [run] out_dir, seed (when
+    given), device and threads; [model], [train] and [optim] (when given) as given; [data] train =
+    data, or the whole section where data is a dict; then section__key overrides (with_overrides)."""
+    run_ = {"out_dir": out_dir, **({} if seed is None else {"seed": seed}), "device": device, "threads": threads}
+    spec = {"run": run_, "model": dict(model), "train": dict(train), **({"optim": dict(optim)} if optim else {}),
+            "data": dict(data) if isinstance(data, dict) else {"train": data}}
+    write_spec(path, with_overrides(spec, over))
+    return path
+
+
+def metrics(out_dir, kind="train", must_exist=True):
+    """The records of out_dir/metrics.jsonl whose kind is `kind` (all of them for None); [] where the
+    file does not exist and must_exist is false."""
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if not must_exist and not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [r for r in map(json.loads, f) if kind is None or r.get("kind") == kind]
+
+
+# ---- runs under mpirun
+def mpirun_missing():
+    """True, after printing the SKIP line, where mpirun is not installed."""
+    if shutil.which("mpirun"):
+        return False
+    print("SKIP: mpirun not found (Debian: openmpi-bin)")
+    return True
+
+
+def mpirun(np_):
+    """The launcher for np_ ranks on this machine: nothing for 1, else mpirun --oversubscribe -np N."""
+    return [] if np_ == 1 else ["mpirun", "--oversubscribe", "-np", str(np_)]
+
+
+def mpi_env(**extra):
+    """os.environ for an mpirun job (run as root allowed, more ranks than cores allowed), with extra."""
+    return {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "1", **extra}
+
+
+def train_cmd(ztrain, spec, sets=(), np_=1, resume=None):
+    """The command line of `ztrain train SPEC --set S...` [--resume R], under mpirun for np_ > 1."""
+    return [*mpirun(np_), ztrain, "train", spec, *[a for s in sets for a in ("--set", s)],
+            *(["--resume", resume] if resume else [])]
 
 
 # 16-bit compute: the bounds the parity and precision tests derive from the arithmetic.

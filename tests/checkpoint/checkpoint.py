@@ -21,78 +21,40 @@
   every_minutes saves by the clock; keep_last prunes; init_from starts a new run from its weights;
   `ztrain ckpt ls` lists steps and layouts.
 """
-import argparse
-import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-try:
-    import h5py
-    import numpy as np
-except ImportError as e:
-    print(f"SKIP: h5py not available ({e}); install python3-h5py")
-    sys.exit(testlib.SKIP)
-
-failures = []
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print(f"  failed: {msg}", flush=True)
+h5py, np = testlib.require("h5py", "numpy", hint="install python3-h5py")
+failures, expect = testlib.checks(echo=True)
+ENV = testlib.mpi_env()
 
 
 def records(out_dir, kind="train"):
-    path = os.path.join(out_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [r for r in map(json.loads, f) if r["kind"] == kind]
-
-
-def launcher(np_):
-    return [] if np_ == 1 else ["mpirun", "--oversubscribe", "-np", str(np_)]
+    return testlib.metrics(out_dir, kind, must_exist=False)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
-    if not shutil.which("mpirun"):
-        print("SKIP: mpirun not found (Debian: openmpi-bin)")
+    args = testlib.arg_parser().parse_args()
+    if testlib.mpirun_missing():
         return testlib.SKIP
-    work = tempfile.mkdtemp(prefix="zt_ckpt_")
-    try:
+    with testlib.workdir("zt_ckpt_") as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 9)
-        spec = os.path.join(work, "spec.toml")
-        testlib.write_spec(spec, {
-            "run": {"out_dir": os.path.join(work, "run"), "seed": 11, "device": "cpu", "threads": 1},
-            "model": {"n_layer": 2, "n_head": 4, "d_model": 24, "vocab_size": 260, "seq_len": 16},
-            "train": {"micro_batch": 2, "global_batch": 8, "max_steps": 8, "log_every": 1},
-            "optim": {"lr": 4e-3, "warmup_steps": 2},
-            "data": {"train": data},
-        })
+        spec = testlib.tiny_spec(os.path.join(work, "spec.toml"), os.path.join(work, "run"), data, seed=11,
+                                 model=testlib.TINY_MODEL,
+                                 train={"micro_batch": 2, "global_batch": 8, "max_steps": 8, "log_every": 1},
+                                 optim={"lr": 4e-3, "warmup_steps": 2})
 
         def train(name, np_=1, sets=(), resume=None, env=None, check=True):
             out = os.path.join(work, name)
-            argv = [*launcher(np_), args.ztrain, "train", spec, "--set", f"run.out_dir={out}",
-                    "--set", f"checkpoint.dir={out}/ckpt"]
-            for s in sets:
-                argv += ["--set", s]
-            if resume:
-                argv += ["--resume", resume]
+            argv = testlib.train_cmd(args.ztrain, spec, [f"run.out_dir={out}", f"checkpoint.dir={out}/ckpt", *sets],
+                                     np_, resume)
             p = testlib.run(argv, check=False, env=dict(ENV, **(env or {})), timeout=300)
             if check and p.returncode != 0:
                 expect(False, f"{name}: exit {p.returncode}: {p.stderr[-1500:]}")
@@ -157,10 +119,10 @@ def main():
 
         # ---- kill -9 of a rank in the middle of a save
         crash = os.path.join(work, "crash")
-        argv = [*launcher(2), args.ztrain, "train", spec, "--set", f"run.out_dir={crash}",
-                "--set", f"checkpoint.dir={crash}/ckpt", "--set", "checkpoint.every_steps=2",
-                "--set", "parallel.zero_stage=3"]
-        proc = subprocess.Popen(argv, env=dict(ENV, ZTRAIN_TEST_PAUSE_SAVE="1:4"), stdout=subprocess.PIPE,
+        crash_sets = [f"run.out_dir={crash}", f"checkpoint.dir={crash}/ckpt", "checkpoint.every_steps=2",
+                      "parallel.zero_stage=3"]
+        proc = subprocess.Popen(testlib.train_cmd(args.ztrain, spec, crash_sets, 2),
+                                env=dict(ENV, ZTRAIN_TEST_PAUSE_SAVE="1:4"), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         killed = None
         err_lines = []
@@ -178,9 +140,7 @@ def main():
         print("after kill -9 of rank 1 while it saved step 4:\n" + ls.stdout)
         expect(re.search(r"^2\s+complete, latest", ls.stdout, re.M) and re.search(r"^4\s+incomplete", ls.stdout, re.M),
                f"ckpt ls after the crash: {ls.stdout}")
-        p = testlib.run([*launcher(2), args.ztrain, "train", spec, "--set", f"run.out_dir={crash}",
-                         "--set", f"checkpoint.dir={crash}/ckpt", "--set", "checkpoint.every_steps=2",
-                         "--set", "parallel.zero_stage=3", "--resume", "auto"], check=False, env=ENV, timeout=300)
+        p = testlib.run(testlib.train_cmd(args.ztrain, spec, crash_sets, 2, "auto"), check=False, env=ENV, timeout=300)
         losses = [x["loss"] for x in records(crash)]
         expect(p.returncode == 0 and "at step 2" in p.stderr, f"resume after the crash: exit {p.returncode}: {p.stderr[-800:]}")
         expect(losses == ref_losses, f"after the crash: losses {losses} vs {ref_losses}")
@@ -221,11 +181,9 @@ def main():
         # ---- SIGTERM to one rank: checkpoint at the next step boundary, exit 0, exact resume
         long_sets = ["train.max_steps=600"]
         sig = os.path.join(work, "sigterm")
-        argv = [*launcher(2), args.ztrain, "train", spec, "--set", f"run.out_dir={sig}",
-                "--set", f"checkpoint.dir={sig}/ckpt", "--set", "parallel.zero_stage=1"]
-        for s in long_sets:
-            argv += ["--set", s]
-        proc = subprocess.Popen(argv, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sig_sets = [f"run.out_dir={sig}", f"checkpoint.dir={sig}/ckpt", "parallel.zero_stage=1", *long_sets]
+        proc = subprocess.Popen(testlib.train_cmd(args.ztrain, spec, sig_sets, 2), env=ENV, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
         out_lines = []
         t_sig = None
         for line in proc.stdout:
@@ -246,14 +204,11 @@ def main():
             stopped = int(m.group(1))
             print(f"SIGTERM to rank 1 of 2 (tiny model): exit {proc.returncode} {t_exit - t_sig:.2f} s later, "
                   f"checkpoint of step {stopped}")
-            p = testlib.run([*launcher(2), args.ztrain, "train", spec, "--set", f"run.out_dir={sig}",
-                             "--set", f"checkpoint.dir={sig}/ckpt", "--set", "parallel.zero_stage=1",
-                             *sum((["--set", s] for s in long_sets), []), "--resume", "auto"],
-                            check=False, env=ENV, timeout=300)
+            p = testlib.run(testlib.train_cmd(args.ztrain, spec, sig_sets, 2, "auto"), check=False, env=ENV,
+                            timeout=300)
             resumed = records(sig)
-            ref_p = testlib.run([*launcher(2), args.ztrain, "train", spec, "--set", f"run.out_dir={work}/sig_ref",
-                                 "--set", "parallel.zero_stage=1", *sum((["--set", s] for s in long_sets), [])],
-                                check=False, env=ENV, timeout=300)
+            ref_sets = [f"run.out_dir={work}/sig_ref", "parallel.zero_stage=1", *long_sets]
+            ref_p = testlib.run(testlib.train_cmd(args.ztrain, spec, ref_sets, 2), check=False, env=ENV, timeout=300)
             ref = records(f"{work}/sig_ref")
             same = [(r["step"], r["loss"], r["grad_norm"]) for r in resumed] == \
                    [(r["step"], r["loss"], r["grad_norm"]) for r in ref]
@@ -266,8 +221,8 @@ def main():
         # step 150 is held (test hook) so that the first SIGTERM's checkpoint waits for it; the
         # second SIGTERM must end the process there.
         two = os.path.join(work, "twice")
-        argv = [args.ztrain, "train", spec, "--set", f"run.out_dir={two}", "--set", f"checkpoint.dir={two}/ckpt",
-                "--set", "checkpoint.every_steps=50", "--set", "train.max_steps=100000"]
+        argv = testlib.train_cmd(args.ztrain, spec, [f"run.out_dir={two}", f"checkpoint.dir={two}/ckpt",
+                                                     "checkpoint.every_steps=50", "train.max_steps=100000"])
         proc = subprocess.Popen(argv, env=dict(ENV, ZTRAIN_TEST_PAUSE_SAVE="0:150"), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         for line in proc.stdout:
@@ -313,8 +268,6 @@ def main():
                f"init_from: {p.stderr[-400:]} {first}")
         ls = testlib.run([args.ztrain, "ckpt", "ls", os.path.join(work, "full_fp32_T2_D2_Z3", "ckpt")], check=False)
         expect(re.search(r"^8\s+complete, latest\s+4 ranks, T=2 D=2 ZeRO-3", ls.stdout, re.M), f"ckpt ls: {ls.stdout}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return testlib.report(failures, "checkpoints resume exactly and across layouts, survive kill -9, corruption and SIGTERM")
 
 

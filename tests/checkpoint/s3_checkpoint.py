@@ -9,58 +9,41 @@ truncated replies):
 - keep_last applies in the store too; the credentials appear in no output.
 Skips (exit 77) when node/s3rver or mpirun are missing (run `npm ci` in tests/data).
 """
-import argparse
-import json
 import os
 import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-failures = []
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print(f"  failed: {msg}", flush=True)
+failures, expect = testlib.checks(echo=True)
 
 
 def losses(out):
-    with open(os.path.join(out, "metrics.jsonl")) as f:
-        return [(r["step"], r["loss"]) for r in map(json.loads, f) if r["kind"] == "train"]
+    return [(r["step"], r["loss"]) for r in testlib.metrics(out)]
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
+    args = testlib.arg_parser().parse_args()
     if not testlib.s3rver_path() or not shutil.which("mpirun"):
         print("SKIP: needs node, s3rver (run `npm ci` in tests/data) and mpirun")
         return testlib.SKIP
-    work = tempfile.mkdtemp(prefix="zt_s3ckpt_")
     procs = []
-    try:
+    with testlib.workdir("zt_s3ckpt_", procs) as work:
         s3, s3_port = testlib.start_s3rver(os.path.join(work, "s3"), "zt")
         proxy, port = testlib.start_fault_proxy(s3_port, 0.2, methods="GET,PUT,POST,DELETE")
         procs += [s3, proxy]
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 9)
-        spec = os.path.join(work, "spec.toml")
         # 2 layers of d_model 256: 1.6M parameters, 20 MB of states: 4 parts of 5 MiB per rank file
-        testlib.write_spec(spec, {
-            "run": {"out_dir": os.path.join(work, "run"), "seed": 5, "device": "cpu", "threads": 1},
-            "model": {"n_layer": 2, "n_head": 4, "d_model": 256, "vocab_size": 260, "seq_len": 16},
-            "train": {"micro_batch": 2, "global_batch": 4, "max_steps": 8, "log_every": 1},
-            "optim": {"lr": 2e-3},
-            "data": {"train": data, "s3_endpoint": f"http://127.0.0.1:{port}", "s3_path_style": True,
-                     "retries": 10},
-            "checkpoint": {"dir": "s3://zt/ckpt/run", "every_steps": 2, "keep_last": 2, "upload_part_mb": 5},
-        })
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=testlib.S3_KEY, AWS_SECRET_ACCESS_KEY=testlib.S3_KEY,
-                   OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        spec = testlib.tiny_spec(os.path.join(work, "spec.toml"), os.path.join(work, "run"), seed=5,
+                                 model={"n_layer": 2, "n_head": 4, "d_model": 256, "vocab_size": 260, "seq_len": 16},
+                                 train={"micro_batch": 2, "global_batch": 4, "max_steps": 8, "log_every": 1},
+                                 optim={"lr": 2e-3},
+                                 data={"train": data, "s3_endpoint": f"http://127.0.0.1:{port}", "s3_path_style": True,
+                                       "retries": 10},
+                                 checkpoint__dir="s3://zt/ckpt/run", checkpoint__every_steps=2, checkpoint__keep_last=2,
+                                 checkpoint__upload_part_mb=5)
+        env = testlib.mpi_env(AWS_ACCESS_KEY_ID=testlib.S3_KEY, AWS_SECRET_ACCESS_KEY=testlib.S3_KEY)
 
         ref = testlib.run([args.ztrain, "train", spec, "--set", f"run.out_dir={work}/ref", "--set", "checkpoint.dir="
                            , "--set", "checkpoint.every_steps=0"], check=False, env=env)
@@ -77,8 +60,7 @@ def main():
 
         # the local copy is gone: the checkpoint comes from the store
         shutil.rmtree(os.path.join(out, "checkpoints"))
-        p = testlib.run(["mpirun", "--oversubscribe", "-np", "2", args.ztrain, "train", spec, "--resume", "auto"],
-                        check=False, env=env, timeout=600)
+        p = testlib.run(testlib.train_cmd(args.ztrain, spec, np_=2, resume="auto"), check=False, env=env, timeout=600)
         got, want = losses(out), losses(f"{work}/ref")
         worst = max((abs(a[1] - b[1]) / b[1] for a, b in zip(got, want)), default=float("inf"))
         print(f"resumed on 2 ranks from the store after deleting the local copy: exit {p.returncode}, "
@@ -95,9 +77,6 @@ def main():
         print(f"checkpoints left in the store (keep_last = 2): {stored}")
         expect(stored == ["step_00000006", "step_00000008"], f"store holds {stored}")
         expect(testlib.S3_KEY not in p.stdout + p.stderr, "a credential appeared in the output")
-    finally:
-        testlib.stop(procs)
-        shutil.rmtree(work, ignore_errors=True)
     return testlib.report(failures, "s3:// checkpoints upload through faults (multipart), resume from the store, keep_last")
 
 

@@ -1,6 +1,7 @@
 // Standalone test of the emulated cuBLASLt (engine/backend/cuda_emu/cublaslt.cpp): cublasLtMatmul
 // against a plain triple loop here (transposes, padded leading dimensions, fp32/bf16/fp16, beta,
 // every emulated epilogue, awkward sizes) and the documented refusals. One line per case; exit 1 on failure.
+// One file over 600 lines on purpose: one standalone executable, a case table with its reference.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

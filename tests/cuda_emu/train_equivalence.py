@@ -12,8 +12,6 @@
 
 usage: train_equivalence.py --ztrain ZTRAIN --tokenize TOKENIZE --plugin LIBZTRAIN_CUDA_EMU
 """
-import argparse
-import json
 import os
 import sys
 import tempfile
@@ -21,14 +19,8 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-try:
-    import h5py
-    import numpy as np
-except ImportError as e:
-    print(f"SKIP: h5py/numpy not available ({e})")
-    sys.exit(testlib.SKIP)
-
-failures = []
+h5py, np = testlib.require("h5py", "numpy")
+failures, expect = testlib.checks(echo=True)
 LOSS_TOL, GRAD_TOL, PARAM_TOL = 1e-4, 1e-4, 1e-3
 GPT2 = {"n_layer": 2, "n_head": 2, "d_model": 32, "d_ff": 128, "vocab_size": 260, "seq_len": 32}
 LLAMA = {"arch": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 32, "d_ff": 96, "vocab_size": 260,
@@ -47,21 +39,13 @@ CASES = [  # name, model, --set overrides
 ]
 
 
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print(f"  failed: {msg}", flush=True)
-
-
 def rel(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
+    ap = testlib.arg_parser()
     ap.add_argument("--plugin", required=True)
     args = ap.parse_args()
     emu_env = dict(os.environ, ZTRAIN_CUDA_PLUGIN=args.plugin)
@@ -69,14 +53,11 @@ def main():
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 5)
 
         def spec_for(name, model, device):
-            spec = os.path.join(work, f"{name}_{device}.toml")
-            testlib.write_spec(spec, {
-                "run": {"out_dir": os.path.join(work, f"{name}_{device}"), "seed": 3, "device": device, "threads": 2},
-                "model": model,
-                "train": {"micro_batch": 2, "global_batch": 4, "max_steps": 6, "log_every": 1},
-                "precision": {"compute": "fp32"}, "optim": {"lr": 3e-3, "warmup_steps": 1},
-                "data": {"train": data}})
-            return spec
+            out = os.path.join(work, f"{name}_{device}")
+            return testlib.tiny_spec(out + ".toml", out, data, model,
+                                     {"micro_batch": 2, "global_batch": 4, "max_steps": 6, "log_every": 1},
+                                     optim={"lr": 3e-3, "warmup_steps": 1}, seed=3, threads=2, device=device,
+                                     precision__compute="fp32")
 
         def dump(name, model, sets, device):
             h5 = os.path.join(work, f"{name}_{device}.h5")
@@ -116,9 +97,7 @@ def main():
                 argv += ["--resume", resume]
             p = testlib.run(argv, check=False, env=emu_env, timeout=600)
             expect(p.returncode == 0, f"{name} on {device}: exit {p.returncode}: {p.stderr[-1200:]}")
-            path = os.path.join(out, "metrics.jsonl")
-            rows = [r for r in map(json.loads, open(path))] if os.path.exists(path) else []
-            return [r["loss"] for r in rows if r["kind"] == "train"], p
+            return [r["loss"] for r in testlib.metrics(out, must_exist=False)], p
 
         for saver, resumer in (("cuda", "cpu"), ("cpu", "cuda")):
             full, _ = train(f"{saver}full", saver)

@@ -4,35 +4,23 @@
 AWS_ENDPOINT_URL), the region from AWS_REGION / AWS_DEFAULT_REGION, and the credentials from
 AWS_PROFILE's section of the shared credentials file; the spec's keys still win over them.
 """
-import argparse
 import os
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-failures = []
+failures, expect = testlib.checks()
 KEY = testlib.S3_KEY
 
 
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
+    args = testlib.arg_parser().parse_args()
     if not testlib.s3rver_path():
         print("SKIP: s3rver missing: run `npm ci` in tests/data")
         return testlib.SKIP
-    work = tempfile.mkdtemp(prefix="zt_aws_")
     procs = []
-    try:
+    with testlib.workdir("zt_aws_", procs) as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 8000, 3)
         proc, port = testlib.start_s3rver(os.path.join(work, "s3"), "zt")
         procs.append(proc)
@@ -45,12 +33,11 @@ def main():
         with open(creds, "w") as f:
             f.write(f"[default]\naws_access_key_id = WRONG\naws_secret_access_key = WRONG\n\n"
                     f"[training]\naws_access_key_id = {KEY}\naws_secret_access_key = {KEY}\n")
-        spec = os.path.join(work, "spec.toml")
-        testlib.write_spec(spec, {
-            "run": {"out_dir": os.path.join(work, "run"), "device": "cpu", "threads": 1},
-            "model": {"n_layer": 1, "n_head": 2, "d_model": 16, "vocab_size": 257, "seq_len": 16},
-            "train": {"micro_batch": 2, "global_batch": 2, "max_steps": 2},
-            "data": {"train": "s3://zt/data", "s3_path_style": True, "cache_dir": os.path.join(work, "cache")}})
+        spec = testlib.tiny_spec(os.path.join(work, "spec.toml"), os.path.join(work, "run"),
+                                 {"train": "s3://zt/data", "s3_path_style": True,
+                                  "cache_dir": os.path.join(work, "cache")},
+                                 model={"n_layer": 1, "n_head": 2, "d_model": 16, "vocab_size": 257, "seq_len": 16},
+                                 train={"micro_batch": 2, "global_batch": 2, "max_steps": 2})
         clean = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
         env = dict(clean, AWS_ENDPOINT_URL_S3=f"http://127.0.0.1:{port}", AWS_REGION="us-east-1",
                    AWS_SHARED_CREDENTIALS_FILE=creds, AWS_PROFILE="training")
@@ -68,9 +55,6 @@ def main():
         expect(p.returncode != 0 and "Couldn't connect" in p.stderr,
                f"the spec's endpoint did not win: exit {p.returncode}: {p.stderr[-300:]}")
         print("AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, AWS_REGION and AWS_PROFILE's credentials work; the spec wins")
-    finally:
-        testlib.stop(procs)
-        shutil.rmtree(work, ignore_errors=True)
     return testlib.report(failures, "the AWS CLI's environment conventions work against s3rver")
 
 

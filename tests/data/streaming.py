@@ -14,13 +14,11 @@ plain HTTP server, with a fault-injecting proxy (fault_proxy.py) in front:
 - 403 and 404 fail at once with exit 2, naming the object; credentials appear nowhere.
 Skips (exit 77) when node/s3rver or curl are missing (run `npm ci` in tests/data).
 """
-import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -28,31 +26,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import testlib  # noqa: E402
 
-failures = []
+failures, expect = testlib.checks(echo=True)
 KEY = testlib.S3_KEY
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print(f"  failed: {msg}", flush=True)
-
-
 
 wait_port, stats = testlib.wait_port, testlib.proxy_stats
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
+    args = testlib.arg_parser().parse_args()
     if not (testlib.s3rver_path() and shutil.which("curl")):
         print("SKIP: needs node, curl and s3rver (run `npm ci` in tests/data)")
         return testlib.SKIP
     procs = []
-    work = tempfile.mkdtemp(prefix="zt_stream_")
-    try:
+    with testlib.workdir("zt_stream_", procs) as work:
         # ---- data: ~17 shards of 4000 tokens
         os.makedirs(os.path.join(work, "text"))
         txt = os.path.join(work, "text", "input.txt")
@@ -85,32 +71,24 @@ def main():
                              f"http://127.0.0.1:{s3_port}/zt/data/{f}"], check=False)
             expect(p.returncode == 0, f"upload {f} failed: {p.stderr}")
 
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=KEY,
-                   OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        env = testlib.mpi_env(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=KEY)
 
         def spec(name, train, port=None, **over):
             d = {"train": train, "cache_dir": os.path.join(work, "cache_" + name), "shuffle_block": 2,
                  "prefetch": 1, "retries": 10, "timeout_s": 10.0}
             if port:
                 d.update({"s3_endpoint": f"http://127.0.0.1:{port}", "s3_path_style": True})
-            s = {"run": {"out_dir": os.path.join(work, "run_" + name), "seed": 5, "device": "cpu", "threads": 1},
-                 "model": {"n_layer": 1, "n_head": 2, "d_model": 16, "vocab_size": 257, "seq_len": 32},
-                 "train": {"micro_batch": 4, "global_batch": 8, "max_steps": 30, "log_every": 1},
-                 "optim": {"lr": 3e-3},
-                 "data": d}
-            for k, v in over.items():
-                sec, key = k.split("__")
-                s[sec][key] = v
-            path = os.path.join(work, name + ".toml")
-            testlib.write_spec(path, s)
-            return path
+            return testlib.tiny_spec(os.path.join(work, name + ".toml"), os.path.join(work, "run_" + name), d,
+                                     model={"n_layer": 1, "n_head": 2, "d_model": 16, "vocab_size": 257, "seq_len": 32},
+                                     train={"micro_batch": 4, "global_batch": 8, "max_steps": 30, "log_every": 1},
+                                     optim={"lr": 3e-3}, seed=5, **over)
 
         def train(name, argv_prefix=(), **kw):
             p = testlib.run([*argv_prefix, args.ztrain, "train", spec(name, **kw)], check=False, env=env, timeout=600)
             losses = None
-            mpath = os.path.join(work, "run_" + name, "metrics.jsonl")
-            if p.returncode == 0 and os.path.exists(mpath):
-                losses = [json.loads(l)["loss"] for l in open(mpath) if '"train"' in l]
+            out = os.path.join(work, "run_" + name)
+            if p.returncode == 0 and os.path.exists(os.path.join(out, "metrics.jsonl")):
+                losses = [r["loss"] for r in testlib.metrics(out)]
             else:
                 expect(False, f"run {name}: exit {p.returncode}: {p.stderr[-1500:]}")
             return p, losses
@@ -199,8 +177,8 @@ def main():
 
         # ---- one download per machine with 4 ranks; D = 2 and 4 give the same losses
         before = stats(proxies["clean"])["gets"]
-        mp = ["mpirun", "--oversubscribe", "-np", "4"]
-        _, d4 = train("d4", argv_prefix=mp, train="s3://zt/data", port=proxies["clean"], train__micro_batch=2)
+        _, d4 = train("d4", argv_prefix=testlib.mpirun(4), train="s3://zt/data", port=proxies["clean"],
+                      train__micro_batch=2)
         after = stats(proxies["clean"])["gets"]
         new = {k: after.get(k, 0) - before.get(k, 0) for k in after if k.endswith(".ztok")}
         new = {k: v for k, v in new.items() if v}
@@ -210,7 +188,7 @@ def main():
         def close(a, b):
             return a is not None and b is not None and len(a) == len(b) and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(a, b))
         expect(close(d4, ref), f"D = 4 losses differ from D = 1: {d4} vs {ref}")
-        _, d2 = train("d2", argv_prefix=["mpirun", "--oversubscribe", "-np", "2"], train="s3://zt/data", port=s3_port)
+        _, d2 = train("d2", argv_prefix=testlib.mpirun(2), train="s3://zt/data", port=s3_port)
         expect(close(d2, ref), f"D = 2 losses differ from D = 1: {d2} vs {ref}")
         print(f"D = 2 and D = 4 from s3://: losses within 1e-5 of D = 1: {close(d2, ref) and close(d4, ref)}")
 
@@ -258,9 +236,6 @@ def main():
         resolved = os.path.join(work, "run_inspec", "config.resolved.toml")
         leaked = os.path.exists(resolved) and secret in open(resolved).read()
         expect(not leaked and secret not in p.stderr + p.stdout, "a secret from the spec leaked into output or config.resolved.toml")
-    finally:
-        testlib.stop(procs)
-        shutil.rmtree(work, ignore_errors=True)
     return testlib.report(failures, "s3://, http:// and local runs agree, survive faults, share one cache per machine and respect its limit")
 
 

@@ -23,10 +23,8 @@ With --arch llama only the layout equivalence runs, for a Llama with 4 query and
 T = 2 splits the key/value heads, T = 4 replicates each on 2 ranks (their gradients summed across
 them), under ZeRO stages 0-3.
 """
-import argparse
 import os
 import re
-import shutil
 import sys
 import tempfile
 
@@ -40,25 +38,15 @@ TOL = 1e-5  # losses
 # (measured 1e-5 to 2e-5 for T > 1, below 2e-6 for ZeRO alone). A real layout bug (a wrong shard,
 # a missing reduction, a bias added twice) moves parameters by 1e-2 or more.
 PARAM_TOL = 5e-5
-failures = []
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
+failures, expect = testlib.checks()
 
 
 def mpirun(np_, argv, env=None, timeout=300):
-    cmd = ["mpirun", "--oversubscribe", "-np", str(np_), *argv]
-    e = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-             OMPI_MCA_rmaps_base_oversubscribe="1", **(env or {}))
-    return testlib.run(cmd, check=False, env=e, timeout=timeout)
+    return testlib.run([*testlib.mpirun(np_), *argv], check=False, env=testlib.mpi_env(**(env or {})), timeout=timeout)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
+    ap = testlib.arg_parser()
     ap.add_argument("--guard-memory", action="store_true",
                     help="run every rank with ZTRAIN_CPU_GUARD_MEMORY=1: engine code that touches the backend's "
                          "memory outside its ops segfaults, as it would on a GPU (the memory measurement, which "
@@ -67,31 +55,19 @@ def main():
     args = ap.parse_args()
     if args.guard_memory:
         os.environ["ZTRAIN_CPU_GUARD_MEMORY"] = "1"
-    if not shutil.which("mpirun"):
-        print("SKIP: mpirun not found (Debian: openmpi-bin)")
+    if testlib.mpirun_missing():
         return testlib.SKIP
-    try:
-        import h5py
-        import numpy as np
-    except ImportError as e:
-        print(f"SKIP: h5py/numpy not available ({e})")
-        return testlib.SKIP
+    h5py, np = testlib.require("h5py", "numpy")
 
     with tempfile.TemporaryDirectory() as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 9)
-        spec = os.path.join(work, "spec.toml")
-        testlib.write_spec(spec, {
-            "run": {"out_dir": os.path.join(work, "run"), "seed": 11, "device": "cpu", "threads": 1},
-            "model": ({"n_layer": 2, "n_head": 4, "d_model": 24, "vocab_size": 260, "seq_len": 16}
-                      if args.arch == "gpt2" else
-                      {"arch": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 24, "d_ff": 40,
-                       "vocab_size": 260, "seq_len": 16}),
-            "train": {"micro_batch": 2, "global_batch": 8, "max_steps": 10, "log_every": 1},
-            "optim": {"lr": 4e-3, "warmup_steps": 2, "grad_clip": 0.5},
-            # small buckets: every group is cut into several units, exercising the padding
-            "parallel": {"bucket_mb": 0.004, "prefetch": 2},
-            "data": {"train": data},
-        })
+        llama = dict(testlib.TINY_MODEL, arch="llama", n_kv_head=2, d_ff=40)  # 4 query, 2 key/value heads
+        model = testlib.TINY_MODEL if args.arch == "gpt2" else llama
+        spec = testlib.tiny_spec(os.path.join(work, "spec.toml"), os.path.join(work, "run"), data, model, seed=11,
+                                 train={"micro_batch": 2, "global_batch": 8, "max_steps": 10, "log_every": 1},
+                                 optim={"lr": 4e-3, "warmup_steps": 2, "grad_clip": 0.5},
+                                 # small buckets: every group is cut into several units, exercising the padding
+                                 parallel__bucket_mb=0.004, parallel__prefetch=2)
 
         def dump(name, np_, stage, tensor=1):
             out = os.path.join(work, name + ".h5")

@@ -5,31 +5,20 @@
   1) naming them and the fix; a reachable local dataset passes;
 - under mpirun: the job's all-reduce bus bandwidth is measured.
 """
-import argparse
 import os
 import re
 import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-failures = []
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
+failures, expect = testlib.checks()
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="zt_doctor_")
-    try:
+    args = testlib.arg_parser().parse_args()
+    with testlib.workdir("zt_doctor_") as work:
         p = testlib.run([args.ztrain, "doctor"], check=False)
         lines = p.stdout.splitlines()
         expect(p.returncode == 0, f"doctor: exit {p.returncode}: {p.stdout}{p.stderr}")
@@ -67,13 +56,11 @@ def main():
         print("doctor, GPU spec with ulimit -l 64: WARN memlock with the fix, FAIL no GPU")
 
         if shutil.which("mpirun"):
-            p = testlib.run(["mpirun", "--oversubscribe", "-np", "2", args.ztrain, "doctor"], check=False)
+            p = testlib.run([*testlib.mpirun(2), args.ztrain, "doctor"], check=False)
             m = re.search(r"all-reduce\s+2 ranks, .* bus bandwidth ([\d.]+) GB/s", p.stdout)
             expect(p.returncode == 0 and m and float(m.group(1)) > 0, f"doctor under mpirun: {p.stdout}{p.stderr[-300:]}")
             if m:
                 print(f"doctor under mpirun -np 2: all-reduce bus bandwidth {m.group(1)} GB/s")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return testlib.report(failures, "ztrain doctor reports every check and fails what would fail the job")
 
 

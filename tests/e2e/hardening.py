@@ -3,42 +3,25 @@
 Numbers are the issue's items. Multi-rank cases run under mpirun; a rank gets its own arguments
 through a wrapper script, as a site's launcher wrapper might give them.
 """
-import argparse
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-failures = []
+failures, expect = testlib.checks()
 
 
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
-
-
-def spec_dict(work, data, out="run", **over):
-    spec = {
-        "run": {"out_dir": os.path.join(work, out), "seed": 42, "device": "cpu", "threads": 1},
-        "model": {"n_layer": 1, "n_head": 2, "d_model": 16, "vocab_size": 258, "seq_len": 16},
-        "train": {"micro_batch": 2, "global_batch": 4, "max_steps": 3, "log_every": 1},
-        "optim": {"lr": 1e-3},
-        "data": {"train": data},
-    }
-    testlib.with_overrides(spec, over)
-    return spec
-
-
-def write(work, name, spec):
-    path = os.path.join(work, name + ".toml")
-    testlib.write_spec(path, spec)
-    return path
+def write(work, name, data, out="run", **over):
+    """work/name.toml: a 1-layer model training 3 steps into work/out, with section__key overrides."""
+    return testlib.tiny_spec(os.path.join(work, name + ".toml"), os.path.join(work, out), data, seed=42,
+                             model={"n_layer": 1, "n_head": 2, "d_model": 16, "vocab_size": 258, "seq_len": 16},
+                             train={"micro_batch": 2, "global_batch": 4, "max_steps": 3, "log_every": 1},
+                             optim={"lr": 1e-3}, **over)
 
 
 def error_lines(p):
@@ -59,8 +42,7 @@ def rank_wrapper(work, ztrain, rank, extra):
 def mpirun(np_, cmd, timeout=90):
     t0 = time.time()
     try:
-        p = subprocess.run(["mpirun", "--oversubscribe", "-np", str(np_), *cmd], capture_output=True, text=True,
-                           timeout=timeout)
+        p = subprocess.run([*testlib.mpirun(np_), *cmd], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         return None, time.time() - t0
     return p, time.time() - t0
@@ -68,7 +50,7 @@ def mpirun(np_, cmd, timeout=90):
 
 def multi_rank(args, work, data):
     # 1. a spec error on one rank only: every rank ends, exit 2, the error printed once with its rank
-    spec = write(work, "mr", spec_dict(work, data, "mr_run"))
+    spec = write(work, "mr", data, "mr_run")
     for extra, needle in ((["--set", "model.n_layer=0"], "[model] n_layer: must be >= 1"),
                           (["--set", "optim.lr=nan"], "[optim] lr"),
                           (["--bogus"], "unknown option --bogus"),
@@ -99,7 +81,7 @@ def multi_rank(args, work, data):
     print("2: ranks started with different specs exit 2 naming the key and both values")
 
     # 18 (last part): an error every rank finds alike is printed once, not once per rank
-    bad = write(work, "gb", spec_dict(work, data, "gb_run"))  # global batch 4, 3 ranks x 2
+    bad = write(work, "gb", data, "gb_run")  # global batch 4, 3 ranks x 2
     p, _ = mpirun(3, [args.ztrain, "train", bad])
     lines = error_lines(p) if p else []
     expect(p is not None and p.returncode == 2 and len(lines) == 1 and "global_batch" in lines[0],
@@ -130,7 +112,7 @@ def file_size_limit(limit):
 
 def spec_items(args, work, data):
     z = args.ztrain
-    ok = write(work, "ok", spec_dict(work, data))
+    ok = write(work, "ok", data)
     # 3. keys nested tens of thousands deep (a stack overflow in toml++ before) and over-long keys
     deep = {"deep_header": "[" + "a." * 50000 + "b]\nx = 1\n",
             "deep_dotted_key": "[run]\n" + ".".join(["k"] * 50000) + " = 1\n",
@@ -178,8 +160,8 @@ def spec_items(args, work, data):
     print("15: bad counts on command lines exit 2")
 
     # 16. a fixed fp16 loss scale that overflows stops (it used to skip every step and exit 0)
-    p = run([z, "train", write(work, "scale", spec_dict(work, data, "scale_run", precision__compute="fp16",
-                                                           precision__loss_scale=1e30))])
+    p = run([z, "train", write(work, "scale", data, "scale_run", precision__compute="fp16",
+                               precision__loss_scale=1e30)])
     expect_exit(p, 1, "overflow at the fixed loss scale", "16: loss_scale = 1e30")
     print("16: an overflowing fixed loss scale exits 1")
 
@@ -287,8 +269,8 @@ def data_items(args, work, data):
                                "--directory", served], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         testlib.wait_port(port)
-        spec = write(work, "huge", spec_dict(work, f"http://127.0.0.1:{port}", "huge_run",
-                                             data__cache_limit="100TB", data__cache_dir=os.path.join(work, "cache")))
+        spec = write(work, "huge", f"http://127.0.0.1:{port}", "huge_run",
+                     data__cache_limit="100TB", data__cache_dir=os.path.join(work, "cache"))
         t0 = time.time()
         p = run([args.ztrain, "train", spec], timeout=60)
         expect_exit(p, 2, "the manifest declares", "13: a manifest claiming 2^40 tokens")
@@ -297,8 +279,8 @@ def data_items(args, work, data):
         testlib.stop([server])
 
     # 7. a password in a source URL is never shown or written
-    spec = write(work, "secret", spec_dict(work, "http://alice:S3cretPW@127.0.0.1:9/data", "secret_run",
-                                           data__retries=0, data__timeout_s=1))
+    spec = write(work, "secret", "http://alice:S3cretPW@127.0.0.1:9/data", "secret_run",
+                 data__retries=0, data__timeout_s=1)
     shown = run([args.ztrain, "check", spec])
     failed = run([args.ztrain, "train", spec])
     expect("S3cretPW" not in shown.stdout + shown.stderr and "alice:***@" in shown.stdout,
@@ -311,7 +293,7 @@ def data_items(args, work, data):
     other = os.path.join(work, "val_other")
     testlib.run([args.tokenize, "shards", "--vocab", make_small_tiktoken(work), "--out", other,
                  os.path.join(os.path.dirname(data), "input.txt")])
-    spec = write(work, "mixed", spec_dict(work, data, "mixed_run", data__val=other, model__vocab_size=260))
+    spec = write(work, "mixed", data, "mixed_run", data__val=other, model__vocab_size=260)
     expect_exit(run([args.ztrain, "train", spec]), 2, "train and val were tokenized differently", "8: mixed tokenizers")
 
     # 18. messages: a corrupt manifest names line and column; spaces around '=' in --set; s3://
@@ -319,9 +301,9 @@ def data_items(args, work, data):
     shutil.copytree(data, bad_manifest)
     with open(os.path.join(bad_manifest, "manifest.json"), "w") as f:
         f.write('{\n  "format": "ztrain-shards",,\n}\n')
-    spec = write(work, "badm", spec_dict(work, bad_manifest, "badm_run"))
+    spec = write(work, "badm", bad_manifest, "badm_run")
     expect_exit(run([args.ztrain, "train", spec]), 2, "not valid JSON at line 2, column", "18: corrupt manifest")
-    ok = write(work, "ok18", spec_dict(work, data))
+    ok = write(work, "ok18", data)
     p = run([args.ztrain, "check", ok, "--set", "model.n_layer = 2"])
     expect(p.returncode == 0 and "n_layer = 2  #" in p.stdout, f"18: --set 'model.n_layer = 2': {p.stderr!r}")
     expect_exit(run([args.ztrain, "train", ok, "--set", "data.train=s3://"]), 2, "no bucket after s3://",
@@ -343,12 +325,8 @@ def make_small_tiktoken(work):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="zt_hard_")
-    try:
+    args = testlib.arg_parser().parse_args()
+    with testlib.workdir("zt_hard_") as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 5000, 3)
         spec_items(args, work, data)
         tokenizer_items(args, work, data)
@@ -357,8 +335,6 @@ def main():
             multi_rank(args, work, data)
         else:
             print("SKIP (multi-rank items): mpirun not found (Debian: openmpi-bin)")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return testlib.report(failures, "hardening: every reproduced defect is fixed")
 
 

@@ -27,23 +27,11 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-try:
-    import h5py
-    import numpy as np
-    import torch
-    from torch_gpt import GPT
-    from torch_llama import Llama
-except ImportError as e:
-    print(f"SKIP: PyTorch/h5py not available ({e}); install python3-torch python3-h5py")
-    sys.exit(testlib.SKIP)
-
-failures = []
+h5py, np, torch, torch_gpt, torch_llama = testlib.require("h5py", "numpy", "torch", "torch_gpt", "torch_llama",
+                                                         what="PyTorch/h5py", hint="install python3-torch python3-h5py")
+GPT, Llama = torch_gpt.GPT, torch_llama.Llama
+failures, expect = testlib.checks()
 CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
 
 
 # ---- the test's own safetensors reader and writer (independent of ztrain's)
@@ -108,22 +96,14 @@ MODELS = {
 
 
 def spec_for(work, name, data, model, **over):
-    path = os.path.join(work, name + ".toml")
-    testlib.write_spec(path, testlib.with_overrides({
-        "run": {"out_dir": os.path.join(work, name), "seed": 5, "device": "cpu", "threads": 2},
-        "model": dict(model),
-        "train": {"micro_batch": 2, "global_batch": 2, "max_steps": 3, "log_every": 1},
-        "optim": {"lr": 3e-3, "warmup_steps": 0},
-        "data": {"train": data}}, over))
-    return path
+    return testlib.tiny_spec(os.path.join(work, name + ".toml"), os.path.join(work, name), data, model,
+                             {"micro_batch": 2, "global_batch": 2, "max_steps": 3, "log_every": 1},
+                             optim={"lr": 3e-3, "warmup_steps": 0}, seed=5, threads=2, **over)
 
 
 def ztrain(args, argv, np_=1, check=True):
-    if np_ > 1:
-        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-        p = testlib.run(["mpirun", "--oversubscribe", "-np", str(np_), args.ztrain, *argv], check=False, env=env)
-    else:
-        p = testlib.run([args.ztrain, *argv], check=False)
+    env = testlib.mpi_env() if np_ > 1 else None
+    p = testlib.run([*testlib.mpirun(np_), args.ztrain, *argv], check=False, env=env)
     if check and p.returncode != 0:
         failures.append(f"ztrain {' '.join(argv)}: exit {p.returncode}: {p.stderr[-1500:]}")
     return p
@@ -313,11 +293,7 @@ def bad_inputs(args, work, data, good, good_gpt2):
 
 
 def main():
-    import argparse
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
+    args = testlib.arg_parser().parse_args()
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 4000, 3)

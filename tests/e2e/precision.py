@@ -15,8 +15,6 @@ round to nearest even, fp32 maths, fp32 masters). Every bound is derived from th
   process within the sum of the fp16 and bf16 bounds;
 - an unknown compute type exits 2 naming the key.
 """
-import argparse
-import json
 import os
 import shutil
 import sys
@@ -25,19 +23,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-failures = []
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
-
-
-def train_records(out_dir):
-    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["kind"] == "train"]
-
-
+failures, expect = testlib.checks()
 N_LAYER = 2  # of the spec below
 
 
@@ -51,36 +37,26 @@ def trajectory_bound(compute, fp32_records):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
+    args = testlib.arg_parser().parse_args()
     with tempfile.TemporaryDirectory() as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 30000, 5)
-        spec = os.path.join(work, "spec.toml")
-        testlib.write_spec(spec, {
-            "run": {"out_dir": os.path.join(work, "run"), "seed": 3, "device": "cpu", "threads": 2},
-            "model": {"n_layer": N_LAYER, "n_head": 2, "d_model": 32, "vocab_size": 258, "seq_len": 32},
-            "train": {"micro_batch": 4, "global_batch": 8, "max_steps": 40, "log_every": 1},
-            "optim": {"lr": 3e-3, "warmup_steps": 5},
-            "data": {"train": data},
-        })
+        spec = testlib.tiny_spec(os.path.join(work, "spec.toml"), os.path.join(work, "run"), data, seed=3, threads=2,
+                                 model={"n_layer": N_LAYER, "n_head": 2, "d_model": 32, "vocab_size": 258,
+                                        "seq_len": 32},
+                                 train={"micro_batch": 4, "global_batch": 8, "max_steps": 40, "log_every": 1},
+                                 optim={"lr": 3e-3, "warmup_steps": 5})
 
         def train(name, *sets, np_=1):
             out = os.path.join(work, name)
-            argv = [args.ztrain, "train", spec, "--set", f"run.out_dir={out}"]
-            for s in sets:
-                argv += ["--set", s]
+            argv = testlib.train_cmd(args.ztrain, spec, [f"run.out_dir={out}", *sets], np_)
             if np_ == 1:
                 p = testlib.run(argv, check=False)
             else:
-                env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-                p = testlib.run(["mpirun", "--oversubscribe", "-np", str(np_), *argv], check=False, env=env,
-                                timeout=300)
+                p = testlib.run(argv, check=False, env=testlib.mpi_env(), timeout=300)
             if p.returncode != 0:
                 failures.append(f"{name}: exit {p.returncode}: {p.stderr[-1500:]}")
                 return None, p
-            return train_records(out), p
+            return testlib.metrics(out), p
 
         fp32, _ = train("fp32", "precision.compute=fp32")
         if fp32 is None:

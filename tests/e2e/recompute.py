@@ -16,20 +16,9 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-try:
-    import h5py
-    import numpy as np
-except ImportError as e:
-    print(f"SKIP: h5py/numpy not available ({e})")
-    sys.exit(testlib.SKIP)
-
-failures = []
+h5py, np = testlib.require("h5py", "numpy")
+failures, expect = testlib.checks()
 MEM = re.compile(r"activations ([\d.]+) MiB")
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
 
 
 def expected_bytes(arch, m, B, mode):
@@ -55,11 +44,7 @@ def expected_bytes(arch, m, B, mode):
 
 
 def main():
-    import argparse
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
+    args = testlib.arg_parser().parse_args()
     models = {
         "gpt2": [{"n_layer": 4, "n_head": 2, "d_model": 32, "d_ff": 128, "vocab_size": 260, "seq_len": 32},
                  {"n_layer": 8, "n_head": 4, "d_model": 64, "d_ff": 256, "vocab_size": 260, "seq_len": 64}],
@@ -76,13 +61,10 @@ def main():
                 ref, mem = None, {}
                 for mode in ("none", "selective", "full"):
                     name = f"{arch}{size}_{mode}"
-                    spec = os.path.join(work, name + ".toml")
-                    testlib.write_spec(spec, {
-                        "run": {"out_dir": os.path.join(work, name), "seed": 3, "device": "cpu", "threads": 2},
-                        "model": model,
-                        "train": {"micro_batch": B, "global_batch": 2 * B, "max_steps": 5, "log_every": 1,
-                                  "recompute": mode},
-                        "optim": {"lr": 3e-3}, "data": {"train": data}})
+                    spec = testlib.tiny_spec(os.path.join(work, name + ".toml"), os.path.join(work, name), data,
+                                             model, {"micro_batch": B, "global_batch": 2 * B, "max_steps": 5,
+                                                     "log_every": 1, "recompute": mode},
+                                             optim={"lr": 3e-3}, seed=3, threads=2)
                     h5 = os.path.join(work, name + ".h5")
                     p = testlib.run([args.ztrain, "debug", "dump-state", spec, "--out", h5, "--steps", "5"], check=False)
                     if p.returncode != 0:

@@ -8,8 +8,6 @@
 - out_dir is never clobbered: a file there, the run's own config.resolved.toml given as the spec,
   and a second run into an out_dir another run holds each exit 2 (the last naming the holder's pid).
 """
-import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -19,12 +17,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-failures = []
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
+failures, expect = testlib.checks()
 
 
 def base_spec(work, data, out="run", **over):
@@ -36,21 +29,13 @@ def base_spec(work, data, out="run", **over):
         "optim": {"lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 5},
         "data": {"train": data, "val": data},
     }
-    for k, v in over.items():
-        sec, key = k.split("__")
-        spec[sec][key] = v
-    return spec
+    return testlib.with_overrides(spec, over)
 
 
 def train(args, work, name, spec, extra=()):
     path = os.path.join(work, name + ".toml")
     testlib.write_spec(path, spec)
     return testlib.run([args.ztrain, "train", path, *extra], check=False), path
-
-
-def records(out_dir):
-    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
 
 
 def check_bad(args, work, data, name, text_edit, needle, extra=()):
@@ -69,10 +54,7 @@ def check_bad(args, work, data, name, text_edit, needle, extra=()):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
+    args = testlib.arg_parser().parse_args()
     with tempfile.TemporaryDirectory() as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 30000, 5)
 
@@ -80,7 +62,7 @@ def main():
         p1, spec_path = train(args, work, "a", base_spec(work, data, "run_a"))
         p2, _ = train(args, work, "b", base_spec(work, data, "run_b"))
         expect(p1.returncode == 0 and p2.returncode == 0, f"training failed: {p1.stderr}{p2.stderr}")
-        r1, r2 = records(os.path.join(work, "run_a")), records(os.path.join(work, "run_b"))
+        r1, r2 = (testlib.metrics(os.path.join(work, d), kind=None) for d in ("run_a", "run_b"))
         l1 = [r["loss"] for r in r1 if r["kind"] == "train"]
         l2 = [r["loss"] for r in r2 if r["kind"] == "train"]
         expect(l1 == l2 and len(l1) == 7, f"two runs with one seed differ: {l1} vs {l2}")
@@ -96,7 +78,7 @@ def main():
         expect(set(ev) >= {"kind", "step", "val_loss"}, f"eval record: {ev}")
         p3, _ = train(args, work, "c", base_spec(work, data, "run_c", run__seed=43))
         expect(p3.returncode == 0, f"run with seed 43: exit {p3.returncode}: {p3.stderr[-800:]}")
-        l3 = [r["loss"] for r in records(os.path.join(work, "run_c")) if r["kind"] == "train"]
+        l3 = [r["loss"] for r in testlib.metrics(os.path.join(work, "run_c"))]
         expect(l3 != l1, "a different seed gave the same losses")
         # resolved spec: complete and loadable
         resolved = os.path.join(work, "run_a", "config.resolved.toml")

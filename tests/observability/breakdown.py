@@ -12,40 +12,24 @@
 - [run] telemetry_s writes "device" rows (on the CPU: process utilization and resident memory);
 - `ztrain report` draws a PNG dashboard from a real run's metrics.jsonl.
 """
-import argparse
 import json
 import os
 import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-failures = []
+failures, expect = testlib.checks()
 PARTS = ("data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "checkpoint_ms", "offload_ms",
          "other_ms")
 
 
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
-
-
 def spec(work, data, out, **over):
-    s = {"run": {"out_dir": os.path.join(work, out), "seed": 3, "device": "cpu", "threads": 1},
-         "model": {"n_layer": 2, "n_head": 4, "d_model": 64, "vocab_size": 257, "seq_len": 64},
-         "train": {"micro_batch": 4, "global_batch": 8, "max_steps": 12, "log_every": 2},
-         "optim": {"lr": 1e-3}, "data": {"train": data}}
-    testlib.with_overrides(s, over)
-    path = os.path.join(work, out + ".toml")
-    testlib.write_spec(path, s)
-    return path
-
-
-def train_records(out_dir):
-    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["kind"] == "train"]
+    return testlib.tiny_spec(os.path.join(work, out + ".toml"), os.path.join(work, out), data, seed=3,
+                             model={"n_layer": 2, "n_head": 4, "d_model": 64, "vocab_size": 257, "seq_len": 64},
+                             train={"micro_batch": 4, "global_batch": 8, "max_steps": 12, "log_every": 2},
+                             optim={"lr": 1e-3}, **over)
 
 
 def check_records(name, recs):
@@ -71,17 +55,13 @@ def check_records(name, recs):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="zt_obs_")
-    try:
+    args = testlib.arg_parser().parse_args()
+    with testlib.workdir("zt_obs_") as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 4)
         p = testlib.run([args.ztrain, "train", spec(work, data, "single")], check=False)
         expect(p.returncode == 0, f"single: exit {p.returncode}: {p.stderr[-500:]}")
         if p.returncode == 0:
-            check_records("single process", train_records(os.path.join(work, "single")))
+            check_records("single process", testlib.metrics(os.path.join(work, "single")))
             line = [l for l in p.stdout.splitlines() if l.startswith("step 12/12")]
             expect(line and "MFU" in line[0] and "fwd" in line[0] and "comm" in line[0] and "left 0s" in line[0],
                    f"progress line: {line}")
@@ -93,10 +73,9 @@ def main():
                                                     offload__nvme_path=work, run__trace_steps="3")], check=False)
         expect(p.returncode == 0, f"offload: exit {p.returncode}: {p.stderr[-500:]}")
         if p.returncode == 0:
-            share = check_records("NVMe offload, ZeRO-3", train_records(os.path.join(work, "offload")))
+            share = check_records("NVMe offload, ZeRO-3", testlib.metrics(os.path.join(work, "offload")))
             expect(share and share["offload_ms"] > 0, "offload: no offload time measured")
-            with open(os.path.join(work, "offload", "metrics.jsonl")) as f:
-                mem = [r for r in map(json.loads, f) if r["kind"] == "memory"]
+            mem = testlib.metrics(os.path.join(work, "offload"), "memory")
             expect(mem and mem[-1]["nvme"]["optimizer"] > 0 and mem[-1]["nvme"]["params"] > 0
                    and mem[-1]["pinned_host"]["grads"] > 0 and mem[-1]["device"]["peak"] > 0,
                    f"memory rows by tier: {mem[-1:] if mem else 'none'}")
@@ -112,10 +91,7 @@ def main():
         # device telemetry: on the CPU, this process's utilization and resident memory, 10 times a second
         p = testlib.run([args.ztrain, "train", spec(work, data, "telemetry", run__telemetry_s=0.1, train__max_steps=60,
                                                     train__log_every=100)], check=False)
-        rows = []
-        if p.returncode == 0:
-            with open(os.path.join(work, "telemetry", "metrics.jsonl")) as f:
-                rows = [r for r in map(json.loads, f) if r["kind"] == "device"]
+        rows = testlib.metrics(os.path.join(work, "telemetry"), "device") if p.returncode == 0 else []
         expect(len(rows) >= 3 and all(0 < r["cpu_util"] <= 1.5 and r["rss_bytes"] > 0 for r in rows[1:]),
                f"telemetry: {p.returncode} {rows[:3]} {p.stderr[-300:]}")
         if rows:
@@ -134,13 +110,13 @@ def main():
         p = testlib.run([args.ztrain, "report", work], check=False)
         expect(p.returncode == 2 and "no metrics.jsonl" in p.stderr, f"report of a non-run dir: {p.returncode} {p.stderr}")
         if shutil.which("mpirun"):
-            p = testlib.run(["mpirun", "--oversubscribe", "-np", "2", args.ztrain, "train",
+            p = testlib.run([*testlib.mpirun(2), args.ztrain, "train",
                              spec(work, data, "zero3", parallel__zero_stage=3, checkpoint__dir=os.path.join(work, "ck"),
                                   checkpoint__every_steps=3, checkpoint__async=False, run__trace_steps="5-6",
                                   train__global_batch=16)], check=False)
             expect(p.returncode == 0, f"zero3: exit {p.returncode}: {p.stderr[-500:]}")
             if p.returncode == 0:
-                recs = train_records(os.path.join(work, "zero3"))
+                recs = testlib.metrics(os.path.join(work, "zero3"))
                 share = check_records("2 ranks, ZeRO-3, checkpoints every 3 steps", recs)
                 expect(share and share["comm_ms"] > 0, "ZeRO-3 on 2 ranks: no exposed communication measured")
                 # saves after steps 3, 6, 9 (synchronous): their stall is in steps 4, 7, 10
@@ -173,8 +149,6 @@ def main():
                 print("trace: steps 5-6 on both ranks, each micro-batch's phases in order")
         else:
             print("SKIP (multi-rank part): mpirun not found")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return testlib.report(failures, "the step breakdown adds up and names where the time went")
 
 

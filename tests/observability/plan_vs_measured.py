@@ -7,18 +7,15 @@ on rank 0 must be within 10% of the backend allocator's measured peak of a real 
 the memory line's. Also: --json has the documented fields, --search lists only
 layouts that fit, best first, and a layout that cannot work is a clear error (exit 2).
 """
-import argparse
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-failures = []
+failures, expect = testlib.checks()
 
 # (ranks, --set overrides)
 LAYOUTS = [
@@ -40,28 +37,16 @@ LAYOUTS = [
 ]
 
 
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
-    if not shutil.which("mpirun"):
-        print("SKIP: mpirun not found (Debian: openmpi-bin)")
+    args = testlib.arg_parser().parse_args()
+    if testlib.mpirun_missing():
         return testlib.SKIP
-    work = tempfile.mkdtemp(prefix="zt_plan_")
-    try:
+    with testlib.workdir("zt_plan_") as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 6)
-        spec = os.path.join(work, "spec.toml")
-        testlib.write_spec(spec, {
-            "run": {"out_dir": os.path.join(work, "run"), "seed": 1, "device": "cpu", "threads": 1},
-            "model": {"n_layer": 2, "n_head": 4, "d_model": 128, "vocab_size": 257, "seq_len": 64},
-            "train": {"micro_batch": 4, "global_batch": 16, "max_steps": 2, "log_every": 1},
-            "optim": {"lr": 1e-3}, "data": {"train": data}})
+        spec = testlib.tiny_spec(os.path.join(work, "spec.toml"), os.path.join(work, "run"), data, seed=1,
+                                 model={"n_layer": 2, "n_head": 4, "d_model": 128, "vocab_size": 257, "seq_len": 64},
+                                 train={"micro_batch": 4, "global_batch": 16, "max_steps": 2, "log_every": 1},
+                                 optim={"lr": 1e-3})
         rows = []
         for i, (np_, sets) in enumerate(LAYOUTS):
             sets = [s.replace("CKPT", os.path.join(work, f"ck{i}")).replace("WORK", work) for s in sets]
@@ -107,8 +92,6 @@ def main():
         print(f"--search on 4 ranks within 3 MiB: {len(found)} layouts fit, smallest {peaks[:1]} bytes")
         p = testlib.run([args.ztrain, "plan", spec, "--world", "3", "--set", "parallel.tensor=2"], check=False)
         expect(p.returncode == 2 and "does not divide the world size 3" in p.stderr, f"bad layout: {p.stderr}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return testlib.report(failures, "the planner's peak is within 10% of the measured peak for every layout")
 
 

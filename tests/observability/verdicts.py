@@ -9,40 +9,29 @@ evidence and knob, in the log (once) and in metrics.jsonl (kind "verdict"); a he
 - host-bound: 60 ms of host time per step outside the measured phases (ZTRAIN_FAULT_SLOW_HOST_MS);
 - memory pressure: [run] device_memory_limit 3% above the peak `ztrain plan` predicts.
 """
-import argparse
 import json
 import os
 import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-failures = []
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
+failures, expect = testlib.checks()
 
 
 def write_spec(work, name, data, **over):
-    s = {"run": {"out_dir": os.path.join(work, name), "seed": 2, "device": "cpu", "threads": 1},
-         # steps of ~25 ms: with ~4 ms steps a single scheduler hiccup of 1-2 ms in a 4-step interval
-         # (seen in CI) read as 10-17% data wait
-         "model": {"n_layer": 2, "n_head": 2, "d_model": 128, "vocab_size": 257, "seq_len": 64},
-         "train": {"micro_batch": 4, "global_batch": 8, "max_steps": 24, "log_every": 4},
-         "optim": {"lr": 1e-3}, "data": {"train": data, "cache_dir": os.path.join(work, "cache_" + name)}}
-    testlib.with_overrides(s, over)
-    path = os.path.join(work, name + ".toml")
-    testlib.write_spec(path, s)
-    return path
+    return testlib.tiny_spec(os.path.join(work, name + ".toml"), os.path.join(work, name), seed=2,
+                             # steps of ~25 ms: with ~4 ms steps a single scheduler hiccup of 1-2 ms in a
+                             # 4-step interval (seen in CI) read as 10-17% data wait
+                             model={"n_layer": 2, "n_head": 2, "d_model": 128, "vocab_size": 257, "seq_len": 64},
+                             train={"micro_batch": 4, "global_batch": 8, "max_steps": 24, "log_every": 4},
+                             optim={"lr": 1e-3}, data={"train": data, "cache_dir": os.path.join(work, "cache_" + name)},
+                             **over)
 
 
 def verdicts(work, name):
-    with open(os.path.join(work, name, "metrics.jsonl")) as f:
-        return [r for r in map(json.loads, f) if r["kind"] == "verdict"]
+    return testlib.metrics(os.path.join(work, name), "verdict")
 
 
 def check(work, name, p, kind, knob_word):
@@ -64,12 +53,8 @@ def check(work, name, p, kind, knob_word):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="zt_verdict_")
-    try:
+    args = testlib.arg_parser().parse_args()
+    with testlib.workdir("zt_verdict_") as work:
         txt = os.path.join(work, "input.txt")
         with open(txt, "w") as f:
             f.write(testlib.generated_text(30000, 8))
@@ -86,7 +71,7 @@ def main():
 
         if shutil.which("mpirun"):
             env = dict(os.environ, ZTRAIN_FAULT_SLOW_COMM_MS="20")
-            p = testlib.run(["mpirun", "--oversubscribe", "-np", "2", "-x", "ZTRAIN_FAULT_SLOW_COMM_MS", args.ztrain,
+            p = testlib.run([*testlib.mpirun(2), "-x", "ZTRAIN_FAULT_SLOW_COMM_MS", args.ztrain,
                              "train", write_spec(work, "slow_comm", data)], check=False, env=env)
             check(work, "slow_comm", p, "communication-bound", "bucket_mb")
         else:
@@ -111,8 +96,6 @@ def main():
         p = testlib.run([args.ztrain, "train", spec, "--set", f'run.device_memory_limit="{limit // 2}"'], check=False)
         expect(p.returncode in (1, 2) and "device_memory_limit" in p.stderr,
                f"a limit below the peak: exit {p.returncode}: {p.stderr[-300:]}")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     return testlib.report(failures, "every verdict is provoked and named with its evidence and knob")
 
 

@@ -18,9 +18,7 @@
 - an I/O error on the NVMe file mid-run exits 1 naming the file, and the last complete checkpoint
   still verifies.
 """
-import argparse
 import contextlib
-import json
 import re
 import os
 import shutil
@@ -30,53 +28,29 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-try:
-    import h5py
-    import numpy as np
-except ImportError as e:
-    print(f"SKIP: h5py/numpy not available ({e})")
-    sys.exit(testlib.SKIP)
-
-failures = []
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1")
-
-
-def expect(cond, msg):
-    if not cond:
-        failures.append(msg)
+h5py, np = testlib.require("h5py", "numpy")
+failures, expect = testlib.checks()
+ENV = testlib.mpi_env()
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
-    args = ap.parse_args()
-    if not shutil.which("mpirun"):
-        print("SKIP: mpirun not found (Debian: openmpi-bin)")
+    args = testlib.arg_parser().parse_args()
+    if testlib.mpirun_missing():
         return testlib.SKIP
     with tempfile.TemporaryDirectory() as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 4)
         nvme = os.path.join(work, "nvme")
         os.makedirs(nvme)
-        spec = os.path.join(work, "spec.toml")
-        testlib.write_spec(spec, {
-            "run": {"out_dir": os.path.join(work, "run"), "seed": 9, "device": "cpu", "threads": 1},
-            "model": {"n_layer": 2, "n_head": 4, "d_model": 24, "vocab_size": 260, "seq_len": 16},
-            "train": {"micro_batch": 2, "global_batch": 4, "max_steps": 10, "log_every": 1},
-            "optim": {"lr": 4e-3, "warmup_steps": 2, "grad_clip": 0.5},
-            "parallel": {"bucket_mb": 0.004},
-            "offload": {"nvme_path": nvme, "buffer_mb": 0.0625, "io_depth": 3},
-            "data": {"train": data},
-        })
+        spec = testlib.tiny_spec(os.path.join(work, "spec.toml"), os.path.join(work, "run"), data, seed=9,
+                                 model=testlib.TINY_MODEL,
+                                 train={"micro_batch": 2, "global_batch": 4, "max_steps": 10, "log_every": 1},
+                                 optim={"lr": 4e-3, "warmup_steps": 2, "grad_clip": 0.5}, parallel__bucket_mb=0.004,
+                                 offload__nvme_path=nvme, offload__buffer_mb=0.0625, offload__io_depth=3)
 
         def dump(name, sets, np_=1, env=None):
             out = os.path.join(work, name + ".h5")
-            argv = [args.ztrain, "debug", "dump-state", spec, "--out", out, "--steps", "10"]
-            for s in sets:
-                argv += ["--set", s]
-            if np_ > 1:
-                argv = ["mpirun", "--oversubscribe", "-np", str(np_), *argv]
+            argv = [*testlib.mpirun(np_), args.ztrain, "debug", "dump-state", spec, "--out", out, "--steps", "10",
+                    *[a for s in sets for a in ("--set", s)]]
             p = testlib.run(argv, check=False, env=dict(ENV, **(env or {})), timeout=300)
             if p.returncode != 0:
                 failures.append(f"{name}: exit {p.returncode}: {p.stderr[-1500:]}")
@@ -160,14 +134,11 @@ def main():
 
 
 def records(out_dir):
-    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
-        return [(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, f) if r.get("kind") == "train"]
+    return [(r["step"], r["loss"], r["grad_norm"]) for r in testlib.metrics(out_dir)]
 
 
 def train(args, spec, out, sets, env=None, check=True):
-    argv = [args.ztrain, "train", spec, "--set", f"run.out_dir={out}", "--set", f"checkpoint.dir={out}/ckpt"]
-    for s in sets:
-        argv += ["--set", s]
+    argv = testlib.train_cmd(args.ztrain, spec, [f"run.out_dir={out}", f"checkpoint.dir={out}/ckpt", *sets])
     p = testlib.run(argv, check=False, env=dict(ENV, **(env or {})), timeout=300)
     if check and p.returncode != 0:
         failures.append(f"{out}: exit {p.returncode}: {p.stderr[-1200:]}")
@@ -197,15 +168,11 @@ def checkpoints(args, work, spec):
 
 def larger_than_device(args, work, data, nvme):
     """Model states 4x the device limit train with NVMe offload; the peak stays under the limit."""
-    spec = os.path.join(work, "big.toml")
-    testlib.write_spec(spec, {
-        "run": {"out_dir": os.path.join(work, "big"), "seed": 3, "device": "cpu", "threads": 1,
-                "device_memory_limit": "8MiB"},
-        "model": {"n_layer": 16, "n_head": 4, "d_model": 128, "vocab_size": 260, "seq_len": 16},
-        "train": {"micro_batch": 1, "global_batch": 1, "max_steps": 3, "log_every": 1},
-        "parallel": {"zero_stage": 3, "prefetch": 1},
-        "offload": {"optimizer": "nvme", "params": "nvme", "nvme_path": nvme},
-        "data": {"train": data}})
+    spec = testlib.tiny_spec(os.path.join(work, "big.toml"), os.path.join(work, "big"), data, seed=3,
+                             model={"n_layer": 16, "n_head": 4, "d_model": 128, "vocab_size": 260, "seq_len": 16},
+                             train={"micro_batch": 1, "global_batch": 1, "max_steps": 3, "log_every": 1},
+                             run__device_memory_limit="8MiB", parallel__zero_stage=3, parallel__prefetch=1,
+                             offload__optimizer="nvme", offload__params="nvme", offload__nvme_path=nvme)
     p = testlib.run([args.ztrain, "train", spec], check=False, env=ENV, timeout=300)
     m = re.search(r"(\d+(?:\.\d+)?)M parameters", p.stderr)
     peak = re.search(r"peak memory: [\d.]+ MiB allocated by the .* backend \((\d+) bytes\)", p.stderr)

@@ -13,7 +13,6 @@ bounds are what the 16-bit significand allows and the lower bounds show that the
 really 16-bit (derivation above tolerances()). --device cuda runs the same on the CUDA backend
 (exit 77, skipped, without a GPU).
 """
-import argparse
 import math
 import os
 import sys
@@ -22,15 +21,10 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
 
-try:
-    import h5py
-    import numpy as np
-    import torch
-    from torch_gpt import GPT
-    from torch_llama import Llama
-except ImportError as e:  # a user's machine without the reference stack
-    print(f"SKIP: PyTorch/h5py not available ({e}); install python3-torch python3-h5py")
-    sys.exit(testlib.SKIP)
+# a user's machine may lack the reference stack
+h5py, np, torch, torch_gpt, torch_llama = testlib.require("h5py", "numpy", "torch", "torch_gpt", "torch_llama",
+                                                         what="PyTorch/h5py", hint="install python3-torch python3-h5py")
+GPT, Llama = torch_gpt.GPT, torch_llama.Llama
 
 TOL = {"loss": 1e-4, "grad": 1e-4, "train_loss": 1e-4, "final": 1e-4}
 
@@ -288,9 +282,7 @@ LLAMA_CASES = [
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ztrain", required=True)
-    ap.add_argument("--tokenize", required=True)
+    ap = testlib.arg_parser()
     ap.add_argument("--arch", choices=("gpt2", "llama"), default="gpt2")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                     help="backend to compare with PyTorch (cuda: skipped, exit 77, without a GPU)")
