@@ -70,13 +70,13 @@ def round_to(x, compute):
 
 
 # The reference takes every hyperparameter from the spec this test writes (and the defaults the
-# README documents for keys it leaves out), never from ztrain's dump: a key ztrain misreads shows.
+# docs/run-spec.md documents for keys it leaves out), never from ztrain's dump: a key ztrain misreads shows.
 SPEC_DEFAULTS = {"lr": 6e-4, "min_lr": 6e-5, "warmup_steps": 0, "schedule": "cosine", "weight_decay": 0.1,
                  "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "grad_clip": 1.0}
 
 
 def lr_at(cfg, step):
-    """The README's schedule: linear warmup to lr over warmup_steps, then `schedule` from lr down to
+    """The schedule of docs/run-spec.md: linear warmup to lr over warmup_steps, then `schedule` from lr down to
     min_lr over the remaining steps (cosine: half a cosine period; linear; constant: lr)."""
     if step < cfg["warmup_steps"]:
         return cfg["lr"] * (step + 1) / cfg["warmup_steps"]
@@ -124,7 +124,7 @@ def tolerances(compute, arch, n_layer, loss, max_logit):
 
 
 def reference(model):
-    """The PyTorch model for a [model] table (the README's defaults for keys it leaves out)."""
+    """The PyTorch model for a [model] table (the defaults docs/run-spec.md gives for keys it leaves out)."""
     if model.get("arch", "gpt2") == "gpt2":
         return GPT(model["n_layer"], model["n_head"], model["d_model"], model.get("d_ff", 4 * model["d_model"]),
                    model["vocab_size"], model["seq_len"])
