@@ -20,47 +20,48 @@ std::vector<size_t> group_sizes(const Model& m) {
 }
 }  // namespace
 
-ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, const RunSpec& spec)
+ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, const ZeroPlacement& place)
     : model_(model),
       be_(be),
       topo_(topo),
       dp_(*topo.dp_group),
-      stage_(int(spec.parallel.zero_stage)),
-      prefetch_(int(spec.parallel.prefetch)),
+      stage_(place.stage),
+      prefetch_(place.prefetch),
       ct_(be.compute_dtype()),
       esize_(dtype_size(ct_)),
-      mixed_(ct_ != DType::F32 || spec.offload.optimizer != "none"),
+      mixed_(ct_ != DType::F32 || place.offloads_optimizer()),
       // Units padded to a multiple of 2P in mixed precision: whole 32-bit words per 16-bit shard.
       layout_(group_sizes(model), stage_ == 0 ? 1 : topo.dp, stage_ == 0 ? 0 : topo.dp_rank,
-              size_t(spec.parallel.bucket_mb * 1048576.0 / sizeof(float)),
+              size_t(place.bucket_mb * 1048576.0 / sizeof(float)),
               size_t(stage_ == 0 ? 1 : topo.dp) * (mixed_ ? 2 : 1)),
       units_(layout_.units()) {
-  if (spec.offload.optimizer != "none") {
-    host_ = be_.make_host_backend(int(spec.run.threads));
+  using Tier = ZeroPlacement::Tier;
+  if (place.offloads_optimizer()) {
+    host_ = be_.make_host_backend(place.host_threads);
     host_->set_compute_dtype(ct_);
-    offload_params_ = spec.offload.params != "none";
-    params_nvme_ = spec.offload.params == "nvme";
+    offload_params_ = place.offloads_params();
+    params_nvme_ = place.params == Tier::Nvme;
   }
   const MemKind opt_kind = host_ ? MemKind::PinnedHost : MemKind::Device;
   auto alloc = [&](size_t n, MemTag tag, MemKind kind = MemKind::Device) {
     return static_cast<float*>(be_.alloc(n * sizeof(float), tag, kind));
   };
   flat_n_ = stage_ == 0 ? layout_.total_full() : layout_.total_shard();  // masters and moments alike
-  nvme_tier_ = spec.offload.optimizer == "nvme";
+  nvme_tier_ = place.optimizer == Tier::Nvme;
   if (nvme_tier_) {
     // blocks of a multiple of 2048 elements: aligned in the fp32 states and in 16-bit compute
     // shards; no larger than the states themselves (a small model does not pin buffer_mb blocks)
-    chunk_ = std::max<size_t>(2048, size_t(spec.offload.buffer_mb * 1048576.0) / sizeof(float) / 2048 * 2048);
+    chunk_ = std::max<size_t>(2048, size_t(place.buffer_mb * 1048576.0) / sizeof(float) / 2048 * 2048);
     chunk_ = std::min(chunk_, std::max<size_t>(2048, (flat_n_ + 2047) / 2048 * 2048));
-    io_depth_ = int(spec.offload.io_depth);
+    io_depth_ = place.io_depth;
   }
   if (nvme_tier_ && !be_.counts_only()) {  // the planner counts the tier without a file
-    nvme_ = std::make_unique<NvmeFile>(spec.offload.nvme_path,
+    nvme_ = std::make_unique<NvmeFile>(place.nvme_path,
                                        fmt::format("ztrain-states.rank{:05d}.pid{}", topo.world_rank, ::getpid()),
                                        3 * nvme_offset(State::AdamM, 0));
     if (params_nvme_)  // the compute shards of ZeRO-3, read at each gather
       nvme_params_ = std::make_unique<NvmeFile>(
-          spec.offload.nvme_path, fmt::format("ztrain-params.rank{:05d}.pid{}", topo.world_rank, ::getpid()),
+          place.nvme_path, fmt::format("ztrain-params.rank{:05d}.pid{}", topo.world_rank, ::getpid()),
           uint64_t(flat_n_) * esize_ + 2 * NvmeFile::kAlign);
   } else if (nvme_tier_) {  // the planner: the masters are on NVMe, not in its books
   } else if (sharded_masters()) {

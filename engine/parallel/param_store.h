@@ -38,12 +38,12 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
-#include "engine/config/spec.h"
 #include "engine/core/serial_worker.h"
 #include "engine/comm/topology.h"
 #include "engine/model/model.h"
 #include "engine/offload/async_io.h"
 #include "engine/offload/nvme_file.h"
+#include "engine/parallel/placement.h"
 #include "engine/parallel/shard_layout.h"
 #include "engine/parallel/state_span.h"
 
@@ -51,7 +51,8 @@ namespace zt {
 
 class ParamStore final : public ParamProvider {
  public:
-  ParamStore(const Model& model, Backend& be, const Topology& topo, const RunSpec& spec);
+  // Configured from the placement alone (a RunSpec converts to its placement).
+  ParamStore(const Model& model, Backend& be, const Topology& topo, const ZeroPlacement& placement);
   ~ParamStore() override;
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
