@@ -43,6 +43,7 @@
 #include "engine/model/registry.h"
 #include "engine/offload/async_io.h"
 #include "engine/offload/core_binding.h"
+#include "engine/offload/pinned_pool.h"
 #include "engine/optim/optimizer_step.h"
 #include "engine/optim/schedule.h"
 #include "engine/observe/metrics.h"
@@ -193,18 +194,8 @@ void Trainer::build() {
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
   if (!spec.run.device_memory_limit.empty())
     backend_->set_memory_limit(parse_byte_size(spec.run.device_memory_limit, "[run] device_memory_limit"));
-  // One bounded pool of pinned host memory per rank: the key, or half the machine's memory
-  // shared by the ranks on it.
-  const double host_memory = double(::sysconf(_SC_PHYS_PAGES)) * double(::sysconf(_SC_PAGESIZE));
-  const int local_ranks = std::max(1, topo_.local_size);
-  const double pinned_limit = !spec.offload.pinned_limit.empty()
-                                  ? double(parse_byte_size(spec.offload.pinned_limit, "[offload] pinned_limit"))
-                                  : host_memory / 2 / local_ranks;
-  if (pinned_limit * local_ranks > host_memory)  // the ranks on this machine each have a pool
-    user_error("{}: [offload] pinned_limit = \"{}\" x {} rank(s) on this machine is more than its {:.3f} GiB of "
-               "memory: pinned pages cannot be swapped, so the machine would run out of memory",
-               spec.source, spec.offload.pinned_limit, local_ranks, host_memory / 1073741824.0);
-  backend_->set_pinned_limit(size_t(pinned_limit));
+  const PinnedPool pinned = pinned_pool(spec, topo_.local_size);
+  backend_->set_pinned_limit(size_t(pinned.limit));
   trace_ = std::make_unique<StepTrace>(spec.run.trace_steps, topo_.world_rank,
                                        (std::filesystem::path(spec.run.out_dir) /
                                         fmt::format("trace.rank{}.json", topo_.world_rank)).string());
@@ -231,14 +222,8 @@ void Trainer::build() {
   model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get(), recompute_of(t.recompute));
   if (spec.offload.optimizer == "nvme")  // room for this rank's files (masters, moments, parameters on NVMe)
     agreed([&] { check_nvme_path(spec.offload.nvme_path, uint64_t(mem_plan.nvme)); });
-  agreed([&] {  // the offloaded states (and the NVMe tier's block buffers) within the pinned pool
-    if (mem_plan.pinned_host > pinned_limit)
-      user_error("{}: the offloaded states need {:.3f} MiB of pinned host memory per rank ({:.0f} bytes), more than "
-                 "the pinned pool of {:.3f} MiB ({}): raise [offload] pinned_limit, use optimizer = \"nvme\", or more "
-                 "ranks", spec.source, mem_plan.pinned_host / 1048576.0, mem_plan.pinned_host,
-                 pinned_limit / 1048576.0,
-                 spec.offload.pinned_limit.empty() ? "half this machine's memory over its ranks" : "[offload] pinned_limit");
-  });
+  // the offloaded states (and the NVMe tier's block buffers) within the pinned pool
+  agreed([&] { check_pinned_fits(pinned, mem_plan.pinned_host, spec); });
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   if (store_->nvme() && topo_.local_rank == 0)
     spdlog::info("offload: NVMe tier in {} through {}, {} requests of {} MiB in flight", spec.offload.nvme_path,
