@@ -45,6 +45,16 @@ class Gpt2Family final : public ModelFamily {
     return std::make_unique<GPT2>(gpt2_config(m, tp ? tp->size() : 1, rc), backend, max_batch, tp);
   }
 
+  std::vector<Backend::OpRequest> ops(const RunSpec::Model& m, DType compute) const override {
+    const int hs = int(m.d_model / m.n_head);
+    std::vector<Backend::OpRequest> out;
+    for (const char* op : {"embedding_forward", "embedding_backward", "layernorm_forward", "residual_layernorm_forward",
+                           "layernorm_backward", "matmul_forward", "matmul_gelu_forward", "matmul_backward",
+                           "matmul_gelu_backward", "attention_forward", "attention_backward"})
+      out.push_back({op, compute, hs});
+    return out;
+  }
+
   ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size,
                            Recompute rc) const override {
     // doubles throughout: the config's ints could overflow for absurd specs (the point of asking)

@@ -50,6 +50,16 @@ class LlamaFamily final : public ModelFamily {
     return std::make_unique<Llama>(llama_config(m, tp ? tp->size() : 1, rc), backend, max_batch, tp);
   }
 
+  std::vector<Backend::OpRequest> ops(const RunSpec::Model& m, DType compute) const override {
+    const int hs = int(m.d_model / m.n_head);
+    std::vector<Backend::OpRequest> out;
+    for (const char* op : {"embedding_forward", "embedding_backward", "rmsnorm_forward", "residual_rmsnorm_forward",
+                           "rmsnorm_backward", "rope", "swiglu_forward", "swiglu_backward", "matmul_forward",
+                           "matmul_backward", "add", "attention_forward", "attention_backward"})
+      out.push_back({op, compute, hs});
+    return out;
+  }
+
   ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size,
                            Recompute rc) const override {
     const double L = double(m.n_layer), C = double(m.d_model), F = double(m.d_ff), V = double(held_vocab(m, tp));

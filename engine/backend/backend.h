@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/core/dtype.h"
 
@@ -137,8 +138,28 @@ class Backend {
   // dst (n) = src (n) converted between any two dtypes, in device memory.
   virtual void convert(void* dst, DType dst_type, const void* src, DType src_type, int64_t n) = 0;
 
+  // ---- can it: asked before the run. An op the models will call (its method's name below), in
+  // the compute dtype, with the head size for attention. "" when this backend runs it so;
+  // otherwise why not. The trainer asks for every op the run needs at start-up (model families
+  // declare theirs: ModelFamily::ops), so "not supported" ends a run before its first step with
+  // exit status 2. The base answers "not implemented" for every op; a backend lists what it runs.
+  struct OpRequest {
+    std::string op;
+    DType dtype = DType::F32;
+    int head_size = 0;  // attention_forward / attention_backward
+  };
+  virtual std::string supports(const OpRequest& r) const;
+  // The ops below, by name (what OpRequest::op may be).
+  static const std::vector<std::string>& op_names();
+  // The answers of a backend that implements every op (the CPU reference): "" for each known op;
+  // and of the CUDA kernels, which take attention head sizes up to 128 only (attention.cu's
+  // kMaxHead). The planner answers as the backend it plans for.
+  static std::string supports_every_op(const OpRequest& r);
+  static std::string cuda_kernels_support(const OpRequest& r);
+
   // ---- ops (shapes as in engine/backend/cpu/ops.h, which documents each one). Optional: an op a
-  // backend does not implement answers "op X is not supported on backend Y" (RuntimeFailure).
+  // backend does not implement answers "op X is not supported on backend Y" (RuntimeFailure);
+  // supports() says so first.
   virtual void embedding_forward(void* out, const int32_t* inp, const void* wte, const void* wpe,
                                  int B, int T, int C) { unsupported("embedding_forward"); }
   virtual void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp,

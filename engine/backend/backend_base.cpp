@@ -2,6 +2,7 @@
 // ztrain_base: the CUDA plugin uses them too).
 #include "engine/backend/backend.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "engine/core/status.h"
@@ -35,6 +36,35 @@ void Backend::matmul_gelu_backward(void* dpre, float* dweight, float* dbias, con
                                    const void* weight, const void* pre, int N, int C, int OC) {
   matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC);
   gelu_backward(dpre, pre, dpre, int64_t(N) * C);
+}
+
+const std::vector<std::string>& Backend::op_names() {
+  static const std::vector<std::string> names = {
+      "embedding_forward", "embedding_backward", "layernorm_forward", "residual_layernorm_forward",
+      "layernorm_backward", "matmul_forward", "matmul_gelu_forward", "matmul_backward", "matmul_gelu_backward",
+      "attention_forward", "attention_backward", "rmsnorm_forward", "residual_rmsnorm_forward", "rmsnorm_backward",
+      "rope", "swiglu_forward", "swiglu_backward", "gelu_backward", "softmax_crossentropy", "logits_row_max",
+      "logits_row_sumexp", "logits_pick_target", "crossentropy_grad_from_lse", "add", "scale",
+      "sum_squares_accumulate", "sum_accumulate", "adamw_update"};
+  return names;
+}
+
+std::string Backend::supports_every_op(const OpRequest& r) {
+  const auto& ops = op_names();
+  return std::find(ops.begin(), ops.end(), r.op) == ops.end() ? fmt::format("there is no op {}", r.op) : "";
+}
+
+std::string Backend::cuda_kernels_support(const OpRequest& r) {
+  if (std::string why = supports_every_op(r); !why.empty()) return why;
+  constexpr int kMaxHead = 128;  // engine/backend/cuda/attention.cu
+  if ((r.op == "attention_forward" || r.op == "attention_backward") && r.head_size > kMaxHead)
+    return fmt::format("head size {} is above {}, the largest the CUDA attention kernels take", r.head_size, kMaxHead);
+  return "";
+}
+
+std::string Backend::supports(const OpRequest& r) const {
+  if (std::string why = supports_every_op(r); !why.empty()) return why;
+  return fmt::format("the {} backend does not implement {}", name(), r.op);
 }
 
 void Backend::unsupported(const char* op) const {

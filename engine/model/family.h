@@ -12,12 +12,12 @@
 #include <variant>
 #include <vector>
 
+#include "engine/backend/backend.h"
 #include "engine/config/spec.h"
 #include "engine/model/model.h"
 
 namespace zt {
 
-class Backend;
 class Comm;
 
 // What a model holds on one rank of a tensor-parallel group, from the shapes alone (nothing is
@@ -73,6 +73,9 @@ class ModelFamily {
   // sequences; `tp` is the tensor-parallel group (null: the whole model on this rank).
   virtual std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp,
                                       Recompute recompute) const = 0;
+  // The backend ops that model calls in forward and backward, in compute dtype `compute`
+  // (the loss and optimizer ops are the engine's: registry.h's unsupported_op adds them).
+  virtual std::vector<Backend::OpRequest> ops(const RunSpec::Model& m, DType compute) const = 0;
   // What that model holds on one rank of a tensor-parallel group of `tp` (nothing built).
   virtual ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size,
                                    Recompute recompute) const = 0;

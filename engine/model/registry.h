@@ -28,6 +28,11 @@ std::unique_ptr<Model> make_model(const RunSpec::Model& spec, Backend& backend, 
                                   Recompute recompute = Recompute::None);
 Recompute recompute_of(const std::string& name);  // [train] recompute's value
 
+// The first op a run of [model] m in `compute` needs that `backend` cannot run, as a message
+// ("op: why"); "" when it runs them all. The model's ops (its family's), the vocabulary-parallel
+// loss, gradient clipping and AdamW.
+std::string unsupported_op(const Backend& backend, const RunSpec::Model& m, DType compute);
+
 // What that model holds on one rank of a tensor-parallel group of `tp` (its family's footprint).
 ModelFootprint model_footprint(const RunSpec::Model& spec, int max_batch, int tp, size_t compute_size,
                                Recompute recompute = Recompute::None);

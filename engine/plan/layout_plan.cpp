@@ -75,6 +75,10 @@ LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const
 
   PlanBackend be(kind);
   be.set_compute_dtype(plan.compute);
+  // the plan's backend answers as the one planned for: a model it cannot run is bad input here too
+  if (const std::string op = unsupported_op(be, spec.model, plan.compute); !op.empty())
+    user_error("the {} backend cannot run this model in {}: {}", kind == DeviceKind::CUDA ? "CUDA" : "CPU",
+               dtype_name(plan.compute), op);
   Topology topo;
   topo.world_size = world, topo.tp = plan.tensor, topo.dp = plan.data;
   topo.world = group(world, "world", be);

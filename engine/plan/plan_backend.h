@@ -21,6 +21,9 @@ class PlanBackend final : public Backend {
   DeviceKind kind() const override { return kind_; }
   std::string name() const override { return "plan"; }
   bool counts_only() const override { return true; }
+  std::string supports(const OpRequest& r) const override {
+    return kind_ == DeviceKind::CUDA ? cuda_kernels_support(r) : supports_every_op(r);
+  }
   std::unique_ptr<Backend> make_host_backend(int) const override { return std::make_unique<PlanBackend>(DeviceKind::CPU); }
 
   void* alloc(size_t bytes, MemTag tag, MemKind kind) override;

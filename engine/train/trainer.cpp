@@ -202,6 +202,10 @@ void Trainer::build() {
   const DType compute = compute_dtype_for(spec, *backend_);
   backend_->set_compute_dtype(compute);
   backend_->set_deterministic(spec.run.deterministic);
+  // every op the run will call, asked before anything is built: "not supported" is a start-up error
+  if (const std::string op = unsupported_op(*backend_, spec.model, compute); !op.empty())
+    user_error("{}: the {} backend cannot run this model in {}: {}", spec.source, backend_->name(), dtype_name(compute),
+               op);
   scaler_ = std::make_unique<LossScaler>(spec.precision, compute);
   if (topo_.is_root())
     spdlog::info("precision: {} compute, fp32 master weights, gradients and optimizer states{}", dtype_name(compute),

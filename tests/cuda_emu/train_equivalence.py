@@ -8,7 +8,9 @@
   cuBLASLt's and OpenBLAS's summation orders differ), the final parameters within 1e-3;
 - a checkpoint saved on the emulated device resumes on the CPU backend, and one saved on the CPU
   resumes on the emulated device: 3 + 3 steps equal 6 steps of the saving backend's run within
-  the same loss tolerance.
+  the same loss tolerance;
+- a model the CUDA kernels cannot run (head size 256) exits 2 at start-up naming the op and why,
+  as `ztrain plan --gpu` does; the CPU backend runs it.
 
 usage: train_equivalence.py --ztrain ZTRAIN --tokenize TOKENIZE --plugin LIBZTRAIN_CUDA_EMU
 """
@@ -108,6 +110,22 @@ def main():
             print(f"checkpoint saved on {saver} at step 3, resumed on {resumer}: 6 losses rel {d:.1e} to the "
                   f"uninterrupted {saver} run (resume line: {resumed})", flush=True)
             expect(resumed and d <= LOSS_TOL, f"{saver} -> {resumer} resume: {full} vs {part} + {rest}")
+
+        # a model the CUDA kernels cannot run (head size 256) is refused at start-up, before any
+        # step, with the op and the reason; `ztrain plan` for a GPU says the same; the CPU runs it
+        wide = dict(GPT2, n_head=1, d_model=256, d_ff=256)
+        spec = spec_for("wide", wide, "cuda")
+        p = testlib.run([args.ztrain, "train", spec, "--set", "train.max_steps=1"], check=False, env=emu_env, timeout=600)
+        refusal = "attention_forward: head size 256 is above 128, the largest the CUDA attention kernels take"
+        print(f"head size 256 on the emulated device: exit {p.returncode}: {p.stderr.strip().splitlines()[-1:]}")
+        expect(p.returncode == 2 and refusal in p.stderr and "step 1" not in p.stdout,
+               f"head size 256 on CUDA: exit {p.returncode}: {p.stdout[-300:]} {p.stderr[-600:]}")
+        p = testlib.run([args.ztrain, "plan", spec, "--gpu", "h100"], check=False, timeout=120)
+        expect(p.returncode == 2 and refusal in p.stderr, f"plan, head size 256 on a GPU: exit {p.returncode}: "
+                                                          f"{p.stderr[-600:]}")
+        p = testlib.run([args.ztrain, "train", spec, "--set", "run.device=cpu", "--set", "train.max_steps=1"],
+                        check=False, timeout=600)
+        expect(p.returncode == 0, f"head size 256 on the CPU: exit {p.returncode}: {p.stderr[-600:]}")
     return testlib.report(failures, "training on the emulated CUDA device equals the CPU backend: recompute, padded "
                                     "vocabulary, ZeRO 0/2/3, offload, checkpoints across backends")
 

@@ -125,6 +125,7 @@ class CpuBackend final : public Backend {
   }
   DType dt() const { return compute_dtype(); }
   std::string name() const override { return fmt::format("cpu ({} threads)", threads_); }
+  std::string supports(const OpRequest& r) const override { return supports_every_op(r); }  // the reference: all
 
   // Both memory kinds are host memory here; pinned host bytes are counted apart (as on a GPU).
   void set_memory_limit(size_t bytes) override { limit_ = bytes; }

@@ -92,6 +92,7 @@ class CudaBackend final : public Backend {
   }
   void* native_stream() const override { return stream_; }
   std::string name() const override { return name_; }
+  std::string supports(const OpRequest& r) const override { return cuda_kernels_support(r); }
 
   void* alloc(size_t bytes, MemTag tag, MemKind kind) override {
     if (kind == MemKind::PinnedHost) return alloc_pinned(bytes);

@@ -8,6 +8,8 @@
 
 #include "engine/backend/backend.h"
 #include "engine/core/status.h"
+#include "engine/model/registry.h"
+#include "engine/plan/plan_backend.h"
 
 using namespace zt;
 
@@ -37,6 +39,35 @@ TEST_CASE("an op the backend lacks says which op and which backend", "[backend]"
     REQUIRE(std::string(e.what()) == "op gelu_backward is not supported on backend memory-only");
   }
   REQUIRE_THROWS_AS(be.adamw_update(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 0, 0, 0, 0, 0, 1), RuntimeFailure);
+}
+
+TEST_CASE("whether a backend runs an op is an answer before the run", "[backend]") {
+  MemoryOnlyBackend bare;
+  auto cpu = make_cpu_backend(1);
+  PlanBackend gpu_plan(DeviceKind::CUDA), cpu_plan(DeviceKind::CPU);
+  for (const std::string& op : Backend::op_names()) {
+    CAPTURE(op);
+    REQUIRE(cpu->supports({op, DType::BF16, 256}).empty());  // the reference runs everything
+    REQUIRE(bare.supports({op}) == "the memory-only backend does not implement " + op);
+  }
+  REQUIRE(cpu->supports({"flash_decode"}) == "there is no op flash_decode");
+  // the CUDA kernels' limit, answered by the planner for a GPU too
+  REQUIRE(gpu_plan.supports({"attention_forward", DType::BF16, 128}).empty());
+  REQUIRE(gpu_plan.supports({"attention_backward", DType::BF16, 256}) ==
+          "head size 256 is above 128, the largest the CUDA attention kernels take");
+  REQUIRE(cpu_plan.supports({"attention_backward", DType::BF16, 256}).empty());
+  // every family declares only ops that exist, and a run asks for all it needs
+  for (const ModelFamily* f : model_families()) {
+    CAPTURE(f->name());
+    RunSpec::Model m;
+    m.arch = f->name();
+    m.n_head = 2, m.d_model = 512;  // head size 256
+    for (const Backend::OpRequest& r : f->ops(m, DType::BF16)) REQUIRE(cpu->supports(r).empty());
+    REQUIRE(unsupported_op(*cpu, m, DType::BF16).empty());
+    REQUIRE(unsupported_op(gpu_plan, m, DType::BF16) ==
+            "attention_forward: head size 256 is above 128, the largest the CUDA attention kernels take");
+    REQUIRE(unsupported_op(bare, m, DType::F32).rfind("embedding_forward: the memory-only backend", 0) == 0);
+  }
 }
 
 TEST_CASE("pinned host memory is counted apart from device memory", "[backend]") {
