@@ -1,0 +1,92 @@
+// The Hugging Face mapping of each model family (models/*_family.cpp through engine/hf): config.json
+// written for a [model] reads back as the same keys; the names and layouts; refusals name the file.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "engine/core/status.h"
+#include "engine/hf/hf_config.h"
+#include "engine/model/registry.h"
+
+using namespace zt;
+
+namespace {
+std::string write_config(const std::string& dir, const std::string& json) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << json;
+  return dir;
+}
+
+std::string refusal(const std::string& dir) {
+  try {
+    read_hf_config(dir);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("config.json written for a [model] reads back as the same keys", "[hf]") {
+  const std::string root = (std::filesystem::temp_directory_path() / "zt_hf_mapping").string();
+  for (const ModelFamily* f : model_families()) {
+    CAPTURE(f->name());
+    RunSpec::Model m;
+    m.arch = f->name();
+    m.n_layer = 3, m.n_head = 4, m.d_model = 64, m.d_ff = 96, m.vocab_size = 300, m.seq_len = 128;
+    m.n_kv_head = std::string(f->name()) == "llama" ? 2 : 4;
+    m.norm_eps = 1e-6, m.rope_theta = 10000.0, m.tie_embeddings = std::string(f->name()) == "gpt2";
+    const std::string dir = write_config(root + "/" + f->name(), hf_config_json(m, DType::BF16));
+    int seen = 0;
+    for (const HfModelKey& k : read_hf_config(dir)) {
+      CAPTURE(k.key, k.field);
+      ++seen;
+      if (k.key == "arch") REQUIRE(std::get<std::string>(k.value) == m.arch);
+      if (k.key == "n_layer") REQUIRE(std::get<int64_t>(k.value) == m.n_layer);
+      if (k.key == "n_head") REQUIRE(std::get<int64_t>(k.value) == m.n_head);
+      if (k.key == "n_kv_head") REQUIRE(std::get<int64_t>(k.value) == m.n_kv_head);
+      if (k.key == "d_model") REQUIRE(std::get<int64_t>(k.value) == m.d_model);
+      if (k.key == "d_ff") REQUIRE(std::get<int64_t>(k.value) == m.d_ff);
+      if (k.key == "vocab_size") REQUIRE(std::get<int64_t>(k.value) == m.vocab_size);
+      if (k.key == "seq_len") REQUIRE((std::get<int64_t>(k.value) == m.seq_len && k.upper_bound));
+      if (k.key == "norm_eps") REQUIRE(std::get<double>(k.value) == m.norm_eps);
+      if (k.key == "tie_embeddings") REQUIRE(std::get<bool>(k.value) == m.tie_embeddings);
+    }
+    REQUIRE(seen >= 8);
+  }
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("Hugging Face names and layouts per family", "[hf]") {
+  // GPT-2's Conv1D weights are stored (in, out); its other tensors and all of Llama's are not
+  REQUIRE(hf_name("gpt2", "transformer.h.0.attn.c_attn.weight").transposed);
+  REQUIRE(hf_name("gpt2", "transformer.h.11.mlp.c_proj.weight").transposed);
+  REQUIRE_FALSE(hf_name("gpt2", "transformer.h.0.attn.c_attn.bias").transposed);
+  REQUIRE_FALSE(hf_name("gpt2", "transformer.wte.weight").transposed);
+  REQUIRE_FALSE(hf_name("llama", "model.layers.0.mlp.down_proj.weight").transposed);
+  REQUIRE(hf_name("llama", "model.layers.0.mlp.down_proj.weight").name == "model.layers.0.mlp.down_proj.weight");
+  // only GPT-2's learned positions may come with more rows than the model uses
+  REQUIRE(model_family("gpt2").hf_row_prefix("transformer.wpe.weight"));
+  REQUIRE_FALSE(model_family("gpt2").hf_row_prefix("transformer.wte.weight"));
+  REQUIRE_FALSE(model_family("llama").hf_row_prefix("model.embed_tokens.weight"));
+  REQUIRE_THROWS_AS(model_family("mamba"), UserError);
+}
+
+TEST_CASE("config.json a family cannot build is refused, naming the file and the field", "[hf]") {
+  const std::string root = (std::filesystem::temp_directory_path() / "zt_hf_refusals").string();
+  const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4,
+    "hidden_size": 64, "intermediate_size": 96, "vocab_size": 300, "max_position_embeddings": 128)";
+  REQUIRE(refusal(write_config(root + "/t5", R"({"model_type": "t5"})")) ==
+          root + "/t5/config.json: model_type = \"t5\" is not one ztrain builds (gpt2, llama)");
+  REQUIRE(refusal(write_config(root + "/scaled", llama + R"(, "rope_scaling": {"type": "linear"}})"))
+              .find("config.json: rope_scaling = {\"type\":\"linear\"} is not supported") != std::string::npos);
+  REQUIRE(refusal(write_config(root + "/gelu", R"({"model_type": "gpt2", "activation_function": "relu"})"))
+              .find("activation_function = \"relu\"") != std::string::npos);
+  REQUIRE(refusal(write_config(root + "/nolayers", R"({"model_type": "gpt2", "n_embd": 64})")) ==
+          root + "/nolayers/config.json: no n_layer");
+  REQUIRE(refusal(write_config(root + "/mistral", llama.substr(0, llama.size()) + R"(, "sliding_window": 4096})"))
+              .find("sliding_window = 4096 is not supported") != std::string::npos);
+  std::filesystem::remove_all(root);
+}
