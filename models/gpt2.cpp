@@ -7,6 +7,7 @@
 
 #include "engine/core/status.h"
 #include "engine/model/activation_arena.h"
+#include "engine/model/decoder_pass.h"
 
 namespace zt {
 
@@ -171,46 +172,36 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
   tp_.vocab_local_ids(inputs, BT, Vl, local_ids.data());
   const TokenSlots::Tokens tok = tokens_.upload(local_ids.data(), targets, BT);
   Acts& a = acts_;
-  ParamProvider& prov = *prov_;
-  const int L = cfg_.n_layer, lnf_group = head_group();
+  const int L = cfg_.n_layer;
   const size_t wte_i = 0, wpe_i = 1, lnfw_i = table_.params().size() - 2, lnfb_i = table_.params().size() - 1;
-  std::vector<int> order = {0};  // embeddings, blocks, ln_f, embeddings again (tied head)
-  for (int l = 0; l < L; ++l) order.push_back(1 + l);
-  order.push_back(lnf_group);
-  order.push_back(0);
-  prov.begin_pass(order);
-
-  void* emb = prov.params(0);
-  // Vocabulary-parallel embedding: each rank adds its rows (and rank 0 the positions), then sum.
-  be_.embedding_forward(a.encoded, tok.inputs, at(emb, wte_i), tp_.once(at(emb, wpe_i)), B, T, C);
-  prov.release_params(0);
-  tp_.reduce_from_region(a.encoded, BT * C);  // (B,T,C)
-  // Each residual add is fused with the LayerNorm that reads its result: block l's attention
-  // residual with its ln_2, block l's MLP residual with block l+1's ln_1 (or ln_f), which runs
-  // at the start of block l+1 so that only that block's parameters are needed.
-  for (int l = 0; l < L; ++l) {
-    const BlockParams<void*> w = block_params(prov.params(1 + l), l);
-    if (l == 0) {
-      block_forward(0, w, a.encoded, nullptr, nullptr);
-    } else {
-      const BlockActs prev = block_acts(l - 1);
-      block_forward(l, w, prev.res2, prev.fcproj, prev.res3);
-    }
-    prov.release_params(1 + l);
-  }
-  void* lnf = prov.params(lnf_group);
-  if (L == 0) {
-    be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.encoded, at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C,
-                          cfg_.norm_eps);
-  } else {
-    const BlockActs last = block_acts(L - 1);
-    be_.residual_layernorm_forward(last.res3, a.lnf, a.lnf_mean, a.lnf_rstd, last.res2, last.fcproj,
-                                   at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C, cfg_.norm_eps);
-  }
-  prov.release_params(lnf_group);
-  emb = prov.params(0);
-  be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), vocab_.logit_mask(), BT, C, Vl);  // (B,T,Vl), tied head
-  prov.release_params(0);
+  DecoderPass{*prov_, L, head_group(), /*tied=*/true}.forward({
+      // Vocabulary-parallel embedding: each rank adds its rows (and rank 0 the positions), then sum.
+      [&](void* emb) { be_.embedding_forward(a.encoded, tok.inputs, at(emb, wte_i), tp_.once(at(emb, wpe_i)), B, T, C); },
+      [&] { tp_.reduce_from_region(a.encoded, BT * C); },  // (B,T,C)
+      // Each residual add is fused with the LayerNorm that reads its result: block l's attention
+      // residual with its ln_2, block l's MLP residual with block l+1's ln_1 (or ln_f), which runs
+      // at the start of block l+1 so that only that block's parameters are needed.
+      [&](int l, void* block) {
+        const BlockParams<void*> w = block_params(block, l);
+        if (l == 0) {
+          block_forward(0, w, a.encoded, nullptr, nullptr);
+        } else {
+          const BlockActs prev = block_acts(l - 1);
+          block_forward(l, w, prev.res2, prev.fcproj, prev.res3);
+        }
+      },
+      [&](void* lnf) {
+        if (L == 0) {
+          be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.encoded, at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C,
+                                cfg_.norm_eps);
+        } else {
+          const BlockActs last = block_acts(L - 1);
+          be_.residual_layernorm_forward(last.res3, a.lnf, a.lnf_mean, a.lnf_rstd, last.res2, last.fcproj,
+                                         at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C, cfg_.norm_eps);
+        }
+      },
+      // (B,T,Vl), the tied head
+      [&](void* emb) { be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), vocab_.logit_mask(), BT, C, Vl); }});
   grads_ready_ = false;
   if (targets) {
     loss_.forward(a.logits, tok.targets, BT, Vl, grad_scale);
@@ -248,43 +239,34 @@ void GPT2::backward() {
   const int C = cfg_.d_model, Vl = V_l_;
   const int64_t BT = int64_t(B) * T;
   Acts& a = acts_;
-  ParamProvider& prov = *prov_;
-  const int lnf_group = head_group();
   const size_t wte_i = 0, wpe_i = 1, lnfw_i = table_.params().size() - 2, lnfb_i = table_.params().size() - 1;
-  std::vector<int> order = {0, lnf_group};  // head (tied wte), ln_f, blocks in reverse
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) order.push_back(1 + l);
-  prov.begin_pass(order);
-
-  // Head: logits now hold dlogits (B,T,Vl). dwte collects the head's part here and the
-  // embedding's part at the very end, so group 0's gradient stays open until then.
   const size_t cs = esize_;
-  void* emb = prov.params(0);
-  float* emb_g = prov.grads(0);
-  be_.matmul_backward(a.dln, at(emb_g, wte_i), nullptr, a.logits, a.lnf, at(emb, wte_i), BT, C, Vl);
-  prov.release_params(0);
-  tp_.reduce_from_region(a.dln, BT * C);  // each rank's vocabulary slice contributed a part
-  be_.fill_zero(a.dres, BT * C * cs);
-  const void* last = cfg_.n_layer > 0 ? block_acts(cfg_.n_layer - 1).res3 : a.encoded;
-  void* lnf = prov.params(lnf_group);
-  float* lnf_g = prov.grads(lnf_group);
-  be_.layernorm_backward(a.dres, at(lnf_g, lnfw_i), at(lnf_g, lnfb_i), a.dln, last, at(lnf, lnfw_i),
-                         a.lnf_mean, a.lnf_rstd, BT, C);
-  prov.grads_done(lnf_group);
-  prov.release_params(lnf_group);
-  // dres is the gradient w.r.t. the residual stream (the same on every tensor-parallel rank);
-  // each block adds its branches into it.
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
-    const BlockParams<void*> w = block_params(prov.params(1 + l), l);
-    const BlockParams<float*> g = block_params(prov.grads(1 + l), l);
-    const void* in = l == 0 ? a.encoded : block_acts(l - 1).res3;
-    recompute_block(l, w, in);
-    block_backward(l, w, g, in);
-    prov.grads_done(1 + l);
-    prov.release_params(1 + l);
-  }
-  be_.embedding_backward(at(emb_g, wte_i), at(emb_g, wpe_i), a.dres, tokens_.current().inputs, B, T, C);
-  tokens_.mark_read();  // the token slot's last reader
-  prov.grads_done(0);
+  DecoderPass{*prov_, cfg_.n_layer, head_group(), /*tied=*/true}.backward({
+      // Head: logits now hold dlogits (B,T,Vl). dwte collects the head's part here and the
+      // embedding's part at the very end (the pass keeps group 0's gradient open until then).
+      [&](void* emb, float* emb_g) {
+        be_.matmul_backward(a.dln, at(emb_g, wte_i), nullptr, a.logits, a.lnf, at(emb, wte_i), BT, C, Vl);
+      },
+      [&](void* lnf, float* lnf_g) {
+        tp_.reduce_from_region(a.dln, BT * C);  // each rank's vocabulary slice contributed a part
+        be_.fill_zero(a.dres, BT * C * cs);
+        const void* last = cfg_.n_layer > 0 ? block_acts(cfg_.n_layer - 1).res3 : a.encoded;
+        be_.layernorm_backward(a.dres, at(lnf_g, lnfw_i), at(lnf_g, lnfb_i), a.dln, last, at(lnf, lnfw_i),
+                               a.lnf_mean, a.lnf_rstd, BT, C);
+      },
+      // dres is the gradient w.r.t. the residual stream (the same on every tensor-parallel rank);
+      // each block adds its branches into it.
+      [&](int l, void* block, float* grads) {
+        const BlockParams<void*> w = block_params(block, l);
+        const BlockParams<float*> g = block_params(grads, l);
+        const void* in = l == 0 ? a.encoded : block_acts(l - 1).res3;
+        recompute_block(l, w, in);
+        block_backward(l, w, g, in);
+      },
+      [&](float* emb_g) {
+        be_.embedding_backward(at(emb_g, wte_i), at(emb_g, wpe_i), a.dres, tokens_.current().inputs, B, T, C);
+        tokens_.mark_read();  // the token slot's last reader
+      }});
   grads_ready_ = false;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/core/status.h"
+#include "engine/model/decoder_pass.h"
 
 namespace zt {
 
@@ -41,7 +42,7 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
                cfg.head_size() % 2 == 0,
            "llama: heads {} / {}, d_ff {}, vocab {}, head size {} do not fit tensor parallelism {}", cfg.n_head,
            cfg.n_kv_head, cfg.d_ff, cfg.vocab_held(), cfg.head_size(), TP);
-  const int64_t C = cfg.d_model, V = cfg.vocab_held(), T = cfg.seq_len, F = cfg.d_ff;
+  const int64_t C = cfg.d_model, V = cfg.vocab_held(), F = cfg.d_ff;
   const int64_t hs = cfg.head_size(), KV = int64_t(cfg.n_kv_head) * hs;
   w_ = widths(cfg, TP);
   NH_l_ = cfg.n_head / TP;
@@ -186,45 +187,32 @@ void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, int 
   tp_.vocab_local_ids(inputs, BT, Vl, local_ids.data());
   const TokenSlots::Tokens tok = tokens_.upload(local_ids.data(), targets, BT);
   Acts& a = acts_;
-  ParamProvider& prov = *prov_;
-  const size_t norm_i = cfg_.tie_embeddings ? table_.params().size() - 1 : table_.params().size() - 2;
-  std::vector<int> order = {0};
-  for (int l = 0; l < L; ++l) order.push_back(1 + l);
-  order.push_back(head);
-  if (cfg_.tie_embeddings) order.push_back(0);
-  prov.begin_pass(order);
-
-  void* emb = prov.params(0);
-  be_.embedding_forward(a.encoded, tok.inputs, emb, nullptr, B, T, C);  // no position table: RoPE
-  prov.release_params(0);
-  tp_.reduce_from_region(a.encoded, BT * C);
-  for (int l = 0; l < L; ++l) {
-    const BlockParams<void*> w = block_params(prov.params(1 + l), l);
-    if (l == 0) {
-      block_forward(0, w, a.encoded, nullptr, nullptr);
-    } else {
-      const BlockActs prev = block_acts(l - 1);
-      block_forward(l, w, prev.res2, prev.mlp, prev.res3);
-    }
-    prov.release_params(1 + l);
-  }
-  void* hp = prov.params(head);
-  if (L == 0) {
-    be_.rmsnorm_forward(a.lnf, a.lnf_rstd, a.encoded, at(hp, norm_i), BT, C, cfg_.norm_eps);
-  } else {
-    const BlockActs last = block_acts(L - 1);
-    be_.residual_rmsnorm_forward(last.res3, a.lnf, a.lnf_rstd, last.res2, last.mlp, at(hp, norm_i), BT, C,
-                                 cfg_.norm_eps);
-  }
-  if (cfg_.tie_embeddings) {
-    prov.release_params(head);
-    emb = prov.params(0);
-    be_.matmul_forward(a.logits, a.lnf, emb, vocab_.logit_mask(), BT, C, Vl);  // (B,T,Vl)
-    prov.release_params(0);
-  } else {
-    be_.matmul_forward(a.logits, a.lnf, at(hp, norm_i + 1), vocab_.logit_mask(), BT, C, Vl);
-    prov.release_params(head);
-  }
+  const bool tied = cfg_.tie_embeddings;
+  const size_t norm_i = tied ? table_.params().size() - 1 : table_.params().size() - 2;
+  DecoderPass{*prov_, L, head, tied}.forward({
+      [&](void* emb) { be_.embedding_forward(a.encoded, tok.inputs, emb, nullptr, B, T, C); },  // no positions: RoPE
+      [&] { tp_.reduce_from_region(a.encoded, BT * C); },
+      [&](int l, void* block) {
+        const BlockParams<void*> w = block_params(block, l);
+        if (l == 0) {
+          block_forward(0, w, a.encoded, nullptr, nullptr);
+        } else {
+          const BlockActs prev = block_acts(l - 1);
+          block_forward(l, w, prev.res2, prev.mlp, prev.res3);
+        }
+      },
+      [&](void* hp) {
+        if (L == 0) {
+          be_.rmsnorm_forward(a.lnf, a.lnf_rstd, a.encoded, at(hp, norm_i), BT, C, cfg_.norm_eps);
+        } else {
+          const BlockActs last = block_acts(L - 1);
+          be_.residual_rmsnorm_forward(last.res3, a.lnf, a.lnf_rstd, last.res2, last.mlp, at(hp, norm_i), BT, C,
+                                       cfg_.norm_eps);
+        }
+      },
+      [&](void* weights) {  // (B,T,Vl): the embedding itself, or the head's own matrix after its norm
+        be_.matmul_forward(a.logits, a.lnf, tied ? weights : at(weights, norm_i + 1), vocab_.logit_mask(), BT, C, Vl);
+      }});
   grads_ready_ = false;
   if (targets) {
     loss_.forward(a.logits, tok.targets, BT, Vl, grad_scale);
@@ -284,45 +272,31 @@ void Llama::backward() {
   const int64_t BT = int64_t(B) * T;
   const size_t cs = esize_;
   Acts& a = acts_;
-  ParamProvider& prov = *prov_;
-  const size_t norm_i = cfg_.tie_embeddings ? table_.params().size() - 1 : table_.params().size() - 2;
-  std::vector<int> order;
-  if (cfg_.tie_embeddings) order.push_back(0);
-  order.push_back(head);
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) order.push_back(1 + l);
-  prov.begin_pass(order);  // the params() calls; the untied embedding needs only its gradient
-
-  // Head: logits now hold dlogits (B,T,Vl).
-  float* emb_g = nullptr;
-  if (cfg_.tie_embeddings) {  // the embedding's gradient stays open until its own part at the end
-    void* emb = prov.params(0);
-    emb_g = prov.grads(0);
-    be_.matmul_backward(a.dln, emb_g, nullptr, a.logits, a.lnf, emb, BT, C, Vl);
-    prov.release_params(0);
-  }
-  void* hp = prov.params(head);
-  float* hg = prov.grads(head);
-  if (!cfg_.tie_embeddings)
-    be_.matmul_backward(a.dln, at(hg, norm_i + 1), nullptr, a.logits, a.lnf, at(hp, norm_i + 1), BT, C, Vl);
-  tp_.reduce_from_region(a.dln, BT * C);  // each rank's vocabulary slice contributed a part
-  be_.fill_zero(a.dres, BT * C * cs);
-  const void* last = cfg_.n_layer > 0 ? block_acts(cfg_.n_layer - 1).res3 : a.encoded;
-  be_.rmsnorm_backward(a.dres, at(hg, norm_i), a.dln, last, at(hp, norm_i), a.lnf_rstd, BT, C);
-  prov.grads_done(head);
-  prov.release_params(head);
-  for (int l = cfg_.n_layer - 1; l >= 0; --l) {
-    const BlockParams<void*> w = block_params(prov.params(1 + l), l);
-    const BlockParams<float*> g = block_params(prov.grads(1 + l), l);
-    const void* in = l == 0 ? a.encoded : block_acts(l - 1).res3;
-    recompute_block(l, w, in);
-    block_backward(l, w, g, in);
-    prov.grads_done(1 + l);
-    prov.release_params(1 + l);
-  }
-  if (!emb_g) emb_g = prov.grads(0);
-  be_.embedding_backward(emb_g, nullptr, a.dres, tokens_.current().inputs, B, T, C);
-  tokens_.mark_read();
-  prov.grads_done(0);
+  const bool tied = cfg_.tie_embeddings;
+  const size_t norm_i = tied ? table_.params().size() - 1 : table_.params().size() - 2;
+  DecoderPass{*prov_, cfg_.n_layer, head, tied}.backward({
+      // Head: logits now hold dlogits (B,T,Vl); through the embedding, or the head's own matrix
+      [&](void* w, float* g) {
+        if (tied) be_.matmul_backward(a.dln, g, nullptr, a.logits, a.lnf, w, BT, C, Vl);
+        else be_.matmul_backward(a.dln, at(g, norm_i + 1), nullptr, a.logits, a.lnf, at(w, norm_i + 1), BT, C, Vl);
+      },
+      [&](void* hp, float* hg) {
+        tp_.reduce_from_region(a.dln, BT * C);  // each rank's vocabulary slice contributed a part
+        be_.fill_zero(a.dres, BT * C * cs);
+        const void* last = cfg_.n_layer > 0 ? block_acts(cfg_.n_layer - 1).res3 : a.encoded;
+        be_.rmsnorm_backward(a.dres, at(hg, norm_i), a.dln, last, at(hp, norm_i), a.lnf_rstd, BT, C);
+      },
+      [&](int l, void* block, float* grads) {
+        const BlockParams<void*> w = block_params(block, l);
+        const BlockParams<float*> g = block_params(grads, l);
+        const void* in = l == 0 ? a.encoded : block_acts(l - 1).res3;
+        recompute_block(l, w, in);
+        block_backward(l, w, g, in);
+      },
+      [&](float* emb_g) {
+        be_.embedding_backward(emb_g, nullptr, a.dres, tokens_.current().inputs, B, T, C);
+        tokens_.mark_read();
+      }});
   grads_ready_ = false;
 }
 

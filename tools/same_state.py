@@ -47,6 +47,7 @@ CASES = [
     ("llama_T2_gqa", "llama", 2, ["parallel.tensor=2"]),
     ("llama_T4_replicated_kv_zero2", "llama", 4, ["parallel.tensor=4", "parallel.zero_stage=2"]),
     ("llama_D2_zero3_bf16", "llama", 2, ["parallel.zero_stage=3", "precision.compute=bf16"]),
+    ("llama_tied_D2_zero3", "llama", 2, ["parallel.zero_stage=3", "model.tie_embeddings=true"]),
     ("llama_T2_D2_zero3_offload_cpu", "llama", 4,
      ["parallel.tensor=2", "parallel.zero_stage=3", "offload.optimizer=cpu", "offload.params=cpu"]),
 ]
@@ -108,8 +109,11 @@ def main():
         return testlib.SKIP
     cases = list(CASES)
     if args.old_cuda_plugin and args.new_cuda_plugin:
-        cases.append(("gpt2_emulated_cuda_bf16", "gpt2", 1, ["run.device=cuda", "precision.compute=bf16"]))
-        cases.append(("llama_emulated_cuda_fp32", "llama", 1, ["run.device=cuda"]))
+        # deterministic: the embedding's backward otherwise sums with atomics, in the order the
+        # emulated device's worker threads happen to take its blocks (as a GPU's would)
+        cases.append(("gpt2_emulated_cuda_bf16", "gpt2", 1,
+                      ["run.device=cuda", "precision.compute=bf16", "run.deterministic=true"]))
+        cases.append(("llama_emulated_cuda_fp32", "llama", 1, ["run.device=cuda", "run.deterministic=true"]))
     if args.only:
         keep = set(args.only.split(","))
         cases = [c for c in cases if c[0] in keep]
