@@ -57,7 +57,8 @@ class Gpt2Family final : public ModelFamily {
 
   ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size,
                            Recompute rc) const override {
-    // doubles throughout: the config's ints could overflow for absurd specs (the point of asking)
+    // doubles throughout: the shapes' products overflow int64 for absurd specs (the point of asking);
+    // the sizes themselves are int32 (the spec checks d_ff and the padded vocabulary)
     const double L = double(m.n_layer), C = double(m.d_model), F = double(m.d_ff), V = double(held_vocab(m, tp));
     const double T = double(m.seq_len), P = double(tp);
     ModelFootprint f;

@@ -93,7 +93,7 @@ class LlamaFamily final : public ModelFamily {
     return {{"arch", std::string(name()), "model_type"},
             {"n_layer", c.integer("num_hidden_layers"), "num_hidden_layers"},
             {"n_head", NH, "num_attention_heads"},
-            {"n_kv_head", c.has("num_key_value_heads") ? c.integer("num_key_value_heads") : NH,
+            {"n_kv_head", c.contains("num_key_value_heads") ? c.integer("num_key_value_heads") : NH,
              "num_key_value_heads"},
             {"d_model", C, "hidden_size"},
             {"d_ff", c.integer("intermediate_size"), "intermediate_size"},

@@ -33,9 +33,17 @@ build fuzz_safetensors tests/fuzz/fuzz_safetensors.cpp engine/hf/safetensors.cpp
 # (input: a table header "[" followed by a carriage return); release builds report the error
 # cleanly (exit 2; tests/unit/config/test_spec.cpp keeps that input). Fuzz the code as shipped:
 # toml++'s own debug assertions off, ours and the sanitizers on.
+# The spec asks the model families (models/registry.cpp) for their defaults and checks; they come
+# with the models they build: the base and model libraries of sources.list, fuzzed as shipped, and
+# the CPU backend (their host backend), linked uninstrumented from the build.
+mapfile -t models < <(awk '$1 == "base" || $1 == "model" { print $2 }' sources.list)
+if [ ! -f build/libztrain_cpu.a ]; then echo "fuzz.sh: build/libztrain_cpu.a missing: cmake --build build first"; exit 1; fi
 build fuzz_run_spec -D'TOML_ASSERT(expr)=static_assert(true)' tests/fuzz/fuzz_run_spec.cpp \
-  engine/config/spec.cpp engine/config/spec_schema.cpp engine/hf/hf_config.cpp engine/core/byte_size.cpp "${common[@]}" \
-  -ltomlplusplus "${libs[@]}"
+  engine/config/spec.cpp engine/config/spec_schema.cpp engine/hf/hf_config.cpp engine/core/byte_size.cpp \
+  engine/core/status.cpp engine/core/redact.cpp engine/core/atomic_file.cpp \
+  $(printf '%s\n' "${models[@]}" | grep -v -x -e engine/core/status.cpp -e engine/core/redact.cpp \
+    -e engine/core/atomic_file.cpp -e engine/core/byte_size.cpp) \
+  build/libztrain_cpu.a -ltomlplusplus "${libs[@]}" -lopenblas -fopenmp -ldl -pthread
 for t in shard_header manifest run_spec safetensors; do
   corpus="$out/corpus_$t"
   echo "fuzz.sh: fuzz_$t, $RUNS inputs, seed $SEED"

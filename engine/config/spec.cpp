@@ -255,14 +255,22 @@ struct Loader {
     if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
     check(m.n_kv_head >= 1 && m.n_head % m.n_kv_head == 0, "model", "n_kv_head",
           fmt::format("n_head = {} is not a multiple of n_kv_head = {}", m.n_head, m.n_kv_head));
-    check(m.norm_eps > 0 && m.norm_eps < 1, "model", "norm_eps", fmt::format("must be in (0, 1), got {}", m.norm_eps));
-    check(m.rope_theta > 1, "model", "rope_theta", fmt::format("must be > 1, got {}", m.rope_theta));
     // the family's defaults (d_ff, tie_embeddings) and its checks of the keys it gives a meaning
     family->resolve(m, ModelKeyChecks{
                            [&](bool ok, const char* key, const std::string& why) { check(ok, "model", key, why); },
                            [&](const char* key) { return where.count(std::string("model.") + key) > 0; }});
+    // a default derived from other keys is a dimension too (the models hold int32 sizes)
+    check(m.d_ff >= 1 && m.d_ff <= kMaxInt, "model", "d_ff", fmt::format("{} is out of range [1, {}]", m.d_ff, kMaxInt));
+    check(m.norm_eps > 0 && m.norm_eps < 1, "model", "norm_eps", fmt::format("must be in (0, 1), got {}", m.norm_eps));
+    check(m.rope_theta > 1, "model", "rope_theta", fmt::format("must be > 1, got {}", m.rope_theta));
     check(m.vocab_size >= 2, "model", "vocab_size", fmt::format("must be >= 2, got {}", m.vocab_size));
     check(m.seq_len >= 1, "model", "seq_len", fmt::format("must be >= 1, got {}", m.seq_len));
+    {  // the vocabulary as held, padded to vocab_multiple x tensor: an int32 size too
+      const int64_t k = std::max<int64_t>(1, m.vocab_multiple) * std::max<int64_t>(1, spec.parallel.tensor);
+      check((m.vocab_size + k - 1) / k * k <= kMaxInt, "model", "vocab_multiple",
+            fmt::format("vocab_size = {} padded to a multiple of vocab_multiple x tensor = {} exceeds {}",
+                        m.vocab_size, k, kMaxInt));
+    }
     auto& t = spec.train;
     check(t.micro_batch >= 1, "train", "micro_batch", fmt::format("must be >= 1, got {}", t.micro_batch));
     check(t.global_batch >= 1, "train", "global_batch", fmt::format("must be >= 1, got {}", t.global_batch));

@@ -19,6 +19,7 @@ class JsonConfig final : public HfConfigView {
   JsonConfig(nlohmann::json c, std::string path) : c_(std::move(c)), path_(std::move(path)) {}
 
   bool has(const char* field) const override { return c_.contains(field) && !c_[field].is_null(); }
+  bool contains(const char* field) const override { return c_.contains(field); }
   int64_t integer(const char* field) const override {
     if (!c_.contains(field)) user_error("{}: no {}", path_, field);
     const nlohmann::json& v = c_[field];

@@ -32,7 +32,8 @@ struct ModelFootprint {
 class HfConfigView {
  public:
   virtual ~HfConfigView() = default;
-  virtual bool has(const char* field) const = 0;  // present and not null
+  virtual bool has(const char* field) const = 0;       // present and not null
+  virtual bool contains(const char* field) const = 0;  // present, null or not
   virtual int64_t integer(const char* field) const = 0;  // a size in [0, 2^31]; required
   virtual double number(const char* field, double dflt) const = 0;
   virtual std::string string(const char* field, const char* dflt) const = 0;

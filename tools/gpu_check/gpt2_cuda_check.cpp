@@ -30,6 +30,7 @@
 #include "engine/backend/nvml.h"
 #include "engine/plan/plan_backend.h"
 #include "engine/model/registry.h"
+#include "engine/optim/adamw.h"
 #include "models/gpt2.h"
 
 using namespace zt;
