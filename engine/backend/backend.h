@@ -1,5 +1,5 @@
-// The op interface: every op the models need, forward and backward, behind one virtual table per
-// device. CPU (cpu/) is the reference; CUDA (cuda/) implements the same entries with the same
+// The backend interface: a device's memory, its stream of work, and every op the models need,
+// forward and backward, behind one virtual table per device. CPU (cpu/) is the reference; CUDA (cuda/) implements the same entries with the same
 // semantics. Pointers are device pointers of the backend's device. "(accumulates)" marks outputs
 // that are added to rather than overwritten (weight gradients, and the residual stream's gradient,
 // which has two writers); an activation gradient with one writer is written, so it needs no
@@ -39,15 +39,14 @@ struct MemoryStats {
   size_t peak_by_tag[size_t(MemTag::kCount)] = {};  // high-water mark per tag
 };
 
-class Backend {
- public:
-  virtual ~Backend() = default;
-  virtual DeviceKind kind() const = 0;
-  virtual std::string name() const = 0;
-  // The GPU's PCI bus id ("0000:3B:00.0"), to find it in NVML; "" for the CPU.
-  virtual std::string pci_bus_id() const { return ""; }
+// A backend is three interfaces (ggml's device/buffer/stream split): its memory, its stream of
+// work with the timing of it, and its ops. Backend joins them for one device; code that needs one
+// side only can take that side.
 
-  // ---- memory: every buffer the engine uses comes from here, so budgets and peaks are known
+// ---- memory: every buffer the engine uses comes from here, so budgets and peaks are known
+class DeviceMemory {
+ public:
+  virtual ~DeviceMemory() = default;
   // Zero-filled; throws RuntimeFailure (with the breakdown) on exhaustion. free() takes either kind.
   virtual void* alloc(size_t bytes, MemTag tag = MemTag::Other, MemKind kind = MemKind::Device) = 0;
   virtual void free(void* ptr) = 0;
@@ -65,8 +64,8 @@ class Backend {
   virtual void begin_host_access() {}
   virtual void end_host_access() {}
   struct HostAccess {  // begin_host_access() for a scope
-    Backend& be;
-    explicit HostAccess(Backend& b) : be(b) { be.begin_host_access(); }
+    DeviceMemory& be;
+    explicit HostAccess(DeviceMemory& b) : be(b) { be.begin_host_access(); }
     ~HostAccess() { be.end_host_access(); }
     HostAccess(const HostAccess&) = delete;
     HostAccess& operator=(const HostAccess&) = delete;
@@ -95,6 +94,22 @@ class Backend {
     return 0;
   }
   virtual void wait_upload(uint64_t ticket) { (void)ticket; }
+  virtual MemoryStats memory_stats() const = 0;
+  // Bytes this backend could still allocate (CPU: the host's MemAvailable, shared by the ranks on
+  // it; CUDA: the device's free memory), for the start-up memory check. SIZE_MAX: unknown.
+  virtual size_t memory_available() const { return SIZE_MAX; }
+  // [run] device_memory_limit: device allocations beyond `bytes` fail with an out-of-memory error
+  // naming the limit, and memory_available() counts it (emulates a smaller device). 0 = none.
+  virtual void set_memory_limit(size_t bytes) { (void)bytes; }
+  // [offload] pinned_limit: MemKind::PinnedHost allocations beyond `bytes` fail naming the key
+  // (one bounded pool of page-locked memory: unbounded pinned buffers exhaust the host). 0 = none.
+  virtual void set_pinned_limit(size_t bytes) { (void)bytes; }
+};
+
+// ---- the stream of work: its end (synchronize), profiler ranges, timing points
+class DeviceStream {
+ public:
+  virtual ~DeviceStream() = default;
   virtual void synchronize() {}
   // Timing points for the step breakdown: a point after the work enqueued so far (CUDA: a timing
   // event on the compute stream; the base, for backends whose ops are synchronous: the host
@@ -109,22 +124,17 @@ class Backend {
   virtual double timing_ms(int from, int to);
   // The backend's compute stream (cudaStream_t) for device communicators; null on the CPU.
   virtual void* native_stream() const { return nullptr; }
-  virtual MemoryStats memory_stats() const = 0;
-  // Bytes this backend could still allocate (CPU: the host's MemAvailable, shared by the ranks on
-  // it; CUDA: the device's free memory), for the start-up memory check. SIZE_MAX: unknown.
-  virtual size_t memory_available() const { return SIZE_MAX; }
-  // [run] device_memory_limit: device allocations beyond `bytes` fail with an out-of-memory error
-  // naming the limit, and memory_available() counts it (emulates a smaller device). 0 = none.
-  virtual void set_memory_limit(size_t bytes) { (void)bytes; }
-  // [offload] pinned_limit: MemKind::PinnedHost allocations beyond `bytes` fail naming the key
-  // (one bounded pool of page-locked memory: unbounded pinned buffers exhaust the host). 0 = none.
-  virtual void set_pinned_limit(size_t bytes) { (void)bytes; }
-  // The backend for host-side work on this backend's pinned host memory (optimizer offload): a
-  // CPU backend; the planner's counting backend returns another counting one.
-  virtual std::unique_ptr<Backend> make_host_backend(int threads) const;
-  // True for a backend that only counts (the planner): its memory may not be touched.
-  virtual bool counts_only() const { return false; }
 
+ private:
+  int64_t timing_host_ns_[kTimingPoints] = {};  // the base's timing points: host clock
+  int timing_next_ = 0;
+};
+
+// ---- the ops, their precision, and whether the device runs them
+class DeviceOps {
+ public:
+  virtual ~DeviceOps() = default;
+  virtual std::string name() const = 0;  // for "not supported" answers
   // ---- precision. Activations and the weights the ops read ("compute" tensors, void* below)
   // are in compute_dtype(); statistics (mean, rstd, lse, losses), weight gradients (which
   // accumulate) and optimizer states are always fp32 (float* below). Maths is fp32 throughout.
@@ -245,8 +255,20 @@ class Backend {
  private:
   DType compute_ = DType::F32;
   bool deterministic_ = false;
-  int64_t timing_host_ns_[kTimingPoints] = {};  // the base's timing points: host clock
-  int timing_next_ = 0;
+};
+
+class Backend : public DeviceMemory, public DeviceStream, public DeviceOps {
+ public:
+  ~Backend() override = default;
+  virtual DeviceKind kind() const = 0;
+  std::string name() const override = 0;
+  // The GPU's PCI bus id ("0000:3B:00.0"), to find it in NVML; "" for the CPU.
+  virtual std::string pci_bus_id() const { return ""; }
+  // The backend for host-side work on this backend's pinned host memory (optimizer offload): a
+  // CPU backend; the planner's counting backend returns another counting one.
+  virtual std::unique_ptr<Backend> make_host_backend(int threads) const;
+  // True for a backend that only counts (the planner): its memory may not be touched.
+  virtual bool counts_only() const { return false; }
 };
 
 // The CPU backend; `threads` <= 0 means all cores. Sets OpenMP and OpenBLAS thread counts.

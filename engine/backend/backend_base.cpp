@@ -22,7 +22,7 @@ const char* mem_tag_name(MemTag tag) {
 
 std::unique_ptr<Backend> Backend::make_host_backend(int threads) const { return make_cpu_backend(threads); }
 
-int Backend::timing_point() {
+int DeviceStream::timing_point() {
   const int id = timing_next_;
   timing_next_ = (timing_next_ + 1) % kTimingPoints;
   timing_host_ns_[id] = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -30,15 +30,15 @@ int Backend::timing_point() {
   return id;
 }
 
-double Backend::timing_ms(int from, int to) { return double(timing_host_ns_[to] - timing_host_ns_[from]) / 1e6; }
+double DeviceStream::timing_ms(int from, int to) { return double(timing_host_ns_[to] - timing_host_ns_[from]) / 1e6; }
 
-void Backend::matmul_gelu_backward(void* dpre, float* dweight, float* dbias, const void* dout, const void* inp,
+void DeviceOps::matmul_gelu_backward(void* dpre, float* dweight, float* dbias, const void* dout, const void* inp,
                                    const void* weight, const void* pre, int N, int C, int OC) {
   matmul_backward(dpre, dweight, dbias, dout, inp, weight, N, C, OC);
   gelu_backward(dpre, pre, dpre, int64_t(N) * C);
 }
 
-const std::vector<std::string>& Backend::op_names() {
+const std::vector<std::string>& DeviceOps::op_names() {
   static const std::vector<std::string> names = {
       "embedding_forward", "embedding_backward", "layernorm_forward", "residual_layernorm_forward",
       "layernorm_backward", "matmul_forward", "matmul_gelu_forward", "matmul_backward", "matmul_gelu_backward",
@@ -49,12 +49,12 @@ const std::vector<std::string>& Backend::op_names() {
   return names;
 }
 
-std::string Backend::supports_every_op(const OpRequest& r) {
+std::string DeviceOps::supports_every_op(const OpRequest& r) {
   const auto& ops = op_names();
   return std::find(ops.begin(), ops.end(), r.op) == ops.end() ? fmt::format("there is no op {}", r.op) : "";
 }
 
-std::string Backend::cuda_kernels_support(const OpRequest& r) {
+std::string DeviceOps::cuda_kernels_support(const OpRequest& r) {
   if (std::string why = supports_every_op(r); !why.empty()) return why;
   constexpr int kMaxHead = 128;  // engine/backend/cuda/attention.cu
   if ((r.op == "attention_forward" || r.op == "attention_backward") && r.head_size > kMaxHead)
@@ -62,12 +62,12 @@ std::string Backend::cuda_kernels_support(const OpRequest& r) {
   return "";
 }
 
-std::string Backend::supports(const OpRequest& r) const {
+std::string DeviceOps::supports(const OpRequest& r) const {
   if (std::string why = supports_every_op(r); !why.empty()) return why;
   return fmt::format("the {} backend does not implement {}", name(), r.op);
 }
 
-void Backend::unsupported(const char* op) const {
+void DeviceOps::unsupported(const char* op) const {
   throw RuntimeFailure(fmt::format("op {} is not supported on backend {}", op, name()));
 }
 
