@@ -494,6 +494,14 @@ void Trainer::run() {
     });
   else
     install_interrupt_report(root);
+  // The writer outlives run(); its callback writes to `metrics`, which does not: detached on the
+  // way out (declared after `metrics`, so it runs first).
+  struct DetachSaveReports {
+    CheckpointManager& ckpts;
+    ~DetachSaveReports() {
+      if (ckpts.writer()) ckpts.writer()->on_complete = nullptr;
+    }
+  } detach_save_reports{*ckpts_};
   const auto& m = spec_.model;
   if (root) {
     spdlog::info("run '{}': {}: {:.2f}M parameters", spec_.run.name, model_->describe(),
