@@ -53,12 +53,6 @@ CASES = [
 ]
 
 
-def mpirun(np_, argv, env):
-    cmd = ["mpirun", "--oversubscribe", "-np", str(np_), *argv]
-    e = dict(env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=600)
-
-
 def as_bytes(v):
     import numpy as np
     a = np.asarray(v)
@@ -138,11 +132,9 @@ def main():
                 argv = [binary, "debug", "dump-state", spec, "--out", out, "--steps", "6"]
                 for s in sets:
                     argv += ["--set", s]
-                env = dict(os.environ)
-                if plugin:
-                    env["ZTRAIN_CUDA_PLUGIN"] = plugin
-                p = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600) if ranks == 1 \
-                    else mpirun(ranks, argv, env)
+                env = testlib.mpi_env(**({"ZTRAIN_CUDA_PLUGIN": plugin} if plugin else {}))
+                p = subprocess.run([*testlib.mpirun(ranks), *argv], capture_output=True, text=True, env=env,
+                                   timeout=600)
                 if p.returncode != 0:
                     print(f"FAIL {name}: the {which} binary exited {p.returncode}: {p.stderr[-1500:]}")
                     return 1

@@ -162,8 +162,7 @@ class DeviceOps {
   // The ops below, by name (what OpRequest::op may be).
   static const std::vector<std::string>& op_names();
   // The answers of a backend that implements every op (the CPU reference): "" for each known op;
-  // and of the CUDA kernels, which take attention head sizes up to 128 only (attention.cu's
-  // kMaxHead). The planner answers as the backend it plans for.
+  // and of the CUDA kernels, which take attention head sizes up to 128 only (cuda_limits.h). The planner answers as the backend it plans for.
   static std::string supports_every_op(const OpRequest& r);
   static std::string cuda_kernels_support(const OpRequest& r);
 

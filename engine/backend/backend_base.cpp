@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/backend/cuda_limits.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -56,9 +57,9 @@ std::string DeviceOps::supports_every_op(const OpRequest& r) {
 
 std::string DeviceOps::cuda_kernels_support(const OpRequest& r) {
   if (std::string why = supports_every_op(r); !why.empty()) return why;
-  constexpr int kMaxHead = 128;  // engine/backend/cuda/attention.cu
-  if ((r.op == "attention_forward" || r.op == "attention_backward") && r.head_size > kMaxHead)
-    return fmt::format("head size {} is above {}, the largest the CUDA attention kernels take", r.head_size, kMaxHead);
+  if ((r.op == "attention_forward" || r.op == "attention_backward") && r.head_size > kCudaAttentionMaxHead)
+    return fmt::format("head size {} is above {}, the largest the CUDA attention kernels take", r.head_size,
+                       kCudaAttentionMaxHead);
   return "";
 }
 

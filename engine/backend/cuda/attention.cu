@@ -22,6 +22,7 @@
 #include <string>
 
 #include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda_limits.h"
 #include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
@@ -31,7 +32,7 @@ namespace {
 constexpr int kTile = 32;                    // queries per block and keys per tile
 constexpr int kWarps = 8;                    // each warp owns kTile / kWarps rows
 constexpr int kRowsPerWarp = kTile / kWarps;
-constexpr int kMaxHead = 128;
+constexpr int kMaxHead = kCudaAttentionMaxHead;
 
 // Where query head h of sequence b lives in qkv (B,T,(NH + 2 NKV) hs) / out (B,T,C) / lse (B,NH,T),
 // and its key/value head h / (NH / NKV).
