@@ -266,8 +266,6 @@ class Backend : public DeviceMemory, public DeviceStream, public DeviceOps {
   // The backend for host-side work on this backend's pinned host memory (optimizer offload): a
   // CPU backend; the planner's counting backend returns another counting one.
   virtual std::unique_ptr<Backend> make_host_backend(int threads) const;
-  // True for a backend that only counts (the planner): its memory may not be touched.
-  virtual bool counts_only() const { return false; }
 };
 
 // The CPU backend; `threads` <= 0 means all cores. Sets OpenMP and OpenBLAS thread counts.

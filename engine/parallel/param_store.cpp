@@ -4,11 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <future>
-#include <unistd.h>
 
 #include "engine/core/status.h"
-#include "engine/offload/async_io.h"
 
 namespace zt {
 
@@ -35,90 +32,25 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
               size_t(place.bucket_mb * 1048576.0 / sizeof(float)),
               size_t(stage_ == 0 ? 1 : topo.dp) * (mixed_ ? 2 : 1)),
       units_(layout_.units()) {
-  using Tier = ZeroPlacement::Tier;
-  if (place.offloads_optimizer()) {
-    host_ = be_.make_host_backend(place.host_threads);
-    host_->set_compute_dtype(ct_);
-    offload_params_ = place.offloads_params();
-    params_nvme_ = place.params == Tier::Nvme;
-  }
-  const MemKind opt_kind = host_ ? MemKind::PinnedHost : MemKind::Device;
-  auto alloc = [&](size_t n, MemTag tag, MemKind kind = MemKind::Device) {
-    return static_cast<float*>(be_.alloc(n * sizeof(float), tag, kind));
-  };
+  offload_params_ = place.offloads_optimizer() && place.offloads_params();
   flat_n_ = stage_ == 0 ? layout_.total_full() : layout_.total_shard();  // masters and moments alike
-  nvme_tier_ = place.optimizer == Tier::Nvme;
-  if (nvme_tier_) {
-    // blocks of a multiple of 2048 elements: aligned in the fp32 states and in 16-bit compute
-    // shards; no larger than the states themselves (a small model does not pin buffer_mb blocks)
-    chunk_ = std::max<size_t>(2048, size_t(place.buffer_mb * 1048576.0) / sizeof(float) / 2048 * 2048);
-    chunk_ = std::min(chunk_, std::max<size_t>(2048, (flat_n_ + 2047) / 2048 * 2048));
-    io_depth_ = place.io_depth;
-  }
-  if (nvme_tier_ && !be_.counts_only()) {  // the planner counts the tier without a file
-    nvme_ = std::make_unique<NvmeFile>(place.nvme_path,
-                                       fmt::format("ztrain-states.rank{:05d}.pid{}", topo.world_rank, ::getpid()),
-                                       3 * nvme_offset(State::AdamM, 0));
-    if (params_nvme_)  // the compute shards of ZeRO-3, read at each gather
-      nvme_params_ = std::make_unique<NvmeFile>(
-          place.nvme_path, fmt::format("ztrain-params.rank{:05d}.pid{}", topo.world_rank, ::getpid()),
-          uint64_t(flat_n_) * esize_ + 2 * NvmeFile::kAlign);
-  } else if (nvme_tier_) {  // the planner: the masters are on NVMe, not in its books
-  } else if (sharded_masters()) {
-    shard_params_ = alloc(layout_.total_shard(), MemTag::Params, opt_kind);
-  } else {
-    full_params_ = alloc(layout_.total_full(), MemTag::Params, opt_kind);
-  }
+  TierShape shape;
+  shape.flat = flat_n_;
+  shape.master_elems = sharded_masters() ? layout_.total_shard() : layout_.total_full();
+  shape.compute = ct_;
+  for (size_t g = 0; g < model_.groups().size(); ++g)
+    shape.largest_group_shard_bytes = std::max(shape.largest_group_shard_bytes, group_shard_bytes(int(g)));
+  shape.rank = topo.world_rank;
+  tier_ = make_state_tier(be_, place, shape, clock_);
+  (sharded_masters() ? shard_params_ : full_params_) = tier_->masters();  // null on NVMe: streamed
+  auto alloc = [&](size_t n, MemTag tag) { return static_cast<float*>(be_.alloc(n * sizeof(float), tag)); };
   if (stage_ <= 1) full_grads_ = alloc(layout_.total_full(), MemTag::Grads);
   // with optimizer offload, stages 2-3 accumulate the gradient shard on the host only
-  if (stage_ == 1 || (stage_ >= 2 && !host_)) grad_shard_ = alloc(layout_.total_shard(), MemTag::Grads);
-  const size_t moments = flat_n_;
-  if (!nvme_tier_) {
-    m_ = alloc(moments, MemTag::OptimStates, opt_kind);
-    v_ = alloc(moments, MemTag::OptimStates, opt_kind);
-  }
-  if (host_) {
-    host_grad_ = alloc(moments, MemTag::Grads, MemKind::PinnedHost);
-    if (!params_nvme_) host_compute_ = be_.alloc(moments * esize_, MemTag::Params, MemKind::PinnedHost);
-  }
+  if (stage_ == 1 || (stage_ >= 2 && !tier_->offloaded())) grad_shard_ = alloc(layout_.total_shard(), MemTag::Grads);
   if (mixed_ && stage_ <= 2) full_compute_ = be_.alloc(layout_.total_full() * esize_, MemTag::Params);
   if (mixed_ && stage_ == 3 && !offload_params_)
     shard_compute_ = be_.alloc(layout_.total_shard() * esize_, MemTag::Params);
-  if (nvme_tier_) alloc_stream_sets();
-  if (params_nvme_) {  // the read-ahead ring: the groups being gathered and the one read ahead
-    size_t largest = 0;
-    for (size_t g = 0; g < model_.groups().size(); ++g) largest = std::max(largest, group_shard_bytes(int(g)));
-    param_ring_.resize(size_t(prefetch_) + 2);
-    for (RingBuffer& rb : param_ring_) {
-      rb.raw = be_.alloc(largest + 3 * NvmeFile::kAlign, MemTag::Params, MemKind::PinnedHost);
-      rb.buf = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(rb.raw) + NvmeFile::kAlign - 1) /
-                                       NvmeFile::kAlign * NvmeFile::kAlign);
-    }
-    if (nvme_params_) param_io_ = std::make_unique<AsyncIo>(int(param_ring_.size()));
-  }
   build_spans();
-}
-
-void ParamStore::alloc_stream_sets() {
-  // The pinned buffer sets of stream_nvme, allocated once (a pinned allocation and its free
-  // synchronize a GPU) and kept: three states (and the compute shard with parameters on NVMe)
-  // per set, io_depth sets or one per block if there are fewer blocks.
-  auto aligned = [](void* p) {
-    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + NvmeFile::kAlign - 1) / NvmeFile::kAlign *
-                                    NvmeFile::kAlign);
-  };
-  const size_t blocks = (flat_n_ + chunk_ - 1) / chunk_;
-  stream_sets_.resize(std::max<size_t>(1, std::min(size_t(std::max(1, io_depth_)), blocks)));
-  for (StreamSet& st : stream_sets_) {
-    for (int k = 0; k < 3; ++k) {
-      st.raw[k] = be_.alloc(chunk_ * sizeof(float) + NvmeFile::kAlign, MemTag::OptimStates, MemKind::PinnedHost);
-      st.buf[k] = aligned(st.raw[k]);
-    }
-    if (params_nvme_) {
-      st.raw[3] = be_.alloc(chunk_ * esize_ + NvmeFile::kAlign, MemTag::Params, MemKind::PinnedHost);
-      st.buf[3] = aligned(st.raw[3]);
-    }
-  }
 }
 
 void ParamStore::cancel_early_update() noexcept {
@@ -140,152 +72,9 @@ ParamStore::~ParamStore() {
     be_.wait_upload(last_upload_);  // the latest upload from pinned memory: every earlier one too
   } catch (...) {
   }
-  param_io_.reset();  // every read finished before the buffers go
-  prefetch_io_.reset();
-  for (RingBuffer& rb : param_ring_) be_.free(rb.raw);
   for (auto& [g, buf] : grad_tmp_) be_.free(buf);
-  for (StreamSet& st : stream_sets_)
-    for (void* r : st.raw) be_.free(r);
-  for (void* p : {(void*)full_params_, (void*)shard_params_, (void*)full_grads_, (void*)grad_shard_, (void*)m_,
-                  (void*)v_, full_compute_, shard_compute_, (void*)host_grad_, host_compute_})
-    be_.free(p);
-}
-
-bool ParamStore::on_host(const void* p) const {
-  if (!host_ || !p) return false;
-  // the offloaded arrays: masters, moments, the host gradient and compute copy
-  auto in = [&](const void* base, size_t bytes) {
-    return base && p >= base && static_cast<const char*>(p) < static_cast<const char*>(base) + bytes;
-  };
-  const size_t moments = (stage_ == 0 ? layout_.total_full() : layout_.total_shard()) * sizeof(float);
-  return in(sharded_masters() ? (const void*)shard_params_ : (const void*)full_params_,
-            (sharded_masters() ? layout_.total_shard() : layout_.total_full()) * sizeof(float)) ||
-         in(m_, moments) || in(v_, moments) || in(host_grad_, moments);
-}
-
-uint64_t ParamStore::nvme_offset(State st, size_t flat) const {
-  // three regions, each aligned: masters, then m, then v
-  const uint64_t region = (uint64_t(flat_n_) * sizeof(float) + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
-  const int k = st == State::Master ? 0 : st == State::AdamM ? 1 : 2;
-  return uint64_t(k) * region + uint64_t(flat) * sizeof(float);
-}
-
-template <typename Fn>
-void ParamStore::offload_wait(const char* what, Fn&& fn) {
-  const auto start = std::chrono::steady_clock::now();
-  fn();
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  offload_waited_ms_ += ms;
-  if (offload_observer_) offload_observer_(what, start, ms);
-}
-
-size_t ParamStore::nvme_block_bytes(size_t bytes) {
-  return (bytes + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
-}
-
-void ParamStore::prefetch_optimizer_states() {
-  // The first blocks' masters and moments, read into their stream sets while the step's last
-  // micro-batch computes; the optimizer's stream_nvme takes them. Reads already in flight (a
-  // skipped fp16 step left them: the states did not change) are kept.
-  if (!nvme_ || !early_reads_.empty()) return;
-  const size_t C = chunk_, blocks = (flat_n_ + C - 1) / C, n = std::min(blocks, stream_sets_.size());
-  if (!prefetch_io_) prefetch_io_ = std::make_unique<AsyncIo>(int(3 * stream_sets_.size()));
-  const State kinds[3] = {State::Master, State::AdamM, State::AdamV};
-  try {
-    for (size_t b = 0; b < n; ++b) {
-      const size_t bytes = nvme_block_bytes(std::min(C, flat_n_ - b * C) * sizeof(float));
-      early_reads_.emplace_back();
-      for (int k = 0; k < 3; ++k)
-        early_reads_.back().push_back(
-            prefetch_io_->read(*nvme_, nvme_offset(kinds[k], b * C), stream_sets_[b].buf[k], bytes));
-    }
-  } catch (...) {  // no read may land in the buffers later: wait for them all
-    prefetch_io_.reset();
-    early_reads_.clear();
-    throw;
-  }
-}
-
-void ParamStore::drop_optimizer_prefetch() {
-  // the reads must finish before their buffers are reused (or the file written)
-  for (auto& ts : early_reads_)
-    for (AsyncIo::Ticket t : ts) prefetch_io_->wait(t);
-  early_reads_.clear();
-}
-
-template <typename Fn>
-void ParamStore::stream_nvme(bool moments, bool write_back, Fn fn) {
-  // io_depth buffer sets in a ring: block k uses set k % D. Reads run ahead (up to D - 1 blocks)
-  // and writes behind (engine/offload/async_io.h); a set is refilled only after its writes
-  // completed.
-  const size_t C = chunk_, blocks = (flat_n_ + C - 1) / C, D = size_t(std::max(1, io_depth_));
-  const int states = moments ? 3 : 1;
-  const State kinds[3] = {State::Master, State::AdamM, State::AdamV};
-  struct Set {
-    float** buf;
-    std::vector<AsyncIo::Ticket> reads, writes;
-  };
-  std::vector<Set> sets;
-  for (StreamSet& st : stream_sets_) sets.push_back({st.buf, {}, {}});
-  auto len = [&](size_t b) { return std::min(C, flat_n_ - b * C); };
-  if (!nvme_) {  // the planner: the blocks' work in its books, no file and no memory behind the buffers
-    for (size_t b = 0; b < blocks; ++b) {
-      float** buf = sets[b % sets.size()].buf;
-      fn(b * C, len(b), buf[0], moments ? buf[1] : nullptr, moments ? buf[2] : nullptr, buf[3]);
-    }
-    return;
-  }
-  // whole aligned blocks (the files are padded to the alignment)
-  auto bytes = [&](size_t b) { return nvme_block_bytes(len(b) * sizeof(float)); };
-  auto cbytes = [&](size_t b) { return nvme_block_bytes(len(b) * esize_); };
-  // The optimizer's pass takes the first blocks' reads issued during backward
-  // (prefetch_optimizer_states); any other pass would reuse their buffers: those reads are dropped.
-  const bool use_early = moments && write_back;
-  if (!use_early) drop_optimizer_prefetch();
-  std::vector<std::vector<AsyncIo::Ticket>> early;  // taken inside the try: an error resets prefetch_io_
-  std::exception_ptr error;
-  {
-    AsyncIo io(int(D) * (states + 1));
-    auto drain = [&](std::vector<AsyncIo::Ticket>& ts, const char* what) {
-      if (ts.empty()) return;
-      offload_wait(what, [&] {
-        for (AsyncIo::Ticket t : ts) io.wait(t);
-      });
-      ts.clear();
-    };
-    try {
-      early = std::move(early_reads_);
-      early_reads_.clear();
-      size_t next = 0;
-      for (size_t b = 0; b < blocks; ++b) {
-        for (; next < blocks && next < b + sets.size(); ++next) {  // read ahead
-          if (next < early.size()) continue;  // read during backward already
-          Set& st = sets[next % sets.size()];
-          drain(st.writes, "nvme write");
-          for (int k = 0; k < states; ++k)
-            st.reads.push_back(io.read(*nvme_, nvme_offset(kinds[k], next * C), st.buf[k], bytes(next)));
-        }
-        Set& st = sets[b % sets.size()];
-        if (b < early.size())
-          offload_wait("nvme read", [&] {
-            for (AsyncIo::Ticket t : early[b]) prefetch_io_->wait(t);
-          });
-        drain(st.reads, "nvme read");
-        // the compute block starts clean: padding between units must not carry another block's bytes
-        if (st.buf[3]) std::memset(st.buf[3], 0, len(b) * esize_);
-        fn(b * C, len(b), st.buf[0], moments ? st.buf[1] : nullptr, moments ? st.buf[2] : nullptr, st.buf[3]);
-        if (write_back)  // write behind
-          for (int k = 0; k < states; ++k)
-            st.writes.push_back(io.write(*nvme_, nvme_offset(kinds[k], b * C), st.buf[k], bytes(b)));
-        if (params_nvme_) st.writes.push_back(io.write(*nvme_params_, uint64_t(b * C) * esize_, st.buf[3], cbytes(b)));
-      }
-      for (Set& st : sets) drain(st.reads, "nvme read"), drain(st.writes, "nvme write");
-    } catch (...) {
-      error = std::current_exception();
-      prefetch_io_.reset();  // ~AsyncIo: its reads finished too
-    }
-  }  // ~AsyncIo: every request finished before the buffers are reused
-  if (error) std::rethrow_exception(error);
+  for (void* p : {(void*)full_grads_, (void*)grad_shard_, full_compute_, shard_compute_}) be_.free(p);
+  tier_.reset();  // its reads finished and its arrays freed, after every upload from them
 }
 
 void ParamStore::step_states(int t, const SpanStep& step) {
@@ -302,12 +91,12 @@ void ParamStore::step_states(int t, const SpanStep& step) {
     if (!rest.empty()) step(rest);
     return;
   }
-  if (!nvme_tier_) {
+  if (!tier_->streams()) {
     step(spans_);
     return;
   }
   // Each block of the flat arrays: the parts of the spans inside it, as spans over the buffers.
-  stream_nvme(true, true, [&](size_t b0, size_t n, float* master, float* m, float* v, void* cblock) {
+  tier_->stream(true, true, [&](size_t b0, size_t n, float* master, float* m, float* v, void* cblock) {
     std::vector<StateSpan> part;
     for (size_t i = 0; i < spans_.size(); ++i) {
       const StateSpan& s = spans_[i];
@@ -330,18 +119,6 @@ void ParamStore::step_states(int t, const SpanStep& step) {
   });
 }
 
-ParamStore::TierBytes ParamStore::tier_bytes() const {
-  TierBytes t;
-  if (!host_) return t;
-  const double n = double(flat_n_) * sizeof(float);
-  double* master_tier = nvme_tier_ ? t.nvme : t.pinned;
-  master_tier[0] = n;                    // masters
-  master_tier[2] = 2 * n;                // AdamW moments
-  t.pinned[1] = n;                       // the optimizer's gradient shard
-  (params_nvme_ ? t.nvme : t.pinned)[0] += double(flat_n_) * double(esize_);  // the compute copy AdamW writes
-  return t;
-}
-
 float* ParamStore::shard_params(const Unit& u) {
   return sharded_masters() ? shard_params_ + u.shard_off : full_params_ + u.full_off + my_begin(u);
 }
@@ -354,10 +131,10 @@ void* ParamStore::compute_copy(const Unit& u) {
 void ParamStore::upload_compute_copy() {
   // AdamW wrote each span's compute copy on the host; the device copy the model reads gets it
   // (stage 3 with parameter offload reads the host copy at each gather instead).
-  if (!host_ || offload_params_) return;
+  if (!tier_->offloaded() || offload_params_) return;
   // Straight from the pinned copy on the copy stream: the host goes on, and the compute stream
   // waits for the copies before the next step's ops.
-  offload_wait("parameters to device", [&] {
+  clock_.wait("parameters to device", [&] {
     for (size_t i = 0; i < units_.size(); ++i) {
       const StateSpan& s = spans_[i];
       if (s.n) last_upload_ = be_.upload_pinned_async(compute_copy(units_[i]), s.compute, s.n * esize_);
@@ -379,27 +156,23 @@ void ParamStore::gather_compute_copy() {
 }
 
 float* ParamStore::shard_grads(const Unit& u) {
-  if (host_) return host_grad_ + (stage_ == 0 ? u.full_off : u.shard_off);
+  if (tier_->offloaded()) return tier_->grad() + (stage_ == 0 ? u.full_off : u.shard_off);
   return stage_ == 0 ? full_grads_ + u.full_off : grad_shard_ + u.shard_off;
 }
 
 void ParamStore::init(uint64_t seed) {
   const auto& groups = model_.groups();
   std::vector<float> host;
-  // masters in the optimizer's memory (pinned host memory with offload: a plain copy)
-  auto put = [&](size_t flat, const float* src, size_t n) {  // flat: element of the masters' array
-    float* base = sharded_masters() ? shard_params_ : full_params_;
-    if (nvme_) drop_optimizer_prefetch(), nvme_->write_any(nvme_offset(State::Master, flat), src, n * sizeof(float));
-    else if (host_) host_->copy_to_device(base + flat, src, n * sizeof(float));  // host to host
-    else be_.copy_to_device(base + flat, src, n * sizeof(float));
-  };
+  // masters into the tier's array (flat: its element)
+  auto put = [&](size_t flat, const float* src, size_t n) { tier_->write(State::Master, flat, src, n); };
+  const bool offloaded = tier_->offloaded();
   if (!sharded_masters()) {
     for (size_t g = 0; g < groups.size(); ++g) {
       host.assign(groups[g].numel, 0.0f);
       model_.init_range(seed, groups[g].offset, groups[g].offset + groups[g].numel, host.data());
       put(layout_.group_full_off(g), host.data(), host.size());
     }
-    if (host_) publish_written_masters();
+    if (offloaded) publish_written_masters();
     else if (mixed_) be_.convert(full_compute_, ct_, full_params_, DType::F32, int64_t(layout_.total_full()));
     return;
   }
@@ -410,9 +183,9 @@ void ParamStore::init(uint64_t seed) {
     host.assign(n, 0.0f);
     model_.init_range(seed, lo, lo + n, host.data());
     put(u.shard_off, host.data(), n);
-    if (mixed_ && !host_) be_.convert(compute_copy(u), ct_, shard_params_ + u.shard_off, DType::F32, int64_t(n));
+    if (mixed_ && !offloaded) be_.convert(compute_copy(u), ct_, shard_params_ + u.shard_off, DType::F32, int64_t(n));
   }
-  if (host_) {
+  if (offloaded) {
     publish_written_masters();
     return;
   }
@@ -422,8 +195,7 @@ void ParamStore::init(uint64_t seed) {
 void ParamStore::zero_grad() {
   if (full_grads_) be_.fill_zero(full_grads_, layout_.total_full() * sizeof(float));
   if (grad_shard_) be_.fill_zero(grad_shard_, layout_.total_shard() * sizeof(float));
-  if (host_grad_)
-    host_->fill_zero(host_grad_, (stage_ == 0 ? layout_.total_full() : layout_.total_shard()) * sizeof(float));
+  if (tier_->grad()) tier_->backend().fill_zero(tier_->grad(), flat_n_ * sizeof(float));
 }
 
 // ---- parameters ----
@@ -443,50 +215,31 @@ size_t ParamStore::group_shard_bytes(int g) const {
   return n * esize_;
 }
 
+uint64_t ParamStore::group_shard_begin(int g) const {
+  return uint64_t(units_[layout_.group_units(g).front()].shard_off) * esize_;
+}
+
 void ParamStore::read_ahead(int g) {
-  // Parameters on NVMe: the group's compute shards read into a pinned ring buffer, in flight
-  // while earlier groups compute; gather_group waits for the read and uploads from the buffer.
-  if (!params_nvme_ || !param_io_ || gathered_.count(g)) return;
-  const int slot = int(next_ring_++ % param_ring_.size());
-  RingBuffer& rb = param_ring_[size_t(slot)];
-  // The buffer's previous group: uploaded (wait for the copy), or only read ahead and not yet
-  // gathered (its read is dropped; gather_group reads it again).
-  auto prev = gathered_.find(rb.owner);
-  if (prev != gathered_.end() && prev->second.ring == slot && !prev->second.buf) drop_gathered(prev);
-  offload_wait("parameters to device", [&] { be_.wait_upload(rb.upload); });
-  rb.upload = 0;
-  rb.owner = g;
-  Gathered& gb = gathered_[g];
-  gb.ring = slot;
-  const uint64_t begin = uint64_t(units_[layout_.group_units(g).front()].shard_off) * esize_;
-  const uint64_t lo = begin / NvmeFile::kAlign * NvmeFile::kAlign;
-  const uint64_t hi = (begin + group_shard_bytes(g) + NvmeFile::kAlign - 1) / NvmeFile::kAlign * NvmeFile::kAlign;
-  gb.host = static_cast<const char*>(rb.buf) + (begin - lo);
-  gb.read = param_io_->read(*nvme_params_, lo, rb.buf, size_t(hi - lo));
-  gb.reading = true;
+  // Parameters on NVMe: the group's compute shards read into a pinned buffer of the tier, in
+  // flight while earlier groups compute; gather_group takes them and uploads from the buffer.
+  if (!offload_params_ || gathered_.count(g)) return;
+  tier_->read_ahead(g, group_shard_begin(g), group_shard_bytes(g));
 }
 
 void ParamStore::gather_group(int g) {
   auto it = gathered_.find(g);
-  if (it != gathered_.end() && it->second.buf) return;  // launched already
-  if (it == gathered_.end()) read_ahead(g);               // params on NVMe (else nothing)
+  if (it != gathered_.end()) return;  // launched already
+  read_ahead(g);                      // params on NVMe, unless read ahead already (else nothing)
   Gathered& gb = gathered_[g];
   gb.buf = be_.alloc(layout_.group_padded(g) * esize_, MemTag::CommBuffers);
   const std::vector<int>& us = layout_.group_units(g);
   if (offload_params_) {  // this rank's shards of the group, one upload from pinned host memory
     const size_t bytes = group_shard_bytes(g);
     gb.staging = be_.alloc(bytes, MemTag::CommBuffers);
-    const void* src = nullptr;  // the planner has no file: nothing to read or upload
-    if (params_nvme_ && param_io_) {
-      offload_wait("parameters from nvme", [&] { param_io_->wait(gb.read); });
-      gb.reading = false;
-      src = gb.host;
-    } else if (host_compute_) {
-      src = cbyte(host_compute_, units_[us.front()].shard_off);
-    }
-    if (src) {
+    // null in the planner with parameters on NVMe: no file, nothing to read or upload
+    if (const void* src = tier_->take(g, group_shard_begin(g), bytes)) {
       last_upload_ = be_.upload_pinned_async(gb.staging, src, bytes);
-      if (gb.ring >= 0) param_ring_[size_t(gb.ring)].upload = last_upload_;
+      tier_->uploaded(g, last_upload_);
     }
   }
   size_t off = 0;
@@ -523,7 +276,6 @@ void* ParamStore::params(int g) {
 void ParamStore::drop_gathered(std::map<int, Gathered>::iterator it) {
   Gathered& gb = it->second;
   for (auto h : gb.handles) dp_.wait(h);
-  if (gb.reading) param_io_->wait(gb.read);  // read ahead, never gathered: its buffer is in use
   if (gb.buf) be_.free(gb.buf);
   if (gb.staging) be_.free(gb.staging);
   gathered_.erase(it);
@@ -582,11 +334,12 @@ void ParamStore::complete(Pending& p) {
     size_t off = 0;
     for (int ui : layout_.group_units(p.group)) {
       const Unit& u = units_[ui];
-      if (host_) {  // optimizer offload: the shard goes to the host as soon as it is reduced
+      if (tier_->offloaded()) {  // optimizer offload: the shard goes to the host as soon as it is reduced
         reduced_.resize(std::max(reduced_.size(), u.shard));  // grows to the largest unit once
         if (off == 0) be_.synchronize();  // the group's backward and reduction: not offload time
-        offload_wait("gradient to host", [&] { be_.copy_to_host(reduced_.data(), p.recv + off, u.shard * sizeof(float)); });
-        host_->add(host_grad_ + u.shard_off, host_grad_ + u.shard_off, reduced_.data(), int64_t(u.shard));
+        clock_.wait("gradient to host", [&] { be_.copy_to_host(reduced_.data(), p.recv + off, u.shard * sizeof(float)); });
+        float* grad = tier_->grad() + u.shard_off;
+        tier_->backend().add(grad, grad, reduced_.data(), int64_t(u.shard));
       } else {
         be_.add(grad_shard_ + u.shard_off, grad_shard_ + u.shard_off, p.recv + off, int64_t(u.shard));
       }
@@ -595,7 +348,7 @@ void ParamStore::complete(Pending& p) {
     be_.free(p.recv);
     be_.free(grad_tmp_.at(p.group));
     grad_tmp_.erase(p.group);
-    if (p.last && early_.step && host_) {  // the group's gradient is final: its update, off this thread
+    if (p.last && early_.step && tier_->offloaded()) {  // the group's gradient is final: its update, off this thread
       be_.wait_upload(last_upload_);       // the update rewrites the pinned compute copy earlier uploads read
       std::vector<StateSpan> part;
       for (int ui : layout_.group_units(p.group)) part.push_back(spans_[size_t(ui)]), early_.stepped[size_t(ui)] = 1;
@@ -605,7 +358,7 @@ void ParamStore::complete(Pending& p) {
 }
 
 bool ParamStore::schedule_early_update(int t, SpanStep step) {
-  if (!host_ || nvme_tier_ || stage_ < 2) return false;
+  if (!tier_->offloaded() || tier_->streams() || stage_ < 2) return false;
   if (!worker_) worker_ = std::make_unique<SerialWorker>();
   early_.step = std::move(step), early_.t = t;
   early_.stepped.assign(units_.size(), 0);
@@ -619,12 +372,12 @@ void ParamStore::complete_all() {
 
 void ParamStore::finish_backward() {
   complete_all();
-  if (!host_ || stage_ >= 2) return;
+  if (!tier_->offloaded() || stage_ >= 2) return;
   // Stages 0-1 reduce on the device after the last micro-batch; the optimizer's part goes to the host.
   be_.synchronize();  // backward and the reductions: not offload time
-  offload_wait("gradients to host", [&] {
-    if (stage_ == 0) be_.copy_to_host(host_grad_, full_grads_, layout_.total_full() * sizeof(float));
-    else be_.copy_to_host(host_grad_, grad_shard_, layout_.total_shard() * sizeof(float));
+  clock_.wait("gradients to host", [&] {
+    if (stage_ == 0) be_.copy_to_host(tier_->grad(), full_grads_, layout_.total_full() * sizeof(float));
+    else be_.copy_to_host(tier_->grad(), grad_shard_, layout_.total_shard() * sizeof(float));
   });
 }
 
@@ -638,11 +391,12 @@ void ParamStore::build_spans() {
     StateSpan s;
     const size_t flat = stage_ == 0 ? u.full_off : u.shard_off;  // in the flat state arrays
     span_flat_.push_back(flat);
-    s.master = nvme_tier_ ? nullptr : shard_params(u);  // the NVMe tier streams them (optimizer_step)
+    const bool streamed = tier_->streams();  // the NVMe tier streams masters and moments (step_states)
+    s.master = streamed ? nullptr : shard_params(u);
     s.grad = shard_grads(u);
-    s.m = nvme_tier_ ? nullptr : m_ + flat;
-    s.v = nvme_tier_ ? nullptr : v_ + flat;
-    s.compute = !host_ ? compute_copy(u) : host_compute_ ? cbyte(host_compute_, flat) : nullptr;
+    s.m = streamed ? nullptr : tier_->m() + flat;
+    s.v = streamed ? nullptr : tier_->v() + flat;
+    s.compute = !tier_->offloaded() ? compute_copy(u) : tier_->compute() ? cbyte(tier_->compute(), flat) : nullptr;
     s.n = my_len(u);
     s.all_counted = count_replicated;
     layout_.for_each_tensor_piece(model_.table(), u, [&](size_t param, size_t off, size_t n) {
@@ -693,36 +447,29 @@ float* ParamStore::state_ptr(State st, const GlobalRun& r) const {
 
 void ParamStore::read_run(State st, const GlobalRun& r, size_t off, size_t n, float* host) const {
   ZT_CHECK(off + n <= r.n, "read_run: [{}, {}) beyond a run of {}", off, off + n, r.n);
-  if (in_nvme(st)) {
-    nvme_->read_any(nvme_offset(st, span_flat_[size_t(r.span)] + r.span_off + off), host, n * sizeof(float));
+  if (in_file(st)) {
+    tier_->read(st, span_flat_[size_t(r.span)] + r.span_off + off, host, n);
     return;
   }
   const float* src = state_ptr(st, r) + off;
-  if (on_host(src)) host_->copy_to_host(host, src, n * sizeof(float));
-  else be_.copy_to_host(host, src, n * sizeof(float));
+  tier_->owner(src, be_).copy_to_host(host, src, n * sizeof(float));
 }
 
 void ParamStore::write_run(State st, const GlobalRun& r, size_t off, size_t n, const float* host) {
   ZT_CHECK(off + n <= r.n, "write_run: [{}, {}) beyond a run of {}", off, off + n, r.n);
-  if (in_nvme(st)) {
-    drop_optimizer_prefetch();  // the file changes: reads made before are stale
-    nvme_->write_any(nvme_offset(st, span_flat_[size_t(r.span)] + r.span_off + off), host, n * sizeof(float));
+  if (in_file(st)) {
+    tier_->write(st, span_flat_[size_t(r.span)] + r.span_off + off, host, n);
     return;
   }
   float* dst = state_ptr(st, r) + off;
-  if (on_host(dst)) host_->copy_to_device(dst, host, n * sizeof(float));
-  else be_.copy_to_device(dst, host, n * sizeof(float));
+  tier_->owner(dst, be_).copy_to_device(dst, host, n * sizeof(float));
 }
 
 void ParamStore::publish_written_masters() {
   Backend& ob = optimizer_backend();  // where the masters and the spans' compute copies live
-  if (nvme_tier_ && !nvme_) {  // the planner: no file, nothing to convert
-    publish_params();
-    return;
-  }
-  if (nvme_) {  // the masters, block by block, into the host's compute copy
-    stream_nvme(false, false, [&](size_t b0, size_t n, float* master, float*, float*, void* cblock) {
-      host_->convert(cblock ? cblock : cbyte(host_compute_, b0), ct_, master, DType::F32, int64_t(n));
+  if (tier_->streams()) {  // the masters, block by block, into the host's compute copy
+    tier_->stream(false, false, [&](size_t b0, size_t n, float* master, float*, float*, void* cblock) {
+      ob.convert(cblock ? cblock : cbyte(tier_->compute(), b0), ct_, master, DType::F32, int64_t(n));
     });
     publish_params();
     return;
@@ -752,9 +499,9 @@ std::vector<float> ParamStore::to_global(const std::vector<float>& local) {
 
 std::vector<float> ParamStore::full_params() {
   // The fp32 masters (not the compute copy), whatever the precision.
-  if (nvme_) {  // read the masters back from the file
+  if (tier_->streams()) {  // read the masters back from the file
     std::vector<float> flat(flat_n_);
-    nvme_->read_any(nvme_offset(State::Master, 0), flat.data(), flat.size() * sizeof(float));
+    tier_->read(State::Master, 0, flat.data(), flat.size());
     if (!sharded_masters()) return full_view(flat.data(), nullptr, true);
     float* dev = static_cast<float*>(be_.alloc(flat.size() * sizeof(float), MemTag::CommBuffers));
     be_.copy_to_device(dev, flat.data(), flat.size() * sizeof(float));
@@ -768,7 +515,7 @@ std::vector<float> ParamStore::full_params() {
 const float* ParamStore::device_copy(const float* p, size_t n, float** owned) {
   // Host-resident states go through a device buffer for the collectives of the full views.
   *owned = nullptr;
-  if (!p || !on_host(p)) return p;
+  if (!p || &tier_->owner(p, be_) == &be_) return p;
   *owned = static_cast<float*>(be_.alloc(n * sizeof(float), MemTag::CommBuffers));
   be_.copy_to_device(*owned, p, n * sizeof(float));
   return *owned;
@@ -778,14 +525,9 @@ std::vector<float> ParamStore::full_compute_params() {
   if (!mixed_ || ct_ == DType::F32) return {};  // offload in fp32: the "copy" is the fp32 parameters
   if (offload_params_) {  // the compute shards live on the host
     std::vector<float> wide(layout_.total_shard());
-    std::vector<char> raw;
-    const void* shards = host_compute_;
-    if (params_nvme_) {
-      raw.resize(wide.size() * esize_);
-      nvme_params_->read_any(0, raw.data(), raw.size());
-      shards = raw.data();
-    }
-    host_->convert(wide.data(), DType::F32, shards, ct_, int64_t(wide.size()));
+    std::vector<char> scratch;
+    const void* shards = tier_->compute_shards(scratch);
+    tier_->backend().convert(wide.data(), DType::F32, shards, ct_, int64_t(wide.size()));
     float* dev = static_cast<float*>(be_.alloc(wide.size() * sizeof(float), MemTag::CommBuffers));
     be_.copy_to_device(dev, wide.data(), wide.size() * sizeof(float));
     std::vector<float> out = full_view(nullptr, dev);
@@ -801,7 +543,7 @@ std::vector<float> ParamStore::full_compute_params() {
 }
 
 std::vector<float> ParamStore::full_grads() {
-  if (host_) return full_view(stage_ == 0 ? host_grad_ : nullptr, host_grad_);
+  if (tier_->offloaded()) return full_view(stage_ == 0 ? tier_->grad() : nullptr, tier_->grad());
   return full_view(stage_ == 0 ? full_grads_ : nullptr, grad_shard_);
 }
 
@@ -812,8 +554,7 @@ std::vector<float> ParamStore::full_view(const float* full, const float* shards_
     for (size_t g = 0; g < groups.size(); ++g) {
       const float* src = full + layout_.group_full_off(g);
       if (full_on_host) std::memcpy(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
-      else if (on_host(src)) host_->copy_to_host(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
-      else be_.copy_to_host(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
+      else tier_->owner(src, be_).copy_to_host(out.data() + groups[g].offset, src, groups[g].numel * sizeof(float));
     }
     return to_global(out);
   }

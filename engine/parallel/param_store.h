@@ -18,17 +18,13 @@
 // stages 1-2 the fp32 masters are then sharded too (as DeepSpeed's) and the updated compute
 // copy is all-gathered; at stage 3 the compute copy is sharded and gathered per group. Either
 // way parameters travel in compute precision (half the bytes of fp32).
-// Offload ([offload], ZeRO-Infinity): optimizer = "cpu" keeps the fp32 masters, the AdamW moments
-// and the optimizer's gradient shard in pinned host memory, and AdamW runs on the CPU (a CPU
-// backend over those arrays: the same kernel as the CPU backend's, so results are bit-identical
-// to on-device training there). The device then holds a compute-precision copy of the parameters
-// (fp32 too when the compute is fp32), refreshed by an upload after each step. A group's reduced
-// gradient goes to the host as soon as its reduction completes (stages 2-3). params = "cpu"
-// (stage 3) keeps the compute-precision shards in pinned host memory too; a group's shards are
-// uploaded into the gather buffer when the group is gathered (prefetch groups ahead).
-// optimizer = "nvme" keeps the masters and moments in one file per rank under nvme_path
-// (engine/offload/nvme_file.h) instead: the step streams them through io_depth pinned buffers
-// of buffer_mb, reading ahead and writing behind while the CPU updates the block in between.
+// Offload ([offload], ZeRO-Infinity): the optimizer's states live in one state tier
+// (engine/offload/state_tier.h: device, pinned host or NVMe), which holds and moves them; the
+// store decides their shapes. Offloaded, the device holds a compute-precision copy of the
+// parameters (fp32 too when the compute is fp32), refreshed by an upload after each step, and a
+// group's reduced gradient goes to the host as soon as its reduction completes (stages 2-3).
+// params = "cpu" / "nvme" (stage 3) keeps the compute-precision shards in the tier too; a group's
+// shards are uploaded into the gather buffer when the group is gathered (prefetch groups ahead).
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -41,8 +37,8 @@
 #include "engine/core/serial_worker.h"
 #include "engine/comm/topology.h"
 #include "engine/model/model.h"
-#include "engine/offload/async_io.h"
-#include "engine/offload/nvme_file.h"
+#include "engine/offload/offload_clock.h"
+#include "engine/offload/state_tier.h"
 #include "engine/parallel/placement.h"
 #include "engine/parallel/shard_layout.h"
 #include "engine/parallel/state_span.h"
@@ -65,8 +61,8 @@ class ParamStore final : public ParamProvider {
   void finish_backward();                  // every gradient reduction of the step complete
   // The backend that holds the spans' states and runs the optimizer on them: the device backend,
   // or, with optimizer offload, a CPU backend over pinned host memory.
-  Backend& optimizer_backend() { return host_ ? *host_ : be_; }
-  bool offloads_optimizer() const { return host_ != nullptr; }
+  Backend& optimizer_backend() { return tier_->backend(); }
+  bool offloads_optimizer() const { return tier_->offloaded(); }
   // The optimizer step `t` over this rank's states (after clipping; engine/optim/optimizer_step.h
   // calls it with AdamW): `step` on the spans as they are, or, with the NVMe tier, block by block
   // through the pinned buffers (spans over the block's buffers). Spans the early update already
@@ -81,24 +77,22 @@ class ParamStore final : public ParamProvider {
   // With the NVMe tier: start reading the optimizer's first blocks of states (as many as there
   // are stream sets) so that the step finds them in memory; the trainer calls it as the step's
   // last micro-batch begins. No-op otherwise.
-  void prefetch_optimizer_states();
+  void prefetch_optimizer_states() { tier_->prefetch(); }
   // Drops a scheduled early update and waits for its queued work (a step that failed midway;
   // before the optimizer goes). Never throws.
   void cancel_early_update() noexcept;
   // Bytes of model states per tier, for the memory line: [tag] for Params, Grads, OptimStates.
-  struct TierBytes {
-    double pinned[3] = {}, nvme[3] = {};
-  };
-  TierBytes tier_bytes() const;
+  using TierBytes = StateTier::Bytes;
+  TierBytes tier_bytes() const { return tier_->bytes(); }
   // Milliseconds this rank's host has been blocked in offload transfers and I/O so far (gradients
   // to the host, parameters to the device, NVMe reads and writes waited for): the step
   // breakdown's "offload", taken out of the phase it happened in, like exposed communication.
-  double offload_waited_ms() const { return offload_waited_ms_; }
+  double offload_waited_ms() const { return clock_.waited_ms(); }
   // Called after each such wait with what it was, when it began and how long (the timeline trace).
-  using WaitObserver = std::function<void(const char* what, std::chrono::steady_clock::time_point start, double ms)>;
-  void set_offload_observer(WaitObserver f) { offload_observer_ = std::move(f); }
+  using WaitObserver = OffloadClock::Observer;
+  void set_offload_observer(WaitObserver f) { clock_.set_observer(std::move(f)); }
   // The NVMe file (null without the nvme tier), for its start-up warning.
-  const NvmeFile* nvme() const { return nvme_.get(); }
+  const NvmeFile* nvme() const { return tier_->nvme_file(); }
 
   // This rank's states for the optimizer: one span per unit (its shard; the whole unit at stage 0).
   const std::vector<StateSpan>& spans() const { return spans_; }
@@ -123,7 +117,7 @@ class ParamStore final : public ParamProvider {
     bool owner;
   };
   const std::vector<GlobalRun>& global_runs() const { return runs_; }
-  enum class State { Master, Grad, AdamM, AdamV };
+  using State = StateKind;
   // Host copies of a run's elements of one state, and back. After writing masters, call
   // publish_written_masters() (collective) to refresh the compute copy and the other ranks' views.
   void read_run(State s, const GlobalRun& r, float* host) const { read_run(s, r, 0, r.n, host); }
@@ -132,7 +126,7 @@ class ParamStore final : public ParamProvider {
   void read_run(State s, const GlobalRun& r, size_t off, size_t n, float* host) const;
   // The run's elements in the backend's memory (host memory on the CPU backend: checkpoint writes
   // read them in place there instead of copying); null for states in the NVMe tier.
-  const float* run_data(State s, const GlobalRun& r) const { return in_nvme(s) ? nullptr : state_ptr(s, r); }
+  const float* run_data(State s, const GlobalRun& r) const { return in_file(s) ? nullptr : state_ptr(s, r); }
   void write_run(State s, const GlobalRun& r, size_t off, size_t n, const float* host);
   void publish_written_masters();
 
@@ -176,23 +170,10 @@ class ParamStore final : public ParamProvider {
   // fp32 masters exist only as this rank's shards: stage 3, and stages 1-2 in mixed precision
   // (the model reads the compute copy, so full fp32 parameters are not needed).
   bool sharded_masters() const { return stage_ == 3 || (mixed_ && stage_ >= 1); }
-  // Offloaded optimizer states: the host arrays of a span's masters / grads, and the upload of
-  // the compute copy AdamW wrote on the host (host_compute_) to the device copy.
+  // Upload of the compute copy AdamW wrote on the host (tier_->compute()) to the device copy.
   void upload_compute_copy();
-  // Host pointer for `p` when p lives in pinned host memory (memcpy, not a device copy).
-  bool on_host(const void* p) const;
-  bool in_nvme(State s) const { return nvme_ && s != State::Grad; }
-  void alloc_stream_sets();  // stream_nvme's pinned block sets, once
-  static size_t nvme_block_bytes(size_t bytes);  // rounded up to whole O_DIRECT blocks
-  void drop_optimizer_prefetch();                // waits for prefetch_optimizer_states's reads, forgets them
-  std::unique_ptr<AsyncIo> prefetch_io_;
-  std::vector<std::vector<AsyncIo::Ticket>> early_reads_;  // per block from 0: masters, m, v
-  uint64_t nvme_offset(State s, size_t flat) const;  // byte offset of flat element `flat` of a state
-  // Streams the NVMe tier's masters (and moments) block by block: fn(flat_begin, n, master, m, v,
-  // compute) on pinned buffers; `write_back`: the blocks are written back after fn; with
-  // parameters on NVMe, `compute` is the block's compute shard buffer, written to their file.
-  template <typename Fn>
-  void stream_nvme(bool moments, bool write_back, Fn fn);
+  // The tier streams masters and moments (NVMe): states other than the gradient are in its file.
+  bool in_file(State s) const { return tier_->streams() && s != State::Grad; }
   // `p` (n floats) itself, or a device copy of it when it lives on the host (*owned: free it).
   const float* device_copy(const float* p, size_t n, float** owned);
   float* shard_grads(const Unit& u);
@@ -216,66 +197,36 @@ class ParamStore final : public ParamProvider {
   DType ct_;            // the backend's compute dtype
   size_t esize_;        // its element size
   bool mixed_;          // ct_ != F32 or offload: a compute-precision copy of the parameters exists
-  std::unique_ptr<Backend> host_;  // optimizer offload: the CPU backend AdamW runs on
-  bool offload_params_ = false;    // stage 3: compute shards in pinned host memory
-  float* host_grad_ = nullptr;     // optimizer offload: the spans' gradients (pinned host)
-  void* host_compute_ = nullptr;   // optimizer offload: the compute copy AdamW writes (pinned host)
-  std::unique_ptr<NvmeFile> nvme_; // optimizer = "nvme": masters and moments in this file
-  bool nvme_tier_ = false;         // optimizer = "nvme" (the planner has the tier but no file)
-  bool params_nvme_ = false;       // params = "nvme": ZeRO-3's compute shards in nvme_params_
-  std::unique_ptr<NvmeFile> nvme_params_;
-  struct StreamSet {  // the NVMe tier's pinned block buffers, aligned for O_DIRECT inside raw
-    float* buf[4] = {};  // masters, m, v, and the compute shard (params on NVMe)
-    void* raw[4] = {};
-  };
-  std::vector<StreamSet> stream_sets_;
-  std::vector<float> reduced_;     // optimizer offload: a reduced gradient unit on its way to the host
-  size_t flat_n_ = 0;              // elements of each state array (masters, moments)
-  size_t chunk_ = 0;               // nvme: elements per I/O block
-  int io_depth_ = 1;
+  bool offload_params_ = false;  // stage 3: compute shards in the tier (pinned host or NVMe)
+  size_t flat_n_ = 0;   // elements of each state array (masters, moments)
   std::vector<size_t> span_flat_;  // each span's first element in the flat state arrays
   ShardLayout layout_;
   const std::vector<Unit>& units_;  // layout_.units()
+  OffloadClock clock_;              // before tier_: the tier counts its waits on it
+  std::unique_ptr<StateTier> tier_;  // where masters and moments live (and offloaded, grads too)
   std::vector<StateSpan> spans_;
   std::vector<GlobalRun> runs_;
+  std::vector<float> reduced_;     // optimizer offload: a reduced gradient unit on its way to the host
+  // Views of the tier's masters array (one of them, as sharded_masters() says; null on NVMe) and
+  // ZeRO's own device arrays:
   float* full_params_ = nullptr;   // stage 0; stages 1-2 in fp32
-  void* full_compute_ = nullptr;   // stages 0-2, mixed (stages 1-2: this rank's part written here)
-  void* shard_compute_ = nullptr;  // stage 3, mixed
   float* shard_params_ = nullptr;  // sharded_masters()
+  void* full_compute_ = nullptr;   // stages 0-2, mixed (stages 1-2: this rank's part written here)
+  void* shard_compute_ = nullptr;  // stage 3, mixed, not offloaded
   float* full_grads_ = nullptr;    // stages 0-1
-  float* grad_shard_ = nullptr;    // stages 1-3
-  float* m_ = nullptr;
-  float* v_ = nullptr;
+  float* grad_shard_ = nullptr;    // stages 1-3 (on the device)
   bool last_micro_ = true;
   std::vector<Pending> pending_;
   struct Gathered {
-    void* buf = nullptr;      // compute precision; null while only read ahead
+    void* buf = nullptr;      // compute precision
     void* staging = nullptr;  // params offload: this rank's shards, uploaded for the gather
     std::vector<Comm::Handle> handles;
-    // params on NVMe: the read into ring buffer `ring`, the shards at `host` within it
-    int ring = -1;
-    bool reading = false;
-    AsyncIo::Ticket read = 0;
-    const void* host = nullptr;
   };
-  struct RingBuffer {
-    void* raw = nullptr;  // pinned
-    void* buf = nullptr;  // aligned for O_DIRECT
-    uint64_t upload = 0;  // the upload that last read it (Backend::wait_upload)
-    int owner = -1;       // the group read into it last
-  };
-  std::vector<RingBuffer> param_ring_;  // params on NVMe: prefetch + 2 buffers of the largest group
-  std::unique_ptr<AsyncIo> param_io_;
-  uint64_t next_ring_ = 0;
   uint64_t last_upload_ = 0;  // the latest upload_pinned_async from pinned states (wait_upload)
   size_t group_shard_bytes(int g) const;  // this rank's compute shards of a group
+  uint64_t group_shard_begin(int g) const;  // their first byte in the flat compute shards
   void read_ahead(int g);                 // params on NVMe: start reading a group's shards
   void drop_gathered(std::map<int, Gathered>::iterator it);  // waits for what is in flight, frees
-  // Runs fn, counting its time as blocked in offload (offload_waited_ms).
-  template <typename Fn>
-  void offload_wait(const char* what, Fn&& fn);
-  double offload_waited_ms_ = 0;
-  WaitObserver offload_observer_;
   std::map<int, Gathered> gathered_;  // stage 3: groups with full parameters present
   std::map<int, float*> grad_tmp_;    // stages 2-3: groups with a gradient buffer open
   std::vector<int> order_;

@@ -18,6 +18,9 @@ struct ZeroPlacement {
   double buffer_mb = 16;    // NVMe: MiB per I/O request
   int io_depth = 4;         // NVMe: requests in flight
   int host_threads = 0;     // the host optimizer's threads (0 = all cores)
+  // The planner's store (engine/plan/layout_plan.cpp): the tiers count their memory and work in
+  // the backend's books and create no files (engine/offload/state_tier.h).
+  bool count_only = false;
 
   ZeroPlacement() = default;
   // The run spec's placement (implicit: a RunSpec configures a store as it is).

@@ -85,7 +85,9 @@ LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const
   topo.tp_group = group(plan.tensor, "tp", be);
   topo.dp_group = group(plan.data, "dp", be);
   auto model = make_model(spec.model, be, int(B), topo.tp_group.get(), recompute_of(spec.train.recompute));
-  ParamStore store(*model, be, topo, spec);  // not initialized: values do not matter here
+  ZeroPlacement placement(spec);
+  placement.count_only = true;  // tiers in the books, no files
+  ParamStore store(*model, be, topo, placement);  // not initialized: values do not matter here
   model->set_provider(&store);
   AdamW optimizer(spec.optim, store.optimizer_backend());
   std::unique_ptr<CheckpointWriter> ckpt;  // its pinned host buffers (async saves)

@@ -20,7 +20,6 @@ class PlanBackend final : public Backend {
   explicit PlanBackend(DeviceKind kind) : kind_(kind) {}
   DeviceKind kind() const override { return kind_; }
   std::string name() const override { return "plan"; }
-  bool counts_only() const override { return true; }
   std::string supports(const OpRequest& r) const override {
     return kind_ == DeviceKind::CUDA ? cuda_kernels_support(r) : supports_every_op(r);
   }
