@@ -47,11 +47,14 @@ void PlanBackend::free(void* ptr) {
 
 void PlanBackend::copy_to_host(void* host_dst, const void*, size_t bytes) {
   // losses and norms read back as 0: finite, the step goes on; a destination this backend handed
-  // out (pinned host memory of an offloaded state) exists only in the books
+  // out (pinned host memory of an offloaded state) exists only in the books. Bulk reads (a
+  // gradient unit on its way to the host) carry no value a plan uses: zeroing them would cost
+  // seconds of memset per step of a large model, at every start-up's memory check.
   const uintptr_t d = reinterpret_cast<uintptr_t>(host_dst);
   auto it = blocks_.upper_bound(d);
   const bool ours = it != blocks_.begin() && d < (--it)->first + std::max<size_t>(it->second.bytes, 1) + 4096;
-  if (!ours) std::memset(host_dst, 0, bytes);
+  constexpr size_t kValueBytes = size_t(1) << 20;  // the largest read whose values the step uses (losses of a batch)
+  if (!ours) std::memset(host_dst, 0, std::min(bytes, kValueBytes));
   count(0, double(bytes));
 }
 

@@ -3,7 +3,7 @@
 
 #include "engine/comm/agreement.h"
 #include "engine/core/atomic_file.h"
-#include "engine/plan/memory_plan.h"
+#include "engine/plan/memory_check.h"
 #include "engine/observe/throughput.h"
 #include "engine/observe/telemetry.h"
 #include "engine/observe/verdict.h"
@@ -213,21 +213,18 @@ void Trainer::build() {
                                                  spec.precision.loss_scale == 0 ? "dynamic" : "fixed")
                                    : "");
   // before anything large is allocated: a spec that cannot fit says so with the numbers
-  const MemoryPlan mem_plan = plan_memory(spec, topo_.tp, topo_.dp, dtype_size(compute));
-  {
-    const size_t available = backend_->memory_available();
-    const int sharing = backend_->kind() == DeviceKind::CPU && spec.run.device_memory_limit.empty() ? topo_.local_size : 1;
-    const double per_rank = available == SIZE_MAX ? 0 : double(available) / sharing;
-    check_memory_fits(mem_plan, available, sharing,
-                      !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
-                      : backend_->kind() == DeviceKind::CPU ? "this machine" : "the GPU",
-                      spec.source, offload_hint(spec, topo_.tp, topo_.dp, dtype_size(compute), per_rank));
-  }
+  MemoryBudget budget;
+  budget.device = backend_->memory_available();
+  budget.sharing = backend_->kind() == DeviceKind::CPU && spec.run.device_memory_limit.empty() ? topo_.local_size : 1;
+  budget.pinned = pinned.limit;
+  budget.where = !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
+                 : backend_->kind() == DeviceKind::CPU ? "this machine" : "the GPU";
+  const LayoutPlan plan = check_memory_fits(spec, topo_.world_size, backend_->kind(), compute, budget);
   model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get(), recompute_of(t.recompute));
   if (spec.offload.optimizer == "nvme")  // room for this rank's files (masters, moments, parameters on NVMe)
-    agreed([&] { check_nvme_path(spec.offload.nvme_path, uint64_t(mem_plan.nvme)); });
-  // the offloaded states (and the NVMe tier's block buffers) within the pinned pool
-  agreed([&] { check_pinned_fits(pinned, mem_plan.pinned_host, spec); });
+    agreed([&] { check_nvme_path(spec.offload.nvme_path, uint64_t(plan.nvme_bytes)); });
+  // the offloaded states, the NVMe tier's block buffers and the checkpoint staging within the pinned pool
+  agreed([&] { check_pinned_fits(pinned, double(plan.memory.pinned_host), spec); });
   store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
   if (store_->nvme() && topo_.local_rank == 0)
     spdlog::info("offload: NVMe tier in {} through {}, {} requests of {} MiB in flight", spec.offload.nvme_path,
