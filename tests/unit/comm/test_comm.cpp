@@ -1,7 +1,7 @@
 // The comm layer on its own: the group of one (host and device copies, aliasing), the host-staged
 // communicator over device memory (every collective's data goes to the host, through the inner
 // communicator, and back), and the host-access wrapper (the backend's memory is touched only
-// inside it). The MPI communicator needs mpirun: tests/dist covers it.
+// inside it). The MPI communicator needs mpirun: test_comm_mpi.cpp, its own executable.
 #include <catch2/catch.hpp>
 
 #include <numeric>
