@@ -11,22 +11,8 @@
 
 namespace zt {
 
-namespace {
-
-int tp_size_of(Comm* tp) { return tp && tp->size() > 1 ? tp->size() : 1; }
-int tp_rank_of(Comm* tp) { return tp && tp->size() > 1 ? tp->rank() : 0; }
-}  // namespace
-
 GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
-    : cfg_(cfg),
-      be_(backend),
-      max_batch_(max_batch),
-      tp_(backend, tp,
-          int64_t(max_batch) * cfg.seq_len * std::max<int64_t>(cfg.d_model, cfg.vocab_held() / tp_size_of(tp))),
-      table_(tp_size_of(tp), tp_rank_of(tp)),
-      tokens_(backend, int64_t(max_batch) * cfg.seq_len),
-      loss_(backend, tp_, int64_t(max_batch) * cfg.seq_len),
-      vocab_(backend, tp_, cfg.vocab_size, cfg.vocab_held()) {
+    : DecoderLM(backend, max_batch, tp, cfg.seq_len, cfg.d_model, cfg.vocab_size, cfg.vocab_held()), cfg_(cfg) {
   const int TP = tp_.size();
   ZT_CHECK(cfg.n_head % TP == 0 && cfg.d_ff % TP == 0 && cfg.vocab_held() % TP == 0 &&
                cfg.vocab_held() >= cfg.vocab_size,
@@ -66,7 +52,6 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
   t.add("transformer.ln_f.bias", {C}, None, 1, false, 0, 0);
   t.end_group("ln_f");
 
-  esize_ = be_.compute_size();
   act_buf_ = carve_activations(be_, activation_slots(cfg, max_batch, TP, acts_));
 }
 
@@ -95,8 +80,6 @@ double GPT2::activation_footprint(const GPT2Config& cfg, int max_batch, int tp, 
   Acts unused{};
   return activation_bytes(activation_slots(cfg, max_batch, tp, unused), compute_size);
 }
-
-GPT2::~GPT2() { be_.free(act_buf_); }
 
 std::string GPT2::describe() const {
   return fmt::format("gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}{}{}", cfg_.n_layer, cfg_.d_model,
@@ -160,13 +143,9 @@ void GPT2::block_forward(int l, const BlockParams<void*>& w, const void* in_a, c
 }
 
 void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
-  ZT_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= cfg_.seq_len, "batch ({}, {}) exceeds ({}, {})",
-           B, T, max_batch_, cfg_.seq_len);
-  ZT_CHECK(prov_ != nullptr, "GPT2 has no ParamProvider");
+  begin_batch(B, T, cfg_.seq_len, "GPT2");
   const int C = cfg_.d_model, Vl = V_l_;
   const int64_t BT = int64_t(B) * T;
-  cur_B_ = B;
-  cur_T_ = T;
   // Token ids as this rank's embedding rows (-1: another rank's slice); targets stay global.
   std::vector<int32_t> local_ids(BT);
   tp_.vocab_local_ids(inputs, BT, Vl, local_ids.data());
@@ -208,10 +187,6 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
     grads_ready_ = grad_scale != 0.0f;
   }
   tokens_.mark_read();  // the token slot's last reader so far (backward moves it)
-}
-
-void GPT2::logits_row(int b, int t, float* out) const {
-  vocab_.logits_row(el(acts_.logits, (int64_t(b) * cur_T_ + t) * V_l_), out);
 }
 
 void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* residual) {

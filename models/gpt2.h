@@ -23,10 +23,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
-#include "engine/model/activation_arena.h"
-#include "engine/model/model.h"
-#include "engine/model/token_slots.h"
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/model/decoder_lm.h"
 
 namespace zt {
 
@@ -43,33 +40,26 @@ struct GPT2Config {
 
 class Comm;
 
-class GPT2 final : public Model {
+class GPT2 final : public DecoderLM {
  public:
   // Allocates activations for batches of up to max_batch x seq_len. Parameters and gradients
   // live in a ParamProvider (set_provider) so that ZeRO can shard them.
   // `tp` is the tensor-parallel group (null or size 1: the whole model on this rank).
   GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp = nullptr);
-  ~GPT2() override;
-  GPT2(const GPT2&) = delete;
-  GPT2& operator=(const GPT2&) = delete;
 
   const GPT2Config& config() const { return cfg_; }
   // The bytes of the activation buffer one rank of a tensor-parallel group of `tp` carves for
   // batches of up to max_batch (the same slots the constructor carves; nothing is built).
   static double activation_footprint(const GPT2Config& cfg, int max_batch, int tp, size_t compute_size);
-  const ParamTable& table() const override { return table_; }
   int seq_len() const override { return cfg_.seq_len; }
   int vocab_size() const override { return cfg_.vocab_size; }
   std::string describe() const override;
-  void set_provider(ParamProvider* p) override { prov_ = p; }
 
   void forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) override;
-  double take_losses() override { return loss_.take(); }
   void backward() override;
-  void logits_row(int b, int t, float* out_host) const override;
-
- protected:
-  int deferred_losses() const override { return loss_.pending(); }
+  void logits_row(int b, int t, float* out_host) const override {
+    logits_row_of(acts_.logits, V_l_, b, t, out_host);
+  }
 
  private:
   template <typename P>  // void* for compute-precision parameters, float* for gradients
@@ -109,16 +99,11 @@ class GPT2 final : public Model {
   };
   // Every activation slot, in carve order, pointing into `a`: the one list of the activations.
   static std::vector<ActSlot> activation_slots(const GPT2Config& cfg, int max_batch, int tp, Acts& a);
-  // Element `i` of a compute-precision tensor.
-  void* el(void* base, int64_t i) const { return static_cast<char*>(base) + i * int64_t(esize_); }
-  void* at(void* group_base, size_t param) const { return el(group_base, table_.group_rel(param)); }
-  float* at(float* group_base, size_t param) const { return group_base + table_.group_rel(param); }
   template <typename P>
   BlockParams<P> block_params(P group_base, int l) const;
   BlockActs block_acts(int l) const;  // block l's slice of acts_ for the current (B, T)
   // The activations backward needs that recompute dropped, for block l whose input is `in`.
   void recompute_block(int l, const BlockParams<void*>& w, const void* in);
-  int head_group() const { return int(table_.groups().size()) - 1; }  // ln_f
 
   // Block l: its input is the residual stream `in` (the embedding, or the previous block's
   // res2 + fcproj, summed here by the fused residual LayerNorm into `in_sum`).
@@ -127,20 +112,8 @@ class GPT2 final : public Model {
   void block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* in);
 
   GPT2Config cfg_;
-  Backend& be_;
-  int max_batch_;
-  TensorParallel tp_;
-  ParamTable table_;
-  ParamProvider* prov_ = nullptr;
   int C_l_ = 0, F_l_ = 0, V_l_ = 0, NH_l_ = 0;  // this rank's attention width, MLP width, vocab, heads
-  size_t esize_ = 4;              // bytes per compute-precision element
-  void* act_buf_ = nullptr;
   Acts acts_{};
-  TokenSlots tokens_;
-  VocabParallelCrossEntropy loss_;
-  PaddedVocab vocab_;
-  int cur_B_ = 0, cur_T_ = 0;
-  bool grads_ready_ = false;
 };
 
 }  // namespace zt

@@ -10,11 +10,6 @@
 
 namespace zt {
 
-namespace {
-int tp_size_of(Comm* tp) { return tp && tp->size() > 1 ? tp->size() : 1; }
-int tp_rank_of(Comm* tp) { return tp && tp->size() > 1 ? tp->rank() : 0; }
-}  // namespace
-
 Llama::Widths Llama::widths(const LlamaConfig& cfg, int tp) {
   const int64_t hs = cfg.head_size();
   Widths w;
@@ -27,15 +22,7 @@ Llama::Widths Llama::widths(const LlamaConfig& cfg, int tp) {
 }
 
 Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
-    : cfg_(cfg),
-      be_(backend),
-      max_batch_(max_batch),
-      tp_(backend, tp,
-          int64_t(max_batch) * cfg.seq_len * std::max<int64_t>(cfg.d_model, cfg.vocab_held() / tp_size_of(tp))),
-      table_(tp_size_of(tp), tp_rank_of(tp)),
-      tokens_(backend, int64_t(max_batch) * cfg.seq_len),
-      loss_(backend, tp_, int64_t(max_batch) * cfg.seq_len),
-      vocab_(backend, tp_, cfg.vocab_size, cfg.vocab_held()) {
+    : DecoderLM(backend, max_batch, tp, cfg.seq_len, cfg.d_model, cfg.vocab_size, cfg.vocab_held()), cfg_(cfg) {
   const int TP = tp_.size();
   ZT_CHECK(cfg.n_head % cfg.n_kv_head == 0 && cfg.n_head % TP == 0 && cfg.d_ff % TP == 0 &&
                (cfg.n_kv_head % TP == 0 || TP % cfg.n_kv_head == 0) && cfg.vocab_held() % TP == 0 &&
@@ -70,7 +57,6 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
   if (!cfg.tie_embeddings) t.add("lm_head.weight", {V, C}, Rows, 1, true, std0, 0, cfg.vocab_size);
   t.end_group("head");
 
-  esize_ = be_.compute_size();
   act_buf_ = carve_activations(be_, activation_slots(cfg, max_batch, TP, acts_));
   if (kv_replicas_ > 1) {
     const int64_t n = 2 * w_.kv * C, pieces = TP / kv_replicas_;
@@ -107,7 +93,6 @@ double Llama::activation_footprint(const LlamaConfig& cfg, int max_batch, int tp
 }
 
 Llama::~Llama() {
-  be_.free(act_buf_);
   if (kv_saved_) be_.free(kv_saved_);
   if (kv_sum_) be_.free(kv_sum_);
 }
@@ -176,13 +161,9 @@ void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, 
 }
 
 void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
-  ZT_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= cfg_.seq_len, "batch ({}, {}) exceeds ({}, {})", B, T,
-           max_batch_, cfg_.seq_len);
-  ZT_CHECK(prov_ != nullptr, "Llama has no ParamProvider");
+  begin_batch(B, T, cfg_.seq_len, "Llama");
   const int C = cfg_.d_model, Vl = int(w_.v), L = cfg_.n_layer, head = head_group();
   const int64_t BT = int64_t(B) * T;
-  cur_B_ = B;
-  cur_T_ = T;
   std::vector<int32_t> local_ids(BT);
   tp_.vocab_local_ids(inputs, BT, Vl, local_ids.data());
   const TokenSlots::Tokens tok = tokens_.upload(local_ids.data(), targets, BT);
@@ -219,10 +200,6 @@ void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, int 
     grads_ready_ = grad_scale != 0.0f;
   }
   tokens_.mark_read();
-}
-
-void Llama::logits_row(int b, int t, float* out) const {
-  vocab_.logits_row(el(acts_.logits, (int64_t(b) * cur_T_ + t) * w_.v), out);
 }
 
 void Llama::sum_replicated_kv_grads(float* kv_grad) {

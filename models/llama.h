@@ -29,10 +29,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
-#include "engine/model/activation_arena.h"
-#include "engine/model/model.h"
-#include "engine/model/token_slots.h"
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/model/decoder_lm.h"
 
 namespace zt {
 
@@ -48,24 +45,21 @@ struct LlamaConfig {
 
 class Comm;
 
-class Llama final : public Model {
+class Llama final : public DecoderLM {
  public:
   Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp = nullptr);
   ~Llama() override;
-  Llama(const Llama&) = delete;
-  Llama& operator=(const Llama&) = delete;
 
   const LlamaConfig& config() const { return cfg_; }
-  const ParamTable& table() const override { return table_; }
   int seq_len() const override { return cfg_.seq_len; }
   int vocab_size() const override { return cfg_.vocab_size; }
   std::string describe() const override;
-  void set_provider(ParamProvider* p) override { prov_ = p; }
 
   void forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) override;
-  double take_losses() override { return loss_.take(); }
   void backward() override;
-  void logits_row(int b, int t, float* out_host) const override;
+  void logits_row(int b, int t, float* out_host) const override {
+    logits_row_of(acts_.logits, w_.v, b, t, out_host);
+  }
 
   // This rank's widths in a tensor-parallel group of `tp`.
   struct Widths {
@@ -75,9 +69,6 @@ class Llama final : public Model {
   // The bytes of the activation buffer one rank carves for batches of up to max_batch (the same
   // slots the constructor carves; nothing is built).
   static double activation_footprint(const LlamaConfig& cfg, int max_batch, int tp, size_t compute_size);
-
- protected:
-  int deferred_losses() const override { return loss_.pending(); }
 
  private:
   template <typename P>  // void* for compute-precision parameters, float* for gradients
@@ -110,15 +101,11 @@ class Llama final : public Model {
   };
   // Every activation slot, in carve order, pointing into `a`: the one list of the activations.
   static std::vector<ActSlot> activation_slots(const LlamaConfig& cfg, int max_batch, int tp, Acts& a);
-  void* el(void* base, int64_t i) const { return static_cast<char*>(base) + i * int64_t(esize_); }
-  void* at(void* group_base, size_t param) const { return el(group_base, table_.group_rel(param)); }
-  float* at(float* group_base, size_t param) const { return group_base + table_.group_rel(param); }
   template <typename P>
   BlockParams<P> block_params(P group_base, int l) const;
   BlockActs block_acts(int l) const;
   // The activations backward needs that recompute dropped, for block l whose input is `in`.
   void recompute_block(int l, const BlockParams<void*>& w, const void* in);
-  int head_group() const { return int(table_.groups().size()) - 1; }
 
   void block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum);
   void block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* in);
@@ -127,23 +114,11 @@ class Llama final : public Model {
   void sum_replicated_kv_grads(float* kv_grad);
 
   LlamaConfig cfg_;
-  Backend& be_;
-  int max_batch_;
-  TensorParallel tp_;
-  ParamTable table_;
-  ParamProvider* prov_ = nullptr;
   Widths w_{};
   int NH_l_ = 0, NKV_l_ = 0, kv_replicas_ = 1;
-  size_t esize_ = 4;
-  void* act_buf_ = nullptr;
   Acts acts_{};
-  TokenSlots tokens_;
-  VocabParallelCrossEntropy loss_;
-  PaddedVocab vocab_;
   float* kv_saved_ = nullptr;  // (2 KVl C) fp32, replicated key/value heads only
   float* kv_sum_ = nullptr;    // (pieces, 2 KVl C) fp32
-  int cur_B_ = 0, cur_T_ = 0;
-  bool grads_ready_ = false;
 };
 
 }  // namespace zt
