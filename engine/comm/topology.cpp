@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -58,8 +59,12 @@ class Deadline {
 
 void dist_init(int* argc, char*** argv) {
   if (!launched_by_mpi()) return;
+  // The emulated NCCL (engine/backend/cuda_emu/nccl.cpp) runs MPI on the emulated streams'
+  // threads; everything else calls MPI from the main thread only.
+  const char* nccl = std::getenv("ZTRAIN_NCCL_PLUGIN");
+  const bool emulated_nccl = nccl && std::strstr(nccl, "nccl_emu");
   int provided = 0;
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Init_thread(argc, argv, emulated_nccl ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
   g_mpi = true;
 }
 
