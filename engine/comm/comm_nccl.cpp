@@ -6,9 +6,11 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 #include <unordered_map>
 
+#include "engine/core/faults.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -26,10 +28,34 @@ class NcclComm final : public Comm {
     MPI_Comm_size(group, &size_);
     MPI_Comm_rank(group, &rank_);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+    // A rank that stalls before its init (a hung driver call, a slow node) must not hang the
+    // others: the id's exchange and the non-blocking init both run under the job's timeout, and
+    // past it the communicator is aborted and the job ends naming the init.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     ncclUniqueId id;
     if (rank_ == 0) nccl_check(ncclGetUniqueId(&id), "get unique id");
-    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group);
-    nccl_check(ncclCommInitRank(&comm_, size_, id, rank_), "init");
+    MPI_Request req;
+    MPI_Ibcast(&id, sizeof id, MPI_BYTE, 0, group, &req);
+    for (int done = 0;;) {
+      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      if (done) break;
+      if (std::chrono::steady_clock::now() > deadline) init_timed_out();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (faults().hold_comm_init_rank == world_rank_)
+      std::this_thread::sleep_for(std::chrono::seconds(faults().hold_comm_init_s));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+    if (r != ncclInProgress) nccl_check(r, "init");
+    for (;;) {
+      ncclResult_t state = ncclInProgress;
+      nccl_check(ncclCommGetAsyncError(comm_, &state), "init");
+      if (state == ncclSuccess) break;
+      if (state != ncclInProgress) nccl_check(state, "init");
+      if (std::chrono::steady_clock::now() > deadline) init_timed_out();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
     cuda_check(cudaMalloc(&scratch_, 64 * sizeof(double)), "malloc");
   }
@@ -91,6 +117,17 @@ class NcclComm final : public Comm {
     if (r != ncclSuccess)
       throw RuntimeFailure(fmt::format("rank {}: NCCL {} on group {} failed: {}", world_rank_, what,
                                        name(), ncclGetErrorString(r)));
+  }
+  [[noreturn]] void init_timed_out() {
+    std::fprintf(stderr,
+                 "ztrain: failure: rank %d: NCCL communicator init on group %s did not complete within %.0f s "
+                 "([comm] timeout_s); another rank has not reached its init (stalled or failed). Aborting the job.\n",
+                 world_rank_, name().c_str(), timeout_s_);
+    std::fflush(stderr);
+    if (comm_) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort();  // MPI_Abort does not return
   }
   // The collective must see the producer stream's writes: the comm stream waits on an event.
   void after_producer() {

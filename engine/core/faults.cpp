@@ -36,6 +36,8 @@ const Faults& faults() {
     x.exit = env_rank_step("ZTRAIN_FAULT_EXIT");
     x.hang = env_rank_step("ZTRAIN_FAULT_HANG");
     x.pause_save = env_rank_step("ZTRAIN_TEST_PAUSE_SAVE");
+    if (const char* h = std::getenv("ZTRAIN_FAULT_HOLD_COMM_INIT"))
+      if (std::sscanf(h, "%d:%d", &x.hold_comm_init_rank, &x.hold_comm_init_s) != 2) x.hold_comm_init_rank = -1;
     return x;
   }();
   return f;

@@ -24,6 +24,9 @@ struct Faults {
   RankStep exit;              // ZTRAIN_FAULT_EXIT: that rank exits abruptly in the middle of that step
   RankStep hang;              // ZTRAIN_FAULT_HANG: that rank stops responding in that step
   RankStep pause_save;        // ZTRAIN_TEST_PAUSE_SAVE: that rank stops half-way through saving that step
+  // ZTRAIN_FAULT_HOLD_COMM_INIT="RANK:SECONDS": that rank waits before each device communicator's
+  // init (a hung driver call, a slow node): the others must not wait forever
+  int hold_comm_init_rank = -1, hold_comm_init_s = 0;
 };
 
 // The hooks set in this process's environment (all off in a normal run).

@@ -9,11 +9,16 @@ between the ranks' partial sums).
 
 Layouts: T2 D1; T1 D2 at ZeRO-1 and ZeRO-3; T2 D2 ZeRO-3 on 4 ranks.
 
+A rank held before its communicator init (the test hook ZTRAIN_FAULT_HOLD_COMM_INIT) ends the
+whole job within [comm] timeout_s, with a message naming the init: NCCL's non-blocking init under
+the job's timeout, then ncclCommAbort (a blocking init waits for the held rank).
+
 usage: multi_gpu.py --ztrain ZTRAIN --tokenize TOKENIZE --plugin LIBZTRAIN_CUDA_EMU --nccl LIBZTRAIN_NCCL_EMU
 """
 import os
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import testlib  # noqa: E402
@@ -78,6 +83,21 @@ def main():
             expect(loss <= LOSS_TOL and steps <= LOSS_TOL, f"{name}: losses differ ({loss:.2e}, {steps:.2e})")
             expect(grads[worst_g] <= GRAD_TOL, f"{name}: gradient {worst_g} differs by {grads[worst_g]:.2e}")
             expect(finals[worst_p] <= PARAM_TOL, f"{name}: parameter {worst_p} differs by {finals[worst_p]:.2e}")
+        # a rank held before its communicator init: the job ends within the timeout, naming the init
+        timeout_s, held_s = 5, 120
+        out = os.path.join(work, "held")
+        spec = testlib.tiny_spec(out + ".toml", out, data, GPT2, {"micro_batch": 2, "global_batch": 4, "max_steps": 2},
+                                 device="cuda", precision__compute="fp32", comm__backend="nccl",
+                                 comm__timeout_s=timeout_s)
+        t0 = time.time()
+        p = testlib.run(testlib.mpirun(2) + [args.ztrain, "train", spec], check=False, timeout=held_s + 60,
+                        env=dict(env, ZTRAIN_FAULT_HOLD_COMM_INIT=f"1:{held_s}"))
+        took = time.time() - t0
+        named = "NCCL communicator init on group" in p.stderr and "[comm] timeout_s" in p.stderr
+        print(f"rank 1 held {held_s} s before its communicator init: exit {p.returncode} after {took:.1f} s "
+              f"(timeout_s {timeout_s}), init named: {named}", flush=True)
+        expect(p.returncode != 0 and named and took < timeout_s + 40,
+               f"held init: exit {p.returncode} after {took:.1f} s: {p.stderr[-800:]}")
     return testlib.report(failures, "multi-GPU layouts on the emulated device over the emulated NCCL equal the "
                                     "single-process CPU run")
 
