@@ -17,6 +17,8 @@ the job's timeout, then ncclCommAbort (a blocking init waits for the held rank).
 usage: multi_gpu.py --ztrain ZTRAIN --tokenize TOKENIZE --plugin LIBZTRAIN_CUDA_EMU --nccl LIBZTRAIN_NCCL_EMU
 """
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +46,21 @@ LAYOUTS = [
 def rel(a, b):
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
+
+
+def children(pid):
+    """The pids of the processes whose parent is pid (mpirun's ranks)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid:
+                    out.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return sorted(out)
 
 
 def main():
@@ -120,6 +137,42 @@ def main():
               f"(timeout_s {timeout_s}), init named: {named}", flush=True)
         expect(p.returncode != 0 and named and took < timeout_s + 40,
                f"held init: exit {p.returncode} after {took:.1f} s: {p.stderr[-800:]}")
+        # SIGKILL and SIGSTOP of one rank in the middle of training: the whole job ends within the
+        # timeout (a stopped rank: the other's collective times out, naming it, and aborts the job)
+        for sig in (signal.SIGKILL, signal.SIGSTOP):
+            out = os.path.join(work, f"sig{int(sig)}")
+            spec = testlib.tiny_spec(out + ".toml", out, data, GPT2,
+                                     {"micro_batch": 2, "global_batch": 4, "max_steps": 500, "log_every": 1},
+                                     device="cuda", precision__compute="fp32", comm__backend="nccl",
+                                     comm__timeout_s=timeout_s)
+            job = subprocess.Popen(testlib.mpirun(2) + [args.ztrain, "train", spec], env=env, text=True,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            deadline = time.time() + 300
+            while time.time() < deadline and len(testlib.metrics(out, must_exist=False)) < 2 and job.poll() is None:
+                time.sleep(0.5)
+            ranks = children(job.pid)
+            if len(ranks) != 2 or job.poll() is not None:
+                expect(False, f"{sig.name}: no two ranks training (children {ranks}, exit {job.poll()})")
+                job.kill()
+                job.communicate()
+                continue
+            os.kill(ranks[-1], sig)
+            t0 = time.time()
+            try:
+                _, err = job.communicate(timeout=timeout_s + 60)
+            except subprocess.TimeoutExpired:
+                for r in ranks:
+                    os.kill(r, signal.SIGKILL)
+                job.kill()
+                _, err = job.communicate()
+                err = "(hung: killed by the test) " + err
+            took = time.time() - t0
+            named = sig != signal.SIGSTOP or "did not complete within" in err
+            print(f"{sig.name} of one rank during training: the job exited {job.returncode} after {took:.1f} s "
+                  f"(timeout_s {timeout_s}){', naming the collective' if sig == signal.SIGSTOP and named else ''}",
+                  flush=True)
+            expect(job.returncode != 0 and named and took < timeout_s + 40,
+                   f"{sig.name}: exit {job.returncode} after {took:.1f} s: {err[-800:]}")
     return testlib.report(failures, "multi-GPU layouts on the emulated device over the emulated NCCL equal one "
                                     "process; deterministic reruns identical; a held init ends the job in time")
 
