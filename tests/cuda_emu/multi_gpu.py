@@ -10,6 +10,11 @@ between the ranks' partial sums).
 Layouts: T2 D1; T1 D2 at ZeRO-1 and ZeRO-3; T2 D2 ZeRO-3 on 4 ranks; optimizer and parameter
 offload at ZeRO-3 on 2 ranks; bf16 T2 D2 ZeRO-3, against one emulated GPU in bf16 within 2e-2. With [run] deterministic two runs of T1 D2 ZeRO-3 are bit-identical.
 
+A checkpoint written by 2 emulated GPUs resumes on 4 CPU ranks, and one of 4 CPU ranks on 2
+emulated GPUs: 2 + 2 steps equal the saving layout's 4 steps within 1e-4. SIGKILL and SIGSTOP of one
+rank mid-training end the whole job within [comm] timeout_s (the stopped one: the other rank's
+collective times out, naming it).
+
 A rank held before its communicator init (the test hook ZTRAIN_FAULT_HOLD_COMM_INIT) ends the
 whole job within [comm] timeout_s, with a message naming the init: NCCL's non-blocking init under
 the job's timeout, then ncclCommAbort (a blocking init waits for the held rank).
@@ -122,6 +127,30 @@ def main():
             print(f"deterministic T1 D2 ZeRO-3, two runs: {len(differ)} tensors differ, losses identical: {same_loss}",
                   flush=True)
             expect(not differ and same_loss, f"deterministic reruns differ: {differ[:5]}")
+        # a checkpoint written by 2 emulated GPUs resumes on 4 CPU ranks, and one written by 4 CPU
+        # ranks on 2 emulated GPUs: 2 + 2 steps equal 4 steps of the saving layout's run
+        def train(name, device, ranks, sets=(), resume=None, ckpt=None):
+            out = os.path.join(work, name)
+            spec = testlib.tiny_spec(out + ".toml", out, data, GPT2,
+                                     {"micro_batch": 1, "global_batch": 4, "max_steps": 4, "log_every": 1},
+                                     optim={"lr": 3e-3, "warmup_steps": 1}, seed=3, device=device,
+                                     precision__compute="fp32", checkpoint__dir=ckpt or os.path.join(work, "ck_" + name),
+                                     comm__backend="nccl" if device == "cuda" else "auto")
+            p = testlib.run(testlib.train_cmd(args.ztrain, spec, sets, ranks, resume), check=False, env=env, timeout=900)
+            expect(p.returncode == 0, f"{name} ({ranks} x {device}): exit {p.returncode}: {p.stderr[-1000:]}")
+            return [r["loss"] for r in testlib.metrics(out, must_exist=False)], p
+
+        for (saver, s_ranks), (resumer, r_ranks) in ((("cuda", 2), ("cpu", 4)), (("cpu", 4), ("cuda", 2))):
+            full, _ = train(f"{saver}_full", saver, s_ranks)
+            ck = os.path.join(work, f"ck_{saver}_part")
+            part, _ = train(f"{saver}_part", saver, s_ranks, ["checkpoint.exit_after=2"], ckpt=ck)
+            rest, p = train(f"{resumer}_rest_of_{saver}", resumer, r_ranks, resume="auto", ckpt=ck)
+            resumed = "resumed from" in p.stderr
+            d = rel(part[:2] + rest[-2:], full) if len(full) == 4 and len(part) >= 2 and len(rest) >= 2 else float("inf")
+            print(f"checkpoint of {s_ranks} x {saver} at step 2 resumed on {r_ranks} x {resumer}: 4 losses rel {d:.1e} "
+                  f"to the uninterrupted run (resumed: {resumed})", flush=True)
+            expect(resumed and d <= LOSS_TOL, f"{saver} -> {resumer}: {full} vs {part} + {rest}")
+
         # a rank held before its communicator init: the job ends within the timeout, naming the init
         timeout_s, held_s = 5, 120
         out = os.path.join(work, "held")
