@@ -1,6 +1,8 @@
 // ztrain-bench-comm: collective bandwidth in the manner of nccl-tests, over ztrain's Comm
 // interface. Run under mpirun: `mpirun -np N build/bin/ztrain-bench-comm [--backend mpi|nccl]
-// [--min 1K] [--max 64M]` (mpi: host memory; nccl: device memory, one GPU per local rank).
+// [--min 1K] [--max 64M]` (mpi: host memory; nccl: device memory, one GPU per local rank, from
+// the CUDA backend's plugin: the real one, or the emulated device's with its emulated NCCL, where
+// the #wrong column is the check and the bandwidth means nothing).
 // For each of all_reduce, reduce_scatter and all_gather and each size: warm-up, then timed
 // iterations; prints time, algorithm bandwidth (bytes / time), bus bandwidth (all-reduce:
 // x 2(n-1)/n; reduce-scatter, all-gather: x (n-1)/n) and a #wrong column from an exact check
@@ -17,9 +19,8 @@
 #include "engine/core/status.h"
 #include "engine/comm/comm.h"
 #include "engine/comm/topology.h"
+#include "engine/backend/backend.h"
 #ifdef ZTRAIN_HAVE_NCCL
-#include <cuda_runtime_api.h>
-
 #include "engine/comm/device_comms.h"
 #endif
 
@@ -59,17 +60,18 @@ int main(int argc, char** argv) {
     Topology topo = make_topology(1, 600);
     Comm* comm_ptr = topo.world.get();
     std::unique_ptr<Comm> nccl;
+    std::unique_ptr<Backend> gpu;  // the device memory of --backend nccl
     const bool device = backend == "nccl";
     if (device) {
 #ifdef ZTRAIN_HAVE_NCCL
-      int gpus = 0;
-      if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus == 0) {
-        if (topo.is_root()) std::puts("# SKIP: --backend nccl needs a visible CUDA device");
+      try {
+        gpu = make_backend("cuda", 1, topo.local_rank);
+      } catch (const std::exception& e) {
+        if (topo.is_root()) std::printf("# SKIP: --backend nccl needs a CUDA device: %s\n", e.what());
         dist_finalize();
         return 0;
       }
-      cudaSetDevice(topo.local_rank % gpus);
-      nccl = make_nccl_comm(MPI_COMM_WORLD, "world", 600, nullptr);
+      nccl = make_nccl_comm(MPI_COMM_WORLD, "world", 600, gpu->native_stream());
       comm_ptr = nccl.get();
 #else
       user_error("--backend nccl: this build has no NCCL (configure with the CUDA toolkit)");
@@ -91,25 +93,18 @@ int main(int argc, char** argv) {
         std::vector<float> send(count), recv(count);
         float* sp = send.data();  // the buffers the collectives see: host, or device for nccl
         float* rp = recv.data();
-#ifdef ZTRAIN_HAVE_NCCL
-        if (device) {
-          cudaMalloc(reinterpret_cast<void**>(&sp), count * sizeof(float));
-          cudaMalloc(reinterpret_cast<void**>(&rp), count * sizeof(float));
+        if (gpu) {
+          sp = static_cast<float*>(gpu->alloc(count * sizeof(float), MemTag::CommBuffers));
+          rp = static_cast<float*>(gpu->alloc(count * sizeof(float), MemTag::CommBuffers));
         }
-#endif
         auto fill = [&] {
           for (size_t i = 0; i < count; ++i) send[i] = float((i + size_t(r) * 7) % 13);
-#ifdef ZTRAIN_HAVE_NCCL
-          if (device) cudaMemcpy(sp, send.data(), count * sizeof(float), cudaMemcpyHostToDevice);
-#endif
+          if (gpu) gpu->copy_to_device(sp, send.data(), count * sizeof(float));
         };
         auto fetch = [&] {
-#ifdef ZTRAIN_HAVE_NCCL
-          if (device) {
-            cudaMemcpy(send.data(), sp, count * sizeof(float), cudaMemcpyDeviceToHost);
-            cudaMemcpy(recv.data(), rp, count * sizeof(float), cudaMemcpyDeviceToHost);
-          }
-#endif
+          if (!gpu) return;
+          gpu->copy_to_host(send.data(), sp, count * sizeof(float));
+          gpu->copy_to_host(recv.data(), rp, count * sizeof(float));
         };
         auto run_once = [&] {
           if (std::string(op) == "all_reduce") comm.wait(comm.all_reduce(sp, count, ReduceOp::Sum));
@@ -133,12 +128,10 @@ int main(int argc, char** argv) {
         t /= n;  // mean over ranks
         // check the last iteration's result exactly
         fetch();
-#ifdef ZTRAIN_HAVE_NCCL
-        if (device) {
-          cudaFree(sp);
-          cudaFree(rp);
+        if (gpu) {
+          gpu->free(sp);
+          gpu->free(rp);
         }
-#endif
         double wrong = 0;
         for (size_t i = 0; i < (std::string(op) == "all_reduce" ? count : per); ++i) {
           if (std::string(op) == "all_reduce") {

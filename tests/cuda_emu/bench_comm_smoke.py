@@ -1,0 +1,41 @@
+#!/usr/bin/python3
+"""ztrain-bench-comm on the emulated NCCL, as a smoke test: 3 ranks (an odd size), every op and
+size from 1 KiB to 256 KiB, every result exact (#wrong = 0), over the NCCL communicator (not MPI's).
+Bandwidth figures from the emulated device mean nothing; only real hardware measures them.
+
+usage: bench_comm_smoke.py --bench ZTRAIN_BENCH_COMM --plugin LIBZTRAIN_CUDA_EMU --nccl LIBZTRAIN_NCCL_EMU
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import testlib  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--plugin", required=True)
+    ap.add_argument("--nccl", required=True)
+    args = ap.parse_args()
+    failures, expect = testlib.checks()
+    if testlib.mpirun_missing():
+        return 77
+    env = testlib.mpi_env(ZTRAIN_CUDA_PLUGIN=args.plugin, ZTRAIN_NCCL_PLUGIN=args.nccl)
+    p = testlib.run(testlib.mpirun(3) + [args.bench, "--backend", "nccl", "--min", "1K", "--max", "256K",
+                                         "--iters", "3"], check=False, env=env, timeout=600)
+    names = ("all_reduce", "reduce_scatter", "all_gather")
+    rows = [line.split() for line in p.stdout.splitlines() if line.split()[:1] and line.split()[0] in names]
+    ops = {r[0] for r in rows}
+    wrong = [r for r in rows if len(r) < 7 or r[6] != "0"]
+    print(next((line for line in p.stdout.splitlines() if line.startswith("# ztrain-bench-comm")), "(no header)"))
+    print(f"{len(rows)} rows over {sorted(ops)}, {len(wrong)} with #wrong != 0")
+    expect(p.returncode == 0 and "(nccl)" in p.stdout, f"exit {p.returncode}: {p.stdout[-500:]} {p.stderr[-800:]}")
+    expect(ops == set(names) and len(rows) == 15 and not wrong,
+           f"rows {rows}")
+    return testlib.report(failures, "ztrain-bench-comm over the emulated NCCL: every result exact")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
