@@ -34,6 +34,11 @@ class Comm {
   // buf (n) <- buf of `root`.
   virtual Handle broadcast(float* buf, size_t n, int root) = 0;
   virtual void wait(Handle h) = 0;
+  // The collectives issued between group_begin() and group_end() may start as one launch (NCCL's
+  // ncclGroupStart/End: one kernel for a bucket of several units instead of one each); none of
+  // them may be waited for inside the group. Other communicators issue them one by one.
+  virtual void group_begin() {}
+  virtual void group_end() {}
 
   // Blocking sum of doubles (loss sums, squared norms): small and exact enough in double.
   virtual void all_reduce_doubles(double* buf, size_t n) = 0;

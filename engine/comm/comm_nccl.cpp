@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "engine/core/faults.h"
 #include "engine/core/status.h"
@@ -60,7 +61,8 @@ class NcclComm final : public Comm {
     cuda_check(cudaMalloc(&scratch_, 64 * sizeof(double)), "malloc");
   }
   ~NcclComm() override {
-    for (auto& [h, ev] : pending_) cudaEventDestroy(ev.event);
+    for (auto& [h, ev] : pending_)
+      if (ev.event) cudaEventDestroy(ev.event);
     cudaFree(scratch_);
     cudaStreamDestroy(stream_);
     if (comm_) ncclCommDestroy(comm_);
@@ -69,6 +71,19 @@ class NcclComm final : public Comm {
   int rank() const override { return rank_; }
   std::string name() const override { return name_ + "(nccl)"; }
 
+  void group_begin() override {
+    if (group_depth_ == 0) after_producer();  // once for the group's collectives
+    ++group_depth_;
+    nccl_check(ncclGroupStart(), "group start");
+  }
+  void group_end() override {
+    nccl_check(ncclGroupEnd(), "group end");  // the group's collectives are launched here
+    if (--group_depth_ > 0) return;
+    // their completion events, recorded after the launch (one recorded inside the group would
+    // complete before the collectives run)
+    for (Handle h : grouped_) pending_[h].event = record();
+    grouped_.clear();
+  }
   Handle all_reduce(float* buf, size_t n, ReduceOp op) override {
     after_producer();
     nccl_check(ncclAllReduce(buf, buf, n, ncclFloat, op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_),
@@ -93,6 +108,7 @@ class NcclComm final : public Comm {
   void wait(Handle h) override {
     auto it = pending_.find(h);
     ZT_CHECK(it != pending_.end(), "wait on unknown handle {}", h);
+    ZT_CHECK(it->second.event, "wait on {} inside its group (before group_end)", it->second.what);
     const Pending p = it->second;
     pending_.erase(it);
     poll(p.event, p.what, p.n);
@@ -131,18 +147,23 @@ class NcclComm final : public Comm {
   }
   // The collective must see the producer stream's writes: the comm stream waits on an event.
   void after_producer() {
+    if (group_depth_ > 0) return;  // group_begin waited already
     cudaEvent_t ev;
     cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event");
     cuda_check(cudaEventRecord(ev, producer_), "event record");
     cuda_check(cudaStreamWaitEvent(stream_, ev, 0), "stream wait");
     cudaEventDestroy(ev);
   }
-  Handle track(const char* what, size_t n) {
+  cudaEvent_t record() {
     cudaEvent_t ev;
     cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event");
     cuda_check(cudaEventRecord(ev, stream_), "event record");
+    return ev;
+  }
+  Handle track(const char* what, size_t n) {
     const Handle h = next_++;
-    pending_[h] = {ev, what, n};
+    pending_[h] = {group_depth_ > 0 ? nullptr : record(), what, n};
+    if (group_depth_ > 0) grouped_.push_back(h);
     return h;
   }
   void poll(cudaEvent_t ev, const char* what, size_t n) {
@@ -177,6 +198,8 @@ class NcclComm final : public Comm {
   int size_ = 1, rank_ = 0, world_rank_ = 0;
   Handle next_ = 1;
   std::unordered_map<Handle, Pending> pending_;
+  int group_depth_ = 0;
+  std::vector<Handle> grouped_;  // issued in the open group: their events come at group_end
 };
 
 }  // namespace

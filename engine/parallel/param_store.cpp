@@ -151,7 +151,9 @@ Comm::Handle ParamStore::all_gather_compute(const void* send, void* recv, size_t
 void ParamStore::gather_compute_copy() {
   // Each rank's part of the compute copy was written by its AdamW.
   std::vector<Comm::Handle> hs;
+  dp_.group_begin();
   for (const Unit& u : units_) hs.push_back(all_gather_compute(compute_copy(u), cbyte(full_compute_, u.full_off), u.shard));
+  dp_.group_end();
   for (auto h : hs) dp_.wait(h);
 }
 
@@ -243,6 +245,7 @@ void ParamStore::gather_group(int g) {
     }
   }
   size_t off = 0;
+  dp_.group_begin();  // the group's units: one launch
   for (int ui : us) {
     const Unit& u = units_[ui];
     const void* src = offload_params_ ? cbyte(gb.staging, off)
@@ -251,6 +254,7 @@ void ParamStore::gather_group(int g) {
     gb.handles.push_back(all_gather_compute(src, cbyte(gb.buf, u.full_off - layout_.group_full_off(g)), u.shard));
     off += u.shard;
   }
+  dp_.group_end();
 }
 
 void* ParamStore::params(int g) {
@@ -305,6 +309,12 @@ void ParamStore::grads_done(int g) {
   Pending p;
   p.group = g;
   p.last = last_micro_;
+  if (stage_ >= 2) {
+    size_t shards = 0;
+    for (int ui : layout_.group_units(g)) shards += units_[ui].shard;
+    p.recv = static_cast<float*>(be_.alloc(shards * sizeof(float), MemTag::CommBuffers));
+  }
+  dp_.group_begin();  // the group's units (one bucket each): one launch
   if (stage_ == 0) {
     for (int ui : layout_.group_units(g))
       p.handles.push_back(dp_.all_reduce(full_grads_ + units_[ui].full_off, units_[ui].padded, ReduceOp::Sum));
@@ -315,9 +325,6 @@ void ParamStore::grads_done(int g) {
     }
   } else {
     float* tmp = grad_tmp_.at(g);
-    size_t shards = 0;
-    for (int ui : layout_.group_units(g)) shards += units_[ui].shard;
-    p.recv = static_cast<float*>(be_.alloc(shards * sizeof(float), MemTag::CommBuffers));
     size_t off = 0;
     for (int ui : layout_.group_units(g)) {
       const Unit& u = units_[ui];
@@ -325,6 +332,7 @@ void ParamStore::grads_done(int g) {
       off += u.shard;
     }
   }
+  dp_.group_end();
   pending_.push_back(std::move(p));
 }
 
@@ -434,8 +442,10 @@ void ParamStore::publish_params() {
     return;
   }
   std::vector<Comm::Handle> hs;
+  dp_.group_begin();
   for (const Unit& u : units_)
     hs.push_back(dp_.all_gather(full_params_ + u.full_off + my_begin(u), full_params_ + u.full_off, u.shard));
+  dp_.group_end();
   for (auto h : hs) dp_.wait(h);
 }
 

@@ -10,6 +10,7 @@ between the ranks' partial sums).
 Layouts: T2 D1; T1 D2 at ZeRO-1 and ZeRO-3; T2 D2 ZeRO-3 on 4 ranks; optimizer and parameter
 offload at ZeRO-3 on 2 ranks; bf16 T2 D2 ZeRO-3, against one emulated GPU in bf16 within 2e-2. With [run] deterministic two runs of T1 D2 ZeRO-3 are bit-identical.
 
+A bucket of several units goes as one NCCL group (the emulated NCCL counts groups of several ops).
 A checkpoint written by 2 emulated GPUs resumes on 4 CPU ranks, and one of 4 CPU ranks on 2
 emulated GPUs: 2 + 2 steps equal the saving layout's 4 steps within 1e-4. SIGKILL and SIGSTOP of one
 rank mid-training end the whole job within [comm] timeout_s (the stopped one: the other rank's
@@ -117,6 +118,20 @@ def main():
             expect(loss <= tol[0] and steps <= tol[0], f"{name}: losses differ ({loss:.2e}, {steps:.2e})")
             expect(grads[worst_g] <= tol[1], f"{name}: gradient {worst_g} differs by {grads[worst_g]:.2e}")
             expect(finals[worst_p] <= tol[2], f"{name}: parameter {worst_p} differs by {finals[worst_p]:.2e}")
+
+        # a bucket of several units goes as one NCCL group (ncclGroupStart/End): the emulated NCCL
+        # counts the groups (ZTRAIN_EMU_NCCL_STATS); small buckets give every group several units
+        out = os.path.join(work, "grouped")
+        spec = testlib.tiny_spec(out + ".toml", out, data, GPT2, {"micro_batch": 2, "global_batch": 4, "max_steps": 1},
+                                 device="cuda", precision__compute="fp32", comm__backend="nccl",
+                                 parallel__zero_stage=3, parallel__bucket_mb=0.004)
+        p = testlib.run(testlib.mpirun(2) + [args.ztrain, "train", spec], check=False, timeout=600,
+                        env=dict(env, ZTRAIN_EMU_NCCL_STATS="1"))
+        stats = [line for line in p.stderr.splitlines() if line.startswith("ztrain emulated NCCL:")]
+        groups = [int(line.split()[5]) for line in stats]
+        print(f"ZeRO-3 with 4 KB buckets: {stats[:1]}", flush=True)
+        expect(p.returncode == 0 and len(groups) == 2 and min(groups) > 0,
+               f"grouped collectives: exit {p.returncode}, {stats}: {p.stderr[-600:]}")
 
         # [run] deterministic: two runs of one layout hold the same bits
         runs = [dump(f"deterministic{k}", 2, ["parallel.zero_stage=3", "run.deterministic=true"], "cuda") for k in (0, 1)]

@@ -25,6 +25,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -69,6 +71,18 @@ std::atomic<int> g_serial{0};
 thread_local int tl_group_depth = 0;
 thread_local std::vector<std::function<void()>> tl_group;  // collectives held until ncclGroupEnd
 std::string g_last_error;
+
+// ZTRAIN_EMU_NCCL_STATS=1: at exit, each process prints how many collectives it issued and how
+// many went in groups of more than one (the tests check that a bucket's units are grouped).
+struct Stats {
+  std::atomic<long> collectives{0}, groups{0}, largest{0};
+  ~Stats() {
+    const char* on = std::getenv("ZTRAIN_EMU_NCCL_STATS");
+    if (!on || std::strcmp(on, "1") != 0) return;
+    std::fprintf(stderr, "ztrain emulated NCCL: %ld collectives, %ld groups of several, the largest %ld\n",
+                 collectives.load(), groups.load(), largest.load());
+  }
+} g_stats;
 
 int world_rank() {
   int r = 0;
@@ -180,6 +194,7 @@ ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, const char* what, std::f
       if (code != MPI_SUCCESS) c->fail(ncclSystemError, std::string(what) + ": MPI: " + mpi_error(code));
     });
   };
+  ++g_stats.collectives;
   if (tl_group_depth > 0) tl_group.push_back(std::move(launch));
   else launch();
   return ncclSuccess;
@@ -356,6 +371,10 @@ ncclResult_t ncclGroupEnd() {
   if (--tl_group_depth > 0) return ncclSuccess;
   std::vector<std::function<void()>> held;
   held.swap(tl_group);
+  if (held.size() > 1) {
+    ++g_stats.groups;
+    if (long(held.size()) > g_stats.largest) g_stats.largest = long(held.size());
+  }
   for (auto& launch : held) launch();  // in issue order, each on its own stream
   return ncclSuccess;
 }
