@@ -171,6 +171,31 @@ def metrics(out_dir, kind="train", must_exist=True):
         return [r for r in map(json.loads, f) if kind is None or r.get("kind") == kind]
 
 
+def rel(a, b):
+    """|a - b| / |b| (2-norms, in float64): how far a result is from its reference."""
+    import numpy as np
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
+
+
+def dump_state(ztrain, spec, h5, steps, sets=(), np_=1, env=None, timeout=900):
+    """`ztrain debug dump-state SPEC --out H5 --steps N --set S...`, under mpirun for np_ > 1; the
+    CompletedProcess (not checked)."""
+    return run([*mpirun(np_), ztrain, "debug", "dump-state", spec, "--out", h5, "--steps", str(steps),
+                *[a for s in sets for a in ("--set", s)]], check=False, env=env, timeout=timeout)
+
+
+def dump_differences(got, ref):
+    """Two `ztrain debug dump-state` files (h5py.File) compared: the first batch's loss, the step
+    losses, and each gradient and final parameter, as rel(got, ref); returns (loss, steps, grads,
+    finals) with grads and finals dicts by tensor name."""
+    loss = rel(got["out"]["loss"][()], ref["out"]["loss"][()])
+    steps = rel(got["train"]["loss"][()], ref["train"]["loss"][()])
+    grads = {n: rel(got["grads"][n][()], ref["grads"][n][()]) for n in ref["grads"]}
+    finals = {n: rel(got["final"][n][()], ref["final"][n][()]) for n in ref["final"]}
+    return loss, steps, grads, finals
+
+
 # ---- runs under mpirun
 def mpirun_missing():
     """True, after printing the SKIP line, where mpirun is not installed."""
@@ -178,6 +203,20 @@ def mpirun_missing():
         return False
     print("SKIP: mpirun not found (Debian: openmpi-bin)")
     return True
+
+
+def children(pid):
+    """The pids of the processes whose parent is pid (mpirun's ranks), sorted."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return sorted(out)
 
 
 def mpirun(np_):

@@ -189,7 +189,7 @@ def main():
         for line in proc.stdout:
             out_lines.append(line)
             if line.startswith("step 20/"):
-                ranks = children(proc.pid)
+                ranks = testlib.children(proc.pid)
                 if ranks:
                     t_sig = time.time()
                     os.kill(ranks[-1], signal.SIGTERM)
@@ -269,20 +269,6 @@ def main():
         ls = testlib.run([args.ztrain, "ckpt", "ls", os.path.join(work, "full_fp32_T2_D2_Z3", "ckpt")], check=False)
         expect(re.search(r"^8\s+complete, latest\s+4 ranks, T=2 D=2 ZeRO-3", ls.stdout, re.M), f"ckpt ls: {ls.stdout}")
     return testlib.report(failures, "checkpoints resume exactly and across layouts, survive kill -9, corruption and SIGTERM")
-
-
-def children(pid):
-    """Process ids whose parent is `pid` (mpirun's ranks)."""
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.append(int(d))
-            except OSError:
-                pass
-    return sorted(out)
 
 
 if __name__ == "__main__":

@@ -49,24 +49,7 @@ LAYOUTS = [
 ]
 
 
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
-
-
-def children(pid):
-    """The pids of the processes whose parent is pid (mpirun's ranks)."""
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                if int(fields[1]) == pid:
-                    out.append(int(d))
-            except (OSError, IndexError, ValueError):
-                pass
-    return sorted(out)
+rel = testlib.rel
 
 
 def main():
@@ -86,11 +69,7 @@ def main():
                                      {"micro_batch": 2, "global_batch": 4, "max_steps": 4, "log_every": 1},
                                      optim={"lr": 3e-3, "warmup_steps": 1}, seed=3, threads=1, device=device,
                                      precision__compute="fp32", comm__backend="nccl" if device == "cuda" else "auto")
-            argv = testlib.mpirun(ranks) + [args.ztrain, "debug", "dump-state", spec, "--out", out + ".h5",
-                                            "--steps", "3"]
-            for s in sets:
-                argv += ["--set", s]
-            p = testlib.run(argv, check=False, env=env, timeout=900)
+            p = testlib.dump_state(args.ztrain, spec, out + ".h5", 3, sets, ranks, env)
             if p.returncode != 0:
                 expect(False, f"{name} on {device}: dump-state exit {p.returncode}: {p.stderr[-1500:]}")
                 return None
@@ -102,10 +81,7 @@ def main():
             if ref is None or g is None:
                 continue
             tol = (LOSS_TOL, GRAD_TOL, PARAM_TOL) if kind == "fp32" else (BF16_TOL,) * 3
-            loss = rel(g["out"]["loss"][()], ref["out"]["loss"][()])
-            steps = rel(g["train"]["loss"][()], ref["train"]["loss"][()])
-            grads = {n: rel(g["grads"][n][()], ref["grads"][n][()]) for n in ref["grads"]}
-            finals = {n: rel(g["final"][n][()], ref["final"][n][()]) for n in ref["final"]}
+            loss, steps, grads, finals = testlib.dump_differences(g, ref)
             if kind == "bf16":  # zero-initialized biases with bf16-rounded gradients near zero: Adam moves
                 # each element a whole step either way, so the parameters are compared as one vector
                 names = sorted(ref["final"])
@@ -194,7 +170,7 @@ def main():
             deadline = time.time() + 300
             while time.time() < deadline and len(testlib.metrics(out, must_exist=False)) < 2 and job.poll() is None:
                 time.sleep(0.5)
-            ranks = children(job.pid)
+            ranks = testlib.children(job.pid)
             if len(ranks) != 2 or job.poll() is not None:
                 expect(False, f"{sig.name}: no two ranks training (children {ranks}, exit {job.poll()})")
                 job.kill()

@@ -41,9 +41,7 @@ CASES = [  # name, model, --set overrides
 ]
 
 
-def rel(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
+rel = testlib.rel
 
 
 def main():
@@ -63,10 +61,7 @@ def main():
 
         def dump(name, model, sets, device):
             h5 = os.path.join(work, f"{name}_{device}.h5")
-            argv = [args.ztrain, "debug", "dump-state", spec_for(name, model, device), "--out", h5, "--steps", "5"]
-            for s in sets:
-                argv += ["--set", s]
-            p = testlib.run(argv, check=False, env=emu_env, timeout=600)
+            p = testlib.dump_state(args.ztrain, spec_for(name, model, device), h5, 5, sets, env=emu_env, timeout=600)
             if p.returncode != 0:
                 expect(False, f"{name} on {device}: dump-state exit {p.returncode}: {p.stderr[-1200:]}")
                 return None
@@ -76,10 +71,7 @@ def main():
             c, g = dump(name, model, sets, "cpu"), dump(name, model, sets, "cuda")
             if c is None or g is None:
                 continue
-            loss = rel(g["out"]["loss"][()], c["out"]["loss"][()])
-            steps = rel(g["train"]["loss"][()], c["train"]["loss"][()])
-            grads = {n: rel(g["grads"][n][()], c["grads"][n][()]) for n in c["grads"]}
-            finals = {n: rel(g["final"][n][()], c["final"][n][()]) for n in c["final"]}
+            loss, steps, grads, finals = testlib.dump_differences(g, c)
             worst_g = max(grads, key=grads.get)
             worst_p = max(finals, key=finals.get)
             print(f"{name}: loss rel {loss:.1e}, step losses rel {steps:.1e}, worst gradient {grads[worst_g]:.1e} "
