@@ -11,10 +11,9 @@ StateTier::~StateTier() {
   for (void* p : {(void*)masters_, (void*)m_, (void*)v_, (void*)grad_, compute_}) device_.free(p);
 }
 
-Backend& StateTier::owner(const void* p, Backend& device) const {
+Backend& StateTier::owner(const void* p, Backend& device) {
   for (const auto& [base, bytes] : host_arrays_)
-    if (p && p >= base && static_cast<const char*>(p) < static_cast<const char*>(base) + bytes)
-      return const_cast<StateTier*>(this)->backend();
+    if (p && p >= base && static_cast<const char*>(p) < static_cast<const char*>(base) + bytes) return backend();
   return device;
 }
 

@@ -65,7 +65,7 @@ class StateTier {
   float* grad() const { return grad_; }        // the optimizer's gradient shard (offloaded)
   void* compute() const { return compute_; }   // the compute copy AdamW writes (offloaded, not on NVMe)
   // The backend whose memory holds `p`: this tier's for its host arrays, else `device`.
-  Backend& owner(const void* p, Backend& device) const;
+  Backend& owner(const void* p, Backend& device);
 
   // True when masters and moments are streamed (stream()), not in memory.
   virtual bool streams() const { return false; }

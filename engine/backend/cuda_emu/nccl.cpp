@@ -180,10 +180,9 @@ ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, const char* what, std::f
   if (const ncclResult_t r = check_comm(c); r != ncclSuccess) return r;
   auto launch = [c, stream, what, body = std::move(body)] {
     zt::emu::stream_enqueue(stream, what, [c, what, body] {
-      if (c->init.joinable() && c->state == ncclInProgress) {
-        // issued before the non-blocking init completed: the stream waits for it
-        while (c->state == ncclInProgress) std::this_thread::yield();
-      }
+      // issued before a non-blocking init completed: the stream waits for it (state is atomic;
+      // the init thread object itself belongs to the caller's thread)
+      while (c->state == ncclInProgress) std::this_thread::yield();
       if (c->state != ncclSuccess) return;
       int code = MPI_ERR_OTHER;
       try {
