@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 SKIP = 77  # ctest SKIP_RETURN_CODE
@@ -219,15 +220,40 @@ def children(pid):
     return sorted(out)
 
 
+class LineWatcher:
+    """Reads a process's text stream to its end on a thread (so the process never blocks on a full
+    pipe); wait_for(text, timeout) returns whether a line holding text arrived in time."""
+
+    def __init__(self, stream):
+        self.lines, self._seen = [], threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream):
+        for line in stream:
+            with self._seen:
+                self.lines.append(line)
+                self._seen.notify_all()
+
+    def wait_for(self, text, timeout):
+        with self._seen:
+            return self._seen.wait_for(lambda: any(text in ln for ln in self.lines), timeout)
+
+    def text(self):
+        self._thread.join(timeout=5)
+        return "".join(self.lines)
+
+
 def mpirun(np_):
     """The launcher for np_ ranks on this machine: nothing for 1, else mpirun --oversubscribe -np N."""
     return [] if np_ == 1 else ["mpirun", "--oversubscribe", "-np", str(np_)]
 
 
 def mpi_env(**extra):
-    """os.environ for an mpirun job (run as root allowed, more ranks than cores allowed), with extra."""
+    """os.environ for an mpirun job (run as root allowed, more ranks than cores allowed, the
+    collective order checked at each step's end: docs/parallelism.md), with extra."""
     return {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-            "OMPI_MCA_rmaps_base_oversubscribe": "1", **extra}
+            "OMPI_MCA_rmaps_base_oversubscribe": "1", "ZTRAIN_CHECK_COLLECTIVE_ORDER": "1", **extra}
 
 
 def train_cmd(ztrain, spec, sets=(), np_=1, resume=None):

@@ -1,13 +1,15 @@
 // Collective communication behind one interface. Implementations: SelfComm (a group of one: no
 // communication), MpiComm (host memory; the CPU backend, and a host-staged fallback for device
-// memory). Collectives are asynchronous: each returns a handle and the caller overlaps compute
-// until wait(). A collective that does not finish within the group's timeout ends the whole job
-// with a message naming the collective and the rank, never a hang.
+// memory), NcclComm (device memory, comm_nccl.h). Collectives are asynchronous: each returns a
+// handle and the caller overlaps compute until wait(). A collective that does not finish within
+// the group's timeout ends the whole job with a message naming the collective and the rank, never
+// a hang.
 #pragma once
 #include <chrono>
 #include <cstddef>
 #include <functional>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 
@@ -33,6 +35,9 @@ class Comm {
   virtual Handle all_gather(const float* send, float* recv, size_t n) = 0;
   // buf (n) <- buf of `root`.
   virtual Handle broadcast(float* buf, size_t n, int root) = 0;
+  // After wait(h), what the consumer does next sees the collective's result: host communicators
+  // block the host until it is done; device communicators make the backend's compute stream wait
+  // for it and return (the host reads the result through the backend, which follows that stream).
   virtual void wait(Handle h) = 0;
   // The collectives issued between group_begin() and group_end() may start as one launch (NCCL's
   // ncclGroupStart/End: one kernel for a bucket of several units instead of one each); none of
@@ -46,23 +51,34 @@ class Comm {
 
   void all_reduce_sync(float* buf, size_t n, ReduceOp op = ReduceOp::Sum) { wait(all_reduce(buf, n, op)); }
 
-  // Milliseconds this rank has been blocked in this group's waits so far: communication that no
-  // computation overlapped (the step breakdown's "exposed communication"). Wrappers report their
-  // inner communicator's.
-  virtual double waited_ms() const { return waited_ms_; }
-  // Called after each blocking wait with the collective's name, when the wait began and how long
-  // it blocked (the timeline trace). Wrappers pass it to their inner communicator.
+  // Exposed communication (the step breakdown's): a point after the waits issued so far, and the
+  // milliseconds the consumer stood still for the collectives of the waits between two points.
+  // Host communicators: the host's blocked time in wait(). NCCL: the compute stream's stall, from
+  // device events, so read it once the device has passed the second point (after a synchronize).
+  // Wrappers report their inner communicator's.
+  virtual int64_t wait_point() { return first_wait_ + int64_t(wait_ms_.size()); }
+  virtual double exposed_ms(int64_t from, int64_t to);
+  // Called for each wait, once its exposed time is known, with the collective's name, when the
+  // consumer began waiting and how long (the timeline trace). Wrappers pass it to their inner
+  // communicator.
   using WaitObserver = std::function<void(const char* what, std::chrono::steady_clock::time_point start, double ms)>;
   virtual void set_wait_observer(WaitObserver f) { observer_ = std::move(f); }
 
  protected:
+  // A host-blocking wait that began at `start` has ended.
   void waited(const char* what, std::chrono::steady_clock::time_point start) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    waited_ms_ += ms;
+    set_wait_ms(begin_wait(), ms);
     if (observer_) observer_(what, start, ms);
   }
-  double waited_ms_ = 0;
+  // A wait whose exposed time comes later (device events): its index, then its milliseconds.
+  int64_t begin_wait();
+  void set_wait_ms(int64_t index, double ms);
   WaitObserver observer_;
+
+ private:
+  std::deque<double> wait_ms_;  // each wait's exposed ms, from wait number first_wait_ on
+  int64_t first_wait_ = 0;
 };
 
 // The message every communicator prints when a collective times out (then it aborts the job).

@@ -4,9 +4,13 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -43,8 +47,12 @@ class NcclComm final : public Comm {
       if (std::chrono::steady_clock::now() > deadline) init_timed_out();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    if (faults().hold_comm_init_rank == world_rank_)
+    if (faults().hold_comm_init_rank == world_rank_) {
+      std::fprintf(stderr, "ztrain: test hook: rank %d waits %d s before its communicator init on group %s\n",
+                   world_rank_, faults().hold_comm_init_s, name_.c_str());
+      std::fflush(stderr);
       std::this_thread::sleep_for(std::chrono::seconds(faults().hold_comm_init_s));
+    }
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
@@ -59,10 +67,24 @@ class NcclComm final : public Comm {
     }
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
     cuda_check(cudaMalloc(&scratch_, 64 * sizeof(double)), "malloc");
+    // Device time to host time, for the trace: an event the stream has passed, and when.
+    cuda_check(cudaEventCreate(&anchor_), "event");
+    cuda_check(cudaEventRecord(anchor_, stream_), "event record");
+    cuda_check(cudaEventSynchronize(anchor_), "event sync");
+    anchor_host_ = std::chrono::steady_clock::now();
+    watchdog_ = std::thread([this] { watch(); });
   }
   ~NcclComm() override {
-    for (auto& [h, ev] : pending_)
-      if (ev.event) cudaEventDestroy(ev.event);
+    stop_ = true;
+    watchdog_.join();
+    cudaDeviceSynchronize();  // every stream: nothing in flight at the frees below
+    harvest();
+    for (auto& [h, p] : pending_) {
+      cudaEventDestroy(p.started);
+      if (p.event) cudaEventDestroy(p.event);
+    }
+    for (const Watched& w : watched_) cudaEventDestroy(w.started), cudaEventDestroy(w.done), cudaEventDestroy(w.reached);
+    cudaEventDestroy(anchor_);
     cudaFree(scratch_);
     cudaStreamDestroy(stream_);
     if (comm_) ncclCommDestroy(comm_);
@@ -72,7 +94,7 @@ class NcclComm final : public Comm {
   std::string name() const override { return name_ + "(nccl)"; }
 
   void group_begin() override {
-    if (group_depth_ == 0) after_producer();  // once for the group's collectives
+    if (group_depth_ == 0) after_producer();  // once for the group's collectives (each still records its start)
     ++group_depth_;
     nccl_check(ncclGroupStart(), "group start");
   }
@@ -85,47 +107,64 @@ class NcclComm final : public Comm {
     grouped_.clear();
   }
   Handle all_reduce(float* buf, size_t n, ReduceOp op) override {
-    after_producer();
+    begin();
     nccl_check(ncclAllReduce(buf, buf, n, ncclFloat, op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_),
                "all_reduce");
     return track("all_reduce", n);
   }
   Handle reduce_scatter(const float* send, float* recv, size_t n) override {
-    after_producer();
+    begin();
     nccl_check(ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, comm_, stream_), "reduce_scatter");
     return track("reduce_scatter", n);
   }
   Handle all_gather(const float* send, float* recv, size_t n) override {
-    after_producer();
+    begin();
     nccl_check(ncclAllGather(send, recv, n, ncclFloat, comm_, stream_), "all_gather");
     return track("all_gather", n);
   }
   Handle broadcast(float* buf, size_t n, int root) override {
-    after_producer();
+    begin();
     nccl_check(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "broadcast");
     return track("broadcast", n);
   }
+  // The consumer (the producer stream: everything after this call) waits for the collective on
+  // the device; the host goes on enqueueing. The watchdog thread enforces the timeout, and the
+  // stall's length comes from device events once the stream has passed it.
   void wait(Handle h) override {
-    auto it = pending_.find(h);
-    ZT_CHECK(it != pending_.end(), "wait on unknown handle {}", h);
-    ZT_CHECK(it->second.event, "wait on {} inside its group (before group_end)", it->second.what);
-    const Pending p = it->second;
-    pending_.erase(it);
-    poll(p.event, p.what, p.n);
-    cudaEventDestroy(p.event);
+    const Pending p = take(h);
+    cudaEvent_t reached = timing_event();
+    cuda_check(cudaEventRecord(reached, producer_), "event record");
+    if (!faults().skip_comm_stream_wait)
+      cuda_check(cudaStreamWaitEvent(producer_, p.event, 0), "stream wait");
+    const int64_t index = begin_wait();
+    {
+      std::lock_guard lock(mu_);
+      watched_.push_back({p.started, p.event, reached, p.what, p.n, index, {}});
+    }
+    harvest();
+  }
+  int64_t wait_point() override { return Comm::wait_point(); }
+  double exposed_ms(int64_t from, int64_t to) override {
+    harvest();
+    return Comm::exposed_ms(from, to);
   }
   void all_reduce_doubles(double* buf, size_t n) override {
     ZT_CHECK(n <= 64, "all_reduce_doubles of {} values", n);
+    begin(/*after_producer_work=*/false);
     cuda_check(cudaMemcpyAsync(scratch_, buf, n * sizeof(double), cudaMemcpyHostToDevice, stream_), "copy");
     nccl_check(ncclAllReduce(scratch_, scratch_, n, ncclDouble, ncclSum, comm_, stream_), "all_reduce(double)");
     cuda_check(cudaMemcpyAsync(buf, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, stream_), "copy");
-    wait(track("all_reduce(double)", n));
+    const Pending p = take(track("all_reduce(double)", n));  // the host reads the result: it blocks
+    host_wait(p);
+    cudaEventDestroy(p.started);
+    cudaEventDestroy(p.event);
   }
   void barrier() override { all_reduce_doubles(dummy_, 1); }
 
  private:
   struct Pending {
-    cudaEvent_t event;
+    cudaEvent_t started;  // the comm stream reached the collective (the timeout counts from there)
+    cudaEvent_t event;    // its end (null inside an open group: recorded at group_end)
     const char* what;
     size_t n;
   };
@@ -154,38 +193,122 @@ class NcclComm final : public Comm {
     cuda_check(cudaStreamWaitEvent(stream_, ev, 0), "stream wait");
     cudaEventDestroy(ev);
   }
-  cudaEvent_t record() {
+  cudaEvent_t timing_event() {
     cudaEvent_t ev;
-    cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "event");
+    cuda_check(cudaEventCreate(&ev), "event");  // with timing: the exposed time is measured with it
+    return ev;
+  }
+  cudaEvent_t record() {
+    cudaEvent_t ev = timing_event();
     cuda_check(cudaEventRecord(ev, stream_), "event record");
     return ev;
   }
+  Pending take(Handle h) {
+    auto it = pending_.find(h);
+    ZT_CHECK(it != pending_.end(), "wait on unknown handle {}", h);
+    ZT_CHECK(it->second.event, "wait on {} inside its group (before group_end)", it->second.what);
+    const Pending p = it->second;
+    pending_.erase(it);
+    return p;
+  }
+  // Before each collective: the comm stream waits for the producer's work, then marks its start.
+  void begin(bool after_producer_work = true) {
+    if (after_producer_work) after_producer();
+    started_ = timing_event();
+    cuda_check(cudaEventRecord(started_, stream_), "event record");
+  }
   Handle track(const char* what, size_t n) {
     const Handle h = next_++;
-    pending_[h] = {group_depth_ > 0 ? nullptr : record(), what, n};
+    pending_[h] = {started_, group_depth_ > 0 ? nullptr : record(), what, n};
+    started_ = nullptr;
     if (group_depth_ > 0) grouped_.push_back(h);
     return h;
   }
-  void poll(cudaEvent_t ev, const char* what, size_t n) {
+  [[noreturn]] void collective_timed_out(const char* what, size_t n) {
+    print_collective_timeout(world_rank_, what, n, name(), timeout_s_);
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort();  // MPI_Abort does not return
+  }
+  [[noreturn]] void async_failed(const char* what, ncclResult_t r) {
+    std::fprintf(stderr, "ztrain: failure: rank %d: NCCL %s on group %s failed: %s. Aborting the job.\n", world_rank_,
+                 what, name().c_str(), ncclGetErrorString(r));
+    std::fflush(stderr);
+    ncclCommAbort(comm_);
+    comm_ = nullptr;
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort();
+  }
+  // Whether a collective has run on this rank's comm stream for longer than the timeout. It is
+  // timed from when the stream reached it (first seen by the caller: `began`), not from its
+  // issue: the host may run far ahead of its own device.
+  bool expired(cudaEvent_t started, std::chrono::steady_clock::time_point& began) const {
+    const auto now = std::chrono::steady_clock::now();
+    if (began == std::chrono::steady_clock::time_point{}) {
+      if (cudaEventQuery(started) == cudaSuccess) began = now;
+      return false;
+    }
+    return std::chrono::duration<double>(now - began).count() > timeout_s_;
+  }
+  // The host waits for the collective (its result is read by the host): polled, with the timeout.
+  // Its exposed time is the collective's own time on the comm stream when the host got there first:
+  // the host's wait for its device's earlier work (it runs ahead) is not communication.
+  void host_wait(const Pending& p) {
     const auto start = std::chrono::steady_clock::now();
+    std::chrono::steady_clock::time_point began{};
     for (int spins = 0;; ++spins) {
-      const cudaError_t q = cudaEventQuery(ev);
+      const cudaError_t q = cudaEventQuery(p.event);
       if (q == cudaSuccess) {
-        waited(what, start);
+        const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        float device_ms = 0;
+        if (cudaEventElapsedTime(&device_ms, p.started, p.event) != cudaSuccess)
+          device_ms = float(host_ms);
+        const double ms = std::min(host_ms, double(device_ms));
+        set_wait_ms(begin_wait(), ms);
+        if (observer_) observer_(p.what, start, ms);
         return;
       }
-      if (q != cudaErrorNotReady) cuda_check(q, what);
+      if (q != cudaErrorNotReady) cuda_check(q, p.what);
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) nccl_check(async, what);
+      if (async != ncclSuccess && async != ncclInProgress) nccl_check(async, p.what);
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (waited > timeout_s_) {
-        print_collective_timeout(world_rank_, what, n, name(), timeout_s_);
-        ncclCommAbort(comm_);
-        comm_ = nullptr;
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
+      if (expired(p.started, began)) collective_timed_out(p.what, p.n);
+    }
+  }
+  // The watchdog: a collective the consumer has waited for longer than the timeout, or a failed
+  // communicator, ends the job (NCCL kernels of a dead peer never finish; the host is not blocked
+  // to notice). It only reads the watched waits; the host thread harvests them.
+  void watch() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      std::lock_guard lock(mu_);
+      if (async != ncclSuccess && async != ncclInProgress)
+        async_failed(watched_.empty() ? "collective" : watched_.front().what, async);
+      for (Watched& w : watched_)
+        if (cudaEventQuery(w.done) == cudaErrorNotReady && expired(w.started, w.began))
+          collective_timed_out(w.what, w.n);
+    }
+  }
+  // The waits the compute stream has passed: the stall is from reaching the wait to the
+  // collective's end (none when it ended before: fully overlapped).
+  void harvest() {
+    std::lock_guard lock(mu_);
+    while (!watched_.empty()) {
+      const Watched& w = watched_.front();
+      if (cudaEventQuery(w.done) != cudaSuccess || cudaEventQuery(w.reached) != cudaSuccess) break;
+      float ms = 0, at = 0;
+      cuda_check(cudaEventElapsedTime(&ms, w.reached, w.done), "event time");
+      set_wait_ms(w.index, std::max(0.0f, ms));
+      if (observer_ && cudaEventElapsedTime(&at, anchor_, w.reached) == cudaSuccess)
+        observer_(w.what, anchor_host_ + std::chrono::microseconds(int64_t(double(at) * 1e3)), std::max(0.0f, ms));
+      cudaEventDestroy(w.started);
+      cudaEventDestroy(w.done);
+      cudaEventDestroy(w.reached);
+      watched_.pop_front();
     }
   }
 
@@ -194,12 +317,26 @@ class NcclComm final : public Comm {
   cudaStream_t producer_ = nullptr, stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
   double* scratch_ = nullptr;
+  cudaEvent_t started_ = nullptr;  // begin()'s, for the next track()
   double dummy_[1] = {0};
   int size_ = 1, rank_ = 0, world_rank_ = 0;
   Handle next_ = 1;
   std::unordered_map<Handle, Pending> pending_;
   int group_depth_ = 0;
   std::vector<Handle> grouped_;  // issued in the open group: their events come at group_end
+  struct Watched {
+    cudaEvent_t started, done, reached;  // the collective's start and end; the consumer reaching its wait
+    const char* what;
+    size_t n;
+    int64_t index;                             // its wait's number (Comm::begin_wait)
+    std::chrono::steady_clock::time_point began;  // when the watchdog first saw it started
+  };
+  std::mutex mu_;
+  std::deque<Watched> watched_;  // waited, not yet harvested, in wait order
+  cudaEvent_t anchor_ = nullptr;
+  std::chrono::steady_clock::time_point anchor_host_;
+  std::atomic<bool> stop_{false};
+  std::thread watchdog_;
 };
 
 }  // namespace

@@ -1,8 +1,11 @@
 // NCCL implementation of Comm over device memory (CUDA builds only). The unique id is made by
-// rank 0 of the group and broadcast over the group's MPI communicator. Collectives run on the
-// communicator's own CUDA stream after the producer stream's work (so they overlap with later
-// compute); wait() polls the collective's completion event and, past the timeout, aborts the NCCL
-// communicator and the job with a message naming the collective and the rank.
+// rank 0 of the group and broadcast over the group's MPI communicator; the init is non-blocking,
+// under the job's timeout, and aborted past it. Collectives run on the communicator's own CUDA
+// stream after the producer stream's work (so they overlap with later compute); wait() makes the
+// producer stream wait for the collective's end on the device and returns at once, so the host
+// keeps enqueueing. A watchdog thread ends the job (naming the collective, the group and the
+// rank) when a collective runs longer than the timeout or the communicator fails; the exposed
+// time of each wait (the compute stream's stall) comes from device events.
 #pragma once
 #include <mpi.h>
 

@@ -1,6 +1,5 @@
 // SelfComm (the single-rank group: collectives reduce to copies, with the backend's copy when the
-// buffers are the backend's) and the shared timeout message.
-#include <cstdio>
+// buffers are the backend's).
 #include <cstring>
 
 #include "engine/backend/backend.h"
@@ -34,15 +33,6 @@ class SelfComm final : public Comm {
   Backend* be_;
 };
 }  // namespace
-
-void print_collective_timeout(int world_rank, const char* what, size_t n, const std::string& group,
-                              double timeout_s) {
-  std::fprintf(stderr,
-               "ztrain: failure: rank %d: collective %s of %zu elements on group %s did not complete "
-               "within %.0f s ([comm] timeout_s); another rank has probably failed. Aborting the job.\n",
-               world_rank, what, n, group.c_str(), timeout_s);
-  std::fflush(stderr);
-}
 
 std::unique_ptr<Comm> make_self_comm(const std::string& name) { return std::make_unique<SelfComm>(name, nullptr); }
 

@@ -11,7 +11,8 @@ class HostStagedComm final : public Comm {
  public:
   HostStagedComm(std::unique_ptr<Comm> inner, Backend& be) : inner_(std::move(inner)), be_(be) {}
   int size() const override { return inner_->size(); }
-  double waited_ms() const override { return inner_->waited_ms(); }
+  int64_t wait_point() override { return inner_->wait_point(); }
+  double exposed_ms(int64_t from, int64_t to) override { return inner_->exposed_ms(from, to); }
   void set_wait_observer(WaitObserver f) override { inner_->set_wait_observer(std::move(f)); }
   int rank() const override { return inner_->rank(); }
   std::string name() const override { return inner_->name() + "+host-staged"; }

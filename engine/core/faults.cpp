@@ -38,6 +38,13 @@ const Faults& faults() {
     x.pause_save = env_rank_step("ZTRAIN_TEST_PAUSE_SAVE");
     if (const char* h = std::getenv("ZTRAIN_FAULT_HOLD_COMM_INIT"))
       if (std::sscanf(h, "%d:%d", &x.hold_comm_init_rank, &x.hold_comm_init_s) != 2) x.hold_comm_init_rank = -1;
+    x.skip_comm_stream_wait = env_int("ZTRAIN_FAULT_SKIP_COMM_STREAM_WAIT") == 1;
+    x.swap_collectives = env_rank_step("ZTRAIN_FAULT_SWAP_COLLECTIVES");
+#ifdef NDEBUG
+    x.check_collective_order = env_int("ZTRAIN_CHECK_COLLECTIVE_ORDER") == 1;
+#else
+    x.check_collective_order = !std::getenv("ZTRAIN_CHECK_COLLECTIVE_ORDER") || env_int("ZTRAIN_CHECK_COLLECTIVE_ORDER") == 1;
+#endif
     return x;
   }();
   return f;

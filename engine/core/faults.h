@@ -27,6 +27,15 @@ struct Faults {
   // ZTRAIN_FAULT_HOLD_COMM_INIT="RANK:SECONDS": that rank waits before each device communicator's
   // init (a hung driver call, a slow node): the others must not wait forever
   int hold_comm_init_rank = -1, hold_comm_init_s = 0;
+  // ZTRAIN_FAULT_SKIP_COMM_STREAM_WAIT=1: an NCCL wait() returns without making the consuming
+  // stream wait for the collective (the planted bug the emulated device's streams must expose)
+  bool skip_comm_stream_wait = false;
+  // ZTRAIN_FAULT_SWAP_COLLECTIVES: that rank issues two consecutive collectives of different
+  // groups in the other order in that step (the collective order check must name them)
+  RankStep swap_collectives;
+  // ZTRAIN_CHECK_COLLECTIVE_ORDER=1 (or 0): a check, not a fault; on by default in debug builds.
+  // Each rank hashes the collectives it issued in each step and the ranks compare the hashes.
+  bool check_collective_order = false;
 };
 
 // The hooks set in this process's environment (all off in a normal run).

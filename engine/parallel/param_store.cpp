@@ -496,9 +496,15 @@ std::vector<float> ParamStore::to_global(const std::vector<float>& local) {
   if (topo_.tp == 1) return local;
   // Every tensor-parallel rank's local flat vector, then each element to its place in the full
   // tensors (ParamTable::global_index).
+  // The gather runs between the backend's buffers: a device communicator takes device memory
+  // only, and its wait orders the compute stream (which copy_to_host follows), not the host.
   const size_t n = local.size();
   std::vector<float> all(n * size_t(topo_.tp));
-  topo_.tp_group->wait(topo_.tp_group->all_gather(local.data(), all.data(), n));
+  float* dev = static_cast<float*>(be_.alloc(all.size() * sizeof(float), MemTag::CommBuffers));
+  be_.copy_to_device(dev + size_t(topo_.tp_rank) * n, local.data(), n * sizeof(float));
+  topo_.tp_group->wait(topo_.tp_group->all_gather(dev + size_t(topo_.tp_rank) * n, dev, n));
+  be_.copy_to_host(all.data(), dev, all.size() * sizeof(float));
+  be_.free(dev);
   std::vector<float> out(model_.num_global_params());
   for (int q = 0; q < topo_.tp; ++q)
     for (const ParamInfo& p : model_.params())

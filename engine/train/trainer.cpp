@@ -189,6 +189,11 @@ void Trainer::build() {
   if (spec.offload.optimizer != "none") bind_rank_to_cores(topo_.local_rank, topo_.local_size);
   backend_ = make_backend(spec.run.device, int(spec.run.threads), topo_.local_rank);
   attach_device_comms(topo_, spec.comm.backend, *backend_, spec.comm.timeout_s);
+  if ((faults().check_collective_order || faults().swap_collectives.rank >= 0) && topo_.world_size > 1) {
+    order_ = std::make_shared<CollectiveOrder>(*topo_.world, topo_.world_rank);
+    if (topo_.tp > 1) topo_.tp_group = make_order_checked_comm(std::move(topo_.tp_group), "tp", order_);
+    if (topo_.dp > 1) topo_.dp_group = make_order_checked_comm(std::move(topo_.dp_group), "dp", order_);
+  }
   if (spec.comm.backend == "nccl" && backend_->kind() != DeviceKind::CUDA)
     user_error("{}: [comm] backend = \"nccl\" needs GPU buffers, but this run is on the {} backend "
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
@@ -249,6 +254,7 @@ Trainer::~Trainer() {
 
 StepResult Trainer::step(int64_t step) {
   Timer timer;
+  if (order_) order_->begin_step(step);
   const int B = int(spec_.train.micro_batch), T = int(spec_.model.seq_len);
   const int64_t accum = local_batch_ / B;
   // Every micro-batch contributes its mean loss / (micro-batches in the global batch), so the
@@ -265,13 +271,24 @@ StepResult Trainer::step(int64_t step) {
     loader_ = std::make_unique<data::BatchLoader>(*train_, *train_order_, B, first_of,
                                                   uint64_t(step * accum), 4, int(spec_.data.prefetch));
   loader_step_ = step + 1;
-  // The breakdown: timing points around the phases (device time on a GPU, read after the step's
-  // synchronize) and the host's blocked time in collectives, read at the same boundaries.
-  auto comm_now = [&] { return topo_.world->waited_ms() + topo_.tp_group->waited_ms() + topo_.dp_group->waited_ms(); };
+  // The breakdown: timing points around the phases and points in the communicators' waits at the
+  // same boundaries (device time and device-measured stalls on a GPU, both read after the step's
+  // synchronize), and the host's blocked time in offload transfers.
+  struct CommPoint {
+    int64_t world, tp, dp;
+  };
+  auto comm_now = [&] {
+    return CommPoint{topo_.world->wait_point(), topo_.tp_group->wait_point(), topo_.dp_group->wait_point()};
+  };
+  auto comm_between = [&](CommPoint a, CommPoint b) {
+    return topo_.world->exposed_ms(a.world, b.world) + topo_.tp_group->exposed_ms(a.tp, b.tp) +
+           topo_.dp_group->exposed_ms(a.dp, b.dp);
+  };
   auto offload_now = [&] { return store_->offload_waited_ms(); };
   struct Phase {
     int from, to;
-    double comm, offload = 0;
+    CommPoint c0, c1;
+    double offload = 0;
   };
   std::vector<Phase> fwd, bwd;
   Backend& be = *backend_;
@@ -314,30 +331,34 @@ StepResult Trainer::step(int64_t step) {
     store_->set_last_micro_batch(micro == accum - 1);
     if (micro == accum - 1) store_->prefetch_optimizer_states();  // NVMe: the step's first reads, now
     const bool timed = 2 * micro + 8 < Backend::kTimingPoints;  // beyond: counted in "other"
-    const double c0 = comm_now(), o0 = offload_now();
+    const CommPoint c0 = comm_now();
+    const double o0 = offload_now();
     const int p0 = timed ? be.timing_point() : 0;
     be.push_range("forward");
     model_->forward_deferred(inputs_.data(), targets_.data(), B, T, grad_scale);
     be.pop_range();
-    const double c1 = comm_now(), o1 = offload_now();
+    const CommPoint c1 = comm_now();
+    const double o1 = offload_now();
     const int p1 = timed ? be.timing_point() : 0;
     exit_if_fault_injected(topo_.world_rank, step);
     be.push_range("backward");
     model_->backward();
     be.pop_range();
     if (timed)
-      fwd.push_back({p0, p1, c1 - c0, o1 - o0}),
-          bwd.push_back({p1, be.timing_point(), comm_now() - c1, offload_now() - o1});
+      fwd.push_back({p0, p1, c0, c1, o1 - o0}),
+          bwd.push_back({p1, be.timing_point(), c1, comm_now(), offload_now() - o1});
   }
-  const double c_reduce = comm_now(), o_reduce = offload_now();
+  const CommPoint c_reduce = comm_now();
+  const double o_reduce = offload_now();
   const int p_reduce = be.timing_point();
   be.push_range("gradient reduction");
   store_->finish_backward();  // the last gradient reductions: backward's tail
   be.pop_range();
   double loss = model_->take_losses() / double(global_micro);
   topo_.dp_group->all_reduce_doubles(&loss, 1);
-  bwd.push_back({p_reduce, be.timing_point(), comm_now() - c_reduce, offload_now() - o_reduce});
-  const double c_opt = comm_now(), o_opt = offload_now();
+  bwd.push_back({p_reduce, be.timing_point(), c_reduce, comm_now(), offload_now() - o_reduce});
+  const CommPoint c_opt = comm_now();
+  const double o_opt = offload_now();
   const int p_opt = be.timing_point();
   StepResult r;
   r.step = step;
@@ -355,8 +376,11 @@ StepResult Trainer::step(int64_t step) {
   }
   r.skipped_total = scaler_->skipped();
   const int p_end = be.timing_point();
-  const double comm_opt = comm_now() - c_opt, offload_opt = offload_now() - o_opt;
+  const CommPoint c_end = comm_now();
+  const double offload_opt = offload_now() - o_opt;
   backend_->synchronize();
+  if (order_) order_->end_step();  // every rank issued this step's collectives in one order
+  const double comm_opt = comm_between(c_opt, c_end);
   r.step_ms = timer.ms();
   r.tokens_per_s = double(spec_.train.global_batch) * T / (r.step_ms / 1e3);
   r.data_wait_ms = wait_ms;
@@ -365,9 +389,10 @@ StepResult Trainer::step(int64_t step) {
   // clocks).
   auto net = [&](const std::vector<Phase>& ph) {
     double ms = 0;
-    for (const Phase& x : ph)
-      ms += std::max(0.0, be.timing_ms(x.from, x.to) - x.comm - x.offload), r.comm_ms += x.comm,
-          r.offload_ms += x.offload;
+    for (const Phase& x : ph) {
+      const double comm = comm_between(x.c0, x.c1);
+      ms += std::max(0.0, be.timing_ms(x.from, x.to) - comm - x.offload), r.comm_ms += comm, r.offload_ms += x.offload;
+    }
     return ms;
   };
   r.forward_ms = net(fwd);
@@ -380,11 +405,11 @@ StepResult Trainer::step(int64_t step) {
   if (traced) {
     const double base = ms_since(trace_origin_, host_start);
     auto add = [&](const char* name, const Phase& x) {
-      trace_->add(name, step, base + be.timing_ms(p_start, x.from), be.timing_ms(x.from, x.to), 0, x.comm);
+      trace_->add(name, step, base + be.timing_ms(p_start, x.from), be.timing_ms(x.from, x.to), 0, comm_between(x.c0, x.c1));
     };
     for (const Phase& x : fwd) add("forward", x);
     for (size_t i = 0; i < bwd.size(); ++i) add(i + 1 < bwd.size() ? "backward" : "gradient reduction + loss", bwd[i]);
-    add("optimizer", {p_opt, p_end, comm_opt});
+    add("optimizer", {p_opt, p_end, c_opt, c_end});
     for (const auto& [start, dur] : data_spans) trace_->add("data wait", step, base + start, dur, 1);
     for (Comm* g : {topo_.world.get(), topo_.tp_group.get(), topo_.dp_group.get()}) g->set_wait_observer(nullptr);
     store_->set_offload_observer(nullptr);

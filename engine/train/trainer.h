@@ -15,6 +15,7 @@
 #include "engine/backend/backend.h"
 #include "engine/config/data_options.h"
 #include "engine/config/spec.h"
+#include "engine/comm/collective_order.h"
 #include "engine/comm/device_comms.h"
 #include "engine/comm/topology.h"
 #include "engine/observe/step_result.h"
@@ -81,6 +82,7 @@ class Trainer {
 
   RunSpec spec_;
   Topology topo_;
+  std::shared_ptr<CollectiveOrder> order_;  // the collective order check, when on (collective_order.h)
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ParamStore> store_;

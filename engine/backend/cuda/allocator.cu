@@ -20,6 +20,10 @@ size_t CachingAllocator::round(size_t bytes) {
 }
 
 void CachingAllocator::release_cache() {
+  // cudaFree synchronizes the device; with NCCL kernels in flight that can deadlock the job (NCCL's
+  // documentation), so every stream, the communicators' included, is drained first: the collectives
+  // then end while the host is free to go on, never inside cudaFree.
+  if (!free_.empty()) cudaDeviceSynchronize();
   for (auto& [block, cached] : free_) {
     cudaFree(cached.first);
     reserved_ -= cached.second;

@@ -70,8 +70,7 @@ class CudaBackend final : public Backend {
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
   }
   ~CudaBackend() override {
-    cudaStreamSynchronize(stream_);
-    cudaStreamSynchronize(copy_stream_);
+    cudaDeviceSynchronize();  // every stream, the communicators' included, before the frees
     alloc_.free(sum_partials_);
     if (scratch_) alloc_.free(scratch_);
     for (auto& st : staging_) {
@@ -108,6 +107,7 @@ class CudaBackend final : public Backend {
       if (it != pinned_.end()) {
         pinned_bytes_ -= it->second;
         pinned_.erase(it);
+        ZT_CUDA_CHECK(cudaDeviceSynchronize());  // no collective in flight (see CachingAllocator::release_cache)
         ZT_CUDA_CHECK(cudaFreeHost(p));
         return;
       }
@@ -151,7 +151,8 @@ class CudaBackend final : public Backend {
     Staging& st = staging_[next_staging_];
     next_staging_ = (next_staging_ + 1) % 2;
     ZT_CUDA_CHECK(cudaEventSynchronize(st.done));
-    if (st.bytes < n) {
+    if (st.bytes < n) {  // grown rarely (the largest upload so far), after every stream is drained
+      ZT_CUDA_CHECK(cudaDeviceSynchronize());
       if (st.host) ZT_CUDA_CHECK(cudaFreeHost(st.host));
       st.bytes = std::max<size_t>(n, 1 << 20);
       ZT_CUDA_CHECK(cudaHostAlloc(&st.host, st.bytes, cudaHostAllocDefault));
@@ -374,6 +375,7 @@ class CudaBackend final : public Backend {
         throw std::runtime_error(msg);
       }
     }
+    ZT_CUDA_CHECK(cudaDeviceSynchronize());  // no collective in flight (see CachingAllocator::release_cache)
     if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) {
       cudaGetLastError();
       char msg[256];

@@ -17,6 +17,11 @@
 // ncclInProgress, and ncclCommGetAsyncError says ncclSuccess once the communicator is ready, so a
 // caller can enforce a timeout while a peer has not called init yet.
 //
+// As NCCL, a collective takes only buffers a GPU's kernels reach (emulated device memory or
+// pinned host memory) and answers ncclInvalidArgument for pageable host memory. Each collective
+// counts as in flight from its launch to its end on the stream; the emulated runtime faults a
+// cudaFree, cudaFreeHost or cudaHostAlloc meanwhile (they synchronize a GPU, see stream.h).
+//
 // MPI runs on the streams' threads and the init thread, so the job's MPI must provide
 // MPI_THREAD_MULTIPLE (engine/comm/topology.cpp asks for it when the emulated NCCL is selected).
 // 16-bit reductions are done in fp32 and rounded once; NCCL rounds per step of its ring, so sums
@@ -179,7 +184,11 @@ ncclResult_t check_comm(ncclComm_t c) {
 ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, const char* what, std::function<int()> body) {
   if (const ncclResult_t r = check_comm(c); r != ncclSuccess) return r;
   auto launch = [c, stream, what, body = std::move(body)] {
+    zt::emu::collective_issued();
     zt::emu::stream_enqueue(stream, what, [c, what, body] {
+      struct Finished {
+        ~Finished() { zt::emu::collective_finished(); }
+      } finished;
       // issued before a non-blocking init completed: the stream waits for it (state is atomic;
       // the init thread object itself belongs to the caller's thread)
       while (c->state == ncclInProgress) std::this_thread::yield();
@@ -197,6 +206,21 @@ ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, const char* what, std::f
   if (tl_group_depth > 0) tl_group.push_back(std::move(launch));
   else launch();
   return ncclSuccess;
+}
+
+// NCCL takes buffers its kernels can reach (device memory, or pinned host memory under unified
+// addressing) and answers ncclInvalidArgument for others (its argument check asks the CUDA
+// runtime what each pointer is).
+ncclResult_t check_buffer(const char* what, const char* which, const void* p, size_t bytes) {
+  const std::string problem = zt::emu::device_reachable(p, bytes);
+  if (problem.empty()) return ncclSuccess;
+  g_last_error = std::string(what) + ": " + which + " " + problem;
+  std::fprintf(stderr, "ztrain emulated NCCL: %s\n", g_last_error.c_str());
+  return ncclInvalidArgument;
+}
+ncclResult_t check_buffers(const char* what, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes) {
+  if (const ncclResult_t r = check_buffer(what, "sendbuff", send, send_bytes); r != ncclSuccess) return r;
+  return check_buffer(what, "recvbuff", recv, recv_bytes);
 }
 
 // A reduction of n elements of t, in place in `buf` (fp32 for 16-bit types: widened, reduced,
@@ -317,6 +341,8 @@ const char* ncclGetLastError(ncclComm_t comm) {
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
                            ncclComm_t comm, cudaStream_t stream) {
   if (mpi_op(op) == MPI_OP_NULL || type_size(t) == 0) return ncclInvalidArgument;
+  const size_t bytes = count * type_size(t);
+  if (const ncclResult_t r = check_buffers("ncclAllReduce", send, bytes, recv, bytes); r != ncclSuccess) return r;
   return enqueue(comm, stream, "ncclAllReduce", [=] {
     if (send != recv) std::memcpy(recv, send, count * type_size(t));
     return reduce_as_float(recv, count, t, [&](void* buf, MPI_Datatype mt, size_t n) {
@@ -327,7 +353,12 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t stream) {
-  if (mpi_op(op) == MPI_OP_NULL || type_size(t) == 0) return ncclInvalidArgument;
+  if (mpi_op(op) == MPI_OP_NULL || type_size(t) == 0 || check_comm(comm) != ncclSuccess) return ncclInvalidArgument;
+  const size_t recv_bytes = recvcount * type_size(t);
+  if (const ncclResult_t r =
+          check_buffers("ncclReduceScatter", send, recv_bytes * size_t(comm->nranks), recv, recv_bytes);
+      r != ncclSuccess)
+    return r;
   return enqueue(comm, stream, "ncclReduceScatter", [=] {
     // every rank's whole send buffer reduced (a copy: recv may lie inside send), then this rank's chunk
     const size_t total = recvcount * size_t(comm->nranks), es = type_size(t);
@@ -342,7 +373,11 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, n
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclDataType_t t, ncclComm_t comm,
                            cudaStream_t stream) {
-  if (type_size(t) == 0) return ncclInvalidArgument;
+  if (type_size(t) == 0 || check_comm(comm) != ncclSuccess) return ncclInvalidArgument;
+  const size_t send_bytes = sendcount * type_size(t);
+  if (const ncclResult_t r = check_buffers("ncclAllGather", send, send_bytes, recv, send_bytes * size_t(comm->nranks));
+      r != ncclSuccess)
+    return r;
   return enqueue(comm, stream, "ncclAllGather", [=] {
     const size_t bytes = sendcount * type_size(t);
     char* mine = static_cast<char*>(recv) + size_t(comm->rank) * bytes;
@@ -354,6 +389,8 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t sendcount, ncclD
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
                            cudaStream_t stream) {
   if (type_size(t) == 0) return ncclInvalidArgument;
+  const size_t bytes = count * type_size(t);
+  if (const ncclResult_t r = check_buffers("ncclBroadcast", send, bytes, recv, bytes); r != ncclSuccess) return r;
   return enqueue(comm, stream, "ncclBroadcast", [=] {
     if (comm->rank == root && send != recv) std::memcpy(recv, send, count * type_size(t));
     return MPI_Bcast(recv, int(count), move_type(t), root, comm->mpi);

@@ -271,6 +271,27 @@ void stream_enqueue(cudaStream_t s, const char* what, std::function<void()> work
 }
 void set_stream_activity(const char* what) { tl_activity = what; }
 
+std::string device_reachable(const void* p, size_t bytes) {
+  if (bytes == 0) return "";
+  std::lock_guard lock(g_mem_mu);
+  bool partial = false;
+  const Allocation* a = find_alloc(p, bytes, &partial);
+  char buf[160];
+  if (!a) {
+    std::snprintf(buf, sizeof buf, "%p is not device memory (nor pinned host memory)", p);
+    return buf;
+  }
+  if (partial) {
+    std::snprintf(buf, sizeof buf, "%zu bytes at %p pass the end of its %zu-byte allocation", bytes, p, a->bytes);
+    return buf;
+  }
+  return "";
+}
+
+std::atomic<int> g_collectives_in_flight{0};
+void collective_issued() { ++g_collectives_in_flight; }
+void collective_finished() { --g_collectives_in_flight; }
+
 void report(const std::string& line) {
   const std::string s = "ztrain emulated device: " + line + "\n";
   (void)!write(2, s.data(), s.size());
@@ -505,13 +526,28 @@ cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int d) {
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void** p, size_t bytes) { return allocate(p, bytes, Kind::Device); }
+namespace {
+// cudaFree and the pinned allocation calls synchronize the device: not while NCCL runs.
+bool no_collectives_in_flight(const char* api) {
+  const int n = zt::emu::g_collectives_in_flight.load();
+  if (n == 0) return true;
+  fault(std::string(api) + " while " + std::to_string(n) + " NCCL collective(s) are in flight: on a GPU it " +
+        "synchronizes the device, which can deadlock the job (synchronize the communicators' streams first)");
+  return false;
+}
+}  // namespace
 cudaError_t cudaFree(void* p) {
+  if (p && !no_collectives_in_flight("cudaFree")) return sticky();
   cudaDeviceSynchronize();  // cudaFree synchronizes with the device
   return release(p, Kind::Device);
 }
-cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { return allocate(p, bytes, Kind::Pinned); }
-cudaError_t cudaMallocHost(void** p, size_t bytes) { return allocate(p, bytes, Kind::Pinned); }
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
+  if (!no_collectives_in_flight("cudaHostAlloc")) return sticky();
+  return allocate(p, bytes, Kind::Pinned);
+}
+cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 cudaError_t cudaFreeHost(void* p) {
+  if (p && !no_collectives_in_flight("cudaFreeHost")) return sticky();
   cudaDeviceSynchronize();
   return release(p, Kind::Pinned);
 }
