@@ -110,6 +110,8 @@ int main(int argc, char** argv) {
           if (std::string(op) == "all_reduce") comm.wait(comm.all_reduce(sp, count, ReduceOp::Sum));
           else if (std::string(op) == "reduce_scatter") comm.wait(comm.reduce_scatter(sp, rp, per));
           else comm.wait(comm.all_gather(sp + size_t(r) * per, rp, per));
+          // NCCL's wait() only orders the device's compute stream: the time is the stream's
+          if (gpu) gpu->synchronize();
         };
         for (int w = 0; w < warmup; ++w) {
           fill();

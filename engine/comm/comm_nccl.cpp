@@ -170,8 +170,7 @@ class NcclComm final : public Comm {
   };
   void nccl_check(ncclResult_t r, const char* what) const {
     if (r != ncclSuccess)
-      throw RuntimeFailure(fmt::format("rank {}: NCCL {} on group {} failed: {}", world_rank_, what,
-                                       name(), ncclGetErrorString(r)));
+      throw RuntimeFailure(fmt::format("NCCL {} on group {} failed: {}", what, name(), ncclGetErrorString(r)));
   }
   [[noreturn]] void init_timed_out() {
     std::fprintf(stderr,
