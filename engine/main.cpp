@@ -22,6 +22,7 @@
 #include "engine/hf/hf_weights.h"
 #include "engine/comm/topology.h"
 #include "engine/plan/layout_plan.h"
+#include "engine/plan/memory_check.h"
 #include "engine/train/doctor.h"
 #include "engine/observe/report.h"
 #include "engine/train/dump_state.h"
@@ -146,7 +147,8 @@ int ckpt_ls(const std::string& dir) {
   return 0;
 }
 
-int ckpt_verify(const std::string& path) {
+int ckpt_verify(const std::string& given) {
+  const std::string path = resolve_local_checkpoint(given);  // what --resume accepts
   const std::string problem = verify_checkpoint(path);
   if (!problem.empty()) user_error("{}", problem);
   const TrainState s = read_train_state(path);
@@ -177,8 +179,19 @@ int plan_command(const Cli& c, const RunSpec& spec) {
   const DeviceKind kind = dev || spec.run.device == "cuda" ? DeviceKind::CUDA : DeviceKind::CPU;
   double memory = 0;  // bytes one rank may use; 0 = unknown
   if (!c.device_memory.empty()) memory = double(parse_byte_size(c.device_memory, "--device-memory"));
+  else if (!spec.run.device_memory_limit.empty())  // the limit the run itself would be held to
+    memory = double(parse_byte_size(spec.run.device_memory_limit, "[run] device_memory_limit"));
   else if (dev) memory = dev->memory_bytes;
   else if (kind == DeviceKind::CPU) memory = double(make_cpu_backend(1)->memory_available()) / c.world;
+  if (memory > 0) {  // train's first check: a spec whose footprint alone cannot fit is not planned
+    MemoryBudget budget;
+    budget.device = size_t(memory);
+    budget.where = !c.device_memory.empty()                  ? "--device-memory"
+                   : !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
+                   : dev                                    ? dev->name
+                                                            : "this machine";
+    check_footprint_fits(spec, c.world, compute_dtype_of(spec.precision.compute, kind), budget);
+  }
   auto describe = [&](const LayoutPlan& p) {
     nlohmann::json j = plan_json(p, memory);
     if (dev && p.roofline_s > 0) {

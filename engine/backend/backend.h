@@ -16,6 +16,9 @@
 namespace zt {
 
 enum class DeviceKind { CPU, CUDA };
+// [precision] compute ("auto", "fp32", "bf16", "fp16") on a `kind` device: "auto" is bf16 on a
+// GPU and fp32 on the CPU.
+DType compute_dtype_of(const std::string& compute, DeviceKind kind);
 
 // What an allocation holds, so the memory breakdown (and the ZeRO memory test) can tell model
 // states from working buffers.

@@ -10,6 +10,11 @@
 
 namespace zt {
 
+DType compute_dtype_of(const std::string& c, DeviceKind kind) {
+  if (c == "auto") return kind == DeviceKind::CUDA ? DType::BF16 : DType::F32;
+  return c == "bf16" ? DType::BF16 : c == "fp16" ? DType::F16 : DType::F32;
+}
+
 const char* mem_tag_name(MemTag tag) {
   switch (tag) {
     case MemTag::Params: return "params";

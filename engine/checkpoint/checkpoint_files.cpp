@@ -60,6 +60,17 @@ std::string read_latest(const std::string& dir) {
   return name;
 }
 
+std::string resolve_local_checkpoint(const std::string& path) {
+  std::error_code ec;
+  if (fs::path(path).filename() == "checkpoint.h5" && fs::is_regular_file(path, ec))
+    return fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string();
+  if (fs::exists(fs::path(path) / "checkpoint.h5", ec)) return path;
+  const std::string latest = read_latest(path);
+  if (latest.empty())
+    user_error("{}: not a checkpoint (no checkpoint.h5) nor a checkpoint directory (no latest)", path);
+  return (fs::path(path) / latest).string();
+}
+
 namespace {
 // The training state's scalars, in a fixed order: written under /meta, covered by /meta/crc32.
 std::vector<std::pair<std::string, int64_t>> meta_ints(const TrainState& s) {

@@ -23,6 +23,9 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& dir);
 // `latest` holds the newest complete checkpoint's name; written atomically and durably.
 void write_latest(const std::string& dir, const std::string& name);
 std::string read_latest(const std::string& dir);  // "" when absent
+// The local checkpoint directory a user's path names: a checkpoint directory, its checkpoint.h5,
+// or a checkpoint root (through `latest`). UserError when it names none.
+std::string resolve_local_checkpoint(const std::string& path);
 
 // Rank 0, after every rank wrote its rank file into `ckpt_dir`: checkpoint.h5 with a virtual
 // dataset per state and tensor over the rank files' blocks, and the training state.

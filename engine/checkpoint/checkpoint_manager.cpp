@@ -106,13 +106,7 @@ std::string CheckpointManager::choose() {
 }
 
 std::string CheckpointManager::local_copy(const std::string& wanted) {
-  if (!is_remote_dir(wanted)) {
-    if (fs::exists(fs::path(wanted) / "checkpoint.h5")) return wanted;
-    const std::string latest = read_latest(wanted);
-    if (latest.empty())
-      user_error("{}: not a checkpoint (no checkpoint.h5) nor a checkpoint directory (no latest)", wanted);
-    return (fs::path(wanted) / latest).string();
-  }
+  if (!is_remote_dir(wanted)) return resolve_local_checkpoint(wanted);
   // s3://.../step_XXXXXXXX, or s3://... holding `latest`
   std::string uri = wanted;
   while (!uri.empty() && uri.back() == '/') uri.pop_back();

@@ -37,7 +37,9 @@ MetricsWriter::MetricsWriter(const std::string& out_dir, int64_t resumed_step) {
     fs::rename(path_, kept);
     spdlog::info("kept the previous run's metrics as {}", kept.string());
   }
-  f_ = std::fopen(path_.c_str(), "w");
+  // O_APPEND: each row lands at the file's current end, so a truncation under a running job
+  // (logrotate's copytruncate) leaves a file that starts clean instead of a hole of NUL bytes.
+  f_ = std::fopen(path_.c_str(), "a");
   if (!f_) throw RuntimeFailure(fmt::format("{}: cannot create: {}", path_, std::strerror(errno)));
 }
 

@@ -3,15 +3,19 @@
 
 #include <unistd.h>
 
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/core/atomic_file.h"
+#include "engine/core/run_program.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -45,27 +49,37 @@ std::string write_report(const std::string& run_dir, const std::string& png_in) 
     }
   }
   if (n_train == 0) user_error("{}: no train rows to draw", metrics.string());
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
-    user_error("ztrain report draws with gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)");
   const std::string png = png_in.empty() ? (fs::path(run_dir) / "report.png").string() : png_in;
+  std::error_code ec;
+  const fs::path out_dir = fs::path(png).has_parent_path() ? fs::path(png).parent_path() : fs::path(".");
+  if (fs::is_directory(png, ec)) user_error("report --out {}: is a directory (give the PNG file's path)", png);
+  if (!fs::is_directory(out_dir, ec)) user_error("report --out {}: directory {} does not exist", png, out_dir.string());
+  // gnuplot runs in a private directory on files with fixed names, started without a shell: no
+  // path the user chose ever reaches its script or a shell, and only --out is written.
   const fs::path tmp = fs::temp_directory_path() / fmt::format("ztrain-report-{}", ::getpid());
   fs::create_directories(tmp);
   const auto path = [&](const char* name) { return (tmp / name).string(); };
   write_file_atomic(path("train.dat"), train);
   write_file_atomic(path("eval.dat"), eval.empty() ? "nan nan\n" : eval);
   write_file_atomic(path("device.dat"), device.empty() ? "nan nan\n" : device);
+  // The title names the run; characters gnuplot would interpret (quotes, backquotes, macros,
+  // backslashes) become '?'.
+  std::string title = run_dir;
+  for (char& c : title)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || std::string_view(" ._-/+=,:()[]").find(c) != std::string_view::npos))
+      c = '?';
   const std::string script = fmt::format(R"GP(set terminal pngcairo noenhanced size 1400,900 font ",10"
-set output "{png}"
+set output "report.png"
 set datafile missing "nan"
 set multiplot layout 2,2 title "ztrain run: {run}"
 set grid
 set title "loss"; set xlabel "step"
-plot "{d}/train.dat" using 1:2 with lines lw 2 title "train", "{d}/eval.dat" using 1:2 with linespoints lw 2 title "val"
+plot "train.dat" using 1:2 with lines lw 2 title "train", "eval.dat" using 1:2 with linespoints lw 2 title "val"
 set title "throughput"; set ylabel "tokens/s"; set y2label "MFU %"; set y2tics; set ytics nomirror
-plot "{d}/train.dat" using 1:3 with lines lw 2 title "tokens/s", "" using 1:4 axes x1y2 with lines lw 2 title "MFU %"
+plot "train.dat" using 1:3 with lines lw 2 title "tokens/s", "" using 1:4 axes x1y2 with lines lw 2 title "MFU %"
 unset y2tics; unset y2label; set ytics mirror
 set title "where each step's time went (% of the step)"; set ylabel "%"; set yrange [0:100]; set key outside right
-plot "{d}/train.dat" using 1:($5+$6+$7+$8+$9+$10+$11) with filledcurves x1 title "other", \
+plot "train.dat" using 1:($5+$6+$7+$8+$9+$10+$11) with filledcurves x1 title "other", \
      "" using 1:($5+$6+$7+$8+$9+$10) with filledcurves x1 title "checkpoint", \
      "" using 1:($5+$6+$7+$8+$9) with filledcurves x1 title "comm", \
      "" using 1:($5+$6+$7+$8) with filledcurves x1 title "optimizer", \
@@ -77,20 +91,27 @@ set title "memory over time"; set xlabel "seconds"; set ylabel "MiB"
 {memory_plot}
 unset multiplot
 )GP",
-                                        fmt::arg("png", png), fmt::arg("run", run_dir), fmt::arg("d", tmp.string()),
+                                        fmt::arg("run", title),
                                         fmt::arg("memory_plot",
                                                  n_device > 0
-                                                     ? fmt::format("plot \"{}/device.dat\" using 1:2 with lines lw 2 "
-                                                                   "title \"resident / device memory used\"", tmp.string())
+                                                     ? std::string("plot \"device.dat\" using 1:2 with lines lw 2 "
+                                                                   "title \"resident / device memory used\"")
                                                      : std::string("set label 1 \"no device telemetry rows "
                                                                    "([run] telemetry_s)\" at graph 0.5,0.5 center\n"
                                                                    "plot [0:1][0:1] NaN notitle")));
   write_file_atomic(path("report.gp"), script);
-  const int rc = std::system(fmt::format("gnuplot '{}' 2>'{}'", path("report.gp"), path("gnuplot.err")).c_str());
+  const int rc = run_program({"gnuplot", "report.gp"}, tmp.string(), path("gnuplot.err"));
+  if (rc < 0 && errno == ENOENT) {
+    fs::remove_all(tmp, ec);
+    user_error("ztrain report draws with gnuplot, which is not installed (Debian: apt-get install gnuplot-nox)");
+  }
   std::ifstream err(path("gnuplot.err"));
   const std::string why((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-  fs::remove_all(tmp);
-  if (rc != 0 || !fs::exists(png)) throw RuntimeFailure(fmt::format("gnuplot failed drawing {}: {}", png, why));
+  std::ifstream drawn(path("report.png"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(drawn)), std::istreambuf_iterator<char>());
+  fs::remove_all(tmp, ec);
+  if (rc != 0 || bytes.empty()) throw RuntimeFailure(fmt::format("gnuplot failed drawing {}: {}", png, why));
+  write_file_atomic(png, bytes);
   return png;
 }
 

@@ -69,9 +69,7 @@ LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const
   if (spec.train.global_batch % (B * plan.data) != 0)
     user_error("[train] global_batch = {} is not a multiple of micro_batch * data-parallel degree = {} * {}",
                spec.train.global_batch, B, plan.data);
-  const std::string& c = spec.precision.compute;
-  plan.compute = c == "auto" ? (kind == DeviceKind::CUDA ? DType::BF16 : DType::F32)
-                 : c == "bf16" ? DType::BF16 : c == "fp16" ? DType::F16 : DType::F32;
+  plan.compute = compute_dtype_of(spec.precision.compute, kind);
 
   PlanBackend be(kind);
   be.set_compute_dtype(plan.compute);

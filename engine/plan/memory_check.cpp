@@ -53,9 +53,7 @@ std::string offload_hint(const RunSpec& spec, int world, DeviceKind kind, double
 
 }  // namespace
 
-LayoutPlan check_memory_fits(const RunSpec& spec_in, int world, DeviceKind kind, DType compute, const MemoryBudget& b) {
-  RunSpec spec = spec_in;
-  spec.precision.compute = dtype_name(compute);  // as the backend resolved it
+void check_footprint_fits(const RunSpec& spec, int world, DType compute, const MemoryBudget& b) {
   const double per_rank = b.device == SIZE_MAX ? 1e300 : double(b.device) / b.sharing;
   // Too large to plan: the footprint's bounds. ZeRO shards the gradient over at most the
   // data-parallel ranks, and every tier keeps that shard in device or pinned host memory.
@@ -69,6 +67,13 @@ LayoutPlan check_memory_fits(const RunSpec& spec_in, int world, DeviceKind kind,
                        "pinned host memory)", gib(f.activation_bytes + grad_shard), gib(f.activation_bytes),
                        gib(grad_shard)),
            "");
+}
+
+LayoutPlan check_memory_fits(const RunSpec& spec_in, int world, DeviceKind kind, DType compute, const MemoryBudget& b) {
+  RunSpec spec = spec_in;
+  spec.precision.compute = dtype_name(compute);  // as the backend resolved it
+  check_footprint_fits(spec, world, compute, b);
+  const double per_rank = b.device == SIZE_MAX ? 1e300 : double(b.device) / b.sharing;
   LayoutPlan plan = plan_layout(spec, world, kind, nullptr);
   const double peak = double(plan.peak_device());
   if (b.device != SIZE_MAX && peak * b.sharing > double(b.device))

@@ -26,6 +26,10 @@ struct MemoryBudget {
 // naming the bytes needed and available (and the offload setting that would fit) when its peak
 // does not fit `budget`. The caller checks the plan's pinned and NVMe bytes against the pool and
 // nvme_path.
+// The footprint guard alone, which check_memory_fits runs first: UserError when the activations
+// or this rank's gradient shard alone exceed `budget` (`ztrain plan` runs it before building a
+// plan that could not fit: an absurd shape is refused at once, not after filling the host).
+void check_footprint_fits(const RunSpec& spec, int world, DType compute, const MemoryBudget& budget);
 LayoutPlan check_memory_fits(const RunSpec& spec, int world, DeviceKind kind, DType compute, const MemoryBudget& budget);
 
 }  // namespace zt

@@ -75,9 +75,7 @@ void exit_if_fault_injected(int rank, int64_t step) {
 }  // namespace
 
 DType compute_dtype_for(const RunSpec& spec, const Backend& backend) {
-  const std::string& c = spec.precision.compute;
-  if (c == "auto") return backend.kind() == DeviceKind::CUDA ? DType::BF16 : DType::F32;
-  return c == "bf16" ? DType::BF16 : c == "fp16" ? DType::F16 : DType::F32;
+  return compute_dtype_of(spec.precision.compute, backend.kind());
 }
 
 Trainer::Trainer(const RunSpec& spec)
@@ -117,6 +115,10 @@ void Trainer::resume_or_init() {
     st = read_train_state(path);
     const std::string mismatch = model_mismatch(path, *model_);
     if (!mismatch.empty()) user_error("checkpoint does not fit [model]: {}", mismatch);
+    // Past the run's end: it would train nothing and evaluate those weights under a wrong step.
+    if (!weights_only && st.step > spec_.train.max_steps)
+      user_error("checkpoint {} is at step {}, past [train] max_steps = {}: raise max_steps to train on, or "
+                 "resume an earlier checkpoint", path, st.step, spec_.train.max_steps);
     if (!weights_only) start_step_ = restore_loader_position(st.data);
     load_states(path, *store_, *model_, weights_only);
   });
@@ -126,7 +128,14 @@ void Trainer::resume_or_init() {
     return;
   }
   adam_steps_ = int(st.adam_steps);
-  scaler_->restore(st.scaler);
+  // The scaler's state only where the saving run scaled its loss (fp16): a checkpoint of an fp32
+  // or bf16 run holds scale 1, and an fp16 run resumed from it starts at the spec's initial scale.
+  bool saved_fp16 = st.scaler.scale != 1;  // a spec that no longer parses: an fp16 run's scale has moved
+  try {
+    saved_fp16 = parse_run_spec(st.spec_toml, path + " (its run spec)").precision.compute == "fp16";
+  } catch (const UserError&) {
+  }
+  if (saved_fp16) scaler_->restore(st.scaler);
   ckpts_->set_aside_newer(st.step);
   if (topo_.is_root())
     spdlog::info("checkpoint: resumed from {} at step {} (written by {} ranks: tensor {}, data {}, ZeRO-{}; "
