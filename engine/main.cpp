@@ -190,7 +190,20 @@ int plan_command(const Cli& c, const RunSpec& spec) {
                    : !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
                    : dev                                    ? dev->name
                                                             : "this machine";
-    check_footprint_fits(spec, c.world, compute_dtype_of(spec.precision.compute, kind), budget);
+    const DType compute = compute_dtype_of(spec.precision.compute, kind);
+    if (!c.search) {
+      check_footprint_fits(spec, c.world, compute, budget);
+    } else {  // the search's smallest layouts: one sample a micro-batch, ZeRO-3, data- or tensor-parallel
+      RunSpec s = spec;
+      s.train.micro_batch = 1, s.parallel.zero_stage = 3, s.parallel.tensor = 1;
+      try {
+        check_footprint_fits(s, c.world, compute, budget);
+      } catch (const UserError&) {
+        if (c.world == 1 || spec.model.n_head % c.world || spec.model.d_ff % c.world) throw;
+        s.parallel.tensor = c.world;
+        check_footprint_fits(s, c.world, compute, budget);
+      }
+    }
   }
   auto describe = [&](const LayoutPlan& p) {
     nlohmann::json j = plan_json(p, memory);
