@@ -23,6 +23,11 @@ std::string CollectiveOrder::describe(const Entry& e) const {
 }
 
 void CollectiveOrder::end_step() {
+  if (held.launch) {  // a held collective nobody waited for: issued now, and counted in this step
+    auto launch = std::move(held.launch);
+    held.launch = nullptr;
+    launch();
+  }
   // Every rank's (hash, count) in its own slots of one sum: 32-bit halves are exact in doubles.
   const int P = world_.size(), me = world_.rank();
   std::vector<double> slots(size_t(3 * P), 0.0);

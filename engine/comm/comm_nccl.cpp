@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -72,18 +73,18 @@ class NcclComm final : public Comm {
     cuda_check(cudaEventRecord(anchor_, stream_), "event record");
     cuda_check(cudaEventSynchronize(anchor_), "event sync");
     anchor_host_ = std::chrono::steady_clock::now();
+    cuda_check(cudaGetDevice(&device_), "get device");  // the watchdog's thread uses this rank's GPU too
     watchdog_ = std::thread([this] { watch(); });
   }
   ~NcclComm() override {
+    observer_ = nullptr;  // the trainer's observer may be gone
+    cudaDeviceSynchronize();  // under the watchdog: a peer that never comes still ends the job
     stop_ = true;
     watchdog_.join();
-    cudaDeviceSynchronize();  // every stream: nothing in flight at the frees below
-    harvest();
-    for (auto& [h, p] : pending_) {
-      cudaEventDestroy(p.started);
-      if (p.event) cudaEventDestroy(p.event);
-    }
-    for (const Watched& w : watched_) cudaEventDestroy(w.started), cudaEventDestroy(w.done), cudaEventDestroy(w.reached);
+    harvest_done();
+    pending_.clear();
+    watched_.clear();
+    inflight_.clear();
     cudaEventDestroy(anchor_);
     cudaFree(scratch_);
     cudaStreamDestroy(stream_);
@@ -99,32 +100,36 @@ class NcclComm final : public Comm {
     nccl_check(ncclGroupStart(), "group start");
   }
   void group_end() override {
-    nccl_check(ncclGroupEnd(), "group end");  // the group's collectives are launched here
+    issued(ncclGroupEnd(), "group end");  // the group's collectives are launched here
     if (--group_depth_ > 0) return;
     // their completion events, recorded after the launch (one recorded inside the group would
     // complete before the collectives run)
-    for (Handle h : grouped_) pending_[h].event = record();
+    const Event done = record();
+    for (Handle h : grouped_) {
+      pending_[h].done = done;
+      watch_from_issue(pending_[h]);
+    }
     grouped_.clear();
   }
   Handle all_reduce(float* buf, size_t n, ReduceOp op) override {
     begin();
-    nccl_check(ncclAllReduce(buf, buf, n, ncclFloat, op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_),
-               "all_reduce");
+    issued(ncclAllReduce(buf, buf, n, ncclFloat, op == ReduceOp::Sum ? ncclSum : ncclMax, comm_, stream_),
+           "all_reduce");
     return track("all_reduce", n);
   }
   Handle reduce_scatter(const float* send, float* recv, size_t n) override {
     begin();
-    nccl_check(ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, comm_, stream_), "reduce_scatter");
+    issued(ncclReduceScatter(send, recv, n, ncclFloat, ncclSum, comm_, stream_), "reduce_scatter");
     return track("reduce_scatter", n);
   }
   Handle all_gather(const float* send, float* recv, size_t n) override {
     begin();
-    nccl_check(ncclAllGather(send, recv, n, ncclFloat, comm_, stream_), "all_gather");
+    issued(ncclAllGather(send, recv, n, ncclFloat, comm_, stream_), "all_gather");
     return track("all_gather", n);
   }
   Handle broadcast(float* buf, size_t n, int root) override {
     begin();
-    nccl_check(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "broadcast");
+    issued(ncclBroadcast(buf, buf, n, ncclFloat, root, comm_, stream_), "broadcast");
     return track("broadcast", n);
   }
   // The consumer (the producer stream: everything after this call) waits for the collective on
@@ -132,45 +137,63 @@ class NcclComm final : public Comm {
   // stall's length comes from device events once the stream has passed it.
   void wait(Handle h) override {
     const Pending p = take(h);
-    cudaEvent_t reached = timing_event();
-    cuda_check(cudaEventRecord(reached, producer_), "event record");
+    const Event reached = timing_event();
+    cuda_check(cudaEventRecord(reached.get(), producer_), "event record");
     if (!faults().skip_comm_stream_wait)
-      cuda_check(cudaStreamWaitEvent(producer_, p.event, 0), "stream wait");
+      cuda_check(cudaStreamWaitEvent(producer_, p.done.get(), 0), "stream wait");
     const int64_t index = begin_wait();
-    {
-      std::lock_guard lock(mu_);
-      watched_.push_back({p.started, p.event, reached, p.what, p.n, index, {}});
-    }
-    harvest();
+    watched_.push_back({p.done, reached, p.what, index});
+    harvest_done();
   }
   int64_t wait_point() override { return Comm::wait_point(); }
   double exposed_ms(int64_t from, int64_t to) override {
-    harvest();
+    harvest_done();
     return Comm::exposed_ms(from, to);
   }
   void all_reduce_doubles(double* buf, size_t n) override {
     ZT_CHECK(n <= 64, "all_reduce_doubles of {} values", n);
     begin(/*after_producer_work=*/false);
     cuda_check(cudaMemcpyAsync(scratch_, buf, n * sizeof(double), cudaMemcpyHostToDevice, stream_), "copy");
-    nccl_check(ncclAllReduce(scratch_, scratch_, n, ncclDouble, ncclSum, comm_, stream_), "all_reduce(double)");
+    issued(ncclAllReduce(scratch_, scratch_, n, ncclDouble, ncclSum, comm_, stream_), "all_reduce(double)");
     cuda_check(cudaMemcpyAsync(buf, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, stream_), "copy");
-    const Pending p = take(track("all_reduce(double)", n));  // the host reads the result: it blocks
-    host_wait(p);
-    cudaEventDestroy(p.started);
-    cudaEventDestroy(p.event);
+    host_wait(take(track("all_reduce(double)", n)));  // the host reads the result: it blocks
   }
   void barrier() override { all_reduce_doubles(dummy_, 1); }
 
  private:
+  // Events are shared by the handle, the watchdog's list and the wait's record; the last owner
+  // destroys it (the watchdog's thread too: it has this rank's device current).
+  using Event = std::shared_ptr<CUevent_st>;
   struct Pending {
-    cudaEvent_t started;  // the comm stream reached the collective (the timeout counts from there)
-    cudaEvent_t event;    // its end (null inside an open group: recorded at group_end)
+    Event started;  // the comm stream reached the collective (the timeout counts from there)
+    Event done;     // its end (null inside an open group: recorded at group_end)
     const char* what;
     size_t n;
   };
+  struct InFlight {  // issued, not seen done: the watchdog's
+    Event started, done;
+    const char* what;
+    size_t n;
+    std::chrono::steady_clock::time_point began;  // when the watchdog first saw it started
+  };
+  struct Watched {  // waited, exposure not yet harvested: the host thread's
+    Event done, reached;  // the collective's end; the consumer reaching its wait
+    const char* what;
+    int64_t index;  // its wait's number (Comm::begin_wait)
+  };
+
   void nccl_check(ncclResult_t r, const char* what) const {
     if (r != ncclSuccess)
       throw RuntimeFailure(fmt::format("NCCL {} on group {} failed: {}", what, name(), ncclGetErrorString(r)));
+  }
+  // A launch on a non-blocking communicator may answer ncclInProgress (NCCL's documentation):
+  // the call is complete once the communicator's state leaves it.
+  void issued(ncclResult_t r, const char* what) {
+    while (r == ncclInProgress) {
+      std::this_thread::yield();
+      if (ncclCommGetAsyncError(comm_, &r) != ncclSuccess) break;
+    }
+    nccl_check(r, what);
   }
   [[noreturn]] void init_timed_out() {
     std::fprintf(stderr,
@@ -192,20 +215,20 @@ class NcclComm final : public Comm {
     cuda_check(cudaStreamWaitEvent(stream_, ev, 0), "stream wait");
     cudaEventDestroy(ev);
   }
-  cudaEvent_t timing_event() {
+  Event timing_event() {
     cudaEvent_t ev;
     cuda_check(cudaEventCreate(&ev), "event");  // with timing: the exposed time is measured with it
-    return ev;
+    return Event(ev, [](cudaEvent_t e) { cudaEventDestroy(e); });
   }
-  cudaEvent_t record() {
-    cudaEvent_t ev = timing_event();
-    cuda_check(cudaEventRecord(ev, stream_), "event record");
+  Event record() {
+    Event ev = timing_event();
+    cuda_check(cudaEventRecord(ev.get(), stream_), "event record");
     return ev;
   }
   Pending take(Handle h) {
     auto it = pending_.find(h);
     ZT_CHECK(it != pending_.end(), "wait on unknown handle {}", h);
-    ZT_CHECK(it->second.event, "wait on {} inside its group (before group_end)", it->second.what);
+    ZT_CHECK(it->second.done, "wait on {} inside its group (before group_end)", it->second.what);
     const Pending p = it->second;
     pending_.erase(it);
     return p;
@@ -213,29 +236,36 @@ class NcclComm final : public Comm {
   // Before each collective: the comm stream waits for the producer's work, then marks its start.
   void begin(bool after_producer_work = true) {
     if (after_producer_work) after_producer();
-    started_ = timing_event();
-    cuda_check(cudaEventRecord(started_, stream_), "event record");
+    started_ = record();
   }
   Handle track(const char* what, size_t n) {
     const Handle h = next_++;
-    pending_[h] = {started_, group_depth_ > 0 ? nullptr : record(), what, n};
-    started_ = nullptr;
+    Pending& p = pending_[h];
+    p = {std::move(started_), group_depth_ > 0 ? nullptr : record(), what, n};
     if (group_depth_ > 0) grouped_.push_back(h);
+    else watch_from_issue(p);
     return h;
   }
-  [[noreturn]] void collective_timed_out(const char* what, size_t n) {
-    print_collective_timeout(world_rank_, what, n, name(), timeout_s_);
+  // Every collective is watched from its launch, waited or not: a device drain (the allocator's,
+  // a destructor's) behind one whose peer never comes still ends the job.
+  void watch_from_issue(const Pending& p) {
+    std::lock_guard lock(mu_);
+    inflight_.push_back({p.started, p.done, p.what, p.n, {}});
+  }
+  [[noreturn]] void abort_job(const std::string& message) {
+    if (aborting_.exchange(true))  // the other thread is ending the job already
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    std::fprintf(stderr, "%s", message.c_str());
+    std::fflush(stderr);
     ncclCommAbort(comm_);
-    comm_ = nullptr;
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::abort();  // MPI_Abort does not return
   }
-  [[noreturn]] void async_failed(const char* what, ncclResult_t r) {
-    std::fprintf(stderr, "ztrain: failure: rank %d: NCCL %s on group %s failed: %s. Aborting the job.\n", world_rank_,
-                 what, name().c_str(), ncclGetErrorString(r));
-    std::fflush(stderr);
+  [[noreturn]] void collective_timed_out(const char* what, size_t n) {
+    if (aborting_.exchange(true))
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    print_collective_timeout(world_rank_, what, n, name(), timeout_s_);
     ncclCommAbort(comm_);
-    comm_ = nullptr;
     MPI_Abort(MPI_COMM_WORLD, 1);
     std::abort();
   }
@@ -257,12 +287,11 @@ class NcclComm final : public Comm {
     const auto start = std::chrono::steady_clock::now();
     std::chrono::steady_clock::time_point began{};
     for (int spins = 0;; ++spins) {
-      const cudaError_t q = cudaEventQuery(p.event);
+      const cudaError_t q = cudaEventQuery(p.done.get());
       if (q == cudaSuccess) {
         const double host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
         float device_ms = 0;
-        if (cudaEventElapsedTime(&device_ms, p.started, p.event) != cudaSuccess)
-          device_ms = float(host_ms);
+        if (cudaEventElapsedTime(&device_ms, p.started.get(), p.done.get()) != cudaSuccess) device_ms = float(host_ms);
         const double ms = std::min(host_ms, double(device_ms));
         set_wait_ms(begin_wait(), ms);
         if (observer_) observer_(p.what, start, ms);
@@ -273,40 +302,41 @@ class NcclComm final : public Comm {
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress) nccl_check(async, p.what);
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-      if (expired(p.started, began)) collective_timed_out(p.what, p.n);
+      if (expired(p.started.get(), began)) collective_timed_out(p.what, p.n);
     }
   }
-  // The watchdog: a collective the consumer has waited for longer than the timeout, or a failed
-  // communicator, ends the job (NCCL kernels of a dead peer never finish; the host is not blocked
-  // to notice). It only reads the watched waits; the host thread harvests them.
+  // The watchdog: a collective that has run longer than the timeout, or a failed communicator,
+  // ends the job (NCCL kernels of a dead peer never finish; the host may be anywhere, or blocked
+  // in a device drain).
   void watch() {
+    cudaSetDevice(device_);
     while (!stop_) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      if (aborting_) return;
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       std::lock_guard lock(mu_);
       if (async != ncclSuccess && async != ncclInProgress)
-        async_failed(watched_.empty() ? "collective" : watched_.front().what, async);
-      for (Watched& w : watched_)
-        if (cudaEventQuery(w.done) == cudaErrorNotReady && expired(w.started, w.began))
-          collective_timed_out(w.what, w.n);
+        abort_job(fmt::format("ztrain: failure: rank {}: NCCL {} on group {} failed: {}. Aborting the job.\n",
+                              world_rank_, inflight_.empty() ? "collective" : inflight_.front().what, name(),
+                              ncclGetErrorString(async)));
+      while (!inflight_.empty() && cudaEventQuery(inflight_.front().done.get()) == cudaSuccess) inflight_.pop_front();
+      for (InFlight& f : inflight_)
+        if (cudaEventQuery(f.done.get()) == cudaErrorNotReady && expired(f.started.get(), f.began))
+          collective_timed_out(f.what, f.n);
     }
   }
   // The waits the compute stream has passed: the stall is from reaching the wait to the
-  // collective's end (none when it ended before: fully overlapped).
-  void harvest() {
-    std::lock_guard lock(mu_);
+  // collective's end (none when it ended before: fully overlapped). Host thread only.
+  void harvest_done() {
     while (!watched_.empty()) {
       const Watched& w = watched_.front();
-      if (cudaEventQuery(w.done) != cudaSuccess || cudaEventQuery(w.reached) != cudaSuccess) break;
+      if (cudaEventQuery(w.done.get()) != cudaSuccess || cudaEventQuery(w.reached.get()) != cudaSuccess) break;
       float ms = 0, at = 0;
-      cuda_check(cudaEventElapsedTime(&ms, w.reached, w.done), "event time");
+      if (cudaEventElapsedTime(&ms, w.reached.get(), w.done.get()) != cudaSuccess) ms = 0;
       set_wait_ms(w.index, std::max(0.0f, ms));
-      if (observer_ && cudaEventElapsedTime(&at, anchor_, w.reached) == cudaSuccess)
+      if (observer_ && cudaEventElapsedTime(&at, anchor_, w.reached.get()) == cudaSuccess)
         observer_(w.what, anchor_host_ + std::chrono::microseconds(int64_t(double(at) * 1e3)), std::max(0.0f, ms));
-      cudaEventDestroy(w.started);
-      cudaEventDestroy(w.done);
-      cudaEventDestroy(w.reached);
       watched_.pop_front();
     }
   }
@@ -316,25 +346,19 @@ class NcclComm final : public Comm {
   cudaStream_t producer_ = nullptr, stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
   double* scratch_ = nullptr;
-  cudaEvent_t started_ = nullptr;  // begin()'s, for the next track()
   double dummy_[1] = {0};
-  int size_ = 1, rank_ = 0, world_rank_ = 0;
+  int size_ = 1, rank_ = 0, world_rank_ = 0, device_ = 0;
   Handle next_ = 1;
   std::unordered_map<Handle, Pending> pending_;
+  Event started_;  // begin()'s, for the next track()
   int group_depth_ = 0;
   std::vector<Handle> grouped_;  // issued in the open group: their events come at group_end
-  struct Watched {
-    cudaEvent_t started, done, reached;  // the collective's start and end; the consumer reaching its wait
-    const char* what;
-    size_t n;
-    int64_t index;                             // its wait's number (Comm::begin_wait)
-    std::chrono::steady_clock::time_point began;  // when the watchdog first saw it started
-  };
-  std::mutex mu_;
   std::deque<Watched> watched_;  // waited, not yet harvested, in wait order
+  std::mutex mu_;                // guards inflight_
+  std::deque<InFlight> inflight_;  // issued, in issue order (one stream: they end in that order)
   cudaEvent_t anchor_ = nullptr;
   std::chrono::steady_clock::time_point anchor_host_;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false}, aborting_{false};
   std::thread watchdog_;
 };
 

@@ -530,7 +530,7 @@ namespace {
 // cudaFree and the pinned allocation calls synchronize the device: not while NCCL runs.
 bool no_collectives_in_flight(const char* api) {
   const int n = zt::emu::g_collectives_in_flight.load();
-  if (n == 0) return true;
+  if (n == 0 || sticky()) return true;  // after a fault, streams skip work: the count stays up
   fault(std::string(api) + " while " + std::to_string(n) + " NCCL collective(s) are in flight: on a GPU it " +
         "synchronizes the device, which can deadlock the job (synchronize the communicators' streams first)");
   return false;
