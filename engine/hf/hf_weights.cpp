@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/checkpoint_files.h"
@@ -91,6 +94,14 @@ std::string hf_mismatch(const std::string& dir, const std::string& arch, const M
   const SafetensorsDir w(dir);
   const bool tied = !std::any_of(model.params().begin(), model.params().end(),
                                  [](const ParamInfo& p) { return p.name == "lm_head.weight"; });
+  if (tied) {  // a head the file says is its own would be dropped for the embedding: refused
+    std::ifstream f(fs::path(dir) / "config.json");
+    const auto cfg = nlohmann::json::parse(f, nullptr, false);
+    if (!cfg.is_discarded() && cfg.is_object() && cfg.contains("tie_word_embeddings") &&
+        cfg["tie_word_embeddings"].is_boolean() && !cfg["tie_word_embeddings"].get<bool>() && w.find("lm_head.weight"))
+      return fmt::format("{}/config.json: tie_word_embeddings = false with its own lm_head.weight, but this {} model "
+                         "ties its head to the embedding: an untied head is not supported", dir, arch);
+  }
   std::vector<std::string> seen;
   for (const ParamInfo& p : model.params()) {
     const HfName hf = hf_name(arch, p.name);

@@ -267,6 +267,20 @@ def bad_inputs(args, work, data, good, good_gpt2):
     cases.append(("a missing tensor", variant("missing", drop="model.norm.weight"), "no tensor model.norm.weight"))
     cases.append(("rope scaling", variant("rope", config_patch={"rope_scaling": {"type": "linear", "factor": 2.0}}),
                   "rope_scaling"))
+    # a GPT-2 with its own head (tie_word_embeddings false): refused, never loaded with the tied head
+    untied = os.path.join(work, "bad_untied_gpt2")
+    shutil.copytree(good_gpt2, untied)
+    index_path = os.path.join(untied, "model.safetensors.index.json")  # own_writer's GPT-2 is split
+    index = json.load(open(index_path))
+    wte = next(k for k in index["weight_map"] if k.endswith("wte.weight"))
+    tensors, _ = st_read(os.path.join(untied, index["weight_map"][wte]))
+    st_write(os.path.join(untied, "model-head.safetensors"), {"lm_head.weight": tensors[wte] + 1})
+    index["weight_map"]["lm_head.weight"] = "model-head.safetensors"
+    json.dump(index, open(index_path, "w"))
+    c = json.load(open(os.path.join(untied, "config.json")))
+    c["tie_word_embeddings"] = False
+    json.dump(c, open(os.path.join(untied, "config.json"), "w"))
+    cases.append(("an untied GPT-2 head", untied, "tie_word_embeddings = false"))
     garbage = os.path.join(work, "bad_garbage")
     shutil.copytree(good, garbage)
     with open(os.path.join(garbage, "model.safetensors"), "wb") as f:
