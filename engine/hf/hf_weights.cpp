@@ -38,6 +38,14 @@ bool ignorable(const std::string& name, bool tied) {
          (tied && name == "lm_head.weight");
 }
 
+// A parameter's tensor in the file. GPT-2 checkpoints published by OpenAI's conversion (the
+// Hub's `gpt2`) name them without the `transformer.` prefix: both layouts are read.
+const SafeTensor* find_tensor(const SafetensorsDir& w, const std::string& name) {
+  if (const SafeTensor* t = w.find(name)) return t;
+  const std::string prefix = "transformer.";
+  return name.compare(0, prefix.size(), prefix) == 0 ? w.find(name.substr(prefix.size())) : nullptr;
+}
+
 }  // namespace
 
 std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, DType dtype, uint64_t max_file_bytes) {
@@ -105,7 +113,7 @@ std::string hf_mismatch(const std::string& dir, const std::string& arch, const M
   std::vector<std::string> seen;
   for (const ParamInfo& p : model.params()) {
     const HfName hf = hf_name(arch, p.name);
-    const SafeTensor* t = w.find(hf.name);
+    const SafeTensor* t = find_tensor(w, hf.name);
     if (!t) return fmt::format("{}: no tensor {} (this model has it, shape {})", dir, hf.name, shape_str(p.stored_shape));
     std::vector<int64_t> want = p.stored_shape;
     if (hf.transposed) std::swap(want[0], want[1]);
@@ -114,7 +122,7 @@ std::string hf_mismatch(const std::string& dir, const std::string& arch, const M
     if (t->shape != want && !prefix_ok)
       return fmt::format("{}: tensor {} has shape {}, this model's is {}", t->file, hf.name, shape_str(t->shape),
                          shape_str(want));
-    seen.push_back(hf.name);
+    seen.push_back(t->name);
   }
   for (const auto& [name, t] : w.tensors())
     if (std::find(seen.begin(), seen.end(), name) == seen.end() && !ignorable(name, tied))
@@ -131,7 +139,7 @@ void load_hf_weights(const std::string& dir, const std::string& arch, ParamStore
     if (run.global_begin >= p.stored_numel) continue;  // padding rows stay zero
     const size_t n = std::min(run.n, p.stored_numel - run.global_begin);
     const HfName hf = hf_name(arch, p.name);
-    const SafeTensor* t = w.find(hf.name);
+    const SafeTensor* t = find_tensor(w, hf.name);
     ZT_CHECK(t != nullptr, "{}: {} vanished after the check", dir, hf.name);
     buf.resize(n);
     if (!hf.transposed) {

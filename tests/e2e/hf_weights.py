@@ -181,10 +181,13 @@ def export_and_reload(args, work, data, arch):
               f"the export")
 
 
-def own_writer(args, work, data, arch):
-    """Weights from this test's writer with Hugging Face names: ztrain's first loss = PyTorch's."""
+def own_writer(args, work, data, arch, hub_layout=False):
+    """Weights from this test's writer with Hugging Face names: ztrain's first loss = PyTorch's.
+    hub_layout (GPT-2): the names of the Hub's published `gpt2` (no `transformer.` prefix) with its
+    causal-mask buffers `h.N.attn.bias` and `h.N.attn.masked_bias`, in one file."""
     rng = np.random.default_rng(7)
-    d = os.path.join(work, arch + "_own")
+    arch_dir = arch + ("_hub" if hub_layout else "")
+    d = os.path.join(work, arch_dir + "_own")
     os.makedirs(d)
     if arch == "gpt2":
         L, NH, C, V, NPOS, T = 2, 2, 16, 260, 40, 24  # the file has more positions than the run uses
@@ -212,7 +215,12 @@ def own_writer(args, work, data, arch):
     if arch == "gpt2":  # buffers older transformers versions saved: ignored
         for layer in range(L):
             tensors[f"transformer.h.{layer}.attn.bias"] = np.tril(np.ones((1, 1, NPOS, NPOS), np.float32))
-    if arch == "gpt2":  # a sharded directory, as large checkpoints are published: two files and the index
+    if hub_layout:
+        tensors = {n[len("transformer."):] if n.startswith("transformer.") else n: v for n, v in tensors.items()}
+        for layer in range(L):
+            tensors[f"h.{layer}.attn.masked_bias"] = np.array(-1e4, np.float32)
+        st_write(os.path.join(d, "model.safetensors"), tensors)
+    elif arch == "gpt2":  # a sharded directory, as large checkpoints are published: two files and the index
         names = list(tensors)
         parts = {"model-00001-of-00002.safetensors": names[:len(names) // 2],
                  "model-00002-of-00002.safetensors": names[len(names) // 2:]}
@@ -223,8 +231,8 @@ def own_writer(args, work, data, arch):
     else:
         st_write(os.path.join(d, "model.safetensors"), tensors)
     json.dump(config, open(os.path.join(d, "config.json"), "w"))
-    spec = spec_for(work, arch + "_own_run", data, {"init_from": d, "seq_len": T})
-    h5 = os.path.join(work, arch + "_own.h5")
+    spec = spec_for(work, arch_dir + "_own_run", data, {"init_from": d, "seq_len": T})
+    h5 = os.path.join(work, arch_dir + "_own.h5")
     if ztrain(args, ["debug", "dump-state", spec, "--out", h5]).returncode != 0:
         return d
     f = h5py.File(h5, "r")
@@ -234,8 +242,8 @@ def own_writer(args, work, data, arch):
         want = ref(x, y).item()
     got = float(f["out"]["loss"][()])
     e = abs(got - want) / want
-    print(f"[{arch}] weights from the test's own writer: first loss ztrain {got:.7f} PyTorch {want:.7f} (rel {e:.1e})")
-    expect(e <= 1e-5, f"[{arch}] own-writer weights: loss ztrain {got} vs PyTorch {want} (rel {e:.1e})")
+    print(f"[{arch_dir}] weights from the test's own writer: first loss ztrain {got:.7f} PyTorch {want:.7f} (rel {e:.1e})")
+    expect(e <= 1e-5, f"[{arch_dir}] own-writer weights: loss ztrain {got} vs PyTorch {want} (rel {e:.1e})")
     return d
 
 
@@ -315,6 +323,7 @@ def main():
         for arch in ("gpt2", "llama"):
             export_and_reload(args, work, data, arch)
             own[arch] = own_writer(args, work, data, arch)
+        own_writer(args, work, data, "gpt2", hub_layout=True)  # the Hub's published GPT-2 layout
         bad_inputs(args, work, data, own["llama"], own["gpt2"])
     return testlib.report(failures, "Hugging Face safetensors out (fp32, bf16, fp16, split) and in (resharded, "
                                     "sharded files), "
