@@ -52,7 +52,8 @@ commands:
                                 memory over time) from its metrics.jsonl, drawn by gnuplot
   export CHECKPOINT --format hf --out DIR [--dtype fp32|bf16|fp16] [--max-file-size 5GB]
                                 write a checkpoint's weights as Hugging Face safetensors (split
-                                above the size, with model.safetensors.index.json) and config.json
+                                above the size, with model.safetensors.index.json) and config.json;
+                                --dtype defaults to bf16, which rounds the fp32 masters (fp32: exact)
   ckpt ls DIR                   the checkpoints in DIR: step, complete or not, layout, size
   ckpt verify PATH              check every block's checksum of checkpoint PATH (exit 2 if damaged)
   help spec                     every run-spec key with its type, default and meaning (Markdown)
