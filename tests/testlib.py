@@ -125,6 +125,18 @@ def arg_parser():
     return ap
 
 
+def emulated_gpus(ap):
+    """Adds --plugin (libztrain_cuda_emu.so) and --nccl (libztrain_nccl_emu.so) to `ap` and parses
+    it: (args, env) for mpirun jobs whose ranks are emulated GPUs over the emulated NCCL, or None
+    after the SKIP line where mpirun is missing."""
+    ap.add_argument("--plugin", required=True)
+    ap.add_argument("--nccl", required=True)
+    args = ap.parse_args()
+    if mpirun_missing():
+        return None
+    return args, mpi_env(ZTRAIN_CUDA_PLUGIN=args.plugin, ZTRAIN_NCCL_PLUGIN=args.nccl)
+
+
 def require(*modules, what=None, hint=None):
     """The named modules, imported; where one is missing, prints a SKIP line naming `what` (default:
     the modules) and the ImportError, then `hint` (how to install them), and exits SKIP."""

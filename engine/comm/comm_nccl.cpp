@@ -145,7 +145,6 @@ class NcclComm final : public Comm {
     watched_.push_back({p.done, reached, p.what, index});
     harvest_done();
   }
-  int64_t wait_point() override { return Comm::wait_point(); }
   double exposed_ms(int64_t from, int64_t to) override {
     harvest_done();
     return Comm::exposed_ms(from, to);

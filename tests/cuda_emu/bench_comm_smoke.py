@@ -16,13 +16,11 @@ import testlib  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True)
-    ap.add_argument("--plugin", required=True)
-    ap.add_argument("--nccl", required=True)
-    args = ap.parse_args()
+    setup = testlib.emulated_gpus(ap)
     failures, expect = testlib.checks()
-    if testlib.mpirun_missing():
+    if setup is None:
         return 77
-    env = testlib.mpi_env(ZTRAIN_CUDA_PLUGIN=args.plugin, ZTRAIN_NCCL_PLUGIN=args.nccl)
+    args, env = setup
     p = testlib.run(testlib.mpirun(3) + [args.bench, "--backend", "nccl", "--min", "1K", "--max", "256K",
                                          "--iters", "3"], check=False, env=env, timeout=600)
     names = ("all_reduce", "reduce_scatter", "all_gather")

@@ -53,13 +53,10 @@ rel = testlib.rel
 
 
 def main():
-    ap = testlib.arg_parser()
-    ap.add_argument("--plugin", required=True)
-    ap.add_argument("--nccl", required=True)
-    args = ap.parse_args()
-    if testlib.mpirun_missing():
+    setup = testlib.emulated_gpus(testlib.arg_parser())
+    if setup is None:
         return 77
-    env = testlib.mpi_env(ZTRAIN_CUDA_PLUGIN=args.plugin, ZTRAIN_NCCL_PLUGIN=args.nccl)
+    args, env = setup
     with tempfile.TemporaryDirectory() as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 5)
 
