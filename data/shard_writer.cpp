@@ -2,13 +2,13 @@
 #include "data/shard_writer.h"
 
 #include <fcntl.h>
-#include <stdio.h>  // renameat2 (glibc >= 2.28)
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 
 #include "data/shard.h"
+#include "engine/core/atomic_file.h"
 #include "engine/core/status.h"
 
 namespace zt::data {
@@ -77,20 +77,8 @@ Manifest ShardWriter::finish() {
   flush();
   if (manifest_.shards.empty()) user_error("no documents were given, so no shard was written");
   write_manifest(building_, manifest_);
-  if (!fs::exists(dir_)) {
-    fs::rename(building_, dir_);
-  } else if (::renameat2(AT_FDCWD, building_.c_str(), AT_FDCWD, dir_.c_str(), RENAME_EXCHANGE) != 0) {
-    // no atomic exchange on this filesystem: two renames (a crash between them leaves the
-    // previous dataset whole in DIR.previous-PID)
-    const std::string previous = fmt::format("{}.previous-{}", dir_, ::getpid());
-    fs::rename(dir_, previous);
-    fs::rename(building_, dir_);
-    fs::remove_all(previous);
-    finished_ = true;
-    return manifest_;
-  }
+  replace_dir_atomic(building_, dir_);
   finished_ = true;
-  fs::remove_all(building_);  // after the exchange: the previous dataset
   return manifest_;
 }
 

@@ -19,6 +19,7 @@
 #include "engine/core/byte_size.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
+#include "engine/core/user_path.h"
 #include "engine/hf/hf_weights.h"
 #include "engine/comm/topology.h"
 #include "engine/plan/layout_plan.h"
@@ -271,6 +272,7 @@ int export_command(const Cli& c) {
   if (c.spec_path.empty()) user_error("export: missing CHECKPOINT (a step_* directory)");
   if (c.format != "hf") user_error("export: --format hf is required (the one format so far: Hugging Face safetensors)");
   if (c.out.empty()) user_error("export: --out DIR is required");
+  check_dir_arg(c.out, "export: --out");
   if (!std::filesystem::exists(std::filesystem::path(c.spec_path) / "checkpoint.h5"))
     user_error("export: {}: not a complete checkpoint (no checkpoint.h5; ztrain ckpt ls lists them)", c.spec_path);
   DType dt;
@@ -353,13 +355,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (c.out.empty()) user_error("debug dump-state: --out FILE.h5 is required");
-  {  // checked before anything is built: a bad --out is bad input, not a failure after the work
-    namespace fs = std::filesystem;
-    const fs::path out(c.out), parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
-    if (fs::is_directory(out)) user_error("--out {}: is a directory (expected a file name, e.g. {}/state.h5)", c.out, c.out);
-    if (!fs::is_directory(parent))
-      user_error("--out {}: {} is not an existing directory", c.out, parent.string());
-  }
+  check_output_file(c.out, "debug dump-state: --out");  // before anything is built: bad input, not a late failure
   dump_state(spec, c.out, c.steps);
   return 0;
 }
@@ -375,6 +371,7 @@ int main(int argc, char** argv) {
   faults();  // the test-only fault hooks are read from the environment once, before anything runs
   dist_init(&argc, &argv);
   int code = 0;
+  bool agreed = false;  // every rank ends with this error on its own: no abort
   try {
     code = run(argc, argv);
   } catch (const PeerFailure& e) {
@@ -383,11 +380,12 @@ int main(int argc, char** argv) {
   } catch (...) {
     const std::exception_ptr error = std::current_exception();
     code = exit_code_of(error);
+    agreed = known_to_every_rank(error);
     const bool alike_everywhere = code == 2 && dist_phase() == DistPhase::Setup;
     if (!alike_everywhere || dist_world_rank() == 0)
       print_error(error, dist_active() && !alike_everywhere ? dist_world_rank() : -1);
   }
-  if (code != 0 && dist_active() && dist_phase() == DistPhase::Running) {
+  if (code != 0 && dist_active() && dist_phase() == DistPhase::Running && !agreed) {
     std::fflush(stderr);
     dist_abort(code);
   }

@@ -159,6 +159,23 @@ def workdir(prefix, procs=()):
         shutil.rmtree(work, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def mounted(work, fstype, options, what):
+    """A fresh filesystem of `fstype` (mount -o options) under work, unmounted after; None, after a
+    line saying the `what` case was not provoked, where this user may not mount (root in CI may)."""
+    path = tempfile.mkdtemp(dir=work, prefix=fstype + "_")
+    cmd = ["mount", "-t", fstype] + (["-o", options] if options else []) + [fstype, path]
+    p = run(cmd, check=False) if shutil.which("mount") else None
+    if p is None or p.returncode != 0:
+        print(f"{fstype} {what}: not provoked (mount not allowed here: {p.stderr.strip()[:120] if p else 'no mount'})")
+        yield None
+        return
+    try:
+        yield path
+    finally:
+        run(["umount", path], check=False)
+
+
 # The small GPT-2 of the checkpoint, offload and layout tests (--set model.arch=llama etc. for Llama).
 TINY_MODEL = {"n_layer": 2, "n_head": 4, "d_model": 24, "vocab_size": 260, "seq_len": 16}
 

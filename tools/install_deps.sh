@@ -10,11 +10,11 @@ cd "$(dirname "$0")/.."
 # (tiktoken reference), gnuplot (ztrain report draws its PNG with it), shellcheck (the shipped
 # scripts).
 PKGS=(build-essential cmake pkg-config git libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
-      libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev
+      libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev libssl-dev
       liburing-dev libboost-context-dev catch2 python3 python3-torch python3-h5py python3-numpy curl gnuplot-nox shellcheck)
 if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" = 1 ]; then
   PKGS=(build-essential cmake pkg-config libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
-        libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev
+        libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev libssl-dev
         liburing-dev libboost-context-dev catch2)
 fi
 if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" != 1 ]; then  # Node.js runs the tests' npm references

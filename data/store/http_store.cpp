@@ -1,6 +1,8 @@
 // HTTP(S) and S3 object stores over libcurl. libcurl signs S3 requests (AWS Signature V4,
-// CURLOPT_AWS_SIGV4), so no hand-written crypto. One retry loop serves both.
+// CURLOPT_AWS_SIGV4), so no hand-written crypto; OpenSSL's MD5 (libcurl's own TLS library)
+// checks a multipart upload's ETag. One retry loop serves both.
 #include <curl/curl.h>
+#include <openssl/evp.h>
 
 #include <algorithm>
 #include <cctype>
@@ -8,6 +10,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <cstdlib>
 #include <mutex>
@@ -254,6 +258,7 @@ class HttpStore final : public ObjectStore {
     if (id.empty()) throw RuntimeFailure(fmt::format("{}: no UploadId in the reply to a multipart upload", describe(name)));
     const std::string qid = escape(id);
     std::string done = "<CompleteMultipartUpload>";
+    std::vector<std::string> part_etags;
     try {
       int part = 1;
       for (uint64_t off = 0; off < size; off += o_.part_bytes, ++part) {
@@ -261,9 +266,15 @@ class HttpStore final : public ObjectStore {
         const Response r = send_with_retries(
             name, {"PUT", fmt::format("{}?partNumber={}&uploadId={}", url, part, qid), path, off, len, ""});
         done += fmt::format("<Part><PartNumber>{}</PartNumber><ETag>{}</ETag></Part>", part, r.etag);
+        part_etags.push_back(r.etag);
       }
       done += "</CompleteMultipartUpload>";
-      const Response r = send_with_retries(name, {"POST", url + "?uploadId=" + qid, "", 0, 0, done});
+      // Completing is not idempotent: an attempt whose reply was lost (a reset, a cut body) may
+      // have completed the upload, and a retry is then refused (S3: NoSuchUpload; s3rver: 500).
+      // After a failed attempt the object itself answers: its ETag equal to this upload's (S3's
+      // MD5 of the parts' MD5s, or the bytes' MD5 as s3rver gives it) means these bytes are there.
+      const Response r = send_with_retries(name, {"POST", url + "?uploadId=" + qid, "", 0, 0, done},
+                                           [&] { return holds_upload(name, url, path, part_etags); });
       if (r.body.find("<Error>") != std::string::npos)  // S3 may report failure with status 200
         throw RuntimeFailure(fmt::format("{}: completing the multipart upload failed: {}", describe(name), r.body));
     } catch (...) {
@@ -363,8 +374,45 @@ class HttpStore final : public ObjectStore {
     return size * n;
   }
 
+  // Whether the object at `url` holds the bytes of `path` uploaded in parts with these ETags.
+  bool holds_upload(const std::string& name, const std::string& url, const std::string& path,
+                    const std::vector<std::string>& part_etags) {
+    Response head;
+    if (send({"HEAD", url, "", 0, 0, ""}, head) != CURLE_OK || head.status != 200) return false;
+    const std::string etag = unquote(head.etag);
+    std::string digests;  // the parts' MD5s, binary
+    for (const std::string& e : part_etags) {
+      const std::string hex = unquote(e);
+      for (size_t i = 0; i + 1 < hex.size(); i += 2) digests += char(std::stoi(hex.substr(i, 2), nullptr, 16));
+    }
+    if (etag == fmt::format("{}-{}", md5_hex(digests), part_etags.size())) return true;
+    if (etag.find('-') != std::string::npos) return false;
+    std::ifstream f(path, std::ios::binary);  // s3rver's ETag: the MD5 of the whole object
+    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    (void)name;
+    return etag == md5_hex(bytes);
+  }
+
+  static std::string unquote(std::string v) {
+    v.erase(std::remove(v.begin(), v.end(), '"'), v.end());
+    for (auto& c : v) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return v;
+  }
+
+  static std::string md5_hex(const std::string& bytes) {
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (EVP_Digest(bytes.data(), bytes.size(), d, &n, EVP_md5(), nullptr) != 1) return "";
+    std::string out;
+    for (unsigned int i = 0; i < n; ++i) out += fmt::format("{:02x}", d[i]);
+    return out;
+  }
+
   // One request with the read path's retry policy (5xx, 429, transport errors; 4xx fail at once).
-  Response send_with_retries(const std::string& name, const Request& req) {
+  // `done_already`, when given, is asked after each failed attempt whether the request took
+  // effect anyway (a request that is not idempotent, whose reply was lost): then it succeeded.
+  Response send_with_retries(const std::string& name, const Request& req,
+                             const std::function<bool()>& done_already = {}) {
     std::mt19937_64 rng(std::random_device{}());
     std::string last_error;
     for (int attempt = 0; attempt <= o_.retries; ++attempt) {
@@ -376,6 +424,7 @@ class HttpStore final : public ObjectStore {
       Response r;
       const CURLcode rc = send(req, r);
       if (rc == CURLE_OK && r.status >= 200 && r.status < 300) return r;
+      if (done_already && done_already()) return Response{200, "", "", -1};
       if (rc == CURLE_OK && r.status >= 400 && r.status < 500 && r.status != 429)
         user_error("{}: {} HTTP {} ({})", describe(name), req.method, r.status,
                    r.status == 404 ? "no such object or bucket" : r.status == 403 ? "access denied" : "rejected");

@@ -35,6 +35,10 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
       e.complete = true;
     } else if (std::sscanf(name.c_str(), "step_%lld.tmp-%lld%n", &step, &job, &used) == 2 && used == int(name.size())) {
       e.job_id = job;
+    } else if (long long by = 0;  // an unfinished save set aside by an older ztrain: unfinished still
+               std::sscanf(name.c_str(), "step_%lld.tmp-%lld.superseded-%lld%n", &step, &job, &by, &used) == 3 &&
+               used == int(name.size())) {
+      e.job_id = job;
     } else {
       continue;
     }
@@ -97,7 +101,22 @@ int64_t meta_crc(const TrainState& s) {
 }
 }  // namespace
 
-void write_master_file(const std::string& ckpt_dir, int rank_files, const Model& model, const TrainState& state) {
+std::string rank_file_mismatch(const H5File& master, const H5File& f, int64_t step, int rank) {
+  if (!master.has_attr("/", "job_id")) return "";  // written before rank files carried their save
+  if (!f.has_attr("/", "job_id") || !f.has_attr("/", "step") || !f.has_attr("/", "rank"))
+    return fmt::format("{}: not written by this checkpoint's save (it names no save)", f.path());
+  const int64_t job = master.attr("/", "job_id"), its_job = f.attr("/", "job_id"), its_step = f.attr("/", "step");
+  if (its_job != job || its_step != step)
+    return fmt::format("{}: written by another save (job {}, step {}), not by this checkpoint's (job {}, step {}): "
+                       "copied from another checkpoint?", f.path(), its_job, its_step, job, step);
+  if (const int64_t its_rank = f.attr("/", "rank"); its_rank != rank)
+    return fmt::format("{}: holds rank {}'s part, not rank {}'s: rank files swapped or renamed?", f.path(), its_rank,
+                       rank);
+  return "";
+}
+
+void write_master_file(const std::string& ckpt_dir, int rank_files, int64_t job_id, const Model& model,
+                       const TrainState& state) {
   // Every rank file's blocks, per (state, tensor).
   std::map<std::string, std::vector<H5File::VirtualBlock>> blocks;
   for (int r = 0; r < rank_files; ++r) {
@@ -126,6 +145,7 @@ void write_master_file(const std::string& ckpt_dir, int rank_files, const Model&
   const int64_t crc = meta_crc(state), files = rank_files;
   m.write("/meta/rank_files", &files, {});
   m.write("/meta/crc32", &crc, {});
+  m.set_attr("/", "job_id", job_id);
   m.close();
   fsync_path((fs::path(ckpt_dir) / "checkpoint.h5").string());
 }

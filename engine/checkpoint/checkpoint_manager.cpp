@@ -9,15 +9,21 @@
 #include <set>
 #include <vector>
 
+#include <fcntl.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/checkpoint/remote.h"
 #include "engine/comm/agreement.h"
 #include "engine/config/data_options.h"
+#include "engine/core/atomic_file.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
+#include "engine/core/user_path.h"
 #include "engine/core/preemption.h"
 
 namespace zt {
@@ -32,10 +38,47 @@ CheckpointManager::CheckpointManager(const RunSpec& spec, const Topology& topo) 
   job_id_ = int64_t(id);
   root_ = local_checkpoint_root(spec_);
   run_agreed(*topo_.world, [&] {
-    fs::create_directories(root_);
-    if (is_remote_dir(spec_.checkpoint.dir))
+    const std::string key = fmt::format("{}: [checkpoint] {}", spec_.source,
+                                        root_ == spec_.checkpoint.dir ? "dir" : "local_dir");
+    check_dir_arg(root_, key);
+    // One run at a time: another job's saves and prunes would destroy this one's (and the
+    // unfinished saves this job removes are then surely of dead jobs).
+    if (topo_.is_root())
+      lock_ = DirLock(root_, ".checkpoint.lock", fmt::format("{} = \"{}\"", key, root_), "wait for it to end, or give this run its own checkpoint dir");
+    probe_local(key);
+    if (is_remote_dir(spec_.checkpoint.dir)) {
       store_ = open_checkpoint_store(spec_, data_options(spec_).store, spec_.checkpoint.dir);
+      if (topo_.is_root()) probe_store();
+    }
   });
+}
+
+void CheckpointManager::probe_local(const std::string& key) const {
+  // Each rank writes its own rank file here: each finds out now, not after every_steps of training.
+  const std::string probe = (fs::path(root_) / fmt::format(".probe-{}-rank{}", job_id_, topo_.world_rank)).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const bool ok = fd >= 0 && ::write(fd, "ztrain", 6) == 6;
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  ::unlink(probe.c_str());
+  if (!ok) user_error("{}: {}: checkpoints cannot be written there: {}", key, root_, std::strerror(err));
+}
+
+void CheckpointManager::probe_store() {
+  // A small object written and deleted, as `ztrain doctor` does: a missing bucket or bad
+  // credentials end the run now.
+  const std::string name = fmt::format("ztrain-probe-{}", job_id_);
+  const std::string local = (fs::path(root_) / name).string();
+  try {
+    write_file_atomic(local, "ztrain checkpoint probe\n");
+    store_->put(name, local);
+    store_->remove(name);
+  } catch (const std::exception& e) {
+    ::unlink(local.c_str());
+    user_error("{}: [checkpoint] dir = \"{}\": checkpoints cannot be uploaded there: {}", spec_.source,
+               spec_.checkpoint.dir, e.what());
+  }
+  ::unlink(local.c_str());
 }
 
 CheckpointManager::~CheckpointManager() = default;
@@ -134,9 +177,11 @@ void CheckpointManager::set_aside_newer(int64_t step) {
   // taken for this run's (resume = auto would jump back to them; keep_last would delete this
   // run's saves first). Rank 0 renames them to step_X.superseded-<job> (kept, never listed);
   // in the store, their checkpoint.h5 goes, so they no longer count as complete.
+  // An unfinished save (step_X.tmp-JOB) is never set aside: its job is dead (this one holds the
+  // directory's lock and has not saved yet), and the next save removes it.
   if (!topo_.is_root() || root_.empty()) return;
   for (const auto& c : list_checkpoints(root_))
-    if (c.step > step) {
+    if (c.complete && c.step > step) {
       std::error_code ec;
       fs::rename(c.path, fmt::format("{}.superseded-{}", c.path, job_id_), ec);
       spdlog::warn("checkpoint: {} is newer than the resumed step {}: set aside as {}.superseded-{}", c.path, step,

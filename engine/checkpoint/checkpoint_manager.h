@@ -13,6 +13,7 @@
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/comm/topology.h"
 #include "engine/config/spec.h"
+#include "engine/core/dir_lock.h"
 #include "engine/core/timer.h"
 
 namespace zt {
@@ -55,11 +56,14 @@ class CheckpointManager {
  private:
   std::string choose();                               // "auto"
   std::string local_copy(const std::string& wanted);  // a path or URI
+  void probe_local(const std::string& key) const;     // UserError when this rank cannot write root_
+  void probe_store();                                 // rank 0: UserError when uploads fail
 
   const RunSpec& spec_;
   const Topology& topo_;
   int64_t job_id_ = 0;
   std::string root_;                           // the local checkpoint directory
+  DirLock lock_;                               // rank 0: root_/.checkpoint.lock while the run lasts
   std::unique_ptr<data::ObjectStore> store_;   // s3:// (declared before writer_: destroyed after its threads end)
   std::unique_ptr<CheckpointWriter> writer_;
   Timer since_save_;

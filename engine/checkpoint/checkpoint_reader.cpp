@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/checkpoint_files.h"
@@ -29,10 +30,30 @@ std::string shape_str(const std::vector<int64_t>& s) {
 std::string verify_checkpoint(const std::string& ckpt_dir, int part, int parts) {
   try {
     const TrainState s = read_train_state(ckpt_dir);
+    const H5File master((fs::path(ckpt_dir) / "checkpoint.h5").string(), H5File::Mode::Read);
+    // what checkpoint.h5's virtual datasets take from each rank file: file -> dataset -> block
+    std::map<std::string, std::map<std::string, std::pair<std::string, H5File::VirtualBlock>>> mapped;
+    for (const char* st : kCheckpointStates)
+      for (const std::string& tensor : master.children(std::string("/") + st))
+        for (H5File::VirtualBlock& b : master.virtual_blocks(fmt::format("/{}/{}", st, tensor)))
+          mapped[b.src_file][b.src_dataset] = {tensor, std::move(b)};
     for (int64_t r = part; r < s.world; r += parts) {
       const std::string path = (fs::path(ckpt_dir) / rank_file_name(int(r))).string();
       if (!fs::exists(path)) return fmt::format("{}: missing", path);
       const H5File f(path, H5File::Mode::Read);
+      if (std::string problem = rank_file_mismatch(master, f, s.step, int(r)); !problem.empty()) return problem;
+      // every block checkpoint.h5 maps from this file is here, of that shape, for that place
+      for (const auto& [ds, where] : mapped[rank_file_name(int(r))]) {
+        const auto& [tensor, b] = where;
+        if (!f.exists(ds))
+          return fmt::format("{}: no block {}, which checkpoint.h5 maps into tensor {}", path, ds, tensor);
+        const std::vector<int64_t> start = f.shape(ds).size() == 2
+                                               ? std::vector<int64_t>{f.attr(ds, "row0"), f.attr(ds, "col0")}
+                                               : std::vector<int64_t>{f.attr(ds, "col0")};
+        if (f.shape(ds) != b.count || start != b.start)
+          return fmt::format("{}: block {} is {} at {} here, where checkpoint.h5 maps {} at {} of tensor {}", path, ds,
+                             shape_str(f.shape(ds)), shape_str(start), shape_str(b.count), shape_str(b.start), tensor);
+      }
       std::vector<float> buf;
       for (const char* st : kCheckpointStates)
         for (const std::string& tensor : f.children(std::string("/") + st))
@@ -78,6 +99,14 @@ std::string model_mismatch(const std::string& ckpt_dir, const Model& model) {
 
 void load_states(const std::string& ckpt_dir, ParamStore& store, const Model& model, bool weights_only) {
   const H5File f((fs::path(ckpt_dir) / "checkpoint.h5").string(), H5File::Mode::Read);
+  // the virtual datasets read whatever file has a rank file's name: each must be this save's
+  const int64_t step = f.read_int64("/meta/step");
+  for (int64_t r = 0; r < f.read_int64("/meta/rank_files"); ++r) {
+    const std::string path = (fs::path(ckpt_dir) / rank_file_name(int(r))).string();
+    if (!fs::exists(path)) user_error("{}: missing", path);
+    if (std::string problem = rank_file_mismatch(f, H5File(path, H5File::Mode::Read), step, int(r)); !problem.empty())
+      user_error("{}", problem);
+  }
   const auto& runs = store.global_runs();
   std::vector<TensorShape> shapes;
   for (const auto& p : model.params()) shapes.push_back({p.stored_shape});

@@ -144,6 +144,10 @@ void CheckpointWriter::write_rank_file(const std::string& path, const Snapshot* 
         targets.push_back(std::move(t));
       }
     }
+    // which save this file belongs to: verify and load refuse a rank file of another one
+    f.set_attr("/", "job_id", job_id_);
+    f.set_attr("/", "step", state_.step);
+    f.set_attr("/", "rank", topo_.world_rank);
     f.close();
   }
   // 2. The bytes go straight to their places (HDF5's own write path is slower than the disk), in
@@ -302,8 +306,9 @@ void CheckpointWriter::finish() {
 }
 
 void CheckpointWriter::throw_commit_failure() const {
-  throw RuntimeFailure(commit_failed() ? fmt::format("checkpoint of step {}: {}", commit_stats_.step, commit_error_)
-                                       : "checkpoint: rank 0 failed to commit a checkpoint");
+  // called by every rank once they agreed that rank 0's commit failed
+  if (!commit_failed()) throw PeerFailure(1, "checkpoint: rank 0 failed to commit a checkpoint");
+  throw AgreedFailure(fmt::format("checkpoint of step {}: {}", commit_stats_.step, commit_error_));
 }
 
 void CheckpointWriter::complete(bool any_failed) {
@@ -311,9 +316,11 @@ void CheckpointWriter::complete(bool any_failed) {
   if (thread_.joinable()) thread_.join();
   if (any_failed) {
     pending_ = false;
-    throw RuntimeFailure(!error_.empty()
-                             ? fmt::format("checkpoint of step {}: {}", state_.step, error_)
-                             : fmt::format("checkpoint of step {}: another rank failed to write its part", state_.step));
+    // every rank is done with this save (they agreed it failed): its unfinished directory goes
+    std::error_code ec;
+    if (topo_.is_root()) fs::remove_all(tmp_dir_, ec);
+    if (error_.empty()) throw PeerFailure(1, fmt::format("checkpoint of step {}: another rank failed", state_.step));
+    throw AgreedFailure(fmt::format("checkpoint of step {}: {}", state_.step, error_));
   }
   pending_ = false;
   const std::string path = (fs::path(opts_.dir) / checkpoint_name(state_.step)).string();
@@ -331,6 +338,8 @@ void CheckpointWriter::complete(bool any_failed) {
       commit();
     } catch (const std::exception& e) {
       commit_error_ = e.what();
+      std::error_code ec;
+      fs::remove_all(tmp_dir_, ec);  // still there when the commit failed before its rename
     }
     commit_stats_.commit_ms = timer.ms();
     if (commit_error_.empty()) last_complete_ = path;
@@ -349,7 +358,7 @@ void CheckpointWriter::commit() {
   Timer timer;
   const fs::path tmp(tmp_dir_), dir(opts_.dir);
   const fs::path final_dir = dir / checkpoint_name(state_.step);
-  write_master_file(tmp.string(), int(topo_.world_size), model_, state_);
+  write_master_file(tmp.string(), int(topo_.world_size), job_id_, model_, state_);
   fsync_path(tmp.string());
   std::error_code ec;
   if (fs::exists(final_dir)) {  // the same step saved again (a resumed run): replace it
@@ -378,8 +387,10 @@ void CheckpointWriter::prune() {
   const auto all = list_checkpoints(opts_.dir);
   std::vector<CheckpointEntry> complete;
   for (const auto& c : all) {
+    std::error_code ec;
     if (c.complete) complete.push_back(c);
-    else if (c.job_id != job_id_) fs::remove_all(c.path);  // left by a job that crashed while saving
+    // left by a job that died while saving (this job holds the directory's lock: no other runs)
+    else if (c.job_id != job_id_) fs::remove_all(c.path, ec);
   }
   if (opts_.keep_last <= 0 || int64_t(complete.size()) <= opts_.keep_last) return;
   for (size_t i = 0; i + size_t(opts_.keep_last) < complete.size(); ++i) {

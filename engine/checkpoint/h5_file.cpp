@@ -44,14 +44,36 @@ bool select_block(hid_t space, const std::vector<int64_t>& start, const std::vec
   return H5Sselect_hyperslab(space, H5S_SELECT_SET, s.data(), nullptr, c.data(), nullptr) >= 0;
 }
 
+// The system's reason for HDF5's last failure, from its error stack (the file driver records
+// "errno = 28, error message = 'No space left on device'"), as ": <reason>", or "".
+std::string system_reason() {
+  std::string innermost;
+  auto walk = [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+    auto* out = static_cast<std::string*>(data);
+    if (out->empty() && e->desc) *out = e->desc;
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk, &innermost);  // upward: the most specific first
+  const std::string key = "error message = '";
+  const size_t at = innermost.find(key);
+  if (at == std::string::npos) return innermost.empty() ? "" : ": " + innermost;
+  const size_t end = innermost.find('\'', at + key.size());
+  return ": " + innermost.substr(at + key.size(), end == std::string::npos ? std::string::npos : end - at - key.size());
+}
+
 }  // namespace
 
 H5File::H5File(const std::string& path, Mode mode)
     : path_(path), display_(path), exceptions_at_open_(std::uncaught_exceptions()) {
+  // No HDF5 clean-up at exit: after a failed H5Fclose (a full disk) the library keeps a half-closed
+  // file that its exit handler dereferences (SIGSEGV in H5F__close_cb). Every file is closed by
+  // its H5File, so nothing is left for that handler to do. Must precede the first HDF5 call.
+  static const bool no_atexit = (H5dont_atexit(), true);
+  (void)no_atexit;
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by us, not printed by HDF5
   if (mode == Mode::Create) {
     file_ = H5Fcreate((path + ".tmp").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    if (file_ < 0) throw RuntimeFailure(fmt::format("{}: cannot create HDF5 file", path + ".tmp"));
+    if (file_ < 0) throw RuntimeFailure(fmt::format("{}: cannot create HDF5 file{}", path + ".tmp", system_reason()));
   } else if (mode == Mode::Update) {
     file_ = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     if (file_ < 0) throw RuntimeFailure(fmt::format("{}: cannot open for update", path));
@@ -81,7 +103,11 @@ void H5File::close() {
   if (file_ < 0) return;
   const herr_t rc = H5Fclose(hid_t(file_));
   file_ = -1;
-  if (rc < 0) throw RuntimeFailure(fmt::format("{}: HDF5 close failed", display_));
+  if (rc < 0) {
+    const std::string why = system_reason();
+    if (!path_.empty()) std::remove((path_ + ".tmp").c_str());
+    throw RuntimeFailure(fmt::format("{}: cannot write{}", display_, why.empty() ? " (HDF5 close failed)" : why));
+  }
   if (!path_.empty() && std::rename((path_ + ".tmp").c_str(), path_.c_str()) != 0) {
     const int err = errno;
     std::remove((path_ + ".tmp").c_str());
@@ -105,7 +131,7 @@ void write_dataset(int64_t file, const std::string& path, const std::string& nam
   Id space(simple_space(shape), H5Sclose);
   Id ds(H5Dcreate2(hid_t(file), name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
   if (!ds.ok() || H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-    throw RuntimeFailure(fmt::format("{}: cannot write dataset {}", path, name));
+    throw RuntimeFailure(fmt::format("{}: cannot write dataset {}{}", path, name, system_reason()));
 }
 }  // namespace
 
@@ -148,7 +174,7 @@ void H5File::create_floats(const std::string& name, const std::vector<int64_t>& 
   H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);  // the bytes have their place now (offset())
   H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);     // and are not written twice
   Id ds(H5Dcreate2(hid_t(file_), name.c_str(), H5T_NATIVE_FLOAT, space, H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose);
-  if (!ds.ok()) throw RuntimeFailure(fmt::format("{}: cannot create dataset {}", display_, name));
+  if (!ds.ok()) throw RuntimeFailure(fmt::format("{}: cannot create dataset {}{}", display_, name, system_reason()));
 }
 
 int64_t H5File::offset(const std::string& name) const {
@@ -179,7 +205,7 @@ void H5File::set_attr(const std::string& name, const std::string& attr, int64_t 
                  : H5Acreate2(obj, attr.c_str(), H5T_NATIVE_INT64, space, H5P_DEFAULT, H5P_DEFAULT),
        H5Aclose);
   if (!a.ok() || H5Awrite(a, H5T_NATIVE_INT64, &value) < 0)
-    throw RuntimeFailure(fmt::format("{}: cannot write attribute {} of {}", display_, attr, name));
+    throw RuntimeFailure(fmt::format("{}: cannot write attribute {} of {}{}", display_, attr, name, system_reason()));
 }
 
 void H5File::write_virtual(const std::string& name, const std::vector<int64_t>& shape,
@@ -292,6 +318,38 @@ int64_t H5File::attr(const std::string& name, const std::string& attr) const {
   if (!a.ok() || H5Aread(a, H5T_NATIVE_INT64, &v) < 0)
     user_error("{}: no attribute {} on {}", display_, attr, name);
   return v;
+}
+
+bool H5File::has_attr(const std::string& name, const std::string& attr) const {
+  return H5Aexists_by_name(hid_t(file_), name.c_str(), attr.c_str(), H5P_DEFAULT) > 0;
+}
+
+std::vector<H5File::VirtualBlock> H5File::virtual_blocks(const std::string& name) const {
+  std::vector<VirtualBlock> out;
+  Id ds(H5Dopen2(hid_t(file_), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!ds.ok()) user_error("{}: no dataset {}", display_, name);
+  Id dcpl(H5Dget_create_plist(ds), H5Pclose);
+  if (!dcpl.ok() || H5Pget_layout(dcpl) != H5D_VIRTUAL) return out;
+  size_t n = 0;
+  if (H5Pget_virtual_count(dcpl, &n) < 0) user_error("{}: cannot read the mapping of {}", display_, name);
+  auto text = [&](ssize_t (*get)(hid_t, size_t, char*, size_t), size_t i) {
+    const ssize_t len = get(dcpl, i, nullptr, 0);
+    std::string v(size_t(std::max<ssize_t>(len, 0)) + 1, '\0');
+    if (len < 0 || get(dcpl, i, v.data(), v.size()) < 0) user_error("{}: cannot read the mapping of {}", display_, name);
+    v.resize(size_t(len));
+    return v;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    VirtualBlock b{text(H5Pget_virtual_filename, i), text(H5Pget_virtual_dsetname, i), {}, {}};
+    Id vspace(H5Pget_virtual_vspace(dcpl, i), H5Sclose);
+    const int rank = vspace.ok() ? H5Sget_simple_extent_ndims(vspace) : -1;
+    std::vector<hsize_t> lo(size_t(std::max(rank, 0))), hi(lo.size());
+    if (rank < 0 || H5Sget_select_bounds(vspace, lo.data(), hi.data()) < 0)
+      user_error("{}: cannot read the mapping of {}", display_, name);
+    for (size_t d = 0; d < lo.size(); ++d) b.start.push_back(int64_t(lo[d])), b.count.push_back(int64_t(hi[d] - lo[d] + 1));
+    out.push_back(std::move(b));
+  }
+  return out;
 }
 
 }  // namespace zt

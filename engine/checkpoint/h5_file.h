@@ -58,6 +58,10 @@ class H5File {
   int64_t read_int64(const std::string& name) const;  // a scalar
   std::string read_string(const std::string& name) const;
   int64_t attr(const std::string& name, const std::string& attr) const;
+  bool has_attr(const std::string& name, const std::string& attr) const;
+  // The blocks a virtual dataset takes from other files, in mapping order (empty when `name` is
+  // not virtual).
+  std::vector<VirtualBlock> virtual_blocks(const std::string& name) const;
 
   // Writes everything to disk, renames PATH.tmp to PATH (Create) and closes; the destructor does
   // the same, silently, unless an exception is unwinding through it: then PATH.tmp is removed. Durable files also need fsync_path() after this.

@@ -1,7 +1,8 @@
-// write_file_atomic and fsync_path (see atomic_file.h).
+// write_file_atomic, replace_dir_atomic and fsync_path (see atomic_file.h).
 #include "engine/core/atomic_file.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2 (glibc >= 2.28)
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,6 +29,28 @@ void write_file_atomic(const std::string& path, std::string_view bytes, bool dur
   }
   if (durable) fsync_path(std::filesystem::path(path).parent_path().empty()
                               ? "." : std::filesystem::path(path).parent_path().string());
+}
+
+void replace_dir_atomic(const std::string& built, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    fs::rename(built, dir, ec);
+    if (ec) throw RuntimeFailure(fmt::format("{}: cannot rename {} to it: {}", dir, built, ec.message()));
+    return;
+  }
+  std::string previous = built;  // after the exchange, `built` holds the previous directory
+  if (::renameat2(AT_FDCWD, built.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0) {
+    previous = fmt::format("{}.previous-{}", dir, ::getpid());
+    fs::rename(dir, previous, ec);
+    if (ec) throw RuntimeFailure(fmt::format("{}: cannot move it aside: {}", dir, ec.message()));
+    fs::rename(built, dir, ec);
+    if (ec) {
+      fs::rename(previous, dir);
+      throw RuntimeFailure(fmt::format("{}: cannot rename {} to it: {}", dir, built, ec.message()));
+    }
+  }
+  fs::remove_all(previous, ec);
 }
 
 void fsync_path(const std::string& path) {

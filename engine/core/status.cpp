@@ -20,6 +20,18 @@ int exit_code_of(const std::exception_ptr& error) {
   }
 }
 
+bool known_to_every_rank(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const AgreedFailure&) {
+    return true;
+  } catch (const PeerFailure&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 void print_error(const std::exception_ptr& error, int rank) {
   const std::string who = rank >= 0 ? fmt::format("rank {}: ", rank) : "";
   std::string line;

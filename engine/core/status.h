@@ -19,6 +19,13 @@ struct RuntimeFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A run-time failure every rank of the job learnt of together (a checkpoint save that failed on
+// some rank, agreed on in an all-reduce): the rank that saw it prints it, the others throw
+// PeerFailure, and the job ends without an abort (no rank is left waiting). Exit status 1.
+struct AgreedFailure : RuntimeFailure {
+  using RuntimeFailure::RuntimeFailure;
+};
+
 // Another rank of the job failed (and reported it); this rank stops quietly with `code`.
 struct PeerFailure : std::runtime_error {
   int code;
@@ -27,6 +34,8 @@ struct PeerFailure : std::runtime_error {
 
 // The exit status for an error: UserError 2, PeerFailure its code, anything else 1.
 int exit_code_of(const std::exception_ptr& error);
+// An AgreedFailure or a PeerFailure: every rank knows, none needs aborting.
+bool known_to_every_rank(const std::exception_ptr& error);
 // The one line ztrain prints for an error on stderr: "ztrain: error: ..." (bad input) or
 // "ztrain: failure: ..." (anything else), with "rank R: " first when rank >= 0. A PeerFailure
 // prints nothing (the failing rank reported it).

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint.h"
@@ -88,11 +90,33 @@ std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, D
     }
     tensors.push_back(std::move(t));
   }
-  fs::create_directories(out_dir);
-  const auto files = write_safetensors(out_dir, tensors, dtype, max_file_bytes);
-  write_file_atomic((fs::path(out_dir) / "config.json").string(), hf_config_json(spec.model, dtype));
+  // Built beside out_dir and swapped in whole: any failure (a full disk) leaves the previous
+  // export as it was. What else the user keeps there (a tokenizer, a README) comes along.
+  std::string out = out_dir;
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  const std::string building = fmt::format("{}.building-{}", out, ::getpid());
+  struct Discard {  // the unfinished build, on any exit but success
+    std::string path;
+    ~Discard() {
+      std::error_code ec;
+      if (!path.empty()) fs::remove_all(path, ec);
+    }
+  } discard{building};
+  fs::remove_all(building);
+  fs::create_directories(building);
+  if (fs::is_directory(out))
+    for (const auto& e : fs::directory_iterator(out)) {
+      const std::string n = e.path().filename().string();
+      if (!weights_file_name(n) && n != "config.json")
+        fs::copy(e.path(), fs::path(building) / n, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+    }
+  const auto files = write_safetensors(building, tensors, dtype, max_file_bytes);
+  write_file_atomic((fs::path(building) / "config.json").string(), hf_config_json(spec.model, dtype), /*durable=*/true);
   uint64_t bytes = 0;
-  for (const auto& p : files) bytes += fs::file_size(p);
+  for (const auto& p : files) bytes += fs::file_size(p), fsync_path(p);
+  fsync_path(building);
+  replace_dir_atomic(building, out);
+  discard.path.clear();
   return fmt::format("{}: {} tensors of {} (step {}) as {} in {} file{} ({:.1f} MiB) with config.json", out_dir,
                      tensors.size(), arch, st.step, safetensors_dtype_name(dtype), files.size(),
                      files.size() == 1 ? "" : "s", double(bytes) / 1048576.0);

@@ -10,6 +10,7 @@
 
 #include "engine/core/atomic_file.h"
 #include "engine/core/status.h"
+#include "engine/core/user_path.h"
 
 namespace zt {
 
@@ -122,9 +123,12 @@ std::vector<SafeTensor> parse_safetensors_bytes(const uint8_t* data, size_t size
 
 SafetensorsDir::SafetensorsDir(const std::string& dir) : dir_(dir) {
   const fs::path d(dir);
-  if (!fs::is_directory(d)) user_error("{}: not a directory (expected a Hugging Face model directory)", dir);
+  std::error_code ec;
+  if (!fs::is_directory(d, ec)) user_error("{}: not a directory (expected a Hugging Face model directory)", dir);
   const fs::path single = d / "model.safetensors", index = d / "model.safetensors.index.json";
-  if (fs::exists(index)) {
+  auto present = [&](const fs::path& p) { return fs::symlink_status(p, ec).type() != fs::file_type::not_found; };
+  if (present(index)) {
+    check_input_file(index.string(), "");
     std::ifstream f(index);
     json j;
     try {
@@ -147,7 +151,7 @@ SafetensorsDir::SafetensorsDir(const std::string& dir) : dir_(dir) {
       if (!t || fs::path(t->file).filename() != file.get<std::string>())
         user_error("{}: tensor {} is not in {}", index.string(), name, file.get<std::string>());
     }
-  } else if (fs::exists(single)) {
+  } else if (present(single)) {
     add_file(single.string());
   } else {
     user_error("{}: no model.safetensors or model.safetensors.index.json", dir);
@@ -155,6 +159,7 @@ SafetensorsDir::SafetensorsDir(const std::string& dir) : dir_(dir) {
 }
 
 void SafetensorsDir::add_file(const std::string& path) {
+  check_input_file(path, "");  // a symlink loop or /dev/zero is named, not read for ever
   std::ifstream f(path, std::ios::binary);
   if (!f) user_error("{}: cannot open", path);
   uint8_t len[8];
@@ -194,16 +199,18 @@ void SafetensorsDir::read(const SafeTensor& t, uint64_t first, uint64_t n, float
   }
 }
 
+bool weights_file_name(const std::string& n) {
+  return n == "model.safetensors" || n == "model.safetensors.index.json" ||
+         (n.rfind("model-", 0) == 0 && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0);
+}
+
 std::vector<std::string> write_safetensors(const std::string& dir, const std::vector<TensorSource>& tensors,
                                            DType dtype, uint64_t max_file_bytes) {
   fs::create_directories(dir);
   // A previous export's weights must not survive beside these (a loader would take the old index
   // or the old single file): they go first.
   for (const auto& e : fs::directory_iterator(dir)) {
-    const std::string n = e.path().filename().string();
-    if (n == "model.safetensors" || n == "model.safetensors.index.json" ||
-        (n.rfind("model-", 0) == 0 && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0))
-      fs::remove(e.path());
+    if (weights_file_name(e.path().filename().string())) fs::remove(e.path());
   }
   const size_t es = dtype_size(dtype);
   auto bytes_of = [&](const TensorSource& t) {

@@ -59,6 +59,9 @@ struct TensorSource {
   std::function<void(uint64_t first, uint64_t n, float* out)> read;
 };
 
+// A name write_safetensors writes (model.safetensors, model-0000k-of-0000n.safetensors, the index).
+bool weights_file_name(const std::string& name);
+
 // Writes `tensors` in `dtype` (F32, BF16 or F16) to DIR/model.safetensors, or, when they exceed
 // max_file_bytes, to DIR/model-0000k-of-0000n.safetensors with model.safetensors.index.json,
 // each file with metadata {"format": "pt"} (Hugging Face's loaders require it). Each file is

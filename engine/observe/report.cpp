@@ -17,6 +17,7 @@
 #include "engine/core/atomic_file.h"
 #include "engine/core/run_program.h"
 #include "engine/core/status.h"
+#include "engine/core/user_path.h"
 
 namespace zt {
 
@@ -52,8 +53,7 @@ std::string write_report(const std::string& run_dir, const std::string& png_in) 
   const std::string png = png_in.empty() ? (fs::path(run_dir) / "report.png").string() : png_in;
   std::error_code ec;
   const fs::path out_dir = fs::path(png).has_parent_path() ? fs::path(png).parent_path() : fs::path(".");
-  if (fs::is_directory(png, ec)) user_error("report --out {}: is a directory (give the PNG file's path)", png);
-  if (!fs::is_directory(out_dir, ec)) user_error("report --out {}: directory {} does not exist", png, out_dir.string());
+  check_output_file(png, png_in.empty() ? "report" : "report: --out");
   // gnuplot runs in a private directory on files with fixed names, started without a shell: no
   // path the user chose ever reaches its script or a shell, and only --out is written.
   const fs::path tmp = fs::temp_directory_path() / fmt::format("ztrain-report-{}", ::getpid());

@@ -1,13 +1,14 @@
 // [run] out_dir belongs to one run at a time.
 #pragma once
 #include "engine/config/spec.h"
+#include "engine/core/dir_lock.h"
 
 namespace zt {
 
 // Rank 0, before writing anything: [run] out_dir is a directory (created if missing), not the
 // home of the spec being run (config.resolved.toml would overwrite it), and no other run is
-// using it: an exclusive flock on out_dir/.lock, which holds this process's pid. Returns the
-// lock's descriptor (closing it releases the lock); UserError otherwise.
-int claim_out_dir(const RunSpec& spec);
+// using it: an exclusive lock on out_dir/.lock, held while the returned DirLock lives; UserError
+// otherwise.
+DirLock claim_out_dir(const RunSpec& spec);
 
 }  // namespace zt

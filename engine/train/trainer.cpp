@@ -150,9 +150,13 @@ void Trainer::init_from_hf() {
   if (dir.empty()) return;
   Timer t;
   agreed([&] {
-    const std::string mismatch = hf_mismatch(dir, spec_.model.arch, *model_);
-    if (!mismatch.empty()) user_error("[model] init_from does not fit the model: {}", mismatch);
-    load_hf_weights(dir, spec_.model.arch, *store_, *model_);
+    try {
+      const std::string mismatch = hf_mismatch(dir, spec_.model.arch, *model_);
+      if (!mismatch.empty()) user_error("does not fit the model: {}", mismatch);
+      load_hf_weights(dir, spec_.model.arch, *store_, *model_);
+    } catch (const UserError& e) {
+      user_error("{}: [model] init_from = \"{}\": {}", spec_.source, dir, e.what());
+    }
   });
   store_->publish_written_masters();
   if (topo_.is_root())
@@ -258,7 +262,6 @@ Trainer::~Trainer() {
   // an early host AdamW still queued (a step that failed mid-backward) uses the optimizer, which
   // is destroyed before the store
   if (store_) store_->cancel_early_update();
-  if (out_lock_fd_ >= 0) ::close(out_lock_fd_);  // releases the lock
 }
 
 StepResult Trainer::step(int64_t step) {
@@ -503,7 +506,7 @@ void Trainer::run() {
   const bool root = topo_.is_root();
   std::unique_ptr<MetricsWriter> metrics;
   agreed([&] {
-    if (root) out_lock_fd_ = claim_out_dir(spec_);
+    if (root) out_lock_ = claim_out_dir(spec_);
   });
   if (root) {
     write_file_atomic((fs::path(spec_.run.out_dir) / "config.resolved.toml").string(), resolved_toml(spec_));

@@ -15,6 +15,7 @@
 #include "engine/backend/backend.h"
 #include "engine/config/data_options.h"
 #include "engine/config/spec.h"
+#include "engine/core/dir_lock.h"
 #include "engine/comm/collective_order.h"
 #include "engine/comm/device_comms.h"
 #include "engine/comm/topology.h"
@@ -97,7 +98,7 @@ class Trainer {
   std::vector<int32_t> inputs_, targets_;  // (micro_batch, seq_len) host staging
   int64_t local_batch_ = 0;                // sequences per step on this rank
   int64_t start_step_ = 0;
-  int out_lock_fd_ = -1;                   // rank 0: holds out_dir/.lock while the run lasts
+  DirLock out_lock_;                       // rank 0: holds out_dir/.lock while the run lasts
   std::unique_ptr<CheckpointManager> ckpts_;  // where checkpoints live, which one resumes, when to save
 };
 

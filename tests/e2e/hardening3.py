@@ -134,7 +134,7 @@ def main():
             p = testlib.run([z, "report", os.path.join(work, "base"), "--out", out], check=False)
             expect(p.returncode == 0 and os.path.exists(out) and open(a).read() == "keep\n",
                    f"1: --out with a quote: {p.returncode}, `a` {'intact' if open(a).read() == 'keep' + chr(10) else 'damaged'}")
-            for bad, why in ((os.path.join(work, "missing", "r.png"), "does not exist"), (work, "is a directory")):
+            for bad, why in ((os.path.join(work, "missing", "r.png"), "not an existing directory"), (work, "is a directory")):
                 p = testlib.run([z, "report", os.path.join(work, "base"), "--out", bad], check=False)
                 expect(p.returncode == 2 and why in p.stderr and "gnuplot" not in p.stderr,
                        f"15: report --out {bad}: {p.returncode} {p.stderr[-300:]}")

@@ -18,7 +18,6 @@
 - an I/O error on the NVMe file mid-run exits 1 naming the file, and the last complete checkpoint
   still verifies.
 """
-import contextlib
 import re
 import os
 import shutil
@@ -191,23 +190,6 @@ def larger_than_device(args, work, data, nvme):
     print(f"without offload: exit {p.returncode}: {p.stderr.strip().splitlines()[-1][:300] if p.stderr.strip() else ''}")
 
 
-@contextlib.contextmanager
-def mounted(work, fstype, options):
-    """A fresh filesystem of `fstype` under work (None, with a printed reason, where mounting is not
-    allowed), unmounted after."""
-    path = tempfile.mkdtemp(dir=work, prefix=fstype + "_")
-    cmd = ["mount", "-t", fstype] + (["-o", options] if options else []) + [fstype, path]
-    p = testlib.run(cmd, check=False) if shutil.which("mount") else None
-    if p is None or p.returncode != 0:
-        print(f"{fstype} nvme_path: not provoked (mount not allowed here: {p.stderr.strip()[:120] if p else 'no mount'})")
-        yield None
-        return
-    try:
-        yield path
-    finally:
-        testlib.run(["umount", path], check=False)
-
-
 def startup_and_faults(args, work, spec, nvme):
     nofile = os.path.join(work, "a_file")
     open(nofile, "w").close()
@@ -239,14 +221,14 @@ def startup_and_faults(args, work, spec, nvme):
         shutil.rmtree(shm, ignore_errors=True)
     # filesystems of our own where this user may mount them (root in CI): a 64 KiB tmpfs (too little
     # space for the states) and a ramfs (no O_DIRECT: buffered I/O with a warning, same training)
-    with mounted(work, "tmpfs", "size=64k") as small:
+    with testlib.mounted(work, "tmpfs", "size=64k", "nvme_path") as small:
         if small:
             p = train(args, spec, os.path.join(work, "small"), ["offload.optimizer=nvme", f"offload.nvme_path={small}"],
                       check=False)
             expect(p.returncode == 2 and "the filesystem has" in p.stderr and "GiB free" in p.stderr,
                    f"too little space: {p.returncode} {p.stderr[-500:]}")
             print(f"nvme_path on a 64 KiB tmpfs: exit {p.returncode}: {p.stderr.strip().splitlines()[-1][:240]}")
-    with mounted(work, "ramfs", "") as ram:
+    with testlib.mounted(work, "ramfs", "", "nvme_path") as ram:
         if ram:
             sets = ["offload.optimizer=nvme", "offload.params=nvme", "parallel.zero_stage=3"]
             base = train(args, spec, os.path.join(work, "ram_base"), ["parallel.zero_stage=3"])
