@@ -35,8 +35,8 @@ std::string verify_checkpoint(const std::string& ckpt_dir, int part, int parts) 
     std::map<std::string, std::map<std::string, std::pair<std::string, H5File::VirtualBlock>>> mapped;
     for (const char* st : kCheckpointStates)
       for (const std::string& tensor : master.children(std::string("/") + st))
-        for (H5File::VirtualBlock& b : master.virtual_blocks(fmt::format("/{}/{}", st, tensor)))
-          mapped[b.src_file][b.src_dataset] = {tensor, std::move(b)};
+        for (const H5File::VirtualBlock& b : master.virtual_blocks(fmt::format("/{}/{}", st, tensor)))
+          mapped[b.src_file][b.src_dataset] = {tensor, b};
     for (int64_t r = part; r < s.world; r += parts) {
       const std::string path = (fs::path(ckpt_dir) / rank_file_name(int(r))).string();
       if (!fs::exists(path)) return fmt::format("{}: missing", path);

@@ -18,6 +18,7 @@ DirLock claim_out_dir(const RunSpec& spec) {
   if (fs::exists(resolved, ec) && fs::equivalent(resolved, spec.source, ec))
     user_error("{}: this is the run's own config.resolved.toml in [run] out_dir, which the run rewrites; copy it "
                "elsewhere first, or pass --set run.out_dir=ANOTHER_DIR", spec.source);
+  check_output_file((dir / "metrics.jsonl").string(), fmt::format("{}: [run] out_dir", spec.source));
   return DirLock(dir.string(), ".lock", fmt::format("{}: [run] out_dir = \"{}\"", spec.source, dir.string()),
                  "wait for it to end, or choose another out_dir");
 }

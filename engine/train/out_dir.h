@@ -6,9 +6,9 @@
 namespace zt {
 
 // Rank 0, before writing anything: [run] out_dir is a directory (created if missing), not the
-// home of the spec being run (config.resolved.toml would overwrite it), and no other run is
-// using it: an exclusive lock on out_dir/.lock, held while the returned DirLock lives; UserError
-// otherwise.
+// home of the spec being run (config.resolved.toml would overwrite it), its metrics.jsonl (if
+// any) a file, and no other run is using it: an exclusive lock on out_dir/.lock, held while the
+// returned DirLock lives; UserError otherwise.
 DirLock claim_out_dir(const RunSpec& spec);
 
 }  // namespace zt

@@ -505,13 +505,12 @@ void Trainer::run() {
   const auto& t = spec_.train;
   const bool root = topo_.is_root();
   std::unique_ptr<MetricsWriter> metrics;
-  agreed([&] {
-    if (root) out_lock_ = claim_out_dir(spec_);
-  });
-  if (root) {
+  agreed([&] {  // a bad out_dir (or a metrics.jsonl that is a directory) ends every rank alike
+    if (!root) return;
+    out_lock_ = claim_out_dir(spec_);
     write_file_atomic((fs::path(spec_.run.out_dir) / "config.resolved.toml").string(), resolved_toml(spec_));
     metrics = std::make_unique<MetricsWriter>(spec_.run.out_dir, start_step_);
-  }
+  });
   std::unique_ptr<Telemetry> telemetry;  // rank 0's devices (or process), into metrics.jsonl
   if (root && spec_.run.telemetry_s > 0) {
     const int threads = spec_.run.threads > 0 ? int(spec_.run.threads) : int(std::thread::hardware_concurrency());
