@@ -537,8 +537,12 @@ void Trainer::run() {
   } detach_save_reports{*ckpts_};
   const auto& m = spec_.model;
   if (root) {
-    spdlog::info("run '{}': {}: {:.2f}M parameters", spec_.run.name, model_->describe(),
-                 model_->num_global_params() / 1e6);
+    size_t real = 0;  // without the zero rows that pad the vocabulary (as checkpoints and exports hold it)
+    for (const ParamInfo& p : model_->params()) real += p.stored_numel;
+    const size_t held = model_->num_global_params();
+    spdlog::info("run '{}': {}: {:.2f}M parameters{}", spec_.run.name, model_->describe(), real / 1e6,
+                 held == real ? std::string()
+                              : fmt::format(" ({:.2f}M held, with the vocabulary's padding rows)", held / 1e6));
     spdlog::info("data: {} ({} tokens, {} samples of {}); global batch {} = {} ranks x {} micro-batches x {}; {} steps",
                  spec_.data.train, train_->manifest().total_tokens(), train_->n_windows(), m.seq_len,
                  t.global_batch, topo_.dp, local_batch_ / t.micro_batch, t.micro_batch, t.max_steps);
