@@ -20,7 +20,7 @@ if ! command -v "$CXX" >/dev/null || ! probe; then
   exit 77  # ctest's skip code
 fi
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I.)
-common=(engine/core/status.cpp engine/core/redact.cpp engine/core/atomic_file.cpp)
+common=(engine/core/status.cpp engine/core/redact.cpp engine/core/atomic_file.cpp engine/core/user_path.cpp)
 libs=(-lfmt)
 build() {  # name sources... -- libs...
   local name=$1; shift
