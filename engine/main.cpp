@@ -272,7 +272,7 @@ int export_command(const Cli& c) {
   if (c.spec_path.empty()) user_error("export: missing CHECKPOINT (a step_* directory)");
   if (c.format != "hf") user_error("export: --format hf is required (the one format so far: Hugging Face safetensors)");
   if (c.out.empty()) user_error("export: --out DIR is required");
-  check_dir_arg(c.out, "export: --out");
+  check_dir_arg(c.out, "export: --out", /*create=*/false);
   if (!std::filesystem::exists(std::filesystem::path(c.spec_path) / "checkpoint.h5"))
     user_error("export: {}: not a complete checkpoint (no checkpoint.h5; ztrain ckpt ls lists them)", c.spec_path);
   DType dt;

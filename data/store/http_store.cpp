@@ -11,12 +11,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <map>
+#include <memory>
 #include <cstdlib>
 #include <mutex>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include <unistd.h>
 
@@ -273,8 +274,16 @@ class HttpStore final : public ObjectStore {
       // have completed the upload, and a retry is then refused (S3: NoSuchUpload; s3rver: 500).
       // After a failed attempt the object itself answers: its ETag equal to this upload's (S3's
       // MD5 of the parts' MD5s, or the bytes' MD5 as s3rver gives it) means these bytes are there.
-      const Response r = send_with_retries(name, {"POST", url + "?uploadId=" + qid, "", 0, 0, done},
-                                           [&] { return holds_upload(name, url, path, part_etags); });
+      bool recovered = false;  // the object was found holding these bytes: abort the upload, in case
+      const Response r = send_with_retries(name, {"POST", url + "?uploadId=" + qid, "", 0, 0, done}, [&] {
+        return recovered = holds_upload(name, url, path, part_etags);
+      });
+      if (recovered) {
+        try {  // it completed (then nothing is left to abort) or the same bytes were there already
+          send_with_retries(name, {"DELETE", url + "?uploadId=" + qid, "", 0, 0, ""});
+        } catch (...) {
+        }
+      }
       if (r.body.find("<Error>") != std::string::npos)  // S3 may report failure with status 200
         throw RuntimeFailure(fmt::format("{}: completing the multipart upload failed: {}", describe(name), r.body));
     } catch (...) {
@@ -383,14 +392,28 @@ class HttpStore final : public ObjectStore {
     std::string digests;  // the parts' MD5s, binary
     for (const std::string& e : part_etags) {
       const std::string hex = unquote(e);
-      for (size_t i = 0; i + 1 < hex.size(); i += 2) digests += char(std::stoi(hex.substr(i, 2), nullptr, 16));
+      if (hex.size() != 32 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) return false;
+      for (size_t i = 0; i < hex.size(); i += 2) digests += char(std::stoi(hex.substr(i, 2), nullptr, 16));
     }
     if (etag == fmt::format("{}-{}", md5_hex(digests), part_etags.size())) return true;
     if (etag.find('-') != std::string::npos) return false;
-    std::ifstream f(path, std::ios::binary);  // s3rver's ETag: the MD5 of the whole object
-    std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     (void)name;
-    return etag == md5_hex(bytes);
+    return etag == md5_file(path);  // s3rver's ETag: the MD5 of the whole object
+  }
+
+  static std::string md5_file(const std::string& path) {
+    std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+    std::ifstream f(path, std::ios::binary);
+    if (!ctx || !f || EVP_DigestInit_ex(ctx.get(), EVP_md5(), nullptr) != 1) return "";
+    std::vector<char> buf(size_t(4) << 20);
+    while (f.read(buf.data(), std::streamsize(buf.size())) || f.gcount() > 0)
+      if (EVP_DigestUpdate(ctx.get(), buf.data(), size_t(f.gcount())) != 1) return "";
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (EVP_DigestFinal_ex(ctx.get(), d, &n) != 1) return "";
+    std::string out;
+    for (unsigned int i = 0; i < n; ++i) out += fmt::format("{:02x}", d[i]);
+    return out;
   }
 
   static std::string unquote(std::string v) {

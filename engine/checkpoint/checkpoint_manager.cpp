@@ -39,10 +39,13 @@ CheckpointManager::CheckpointManager(const RunSpec& spec, const Topology& topo) 
   root_ = local_checkpoint_root(spec_);
   run_agreed(*topo_.world, [&] {
     const std::string key = fmt::format("{}: [checkpoint] {}", spec_.source,
-                                        root_ == spec_.checkpoint.dir ? "dir" : "local_dir");
+                                        root_ == spec_.checkpoint.dir     ? "dir"
+                                        : !spec_.checkpoint.local_dir.empty() ? "local_dir"
+                                                                          : "local_dir (unset: [run] out_dir/checkpoints)");
     check_dir_arg(root_, key);
     // One run at a time: another job's saves and prunes would destroy this one's (and the
-    // unfinished saves this job removes are then surely of dead jobs).
+    // unfinished saves this job removes are then surely of dead jobs). For s3:// the lock is on
+    // the local directory: two runs sharing the store but not local_dir are not stopped.
     if (topo_.is_root())
       lock_ = DirLock(root_, ".checkpoint.lock", fmt::format("{} = \"{}\"", key, root_), "wait for it to end, or give this run its own checkpoint dir");
     probe_local(key);
@@ -57,22 +60,27 @@ void CheckpointManager::probe_local(const std::string& key) const {
   // Each rank writes its own rank file here: each finds out now, not after every_steps of training.
   const std::string probe = (fs::path(root_) / fmt::format(".probe-{}-rank{}", job_id_, topo_.world_rank)).string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  const bool ok = fd >= 0 && ::write(fd, "ztrain", 6) == 6;
-  const int err = errno;
-  if (fd >= 0) ::close(fd);
+  bool ok = fd >= 0 && ::write(fd, "ztrain", 6) == 6;
+  int err = errno;
+  if (fd >= 0 && ::close(fd) != 0 && ok) ok = false, err = errno;  // NFS reports a full disk here
   ::unlink(probe.c_str());
   if (!ok) user_error("{}: {}: checkpoints cannot be written there: {}", key, root_, std::strerror(err));
 }
 
-void CheckpointManager::probe_store() {
+void CheckpointManager::probe_store() const {
   // A small object written and deleted, as `ztrain doctor` does: a missing bucket or bad
   // credentials end the run now.
   const std::string name = fmt::format("ztrain-probe-{}", job_id_);
   const std::string local = (fs::path(root_) / name).string();
+  // few retries and a short timeout: the other ranks wait in a collective meanwhile
+  data::StoreOptions quick = data_options(spec_).store;
+  quick.retries = std::min(quick.retries, 1);
+  quick.timeout_s = std::min(quick.timeout_s, 15.0);
   try {
     write_file_atomic(local, "ztrain checkpoint probe\n");
-    store_->put(name, local);
-    store_->remove(name);
+    const auto store = open_checkpoint_store(spec_, quick, spec_.checkpoint.dir);
+    store->put(name, local);
+    store->remove(name);
   } catch (const std::exception& e) {
     ::unlink(local.c_str());
     user_error("{}: [checkpoint] dir = \"{}\": checkpoints cannot be uploaded there: {}", spec_.source,

@@ -57,7 +57,7 @@ class CheckpointManager {
   std::string choose();                               // "auto"
   std::string local_copy(const std::string& wanted);  // a path or URI
   void probe_local(const std::string& key) const;     // UserError when this rank cannot write root_
-  void probe_store();                                 // rank 0: UserError when uploads fail
+  void probe_store() const;                           // rank 0: UserError when uploads fail
 
   const RunSpec& spec_;
   const Topology& topo_;

@@ -97,11 +97,12 @@ std::string model_mismatch(const std::string& ckpt_dir, const Model& model) {
   return "";
 }
 
-void load_states(const std::string& ckpt_dir, ParamStore& store, const Model& model, bool weights_only) {
+void load_states(const std::string& ckpt_dir, ParamStore& store, const Model& model, bool weights_only, int part,
+                 int parts) {
   const H5File f((fs::path(ckpt_dir) / "checkpoint.h5").string(), H5File::Mode::Read);
   // the virtual datasets read whatever file has a rank file's name: each must be this save's
-  const int64_t step = f.read_int64("/meta/step");
-  for (int64_t r = 0; r < f.read_int64("/meta/rank_files"); ++r) {
+  const int64_t step = f.read_int64("/meta/step"), files = f.read_int64("/meta/rank_files");
+  for (int64_t r = part; r < files; r += parts) {
     const std::string path = (fs::path(ckpt_dir) / rank_file_name(int(r))).string();
     if (!fs::exists(path)) user_error("{}: missing", path);
     if (std::string problem = rank_file_mismatch(f, H5File(path, H5File::Mode::Read), step, int(r)); !problem.empty())

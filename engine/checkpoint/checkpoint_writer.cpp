@@ -364,7 +364,12 @@ void CheckpointWriter::commit() {
   if (fs::exists(final_dir)) {  // the same step saved again (a resumed run): replace it
     const fs::path old = dir / fmt::format("{}.old-{}", checkpoint_name(state_.step), job_id_);
     fs::rename(final_dir, old);
-    fs::rename(tmp, final_dir);
+    fs::rename(tmp, final_dir, ec);
+    if (ec) {  // the previous save of this step goes back where it was
+      const std::string why = ec.message();
+      fs::rename(old, final_dir, ec);
+      throw RuntimeFailure(fmt::format("{}: cannot rename {} to it: {}", final_dir.string(), tmp.string(), why));
+    }
     fs::remove_all(old, ec);
   } else {
     fs::rename(tmp, final_dir);

@@ -46,10 +46,13 @@ void replace_dir_atomic(const std::string& built, const std::string& dir) {
     if (ec) throw RuntimeFailure(fmt::format("{}: cannot move it aside: {}", dir, ec.message()));
     fs::rename(built, dir, ec);
     if (ec) {
-      fs::rename(previous, dir);
-      throw RuntimeFailure(fmt::format("{}: cannot rename {} to it: {}", dir, built, ec.message()));
+      const std::string why = ec.message();
+      fs::rename(previous, dir, ec);
+      throw RuntimeFailure(fmt::format("{}: cannot rename {} to it: {}", dir, built, why));
     }
   }
+  const fs::path parent = fs::path(dir).parent_path();
+  fsync_path(parent.empty() ? "." : parent.string());  // the swap itself, durable
   fs::remove_all(previous, ec);
 }
 

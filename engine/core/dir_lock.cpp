@@ -20,6 +20,13 @@ DirLock::DirLock(const std::string& dir, const std::string& name, const std::str
   const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) user_error("{}: cannot create {}: {}", what, lock, std::strerror(errno));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) {
+      // a filesystem without locks (some NFS or CIFS mounts): go on unprotected, and say so
+      spdlog::warn("{}: cannot lock {} ({}): a second run there would not be stopped", what, lock,
+                   std::strerror(errno));
+      fd_ = fd;
+      return;
+    }
     char holder[128] = {0};
     (void)!::pread(fd, holder, sizeof holder - 1, 0);
     ::close(fd);

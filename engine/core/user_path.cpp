@@ -36,10 +36,11 @@ fs::file_status status_of(const std::string& path, const std::string& what) {
 }
 }  // namespace
 
-void check_dir_arg(const std::string& path, const std::string& what) {
+void check_dir_arg(const std::string& path, const std::string& what, bool create) {
   const fs::file_status st = status_of(path, what);
   if (st.type() == fs::file_type::directory) return;
   if (st.type() != fs::file_type::not_found) user_error("{}{} is {}, not a directory", lead(what), path, kind_of(st));
+  if (!create) return;
   std::error_code ec;
   fs::create_directories(path, ec);
   if (ec) user_error("{}{}: cannot create it: {}", lead(what), path, ec.message());

@@ -7,8 +7,9 @@
 
 namespace zt {
 
-// A directory to write into: a directory, created with its parents when missing.
-void check_dir_arg(const std::string& path, const std::string& what);
+// A directory to write into: a directory, created with its parents when missing (with `create`;
+// else it may be missing).
+void check_dir_arg(const std::string& path, const std::string& what, bool create = true);
 // A file to write (or append to): not a directory nor a device; its directory exists.
 void check_output_file(const std::string& path, const std::string& what);
 // A file to read: exists, a regular file (after following symlinks: no loop, no device such as

@@ -5,7 +5,11 @@
 #include <filesystem>
 #include <fstream>
 
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -46,6 +50,37 @@ const SafeTensor* find_tensor(const SafetensorsDir& w, const std::string& name) 
   if (const SafeTensor* t = w.find(name)) return t;
   const std::string prefix = "transformer.";
   return name.compare(0, prefix.size(), prefix) == 0 ? w.find(name.substr(prefix.size())) : nullptr;
+}
+
+// The directory an export replaces: --out itself through any symlink (the swap replaces what the
+// link points to). UserError for what cannot be swapped whole: the root, a mount point, a
+// directory whose parent is read-only, or a run's or a checkpoint's directory (the swap would
+// take their files away).
+std::string swappable_dir(const std::string& given) {
+  std::error_code ec;
+  const fs::path out = fs::weakly_canonical(fs::absolute(given), ec);
+  if (ec || out == out.root_path())
+    user_error("export: --out {}: not a directory an export can replace{}", given, ec ? ": " + ec.message() : "");
+  if (out == fs::weakly_canonical(fs::current_path(), ec))
+    user_error("export: --out {}: the current directory, which the new export would replace under you: run the "
+               "export from outside it", given);
+  if (fs::is_directory(out, ec))
+    for (const auto& e : fs::directory_iterator(out)) {
+      const std::string n = e.path().filename().string();
+      if (n == ".lock" || n == ".checkpoint.lock" || n == "checkpoint.h5" || n == "metrics.jsonl" || n == "latest" ||
+          n.rfind("step_", 0) == 0)
+        user_error("export: --out {}: holds {}, a file of a run or a checkpoint, which the export would replace; give "
+                   "the export a directory of its own", given, n);
+    }
+  const fs::path parent = out.parent_path();
+  struct stat here {}, above {};
+  if (::stat(out.c_str(), &here) == 0 && ::stat(parent.c_str(), &above) == 0 && here.st_dev != above.st_dev)
+    user_error("export: --out {}: a mount point, which cannot be swapped for the new export (built beside it): give a "
+               "directory inside it", given);
+  if (::access(parent.c_str(), W_OK) != 0)
+    user_error("export: --out {}: the export is built beside it, in {}, which is not writable: {}", given,
+               parent.string(), std::strerror(errno));
+  return out.string();
 }
 
 }  // namespace
@@ -92,8 +127,7 @@ std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, D
   }
   // Built beside out_dir and swapped in whole: any failure (a full disk) leaves the previous
   // export as it was. What else the user keeps there (a tokenizer, a README) comes along.
-  std::string out = out_dir;
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  const std::string out = swappable_dir(out_dir);
   const std::string building = fmt::format("{}.building-{}", out, ::getpid());
   struct Discard {  // the unfinished build, on any exit but success
     std::string path;
@@ -107,8 +141,11 @@ std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, D
   if (fs::is_directory(out))
     for (const auto& e : fs::directory_iterator(out)) {
       const std::string n = e.path().filename().string();
-      if (!weights_file_name(n) && n != "config.json")
-        fs::copy(e.path(), fs::path(building) / n, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+      if (weights_file_name(n) || n == "config.json") continue;
+      std::error_code ec;
+      if (e.is_regular_file(ec) && !e.is_symlink(ec)) fs::create_hard_link(e.path(), fs::path(building) / n, ec);
+      else ec = std::make_error_code(std::errc::not_supported);
+      if (ec) fs::copy(e.path(), fs::path(building) / n, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
     }
   const auto files = write_safetensors(building, tensors, dtype, max_file_bytes);
   write_file_atomic((fs::path(building) / "config.json").string(), hf_config_json(spec.model, dtype), /*durable=*/true);

@@ -52,7 +52,6 @@ std::string write_report(const std::string& run_dir, const std::string& png_in) 
   if (n_train == 0) user_error("{}: no train rows to draw", metrics.string());
   const std::string png = png_in.empty() ? (fs::path(run_dir) / "report.png").string() : png_in;
   std::error_code ec;
-  const fs::path out_dir = fs::path(png).has_parent_path() ? fs::path(png).parent_path() : fs::path(".");
   check_output_file(png, png_in.empty() ? "report" : "report: --out");
   // gnuplot runs in a private directory on files with fixed names, started without a shell: no
   // path the user chose ever reaches its script or a shell, and only --out is written.

@@ -120,7 +120,7 @@ void Trainer::resume_or_init() {
       user_error("checkpoint {} is at step {}, past [train] max_steps = {}: raise max_steps to train on, or "
                  "resume an earlier checkpoint", path, st.step, spec_.train.max_steps);
     if (!weights_only) start_step_ = restore_loader_position(st.data);
-    load_states(path, *store_, *model_, weights_only);
+    load_states(path, *store_, *model_, weights_only, topo_.world_rank, topo_.world_size);
   });
   store_->publish_written_masters();
   if (weights_only) {

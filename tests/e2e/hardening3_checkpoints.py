@@ -250,6 +250,17 @@ def export_swap(z, work, ckpt):
     p = testlib.run([z, "export", ckpt, "--format", "hf", "--out", plain, "--max-file-size", "300KB"], check=False)
     expect(p.returncode == 0 and os.path.exists(os.path.join(plain, "tokenizer.json")),
            f"2: a re-export kept the user's tokenizer.json: {p.returncode} {sorted(os.listdir(plain))}")
+    # through a symlink the target is replaced (the link stays a link); a run's out_dir is refused
+    target, link = os.path.join(work, "exp_target"), os.path.join(work, "exp_link")
+    os.makedirs(target)
+    os.symlink(target, link)
+    p = testlib.run([z, "export", ckpt, "--format", "hf", "--out", link], check=False)
+    expect(p.returncode == 0 and os.path.islink(link) and os.path.exists(os.path.join(target, "config.json")),
+           f"2: export through a symlink: {p.returncode} link {os.path.islink(link)} {p.stderr[-300:]}")
+    run_dir = os.path.join(work, "base")
+    p = testlib.run([z, "export", ckpt, "--format", "hf", "--out", run_dir], check=False)
+    expect(p.returncode == 2 and "export: --out" in p.stderr and os.path.exists(os.path.join(run_dir, "metrics.jsonl")),
+           f"2: export onto a run's out_dir: {p.returncode} {p.stderr[-300:]}")
     used = sum(pages(os.path.getsize(os.path.join(plain, n))) for n in os.listdir(plain) if n != "tokenizer.json")
     # room for 1.5 bf16 exports: not for the fp32 one (twice the bytes), even with the previous gone
     with testlib.mounted(work, "tmpfs", f"size={pages(used * 3 // 2)}", "re-export onto a full disk") as disk:
