@@ -380,7 +380,7 @@ int main(int argc, char** argv) {
   } catch (...) {
     const std::exception_ptr error = std::current_exception();
     code = exit_code_of(error);
-    agreed = known_to_every_rank(error);
+    agreed = is_agreed_failure(error);
     const bool alike_everywhere = code == 2 && dist_phase() == DistPhase::Setup;
     if (!alike_everywhere || dist_world_rank() == 0)
       print_error(error, dist_active() && !alike_everywhere ? dist_world_rank() : -1);

@@ -276,7 +276,7 @@ class HttpStore final : public ObjectStore {
       // MD5 of the parts' MD5s, or the bytes' MD5 as s3rver gives it) means these bytes are there.
       bool recovered = false;  // the object was found holding these bytes: abort the upload, in case
       const Response r = send_with_retries(name, {"POST", url + "?uploadId=" + qid, "", 0, 0, done}, [&] {
-        return recovered = holds_upload(name, url, path, part_etags);
+        return recovered = holds_upload(url, path, part_etags);
       });
       if (recovered) {
         try {  // it completed (then nothing is left to abort) or the same bytes were there already
@@ -384,8 +384,7 @@ class HttpStore final : public ObjectStore {
   }
 
   // Whether the object at `url` holds the bytes of `path` uploaded in parts with these ETags.
-  bool holds_upload(const std::string& name, const std::string& url, const std::string& path,
-                    const std::vector<std::string>& part_etags) {
+  bool holds_upload(const std::string& url, const std::string& path, const std::vector<std::string>& part_etags) {
     Response head;
     if (send({"HEAD", url, "", 0, 0, ""}, head) != CURLE_OK || head.status != 200) return false;
     const std::string etag = unquote(head.etag);
@@ -397,7 +396,6 @@ class HttpStore final : public ObjectStore {
     }
     if (etag == fmt::format("{}-{}", md5_hex(digests), part_etags.size())) return true;
     if (etag.find('-') != std::string::npos) return false;
-    (void)name;
     return etag == md5_file(path);  // s3rver's ETag: the MD5 of the whole object
   }
 
@@ -410,10 +408,7 @@ class HttpStore final : public ObjectStore {
       if (EVP_DigestUpdate(ctx.get(), buf.data(), size_t(f.gcount())) != 1) return "";
     unsigned char d[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
-    if (EVP_DigestFinal_ex(ctx.get(), d, &n) != 1) return "";
-    std::string out;
-    for (unsigned int i = 0; i < n; ++i) out += fmt::format("{:02x}", d[i]);
-    return out;
+    return EVP_DigestFinal_ex(ctx.get(), d, &n) == 1 ? hex(d, n) : "";
   }
 
   static std::string unquote(std::string v) {
@@ -425,7 +420,10 @@ class HttpStore final : public ObjectStore {
   static std::string md5_hex(const std::string& bytes) {
     unsigned char d[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
-    if (EVP_Digest(bytes.data(), bytes.size(), d, &n, EVP_md5(), nullptr) != 1) return "";
+    return EVP_Digest(bytes.data(), bytes.size(), d, &n, EVP_md5(), nullptr) == 1 ? hex(d, n) : "";
+  }
+
+  static std::string hex(const unsigned char* d, unsigned int n) {
     std::string out;
     for (unsigned int i = 0; i < n; ++i) out += fmt::format("{:02x}", d[i]);
     return out;

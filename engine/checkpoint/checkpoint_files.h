@@ -10,6 +10,8 @@
 
 namespace zt {
 
+class H5File;
+
 struct CheckpointEntry {
   std::string path, name;
   int64_t step = 0;
@@ -30,12 +32,11 @@ std::string resolve_local_checkpoint(const std::string& path);
 // Rank 0, after every rank wrote its rank file into `ckpt_dir`: checkpoint.h5 with a virtual
 // dataset per state and tensor over the rank files' blocks, and the training state. Each rank
 // file carries the job_id, step and rank of the save that wrote it (attributes of "/"); the
-// master file, the job_id (UserError when a rank file is another save's).
+// master file, the job_id.
 void write_master_file(const std::string& ckpt_dir, int rank_files, int64_t job_id, const Model& model,
                        const TrainState& state);
 // "" when rank file `rank` of `ckpt_dir` (open as `f`) was written by the save that wrote
 // `master` (at `step`), else why not. Checkpoints older than these attributes pass.
-class H5File;
 std::string rank_file_mismatch(const H5File& master, const H5File& f, int64_t step, int rank);
 // The training state of checkpoint.h5 in `ckpt_dir` (UserError naming the file when damaged).
 TrainState read_train_state(const std::string& ckpt_dir);

@@ -47,12 +47,13 @@ std::string verify_checkpoint(const std::string& ckpt_dir, int part, int parts) 
         const auto& [tensor, b] = where;
         if (!f.exists(ds))
           return fmt::format("{}: no block {}, which checkpoint.h5 maps into tensor {}", path, ds, tensor);
-        const std::vector<int64_t> start = f.shape(ds).size() == 2
+        const std::vector<int64_t> shape = f.shape(ds);
+        const std::vector<int64_t> start = shape.size() == 2
                                                ? std::vector<int64_t>{f.attr(ds, "row0"), f.attr(ds, "col0")}
                                                : std::vector<int64_t>{f.attr(ds, "col0")};
-        if (f.shape(ds) != b.count || start != b.start)
+        if (shape != b.count || start != b.start)
           return fmt::format("{}: block {} is {} at {} here, where checkpoint.h5 maps {} at {} of tensor {}", path, ds,
-                             shape_str(f.shape(ds)), shape_str(start), shape_str(b.count), shape_str(b.start), tensor);
+                             shape_str(shape), shape_str(start), shape_str(b.count), shape_str(b.start), tensor);
       }
       std::vector<float> buf;
       for (const char* st : kCheckpointStates)

@@ -20,12 +20,10 @@ int exit_code_of(const std::exception_ptr& error) {
   }
 }
 
-bool known_to_every_rank(const std::exception_ptr& error) {
+bool is_agreed_failure(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const AgreedFailure&) {
-    return true;
-  } catch (const PeerFailure&) {
     return true;
   } catch (...) {
     return false;

@@ -34,8 +34,8 @@ struct PeerFailure : std::runtime_error {
 
 // The exit status for an error: UserError 2, PeerFailure its code, anything else 1.
 int exit_code_of(const std::exception_ptr& error);
-// An AgreedFailure or a PeerFailure: every rank knows, none needs aborting.
-bool known_to_every_rank(const std::exception_ptr& error);
+// An AgreedFailure: every rank ends on its own, none needs aborting.
+bool is_agreed_failure(const std::exception_ptr& error);
 // The one line ztrain prints for an error on stderr: "ztrain: error: ..." (bad input) or
 // "ztrain: failure: ..." (anything else), with "rank R: " first when rank >= 0. A PeerFailure
 // prints nothing (the failing rank reported it).
