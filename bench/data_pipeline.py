@@ -3,7 +3,8 @@
 - cold download: ztrain fetching every shard into an empty cache vs plain curl (SigV4) fetching the
   same objects one after the other (target: 0.9x or better);
 - warm cache: the background loader's tokens/s (one rank) vs reading the same shard files
-  sequentially with cat (tokens = bytes / 2).
+  sequentially with cat (tokens = bytes / 2);
+- mixing: the warm loader over three sources (0.5 / 0.3 / 0.2) vs over one (target: 0.9x or better).
 Usage: bench/data_pipeline.py [--mb 64]
 """
 import argparse
@@ -75,6 +76,40 @@ def main():
               f"-> {r['cold_mb_per_s'] / (mb / curl_s):.2f}x")
         print(f"warm loader: {r['warm_tokens_per_s'] / 1e6:.1f} M tokens/s (1 rank, micro_batch 8 x 1024) vs cat "
               f"{cat_tok / 1e6:.1f} M tokens/s -> {r['warm_tokens_per_s'] / cat_tok:.2f}x")
+        # mixing: three sources (0.5 / 0.3 / 0.2) vs one, warm, like with like: three local directories vs
+        # one, and three cached s3:// prefixes vs one
+        for f in files:  # two more s3:// copies
+            for prefix in ("d2", "d3"):
+                testlib.run(["curl", "-s", "-f", *auth, "-T", os.path.join(local, f), f"http://127.0.0.1:{port}/zt/{prefix}/{f}"])
+        for k in (2, 3):
+            shutil.copytree(local, f"{local}{k}")
+        base = {"run": {"seed": 1, "device": "cpu"},
+                "model": {"n_layer": 1, "n_head": 1, "d_model": 8, "vocab_size": 257, "seq_len": 1024},
+                "train": {"micro_batch": 8, "global_batch": 8},
+                "data": {"s3_endpoint": f"http://127.0.0.1:{port}", "s3_path_style": True,
+                         "cache_dir": os.path.join(work, "cache"), "cache_limit": "100GB"}}
+
+        def mix_spec(name, uris):
+            path = os.path.join(work, name + ".toml")
+            testlib.write_spec(path, base)
+            with open(path, "a") as f:
+                for k, (uri, w) in enumerate(zip(uris, [0.5, 0.3, 0.2] if len(uris) == 3 else [1.0])):
+                    f.write(f'\n[[data.sources]]\nname = "s{k}"\nuri = "{uri}"\nweight = {w}\n')
+            return path
+
+        for kind, one, three in [("local", [local], [local, local + "2", local + "3"]),
+                                 ("cached s3://", ["s3://zt/d"], ["s3://zt/d", "s3://zt/d2", "s3://zt/d3"])]:
+            specs = {"single": mix_spec("single", one), "mixed": mix_spec("mixed", three)}
+            ratios, rate = [], {"single": [], "mixed": []}
+            for _ in range(5):  # alternated: the median of the pairs' ratios (the machine is shared and noisy)
+                for tag, path in specs.items():
+                    out = testlib.run([os.path.join(a.build, "ztrain-bench-data"), path, "--batches", "20000"], env=env)
+                    rate[tag].append(json.loads(out.stdout)["warm_tokens_per_s"])
+                ratios.append(rate["mixed"][-1] / rate["single"][-1])
+            med = sorted(ratios)[len(ratios) // 2]
+            print(f"mixing, {kind}: 3 sources (0.5 / 0.3 / 0.2, warm) {sorted(rate['mixed'])[2] / 1e6:.1f} M tokens/s vs "
+                  f"1 source {sorted(rate['single'])[2] / 1e6:.1f} M tokens/s (medians) -> {med:.2f}x, median of 5 "
+                  f"pairs (range {min(ratios):.2f}-{max(ratios):.2f}; target >= 0.9)")
     finally:
         if proc:
             proc.terminate()

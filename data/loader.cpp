@@ -70,7 +70,7 @@ TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, 
   max_open_ = size_t(2 * o.shuffle_block);
   if (cache_) {
     // What must be local at once: the block being read, the next one, and the prefetched ones.
-    const uint64_t need = uint64_t(2 + o.prefetch) * uint64_t(o.shuffle_block) * max_bytes;
+    const uint64_t need = cache_need_ = uint64_t(2 + o.prefetch) * uint64_t(o.shuffle_block) * max_bytes;
     if (o.cache_limit < need)
       user_error("[data] cache_limit = {} bytes is smaller than what must be cached at once for {}: "
                  "(2 + prefetch {}) blocks x shuffle_block {} shards x {} bytes = {} bytes",
@@ -223,17 +223,71 @@ uint64_t dataset_fingerprint(const Manifest& m) {
   return h;
 }
 
+uint64_t mixture_fingerprint(const std::vector<uint64_t>& fps) {
+  if (fps.size() == 1) return fps[0];  // as single-source checkpoints have always recorded it
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t f : fps) h = (h ^ f) * 1099511628211ull, h ^= h >> 29;
+  return h;
+}
+
+// ---- mixture reader ----
+
+namespace {
+// f() with its errors naming the source, when there are several (a mixture's user needs to know
+// which of its datasets failed).
+template <typename F>
+void naming_source(const MixedData& data, size_t src, F&& f) {
+  if (data.sets.size() == 1) return f();
+  try {
+    f();
+  } catch (const UserError& e) {
+    user_error("data source '{}': {}", data.names[src], e.what());
+  } catch (const RuntimeFailure& e) {
+    throw RuntimeFailure(fmt::format("data source '{}': {}", data.names[src], e.what()));
+  }
+}
+}  // namespace
+
+MixReader::MixReader(MixedData& data, MixState start)
+    : data_(data), orders_(data.orders), state_(std::move(start)), read_ms_(data.sets.size(), 0.0) {}
+
+void MixReader::fill(uint64_t first, int B, int32_t* inputs, int32_t* targets, SampleOrigin* origins) {
+  data_.schedule.advance_to(state_, first);
+  const size_t T = size_t(data_.sets[0]->seq_len());
+  for (int b = 0; b < B; ++b) {
+    const size_t src = data_.schedule.next(state_);
+    const uint64_t k = state_.drawn[src] - 1;
+    const uint64_t w = orders_[src].window_for(k);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (faults().slow_source_ms > 0 && data_.names[src] == faults().slow_source) injected_delay(faults().slow_source_ms);
+    naming_source(data_, src, [&] { data_.sets[src]->window(w, inputs + size_t(b) * T, targets + size_t(b) * T); });
+    read_ms_[src] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (origins) origins[b] = {uint32_t(src), k, w};
+  }
+}
+
+std::vector<std::pair<size_t, size_t>> MixReader::upcoming_shards(uint64_t g, int ahead) {
+  data_.schedule.advance_to(state_, std::max(g, state_.next_sample));
+  const auto& weights = data_.schedule.stage(data_.schedule.stage_at(state_.next_sample)).weights;
+  std::vector<std::pair<size_t, size_t>> out;
+  for (size_t src = 0; src < data_.sets.size(); ++src) {
+    if (weights[src] == 0) continue;  // not drawn from in this stage
+    for (size_t shard : orders_[src].upcoming_shards(state_.drawn[src], ahead)) out.emplace_back(src, shard);
+  }
+  return out;
+}
+
 // ---- background loader ----
 
-BatchLoader::BatchLoader(TokenDataset& ds, SampleOrder& order, int B,
-                         std::function<uint64_t(uint64_t)> first_of, uint64_t start_k, int depth,
-                         int prefetch_blocks)
-    : ds_(ds), order_(order), prefetch_order_(order), B_(B), T_(ds.seq_len()),
+BatchLoader::BatchLoader(MixedData& data, const MixState& at, int B, std::function<uint64_t(uint64_t)> first_of,
+                         uint64_t start_k, int depth, int prefetch_blocks)
+    : data_(data), reader_(data, at), prefetch_reader_(data, at), B_(B), T_(data.sets[0]->seq_len()),
       first_of_(std::move(first_of)), depth_(std::max(1, depth)), prefetch_blocks_(prefetch_blocks),
       next_k_(start_k) {
   consumer_g_ = first_of_(start_k);
+  for (TokenDataset* ds : data_.sets) remote_ |= ds->cache() != nullptr;
   producer_ = std::thread([this] { produce(); });
-  if (ds_.cache()) prefetcher_ = std::thread([this] { prefetch_loop(); });
+  if (remote_) prefetcher_ = std::thread([this] { prefetch_loop(); });
 }
 
 BatchLoader::~BatchLoader() {
@@ -263,13 +317,15 @@ void BatchLoader::produce() {
           spare_.pop_back();
         }
       }
-      b.first.resize(size_t(B_) * T_);
-      b.second.resize(b.first.size());
+      b.inputs.resize(size_t(B_) * T_);
+      b.targets.resize(b.inputs.size());
+      b.origins.resize(size_t(B_));
       injected_delay(faults().slow_data_ms);  // the data-bound verdict's test: a slow source or disk
-      order_.fill(ds_, first_of_(k), B_, b.first.data(), b.second.data());
+      reader_.fill(first_of_(k), B_, b.inputs.data(), b.targets.data(), b.origins.data());
       {
         std::lock_guard g(mu_);
         ready_.push_back(std::move(b));
+        source_ms_ = reader_.read_ms();
       }
       consumer_cv_.notify_one();
     }
@@ -286,12 +342,12 @@ void BatchLoader::prefetch_loop() {
     while (true) {
       const uint64_t g = consumer_g_.load();
       if (g != done_for) {
-        for (size_t s : prefetch_order_.upcoming_shards(g, prefetch_blocks_)) {
+        for (const auto& [src, shard] : prefetch_reader_.upcoming_shards(g, prefetch_blocks_)) {
           {
             std::lock_guard lock(mu_);
             if (stop_) return;
           }
-          ds_.prefetch_shard(s);
+          naming_source(data_, src, [&] { data_.sets[src]->prefetch_shard(shard); });
         }
         done_for = g;
       }
@@ -306,7 +362,12 @@ void BatchLoader::prefetch_loop() {
   }
 }
 
-void BatchLoader::next(int32_t* inputs, int32_t* targets, double* wait_ms) {
+std::vector<double> BatchLoader::source_read_ms() {
+  std::lock_guard g(mu_);
+  return source_ms_.empty() ? std::vector<double>(data_.sets.size(), 0.0) : source_ms_;
+}
+
+void BatchLoader::next(int32_t* inputs, int32_t* targets, double* wait_ms, SampleOrigin* origins) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   consumer_cv_.wait(lock, [&] { return !ready_.empty() || error_; });
@@ -317,8 +378,9 @@ void BatchLoader::next(int32_t* inputs, int32_t* targets, double* wait_ms) {
   const bool wake = int(ready_.size()) <= depth_ / 2;
   lock.unlock();
   if (wake) producer_cv_.notify_one();
-  std::copy(b.first.begin(), b.first.end(), inputs);
-  std::copy(b.second.begin(), b.second.end(), targets);
+  std::copy(b.inputs.begin(), b.inputs.end(), inputs);
+  std::copy(b.targets.begin(), b.targets.end(), targets);
+  if (origins) std::copy(b.origins.begin(), b.origins.end(), origins);
   {
     std::lock_guard g(mu_);
     spare_.push_back(std::move(b));

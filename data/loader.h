@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "data/manifest.h"
+#include "data/mixture.h"
 #include "data/shard.h"
 #include "data/shard_cache.h"
 #include "data/store/object_store.h"
@@ -58,6 +59,8 @@ class TokenDataset {
   const std::string& uri() const { return uri_; }
   ObjectStore& store() { return *store_; }
   ShardCache* cache() { return cache_.get(); }
+  // Bytes of this dataset's shards that must be in the cache at once (0 for a local dataset).
+  uint64_t cache_need() const { return cache_need_; }
 
  private:
   const ShardView& shard(size_t s);
@@ -73,6 +76,7 @@ class TokenDataset {
   std::map<size_t, std::unique_ptr<OpenShard>> open_;
   std::list<size_t> lru_;
   size_t max_open_;
+  uint64_t cache_need_ = 0;
 };
 
 class SampleOrder {
@@ -111,38 +115,88 @@ uint64_t micro_batch_first_sample(uint64_t k, int64_t global_batch, int dp, int 
 struct LoaderPosition {
   uint64_t next_sample = 0;   // a multiple of global_batch: the first sample of the next step
   uint64_t seed = 0;
-  uint64_t dataset_crc = 0;   // combined CRC-32s of the manifest's shards
+  uint64_t dataset_crc = 0;   // the sources' fingerprints combined (mixture_fingerprint)
   int64_t global_batch = 0;
+  // The mixture: its configuration and where it is (JSON, written by the trainer; empty in
+  // checkpoints of single-source runs written before mixtures existed).
+  std::string mixture;
 };
 uint64_t dataset_fingerprint(const Manifest& m);
+// One source: its dataset_fingerprint; several: a combination of theirs, in order.
+uint64_t mixture_fingerprint(const std::vector<uint64_t>& source_fingerprints);
+
+// The training data: its sources and the schedule that mixes them. Global sample g is, with
+// (s, k) = the schedule's source and the source's count at g, window orders[s].window_for(k) of
+// sets[s].
+struct MixedData {
+  std::vector<std::string> names;
+  std::vector<TokenDataset*> sets;
+  std::vector<SampleOrder> orders;  // one shuffled order per source
+  MixSchedule schedule;
+};
+
+// Where a sample came from: its source, its index in that source's order, and the window.
+struct SampleOrigin {
+  uint32_t source = 0;
+  uint64_t index = 0, window = 0;
+};
+
+// Reads a mixture's global samples in increasing order from a saved state. One per thread: it
+// keeps its own copies of the orders (their permutation caches).
+class MixReader {
+ public:
+  MixReader(MixedData& data, MixState start);
+  // B samples from global sample `first` on (first >= every sample read before): (B, T) inputs
+  // and targets, and each row's origin when `origins` is given.
+  void fill(uint64_t first, int B, int32_t* inputs, int32_t* targets, SampleOrigin* origins = nullptr);
+  // The shards the sources in use read from sample g on, `ahead` blocks of each: (source, shard).
+  std::vector<std::pair<size_t, size_t>> upcoming_shards(uint64_t g, int ahead);
+  const MixState& state() const { return state_; }
+  // Per source: milliseconds spent reading its samples (waits for its downloads included).
+  const std::vector<double>& read_ms() const { return read_ms_; }
+
+ private:
+  MixedData& data_;
+  std::vector<SampleOrder> orders_;
+  MixState state_;
+  std::vector<double> read_ms_;
+};
 
 // Assembles micro-batches on a background thread, ahead of the training step, and keeps the
 // next blocks of shards downloading on another. The trainer asks for the micro-batches in the
 // order it announced; `wait_ms` says how long it waited.
 class BatchLoader {
  public:
-  // first_of(k): first global sample of the k-th micro-batch this rank will ask for.
-  BatchLoader(TokenDataset& ds, SampleOrder& order, int B, std::function<uint64_t(uint64_t)> first_of,
+  // first_of(k): first global sample of the k-th micro-batch this rank will ask for; `at` is the
+  // mixture's state at or before first_of(start_k).
+  BatchLoader(MixedData& data, const MixState& at, int B, std::function<uint64_t(uint64_t)> first_of,
               uint64_t start_k, int depth, int prefetch_blocks);
   ~BatchLoader();
-  // The k-th micro-batch (k must be the next one): copies (B, T) inputs and targets.
-  void next(int32_t* inputs, int32_t* targets, double* wait_ms);
+  // The k-th micro-batch (k must be the next one): copies (B, T) inputs and targets, and the
+  // B rows' origins when `origins` is given.
+  void next(int32_t* inputs, int32_t* targets, double* wait_ms, SampleOrigin* origins = nullptr);
+  // Per source: milliseconds the producer has spent reading its samples (the slow-source verdict).
+  std::vector<double> source_read_ms();
 
  private:
   void produce();
   void prefetch_loop();
-  TokenDataset& ds_;
-  SampleOrder& order_;
-  SampleOrder prefetch_order_;  // a copy: the two threads keep separate permutation caches
+  MixedData& data_;
+  MixReader reader_, prefetch_reader_;  // one per thread
+  bool remote_ = false;                 // some source streams through the cache
   int B_, T_;
   std::function<uint64_t(uint64_t)> first_of_;
   int depth_, prefetch_blocks_;
-  using Batch = std::pair<std::vector<int32_t>, std::vector<int32_t>>;  // inputs, targets
+  struct Batch {
+    std::vector<int32_t> inputs, targets;
+    std::vector<SampleOrigin> origins;
+  };
   std::mutex mu_;
   // Separate wake-ups for the three threads: a step should not wake the prefetcher, and the
   // producer is woken only when the queue is half empty (batches are handed over in bursts).
   std::condition_variable producer_cv_, consumer_cv_, prefetch_cv_;
   std::deque<Batch> ready_;
+  std::vector<double> source_ms_;  // the producer's reader_.read_ms(), as of its last batch
   std::vector<Batch> spare_;  // recycled buffers: no allocation per micro-batch
   uint64_t next_k_;        // next micro-batch to produce
   std::atomic<uint64_t> consumer_g_{0};  // first sample the consumer will need next

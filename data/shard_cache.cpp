@@ -166,6 +166,11 @@ bool ShardCache::ensure(size_t shard, bool best_effort) {
                                          store_.describe(manifest_.shards[shard].file)));
       }
       fs::rename(tmp, path);
+      struct stat st {};
+      if (::stat(path.c_str(), &st) == 0) {  // checked just now: its first open need not read it again
+        std::lock_guard g(mu_);
+        downloaded_inode_[shard] = uint64_t(st.st_ino);
+      }
     }
   } catch (...) {
     ::close(lock);
@@ -195,7 +200,14 @@ std::unique_ptr<OpenShard> ShardCache::open(size_t shard) {
         return out;
       }
     }
-    if (!verify(shard, path)) {  // corrupt or truncated cache file: replace it
+    bool checked = false;  // downloaded and checked by this process, not opened yet
+    {
+      std::lock_guard g(mu_);
+      auto it = downloaded_inode_.find(shard);
+      checked = it != downloaded_inode_.end() && it->second == uint64_t(st.st_ino);
+      if (it != downloaded_inode_.end()) downloaded_inode_.erase(it);
+    }
+    if (!checked && !verify(shard, path)) {  // corrupt or truncated cache file: replace it
       const std::string lock_path = path + ".lock";
       const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
       ::flock(lock, LOCK_EX);

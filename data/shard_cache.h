@@ -57,6 +57,9 @@ class ShardCache {
   // Shard files this process has verified, by inode: a file replaced since (rename) has another
   // inode and is verified again; reopening an unchanged one skips the CRC pass.
   std::map<size_t, uint64_t> verified_inode_;
+  // Shard files this process downloaded and checked, by inode, until their first open (which then
+  // skips the CRC pass but still reports verified_now: the ids are checked at first use).
+  std::map<size_t, uint64_t> downloaded_inode_;
 };
 
 }  // namespace zt::data

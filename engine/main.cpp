@@ -39,6 +39,8 @@ commands:
   train SPEC.toml               train the model the spec describes
         [--resume auto|PATH]    continue from the newest complete checkpoint in [checkpoint] dir,
                                 or from PATH (the same as --set checkpoint.resume=...)
+        [--resume-unchecked]    resume even when the resume check fails (the probe batch's loss
+                                differs from the saved one; for debugging)
   check SPEC.toml               validate the spec and print it fully resolved (defaults filled in)
   plan SPEC.toml                what each rank needs: memory by kind and tier, the peak, a roofline
         [--world N] [--gpu h100|h200|a100|l4] [--device-memory 80GB] [--search] [--json]
@@ -81,6 +83,7 @@ struct Cli {
   std::vector<std::string> overrides;
   int steps = 0;
   bool verbose = false, help = false;
+  bool resume_unchecked = false;  // train
   int world = 1;  // plan
   std::string gpu, device_memory;
   bool search = false, json = false;
@@ -110,6 +113,7 @@ Cli parse_cli(int argc, char** argv) {
     else if (a.rfind("--set=", 0) == 0) c.overrides.push_back(a.substr(6));
     else if (a == "--out") c.out = value();
     else if (a == "--resume") c.overrides.push_back("checkpoint.resume=" + value());
+    else if (a == "--resume-unchecked") c.resume_unchecked = true;
     else if (a == "--steps") c.steps = int(parse_count(value(), "--steps", 0, 999999));
     else if (a == "--world") c.world = int(parse_count(value(), "--world", 1, 1 << 20));
     else if (a == "--gpu") c.gpu = value();
@@ -350,6 +354,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (c.command == "train") {
+    spec.checkpoint.resume_unchecked = c.resume_unchecked;
     Trainer trainer(spec);
     trainer.run();
     return 0;

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "data/loader.h"
 #include "engine/optim/loss_scaler.h"
@@ -27,12 +28,22 @@ namespace zt {
 constexpr int64_t kCheckpointFormat = 1;
 constexpr const char* kCheckpointStates[] = {"params", "adam_m", "adam_v"};  // ParamStore::State order
 
+// The resume check's probe: a few sequences and their loss under the saved weights, computed by
+// the saving run (engine/train/resume_probe.h).
+struct ResumeProbe {
+  int64_t rows = 0, seq_len = 0;         // 0 rows: none (a checkpoint written before probes)
+  std::vector<int32_t> inputs, targets;  // (rows, seq_len)
+  double loss = 0;                       // mean over the rows of each row's mean loss
+  std::string computed_on;               // backend, precision and layout: bit-equal only on the same
+};
+
 // The training state besides the model states.
 struct TrainState {
   int64_t step = 0;        // optimizer steps done: the step the resumed run continues with
   int64_t adam_steps = 0;  // AdamW's t (skipped fp16 steps excluded)
   LossScaler::State scaler;
   data::LoaderPosition data;
+  ResumeProbe probe;
   std::string spec_toml;   // the resolved spec of the run that wrote it
   int64_t world = 1, tensor = 1, data_parallel = 1, zero_stage = 0;  // the layout that wrote it
 };

@@ -97,6 +97,14 @@ int64_t meta_crc(const TrainState& s) {
   std::string text;
   for (const auto& [k, v] : meta_ints(s)) text += fmt::format("{}={};", k, v);
   text += fmt::format("loss_scale={:a};spec={}", s.scaler.scale, s.spec_toml);
+  if (!s.data.mixture.empty()) text += ";data_mixture=" + s.data.mixture;  // absent before mixtures
+  if (s.probe.rows > 0) {  // absent before probes
+    const uLong ids = crc32_z(crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(s.probe.inputs.data()),
+                                      s.probe.inputs.size() * sizeof(int32_t)),
+                              reinterpret_cast<const Bytef*>(s.probe.targets.data()),
+                              s.probe.targets.size() * sizeof(int32_t));
+    text += fmt::format(";probe={}x{}:{:a}:{}:{}", s.probe.rows, s.probe.seq_len, s.probe.loss, s.probe.computed_on, ids);
+  }
   return int64_t(crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size()));
 }
 }  // namespace
@@ -142,6 +150,14 @@ void write_master_file(const std::string& ckpt_dir, int rank_files, int64_t job_
   for (const auto& [k, v] : meta_ints(state)) m.write("/meta/" + k, &v, {});
   m.write("/meta/loss_scale", &state.scaler.scale, {});
   m.write_string("/meta/spec", state.spec_toml);
+  m.write_string("/meta/data_mixture", state.data.mixture);  // the sources' positions (JSON)
+  if (state.probe.rows > 0) {
+    const std::vector<int64_t> shape{state.probe.rows, state.probe.seq_len};
+    m.write("/meta/probe/inputs", state.probe.inputs.data(), shape);
+    m.write("/meta/probe/targets", state.probe.targets.data(), shape);
+    m.write("/meta/probe/loss", &state.probe.loss, {});
+    m.write_string("/meta/probe/computed_on", state.probe.computed_on);
+  }
   const int64_t crc = meta_crc(state), files = rank_files;
   m.write("/meta/rank_files", &files, {});
   m.write("/meta/crc32", &crc, {});
@@ -172,6 +188,17 @@ TrainState read_train_state(const std::string& ckpt_dir) {
   s.data_parallel = f.read_int64("/meta/layout_data_parallel");
   s.zero_stage = f.read_int64("/meta/layout_zero_stage");
   s.spec_toml = f.read_string("/meta/spec");
+  if (f.exists("/meta/data_mixture")) s.data.mixture = f.read_string("/meta/data_mixture");
+  if (f.exists("/meta/probe/loss")) {
+    const std::vector<int64_t> shape = f.shape("/meta/probe/inputs");
+    if (shape.size() != 2 || f.shape("/meta/probe/targets") != shape)
+      user_error("{}: /meta/probe: inputs and targets are not two (rows, seq_len) arrays", path);
+    s.probe.rows = shape[0], s.probe.seq_len = shape[1];
+    s.probe.inputs = f.read_int32s("/meta/probe/inputs");
+    s.probe.targets = f.read_int32s("/meta/probe/targets");
+    s.probe.loss = f.read_double("/meta/probe/loss");
+    s.probe.computed_on = f.read_string("/meta/probe/computed_on");
+  }
   if (meta_crc(s) != f.read_int64("/meta/crc32"))
     user_error("{}: /meta: checksum mismatch (the training state is damaged)", path);
   return s;

@@ -269,15 +269,27 @@ void H5File::read_block(const std::string& name, const std::vector<int64_t>& sta
     user_error("{}: cannot read {} (damaged file, or a rank file of the checkpoint is missing)", display_, name);
 }
 
-std::vector<float> H5File::read_floats(const std::string& name) const {
-  const std::vector<int64_t> dims = shape(name);
+namespace {
+// A whole dataset converted to T by HDF5 (the block readers' path is read_block).
+template <typename T>
+std::vector<T> read_all(const H5File& f, int64_t file, const std::string& display, const std::string& name, hid_t type) {
+  const std::vector<int64_t> dims = f.shape(name);
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
-  std::vector<float> out(size_t(std::max<int64_t>(n, 0)));
-  Id ds(H5Dopen2(hid_t(file_), name.c_str(), H5P_DEFAULT), H5Dclose);
-  if (n > 0 && H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
-    user_error("{}: cannot read {}", display_, name);
+  std::vector<T> out(size_t(std::max<int64_t>(n, 0)));
+  Id ds(H5Dopen2(hid_t(file), name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (n > 0 && H5Dread(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    user_error("{}: cannot read {}", display, name);
   return out;
+}
+}  // namespace
+
+std::vector<float> H5File::read_floats(const std::string& name) const {
+  return read_all<float>(*this, file_, display_, name, H5T_NATIVE_FLOAT);
+}
+
+std::vector<int32_t> H5File::read_int32s(const std::string& name) const {
+  return read_all<int32_t>(*this, file_, display_, name, H5T_NATIVE_INT32);
 }
 
 namespace {

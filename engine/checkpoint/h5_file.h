@@ -54,6 +54,7 @@ class H5File {
   void read_block(const std::string& name, const std::vector<int64_t>& start,
                   const std::vector<int64_t>& count, float* out) const;
   std::vector<float> read_floats(const std::string& name) const;
+  std::vector<int32_t> read_int32s(const std::string& name) const;
   double read_double(const std::string& name) const;  // a scalar
   int64_t read_int64(const std::string& name) const;  // a scalar
   std::string read_string(const std::string& name) const;

@@ -11,6 +11,7 @@
 
 #include <toml++/toml.h>
 
+#include "engine/config/spec_mixture.h"
 #include "engine/config/spec_schema.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/redact.h"
@@ -114,6 +115,14 @@ struct Loader {
       if (!t) user_error("{}: [{}] must be a table, got {}", loc, section, type_name(sec_node));
       for (const auto& [key, node] : *t) {
         const std::string kloc = fmt::format("{}:{}", source, node.source().begin.line);
+        if (section == "data" && key.str() == "sources") {
+          read_data_sources(node, source, spec.data);
+          continue;
+        }
+        if (section == "data" && key.str() == "stages") {
+          read_data_stages(node, source, spec.data);
+          continue;
+        }
         const SpecKey* k = find_key(section, std::string(key.str()));
         if (!k) unknown_key(kloc, section, std::string(key.str()));
         assign(*k, node, kloc);
@@ -139,6 +148,8 @@ struct Loader {
     bool known = false;
     for (const auto& s : section_names()) known |= (s == section);
     if (!known) unknown_section(loc, section);
+    if (section == "data" && (key == "sources" || key == "stages"))
+      user_error("{}: [[data.{}]] is a list of tables: edit it in the spec file", loc, key);
     const SpecKey* k = find_key(section, key);
     if (!k) unknown_key(loc, section, key);
     // The value is read as TOML (so 3e-4, 12, "x" work); a bare word is taken as a string.
@@ -297,7 +308,7 @@ struct Loader {
     check(o.beta2 >= 0 && o.beta2 < 1, "optim", "beta2", fmt::format("must be in [0, 1), got {}", o.beta2));
     check(o.eps > 0, "optim", "eps", fmt::format("must be > 0, got {}", o.eps));
     check(o.grad_clip >= 0, "optim", "grad_clip", fmt::format("must be >= 0, got {}", o.grad_clip));
-    check(!spec.data.train.empty(), "data", "train", "must name a directory of shards");
+    resolve_data_mixture(spec, at("data", "train"), at("data", "val"), at("train", "max_steps"));
     auto& pr = spec.precision;
     check(pr.compute == "auto" || pr.compute == "fp32" || pr.compute == "bf16" || pr.compute == "fp16",
           "precision", "compute",
@@ -484,7 +495,6 @@ RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& o
   return parse_run_spec(ss.str(), path, overrides);
 }
 
-namespace {
 std::string toml_quote(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
@@ -499,7 +509,6 @@ std::string toml_float(double v) {
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // keep it a TOML float
   return s;
 }
-}  // namespace
 
 namespace {
 // One key's value as TOML text (secrets never written).
@@ -528,7 +537,7 @@ std::string resolved_toml(const RunSpec& spec_in) {
     out += fmt::format("{} = {}  # {}{}\n", k.key, value_toml(k, spec), k.help,
                        k.secret ? " (not written here; set it again or use the environment)" : "");
   }
-  return out;
+  return out + data_mixture_toml(spec);
 }
 
 std::string spec_reference_markdown() {
@@ -561,13 +570,32 @@ std::string spec_reference_markdown() {
                        k.required ? "required" : "`" + value_toml(k, spec) + "`", help,
                        k.secret ? " (secret: never written to the resolved spec or logs)" : "");
   }
-  return out;
+  return out + R"(
+## [[data.sources]] (one table per source; docs/data.md, "Mixtures")
+
+| key | type | default | meaning |
+|---|---|---|---|
+| `uri` | string | required | a directory with manifest.json, file://, http(s):// or s3:// (as `train`) |
+| `weight` | float | required (train) | the source's share of the training samples, relative (>= 0; not all 0); none for val |
+| `name` | string | the URI's last path component (two where that is ambiguous) | unique; names the source in logs, metrics and stages |
+| `split` | string | `"train"` | `"train"` (mixed into training) or `"val"` (evaluated on its own) |
+
+`[data] train = ...` is the one-source case (a source named `train`); `[data] val` a val source named `val`.
+
+## [[data.stages]] (in step order)
+
+| key | type | default | meaning |
+|---|---|---|---|
+| `step` | integer | required | the first step of the stage (>= 1, < [train] max_steps) |
+| `weights` | table | required | `{ name = weight, ... }` for every training source (0 leaves it out) |
+)";
 }
 
 std::vector<std::pair<std::string, std::string>> resolved_entries(const RunSpec& spec_in) {
   RunSpec spec = spec_in;
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& k : spec_schema()) out.emplace_back(full_name(k), value_toml(k, spec));
+  for (auto& e : data_mixture_entries(spec)) out.push_back(std::move(e));
   return out;
 }
 

@@ -95,8 +95,36 @@ struct RunSpec {
     std::string nccl_proto;        // exported as NCCL_PROTO when set
   } comm;
   struct Data {
-    std::string train;  // directory, file://, http(s):// or s3:// prefix with manifest.json (required)
+    std::string train;  // directory, file://, http(s):// or s3:// prefix with manifest.json (or sources)
     std::string val;    // optional, same forms
+    // [[data.sources]]: the datasets training draws from, mixed by weight (data/mixture.h), and
+    // the validation sets (split = "val"). After loading, `train` / `val` given as keys are
+    // sources here too (named "train" / "val"), so the trainer reads only this list.
+    struct Source {
+      std::string name;            // unique; default: the URI's last path component(s)
+      std::string uri;             // same forms as train
+      std::string split = "train"; // "train" | "val"
+      double weight = -1;          // train: the share of samples (relative); -1 = not given
+      std::string at;              // "file:line" of its table, for messages
+    };
+    std::vector<Source> sources;
+    // [[data.stages]]: from `step` on, the train sources' weights are `weights` (one per train
+    // source, in their order); before the first stage, the sources' own weights.
+    struct Stage {
+      int64_t step = 0;
+      std::vector<std::pair<std::string, double>> by_name;  // as written: source name -> weight
+      std::vector<double> weights;                          // resolved: in the train sources' order
+      std::string at;
+    };
+    std::vector<Stage> stages;
+    bool allow_mixture_change = false;  // a resumed run may change sources, weights and stages
+    bool sample_log = false;            // out_dir/samples.rankNNNNN.tsv: every sample's source and index
+    std::vector<Source> of_split(const std::string& split) const {
+      std::vector<Source> out;
+      for (const Source& s : sources)
+        if (s.split == split) out.push_back(s);
+      return out;
+    }
     std::string cache_dir = "/tmp/ztrain-cache";  // local SSD cache of remote shards
     std::string cache_limit = "200GB";            // bytes, or a size such as "200GB"
     int64_t prefetch = 1;                         // blocks of shards downloaded ahead
@@ -120,6 +148,7 @@ struct RunSpec {
     std::string resume;         // "" (fresh start), "auto" (newest complete in dir) or a path
     std::string init_from;      // a checkpoint whose weights start this run (optimizer fresh)
     int64_t exit_after = 0;     // stop after this many steps of this launch, with a checkpoint
+    bool resume_unchecked = false;  // `train --resume-unchecked` (not a spec key): skip the resume check
   } checkpoint;
 
   std::string source;  // the file the spec came from, for messages

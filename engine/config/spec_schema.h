@@ -24,6 +24,10 @@ struct SpecKey {
 
 const std::vector<SpecKey>& spec_schema();
 
+// A string / a float as TOML text (a float keeps its decimal point).
+std::string toml_quote(const std::string& s);
+std::string toml_float(double v);
+
 // Nearest name by edit distance among `candidates`, or "" when nothing is close.
 std::string nearest_name(const std::string& name, const std::vector<std::string>& candidates);
 

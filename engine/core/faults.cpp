@@ -36,6 +36,8 @@ const Faults& faults() {
     x.exit = env_rank_step("ZTRAIN_FAULT_EXIT");
     x.hang = env_rank_step("ZTRAIN_FAULT_HANG");
     x.pause_save = env_rank_step("ZTRAIN_TEST_PAUSE_SAVE");
+    if (const char* s = std::getenv("ZTRAIN_FAULT_SLOW_SOURCE"))
+      if (std::sscanf(s, "%63[^:]:%d", x.slow_source, &x.slow_source_ms) != 2) x.slow_source_ms = 0;
     if (const char* h = std::getenv("ZTRAIN_FAULT_HOLD_COMM_INIT"))
       if (std::sscanf(h, "%d:%d", &x.hold_comm_init_rank, &x.hold_comm_init_s) != 2) x.hold_comm_init_rank = -1;
     x.skip_comm_stream_wait = env_int("ZTRAIN_FAULT_SKIP_COMM_STREAM_WAIT") == 1;

@@ -20,6 +20,9 @@ struct Faults {
   int slow_comm_ms = 0;       // ZTRAIN_FAULT_SLOW_COMM_MS: each wait on an MPI collective, longer
   int slow_nvme_ms = 0;       // ZTRAIN_FAULT_SLOW_NVME_MS: each wait on an NVMe request, longer
   int slow_host_ms = 0;       // ZTRAIN_FAULT_SLOW_HOST_MS: each step spends this on the host, unmeasured
+  // ZTRAIN_FAULT_SLOW_SOURCE="NAME:MS": each sample of that data source takes MS longer to read
+  char slow_source[64] = {};
+  int slow_source_ms = 0;
   long nvme_write_fails = 0;  // ZTRAIN_FAULT_NVME_WRITES=N: the N-th NVMe write of the process fails (EIO)
   RankStep exit;              // ZTRAIN_FAULT_EXIT: that rank exits abruptly in the middle of that step
   RankStep hang;              // ZTRAIN_FAULT_HANG: that rank stops responding in that step

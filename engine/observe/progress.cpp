@@ -29,6 +29,15 @@ std::string breakdown_shares(const StepResult& r) {
   return out;
 }
 
+namespace {
+std::string tokens_short(double t) {
+  if (t >= 1e9) return fmt::format("{:.2f}B", t / 1e9);
+  if (t >= 1e6) return fmt::format("{:.2f}M", t / 1e6);
+  if (t >= 1e3) return fmt::format("{:.1f}k", t / 1e3);
+  return fmt::format("{:.0f}", t);
+}
+}  // namespace
+
 std::string duration_text(double s) {
   const int64_t t = int64_t(s + 0.5);
   if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, int(t % 3600 / 60));
@@ -66,8 +75,14 @@ void Progress::step_done(int64_t s, const StepResult& r) {
   ++interval_steps_;
   const int64_t done = s + 1;
   if (metrics_ && (done % t.log_every == 0 || done == t.max_steps || s == 0)) {
-    const std::string scaling =
+    std::string scaling =
         loss_scaling_ ? fmt::format(" | scale {:g} | skipped {}", r.loss_scale, r.skipped_total) : "";
+    const nlohmann::json by_source = tokens_by_source ? tokens_by_source() : nlohmann::json();
+    if (by_source.size() > 1) {  // a mixture: the tokens each source has supplied so far
+      scaling += " | tokens";
+      for (const auto& [name, tokens] : by_source.items())
+        scaling += fmt::format(" {} {}", name, tokens_short(tokens.get<double>()));
+    }
     const double left_s = (mean_step_ms_ > 0 ? mean_step_ms_ : r.step_ms) * double(t.max_steps - done) / 1e3;
     std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %s | %.0f tok/s | MFU %.1f%% | %.1f ms (%s)%s | "
                 "left %s\n",
@@ -82,6 +97,7 @@ void Progress::step_done(int64_t s, const StepResult& r) {
                           {"backward_ms", r.backward_ms}, {"optimizer_ms", r.optimizer_ms},
                           {"comm_ms", r.comm_ms}, {"checkpoint_ms", r.checkpoint_ms},
                           {"offload_ms", r.offload_ms}, {"other_ms", r.other_ms}, {"eta_s", left_s}};
+    if (!by_source.is_null()) rec["tokens_by_source"] = by_source;
     if (loss_scaling_) {
       rec["loss_scale"] = r.loss_scale;
       rec["skipped"] = r.skipped;
@@ -98,7 +114,7 @@ void Progress::step_done(int64_t s, const StepResult& r) {
               ? mfu(double(interval_steps_) * double(t.global_batch) * seq_len / (interval_.step_ms / 1e3))
               : -1;
       const Verdict v = judge(interval_, ms, limit, spec_, telemetry_ ? telemetry_->signals() : DeviceSignals{},
-                              interval_mfu);
+                              interval_mfu, slow_source ? slow_source() : std::string());
       // One interval's hiccup (a scheduler stall, a page-cache miss) is not a verdict: the same
       // kind must hold over two log intervals in a row before it is reported.
       const bool confirmed = !v.kind.empty() && v.kind == last_judged_;

@@ -36,6 +36,11 @@ class Progress {
   double mfu(double tokens_per_s) const;
   // After step s (0-based): prints and writes what is due at this step.
   void step_done(int64_t s, const StepResult& r);
+  // Cumulative tokens per training source ({"name": tokens}), read at each log row: into the
+  // metrics row, and onto the progress line when there are several sources.
+  std::function<nlohmann::json()> tokens_by_source;
+  // With several sources: which one the loader spent its time on since the last call ("" else).
+  std::function<std::string()> slow_source;
 
  private:
   const RunSpec& spec_;

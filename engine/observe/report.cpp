@@ -8,12 +8,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/config/spec.h"
 #include "engine/core/atomic_file.h"
 #include "engine/core/run_program.h"
 #include "engine/core/status.h"
@@ -23,12 +25,93 @@ namespace zt {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The realized mixture: each log interval's share of tokens per source (from the cumulative
+// tokens_by_source of the train rows), beside the configured share in force.
+struct MixtureSeries {
+  std::vector<std::string> names;  // the sources, in the first row's order
+  std::vector<std::pair<double, std::vector<double>>> rows;  // (step, cumulative tokens per source)
+
+  void add(double step, const nlohmann::json& by_source) {
+    if (!by_source.is_object()) return;
+    if (names.empty())
+      for (const auto& [name, v] : by_source.items()) names.push_back(name);
+    std::vector<double> t;
+    for (const auto& n : names) {
+      const auto it = by_source.find(n);
+      t.push_back(it != by_source.end() && it->is_number() ? it->get<double>() : 0.0);
+    }
+    rows.emplace_back(step, std::move(t));
+  }
+  // step, then per source: realized %, configured % (nan where not known)
+  std::string table(const std::function<std::vector<double>(double)>& configured) const {
+    std::string out;
+    for (size_t i = 1; i < rows.size(); ++i) {
+      double total = 0;
+      for (size_t k = 0; k < names.size(); ++k) total += rows[i].second[k] - rows[i - 1].second[k];
+      if (total <= 0) continue;  // a resumed launch's first row repeats the step
+      const std::vector<double> want = configured(rows[i].first - 1);
+      out += fmt::format("{}", rows[i].first);
+      for (size_t k = 0; k < names.size(); ++k)
+        out += fmt::format(" {} {}", 100 * (rows[i].second[k] - rows[i - 1].second[k]) / total,
+                           want.empty() ? std::string("nan") : fmt::format("{}", 100 * want[k]));
+      out += "\n";
+    }
+    return out.empty() ? "nan\n" : out;
+  }
+  std::string plot() const {
+    std::string p = "unset label 1\nset title \"data mixture: realized share per log interval (solid) vs configured (dashed)\"\n"
+                    "set xlabel \"step\"; set ylabel \"% of tokens\"; set yrange [0:100]; set key outside right\nplot ";
+    for (size_t k = 0; k < names.size(); ++k) {
+      std::string name = names[k];  // gnuplot sees names only as data: characters it interprets become '?'
+      for (char& c : name)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' || c == '/')) c = '?';
+      p += fmt::format("{}\"mix.dat\" using 1:{} with lines lw 2 lc {} title \"{}\", \"\" using 1:{} with lines dt 2 lc {} "
+                       "notitle", k ? ", " : "", 2 + 2 * k, k + 1, name, 3 + 2 * k, k + 1);
+    }
+    return p + "\nset autoscale y; set key inside\n";
+  }
+};
+
+// The configured weights at a step, normalized, in `names` order, from the run's
+// config.resolved.toml; an empty function result where it cannot be read.
+std::function<std::vector<double>(double)> configured_weights(const std::string& run_dir,
+                                                              const std::vector<std::string>& names) {
+  RunSpec spec;
+  try {
+    spec = load_run_spec((fs::path(run_dir) / "config.resolved.toml").string());
+  } catch (const UserError&) {
+    return [](double) { return std::vector<double>(); };
+  }
+  const auto train = spec.data.of_split("train");
+  return [train, stages = spec.data.stages, names](double step) {
+    std::vector<double> w;
+    for (const auto& s : train) w.push_back(s.weight);
+    for (const auto& st : stages)
+      if (step >= double(st.step)) w = st.weights;
+    double total = 0;
+    for (double x : w) total += x;
+    std::vector<double> out;
+    for (const auto& n : names) {
+      size_t i = 0;
+      while (i < train.size() && train[i].name != n) ++i;
+      if (i == train.size() || total <= 0) return std::vector<double>();
+      out.push_back(w[i] / total);
+    }
+    return out;
+  };
+}
+
+}  // namespace
+
 std::string write_report(const std::string& run_dir, const std::string& png_in) {
   const fs::path metrics = fs::path(run_dir) / "metrics.jsonl";
   std::ifstream in(metrics);
   if (!in) user_error("{}: no metrics.jsonl (is it a run's out_dir?)", run_dir);
   std::string train, eval, device;
   size_t n_train = 0, n_device = 0;
+  MixtureSeries mix;
   const char* parts[] = {"data_wait_ms", "forward_ms", "backward_ms", "optimizer_ms", "comm_ms", "checkpoint_ms", "other_ms"};
   for (std::string line; std::getline(in, line);) {
     const auto r = nlohmann::json::parse(line, nullptr, false);
@@ -41,6 +124,7 @@ std::string write_report(const std::string& run_dir, const std::string& png_in) 
       for (const char* p : parts) train += fmt::format(" {}", 100 * num(p) / total);
       train += "\n";
       ++n_train;
+      if (r.contains("tokens_by_source")) mix.add(num("step"), r["tokens_by_source"]);
     } else if (kind == "eval") {
       eval += fmt::format("{} {}\n", num("step"), num("val_loss"));
     } else if (kind == "device") {
@@ -61,16 +145,18 @@ std::string write_report(const std::string& run_dir, const std::string& png_in) 
   write_file_atomic(path("train.dat"), train);
   write_file_atomic(path("eval.dat"), eval.empty() ? "nan nan\n" : eval);
   write_file_atomic(path("device.dat"), device.empty() ? "nan nan\n" : device);
+  const bool mixed = mix.names.size() > 1;
+  if (mixed) write_file_atomic(path("mix.dat"), mix.table(configured_weights(run_dir, mix.names)));
   // The title names the run; characters gnuplot would interpret (quotes, backquotes, macros,
   // backslashes) become '?'.
   std::string title = run_dir;
   for (char& c : title)
     if (!(std::isalnum(static_cast<unsigned char>(c)) || std::string_view(" ._-/+=,:()[]").find(c) != std::string_view::npos))
       c = '?';
-  const std::string script = fmt::format(R"GP(set terminal pngcairo noenhanced size 1400,900 font ",10"
+  std::string script = fmt::format(R"GP(set terminal pngcairo noenhanced size 1400,{height} font ",10"
 set output "report.png"
 set datafile missing "nan"
-set multiplot layout 2,2 title "ztrain run: {run}"
+set multiplot layout {rows},2 title "ztrain run: {run}"
 set grid
 set title "loss"; set xlabel "step"
 plot "train.dat" using 1:2 with lines lw 2 title "train", "eval.dat" using 1:2 with linespoints lw 2 title "val"
@@ -88,9 +174,10 @@ plot "train.dat" using 1:($5+$6+$7+$8+$9+$10+$11) with filledcurves x1 title "ot
 set autoscale y; set key inside
 set title "memory over time"; set xlabel "seconds"; set ylabel "MiB"
 {memory_plot}
-unset multiplot
+{mixture_plot}unset multiplot
 )GP",
-                                        fmt::arg("run", title),
+                                        fmt::arg("run", title), fmt::arg("height", mixed ? 1300 : 900),
+                                        fmt::arg("rows", mixed ? 3 : 2), fmt::arg("mixture_plot", mixed ? mix.plot() : ""),
                                         fmt::arg("memory_plot",
                                                  n_device > 0
                                                      ? std::string("plot \"device.dat\" using 1:2 with lines lw 2 "

@@ -9,7 +9,7 @@
 namespace zt {
 
 Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_limit, const RunSpec& spec,
-              const DeviceSignals& device, double mfu) {
+              const DeviceSignals& device, double mfu, const std::string& slow_source) {
   const double total = sum.step_ms > 0 ? sum.step_ms : 1;
   const double data = sum.data_wait_ms / total, comm = sum.comm_ms / total, other = sum.other_ms / total,
                offload = sum.offload_ms / total;
@@ -20,9 +20,12 @@ Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_li
   };
   std::vector<Candidate> c;
   if (data > 0.05)
-    c.push_back({data / 0.05, {"data-bound", fmt::format("{:.0f}% of the step time waits for data", 100 * data),
+    c.push_back({data / 0.05, {"data-bound",
+                               fmt::format("{:.0f}% of the step time waits for data{}", 100 * data,
+                                           slow_source.empty() ? "" : "; " + slow_source),
                                fmt::format("raise [data] prefetch (now {}), put [data] cache_dir on a local SSD, check "
-                                           "the source's download rate (ztrain-bench-data)", spec.data.prefetch)}});
+                                           "{} download rate (ztrain-bench-data)", spec.data.prefetch,
+                                           slow_source.empty() ? "the source's" : "that source's")}});
   if (comm > 0.15)
     c.push_back({comm / 0.15, {"communication-bound",
                                fmt::format("{:.0f}% of the step time is blocked in collectives", 100 * comm),

@@ -44,7 +44,9 @@ struct DeviceSignals {
 // `sum`: the breakdown summed over the interval's steps (step_ms and the *_ms parts).
 // `memory_limit`: what the backend may hold in all (allocated + available), 0 = unknown.
 // `mfu`: the interval's model FLOPs utilization, for the evidence (-1: unknown).
+// `slow_source`: with several data sources, the one the loader spent most of its time on
+// ("" with one), named by a data-bound verdict.
 Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_limit, const RunSpec& spec,
-              const DeviceSignals& device = {}, double mfu = -1);
+              const DeviceSignals& device = {}, double mfu = -1, const std::string& slow_source = "");
 
 }  // namespace zt

@@ -51,7 +51,8 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
   const std::vector<float> compute = store.full_compute_params();
   if (!compute.empty()) write_tensors(f, "/compute", model, compute);
   std::vector<int32_t> inputs(size_t(B) * T), targets(inputs.size());
-  trainer.train_order().fill(trainer.train_data(), 0, B, inputs.data(), targets.data());
+  data::MixedData& mixed = trainer.data().mixed();
+  data::MixReader(mixed, mixed.schedule.start()).fill(0, B, inputs.data(), targets.data());
   if (f) f->write("/batch/inputs", inputs.data(), {B, T});
   if (f) f->write("/batch/targets", targets.data(), {B, T});
   // Every data-parallel rank computes the same batch; scaling by 1/D makes the reduced gradient

@@ -50,6 +50,7 @@
 #include "engine/observe/progress.h"
 #include "engine/core/preemption.h"
 #include "engine/train/out_dir.h"
+#include "engine/train/resume_probe.h"
 #include "engine/train/sampler.h"
 
 namespace zt {
@@ -119,10 +120,19 @@ void Trainer::resume_or_init() {
     if (!weights_only && st.step > spec_.train.max_steps)
       user_error("checkpoint {} is at step {}, past [train] max_steps = {}: raise max_steps to train on, or "
                  "resume an earlier checkpoint", path, st.step, spec_.train.max_steps);
-    if (!weights_only) start_step_ = restore_loader_position(st.data);
+    try {
+      if (!weights_only) start_step_ = data_->restore(st.data, topo_.is_root());
+    } catch (const UserError& e) {
+      user_error("{}: {}", path, e.what());
+    }
     load_states(path, *store_, *model_, weights_only, topo_.world_rank, topo_.world_size);
   });
   store_->publish_written_masters();
+  if (!weights_only)  // the weights as loaded reproduce the probe batch's saved loss
+    agreed([&] {
+      check_resume_probe(*model_, int(spec_.model.seq_len), st.probe, computed_on(), backend_->compute_dtype(), path,
+                         spec_.checkpoint.resume_unchecked, topo_.is_root());
+    });
   if (weights_only) {
     if (topo_.is_root()) spdlog::info("checkpoint: weights from {} (optimizer fresh, step 0)", path);
     return;
@@ -164,12 +174,19 @@ void Trainer::init_from_hf() {
                  dir, model_->num_global_params(), t.seconds());
 }
 
-TrainState Trainer::train_state(int64_t steps_done) const {
+std::string Trainer::computed_on() const {
+  return fmt::format("{}, {}, tensor {} x data {}, ZeRO-{}", backend_->name(), dtype_name(backend_->compute_dtype()),
+                     topo_.tp, topo_.dp, spec_.parallel.zero_stage);
+}
+
+TrainState Trainer::train_state(int64_t steps_done) {
   TrainState s;
   s.step = steps_done;
   s.adam_steps = adam_steps_;
   s.scaler = scaler_->state();
-  s.data = loader_position(steps_done);
+  s.data = data_->position(steps_done);
+  s.probe = capture_probe(*model_, *topo_.world, topo_.is_root(), inputs_.data(), targets_.data(),
+                          int(spec_.train.micro_batch), int(spec_.model.seq_len), computed_on());
   s.spec_toml = resolved_toml(spec_);
   s.world = topo_.world_size, s.tensor = topo_.tp, s.data_parallel = topo_.dp, s.zero_stage = spec_.parallel.zero_stage;
   return s;
@@ -184,19 +201,7 @@ void Trainer::build() {
                "degree = {} * {} (world {} / tensor {})", spec.source, t.global_batch,
                t.micro_batch, topo_.dp, topo_.world_size, topo_.tp);
   local_batch_ = t.global_batch / topo_.dp;
-  const auto& d = spec.data;
-  const data::DataOptions dopt = data_options(spec);
-  train_ = std::make_unique<data::TokenDataset>(d.train, int(m.seq_len), int(m.vocab_size), dopt);
-  if (!d.val.empty()) {
-    val_ = std::make_unique<data::TokenDataset>(d.val, int(m.seq_len), int(m.vocab_size), dopt);
-    // a val_loss over another tokenizer's ids would be meaningless, yet look like a number
-    const auto &a = train_->manifest().tokenizer, &b = val_->manifest().tokenizer;
-    if (a.kind != b.kind || a.name != b.name || a.n_vocab != b.n_vocab || a.eot != b.eot)
-      user_error("{}: [data] train and val were tokenized differently: train by {} ({} ids, end-of-text {}), "
-                 "val by {} ({} ids, end-of-text {}); tokenize both with the same vocabulary", spec.source,
-                 a.name, a.n_vocab, a.eot, b.name, b.n_vocab, b.eot);
-  }
-  train_order_ = std::make_unique<data::SampleOrder>(*train_, uint64_t(spec.run.seed), true, int(d.shuffle_block));
+  data_ = std::make_unique<TrainingData>(spec);
   // Offload runs AdamW on the host's cores: ranks sharing a machine (and not bound by the
   // launcher) each take their own slice, so their optimizer threads do not fight.
   if (spec.offload.optimizer != "none") bind_rank_to_cores(topo_.local_rank, topo_.local_size);
@@ -256,6 +261,7 @@ void Trainer::build() {
   model_->set_provider(store_.get());
   inputs_.resize(size_t(t.micro_batch * m.seq_len));
   targets_.resize(inputs_.size());
+  origins_.resize(size_t(t.micro_batch));
 }
 
 Trainer::~Trainer() {
@@ -280,7 +286,7 @@ StepResult Trainer::step(int64_t step) {
   const int dp = topo_.dp, dp_rank = topo_.dp_rank;
   auto first_of = [GB, dp, dp_rank, B](uint64_t k) { return data::micro_batch_first_sample(k, GB, dp, dp_rank, B); };
   if (!loader_ || loader_step_ != step)  // (re)start the background loader at this step
-    loader_ = std::make_unique<data::BatchLoader>(*train_, *train_order_, B, first_of,
+    loader_ = std::make_unique<data::BatchLoader>(data_->mixed(), data_->state(), B, first_of,
                                                   uint64_t(step * accum), 4, int(spec_.data.prefetch));
   loader_step_ = step + 1;
   // The breakdown: timing points around the phases and points in the communicators' waits at the
@@ -337,7 +343,8 @@ StepResult Trainer::step(int64_t step) {
   double wait_ms = 0;
   for (int64_t micro = 0; micro < accum; ++micro) {
     const auto w0 = std::chrono::steady_clock::now();
-    loader_->next(inputs_.data(), targets_.data(), &wait_ms);
+    loader_->next(inputs_.data(), targets_.data(), &wait_ms, origins_.data());
+    if (topo_.tp_rank == 0) data_->log_samples(step, first_of(uint64_t(step * accum + micro)), origins_.data(), B);
     if (traced) data_spans.push_back({ms_since(host_start, w0), ms_since(w0, std::chrono::steady_clock::now())});
     if (on_batch) on_batch(inputs_.data(), targets_.data());
     store_->set_last_micro_batch(micro == accum - 1);
@@ -360,6 +367,7 @@ StepResult Trainer::step(int64_t step) {
       fwd.push_back({p0, p1, c0, c1, o1 - o0}),
           bwd.push_back({p1, be.timing_point(), c1, comm_now(), offload_now() - o1});
   }
+  data_->step_done(step);
   const CommPoint c_reduce = comm_now();
   const double o_reduce = offload_now();
   const int p_reduce = be.timing_point();
@@ -430,38 +438,31 @@ StepResult Trainer::step(int64_t step) {
   return r;
 }
 
-data::LoaderPosition Trainer::loader_position(int64_t next_step) const {
-  return {uint64_t(next_step * spec_.train.global_batch), uint64_t(spec_.run.seed),
-          data::dataset_fingerprint(train_->manifest()), spec_.train.global_batch};
-}
-
-int64_t Trainer::restore_loader_position(const data::LoaderPosition& p) const {
-  if (p.dataset_crc != data::dataset_fingerprint(train_->manifest()))
-    user_error("the saved data position belongs to another dataset than {}", spec_.data.train);
-  if (p.seed != uint64_t(spec_.run.seed))
-    user_error("the saved data position used seed {}, this run has [run] seed = {}", p.seed, spec_.run.seed);
-  if (p.global_batch != spec_.train.global_batch || p.next_sample % uint64_t(p.global_batch) != 0)
-    user_error("the saved data position used global_batch {}, this run has {}", p.global_batch,
-               spec_.train.global_batch);
-  return int64_t(p.next_sample / uint64_t(p.global_batch));  // the step to continue with
-}
-
-float Trainer::evaluate() {
-  ZT_CHECK(val_ != nullptr, "evaluate() without [data] val");
+float Trainer::evaluate(std::vector<float>* each) {
+  ZT_CHECK(data_->n_val() > 0, "evaluate() without validation data");
   const int B = int(spec_.train.micro_batch), T = int(spec_.model.seq_len);
-  data::SampleOrder order(*val_, 0, /*shuffle=*/false);
   // Micro-batch i is evaluated by data-parallel rank i mod D; every rank runs the same number of
   // forwards (possibly with zero weight) so that ZeRO-3's collectives stay matched.
   const int64_t n = spec_.train.eval_steps, rounds = (n + topo_.dp - 1) / topo_.dp;
-  double sum = 0;
-  for (int64_t r = 0; r < rounds; ++r) {
-    const int64_t i = r * topo_.dp + topo_.dp_rank;
-    order.fill(*val_, uint64_t(std::min(i, n - 1) * B), B, inputs_.data(), targets_.data());
-    const float l = model_->forward(inputs_.data(), targets_.data(), B, T, 0.0f);
-    if (i < n) sum += l;
+  std::vector<double> sums(data_->n_val(), 0.0);
+  for (size_t v = 0; v < data_->n_val(); ++v) {
+    data::TokenDataset& val = data_->val(v);
+    data::SampleOrder order(val, 0, /*shuffle=*/false);
+    for (int64_t r = 0; r < rounds; ++r) {
+      const int64_t i = r * topo_.dp + topo_.dp_rank;
+      order.fill(val, uint64_t(std::min(i, n - 1) * B), B, inputs_.data(), targets_.data());
+      const float l = model_->forward(inputs_.data(), targets_.data(), B, T, 0.0f);
+      if (i < n) sums[v] += l;
+    }
   }
-  topo_.dp_group->all_reduce_doubles(&sum, 1);
-  return float(sum / double(n));
+  topo_.dp_group->all_reduce_doubles(sums.data(), sums.size());
+  double mean = 0;
+  if (each) each->clear();
+  for (double s : sums) {
+    mean += s / double(n) / double(sums.size());
+    if (each) each->push_back(float(s / double(n)));
+  }
+  return float(mean);
 }
 
 nlohmann::json Trainer::memory_record(int64_t step) const {
@@ -543,19 +544,29 @@ void Trainer::run() {
     spdlog::info("run '{}': {}: {:.2f}M parameters{}", spec_.run.name, model_->describe(), real / 1e6,
                  held == real ? std::string()
                               : fmt::format(" ({:.2f}M held, with the vocabulary's padding rows)", held / 1e6));
-    spdlog::info("data: {} ({} tokens, {} samples of {}); global batch {} = {} ranks x {} micro-batches x {}; {} steps",
-                 spec_.data.train, train_->manifest().total_tokens(), train_->n_windows(), m.seq_len,
-                 t.global_batch, topo_.dp, local_batch_ / t.micro_batch, t.micro_batch, t.max_steps);
+    spdlog::info("data: {}; samples of {} tokens; global batch {} = {} ranks x {} micro-batches x {}; {} steps",
+                 data_->describe(), m.seq_len, t.global_batch, topo_.dp, local_batch_ / t.micro_batch, t.micro_batch, t.max_steps);
   }
   log_memory();
 
   auto do_eval = [&](int64_t step) {
-    if (!val_) return;
-    const float vl = evaluate();
+    if (data_->n_val() == 0) return;
+    std::vector<float> each;
+    const float vl = evaluate(&each);
     if (!root) return;
-    std::printf("step %lld | val_loss %.4f\n", (long long)step, vl);
+    nlohmann::json row = {{"kind", "eval"}, {"step", step}, {"val_loss", vl}};
+    std::string text;
+    if (each.size() > 1) {  // each set's too, and val_loss is their mean
+      nlohmann::json by = nlohmann::json::object();
+      for (size_t v = 0; v < each.size(); ++v) {
+        by[data_->val_names()[v]] = each[v];
+        text += fmt::format(" | {} {:.4f}", data_->val_names()[v], each[v]);
+      }
+      row["val_loss_by_source"] = by;
+    }
+    std::printf("step %lld | val_loss %.4f%s\n", (long long)step, vl, text.c_str());
     std::fflush(stdout);
-    metrics->write({{"kind", "eval"}, {"step", step}, {"val_loss", vl}});
+    metrics->write(row);
   };
   // MFU against one device's peak (found in build()), for every device of the job
   const double model_flops_per_token = flops_per_token(spec_.model, double(model_->num_global_params()));
@@ -564,6 +575,14 @@ void Trainer::run() {
                  model_flops_per_token / 1e9);
   Progress progress(spec_, topo_.world_size, peak_, model_flops_per_token, *backend_, metrics.get(), telemetry.get(),
                     scaler_->active(), start_step_, [this](int64_t step) { return memory_record(step); });
+  progress.tokens_by_source = [this] { return data_->tokens_by_source(); };
+  progress.slow_source = [this, last_ms = std::vector<double>(), last_drawn = std::vector<uint64_t>()]() mutable {
+    if (!loader_ || data_->n_sources() < 2) return std::string();
+    return data_->slowest_source(loader_->source_read_ms(), last_ms, last_drawn);
+  };
+  agreed([&] {  // [data] sample_log: one file per data-parallel rank
+    if (topo_.tp_rank == 0) data_->open_sample_log(topo_.world_rank);
+  });
   double carried_stall_ms = 0;  // a checkpoint save's stall, paid by the next step
   for (int64_t s = start_step_; s < t.max_steps; ++s) {
     StepResult r = step(s);
@@ -585,7 +604,7 @@ void Trainer::run() {
                ms.peak / 1048576.0, backend_->name(), ms.peak);
 
   if (t.sample_tokens > 0) {
-    const auto& info = train_->manifest().tokenizer;
+    const auto& info = data_->tokenizer();
     std::optional<data::Tokenizer> tok;
     if (info.kind == "byte") tok = data::Tokenizer::byte_level();
     else if (!info.vocab_file.empty() && fs::exists(info.vocab_file))

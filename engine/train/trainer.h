@@ -26,6 +26,7 @@
 #include "engine/optim/adamw.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/model/model.h"
+#include "engine/train/training_data.h"
 
 namespace zt {
 
@@ -41,28 +42,24 @@ class Trainer {
 
   // One optimizer step over global_batch sequences; this rank does its data-parallel slice.
   StepResult step(int64_t step);
-  // The data position before step `next_step` (for checkpoints), and the step a saved position
-  // continues with (UserError when it belongs to another dataset, seed or global batch). The
-  // data-parallel degree may differ: positions are global.
-  data::LoaderPosition loader_position(int64_t next_step) const;
-  int64_t restore_loader_position(const data::LoaderPosition& p) const;
-  // Mean loss over eval_steps micro-batches of the validation set (in dataset order).
-  float evaluate();
+  // Mean loss over eval_steps micro-batches of each validation set (in dataset order): the mean
+  // over the sets, and each set's in `each` when given.
+  float evaluate(std::vector<float>* each = nullptr);
   // The whole run: rank 0 writes config.resolved.toml and metrics.jsonl under run.out_dir;
   // checkpoints as [checkpoint] says, and on SIGTERM / SIGINT / SIGUSR1.
   void run();
   // The step training continues with (0, or the resumed checkpoint's).
   int64_t start_step() const { return start_step_; }
   // Everything a checkpoint written after `steps_done` steps holds besides the model states.
-  TrainState train_state(int64_t steps_done) const;
+  // Runs the probe's forward passes: every rank calls it.
+  TrainState train_state(int64_t steps_done);
 
   Model& model() { return *model_; }
   ParamStore& store() { return *store_; }
   AdamW& optimizer() { return *optimizer_; }
   Backend& backend() { return *backend_; }
   const Topology& topology() const { return topo_; }
-  data::SampleOrder& train_order() { return *train_order_; }
-  data::TokenDataset& train_data() { return *train_; }
+  TrainingData& data() { return *data_; }
 
   // Called with each micro-batch (inputs, targets: (micro_batch, seq_len)) before it is used.
   std::function<void(const int32_t*, const int32_t*)> on_batch;
@@ -80,6 +77,7 @@ class Trainer {
   std::chrono::steady_clock::time_point trace_origin_{};
   void init_from_hf();
   void resume_or_init();             // [checkpoint] resume / init_from
+  std::string computed_on() const;   // the backend, precision and layout, for the resume check
 
   RunSpec spec_;
   Topology topo_;
@@ -88,14 +86,14 @@ class Trainer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<ParamStore> store_;
   std::unique_ptr<AdamW> optimizer_;
-  std::unique_ptr<data::TokenDataset> train_, val_;
-  std::unique_ptr<data::SampleOrder> train_order_;
+  std::unique_ptr<TrainingData> data_;  // the sources, the mixture's position, the sample log
   std::unique_ptr<LossScaler> scaler_;
   bool early_update_logged_ = false;
   int adam_steps_ = 0;                         // applied updates (AdamW's t; skipped steps excluded)
   std::unique_ptr<data::BatchLoader> loader_;  // created at the first step
   int64_t loader_step_ = -1;                   // the step the loader's next batch belongs to
   std::vector<int32_t> inputs_, targets_;  // (micro_batch, seq_len) host staging
+  std::vector<data::SampleOrigin> origins_;  // (micro_batch): where each row came from
   int64_t local_batch_ = 0;                // sequences per step on this rank
   int64_t start_step_ = 0;
   DirLock out_lock_;                       // rank 0: holds out_dir/.lock while the run lasts

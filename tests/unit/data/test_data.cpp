@@ -179,10 +179,11 @@ TEST_CASE("the global sample order is the same for D = 1, 2, 4 and across a rest
   const int B = 2;
   // Reference: D = 1, steps 0..5, one loader from the start.
   auto batches = [&](int dp, int rank, uint64_t start_step, int steps) {
-    SampleOrder order(ds, 99, true, 2);
+    MixedData mixed{{"d"}, {&ds}, {SampleOrder(ds, 99, true, 2)}, MixSchedule(std::vector<MixSchedule::Stage>{{0, {kWeightOne}}})};
     const uint64_t accum = uint64_t(GB / dp / B);
-    BatchLoader loader(ds, order, B, [&](uint64_t k) { return micro_batch_first_sample(k, GB, dp, rank, B); },
-                       start_step * accum, 2, 1);
+    BatchLoader loader(mixed, mixed.schedule.start(), B,
+                       [&](uint64_t k) { return micro_batch_first_sample(k, GB, dp, rank, B); }, start_step * accum, 2,
+                       1);
     std::vector<std::vector<int32_t>> out;  // per step, this rank's inputs
     for (int s = 0; s < steps; ++s) {
       std::vector<int32_t> step_in;
