@@ -362,6 +362,21 @@ void BatchLoader::prefetch_loop() {
   }
 }
 
+bool BatchLoader::failed() {
+  std::lock_guard g(mu_);
+  return error_ != nullptr;
+}
+
+void BatchLoader::rethrow_failure() {
+  std::exception_ptr e;
+  {
+    std::lock_guard g(mu_);
+    e = error_;
+  }
+  ZT_CHECK(e != nullptr, "rethrow_failure without a failure");
+  std::rethrow_exception(e);
+}
+
 std::vector<double> BatchLoader::source_read_ms() {
   std::lock_guard g(mu_);
   return source_ms_.empty() ? std::vector<double>(data_.sets.size(), 0.0) : source_ms_;

@@ -175,6 +175,9 @@ class BatchLoader {
   // The k-th micro-batch (k must be the next one): copies (B, T) inputs and targets, and the
   // B rows' origins when `origins` is given.
   void next(int32_t* inputs, int32_t* targets, double* wait_ms, SampleOrigin* origins = nullptr);
+  // A batch ahead failed for good (a source gone): the error is queued behind the ready batches.
+  bool failed();
+  [[noreturn]] void rethrow_failure();
   // Per source: milliseconds the producer has spent reading its samples (the slow-source verdict).
   std::vector<double> source_read_ms();
 

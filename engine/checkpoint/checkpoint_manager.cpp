@@ -216,30 +216,33 @@ void CheckpointManager::start_writer(ParamStore& store, const Model& model, Back
 }
 
 bool CheckpointManager::after_step(int64_t done, int64_t start_step, const std::function<TrainState()>& state,
-                                   double* stall_ms) {
+                                   double* stall_ms, bool data_failed) {
   const auto& k = spec_.checkpoint;
   const bool root = topo_.is_root();
   CheckpointWriter& w = *writer_;
   // The ranks agree, in one small all-reduce per step: a signal on any rank, rank 0's clock for
   // every_minutes, and whether every rank finished writing its part of the pending save.
-  double agree[5] = {preemption_signal() ? 1.0 : 0.0,
+  double agree[6] = {preemption_signal() ? 1.0 : 0.0,
                      root && k.every_minutes > 0 && since_save_.seconds() >= 60 * k.every_minutes ? 1.0 : 0.0,
-                     w.local_done() ? 1.0 : 0.0, w.local_failed() ? 1.0 : 0.0, w.commit_failed() ? 1.0 : 0.0};
-  topo_.world->all_reduce_doubles(agree, 5);
+                     w.local_done() ? 1.0 : 0.0, w.local_failed() ? 1.0 : 0.0, w.commit_failed() ? 1.0 : 0.0,
+                     data_failed ? 1.0 : 0.0};
+  topo_.world->all_reduce_doubles(agree, 6);
   if (agree[4] > 0) w.throw_commit_failure();  // rank 0's commit failed: every rank stops
   if (w.pending() && agree[2] == topo_.world_size) w.complete(agree[3] > 0);
   w.poll_commit(/*wait=*/false);
-  const bool stop = agree[0] > 0 || (k.exit_after > 0 && done - start_step >= k.exit_after);
+  const bool stop = agree[0] > 0 || agree[5] > 0 || (k.exit_after > 0 && done - start_step >= k.exit_after);
   if (stop) {
     Timer t_save;
     w.save(state(), /*wait=*/true);
     if (root) {
       const int sig = preemption_signal();
-      const std::string why = agree[0] == 0 ? "[checkpoint] exit_after reached"
+      const std::string why = agree[5] > 0  ? "a data source failed"
+                              : agree[0] == 0 ? "[checkpoint] exit_after reached"
                               : sig       ? fmt::format("stopped by {}", signal_name(sig))
                                           : "stopped by a signal to another rank";
-      std::printf("%s after step %lld: checkpoint %s written in %.2f s; continue with --resume auto\n", why.c_str(),
-                  (long long)done, w.last_complete().c_str(), t_save.seconds());
+      std::printf("%s after step %lld: checkpoint %s written in %.2f s; %scontinue with --resume auto\n", why.c_str(),
+                  (long long)done, w.last_complete().c_str(), t_save.seconds(),
+                  agree[5] > 0 ? "the error follows; once the source is back, " : "");
       std::fflush(stdout);
     }
     return true;

@@ -46,10 +46,10 @@ class CheckpointManager {
   // After step `done` (1-based, not the run's last), with launch starting at start_step: the ranks
   // agree in one small all-reduce on a signal on any rank, rank 0's every_minutes clock and the
   // pending save's completion, then save as [checkpoint] says (state(): what a checkpoint after
-  // `done` steps holds). Returns true when the run must stop now (a signal, exit_after), its
-  // checkpoint written.
+  // `done` steps holds). Returns true when the run must stop now (a signal, exit_after, or
+  // `data_failed` on some rank: its loader failed for good ahead of use), its checkpoint written.
   bool after_step(int64_t done, int64_t start_step, const std::function<TrainState()>& state,
-                  double* stall_ms);
+                  double* stall_ms, bool data_failed = false);
   // The last save of a run (waits for it).
   void save_final(const TrainState& state) { writer_->save(state, /*wait=*/true); }
 

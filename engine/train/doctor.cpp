@@ -196,9 +196,12 @@ int run_doctor(const RunSpec* spec) {
   allreduce_check(checks);
   if (spec) {
     const data::DataOptions d = data_options(*spec);
-    for (const auto& [what, uri] : {std::pair{"data train", spec->data.train}, {"data val", spec->data.val}})
-      if (!uri.empty()) source_check(what, uri, d.store, checks);
-    const bool remote_data = spec->data.train.find("://") != std::string::npos;
+    bool remote_data = false;
+    for (const auto& s : spec->data.sources) {  // [data] train / val are sources too
+      const bool one = spec->data.sources.size() <= 2 && (s.name == "train" || s.name == "val");
+      source_check(one ? "data " + s.name : fmt::format("data {} '{}'", s.split, s.name), s.uri, d.store, checks);
+      remote_data |= s.uri.find("://") != std::string::npos && s.uri.rfind("file://", 0) != 0;
+    }
     if (remote_data) storage_check("cache_dir", spec->data.cache_dir, double(d.cache_limit), checks);
     storage_check("out_dir", spec->run.out_dir, 0, checks);
     if (!spec->checkpoint.dir.empty()) {

@@ -595,7 +595,14 @@ void Trainer::run() {
     progress.step_done(s, r);
     if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) do_eval(done);
     if (!ckpts_->enabled() || done == t.max_steps) continue;  // the last step's checkpoint is written below
-    if (ckpts_->after_step(done, start_step_, [&] { return train_state(done); }, &carried_stall_ms)) return;
+    // a source gone for good shows in the loader ahead of use: a checkpoint of this step, then its error
+    const bool data_failed = loader_ && loader_->failed();
+    if (ckpts_->after_step(done, start_step_, [&] { return train_state(done); }, &carried_stall_ms, data_failed)) {
+      agreed([&] {
+        if (loader_ && loader_->failed()) loader_->rethrow_failure();
+      });
+      return;
+    }
   }
   do_eval(t.max_steps);
   if (ckpts_->enabled() && start_step_ < t.max_steps) ckpts_->save_final(train_state(t.max_steps));

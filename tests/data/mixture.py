@@ -209,16 +209,39 @@ def main():
         p = train("tiny", spec=write_spec("tiny", {"web": (web, 1), "tiny": (tiny, 1)}, stages=()), expect_rc=2)
         expect("data source 'tiny'" in p.stderr and "no shard holds more than seq_len" in p.stderr
                and "tiny.toml:" in p.stderr, f"an empty source: {p.stderr[-600:]}")
-        # a remote source whose shard is gone: the run ends naming it
-        gone = dataset("gone", 700, 11, shard_tokens=1000)
+        # a remote source whose shard is gone for good: the run ends naming it, after a checkpoint of the
+        # last step before the loader met it. The shard removed is the one the run first reads last.
+        gone = dataset("gone", 2500, 11, shard_tokens=1000)
+        gone_sources = {"web": (web, 1), "gone": (f"http://127.0.0.1:{http_port}/gone", 1)}
+        train("gone_ref", spec=write_spec("gone_ref", gone_sources, stages=()))
+        with open(os.path.join(gone, "manifest.json")) as f:
+            entries = json.load(f)["shards"]
+        ends = [0]
+        for sh in entries:
+            ends.append(ends[-1] + (sh["tokens"] - 1) // T)
+        largest = max(range(len(entries)), key=lambda i: (entries[i]["bytes"], -i))  # checked by a HEAD at start
+        first_step = {}
+        for g, src, _, w in samples("gone_ref"):
+            if src == "gone":
+                k = next(i for i in range(len(ends) - 1) if ends[i] <= w < ends[i + 1])
+                first_step.setdefault(k, g // GB)
+        late = max((k for k in first_step if k != largest), key=first_step.get)
         shards = sorted(f for f in os.listdir(gone) if f.endswith(".ztok"))
-        os.remove(os.path.join(gone, shards[-1]))  # the last (not the largest: the HEAD check at start passes)
-        p = train("gone", spec=write_spec("gone", {"web": (web, 1), "gone": (f"http://127.0.0.1:{http_port}/gone", 1)},
-                                          stages=()), expect_rc=None)
-        expect(p.returncode != 0 and "data source 'gone'" in p.stderr and shards[-1] in p.stderr,
+        os.remove(os.path.join(gone, shards[late]))
+        ck_gone = os.path.join(work, "ck_gone")
+        # steps of 60 ms, as a real model's take: the prefetcher (polling every 50 ms) meets the 404 a block
+        # ahead of use, so the run can stop at a step boundary with a checkpoint
+        p = testlib.run(testlib.train_cmd(args.ztrain, write_spec("gone", gone_sources, stages=()),
+                                          [f"checkpoint.dir={ck_gone}", f"data.cache_dir={os.path.join(work, 'cache_gone')}"]),
+                        check=False, env=dict(env, ZTRAIN_FAULT_SLOW_HOST_MS="60"), timeout=600)
+        saved = [ln for ln in p.stdout.splitlines() if ln.startswith("a data source failed after step")]
+        expect(p.returncode != 0 and "data source 'gone'" in p.stderr and shards[late] in p.stderr,
                f"a shard gone for good: exit {p.returncode}: {p.stderr[-800:]}")
-        print(f"bad sources: another tokenizer and an empty source exit 2 naming them; a shard gone: exit "
-              f"{p.returncode} naming the source")
+        expect(bool(saved) and os.path.exists(os.path.join(ck_gone, "latest")),
+               f"a shard gone for good: no checkpoint before the end: {p.stdout[-600:]}")
+        print(f"bad sources: another tokenizer and an empty source exit 2 naming them; a shard gone (first read at "
+              f"step {first_step[late] + 1}): exit {p.returncode} naming the source, after: "
+              f"{saved[0] if saved else 'no checkpoint'}")
         # ---- a slow source: the data-bound verdict names it
         slow_env = dict(env, ZTRAIN_FAULT_SLOW_SOURCE="code:15")
         p = testlib.run(testlib.train_cmd(args.ztrain, write_spec("slow", {"web": (web, 0.7), "code": (code, 0.3)},
