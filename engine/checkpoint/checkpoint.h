@@ -34,6 +34,7 @@ struct ResumeProbe {
   int64_t rows = 0, seq_len = 0;         // 0 rows: none (a checkpoint written before probes)
   std::vector<int32_t> inputs, targets;  // (rows, seq_len)
   double loss = 0;                       // mean over the rows of each row's mean loss
+  std::string compute;                   // "fp32", "bf16", "fp16": the precision it was computed in
   std::string computed_on;               // backend, precision and layout: bit-equal only on the same
 };
 

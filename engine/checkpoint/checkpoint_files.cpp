@@ -103,7 +103,8 @@ int64_t meta_crc(const TrainState& s) {
                                       s.probe.inputs.size() * sizeof(int32_t)),
                               reinterpret_cast<const Bytef*>(s.probe.targets.data()),
                               s.probe.targets.size() * sizeof(int32_t));
-    text += fmt::format(";probe={}x{}:{:a}:{}:{}", s.probe.rows, s.probe.seq_len, s.probe.loss, s.probe.computed_on, ids);
+    text += fmt::format(";probe={}x{}:{:a}:{}:{}:{}", s.probe.rows, s.probe.seq_len, s.probe.loss, s.probe.compute,
+                        s.probe.computed_on, ids);
   }
   return int64_t(crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(text.data()), text.size()));
 }
@@ -156,6 +157,7 @@ void write_master_file(const std::string& ckpt_dir, int rank_files, int64_t job_
     m.write("/meta/probe/inputs", state.probe.inputs.data(), shape);
     m.write("/meta/probe/targets", state.probe.targets.data(), shape);
     m.write("/meta/probe/loss", &state.probe.loss, {});
+    m.write_string("/meta/probe/compute", state.probe.compute);
     m.write_string("/meta/probe/computed_on", state.probe.computed_on);
   }
   const int64_t crc = meta_crc(state), files = rank_files;
@@ -191,12 +193,14 @@ TrainState read_train_state(const std::string& ckpt_dir) {
   if (f.exists("/meta/data_mixture")) s.data.mixture = f.read_string("/meta/data_mixture");
   if (f.exists("/meta/probe/loss")) {
     const std::vector<int64_t> shape = f.shape("/meta/probe/inputs");
-    if (shape.size() != 2 || f.shape("/meta/probe/targets") != shape)
-      user_error("{}: /meta/probe: inputs and targets are not two (rows, seq_len) arrays", path);
+    if (shape.size() != 2 || f.shape("/meta/probe/targets") != shape || shape[0] < 1 || shape[0] > 64 ||
+        shape[1] < 1 || shape[1] > (int64_t(1) << 24))
+      user_error("{}: /meta/probe: inputs and targets are not two (rows, seq_len) arrays of 1-64 rows", path);
     s.probe.rows = shape[0], s.probe.seq_len = shape[1];
     s.probe.inputs = f.read_int32s("/meta/probe/inputs");
     s.probe.targets = f.read_int32s("/meta/probe/targets");
     s.probe.loss = f.read_double("/meta/probe/loss");
+    s.probe.compute = f.read_string("/meta/probe/compute");
     s.probe.computed_on = f.read_string("/meta/probe/computed_on");
   }
   if (meta_crc(s) != f.read_int64("/meta/crc32"))

@@ -130,8 +130,9 @@ void Trainer::resume_or_init() {
   store_->publish_written_masters();
   if (!weights_only)  // the weights as loaded reproduce the probe batch's saved loss
     agreed([&] {
-      check_resume_probe(*model_, int(spec_.model.seq_len), st.probe, computed_on(), backend_->compute_dtype(), path,
-                         spec_.checkpoint.resume_unchecked, topo_.is_root());
+      const bool deterministic = backend_->kind() == DeviceKind::CPU || spec_.run.deterministic;
+      check_resume_probe(*model_, int(spec_.model.seq_len), st.probe, computed_on(), backend_->compute_dtype(),
+                         deterministic, path, spec_.checkpoint.resume_unchecked, topo_.is_root());
     });
   if (weights_only) {
     if (topo_.is_root()) spdlog::info("checkpoint: weights from {} (optimizer fresh, step 0)", path);
@@ -186,7 +187,8 @@ TrainState Trainer::train_state(int64_t steps_done) {
   s.scaler = scaler_->state();
   s.data = data_->position(steps_done);
   s.probe = capture_probe(*model_, *topo_.world, topo_.is_root(), inputs_.data(), targets_.data(),
-                          int(spec_.train.micro_batch), int(spec_.model.seq_len), computed_on());
+                          int(spec_.train.micro_batch), int(spec_.model.seq_len), backend_->compute_dtype(),
+                          computed_on());
   s.spec_toml = resolved_toml(spec_);
   s.world = topo_.world_size, s.tensor = topo_.tp, s.data_parallel = topo_.dp, s.zero_stage = spec_.parallel.zero_stage;
   return s;
@@ -285,9 +287,11 @@ StepResult Trainer::step(int64_t step) {
   const int64_t GB = spec_.train.global_batch;
   const int dp = topo_.dp, dp_rank = topo_.dp_rank;
   auto first_of = [GB, dp, dp_rank, B](uint64_t k) { return data::micro_batch_first_sample(k, GB, dp, dp_rank, B); };
-  if (!loader_ || loader_step_ != step)  // (re)start the background loader at this step
+  if (!loader_ || loader_step_ != step) {  // (re)start the background loader at this step
+    loader_.reset();  // its threads read the datasets: never two loaders at once
     loader_ = std::make_unique<data::BatchLoader>(data_->mixed(), data_->state(), B, first_of,
                                                   uint64_t(step * accum), 4, int(spec_.data.prefetch));
+  }
   loader_step_ = step + 1;
   // The breakdown: timing points around the phases and points in the communicators' waits at the
   // same boundaries (device time and device-measured stalls on a GPU, both read after the step's

@@ -33,7 +33,8 @@ TrainingData::TrainingData(const RunSpec& spec) : spec_(spec) {
     try {
       return std::make_unique<data::TokenDataset>(s.uri, int(m.seq_len), int(m.vocab_size), opt);
     } catch (const UserError& e) {
-      if (spec.data.sources.size() == 1) throw;  // [data] train alone: the message as it always was
+      if ((s.split == "train" && !spec.data.train.empty()) || (s.split == "val" && !spec.data.val.empty()))
+        throw;  // [data] train / val: the message as it always was
       user_error("{}: data source '{}': {}", s.at, s.name, e.what());
     }
   };
@@ -122,7 +123,9 @@ nlohmann::json TrainingData::mixture_config() const {
     sources.push_back({{"name", specs[i].name}, {"uri", redact_url_passwords(specs[i].uri)},
                        {"fingerprint", hex(fingerprints_[i])}, {"weight", specs[i].weight}});
   for (const auto& st : spec_.data.stages) stages.push_back({{"step", st.step}, {"weights", st.weights}});
-  return {{"sources", sources}, {"stages", stages}};
+  // what the sources' sample indices mean: windows of seq_len tokens, shuffled in blocks of shards
+  return {{"sources", sources}, {"stages", stages}, {"seq_len", spec_.model.seq_len},
+          {"shuffle_block", spec_.data.shuffle_block}};
 }
 
 data::LoaderPosition TrainingData::position(int64_t next_step) const {
@@ -165,6 +168,31 @@ int64_t TrainingData::restore(const data::LoaderPosition& p, bool log) {
       user_error("the saved data position is damaged ({})", e.what());
     }
   }
+  try {
+    return restore_from(p, saved, now, log);
+  } catch (const nlohmann::json::exception& e) {  // valid JSON, not what a position holds
+    user_error("the saved data position is damaged ({})", e.what());
+  }
+}
+
+int64_t TrainingData::restore_from(const data::LoaderPosition& p, const nlohmann::json& saved,
+                                   const nlohmann::json& now, bool log) {
+  const auto& spec = spec_;
+  if (!saved.is_object() || !saved["sources"].is_array() || saved["sources"].empty())
+    user_error("the saved data position is damaged (no sources)");
+  uint64_t drawn_total = 0;
+  for (const auto& s : saved["sources"]) {
+    if (!s.is_object()) user_error("the saved data position is damaged (a source is not an object)");
+    drawn_total += s.value("drawn", uint64_t(0));
+  }
+  if (drawn_total != p.next_sample)
+    user_error("the saved data position is damaged: its sources supplied {} samples, but it is at sample {}",
+               drawn_total, p.next_sample);
+  for (const char* key : {"seq_len", "shuffle_block"})  // absent in older checkpoints
+    if (saved.contains(key) && saved[key] != now[key])
+      user_error("the saved data position counts samples with [{}] {} = {}, this run has {}: its indices would name "
+                 "other samples (the order is not resumable across that change)",
+                 std::string(key) == "seq_len" ? "model" : "data", key, saved[key].dump(), now[key].dump());
   // what changed, source by source (matched by name), then the order and the stages
   std::vector<std::string> changes;
   auto find = [](const nlohmann::json& list, const std::string& name) -> const nlohmann::json* {
@@ -185,7 +213,7 @@ int64_t TrainingData::restore(const data::LoaderPosition& p, bool log) {
     if (old->value("fingerprint", "") != s["fingerprint"])
       user_error("data source '{}' ({}) holds other data than the source of that name in the run being resumed "
                  "(dataset fingerprint {} then, {} now): the saved position would index other samples; give it "
-                 "another name to start it fresh", name, s.value("uri", ""), old->value("fingerprint", ""),
+                 "another name and set [data] allow_mixture_change = true to start it fresh", name, s.value("uri", ""), old->value("fingerprint", ""),
                  s["fingerprint"].get<std::string>());
     if (old->value("weight", -1.0) != s["weight"].get<double>())
       changes.push_back(fmt::format("source '{}' weight {:g} -> {:g}", name, old->value("weight", -1.0),
@@ -232,7 +260,8 @@ int64_t TrainingData::restore(const data::LoaderPosition& p, bool log) {
     for (size_t i = 0; i < train_.size(); ++i)
       where.push_back(fmt::format("{} epoch {} + {} samples", now_names[i], state_.drawn[i] / train_[i]->n_windows(),
                                   state_.drawn[i] % train_[i]->n_windows()));
-    spdlog::info("data: resumed at sample {} (stage {}): {}", state_.next_sample, state_.stage, fmt::join(where, ", "));
+    spdlog::info("data: resumed at sample {} (stage {}): {}", state_.next_sample,
+                 mixed_->schedule.stage_at(state_.next_sample), fmt::join(where, ", "));
   }
   return step;
 }

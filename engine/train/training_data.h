@@ -56,6 +56,7 @@ class TrainingData {
 
  private:
   nlohmann::json mixture_config() const;  // sources (name, uri, fingerprint, weight) and stages
+  int64_t restore_from(const data::LoaderPosition& p, const nlohmann::json& saved, const nlohmann::json& now, bool log);
   const RunSpec& spec_;
   std::vector<std::unique_ptr<data::TokenDataset>> train_, val_;
   std::vector<std::string> val_names_;

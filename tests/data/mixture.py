@@ -187,12 +187,15 @@ def main():
         p = train("changed_ok", spec=write_spec("changed_ok", changed),
                   sets=[f"checkpoint.dir={ck}", "checkpoint.resume=auto", "data.allow_mixture_change=true"])
         expect("the new mixture applies from step 10" in p.stderr, f"allowed change not logged: {p.stderr[-600:]}")
+        p = train("reblocked", sets=[f"checkpoint.dir={ck}", "checkpoint.resume=auto", "data.allow_mixture_change=true",
+                                     "data.shuffle_block=3"], expect_rc=2)
+        expect("[data] shuffle_block = 2, this run has 3" in p.stderr, f"another shuffle_block: {p.stderr[-600:]}")
         other = {**{n: (uris[n], WEIGHTS[n]) for n in WEIGHTS}, "books": (code, 0.2)}
         p = train("other", spec=write_spec("other", other), expect_rc=2,
                   sets=[f"checkpoint.dir={ck}", "checkpoint.resume=auto", "data.allow_mixture_change=true"])
         expect("data source 'books'" in p.stderr and "holds other data" in p.stderr, f"other data: {p.stderr[-600:]}")
         print("changed mixture: refused (exit 2) naming the change; allowed and logged with allow_mixture_change; "
-              "other data under a name: refused")
+              "other data under a name, another shuffle_block: refused")
 
         # ---- bad sources
         odd = os.path.join(work, "sets", "odd")
