@@ -12,6 +12,7 @@
   allow_mixture_change is on; a source holding other data under its name is refused;
 - bad sources exit 2 naming the source and its line (another tokenizer, no sample); a remote
   source whose shard is gone for good ends the run naming the source;
+- two val sources are each evaluated, val_loss their mean;
 - a slow source (ZTRAIN_FAULT_SLOW_SOURCE) is named by the data-bound verdict.
 Skips (exit 77) without node/s3rver, curl or mpirun.
 """
@@ -66,7 +67,7 @@ def main():
         uris = {"web": web, "code": "s3://zt/code", "books": f"http://127.0.0.1:{http_port}/books"}
         env = testlib.mpi_env(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=KEY)
 
-        def write_spec(name, sources=None, stages=((STAGE, STAGE_WEIGHTS),), **over):
+        def write_spec(name, sources=None, stages=((STAGE, STAGE_WEIGHTS),), vals=(), **over):
             path = os.path.join(work, name + ".toml")
             testlib.tiny_spec(path, os.path.join(work, "run_" + name),
                               {"cache_dir": os.path.join(work, "cache"), "shuffle_block": 2, "sample_log": True,
@@ -77,6 +78,8 @@ def main():
             with open(path, "a") as f:
                 for src, (uri, w) in (sources or {n: (uris[n], WEIGHTS[n]) for n in WEIGHTS}).items():
                     f.write(f'[[data.sources]]\nname = "{src}"\nuri = "{uri}"\nweight = {w}\n\n')
+                for src, uri in vals:
+                    f.write(f'[[data.sources]]\nname = "{src}"\nuri = "{uri}"\nsplit = "val"\n\n')
                 for step, ws in stages:
                     f.write(f"[[data.stages]]\nstep = {step}\nweights = {{ "
                             + ", ".join(f"{k} = {v}" for k, v in ws.items()) + " }\n\n")
@@ -245,6 +248,15 @@ def main():
         print(f"bad sources: another tokenizer and an empty source exit 2 naming them; a shard gone (first read at "
               f"step {first_step[late] + 1}): exit {p.returncode} naming the source, after: "
               f"{saved[0] if saved else 'no checkpoint'}")
+        # ---- two validation sets: each evaluated, val_loss their mean
+        p = train("vals", spec=write_spec("vals", {"web": (web, 1)}, stages=(), vals=[("v_web", web), ("v_code", code)],
+                                          train__max_steps=4, train__eval_steps=2))
+        ev = testlib.metrics(os.path.join(work, "run_vals"), "eval", must_exist=False)
+        by = ev[-1].get("val_loss_by_source", {}) if ev else {}
+        expect(set(by) == {"v_web", "v_code"} and abs(ev[-1]["val_loss"] - sum(by.values()) / 2) < 1e-5
+               and "v_code" in p.stdout, f"two val sources: {ev}")
+        print(f"two val sources: {by}, val_loss {ev[-1]['val_loss'] if ev else None} (their mean)")
+
         # ---- a slow source: the data-bound verdict names it
         slow_env = dict(env, ZTRAIN_FAULT_SLOW_SOURCE="code:15")
         p = testlib.run(testlib.train_cmd(args.ztrain, write_spec("slow", {"web": (web, 0.7), "code": (code, 0.3)},
