@@ -27,6 +27,7 @@
 #include "engine/train/doctor.h"
 #include "engine/observe/report.h"
 #include "engine/train/dump_state.h"
+#include "engine/train/supervise.h"
 #include "engine/train/trainer.h"
 
 using namespace zt;
@@ -41,6 +42,11 @@ commands:
                                 or from PATH (the same as --set checkpoint.resume=...)
         [--resume-unchecked]    resume even when the resume check fails (the probe batch's loss
                                 differs from the saved one; for debugging)
+  supervise [--max-restarts N] [--backoff S] [--max-backoff S] -- COMMAND...
+                                run COMMAND (mpirun ... ztrain train SPEC.toml) and rerun it from
+                                its latest checkpoint after a runtime failure (not after exit 2),
+                                waiting S seconds (default 10, doubling up to 600); at most N reruns
+                                (default 3); exits with the last attempt's status
   check SPEC.toml               validate the spec and print it fully resolved (defaults filled in)
   plan SPEC.toml                what each rank needs: memory by kind and tier, the peak, a roofline
         [--world N] [--gpu h100|h200|a100|l4] [--device-memory 80GB] [--search] [--json]
@@ -373,6 +379,17 @@ int run(int argc, char** argv) {
 // process layout) are printed by rank 0 only; any later failure aborts the whole job with its
 // exit code.
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "supervise") {  // mpirun's parent: no MPI here
+    try {
+      return supervise_main(std::vector<std::string>(argv + 2, argv + argc));
+    } catch (const UserError& e) {
+      std::fprintf(stderr, "ztrain: error: %s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "ztrain: failure: %s\n", e.what());
+      return 1;
+    }
+  }
   faults();  // the test-only fault hooks are read from the environment once, before anything runs
   dist_init(&argc, &argv);
   int code = 0;

@@ -42,6 +42,9 @@ const Faults& faults() {
       if (std::sscanf(h, "%d:%d", &x.hold_comm_init_rank, &x.hold_comm_init_s) != 2) x.hold_comm_init_rank = -1;
     x.skip_comm_stream_wait = env_int("ZTRAIN_FAULT_SKIP_COMM_STREAM_WAIT") == 1;
     x.swap_collectives = env_rank_step("ZTRAIN_FAULT_SWAP_COLLECTIVES");
+    // under `ztrain supervise` a crash or hang is injected in the first attempt only: the restarted
+    // job would otherwise meet it again at the same step
+    if (env_int("ZTRAIN_ATTEMPT") > 1) x.exit = {}, x.hang = {};
 #ifdef NDEBUG
     x.check_collective_order = env_int("ZTRAIN_CHECK_COLLECTIVE_ORDER") == 1;
 #else

@@ -26,6 +26,7 @@ struct Faults {
   long nvme_write_fails = 0;  // ZTRAIN_FAULT_NVME_WRITES=N: the N-th NVMe write of the process fails (EIO)
   RankStep exit;              // ZTRAIN_FAULT_EXIT: that rank exits abruptly in the middle of that step
   RankStep hang;              // ZTRAIN_FAULT_HANG: that rank stops responding in that step
+                              // (both: not in attempts > 1 of `ztrain supervise`, ZTRAIN_ATTEMPT)
   RankStep pause_save;        // ZTRAIN_TEST_PAUSE_SAVE: that rank stops half-way through saving that step
   // ZTRAIN_FAULT_HOLD_COMM_INIT="RANK:SECONDS": that rank waits before each device communicator's
   // init (a hung driver call, a slow node): the others must not wait forever
