@@ -292,6 +292,12 @@ struct Loader {
     check(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full", "train", "recompute",
           fmt::format("'{}' is not one of \"none\", \"selective\", \"full\"", t.recompute));
     check(t.eval_steps >= 1, "train", "eval_steps", fmt::format("must be >= 1, got {}", t.eval_steps));
+    check(t.spike_policy == "off" || t.spike_policy == "skip", "train", "spike_policy",
+          fmt::format("'{}' is not one of \"off\", \"skip\"", t.spike_policy));
+    check(t.spike_factor > 1, "train", "spike_factor", fmt::format("must be > 1, got {}", t.spike_factor));
+    check(t.spike_window >= 1, "train", "spike_window", fmt::format("must be >= 1, got {}", t.spike_window));
+    check(t.max_skipped_steps >= 1, "train", "max_skipped_steps",
+          fmt::format("must be >= 1, got {}", t.max_skipped_steps));
     check(t.sample_temperature > 0, "train", "sample_temperature",
           fmt::format("must be > 0, got {}", t.sample_temperature));
     check(int64_t(t.micro_batch) * m.seq_len <= kMaxInt, "train", "micro_batch",

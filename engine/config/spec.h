@@ -54,6 +54,13 @@ struct RunSpec {
     // recomputed in backward from what is kept); "full" (only each block's input is kept; the
     // block's forward runs again in backward).
     std::string recompute = "none";
+    // Steps that are skipped (no update): a non-finite loss or gradient norm always (every rank
+    // agrees: both are global); with spike_policy = "skip" also a loss above spike_factor x the
+    // median of the last spike_window applied steps. max_skipped_steps in a row end the run.
+    std::string spike_policy = "off";  // "off" | "skip"
+    double spike_factor = 3.0;
+    int64_t spike_window = 64;
+    int64_t max_skipped_steps = 5;
   } train;
   struct Optim {
     double lr = 6e-4, min_lr = 6e-5;

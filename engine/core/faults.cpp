@@ -36,6 +36,11 @@ const Faults& faults() {
     x.exit = env_rank_step("ZTRAIN_FAULT_EXIT");
     x.hang = env_rank_step("ZTRAIN_FAULT_HANG");
     x.pause_save = env_rank_step("ZTRAIN_TEST_PAUSE_SAVE");
+    x.nan_grad = env_rank_step("ZTRAIN_FAULT_NAN_GRAD");
+    if (const char* s = std::getenv("ZTRAIN_FAULT_LOSS_SPIKE")) {
+      long long st = -1;
+      if (std::sscanf(s, "%lld:%lf", &st, &x.loss_spike_factor) == 2) x.loss_spike_step = st;
+    }
     if (const char* s = std::getenv("ZTRAIN_FAULT_SLOW_SOURCE"))
       if (std::sscanf(s, "%63[^:]:%d", x.slow_source, &x.slow_source_ms) != 2) x.slow_source_ms = 0;
     if (const char* h = std::getenv("ZTRAIN_FAULT_HOLD_COMM_INIT"))

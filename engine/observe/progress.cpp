@@ -87,7 +87,9 @@ void Progress::step_done(int64_t s, const StepResult& r) {
     std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %s | %.0f tok/s | MFU %.1f%% | %.1f ms (%s)%s | "
                 "left %s\n",
                 (long long)done, (long long)t.max_steps, r.loss, r.lr,
-                r.skipped ? "overflow (step skipped)" : fmt::format("{:.4f}", r.grad_norm).c_str(), r.tokens_per_s,
+                r.skipped ? (r.skip_reason.empty() ? std::string("overflow (step skipped)")
+                                                   : "step skipped: " + r.skip_reason).c_str()
+                          : fmt::format("{:.4f}", r.grad_norm).c_str(), r.tokens_per_s,
                 100 * mfu_now, r.step_ms, breakdown_shares(r).c_str(), scaling.c_str(), duration_text(left_s).c_str());
     std::fflush(stdout);
     nlohmann::json rec = {{"kind", "train"}, {"step", done}, {"loss", r.loss}, {"lr", r.lr},
@@ -98,8 +100,8 @@ void Progress::step_done(int64_t s, const StepResult& r) {
                           {"comm_ms", r.comm_ms}, {"checkpoint_ms", r.checkpoint_ms},
                           {"offload_ms", r.offload_ms}, {"other_ms", r.other_ms}, {"eta_s", left_s}};
     if (!by_source.is_null()) rec["tokens_by_source"] = by_source;
-    if (loss_scaling_) {
-      rec["loss_scale"] = r.loss_scale;
+    if (loss_scaling_) rec["loss_scale"] = r.loss_scale;
+    if (loss_scaling_ || r.skipped_total > 0) {
       rec["skipped"] = r.skipped;
       rec["skipped_steps"] = r.skipped_total;
     }

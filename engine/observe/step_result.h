@@ -1,6 +1,7 @@
 // One optimizer step as the run reports it: its loss and where its time went.
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace zt {
 
@@ -17,7 +18,8 @@ struct StepResult {
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, comm_ms = 0, checkpoint_ms = 0, offload_ms = 0,
          other_ms = 0;
   double loss_scale = 1;    // fp16 loss scale this step used
-  bool skipped = false;     // fp16 overflow: the update was not applied
+  bool skipped = false;     // the update was not applied: fp16 overflow, or skip_reason
+  std::string skip_reason;  // a non-finite loss or norm, a loss spike (engine/train/skip_policy.h)
   int64_t skipped_total = 0;
 };
 

@@ -232,6 +232,7 @@ void Trainer::build() {
     user_error("{}: the {} backend cannot run this model in {}: {}", spec.source, backend_->name(), dtype_name(compute),
                op);
   scaler_ = std::make_unique<LossScaler>(spec.precision, compute);
+  skips_ = std::make_unique<SkipPolicy>(spec_.train);
   if (topo_.is_root())
     spdlog::info("precision: {} compute, fp32 master weights, gradients and optimizer states{}", dtype_name(compute),
                  scaler_->active() ? fmt::format(", loss scale {} ({})", scaler_->scale(),
@@ -338,8 +339,10 @@ StepResult Trainer::step(int64_t step) {
   const double lr = lr_at(spec_.optim, step, spec_.train.max_steps);
   // With optimizer offload to CPU memory, each group's host AdamW may run while backward goes on,
   // where nothing global (clipping by the norm, fp16 unscaling) must first touch the gradients.
-  if (spec_.optim.grad_clip == 0 && !scaler_->active() &&
-      schedule_early_adamw(*store_, *optimizer_, lr, adam_steps_ + 1) && !early_update_logged_) {
+  // Not with spike_policy = "skip": a step must be judged before it is applied.
+  const bool early = spec_.optim.grad_clip == 0 && !scaler_->active() && spec_.train.spike_policy == "off" &&
+                     schedule_early_adamw(*store_, *optimizer_, lr, adam_steps_ + 1);
+  if (early && !early_update_logged_) {
     early_update_logged_ = true;
     if (topo_.is_root())
       spdlog::info("offload: each layer's host AdamW runs while backward goes on (no clipping, no loss scaling)");
@@ -378,8 +381,16 @@ StepResult Trainer::step(int64_t step) {
   be.push_range("gradient reduction");
   store_->finish_backward();  // the last gradient reductions: backward's tail
   be.pop_range();
+  if (faults().nan_grad.hits(topo_.world_rank, step))  // the skip policy's test: one rank's gradient
+    for (const StateSpan& s : store_->spans())
+      if (s.n > 0) {
+        const float nan = std::nanf("");
+        be.copy_to_device(s.grad, &nan, sizeof nan);
+        break;
+      }
   double loss = model_->take_losses() / double(global_micro);
   topo_.dp_group->all_reduce_doubles(&loss, 1);
+  if (faults().loss_spike_step == step) loss *= faults().loss_spike_factor;  // the spike policy's test
   bwd.push_back({p_reduce, be.timing_point(), c_reduce, comm_now(), offload_now() - o_reduce});
   const CommPoint c_opt = comm_now();
   const double o_opt = offload_now();
@@ -390,15 +401,27 @@ StepResult Trainer::step(int64_t step) {
   r.grad_norm = optimizer_->clip_grad_norm(store_->spans(), store_->norm_group(), spec_.optim.grad_clip, loss_scale);
   r.lr = lr;
   r.loss_scale = loss_scale;
-  // The norm is global (reduced over every rank), so all ranks agree on skipping.
+  // Every rank must decide alike. The loss is reduced over the data-parallel group, but the norm
+  // only over the ranks that hold distinct gradients: a NaN that one replica's copy got after the
+  // reduction is agreed on here (one double per step).
+  double bad = std::isfinite(r.grad_norm) && std::isfinite(loss) ? 0.0 : 1.0;
+  topo_.world->all_reduce_doubles(&bad, 1);
+  if (bad > 0 && std::isfinite(r.grad_norm) && std::isfinite(loss)) r.grad_norm = std::nan("");
+  // fp16's scaler takes its overflows first; then non-finite values in any precision, and spikes.
   r.skipped = !scaler_->update(std::isfinite(r.grad_norm));
+  if (!r.skipped) r.skip_reason = skips_->judge(step, loss, r.grad_norm);
+  if (!r.skip_reason.empty() && early)
+    throw RuntimeFailure(fmt::format("step {}: {}, but the host AdamW had already applied it while backward went on "
+                                     "([offload] with grad_clip = 0 and no loss scaling): set [optim] grad_clip so "
+                                     "that a step is judged before it is applied", step + 1, r.skip_reason));
+  r.skipped |= !r.skip_reason.empty();
   if (!r.skipped) {
     be.push_range("optimizer");
     adamw_step(*store_, *optimizer_, r.lr, ++adam_steps_);
     store_->publish_params();
     be.pop_range();
   }
-  r.skipped_total = scaler_->skipped();
+  r.skipped_total = scaler_->skipped() + skips_->skipped();
   const int p_end = be.timing_point();
   const CommPoint c_end = comm_now();
   const double offload_opt = offload_now() - o_opt;
@@ -592,8 +615,15 @@ void Trainer::run() {
     StepResult r = step(s);
     r.checkpoint_ms = carried_stall_ms, r.step_ms += carried_stall_ms, carried_stall_ms = 0;
     r.tokens_per_s = double(t.global_batch) * double(m.seq_len) / (r.step_ms / 1e3);
-    if (!std::isfinite(r.loss))
+    if (!std::isfinite(r.loss) && !r.skipped)
       throw RuntimeFailure(fmt::format("step {}: loss is {} (diverged); lower [optim] lr", s + 1, r.loss));
+    if (!r.skip_reason.empty() && root) {  // the skipped step's samples, for a user to inspect
+      spdlog::warn("step {} skipped: {} (its samples: global {}-{}; metrics.jsonl lists them by source)", s + 1,
+                   r.skip_reason, s * t.global_batch, (s + 1) * t.global_batch - 1);
+      metrics->write({{"kind", "skip"}, {"step", s + 1}, {"why", r.skip_reason},
+                      {"samples", {{"first", s * t.global_batch}, {"count", t.global_batch}}},
+                      {"by_source", data_->samples_of_last_step()}});
+    }
     const int64_t done = s + 1;
     set_current_step(long(s));
     progress.step_done(s, r);

@@ -26,6 +26,7 @@
 #include "engine/optim/adamw.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/model/model.h"
+#include "engine/train/skip_policy.h"
 #include "engine/train/training_data.h"
 
 namespace zt {
@@ -88,6 +89,7 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<TrainingData> data_;  // the sources, the mixture's position, the sample log
   std::unique_ptr<LossScaler> scaler_;
+  std::unique_ptr<SkipPolicy> skips_;  // non-finite steps and loss spikes
   bool early_update_logged_ = false;
   int adam_steps_ = 0;                         // applied updates (AdamW's t; skipped steps excluded)
   std::unique_ptr<data::BatchLoader> loader_;  // created at the first step

@@ -113,7 +113,18 @@ std::string TrainingData::describe() const {
 }
 
 void TrainingData::step_done(int64_t step) {
+  step_start_ = state_;
   mixed_->schedule.advance_to(state_, uint64_t(step + 1) * uint64_t(spec_.train.global_batch));
+}
+
+nlohmann::json TrainingData::samples_of_last_step() const {
+  nlohmann::json out = nlohmann::json::object();
+  data::MixState s = step_start_;
+  while (s.next_sample < state_.next_sample) {
+    const size_t src = mixed_->schedule.next(s);
+    out[mixed_->names[src]].push_back(s.drawn[src] - 1);
+  }
+  return out;
 }
 
 nlohmann::json TrainingData::mixture_config() const {

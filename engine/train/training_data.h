@@ -34,6 +34,8 @@ class TrainingData {
   // steps complete.
   const data::MixState& state() const { return state_; }
   void step_done(int64_t step);  // after step `step` (0-based): the state before step + 1
+  // The samples of the step step_done last moved past: {"source": [index in the source, ...]}.
+  nlohmann::json samples_of_last_step() const;
   // The position saved in a checkpoint written before `next_step` (== the state's step).
   data::LoaderPosition position(int64_t next_step) const;
   // Restores a saved position and returns the step it continues with. UserError when it belongs
@@ -63,6 +65,7 @@ class TrainingData {
   std::vector<uint64_t> fingerprints_;  // dataset_fingerprint of each training source
   std::unique_ptr<data::MixedData> mixed_;
   data::MixState state_;
+  data::MixState step_start_;  // the state before the step step_done last moved past
   std::FILE* sample_log_ = nullptr;
 };
 

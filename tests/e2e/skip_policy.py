@@ -1,0 +1,74 @@
+#!/usr/bin/python3
+"""Skipped steps: non-finite values in any precision, loss spikes, and the agreement of every rank.
+- mpirun -np 2: a NaN in rank 1's gradients at step 10 (ZTRAIN_FAULT_NAN_GRAD, after the gradient
+  reduction, so only that replica sees it) is skipped by both ranks: the losses equal those of a
+  run whose step 10 every rank skipped for a loss spike (ZTRAIN_FAULT_LOSS_SPIKE with spike_policy
+  = "skip"). Without the per-step agreement rank 0 would apply the step and the losses would
+  differ. In fp32 and bf16, and with ZeRO-1.
+- the skipped step is a {"kind":"skip"} row with its global samples by source, and a warning;
+- spike_policy = "off": the spike is trained on; max_skipped_steps = 1: the first skip ends the
+  run (exit 1, "diverged"); bad keys exit 2 naming them.
+Skips (exit 77) without mpirun.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testlib  # noqa: E402
+
+
+def main():
+    args = testlib.arg_parser().parse_args()
+    if testlib.mpirun_missing():
+        return testlib.SKIP
+    failures, expect = testlib.checks(echo=True)
+    with testlib.workdir("zt_skip_") as work:
+        data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 8000, 5)
+
+        def run(name, np_=2, fault=None, sets=()):
+            spec = testlib.tiny_spec(os.path.join(work, name + ".toml"), os.path.join(work, "run_" + name), data,
+                                     model=testlib.TINY_MODEL, train={"micro_batch": 2, "global_batch": 8,
+                                                                      "max_steps": 16, "log_every": 1},
+                                     optim={"lr": 3e-3}, seed=3)
+            env = testlib.mpi_env(**(fault or {}))
+            extra = [a for k in (fault or {}) for a in ("-x", k)] if np_ > 1 else []
+            cmd = [*testlib.mpirun(np_), *extra, args.ztrain, "train", spec, *[a for s in sets for a in ("--set", s)]]
+            p = testlib.run(cmd, check=False, env=env, timeout=600)
+            return p, {r["step"]: r["loss"] for r in testlib.metrics(os.path.join(work, "run_" + name),
+                                                                     must_exist=False)}
+
+        for tag, sets in [("fp32", []), ("bf16", ["precision.compute=bf16"]), ("zero1", ["parallel.zero_stage=1"])]:
+            pol = ["train.spike_policy=skip", *sets]
+            p1, spiked = run(f"spike_{tag}", fault={"ZTRAIN_FAULT_LOSS_SPIKE": "9:1000"}, sets=pol)
+            p2, nan = run(f"nan_{tag}", fault={"ZTRAIN_FAULT_NAN_GRAD": "1:9"}, sets=pol)
+            expect(p1.returncode == 0 and p2.returncode == 0,
+                   f"{tag}: exit {p1.returncode} / {p2.returncode}: {p1.stderr[-400:]} {p2.stderr[-400:]}")
+            rows = testlib.metrics(os.path.join(work, f"run_nan_{tag}"), "skip", must_exist=False)
+            expect(len(rows) == 1 and rows[0]["step"] == 10 and rows[0]["samples"] == {"first": 72, "count": 8}
+                   and rows[0]["by_source"] == {"train": list(range(72, 80))} and "gradient norm is nan" in rows[0]["why"],
+                   f"{tag}: skip rows {rows}")
+            same = {k: v for k, v in nan.items() if k != 10} == {k: v for k, v in spiked.items() if k != 10}
+            expect(same and len(nan) == 16, f"{tag}: a NaN in one replica's gradients was not skipped by every rank "
+                                            f"alike: {sorted(nan.items())[9:12]} vs {sorted(spiked.items())[9:12]}")
+            expect("step 10 skipped: the gradient norm is nan" in p2.stderr, f"{tag}: no warning: {p2.stderr[-400:]}")
+            print(f"{tag}: NaN in rank 1's gradients at step 10: skipped by both ranks, losses equal a run that skipped "
+                  f"step 10 everywhere: {same}")
+
+        # spike_policy off: trained on (the spiked loss is logged as it was)
+        p, off = run("spike_off", fault={"ZTRAIN_FAULT_LOSS_SPIKE": "9:1000"})
+        expect(p.returncode == 0 and off.get(10, 0) > 1000 and not testlib.metrics(
+            os.path.join(work, "run_spike_off"), "skip", must_exist=False), f"spike_policy off: {p.stderr[-400:]}")
+        # max_skipped_steps = 1: the first skip ends the run
+        p, _ = run("diverge", fault={"ZTRAIN_FAULT_NAN_GRAD": "1:3"}, sets=["train.max_skipped_steps=1"])
+        expect(p.returncode == 1 and "training has diverged" in p.stderr and "max_skipped_steps = 1" in p.stderr,
+               f"max_skipped_steps = 1: exit {p.returncode}: {p.stderr[-500:]}")
+        for bad, key in [("train.spike_factor=1", "spike_factor"), ("train.max_skipped_steps=0", "max_skipped_steps"),
+                         ("train.spike_policy=rollback", "spike_policy"), ("train.spike_window=0", "spike_window")]:
+            p, _ = run("bad", np_=1, sets=[bad])
+            expect(p.returncode == 2 and f"[train] {key}" in p.stderr, f"{bad}: exit {p.returncode}: {p.stderr[-300:]}")
+        print("spike_policy off: trained on; max_skipped_steps = 1: exit 1 at the first skip; bad keys: exit 2")
+    return testlib.report(failures, "skipped steps: agreed by every rank, logged with their samples")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
