@@ -403,10 +403,12 @@ StepResult Trainer::step(int64_t step) {
   r.loss_scale = loss_scale;
   // Every rank must decide alike. The loss is reduced over the data-parallel group, but the norm
   // only over the ranks that hold distinct gradients: a NaN that one replica's copy got after the
-  // reduction is agreed on here (one double per step).
-  double bad = std::isfinite(r.grad_norm) && std::isfinite(loss) ? 0.0 : 1.0;
-  topo_.world->all_reduce_doubles(&bad, 1);
-  if (bad > 0 && std::isfinite(r.grad_norm) && std::isfinite(loss)) r.grad_norm = std::nan("");
+  // reduction is agreed on here (two doubles per step).
+  // Rank 0's loss goes with it, so that the spike test reads the same bits everywhere.
+  double agree[2] = {std::isfinite(r.grad_norm) && std::isfinite(loss) ? 0.0 : 1.0, topo_.is_root() ? loss : 0.0};
+  topo_.world->all_reduce_doubles(agree, 2);
+  if (agree[0] > 0 && std::isfinite(r.grad_norm) && std::isfinite(loss)) r.grad_norm = std::nan("");
+  if (agree[0] == 0) loss = agree[1], r.loss = float(loss);
   // fp16's scaler takes its overflows first; then non-finite values in any precision, and spikes.
   r.skipped = !scaler_->update(std::isfinite(r.grad_norm));
   if (!r.skipped) r.skip_reason = skips_->judge(step, loss, r.grad_norm);
