@@ -362,6 +362,15 @@ void BatchLoader::prefetch_loop() {
   }
 }
 
+void BatchLoader::wait_ahead(int n, double* wait_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const size_t want = size_t(std::clamp(n, 1, depth_));
+  producer_cv_.notify_one();  // the producer otherwise refills only once the queue is half empty
+  std::unique_lock lock(mu_);
+  consumer_cv_.wait(lock, [&] { return ready_.size() >= want || error_ || stop_; });
+  if (wait_ms) *wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
 bool BatchLoader::failed() {
   std::lock_guard g(mu_);
   return error_ != nullptr;

@@ -175,6 +175,10 @@ class BatchLoader {
   // The k-th micro-batch (k must be the next one): copies (B, T) inputs and targets, and the
   // B rows' origins when `origins` is given.
   void next(int32_t* inputs, int32_t* targets, double* wait_ms, SampleOrigin* origins = nullptr);
+  // Waits until the next n micro-batches (at most the queue's depth) are ready or one of them
+  // failed, and adds the wait to `wait_ms`: the trainer calls it before the step's agreement, so
+  // that every rank knows at the same step boundary whether its next step's data exists.
+  void wait_ahead(int n, double* wait_ms);
   // A batch ahead failed for good (a source gone): the error is queued behind the ready batches.
   bool failed();
   [[noreturn]] void rethrow_failure();

@@ -291,7 +291,8 @@ StepResult Trainer::step(int64_t step) {
   if (!loader_ || loader_step_ != step) {  // (re)start the background loader at this step
     loader_.reset();  // its threads read the datasets: never two loaders at once
     loader_ = std::make_unique<data::BatchLoader>(data_->mixed(), data_->state(), B, first_of,
-                                                  uint64_t(step * accum), 4, int(spec_.data.prefetch));
+                                                  uint64_t(step * accum), int(std::max<int64_t>(4, accum)),
+                                                  int(spec_.data.prefetch));
   }
   loader_step_ = step + 1;
   // The breakdown: timing points around the phases and points in the communicators' waits at the
@@ -613,9 +614,11 @@ void Trainer::run() {
     if (topo_.tp_rank == 0) data_->open_sample_log(topo_.world_rank);
   });
   double carried_stall_ms = 0;  // a checkpoint save's stall, paid by the next step
+  double carried_data_ms = 0;   // the wait for the next step's data before the agreement, paid by it
   for (int64_t s = start_step_; s < t.max_steps; ++s) {
     StepResult r = step(s);
     r.checkpoint_ms = carried_stall_ms, r.step_ms += carried_stall_ms, carried_stall_ms = 0;
+    r.data_wait_ms += carried_data_ms, r.step_ms += carried_data_ms, carried_data_ms = 0;
     r.tokens_per_s = double(t.global_batch) * double(m.seq_len) / (r.step_ms / 1e3);
     if (!std::isfinite(r.loss) && !r.skipped)
       throw RuntimeFailure(fmt::format("step {}: loss is {} (diverged); lower [optim] lr", s + 1, r.loss));
@@ -631,7 +634,10 @@ void Trainer::run() {
     progress.step_done(s, r);
     if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) do_eval(done);
     if (!ckpts_->enabled() || done == t.max_steps) continue;  // the last step's checkpoint is written below
-    // a source gone for good shows in the loader ahead of use: a checkpoint of this step, then its error
+    // A source gone for good shows in the loader before the next step uses it: every rank waits
+    // for its next step's micro-batches (normally ready already), so the ranks learn of the
+    // failure at this step's agreement, and write a checkpoint of this step before its error.
+    if (loader_) loader_->wait_ahead(int(local_batch_ / spec_.train.micro_batch), &carried_data_ms);
     const bool data_failed = loader_ && loader_->failed();
     if (ckpts_->after_step(done, start_step_, [&] { return train_state(done); }, &carried_stall_ms, data_failed)) {
       agreed([&] {
