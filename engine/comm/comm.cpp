@@ -29,12 +29,26 @@ double Comm::exposed_ms(int64_t from, int64_t to) {
   return ms;
 }
 
+namespace {
+CommHooks g_hooks;
+}
+
+void set_comm_hooks(CommHooks hooks) { g_hooks = hooks; }
+
+void comm_idle_poll() {
+  if (g_hooks.poll) g_hooks.poll();
+}
+
 void print_collective_timeout(int world_rank, const char* what, size_t n, const std::string& group,
                               double timeout_s) {
   std::fprintf(stderr,
                "ztrain: failure: rank %d: collective %s of %zu elements on group %s did not complete "
                "within %.0f s ([comm] timeout_s); another rank has probably failed. Aborting the job.\n",
                world_rank, what, n, group.c_str(), timeout_s);
+  std::fflush(stderr);
+  if (!g_hooks.diagnose) return;
+  const std::string why = g_hooks.diagnose(group);
+  if (!why.empty()) std::fprintf(stderr, "ztrain: rank %d: %s\n", world_rank, why.c_str());
   std::fflush(stderr);
 }
 

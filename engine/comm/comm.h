@@ -81,9 +81,19 @@ class Comm {
   int64_t first_wait_ = 0;
 };
 
-// The message every communicator prints when a collective times out (then it aborts the job).
+// The message every communicator prints when a collective times out (then it aborts the job),
+// followed by the flight recorder's diagnosis when one is installed.
 void print_collective_timeout(int world_rank, const char* what, size_t n, const std::string& group,
                               double timeout_s);
+// The flight recorder's hooks (engine/comm/flight_recorder.h), here so that every communicator
+// reaches them: `poll` is called now and then by a rank that waits in a collective (it answers
+// the other ranks' questions), `diagnose` by print_collective_timeout with the group's name.
+struct CommHooks {
+  void (*poll)() = nullptr;
+  std::string (*diagnose)(const std::string& group) = nullptr;
+};
+void set_comm_hooks(CommHooks hooks);
+void comm_idle_poll();
 
 // A group of one rank: every collective is the identity (or a copy).
 std::unique_ptr<Comm> make_self_comm(const std::string& name);

@@ -109,6 +109,7 @@ class MpiComm final : public Comm {
       }
       // Spin briefly for latency, then yield: ranks may share cores (oversubscribed tests).
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (spins > 1000 && spins % 64 == 0) comm_idle_poll();  // the flight recorder's questions
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > timeout_s_) {
         print_collective_timeout(world_rank_, what, n, name(), timeout_s_);

@@ -301,6 +301,7 @@ class NcclComm final : public Comm {
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress) nccl_check(async, p.what);
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (spins > 1000 && spins % 64 == 0) comm_idle_poll();  // the flight recorder's questions
       if (expired(p.started.get(), began)) collective_timed_out(p.what, p.n);
     }
   }

@@ -10,6 +10,9 @@
 #include <cstring>
 #include <mutex>
 #include <thread>
+#include <vector>
+
+#include <unistd.h>
 
 #include "engine/core/status.h"
 #include "engine/comm/comm_mpi.h"
@@ -114,6 +117,15 @@ Topology make_topology(int tensor, double timeout_s) {
     MPI_Comm_size(node, &t.local_size);
     MPI_Comm_free(&node);
   }
+  char host[64] = {};
+  ::gethostname(host, sizeof host - 1);
+  if (g_mpi) {
+    std::vector<char> all(size_t(t.world_size) * sizeof host);
+    MPI_Allgather(host, sizeof host, MPI_CHAR, all.data(), sizeof host, MPI_CHAR, MPI_COMM_WORLD);
+    for (int r = 0; r < t.world_size; ++r) t.hosts.emplace_back(all.data() + size_t(r) * sizeof host);
+  } else {
+    t.hosts.emplace_back(host);
+  }
   if (tensor < 1 || t.world_size % tensor != 0)
     user_error("[parallel] tensor = {} does not divide the world size {} (ranks launched by mpirun)",
                tensor, t.world_size);
@@ -134,6 +146,14 @@ Topology make_topology(int tensor, double timeout_s) {
   t.tp_group = t.tp > 1 ? make_mpi_comm(tp_comm, "tp", timeout_s) : make_self_comm("tp");
   t.dp_group = t.dp > 1 ? make_mpi_comm(dp_comm, "dp", timeout_s) : make_self_comm("dp");
   t.mpi_world = MPI_COMM_WORLD;
+  auto* side = new MPI_Comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, side);
+  t.mpi_side = std::shared_ptr<void>(side, [](void* c) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(static_cast<MPI_Comm*>(c));
+    delete static_cast<MPI_Comm*>(c);
+  });
   t.mpi_tp = t.tp > 1 ? tp_comm : nullptr;  // owned by the MpiComm above
   t.mpi_dp = t.dp > 1 ? dp_comm : nullptr;
   if (t.tp == 1) MPI_Comm_free(&tp_comm);

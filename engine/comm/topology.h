@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/comm/comm.h"
 
@@ -19,6 +20,14 @@ struct Topology {
   void* mpi_world = nullptr;
   void* mpi_tp = nullptr;
   void* mpi_dp = nullptr;
+  // A duplicate of the world for the flight recorder's questions (owned by the Topology), and
+  // each world rank's host name: made here, where every rank is, so that nothing later must
+  // wait for all ranks to build them.
+  std::shared_ptr<void> mpi_side;
+  std::vector<std::string> hosts;
+  std::string host_of(int world_rank) const {
+    return world_rank >= 0 && size_t(world_rank) < hosts.size() ? hosts[size_t(world_rank)] : "?";
+  }
 };
 
 // Starts MPI when the process was launched by an MPI launcher (mpirun/srun); otherwise ztrain is

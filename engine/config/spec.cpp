@@ -368,6 +368,8 @@ struct Loader {
     check(c.backend == "auto" || c.backend == "mpi" || c.backend == "nccl", "comm", "backend",
           fmt::format("'{}' is not one of \"auto\", \"mpi\", \"nccl\"", c.backend));
     check(c.timeout_s > 0, "comm", "timeout_s", fmt::format("must be > 0, got {}", c.timeout_s));
+    check(c.flight_entries >= 0 && c.flight_entries <= 1000000, "comm", "flight_entries",
+          fmt::format("must be in [0, 1000000], got {}", c.flight_entries));
     auto& d = spec.data;
     try {
       parse_byte_size(d.cache_limit, "cache_limit");

@@ -98,6 +98,7 @@ struct RunSpec {
   struct Comm {
     std::string backend = "auto";  // "auto" | "mpi" | "nccl"
     double timeout_s = 300;        // a collective slower than this ends the job
+    int64_t flight_entries = 1000; // the flight recorder's ring: collectives kept per rank (0 = off)
     std::string nccl_algo;         // exported as NCCL_ALGO when set
     std::string nccl_proto;        // exported as NCCL_PROTO when set
   } comm;

@@ -75,6 +75,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(offload, pinned_limit, false, "pinned host memory per rank (e.g. \"64GB\"; empty = half the host's memory / ranks on it)"),
       ZT_KEY(comm, backend, false, "\"auto\", \"mpi\" or \"nccl\""),
       ZT_KEY(comm, timeout_s, false, "seconds before a stuck collective ends the job"),
+      ZT_KEY(comm, flight_entries, false, "collectives each rank keeps for flight_rank_NNNNN.json (0 = off)"),
       ZT_KEY(comm, nccl_algo, false, "NCCL_ALGO for this run (empty = NCCL's choice)"),
       ZT_KEY(comm, nccl_proto, false, "NCCL_PROTO for this run (empty = NCCL's choice)"),
       ZT_KEY(data, train, false, "training shards: a directory with manifest.json (or [[data.sources]])"),

@@ -214,6 +214,12 @@ void Trainer::build() {
     if (topo_.tp > 1) topo_.tp_group = make_order_checked_comm(std::move(topo_.tp_group), "tp", order_);
     if (topo_.dp > 1) topo_.dp_group = make_order_checked_comm(std::move(topo_.dp_group), "dp", order_);
   }
+  if (spec.comm.flight_entries > 0 && topo_.world_size > 1) {  // no collective: make_topology made its parts
+    flight_ = make_flight_recorder(topo_, spec.run.out_dir, size_t(spec.comm.flight_entries));
+    topo_.world = make_flight_recorded_comm(std::move(topo_.world), "world", *flight_);
+    if (topo_.tp > 1) topo_.tp_group = make_flight_recorded_comm(std::move(topo_.tp_group), "tp", *flight_);
+    if (topo_.dp > 1) topo_.dp_group = make_flight_recorded_comm(std::move(topo_.dp_group), "dp", *flight_);
+  }
   if (spec.comm.backend == "nccl" && backend_->kind() != DeviceKind::CUDA)
     user_error("{}: [comm] backend = \"nccl\" needs GPU buffers, but this run is on the {} backend "
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
@@ -335,6 +341,7 @@ StepResult Trainer::step(int64_t step) {
   auto ms_since = [](std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   };
+  flight_set_step(step);
   injected_delay(faults().slow_host_ms);  // the host-bound verdict's test: a slow host
   store_->zero_grad();
   const double lr = lr_at(spec_.optim, step, spec_.train.max_steps);

@@ -18,6 +18,7 @@
 #include "engine/core/dir_lock.h"
 #include "engine/comm/collective_order.h"
 #include "engine/comm/device_comms.h"
+#include "engine/comm/flight_recorder.h"
 #include "engine/comm/topology.h"
 #include "engine/observe/step_result.h"
 #include "engine/observe/throughput.h"
@@ -83,6 +84,7 @@ class Trainer {
   RunSpec spec_;
   Topology topo_;
   std::shared_ptr<CollectiveOrder> order_;  // the collective order check, when on (collective_order.h)
+  std::shared_ptr<FlightRecorder> flight_;  // the last collectives, for hangs (flight_recorder.h)
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ParamStore> store_;
