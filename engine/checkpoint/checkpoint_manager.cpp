@@ -105,13 +105,20 @@ std::string CheckpointManager::find(const std::string& wanted) {
   return path;
 }
 
-std::string CheckpointManager::choose() {
+std::string CheckpointManager::newest_before(int64_t step) {
+  writer_->finish();
+  std::string path;
+  run_agreed(*topo_.world, [&] { path = choose(step); });
+  return path;
+}
+
+std::string CheckpointManager::choose(int64_t before) {
   const std::string& dir = root_;
   // Candidates, newest first: the complete local ones and (s3://) the complete ones in the store,
   // listed by rank 0 and shared (every rank must try the same ones in the same order).
   std::set<int64_t> steps;
   for (const auto& c : list_checkpoints(dir))
-    if (c.complete) steps.insert(c.step);
+    if (c.complete && c.step < before) steps.insert(c.step);
   if (store_) {
     constexpr int kMax = 256;
     std::vector<double> shared(kMax + 1, 0.0);
@@ -130,7 +137,8 @@ std::string CheckpointManager::choose() {
     topo_.world->all_reduce_doubles(shared.data(), shared.size());
     if (error) std::rethrow_exception(error);
     if (shared[0] < 0) throw PeerFailure(1, "rank 0 could not list the checkpoints in the store");
-    for (int i = 0; i < int(shared[0]); ++i) steps.insert(int64_t(shared[size_t(1 + i)]) - 1);
+    for (int i = 0; i < int(shared[0]); ++i)
+      if (const int64_t st = int64_t(shared[size_t(1 + i)]) - 1; st < before) steps.insert(st);
   }
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string name = checkpoint_name(*it);

@@ -34,6 +34,11 @@ class CheckpointManager {
   // directory with `latest`): that checkpoint, downloaded first when remote.
   std::string find(const std::string& wanted);
 
+  // The newest complete checkpoint that verifies among those written after fewer than `step`
+  // steps ("" when none is kept), once the pending save is complete: where a rollback goes.
+  // Collective.
+  std::string newest_before(int64_t step);
+
   // After resuming from `step`: newer checkpoints of the old history are renamed aside (rank 0),
   // so that neither resume = "auto" nor keep_last mistakes them for this run's.
   void set_aside_newer(int64_t step);
@@ -54,7 +59,7 @@ class CheckpointManager {
   void save_final(const TrainState& state) { writer_->save(state, /*wait=*/true); }
 
  private:
-  std::string choose();                               // "auto"
+  std::string choose(int64_t before = INT64_MAX);     // "auto": the newest with step < before
   std::string local_copy(const std::string& wanted);  // a path or URI
   void probe_local(const std::string& key) const;     // UserError when this rank cannot write root_
   void probe_store() const;                           // rank 0: UserError when uploads fail

@@ -292,12 +292,17 @@ struct Loader {
     check(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full", "train", "recompute",
           fmt::format("'{}' is not one of \"none\", \"selective\", \"full\"", t.recompute));
     check(t.eval_steps >= 1, "train", "eval_steps", fmt::format("must be >= 1, got {}", t.eval_steps));
-    check(t.spike_policy == "off" || t.spike_policy == "skip", "train", "spike_policy",
-          fmt::format("'{}' is not one of \"off\", \"skip\"", t.spike_policy));
+    check(t.spike_policy == "off" || t.spike_policy == "skip" || t.spike_policy == "rollback", "train", "spike_policy",
+          fmt::format("'{}' is not one of \"off\", \"skip\", \"rollback\"", t.spike_policy));
     check(t.spike_factor > 1, "train", "spike_factor", fmt::format("must be > 1, got {}", t.spike_factor));
     check(t.spike_window >= 1, "train", "spike_window", fmt::format("must be >= 1, got {}", t.spike_window));
     check(t.max_skipped_steps >= 1, "train", "max_skipped_steps",
           fmt::format("must be >= 1, got {}", t.max_skipped_steps));
+    check(t.rollback_after >= 1, "train", "rollback_after", fmt::format("must be >= 1, got {}", t.rollback_after));
+    check(t.spike_policy != "rollback" || t.rollback_after < t.max_skipped_steps, "train", "rollback_after",
+          fmt::format("= {} must be below max_skipped_steps = {}, which would end the run first", t.rollback_after,
+                      t.max_skipped_steps));
+    check(t.max_rollbacks >= 1, "train", "max_rollbacks", fmt::format("must be >= 1, got {}", t.max_rollbacks));
     check(t.sample_temperature > 0, "train", "sample_temperature",
           fmt::format("must be > 0, got {}", t.sample_temperature));
     check(int64_t(t.micro_batch) * m.seq_len <= kMaxInt, "train", "micro_batch",
@@ -391,6 +396,9 @@ struct Loader {
           "resume and init_from exclude each other (resume continues a run, init_from starts a new one)");
     check(k.resume != "auto" || !k.dir.empty(), "checkpoint", "resume", "\"auto\" needs [checkpoint] dir");
     const bool saves = k.every_steps > 0 || k.every_minutes > 0 || k.exit_after > 0;
+    check(spec.train.spike_policy != "rollback" || (!k.dir.empty() && (k.every_steps > 0 || k.every_minutes > 0)),
+          "train", "spike_policy", "\"rollback\" goes back to the newest checkpoint before the skipped steps: set "
+          "[checkpoint] dir and every_steps (or every_minutes)");
     check(!saves || !k.dir.empty(), "checkpoint", "dir",
           "every_steps, every_minutes and exit_after write checkpoints: set [checkpoint] dir");
   }

@@ -57,10 +57,15 @@ struct RunSpec {
     // Steps that are skipped (no update): a non-finite loss or gradient norm always (every rank
     // agrees: both are global); with spike_policy = "skip" also a loss above spike_factor x the
     // median of the last spike_window applied steps. max_skipped_steps in a row end the run.
-    std::string spike_policy = "off";  // "off" | "skip"
+    // "rollback": after rollback_after skipped steps in a row, the weights and optimizer go back to
+    // the newest checkpoint before the first of them, and training goes on from the next step's
+    // data (the samples since that checkpoint are skipped); at most max_rollbacks per launch.
+    std::string spike_policy = "off";  // "off" | "skip" | "rollback"
     double spike_factor = 3.0;
     int64_t spike_window = 64;
     int64_t max_skipped_steps = 5;
+    int64_t rollback_after = 3;
+    int64_t max_rollbacks = 4;
   } train;
   struct Optim {
     double lr = 6e-4, min_lr = 6e-5;

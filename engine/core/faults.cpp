@@ -38,8 +38,8 @@ const Faults& faults() {
     x.pause_save = env_rank_step("ZTRAIN_TEST_PAUSE_SAVE");
     x.nan_grad = env_rank_step("ZTRAIN_FAULT_NAN_GRAD");
     if (const char* s = std::getenv("ZTRAIN_FAULT_LOSS_SPIKE")) {
-      long long st = -1;
-      if (std::sscanf(s, "%lld:%lf", &st, &x.loss_spike_factor) == 2) x.loss_spike_step = st;
+      long long st = -1, n = 1;
+      if (std::sscanf(s, "%lld:%lf:%lld", &st, &x.loss_spike_factor, &n) >= 2) x.loss_spike_step = st, x.loss_spike_steps = n;
     }
     if (const char* s = std::getenv("ZTRAIN_FAULT_SLOW_SOURCE"))
       if (std::sscanf(s, "%63[^:]:%d", x.slow_source, &x.slow_source_ms) != 2) x.slow_source_ms = 0;

@@ -28,8 +28,9 @@ struct Faults {
   RankStep hang;              // ZTRAIN_FAULT_HANG: that rank stops responding in that step
                               // (both: not in attempts > 1 of `ztrain supervise`, ZTRAIN_ATTEMPT)
   RankStep nan_grad;          // ZTRAIN_FAULT_NAN_GRAD: that rank's gradients hold a NaN in that step
-  // ZTRAIN_FAULT_LOSS_SPIKE="STEP:FACTOR": the loss of that 0-based step, as every rank sees it, x FACTOR
-  int64_t loss_spike_step = -1;
+  // ZTRAIN_FAULT_LOSS_SPIKE="STEP:FACTOR[:COUNT]": the loss of COUNT (1) steps from that 0-based
+  // step, as every rank sees it, x FACTOR
+  int64_t loss_spike_step = -1, loss_spike_steps = 1;
   double loss_spike_factor = 1;
   RankStep pause_save;        // ZTRAIN_TEST_PAUSE_SAVE: that rank stops half-way through saving that step
   // ZTRAIN_FAULT_HOLD_COMM_INIT="RANK:SECONDS": that rank waits before each device communicator's

@@ -13,7 +13,7 @@ std::string SkipPolicy::judge(int64_t step, double loss, double grad_norm) {
   std::string why;
   if (!std::isfinite(loss)) why = fmt::format("the loss is {}", loss);
   else if (!std::isfinite(grad_norm)) why = fmt::format("the gradient norm is {}", grad_norm);
-  else if (t_.spike_policy == "skip" && window_.size() >= std::min<size_t>(size_t(t_.spike_window), 8)) {
+  else if (t_.spike_policy != "off" && window_.size() >= std::min<size_t>(size_t(t_.spike_window), 8)) {
     std::vector<double> v(window_.begin(), window_.end());
     std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
     const double median = v[v.size() / 2];
@@ -33,6 +33,14 @@ std::string SkipPolicy::judge(int64_t step, double loss, double grad_norm) {
                                      "training has diverged; lower [optim] lr, or resume an earlier checkpoint",
                                      step + 1, why, in_a_row_, t_.max_skipped_steps));
   return why;
+}
+
+void SkipPolicy::rolled_back(int64_t step) {
+  in_a_row_ = 0;
+  if (++rollbacks_ > t_.max_rollbacks)
+    throw RuntimeFailure(fmt::format("step {}: rollback {} of this launch, past [train] max_rollbacks = {}: "
+                                     "training keeps diverging; lower [optim] lr, or look at the skipped samples in "
+                                     "metrics.jsonl", step + 1, rollbacks_, t_.max_rollbacks));
 }
 
 }  // namespace zt

@@ -128,16 +128,24 @@ void Trainer::resume_or_init() {
     load_states(path, *store_, *model_, weights_only, topo_.world_rank, topo_.world_size);
   });
   store_->publish_written_masters();
-  if (!weights_only)  // the weights as loaded reproduce the probe batch's saved loss
-    agreed([&] {
-      const bool deterministic = backend_->kind() == DeviceKind::CPU || spec_.run.deterministic;
-      check_resume_probe(*model_, int(spec_.model.seq_len), st.probe, computed_on(), backend_->compute_dtype(),
-                         deterministic, path, spec_.checkpoint.resume_unchecked, topo_.is_root());
-    });
   if (weights_only) {
     if (topo_.is_root()) spdlog::info("checkpoint: weights from {} (optimizer fresh, step 0)", path);
     return;
   }
+  continue_from(st, path);
+  ckpts_->set_aside_newer(st.step);
+  if (topo_.is_root())
+    spdlog::info("checkpoint: resumed from {} at step {} (written by {} ranks: tensor {}, data {}, ZeRO-{}; "
+                 "verified and loaded in {:.2f} s)", path, start_step_, st.world, st.tensor, st.data_parallel,
+                 st.zero_stage, load_timer.seconds());
+}
+
+void Trainer::continue_from(const TrainState& st, const std::string& path) {
+  agreed([&] {  // the weights as loaded reproduce the probe batch's saved loss
+    const bool deterministic = backend_->kind() == DeviceKind::CPU || spec_.run.deterministic;
+    check_resume_probe(*model_, int(spec_.model.seq_len), st.probe, computed_on(), backend_->compute_dtype(),
+                       deterministic, path, spec_.checkpoint.resume_unchecked, topo_.is_root());
+  });
   adam_steps_ = int(st.adam_steps);
   // The scaler's state only where the saving run scaled its loss (fp16): a checkpoint of an fp32
   // or bf16 run holds scale 1, and an fp16 run resumed from it starts at the spec's initial scale.
@@ -147,11 +155,40 @@ void Trainer::resume_or_init() {
   } catch (const UserError&) {
   }
   if (saved_fp16) scaler_->restore(st.scaler);
-  ckpts_->set_aside_newer(st.step);
+}
+
+int64_t Trainer::roll_back(int64_t step) {
+  // Skipped steps leave the weights alone: those of the first skipped step came from the steps
+  // applied before it, so the checkpoint must be older than that step's (at least one applied
+  // step is undone). The data goes on from step + 1: the samples in between are the window
+  // skipped. The step counter and the learning-rate schedule go on too.
+  const int64_t in_a_row = skips_->in_a_row(), first_skipped = step + 1 - in_a_row;
+  skips_->rolled_back(step);
+  std::string path;
+  try {
+    path = ckpts_->newest_before(first_skipped);
+  } catch (const UserError& e) {  // every candidate damaged: not the user's input at this point
+    throw RuntimeFailure(fmt::format("step {}: no checkpoint to roll back to: {}", step + 1, e.what()));
+  }
+  if (path.empty())
+    throw RuntimeFailure(fmt::format("step {}: {} skipped steps in a row, but no checkpoint written before step {} is "
+                                     "kept to roll back to: save more often ([checkpoint] every_steps) or keep more "
+                                     "([checkpoint] keep_last)", step + 1, in_a_row, first_skipped + 1));
+  Timer t;
+  TrainState st;
+  agreed([&] {
+    st = read_train_state(path);
+    load_states(path, *store_, *model_, /*weights_only=*/false, topo_.world_rank, topo_.world_size);
+  });
+  store_->publish_written_masters();
+  continue_from(st, path);
   if (topo_.is_root())
-    spdlog::info("checkpoint: resumed from {} at step {} (written by {} ranks: tensor {}, data {}, ZeRO-{}; "
-                 "verified and loaded in {:.2f} s)", path, start_step_, st.world, st.tensor, st.data_parallel,
-                 st.zero_stage, load_timer.seconds());
+    spdlog::warn("step {}: {} skipped steps in a row ([train] rollback_after = {}): rolled back to {} (step {}) in "
+                 "{:.2f} s; the samples of steps {}-{} (global {}-{}) are skipped, training goes on at step {}",
+                 step + 1, in_a_row, spec_.train.rollback_after, path, st.step, t.seconds(),
+                 st.step + 1, step + 1, st.step * spec_.train.global_batch, (step + 1) * spec_.train.global_batch - 1,
+                 step + 2);
+  return st.step;
 }
 
 // [model] init_from: a fresh run (no checkpoint to resume) starts from Hugging Face weights,
@@ -398,7 +435,8 @@ StepResult Trainer::step(int64_t step) {
       }
   double loss = model_->take_losses() / double(global_micro);
   topo_.dp_group->all_reduce_doubles(&loss, 1);
-  if (faults().loss_spike_step == step) loss *= faults().loss_spike_factor;  // the spike policy's test
+  if (step >= faults().loss_spike_step && step < faults().loss_spike_step + faults().loss_spike_steps)
+    loss *= faults().loss_spike_factor;  // the spike policy's test
   bwd.push_back({p_reduce, be.timing_point(), c_reduce, comm_now(), offload_now() - o_reduce});
   const CommPoint c_opt = comm_now();
   const double o_opt = offload_now();
@@ -635,6 +673,12 @@ void Trainer::run() {
       metrics->write({{"kind", "skip"}, {"step", s + 1}, {"why", r.skip_reason},
                       {"samples", {{"first", s * t.global_batch}, {"count", t.global_batch}}},
                       {"by_source", data_->samples_of_last_step()}});
+    }
+    if (skips_->rollback_due()) {
+      const int64_t to = roll_back(s);
+      if (root)
+        metrics->write({{"kind", "rollback"}, {"step", s + 1}, {"to_step", to},
+                        {"samples", {{"first", to * t.global_batch}, {"count", (s + 1 - to) * t.global_batch}}}});
     }
     const int64_t done = s + 1;
     set_current_step(long(s));

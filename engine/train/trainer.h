@@ -79,6 +79,12 @@ class Trainer {
   std::chrono::steady_clock::time_point trace_origin_{};
   void init_from_hf();
   void resume_or_init();             // [checkpoint] resume / init_from
+  // After the model states of checkpoint `path` (training state st) are loaded: the resume check,
+  // AdamW's step count and the loss scaler's state.
+  void continue_from(const TrainState& st, const std::string& path);
+  // spike_policy = "rollback", after step `step` (0-based) was the rollback_after-th skip in a row:
+  // the states of the newest checkpoint before the skips; returns its step.
+  int64_t roll_back(int64_t step);
   std::string computed_on() const;   // the backend, precision and layout, for the resume check
 
   RunSpec spec_;

@@ -6,6 +6,9 @@
   = "skip"). Without the per-step agreement rank 0 would apply the step and the losses would
   differ. In fp32 and bf16, and with ZeRO-1.
 - the skipped step is a {"kind":"skip"} row with its global samples by source, and a warning;
+- spike_policy = "rollback": three spikes in a row go back to the checkpoint before them, and the
+  losses after it equal a run's that skipped every step since that checkpoint; with no checkpoint
+  before the skips the run ends (exit 1);
 - spike_policy = "off": the spike is trained on; max_skipped_steps = 1: the first skip ends the
   run (exit 1, "diverged"); bad keys exit 2 naming them.
 Skips (exit 77) without mpirun.
@@ -54,6 +57,36 @@ def main():
             print(f"{tag}: NaN in rank 1's gradients at step 10: skipped by both ranks, losses equal a run that skipped "
                   f"step 10 everywhere: {same}")
 
+        # spike_policy = "rollback" (T1 D2 ZeRO-3, checkpoints every 4 steps): loss spikes at steps
+        # 10-12 (1-based) roll back, at the third, to the checkpoint of step 8; training goes on at
+        # step 13. The weights, AdamW's count and the schedule are then those of a run that skipped
+        # steps 9-12: from step 13 its losses must equal that run's bit for bit.
+        ck = ["parallel.zero_stage=3", "checkpoint.every_steps=4"]
+        p1, rolled = run("rollback", fault={"ZTRAIN_FAULT_LOSS_SPIKE": "9:1000:3"},
+                         sets=["train.spike_policy=rollback", "train.rollback_after=3", *ck,
+                               f"checkpoint.dir={work}/ck_rollback"])
+        p2, skipped = run("skip4", fault={"ZTRAIN_FAULT_LOSS_SPIKE": "8:1000:4"},
+                          sets=["train.spike_policy=skip", "train.max_skipped_steps=6", *ck,
+                                f"checkpoint.dir={work}/ck_skip4"])
+        expect(p1.returncode == 0 and p2.returncode == 0,
+               f"rollback: exit {p1.returncode} / {p2.returncode}: {p1.stderr[-600:]} {p2.stderr[-400:]}")
+        rows = testlib.metrics(os.path.join(work, "run_rollback"), "rollback", must_exist=False)
+        expect(rows == [{"kind": "rollback", "step": 12, "to_step": 8, "samples": {"first": 64, "count": 32}}],
+               f"rollback rows: {rows}")
+        expect("rolled back to" in p1.stderr and "training goes on at step 13" in p1.stderr,
+               f"rollback: no warning: {p1.stderr[-600:]}")
+        after = {k: rolled.get(k) for k in range(13, 17)}
+        expect(len(rolled) == 16 and after == {k: skipped.get(k) for k in range(13, 17)},
+               f"rollback: losses after it {after} differ from the run that skipped steps 9-12 "
+               f"{[skipped.get(k) for k in range(13, 17)]}")
+        print(f"rollback at step 12 to step 8: the losses of steps 13-16 equal those of a run that skipped steps "
+              f"9-12: {after == {k: skipped.get(k) for k in range(13, 17)}}")
+        # no checkpoint before the skips (the first is at step 4, the skips start at step 3): exit 1
+        p, _ = run("rollback_none", fault={"ZTRAIN_FAULT_LOSS_SPIKE": "12:1000:3"},
+                   sets=["train.spike_policy=rollback", "train.spike_window=4", *ck,
+                         "checkpoint.every_steps=16", f"checkpoint.dir={work}/ck_none"])
+        expect(p.returncode == 1 and "no checkpoint written before step 13" in p.stderr,
+               f"rollback without a checkpoint: exit {p.returncode}: {p.stderr[-500:]}")
         # spike_policy off: trained on (the spiked loss is logged as it was)
         p, off = run("spike_off", fault={"ZTRAIN_FAULT_LOSS_SPIKE": "9:1000"})
         expect(p.returncode == 0 and off.get(10, 0) > 1000 and not testlib.metrics(
@@ -63,7 +96,9 @@ def main():
         expect(p.returncode == 1 and "training has diverged" in p.stderr and "max_skipped_steps = 1" in p.stderr,
                f"max_skipped_steps = 1: exit {p.returncode}: {p.stderr[-500:]}")
         for bad, key in [("train.spike_factor=1", "spike_factor"), ("train.max_skipped_steps=0", "max_skipped_steps"),
-                         ("train.spike_policy=rollback", "spike_policy"), ("train.spike_window=0", "spike_window")]:
+                         ("train.spike_policy=sometimes", "spike_policy"), ("train.spike_window=0", "spike_window"),
+                         ("train.spike_policy=rollback", "spike_policy"),  # without checkpoints
+                         ("train.rollback_after=0", "rollback_after"), ("train.max_rollbacks=0", "max_rollbacks")]:
             p, _ = run("bad", np_=1, sets=[bad])
             expect(p.returncode == 2 and f"[train] {key}" in p.stderr, f"{bad}: exit {p.returncode}: {p.stderr[-300:]}")
         print("spike_policy off: trained on; max_skipped_steps = 1: exit 1 at the first skip; bad keys: exit 2")
