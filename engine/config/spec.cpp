@@ -246,6 +246,8 @@ struct Loader {
     check(r.peak_tflops >= 0, "run", "peak_tflops", fmt::format("must be >= 0, got {}", r.peak_tflops));
     check(r.telemetry_s == 0 || (r.telemetry_s >= 0.05 && r.telemetry_s <= 3600), "run", "telemetry_s",
           fmt::format("must be 0 (off) or in [0.05, 3600], got {}", r.telemetry_s));
+    check(r.straggler_threshold > 0 && r.straggler_threshold <= 100, "run", "straggler_threshold",
+          fmt::format("must be in (0, 100], got {}", r.straggler_threshold));
     if (!r.device_memory_limit.empty()) {
       try {
         parse_byte_size(r.device_memory_limit, "device_memory_limit");

@@ -23,6 +23,8 @@ struct RunSpec {
     std::string device_memory_limit;  // the backend never holds more ("40GB"); empty = no limit
     std::string trace_steps;          // "5-7": a Chrome trace of those steps per rank; empty = none
     double telemetry_s = 1;           // seconds between device telemetry rows (0 = none)
+    // a rank busy this much above the median rank over a log interval is a straggler (verdict)
+    double straggler_threshold = 0.2;
   } run;
   struct Model {
     std::string arch = default_model_family();

@@ -31,6 +31,8 @@ const Faults& faults() {
     x.slow_comm_ms = env_int("ZTRAIN_FAULT_SLOW_COMM_MS");
     x.slow_nvme_ms = env_int("ZTRAIN_FAULT_SLOW_NVME_MS");
     x.slow_host_ms = env_int("ZTRAIN_FAULT_SLOW_HOST_MS");
+    if (const char* s = std::getenv("ZTRAIN_FAULT_SLOW_RANK"))
+      if (std::sscanf(s, "%d:%d", &x.slow_rank, &x.slow_rank_ms) != 2) x.slow_rank = -1;
     const char* w = std::getenv("ZTRAIN_FAULT_NVME_WRITES");
     x.nvme_write_fails = w ? std::atol(w) : 0L;
     x.exit = env_rank_step("ZTRAIN_FAULT_EXIT");

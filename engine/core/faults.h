@@ -20,6 +20,9 @@ struct Faults {
   int slow_comm_ms = 0;       // ZTRAIN_FAULT_SLOW_COMM_MS: each wait on an MPI collective, longer
   int slow_nvme_ms = 0;       // ZTRAIN_FAULT_SLOW_NVME_MS: each wait on an NVMe request, longer
   int slow_host_ms = 0;       // ZTRAIN_FAULT_SLOW_HOST_MS: each step spends this on the host, unmeasured
+  // ZTRAIN_FAULT_SLOW_RANK="RANK:MS": that rank's forward takes MS longer each micro-batch (the
+  // straggler verdict's test: a slow device or a noisy neighbour)
+  int slow_rank = -1, slow_rank_ms = 0;
   // ZTRAIN_FAULT_SLOW_SOURCE="NAME:MS": each sample of that data source takes MS longer to read
   char slow_source[64] = {};
   int slow_source_ms = 0;

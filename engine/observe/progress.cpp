@@ -74,7 +74,11 @@ void Progress::step_done(int64_t s, const StepResult& r) {
     *sum += part;
   ++interval_steps_;
   const int64_t done = s + 1;
-  if (metrics_ && (done % t.log_every == 0 || done == t.max_steps || s == 0)) {
+  const bool row_due = done % t.log_every == 0 || done == t.max_steps || s == 0;
+  if (stragglers && s > start_step_) stragglers->add(r);  // the first step pays for warm-up
+  nlohmann::json ranks_row;
+  const Verdict straggler = stragglers && row_due ? stragglers->exchange(done, &ranks_row) : Verdict{};
+  if (metrics_ && row_due) {
     std::string scaling =
         loss_scaling_ ? fmt::format(" | scale {:g} | skipped {}", r.loss_scale, r.skipped_total) : "";
     const nlohmann::json by_source = tokens_by_source ? tokens_by_source() : nlohmann::json();
@@ -107,6 +111,7 @@ void Progress::step_done(int64_t s, const StepResult& r) {
     }
     metrics_->write(rec);
     metrics_->write(memory_row_(done));
+    if (!ranks_row.is_null() && s > start_step_) metrics_->write(ranks_row);
     if (s > start_step_) {  // the first step pays for warm-up (the first shard, first touches)
       const MemoryStats ms = backend_.memory_stats();
       const size_t avail = backend_.memory_available();
@@ -115,17 +120,24 @@ void Progress::step_done(int64_t s, const StepResult& r) {
           peak_.tflops > 0 && interval_.step_ms > 0
               ? mfu(double(interval_steps_) * double(t.global_batch) * seq_len / (interval_.step_ms / 1e3))
               : -1;
-      const Verdict v = judge(interval_, ms, limit, spec_, telemetry_ ? telemetry_->signals() : DeviceSignals{},
-                              interval_mfu, slow_source ? slow_source() : std::string());
+      const Verdict v = !straggler.kind.empty()
+                            ? straggler
+                            : judge(interval_, ms, limit, spec_, telemetry_ ? telemetry_->signals() : DeviceSignals{},
+                                    interval_mfu, slow_source ? slow_source() : std::string());
       // One interval's hiccup (a scheduler stall, a page-cache miss) is not a verdict: the same
-      // kind must hold over two log intervals in a row before it is reported.
-      const bool confirmed = !v.kind.empty() && v.kind == last_judged_;
-      if (confirmed && v.kind != last_verdict_) spdlog::warn("{}", v.line());
-      if (confirmed)
-        metrics_->write({{"kind", "verdict"}, {"step", done}, {"verdict", v.kind}, {"evidence", v.evidence},
-                         {"knob", v.knob}});
-      last_verdict_ = confirmed ? v.kind : std::string();
-      last_judged_ = v.kind;
+      // kind (and subject: the same rank) must hold over two log intervals in a row before it is
+      // reported.
+      const std::string judged = v.kind + v.subject;
+      const bool confirmed = !v.kind.empty() && judged == last_judged_;
+      if (confirmed && judged != last_verdict_) spdlog::warn("{}", v.line());
+      if (confirmed) {
+        nlohmann::json row = {{"kind", "verdict"}, {"step", done}, {"verdict", v.kind}, {"evidence", v.evidence},
+                              {"knob", v.knob}};
+        if (!v.subject.empty()) row["subject"] = v.subject;
+        metrics_->write(row);
+      }
+      last_verdict_ = confirmed ? judged : std::string();
+      last_judged_ = judged;
     }
   }
   if (done % t.log_every == 0 || done == t.max_steps || s == start_step_) interval_ = StepResult{}, interval_steps_ = 0;

@@ -12,6 +12,7 @@
 #include "engine/config/spec.h"
 #include "engine/observe/metrics.h"
 #include "engine/observe/step_result.h"
+#include "engine/observe/straggler.h"
 #include "engine/observe/telemetry.h"
 #include "engine/observe/throughput.h"
 
@@ -41,6 +42,10 @@ class Progress {
   std::function<nlohmann::json()> tokens_by_source;
   // With several sources: which one the loader spent its time on since the last call ("" else).
   std::function<std::string()> slow_source;
+  // With several ranks: every rank's phases exchanged at each log row, for the straggler verdict
+  // (which goes before the others: a straggler makes the rest look communication-bound). Every
+  // rank then calls step_done at every step.
+  StragglerWatch* stragglers = nullptr;
 
  private:
   const RunSpec& spec_;

@@ -31,6 +31,7 @@ struct Verdict {
   std::string kind;      // "data-bound", ...; empty: nothing wrong
   std::string evidence;  // "12% of the step time waits for data"
   std::string knob;      // what to change
+  std::string subject;   // what it names, where it names one ("rank 3"): confirmed only when it holds too
   std::string line() const { return kind.empty() ? "" : "verdict: " + kind + ": " + evidence + "; " + knob; }
 };
 

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <ctime>
 #include <exception>
+#include <optional>
 #include <thread>
 #include <filesystem>
 #include <fstream>
@@ -406,6 +407,7 @@ StepResult Trainer::step(int64_t step) {
     const double o0 = offload_now();
     const int p0 = timed ? be.timing_point() : 0;
     be.push_range("forward");
+    if (faults().slow_rank == topo_.world_rank) injected_delay(faults().slow_rank_ms);
     model_->forward_deferred(inputs_.data(), targets_.data(), B, T, grad_scale);
     be.pop_range();
     const CommPoint c1 = comm_now();
@@ -651,6 +653,8 @@ void Trainer::run() {
   Progress progress(spec_, topo_.world_size, peak_, model_flops_per_token, *backend_, metrics.get(), telemetry.get(),
                     scaler_->active(), start_step_, [this](int64_t step) { return memory_record(step); });
   progress.tokens_by_source = [this] { return data_->tokens_by_source(); };
+  std::optional<StragglerWatch> stragglers;
+  if (topo_.world_size > 1) progress.stragglers = &stragglers.emplace(*topo_.world, topo_.hosts, spec_.run.straggler_threshold);
   progress.slow_source = [this, last_ms = std::vector<double>(), last_drawn = std::vector<uint64_t>()]() mutable {
     if (!loader_ || data_->n_sources() < 2) return std::string();
     return data_->slowest_source(loader_->source_read_ms(), last_ms, last_drawn);

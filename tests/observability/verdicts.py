@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """The bottleneck verdict (issue 13): each verdict provoked on the CPU backend and named, with its
 evidence and knob, in the log (once) and in metrics.jsonl (kind "verdict"); a healthy run gets none.
+A straggler (one rank of 4 slowed) is named with its host.
 - data-bound: each batch 100 ms slower to assemble (several step times) (ZTRAIN_FAULT_SLOW_DATA_MS), as a slow source would
   be (a throttled link through the fault proxy was tried first: the loader's read-ahead fetched
   the few shards a short run needs before its first step, so no step waited);
@@ -8,9 +9,11 @@ evidence and knob, in the log (once) and in metrics.jsonl (kind "verdict"); a he
 - offload-bound: every NVMe I/O wait made 50 ms slower (ZTRAIN_FAULT_SLOW_NVME_MS), optimizer on NVMe;
 - host-bound: 60 ms of host time per step outside the measured phases (ZTRAIN_FAULT_SLOW_HOST_MS);
 - memory pressure: [run] device_memory_limit 3% above the peak `ztrain plan` predicts.
+- straggler: rank 2 of 4 computes 60 ms longer per micro-batch (ZTRAIN_FAULT_SLOW_RANK).
 """
 import json
 import os
+import socket
 import shutil
 import sys
 
@@ -74,8 +77,21 @@ def main():
             p = testlib.run([*testlib.mpirun(2), "-x", "ZTRAIN_FAULT_SLOW_COMM_MS", args.ztrain,
                              "train", write_spec(work, "slow_comm", data)], check=False, env=env)
             check(work, "slow_comm", p, "communication-bound", "bucket_mb")
+            # a straggler: rank 2 of 4 (T2 D2) computes 60 ms longer per micro-batch; the others
+            # wait for it in communication, and the verdict names it (and its host), not the waits
+            env = dict(os.environ, ZTRAIN_FAULT_SLOW_RANK="2:60")
+            p = testlib.run([*testlib.mpirun(4), "-x", "ZTRAIN_FAULT_SLOW_RANK", args.ztrain, "train",
+                             write_spec(work, "straggler", data, parallel__tensor=2)], check=False, env=env)
+            check(work, "straggler", p, "straggler", "clocks held down")
+            rows = verdicts(work, "straggler")
+            expect(bool(rows) and all(r.get("subject") == "rank 2" for r in rows)
+                   and f"rank 2 (host {socket.gethostname()})" in rows[0]["evidence"],
+                   f"straggler: the verdict does not name rank 2 and its host: {rows[:1]}")
+            ranks = testlib.metrics(os.path.join(work, "straggler"), "ranks")
+            expect(bool(ranks) and ranks[-1]["slowest"][0]["rank"] == 2 and ranks[-1]["ranks"] == 4,
+                   f"straggler: ranks rows {ranks[-1:]}")
         else:
-            print("SKIP (communication-bound): mpirun not found")
+            print("SKIP (communication-bound, straggler): mpirun not found")
 
         # offload-bound: the optimizer's states on NVMe, each I/O wait 50 ms longer (a slow disk)
         env = dict(os.environ, ZTRAIN_FAULT_SLOW_NVME_MS="50")
