@@ -3,6 +3,7 @@
 // provokes the others in real runs).
 #include <catch2/catch.hpp>
 
+#include "engine/observe/straggler.h"
 #include "engine/observe/verdict.h"
 
 using namespace zt;
@@ -64,4 +65,31 @@ TEST_CASE("verdicts: host-bound from NVML GPM SM activity when no wait explains 
   REQUIRE(judge(parts(8, 5, 5), none, 0, spec, gpm).kind == "data-bound");
   gpm.sm_active = -1;  // no GPM (before Hopper, the CPU backend): only the breakdown judges
   REQUIRE(judge(parts(1, 5, 5), none, 0, spec, gpm).kind.empty());
+}
+
+TEST_CASE("straggler verdict: the busiest rank over the median, the phase that makes it, no jitter", "[verdict]") {
+  // 4 ranks: 10 ms of compute each, 30 ms waiting in communication for the slow one
+  std::vector<RankPhases> ranks(4, RankPhases{10, 1, 0, 0.5, 30});
+  const std::vector<std::string> hosts = {"a", "a", "b", "b"};
+  nlohmann::json row;
+  REQUIRE(judge_stragglers(ranks, hosts, 0.2, 10, &row).kind.empty());  // all alike
+  REQUIRE(row["median"]["busy_ms"] == 11.5);
+  ranks[2].compute = 40, ranks[2].comm = 1;
+  Verdict v = judge_stragglers(ranks, hosts, 0.2, 10, &row);
+  REQUIRE(v.kind == "straggler");
+  REQUIRE(v.subject == "rank 2");
+  REQUIRE(v.evidence.find("rank 2 (host b)") != std::string::npos);
+  REQUIRE(v.evidence.find("compute") != std::string::npos);
+  REQUIRE(row["slowest"][0]["rank"] == 2);
+  ranks[2] = ranks[0], ranks[3].data = 31;  // slow data on rank 3: its disk, not its clocks
+  v = judge_stragglers(ranks, hosts, 0.2, 10, nullptr);
+  REQUIRE(v.subject == "rank 3");
+  REQUIRE(v.knob.find("disk or network") != std::string::npos);
+  // under the threshold, or over it by less than 1 ms a step: not a straggler
+  ranks[3].data = 1 + 0.19 * 11.5;
+  REQUIRE(judge_stragglers(ranks, hosts, 0.2, 10, nullptr).kind.empty());
+  std::vector<RankPhases> tiny(4, RankPhases{0.5, 0, 0, 0, 1});
+  tiny[1].compute = 1.4;  // 180% above, but 0.9 ms
+  REQUIRE(judge_stragglers(tiny, hosts, 0.2, 10, nullptr).kind.empty());
+  REQUIRE(judge_stragglers({RankPhases{}}, {"a"}, 0.2, 10, nullptr).kind.empty());  // one rank
 }
