@@ -7,7 +7,9 @@ default: 124M parameters, 1.5 GB of fp32 masters + AdamW moments per checkpoint)
   rank 0's commit) vs a synchronous save (goal <= 5%);
 - load time: resume (verify every checksum, then load) in the layout that wrote it, and resharded
   (written by 1 process, read by 2 ranks with ZeRO-1);
-- signal to exit: SIGTERM during training until the process has exited with its checkpoint.
+- signal to exit: SIGTERM during training until the process has exited with its checkpoint, and
+  the preemption budget's estimate of a save's time ([checkpoint] preemption_notice_s) against
+  the measured SIGTERM save (goal: within 25%).
 The step itself is kept cheap (micro_batch 1, seq_len 64) so the run is dominated by checkpoints.
 Usage: bench/checkpoint.py [--n_layer 12 --d_model 768 --vocab 50304] [--dir /path/on/the/disk]
 """
@@ -101,18 +103,34 @@ def main():
         m = re.search(r"verified and loaded in ([\d.]+) s", p.stderr)
         reshard_s = float(m.group(1)) if m else float("nan")
 
-        # SIGTERM during training: time until the process has exited with its checkpoint
-        out = os.path.join(work, "sigterm")
-        proc = subprocess.Popen([ztrain, "train", spec, "--set", f"run.out_dir={out}", "--set",
-                                 f"checkpoint.dir={out}/ckpt", "--set", "train.max_steps=1000"],
-                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        for line in proc.stdout:
-            if line.startswith("step 2/"):
-                break
-        t0 = time.time()
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=3600)
-        sig_s = time.time() - t0
+        # SIGTERM during training: time until the process has exited with its checkpoint, and the
+        # preemption budget's estimate against that save: the write probe's at start, and (with
+        # synchronous saves every 2 steps) the previous save's own time
+        def sigterm(name, at_step, *sets):
+            out = os.path.join(work, name)
+            log = os.path.join(work, name + ".log")
+            with open(log, "w") as err:
+                proc = subprocess.Popen([ztrain, "train", spec, "--set", f"run.out_dir={out}", "--set",
+                                         f"checkpoint.dir={out}/ckpt", "--set", "train.max_steps=1000",
+                                         "--set", "checkpoint.preemption_notice_s=30", *[x for v in sets for x in ("--set", v)]],
+                                        env=ENV, stdout=subprocess.PIPE, stderr=err, text=True)
+                for line in proc.stdout:
+                    if line.startswith(f"step {at_step}/"):
+                        break
+                t0 = time.time()
+                proc.send_signal(signal.SIGTERM)
+                rest, _ = proc.communicate(timeout=3600)
+                took = time.time() - t0
+            with open(log) as f:
+                m = re.search(r"durable about ([\d.]+) s after a signal", f.read())
+            probe = float(m.group(1)) if m else float("nan")
+            m = re.search(r"written in ([\d.]+) s, durable ([\d.]+) s after the signal \(save estimated at ([\d.]+) s", rest)
+            saved, durable, estimate = (float(m.group(k)) for k in (1, 2, 3)) if m else [float("nan")] * 3
+            shutil.rmtree(out, ignore_errors=True)
+            return took, durable, saved, probe, estimate
+
+        sig_s, durable_s, saved_s, estimate_s, _ = sigterm("sigterm", 2)
+        _, _, saved2_s, _, refined_s = sigterm("sigterm_sync", 3, "checkpoint.every_steps=2", "checkpoint.async=false")
 
         params = a.n_layer * 12 * a.d_model ** 2 + a.vocab * a.d_model
         print(f"checkpoint benchmark: GPT-2 shapes, {a.n_layer} layers, d_model {a.d_model}, vocab {a.vocab} "
@@ -123,7 +141,12 @@ def main():
               f"synchronous {sync_s * 1e3:.0f} ms: {100 * async_stall / sync_s:.1f}% (goal <= 5%); in the background "
               f"the write took {write_s:.2f} s and rank 0's commit {a_row['commit_ms']:.0f} ms")
         print(f"  load (verify + read, same layout): {load_s:.2f} s; resharded 1 process -> 2 ranks ZeRO-1: {reshard_s:.2f} s")
-        print(f"  SIGTERM -> exit with a checkpoint: {sig_s:.2f} s")
+        print(f"  SIGTERM -> exit with a checkpoint: {sig_s:.2f} s; durable {durable_s:.2f} s after the signal (the "
+              f"step in progress, then the save)")
+        print(f"  preemption budget: estimated save {estimate_s:.2f} s (write probe at start) vs the SIGTERM save "
+              f"{saved_s:.2f} s: ratio {estimate_s / saved_s:.2f} (goal within 25%: 0.75-1.25)")
+        print(f"  preemption budget after a save (synchronous, every 2 steps): estimated {refined_s:.2f} s (the save of "
+              f"step 2) vs the SIGTERM save {saved2_s:.2f} s: ratio {refined_s / saved2_s:.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -362,12 +362,14 @@ void BatchLoader::prefetch_loop() {
   }
 }
 
-void BatchLoader::wait_ahead(int n, double* wait_ms) {
+void BatchLoader::wait_ahead(int n, double* wait_ms, const std::function<bool()>& give_up) {
   const auto t0 = std::chrono::steady_clock::now();
   const size_t want = size_t(std::clamp(n, 1, depth_));
   producer_cv_.notify_one();  // the producer otherwise refills only once the queue is half empty
   std::unique_lock lock(mu_);
-  consumer_cv_.wait(lock, [&] { return ready_.size() >= want || error_ || stop_; });
+  auto ready = [&] { return ready_.size() >= want || error_ || stop_; };
+  while (!consumer_cv_.wait_for(lock, std::chrono::milliseconds(50), ready))
+    if (give_up && give_up()) break;
   if (wait_ms) *wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 

@@ -178,7 +178,9 @@ class BatchLoader {
   // Waits until the next n micro-batches (at most the queue's depth) are ready or one of them
   // failed, and adds the wait to `wait_ms`: the trainer calls it before the step's agreement, so
   // that every rank knows at the same step boundary whether its next step's data exists.
-  void wait_ahead(int n, double* wait_ms);
+  // `give_up` (checked every 50 ms) ends the wait early: a preemption signal must not wait for a
+  // slow source.
+  void wait_ahead(int n, double* wait_ms, const std::function<bool()>& give_up = {});
   // A batch ahead failed for good (a source gone): the error is queued behind the ready batches.
   bool failed();
   [[noreturn]] void rethrow_failure();

@@ -1,7 +1,9 @@
 // Which checkpoint a run resumes from and when it saves (see checkpoint_manager.h).
 #include "engine/checkpoint/checkpoint_manager.h"
 
+#include <algorithm>
 #include <cctype>
+#include <fstream>
 #include <cstdio>
 #include <ctime>
 #include <exception>
@@ -214,13 +216,89 @@ void CheckpointManager::start_writer(ParamStore& store, const Model& model, Back
   RunSpec::Checkpoint local = k;
   local.dir = root_;
   writer_ = std::make_unique<CheckpointWriter>(local, store, model, topo_, backend, job_id_, store_.get());
-  writer_->on_complete = std::move(on_complete);
+  // A completed save is the best estimate of the next one: rank 0's stall + write + commit (an
+  // async save's write shares the cores with training, so it reads high, on the safe side).
+  writer_->on_complete = [this, report = std::move(on_complete)](const SaveStats& s) {
+    const double notice = spec_.checkpoint.preemption_notice_s, took = s.stall_ms / 1e3 + s.write_s + s.commit_ms / 1e3;
+    if (notice > 0) {
+      if (took > notice && estimate_s_ <= notice)
+        spdlog::warn("checkpoint: the save of step {} took {:.2f} s (rank 0), more than [checkpoint] "
+                     "preemption_notice_s = {:g}: a save on a signal would not fit", s.step, took, notice);
+      estimate_s_ = took;
+    }
+    if (report) report(s);
+  };
   install_preemption_handlers();
   if (topo_.is_root())
     spdlog::info("checkpoint: {}{}; {} saves hold {:.1f} MiB of host buffers (rank 0)", k.dir,
                  k.every_steps > 0 ? fmt::format(" every {} steps", k.every_steps) : "",
                  k.async ? "async" : "synchronous", writer_->host_buffer_mib());
+  if (k.preemption_notice_s > 0) estimate_save();
   since_save_.reset();
+}
+
+void CheckpointManager::estimate_save() {
+  const auto& k = spec_.checkpoint;
+  const double mib = 1048576.0, bytes = writer_->rank_bytes();
+  const size_t probe = size_t(std::clamp(bytes, mib, 256 * mib));
+  // (rank): each rank's estimated write time, gathered by a sum; then the bytes in all
+  std::vector<double> per_rank(size_t(topo_.world_size) + 1, 0.0);
+  double upload_s = 0, upload_rate = 0;
+  run_agreed(*topo_.world, [&] {
+    const std::string path = (fs::path(root_) / fmt::format(".probe-write-{}-rank{}", job_id_, topo_.world_rank)).string();
+    per_rank[size_t(topo_.world_rank)] = time_probe_write(path, probe) * bytes / double(probe);
+    per_rank.back() = bytes;
+    if (store_ && topo_.is_root()) {  // one upload stream; the ranks of a machine share its link
+      const size_t up = size_t(std::clamp(bytes, mib, 32 * mib));
+      const std::string local = path + ".up";
+      {
+        std::ofstream f(local, std::ios::binary);
+        std::vector<char> block(size_t(mib), 'z');
+        for (size_t done = 0; done < up; done += block.size()) f.write(block.data(), std::streamsize(block.size()));
+      }
+      const std::string name = fmt::format("ztrain-probe-upload-{}", job_id_);
+      Timer t;
+      try {
+        store_->put(name, local);
+        store_->remove(name);
+      } catch (const std::exception& e) {
+        ::unlink(local.c_str());
+        user_error("{}: [checkpoint] dir = \"{}\": the upload probe failed: {}", spec_.source, k.dir, e.what());
+      }
+      ::unlink(local.c_str());
+      upload_rate = double(up) / std::max(t.seconds(), 1e-6);
+      upload_s = double(topo_.local_size) * bytes / upload_rate;
+    }
+  });
+  topo_.world->all_reduce_doubles(per_rank.data(), per_rank.size());
+  double upload[2] = {upload_s, upload_rate};
+  topo_.world->all_reduce_doubles(upload, 2);
+  const double write_s = *std::max_element(per_rank.begin(), per_rank.end() - 1), total = per_rank.back();
+  estimate_s_ = write_s + upload[0];
+  if (!topo_.is_root()) return;
+  const std::string upload_part =
+      store_ ? fmt::format(" + {:.1f} s uploading ({} rank(s) of a machine sharing one upload stream's {:.0f} MiB/s)",
+                           upload[0], topo_.local_size, upload[1] / mib)
+             : "";
+  const std::string line = fmt::format(
+      "checkpoint: a save writes {:.1f} MiB per rank ({:.1f} MiB in all); the write probe in {} ({:.0f} MiB per rank, "
+      "every rank at once) says it is durable about {:.2f} s after a signal ({:.2f} s writing{}), and up to twice "
+      "that when a background save is still being written",
+      bytes / mib, total / mib, root_, double(probe) / mib, estimate_s_, write_s, upload_part);
+  if (estimate_s_ <= k.preemption_notice_s) {
+    spdlog::info("{}: it fits [checkpoint] preemption_notice_s = {:g}", line, k.preemption_notice_s);
+    return;
+  }
+  std::string would;
+  if (store_)
+    would += fmt::format("; a [checkpoint] dir on a persistent local or network volume, uploaded after the restart, "
+                         "would take {:.1f} s", write_s);
+  would += fmt::format("; a faster disk for {} (the probe wrote {:.0f} MiB/s per rank)", root_,
+                       bytes / mib / std::max(write_s, 1e-6));
+  would += "; fewer bytes per rank: more data-parallel ranks (each writes only the states it owns)";
+  would += "; keep_last does not shorten a save, but saving more often ([checkpoint] every_minutes) loses less "
+           "when the notice is too short";
+  spdlog::warn("{}: it does NOT fit [checkpoint] preemption_notice_s = {:g}{}", line, k.preemption_notice_s, would);
 }
 
 bool CheckpointManager::after_step(int64_t done, int64_t start_step, const std::function<TrainState()>& state,
@@ -248,8 +326,15 @@ bool CheckpointManager::after_step(int64_t done, int64_t start_step, const std::
                               : agree[0] == 0 ? "[checkpoint] exit_after reached"
                               : sig       ? fmt::format("stopped by {}", signal_name(sig))
                                           : "stopped by a signal to another rank";
-      std::printf("%s after step %lld: checkpoint %s written in %.2f s; %scontinue with --resume auto\n", why.c_str(),
-                  (long long)done, w.last_complete().c_str(), t_save.seconds(),
+      std::string budget;  // a signal here: the time from it to a durable checkpoint
+      if (const double since = seconds_since_preemption_signal(); sig && since >= 0)
+        budget = fmt::format(", durable {:.2f} s after the signal{}", since,
+                             k.preemption_notice_s > 0
+                                 ? fmt::format(" (save estimated at {:.2f} s; preemption_notice_s = {:g})", estimate_s_,
+                                               k.preemption_notice_s)
+                                 : "");
+      std::printf("%s after step %lld: checkpoint %s written in %.2f s%s; %scontinue with --resume auto\n", why.c_str(),
+                  (long long)done, w.last_complete().c_str(), t_save.seconds(), budget.c_str(),
                   agree[5] > 0 ? "the error follows; once the source is back, " : "");
       std::fflush(stdout);
     }

@@ -47,6 +47,10 @@ class CheckpointManager {
   void start_writer(ParamStore& store, const Model& model, Backend& backend,
                     std::function<void(const SaveStats&)> on_complete);
   CheckpointWriter* writer() { return writer_.get(); }
+  // [checkpoint] preemption_notice_s: the estimated seconds from a signal to a durable save
+  // (start_writer measures it with a probe, then each completed save replaces it with its own
+  // time, rank 0's; -1 without a notice).
+  double estimated_save_s() const { return estimate_s_; }
 
   // After step `done` (1-based, not the run's last), with launch starting at start_step: the ranks
   // agree in one small all-reduce on a signal on any rank, rank 0's every_minutes clock and the
@@ -63,6 +67,9 @@ class CheckpointManager {
   std::string local_copy(const std::string& wanted);  // a path or URI
   void probe_local(const std::string& key) const;     // UserError when this rank cannot write root_
   void probe_store() const;                           // rank 0: UserError when uploads fail
+  // Collective: every rank writes a probe the size of its part of a save (at most 256 MiB) at
+  // once, rank 0 also uploads one (s3://); logs the estimated save time against the notice.
+  void estimate_save();
 
   const RunSpec& spec_;
   const Topology& topo_;
@@ -72,6 +79,7 @@ class CheckpointManager {
   std::unique_ptr<data::ObjectStore> store_;   // s3:// (declared before writer_: destroyed after its threads end)
   std::unique_ptr<CheckpointWriter> writer_;
   Timer since_save_;
+  double estimate_s_ = -1;
 };
 
 }  // namespace zt

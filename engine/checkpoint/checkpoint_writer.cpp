@@ -69,6 +69,7 @@ CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& 
   std::vector<TensorShape> shapes;
   for (const auto& p : model.params()) shapes.push_back({p.stored_shape});
   pieces_ = make_pieces(refs, shapes);
+  for (const Piece& p : pieces_) total_elems_ += p.numel();
   host_bytes_ = kWriteThreads * kChunkElems * sizeof(float);  // synchronous saves: the writers' chunks
   if (opts_.async) {
     // The host buffers of async saves, allocated once: allocating (and first touching) them takes
@@ -227,6 +228,44 @@ void CheckpointWriter::write_rank_file(const std::string& path, const Snapshot* 
   write_s_ = timer.seconds();
   std::error_code ec;
   file_bytes_ = double(fs::file_size(path, ec));
+}
+
+double time_probe_write(const std::string& path, size_t bytes) {
+  Timer timer;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) throw RuntimeFailure(fmt::format("{}: cannot create: {}", path, std::strerror(errno)));
+  // a different pattern per chunk: nothing on the way may compress or deduplicate it
+  const size_t chunk = kChunkElems * sizeof(float), n = (bytes + chunk - 1) / chunk;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto worker = [&] {
+    std::vector<uint32_t> buf(kChunkElems);
+    for (size_t i; (i = next++) < n && !failed;) {
+      const size_t len = std::min(chunk, bytes - i * chunk);
+      for (size_t k = 0; k < len / 4; ++k) buf[k] = uint32_t(k * 2654435761u + i);
+      (void)crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(buf.data()), len);
+      const char* at = reinterpret_cast<const char*>(buf.data());
+      for (size_t done = 0; done < len;) {
+        const ssize_t w = ::pwrite(fd, at + done, len - done, off_t(i * chunk + done));
+        if (w <= 0) {
+          failed = true;
+          break;
+        }
+        done += size_t(w);
+      }
+      ::sync_file_range(fd, off_t(i * chunk), off_t(len), SYNC_FILE_RANGE_WRITE);
+    }
+  };
+  {
+    std::vector<std::thread> pool;
+    for (int w = 0; w < kWriteThreads; ++w) pool.emplace_back(worker);
+    for (auto& th : pool) th.join();
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  ::unlink(path.c_str());
+  if (failed || !synced) throw RuntimeFailure(fmt::format("{}: the write probe failed: {}", path, std::strerror(errno)));
+  return timer.seconds();
 }
 
 void CheckpointWriter::save(const TrainState& state, bool wait) {

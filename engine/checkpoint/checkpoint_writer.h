@@ -37,6 +37,11 @@ struct SaveStats {
   double bytes = 0;      // this rank's file
 };
 
+// Writes `bytes` to a probe file at `path` as a save writes a rank file (the same threads,
+// chunks, checksums, write-back hints and fsync), removes it, and returns the seconds it took:
+// the measured write rate of a save's time estimate.
+double time_probe_write(const std::string& path, size_t bytes);
+
 class CheckpointWriter {
  public:
   // opts.dir is the local directory; `remote` (may be null) receives every checkpoint too.
@@ -67,6 +72,7 @@ class CheckpointWriter {
   const std::string& last_complete() const { return last_complete_; }
   double host_buffer_mib() const { return host_bytes_ / 1048576.0; }
   double last_stall_ms() const { return stall_ms_; }  // what the last save() cost the caller
+  double rank_bytes() const { return double(3 * total_elems_ * sizeof(float)); }  // this rank's part of a save
   std::function<void(const SaveStats&)> on_complete;
 
  private:
@@ -99,6 +105,7 @@ class CheckpointWriter {
   std::string tmp_dir_;
   std::string last_complete_;
   size_t host_bytes_ = 0;
+  size_t total_elems_ = 0;  // of this rank's pieces
   double stall_ms_ = 0;
   double write_s_ = 0, file_bytes_ = 0;
 };

@@ -397,6 +397,10 @@ struct Loader {
     check(k.resume.empty() || k.init_from.empty(), "checkpoint", "init_from",
           "resume and init_from exclude each other (resume continues a run, init_from starts a new one)");
     check(k.resume != "auto" || !k.dir.empty(), "checkpoint", "resume", "\"auto\" needs [checkpoint] dir");
+    check(!where.count("checkpoint.preemption_notice_s") || k.preemption_notice_s > 0, "checkpoint",
+          "preemption_notice_s", fmt::format("must be > 0 seconds, got {}", k.preemption_notice_s));
+    check(k.preemption_notice_s == 0 || !k.dir.empty(), "checkpoint", "preemption_notice_s",
+          "a save must fit the notice: set [checkpoint] dir");
     const bool saves = k.every_steps > 0 || k.every_minutes > 0 || k.exit_after > 0;
     check(spec.train.spike_policy != "rollback" || (!k.dir.empty() && (k.every_steps > 0 || k.every_minutes > 0)),
           "train", "spike_policy", "\"rollback\" goes back to the newest checkpoint before the skipped steps: set "
@@ -551,6 +555,10 @@ std::string resolved_toml(const RunSpec& spec_in) {
     if (section != k.section) {
       section = k.section;
       out += fmt::format("\n[{}]\n", section);
+    }
+    if (k.zero_unset && value_toml(k, spec) == "0.0") {  // not given; a value of 0 would not parse
+      out += fmt::format("# {} = (not given)  # {}\n", k.key, k.help);
+      continue;
     }
     out += fmt::format("{} = {}  # {}{}\n", k.key, value_toml(k, spec), k.help,
                        k.secret ? " (not written here; set it again or use the environment)" : "");

@@ -163,6 +163,9 @@ struct RunSpec {
     std::string resume;         // "" (fresh start), "auto" (newest complete in dir) or a path
     std::string init_from;      // a checkpoint whose weights start this run (optimizer fresh)
     int64_t exit_after = 0;     // stop after this many steps of this launch, with a checkpoint
+    // The provider's notice before a preemption (AWS spot 120 s, GCP 30 s); 0 = not given. When
+    // given, a save's time is estimated at start and a warning says when it would not fit.
+    double preemption_notice_s = 0;
     bool resume_unchecked = false;  // `train --resume-unchecked` (not a spec key): skip the resume check
   } checkpoint;
 

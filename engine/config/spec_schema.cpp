@@ -11,6 +11,9 @@ namespace zt {
 #define ZT_SECRET(sec, member, help) \
   SpecKey { #sec, #member, false, [](RunSpec& s) -> SpecField { return &s.sec.member; }, help, true }
 
+#define ZT_OPTIONAL(sec, member, help) \
+  SpecKey { #sec, #member, false, [](RunSpec& s) -> SpecField { return &s.sec.member; }, help, false, true }
+
 const std::vector<SpecKey>& spec_schema() {
   static const std::vector<SpecKey> keys = {
       ZT_KEY(run, name, false, "run name, shown in logs"),
@@ -107,6 +110,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(checkpoint, resume, false, "\"auto\" (newest complete checkpoint in dir), a checkpoint path, or empty"),
       ZT_KEY(checkpoint, init_from, false, "checkpoint whose weights start this run (optimizer fresh)"),
       ZT_KEY(checkpoint, exit_after, false, "stop after this many steps of this launch, with a checkpoint (0 = off)"),
+      ZT_OPTIONAL(checkpoint, preemption_notice_s, "seconds of notice before a preemption (AWS spot 120, GCP 30): a save's time is estimated at start and checked against it (> 0; unset: no check)"),
   };
   return keys;
 }

@@ -20,6 +20,7 @@ struct SpecKey {
   SpecField (*field)(RunSpec&);
   const char* help;
   bool secret = false;  // never written to the resolved spec, logs or messages
+  bool zero_unset = false;  // 0 means "not given" (a given value must be > 0): written commented out
 };
 
 const std::vector<SpecKey>& spec_schema();

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <csignal>
 #include <ctime>
 #include <initializer_list>
@@ -21,6 +22,8 @@ long now_s() {
   return long(ts.tv_sec);
 }
 
+std::atomic<int64_t> g_first_ns{0};  // the same, in ns, for the time to a durable checkpoint (lock-free)
+
 extern "C" void on_signal(int sig) {
   // A repeat within 2 s is the same event delivered twice (Ctrl-C reaches the whole process group
   // and mpirun forwards it; Slurm signals the ranks and mpirun): not a second request.
@@ -31,6 +34,9 @@ extern "C" void on_signal(int sig) {
     ::_exit(128 + sig);
   }
   g_first_s = std::sig_atomic_t(now_s());
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  g_first_ns.store(int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec);
   g_signal = sig;
 }
 
@@ -77,6 +83,13 @@ void install_interrupt_report(bool report) {
 void set_current_step(long step) { g_step.store(step); }
 
 int preemption_signal() { return g_signal; }
+
+double seconds_since_preemption_signal() {
+  if (g_signal == 0) return -1;
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return double(int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec - g_first_ns.load()) / 1e9;
+}
 
 const char* signal_name(int sig) {
   switch (sig) {

@@ -13,6 +13,7 @@ void install_preemption_handlers();
 void install_interrupt_report(bool report);
 void set_current_step(long step);
 int preemption_signal();  // 0, or the first signal received
+double seconds_since_preemption_signal();  // since the first signal (-1: none)
 const char* signal_name(int sig);
 
 }  // namespace zt

@@ -515,7 +515,7 @@ StepResult Trainer::step(int64_t step) {
   return r;
 }
 
-float Trainer::evaluate(std::vector<float>* each) {
+float Trainer::evaluate(std::vector<float>* each, bool* stopped) {
   ZT_CHECK(data_->n_val() > 0, "evaluate() without validation data");
   const int B = int(spec_.train.micro_batch), T = int(spec_.model.seq_len);
   // Micro-batch i is evaluated by data-parallel rank i mod D; every rank runs the same number of
@@ -526,6 +526,14 @@ float Trainer::evaluate(std::vector<float>* each) {
     data::TokenDataset& val = data_->val(v);
     data::SampleOrder order(val, 0, /*shuffle=*/false);
     for (int64_t r = 0; r < rounds; ++r) {
+      if (stopped && ckpts_ && ckpts_->enabled()) {  // one small all-reduce per round: every rank stops alike
+        double signal = preemption_signal() != 0 ? 1.0 : 0.0;
+        topo_.world->all_reduce_doubles(&signal, 1);
+        if (signal > 0) {
+          *stopped = true;
+          return std::nanf("");
+        }
+      }
       const int64_t i = r * topo_.dp + topo_.dp_rank;
       order.fill(val, uint64_t(std::min(i, n - 1) * B), B, inputs_.data(), targets_.data());
       const float l = model_->forward(inputs_.data(), targets_.data(), B, T, 0.0f);
@@ -629,7 +637,12 @@ void Trainer::run() {
   auto do_eval = [&](int64_t step) {
     if (data_->n_val() == 0) return;
     std::vector<float> each;
-    const float vl = evaluate(&each);
+    bool stopped = false;
+    const float vl = evaluate(&each, &stopped);
+    if (stopped) {
+      if (root) spdlog::warn("evaluation at step {} stopped by a signal: the checkpoint comes first", step);
+      return;
+    }
     if (!root) return;
     nlohmann::json row = {{"kind", "eval"}, {"step", step}, {"val_loss", vl}};
     std::string text;
@@ -692,7 +705,10 @@ void Trainer::run() {
     // A source gone for good shows in the loader before the next step uses it: every rank waits
     // for its next step's micro-batches (normally ready already), so the ranks learn of the
     // failure at this step's agreement, and write a checkpoint of this step before its error.
-    if (loader_) loader_->wait_ahead(int(local_batch_ / spec_.train.micro_batch), &carried_data_ms);
+    // A preemption signal does not wait for a slow source: this step's checkpoint is complete.
+    if (loader_)
+      loader_->wait_ahead(int(local_batch_ / spec_.train.micro_batch), &carried_data_ms,
+                          [] { return preemption_signal() != 0; });
     const bool data_failed = loader_ && loader_->failed();
     if (ckpts_->after_step(done, start_step_, [&] { return train_state(done); }, &carried_stall_ms, data_failed)) {
       agreed([&] {

@@ -45,8 +45,10 @@ class Trainer {
   // One optimizer step over global_batch sequences; this rank does its data-parallel slice.
   StepResult step(int64_t step);
   // Mean loss over eval_steps micro-batches of each validation set (in dataset order): the mean
-  // over the sets, and each set's in `each` when given.
-  float evaluate(std::vector<float>* each = nullptr);
+  // over the sets, and each set's in `each` when given. With checkpoints on, the ranks agree after
+  // each round of micro-batches whether a preemption signal arrived: then it stops early, sets
+  // *stopped and returns NaN, so that the checkpoint is not held up by a long evaluation.
+  float evaluate(std::vector<float>* each = nullptr, bool* stopped = nullptr);
   // The whole run: rank 0 writes config.resolved.toml and metrics.jsonl under run.out_dir;
   // checkpoints as [checkpoint] says, and on SIGTERM / SIGINT / SIGUSR1.
   void run();
