@@ -391,7 +391,14 @@ int main(int argc, char** argv) {
     }
   }
   faults();  // the test-only fault hooks are read from the environment once, before anything runs
-  dist_init(&argc, &argv);
+  dist_init(&argc, &argv, [&] {  // [comm] timeout_s of the spec, when the command line names one that loads
+    try {
+      const Cli c = parse_cli(argc, argv);
+      if (!c.spec_path.empty()) return load_run_spec(c.spec_path, c.overrides).comm.timeout_s;
+    } catch (...) {  // the real start-up reports it
+    }
+    return RunSpec{}.comm.timeout_s;
+  });
   int code = 0;
   bool agreed = false;  // every rank ends with this error on its own: no abort
   try {

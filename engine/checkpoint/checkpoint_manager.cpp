@@ -219,7 +219,9 @@ void CheckpointManager::start_writer(ParamStore& store, const Model& model, Back
   // A completed save is the best estimate of the next one: rank 0's stall + write + commit (an
   // async save's write shares the cores with training, so it reads high, on the safe side).
   writer_->on_complete = [this, report = std::move(on_complete)](const SaveStats& s) {
-    const double notice = spec_.checkpoint.preemption_notice_s, took = s.stall_ms / 1e3 + s.write_s + s.commit_ms / 1e3;
+    // a synchronous save's stall is its write
+    const double notice = spec_.checkpoint.preemption_notice_s,
+                 took = s.stall_ms / 1e3 + (s.async ? s.write_s : 0.0) + s.commit_ms / 1e3;
     if (notice > 0) {
       if (took > notice && estimate_s_ <= notice)
         spdlog::warn("checkpoint: the save of step {} took {:.2f} s (rank 0), more than [checkpoint] "
@@ -240,7 +242,8 @@ void CheckpointManager::start_writer(ParamStore& store, const Model& model, Back
 void CheckpointManager::estimate_save() {
   const auto& k = spec_.checkpoint;
   const double mib = 1048576.0, bytes = writer_->rank_bytes();
-  const size_t probe = size_t(std::clamp(bytes, mib, 256 * mib));
+  // up to 1 GiB: a virtual disk with a write cache takes a few hundred MiB at memory speed
+  const size_t probe = size_t(std::clamp(bytes, mib, 1024 * mib));
   // (rank): each rank's estimated write time, gathered by a sum; then the bytes in all
   std::vector<double> per_rank(size_t(topo_.world_size) + 1, 0.0);
   double upload_s = 0, upload_rate = 0;

@@ -67,7 +67,7 @@ class CheckpointManager {
   std::string local_copy(const std::string& wanted);  // a path or URI
   void probe_local(const std::string& key) const;     // UserError when this rank cannot write root_
   void probe_store() const;                           // rank 0: UserError when uploads fail
-  // Collective: every rank writes a probe the size of its part of a save (at most 256 MiB) at
+  // Collective: every rank writes a probe the size of its part of a save (at most 1 GiB) at
   // once, rank 0 also uploads one (s3://); logs the estimated save time against the notice.
   void estimate_save();
 

@@ -1,6 +1,8 @@
 // Launch detection, MPI lifetime, and the one place where process groups are made.
 #include "engine/comm/topology.h"
 
+#include "engine/comm/startup_watchdog.h"
+
 #include <mpi.h>
 
 #include <chrono>
@@ -60,14 +62,17 @@ class Deadline {
 
 }  // namespace
 
-void dist_init(int* argc, char*** argv) {
+void dist_init(int* argc, char*** argv, const std::function<double()>& startup_timeout_s) {
   if (!launched_by_mpi()) return;
   // The emulated NCCL (engine/backend/cuda_emu/nccl.cpp) runs MPI on the emulated streams'
   // threads; everything else calls MPI from the main thread only.
   const char* nccl = std::getenv("ZTRAIN_NCCL_PLUGIN");
   const bool emulated_nccl = nccl && std::strstr(nccl, "nccl_emu");
   int provided = 0;
-  MPI_Init_thread(argc, argv, emulated_nccl ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
+  {
+    const StartupWatchdog watchdog(startup_timeout_s ? startup_timeout_s() : 300);  // a rank that never arrives is named
+    MPI_Init_thread(argc, argv, emulated_nccl ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
+  }
   g_mpi = true;
 }
 

@@ -2,6 +2,7 @@
 // when T <= GPUs per machine) x data-parallel groups of the ranks with equal tp_rank. Every
 // process group is created here, once; everything else receives the groups it needs.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,8 +32,9 @@ struct Topology {
 };
 
 // Starts MPI when the process was launched by an MPI launcher (mpirun/srun); otherwise ztrain is
-// a single process and MPI is never touched.
-void dist_init(int* argc, char*** argv);
+// a single process and MPI is never touched. MPI_Init is bounded by startup_timeout_s() (asked
+// only under a launcher): a rank that never arrives ends the job, named (startup_watchdog.h).
+void dist_init(int* argc, char*** argv, const std::function<double()>& startup_timeout_s = {});
 void dist_finalize();
 bool dist_active();  // MPI initialized with more than one rank
 int dist_world_rank();

@@ -1,0 +1,33 @@
+// The start-up watchdog. MPI_Init waits, with no timeout, for every rank of the job: a rank that
+// never gets there (a node whose container did not start, a process stuck before main) holds
+// the others inside MPI_Init forever, with nothing printed. The watchdog is armed before MPI_Init
+// and disarmed when it returns. At the timeout it names the ranks that did not arrive and ends
+// this rank (exit 1), so that mpirun ends the job.
+//
+// Naming them: with a PMIx launcher (Open MPI's mpirun, Slurm's srun --mpi=pmix), each rank
+// posts a key before MPI_Init; a rank whose key the launcher cannot supply within 1 s has not
+// arrived, and the launcher's map gives its host. The lowest rank that did arrive prints the
+// list; the others exit a little later, silently, so the job still ends if it cannot.
+#pragma once
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+namespace zt {
+
+class StartupWatchdog {
+ public:
+  explicit StartupWatchdog(double timeout_s);
+  ~StartupWatchdog();  // disarms it (MPI_Init returned)
+
+ private:
+  void fire();  // the timeout: report and _Exit(1)
+  double timeout_s_;
+  bool pmix_ = false;  // this rank posted its key
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace zt
