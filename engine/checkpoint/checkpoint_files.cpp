@@ -124,23 +124,24 @@ std::string rank_file_mismatch(const H5File& master, const H5File& f, int64_t st
   return "";
 }
 
-void write_master_file(const std::string& ckpt_dir, int rank_files, int64_t job_id, const Model& model,
-                       const TrainState& state) {
+void write_master_file(const std::string& ckpt_dir, const std::vector<std::vector<RankBlock>>& blocks_of,
+                       int64_t job_id, const Model& model, const TrainState& state) {
+  const int rank_files = int(blocks_of.size());
   // Every rank file's blocks, per (state, tensor).
   std::map<std::string, std::vector<H5File::VirtualBlock>> blocks;
   for (int r = 0; r < rank_files; ++r) {
     const std::string file = rank_file_name(r);
-    const H5File f((fs::path(ckpt_dir) / file).string(), H5File::Mode::Read);
-    for (const char* st : kCheckpointStates)
-      for (const std::string& tensor : f.children(std::string("/") + st))
-        for (const std::string& k : f.children(fmt::format("/{}/{}", st, tensor))) {
-          const std::string ds = fmt::format("/{}/{}/{}", st, tensor, k);
-          const std::vector<int64_t> shape = f.shape(ds);
-          H5File::VirtualBlock b{file, ds, {}, shape};
-          if (shape.size() == 2) b.start = {f.attr(ds, "row0"), f.attr(ds, "col0")};
-          else b.start = {f.attr(ds, "col0")};
-          blocks[fmt::format("/{}/{}", st, tensor)].push_back(std::move(b));
-        }
+    for (const char* st : kCheckpointStates) {
+      std::map<int, int> count;  // blocks per tensor so far
+      for (const RankBlock& b : blocks_of[size_t(r)]) {
+        const ParamInfo& p = model.params()[size_t(b.param)];
+        const std::string ds = fmt::format("/{}/{}/{}", st, p.name, count[b.param]++);
+        const bool two_d = p.stored_shape.size() == 2;
+        blocks[fmt::format("/{}/{}", st, p.name)].push_back(
+            two_d ? H5File::VirtualBlock{file, ds, {b.row0, b.col0}, {b.rows, b.cols}}
+                  : H5File::VirtualBlock{file, ds, {b.col0}, {b.cols}});
+      }
+    }
   }
   H5File m((fs::path(ckpt_dir) / "checkpoint.h5").string(), H5File::Mode::Create);
   for (const char* st : kCheckpointStates)

@@ -122,15 +122,18 @@ std::string CheckpointManager::choose(int64_t before) {
   for (const auto& c : list_checkpoints(dir))
     if (c.complete && c.step < before) steps.insert(c.step);
   if (store_) {
+    // Rank 0's list (its local copies and the store's), shared: on several machines each local
+    // directory holds other files, and every rank must try the same candidates in one order.
     constexpr int kMax = 256;
     std::vector<double> shared(kMax + 1, 0.0);
     std::exception_ptr error;  // rank 0's listing failed: every rank must still reach the all-reduce
     if (topo_.is_root()) {
       try {
-        const auto names = remote_checkpoints(*store_);
-        const size_t first = names.size() > kMax ? names.size() - kMax : 0;
-        for (size_t i = first; i < names.size(); ++i)
-          shared[1 + i - first] = double(std::stoll(names[i].substr(5))) + 1, shared[0] += 1;
+        for (const std::string& name : remote_checkpoints(*store_))
+          if (const int64_t st = std::stoll(name.substr(5)); st < before) steps.insert(st);
+        std::vector<int64_t> newest(steps.begin(), steps.end());
+        const size_t first = newest.size() > kMax ? newest.size() - kMax : 0;
+        for (size_t i = first; i < newest.size(); ++i) shared[1 + i - first] = double(newest[i]) + 1, shared[0] += 1;
       } catch (...) {
         error = std::current_exception();
         shared[0] = -1;
@@ -139,18 +142,19 @@ std::string CheckpointManager::choose(int64_t before) {
     topo_.world->all_reduce_doubles(shared.data(), shared.size());
     if (error) std::rethrow_exception(error);
     if (shared[0] < 0) throw PeerFailure(1, "rank 0 could not list the checkpoints in the store");
-    for (int i = 0; i < int(shared[0]); ++i)
-      if (const int64_t st = int64_t(shared[size_t(1 + i)]) - 1; st < before) steps.insert(st);
+    steps.clear();
+    for (int i = 0; i < int(shared[0]); ++i) steps.insert(int64_t(shared[size_t(1 + i)]) - 1);
   }
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string name = checkpoint_name(*it);
     std::string path = (fs::path(dir) / name).string();
-    if (store_ && !fs::exists(fs::path(path) / "checkpoint.h5")) {
-      // one download per machine, then every rank reads the local copy
+    if (store_) {
+      // once per machine: the files its local copy lacks (all, or other machines' rank files)
+      bool fetched = false;
       run_agreed(*topo_.world, [&] {
-        if (topo_.local_rank == 0) download_checkpoint(*store_, name, dir);
+        if (topo_.local_rank == 0) download_checkpoint(*store_, name, dir, &fetched);
       });
-      if (topo_.is_root()) spdlog::info("checkpoint: downloaded {} to {}", store_->describe(name), path);
+      if (fetched) spdlog::info("checkpoint: rank {}: downloaded {} to {}", topo_.world_rank, store_->describe(name), path);
     }
     // the ranks share the verification: each checks every world_size-th rank file
     const std::string problem = verify_checkpoint(path, topo_.world_rank, topo_.world_size);

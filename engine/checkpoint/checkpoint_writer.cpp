@@ -70,6 +70,7 @@ CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& 
   for (const auto& p : model.params()) shapes.push_back({p.stored_shape});
   pieces_ = make_pieces(refs, shapes);
   for (const Piece& p : pieces_) total_elems_ += p.numel();
+  gather_blocks();
   host_bytes_ = kWriteThreads * kChunkElems * sizeof(float);  // synchronous saves: the writers' chunks
   if (opts_.async) {
     // The host buffers of async saves, allocated once: allocating (and first touching) them takes
@@ -230,6 +231,34 @@ void CheckpointWriter::write_rank_file(const std::string& path, const Snapshot* 
   file_bytes_ = double(fs::file_size(path, ec));
 }
 
+void CheckpointWriter::gather_blocks() {
+  // (rank): its block count, then (block, 5): each block's param, row0, col0, rows, cols; every
+  // rank fills its own part and a sum gathers them (exact: all below 2^53)
+  const size_t world = size_t(topo_.world_size), me = size_t(topo_.world_rank);
+  std::vector<double> counts(world, 0.0);
+  counts[me] = double(pieces_.size());
+  topo_.world->all_reduce_doubles(counts.data(), counts.size());
+  size_t first = 0, total = 0;
+  for (size_t r = 0; r < world; ++r) {
+    if (r < me) first += size_t(counts[r]);
+    total += size_t(counts[r]);
+  }
+  std::vector<double> flat(5 * total, 0.0);
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const Piece& p = pieces_[i];
+    double* x = &flat[5 * (first + i)];
+    x[0] = p.param, x[1] = double(p.row0), x[2] = double(p.col0), x[3] = double(p.rows), x[4] = double(p.cols);
+  }
+  topo_.world->all_reduce_doubles(flat.data(), flat.size());
+  if (!topo_.is_root()) return;
+  all_blocks_.assign(world, {});
+  for (size_t r = 0, at = 0; r < world; ++r)
+    for (size_t i = 0; i < size_t(counts[r]); ++i, ++at) {
+      const double* x = &flat[5 * at];
+      all_blocks_[r].push_back({int(x[0]), int64_t(x[1]), int64_t(x[2]), int64_t(x[3]), int64_t(x[4])});
+    }
+}
+
 double time_probe_write(const std::string& path, size_t bytes) {
   Timer timer;
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -273,7 +302,9 @@ void CheckpointWriter::save(const TrainState& state, bool wait) {
   finish();  // the previous save, if still pending, commit included
   state_ = state;
   const fs::path dir(opts_.dir);
-  tmp_dir_ = (dir / fmt::format("{}.tmp-{}", checkpoint_name(state.step), job_id_)).string();
+  const std::string tmp_name = fmt::format("{}.tmp-{}", checkpoint_name(state.step), job_id_);
+  remove_other_machines_parts(tmp_name);
+  tmp_dir_ = (dir / tmp_name).string();
   const std::string path = (fs::path(tmp_dir_) / rank_file_name(topo_.world_rank)).string();
   pending_ = true;
   done_ = false;
@@ -328,7 +359,10 @@ void CheckpointWriter::save(const TrainState& state, bool wait) {
     done_ = true;
   }
   if (!opts_.async) stall_ms_ = timer.ms();  // the write; the commit is reported apart
-  if (!opts_.async || wait) finish();
+  if (!opts_.async || wait) {
+    finish();
+    remove_other_machines_parts("");
+  }
 }
 
 void CheckpointWriter::finish() {
@@ -342,6 +376,24 @@ void CheckpointWriter::finish() {
   double failed = commit_failed() ? 1 : 0;
   topo_.world->all_reduce_doubles(&failed, 1);
   if (failed > 0) throw_commit_failure();
+}
+
+void CheckpointWriter::remove_other_machines_parts(const std::string& keep) {
+  // With a local directory per machine (an s3:// dir), rank 0 renamed only its own machine's
+  // step_X.tmp-JOB: this machine's ranks' files stay there, in the store already. Called after
+  // finish(), whose last all-reduce follows rank 0's commit, so this job's .tmp directories here
+  // are finished saves, but `keep`: the one this machine's other ranks may be writing now. One
+  // holding rank 0's file is rank 0's own (a directory shared with it): never touched.
+  if (topo_.local_rank != 0 || topo_.is_root()) return;
+  std::error_code ec;
+  const std::string suffix = fmt::format(".tmp-{}", job_id_);
+  for (const auto& e : fs::directory_iterator(opts_.dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != keep && name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+        !fs::exists(e.path() / rank_file_name(0), ec))
+      fs::remove_all(e.path(), ec);
+  }
 }
 
 void CheckpointWriter::throw_commit_failure() const {
@@ -397,7 +449,7 @@ void CheckpointWriter::commit() {
   Timer timer;
   const fs::path tmp(tmp_dir_), dir(opts_.dir);
   const fs::path final_dir = dir / checkpoint_name(state_.step);
-  write_master_file(tmp.string(), int(topo_.world_size), job_id_, model_, state_);
+  write_master_file(tmp.string(), all_blocks_, job_id_, model_, state_);
   fsync_path(tmp.string());
   std::error_code ec;
   if (fs::exists(final_dir)) {  // the same step saved again (a resumed run): replace it

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint.h"
+#include "engine/checkpoint/checkpoint_files.h"
 #include "data/store/object_store.h"
 #include "engine/checkpoint/pieces.h"
 #include "engine/comm/topology.h"
@@ -79,6 +80,9 @@ class CheckpointWriter {
   struct Snapshot;
   void write_rank_file(const std::string& path, const Snapshot* snap);
   void commit();  // rank 0
+  void gather_blocks();  // collective: every rank's blocks, into all_blocks_ on rank 0
+  // After finish(): this machine's parts of finished saves, but the directory named `keep`.
+  void remove_other_machines_parts(const std::string& keep);
   void prune();   // rank 0: keep_last
 
   RunSpec::Checkpoint opts_;
@@ -90,6 +94,7 @@ class CheckpointWriter {
   data::ObjectStore* remote_;
   std::vector<ParamStore::GlobalRun> runs_;  // the ones this rank owns
   std::vector<Piece> pieces_;
+  std::vector<std::vector<RankBlock>> all_blocks_;  // rank 0: (rank): each rank file's blocks
 
   bool pending_ = false;
   std::atomic<bool> done_{false};

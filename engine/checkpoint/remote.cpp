@@ -49,13 +49,29 @@ std::vector<std::string> remote_checkpoints(data::ObjectStore& store) {
   return out;  // map order: step_%08d sorts by step
 }
 
-std::string download_checkpoint(data::ObjectStore& store, const std::string& name, const std::string& local_root) {
+std::string download_checkpoint(data::ObjectStore& store, const std::string& name, const std::string& local_root,
+                                bool* fetched) {
   const fs::path dst = fs::path(local_root) / name;
-  if (fs::exists(dst / "checkpoint.h5")) return dst.string();  // the local copy is the cache
+  if (fetched) *fetched = false;
   const auto steps = remote_steps(store);
   const auto it = steps.find(name);
-  if (it == steps.end() || !has(it->second, "checkpoint.h5"))
+  if (it == steps.end() || !has(it->second, "checkpoint.h5")) {
+    if (fs::exists(dst / "checkpoint.h5")) return dst.string();  // saved here, not (yet) in the store
     user_error("{}: no complete checkpoint there", store.describe(name));
+  }
+  // The local copy is the cache. On several machines each holds the files its own ranks wrote
+  // (and rank 0's, checkpoint.h5): the others' come from the store, one file at a time.
+  if (fs::exists(dst / "checkpoint.h5")) {
+    for (const std::string& file : it->second)
+      if (!fs::exists(dst / file)) {
+        const fs::path part = dst / fmt::format("{}.download-{}", file, ::getpid());
+        store.download(name + "/" + file, part.string());
+        fs::rename(part, dst / file);
+        if (fetched) *fetched = true;
+      }
+    return dst.string();
+  }
+  if (fetched) *fetched = true;
   const fs::path tmp = fs::path(local_root) / fmt::format("{}.download-{}", name, ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);

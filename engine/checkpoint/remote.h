@@ -25,7 +25,8 @@ std::unique_ptr<data::ObjectStore> open_checkpoint_store(const RunSpec& spec, da
 std::vector<std::string> remote_checkpoints(data::ObjectStore& store);
 // Downloads checkpoint `name` into local_root/name (through a temporary name; nothing is
 // downloaded when a complete local copy exists). Returns the local path.
-std::string download_checkpoint(data::ObjectStore& store, const std::string& name, const std::string& local_root);
+std::string download_checkpoint(data::ObjectStore& store, const std::string& name, const std::string& local_root,
+                                bool* fetched = nullptr);
 // Deletes the objects of complete checkpoints older than the newest keep_last, and of incomplete
 // ones older than the newest complete one (left by crashed jobs).
 void prune_remote(data::ObjectStore& store, int64_t keep_last);

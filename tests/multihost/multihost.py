@@ -96,6 +96,36 @@ def main():
                   f"({len(shard_gets)} shards); each host's cache_dir: {per_host}")
         finally:
             testlib.stop(servers)
+
+        # ---- an s3:// checkpoint written from 2 hosts (each its own local_dir), resumed on 1 host
+        if not testlib.s3rver_path():
+            print("SKIP (s3:// checkpoint): s3rver not installed (npm ci in tests/data)")
+        else:
+            s3, s3_port = testlib.start_s3rver(os.path.join(work, "s3"), "ck", host=hosts.gateway)
+            try:
+                env.update(AWS_ACCESS_KEY_ID=testlib.S3_KEY, AWS_SECRET_ACCESS_KEY=testlib.S3_KEY)
+                s3_sets = [f"data.s3_endpoint=http://{hosts.gateway}:{s3_port}", "data.s3_path_style=true",
+                           "checkpoint.dir=s3://ck/run", f"checkpoint.local_dir={local}/ckpt",
+                           "checkpoint.every_steps=3"]
+                p, _ = train("s3_write", sets=["parallel.tensor=2", "checkpoint.exit_after=6", *s3_sets])
+                per_host = {h: sorted(os.listdir(os.path.join(work, h, "local", "ckpt", "step_00000006")))
+                            for h in hosts.names
+                            if os.path.isdir(os.path.join(work, h, "local", "ckpt", "step_00000006"))}
+                left = os.listdir(os.path.join(work, "h2", "local", "ckpt"))
+                expect(p.returncode == 0 and not [d for d in left if ".tmp-" in d],
+                       f"s3:// checkpoint from 2 hosts: exit {p.returncode}, left on h2: {left}: {p.stderr[-800:]}")
+                # resumed on h1 alone (2 ranks, T2 D1), whose local copy holds only its own ranks' files
+                p, _ = train("s3_resume", np_=2, on=["h1"], sets=["parallel.tensor=2", "checkpoint.resume=auto", *s3_sets],
+                             spec_path=spec("s3_write", run__out_dir=os.path.join(work, "run_s3_write")))
+                resumed = losses(os.path.join(work, "run_s3_write"))
+                ok = p.returncode == 0 and "resumed from" in p.stderr and all(
+                    abs(resumed.get(k, 1e9) - ref[k]) <= 1e-5 * abs(ref[k]) for k in range(7, 13))
+                line = next((ln for ln in p.stderr.splitlines() if "resumed from" in ln), "")
+                expect(ok, f"resumed on 1 host: exit {p.returncode}: {line}: {sorted(resumed.items())} vs {sorted(ref.items())}: {p.stderr[-1500:]}")
+                print(f"s3:// checkpoint written from 2 hosts (local copies {per_host}), resumed on h1 with 2 ranks: "
+                      f"steps 7-12 equal the single process's: {ok}; {line.split('] ', 1)[-1]}")
+            finally:
+                testlib.stop([s3])
     return testlib.report(failures, "several hosts (network namespaces): layouts, caches, checkpoints, a lost host")
 
 
