@@ -47,7 +47,7 @@ def main():
             return testlib.tiny_spec(os.path.join(work, name + ".toml"), os.path.join(work, "run_" + name), data_,
                                      model=testlib.TINY_MODEL,
                                      train={"micro_batch": 2, "global_batch": 8, "max_steps": 12, "log_every": 1},
-                                     optim={"lr": 3e-3}, seed=5, comm__timeout_s=8, **over)
+                                     optim={"lr": 3e-3}, seed=5, **{"comm__timeout_s": 8, **over})
 
         def run(cmd, timeout=300):
             t0 = time.monotonic()
@@ -126,6 +126,64 @@ def main():
                       f"steps 7-12 equal the single process's: {ok}; {line.split('] ', 1)[-1]}")
             finally:
                 testlib.stop([s3])
+        # ---- a host's link goes down mid-run; the supervisor reruns on the hosts that answer
+        probe_port = testlib.free_port()
+        probe = subprocess.Popen([sys.executable, "-m", "http.server", str(probe_port), "--bind", hosts.gateway],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=work)
+        try:
+            testlib.wait_port(probe_port, host=hosts.gateway)
+            launch = hosts.launch_script(os.path.join(work, "launch.sh"), 2, probe_port,
+                                         forward=["ZTRAIN_FAULT_SLOW_HOST_MS"])
+            lost = spec("lost", train__max_steps=40, parallel__tensor=2, comm__timeout_s=3,
+                        checkpoint__dir=os.path.join(work, "ck_lost"), checkpoint__every_steps=5)
+            p_ref, _ = run([args.ztrain, "train", spec("lost_ref", train__max_steps=40)])
+            sup_env = dict(env, ZTRAIN=args.ztrain, ZTRAIN_FAULT_SLOW_HOST_MS="100")  # steps of ~0.1 s
+            proc = subprocess.Popen([args.ztrain, "supervise", "--max-restarts", "2", "--backoff", "1", "--",
+                                     launch, "train", lost], env=sup_env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+            out = testlib.LineWatcher(proc.stdout)
+            reached = out.wait_for("step 12/40", 120)
+            hosts.link("h2", False)
+            cut = time.monotonic()
+            ended = out.wait_for("attempt 1", 120)  # the supervisor's line on how the attempt ended
+            ended_s = time.monotonic() - cut
+            try:
+                rc = proc.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = None
+            text = out.text()
+            named = [ln for ln in text.splitlines() if "h2" in ln and ("node h2" in ln or "(host h2)" in ln)]
+            resumed = next((ln for ln in text.splitlines() if "resumed from" in ln), "")
+            got_l, ref_l = losses(os.path.join(work, "run_lost")), losses(os.path.join(work, "run_lost_ref"))
+            tail_ok = p_ref.returncode == 0 and all(abs(got_l.get(k, 1e9) - ref_l[k]) <= 1e-5 * abs(ref_l[k])
+                                                    for k in range(36, 41))
+            restarts = testlib.metrics(os.path.join(work, "run_lost"), "restart", must_exist=False)
+            expect(reached and ended and ended_s < 30 and bool(named), f"a lost host: the job did not end naming h2 "
+                                                                      f"({ended_s:.1f} s after the cut): {text[-1500:]}")
+            expect(rc == 0 and "launch: hosts that answer: h1\n" in text and "written by 4 ranks" in resumed
+                   and len(restarts) == 1 and tail_ok,
+                   f"a lost host: the rerun on h1: exit {rc}, {resumed}, restarts {restarts}: {text[-1500:]}")
+            print(f"h2's link cut at step 12: the job ended {ended_s:.1f} s later naming it ({named[0].strip()}); "
+                  f"the supervisor's rerun on h1 alone: {resumed.split('] ', 1)[-1]}; exit {rc}, steps 36-40 equal "
+                  f"the uninterrupted single process's: {tail_ok}")
+        finally:
+            testlib.stop([probe])
+        # ---- 20 ms between hosts (tc netem on each host's link) does not change the losses
+        hosts.link("h2", True)
+        delayed = [subprocess.run(["tc", "qdisc", "add", "dev", hosts.veth[h], "root", "netem", "delay", "20ms"],
+                                  capture_output=True, text=True) for h in hosts.names]
+        if any(d.returncode != 0 for d in delayed):
+            print(f"SKIP (tc netem delay between hosts): {delayed[0].stderr.strip()} (this kernel has no netem "
+                  f"qdisc)")
+        else:
+            p, took = train("delay", sets=["parallel.tensor=2"])
+            got = losses(os.path.join(work, "run_delay"))
+            same = all(abs(got.get(k, 1e9) - ref[k]) <= 1e-5 * abs(ref[k]) for k in ref)
+            expect(p.returncode == 0 and same, f"20 ms between hosts: exit {p.returncode}: {p.stderr[-600:]}")
+            print(f"20 ms between hosts (tc netem): {took:.1f} s, the losses equal the single process's: {same}")
+        for h in hosts.names:
+            subprocess.run(["tc", "qdisc", "del", "dev", hosts.veth[h], "root"], capture_output=True)
     return testlib.report(failures, "several hosts (network namespaces): layouts, caches, checkpoints, a lost host")
 
 
