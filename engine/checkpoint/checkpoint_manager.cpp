@@ -148,16 +148,25 @@ std::string CheckpointManager::choose(int64_t before) {
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const std::string name = checkpoint_name(*it);
     std::string path = (fs::path(dir) / name).string();
+    std::string fetch_problem;
     if (store_) {
       // once per machine: the files its local copy lacks (all, or other machines' rank files)
+      // A fetch that fails (a save complete on rank 0's machine whose upload failed) makes this
+      // candidate damaged for every rank, through the verification's agreement below.
       bool fetched = false;
       run_agreed(*topo_.world, [&] {
-        if (topo_.local_rank == 0) download_checkpoint(*store_, name, dir, &fetched);
+        if (topo_.local_rank == 0) try {
+            download_checkpoint(*store_, name, dir, &fetched);
+          } catch (const std::exception& e) {
+            fetch_problem = e.what();
+          }
       });
       if (fetched) spdlog::info("checkpoint: rank {}: downloaded {} to {}", topo_.world_rank, store_->describe(name), path);
+      if (!fetch_problem.empty()) fetch_problem = "this machine cannot fetch it: " + fetch_problem;
     }
     // the ranks share the verification: each checks every world_size-th rank file
-    const std::string problem = verify_checkpoint(path, topo_.world_rank, topo_.world_size);
+    const std::string problem =
+        !fetch_problem.empty() ? fetch_problem : verify_checkpoint(path, topo_.world_rank, topo_.world_size);
     double bad = problem.empty() ? 0 : 1;
     topo_.world->all_reduce_doubles(&bad, 1);
     if (bad == 0) return path;

@@ -267,6 +267,7 @@ double time_probe_write(const std::string& path, size_t bytes) {
   const size_t chunk = kChunkElems * sizeof(float), n = (bytes + chunk - 1) / chunk;
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
+  std::atomic<int> error{0};  // the failing worker's errno (errno is per thread)
   auto worker = [&] {
     std::vector<uint32_t> buf(kChunkElems);
     for (size_t i; (i = next++) < n && !failed;) {
@@ -277,6 +278,7 @@ double time_probe_write(const std::string& path, size_t bytes) {
       for (size_t done = 0; done < len;) {
         const ssize_t w = ::pwrite(fd, at + done, len - done, off_t(i * chunk + done));
         if (w <= 0) {
+          error = w < 0 ? errno : ENOSPC;  // a short write of nothing: the disk is full
           failed = true;
           break;
         }
@@ -291,9 +293,11 @@ double time_probe_write(const std::string& path, size_t bytes) {
     for (auto& th : pool) th.join();
   }
   const bool synced = ::fsync(fd) == 0;
+  if (!synced && !failed) error = errno;
   ::close(fd);
   ::unlink(path.c_str());
-  if (failed || !synced) throw RuntimeFailure(fmt::format("{}: the write probe failed: {}", path, std::strerror(errno)));
+  if (failed || !synced)
+    throw RuntimeFailure(fmt::format("{}: the write probe failed: {}", path, std::strerror(error.load())));
   return timer.seconds();
 }
 

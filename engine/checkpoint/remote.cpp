@@ -65,7 +65,13 @@ std::string download_checkpoint(data::ObjectStore& store, const std::string& nam
     for (const std::string& file : it->second)
       if (!fs::exists(dst / file)) {
         const fs::path part = dst / fmt::format("{}.download-{}", file, ::getpid());
-        store.download(name + "/" + file, part.string());
+        try {
+          store.download(name + "/" + file, part.string());
+        } catch (...) {
+          std::error_code ec;
+          fs::remove(part, ec);
+          throw;
+        }
         fs::rename(part, dst / file);
         if (fetched) *fetched = true;
       }

@@ -18,6 +18,7 @@ namespace zt {
 
 namespace {
 constexpr const char* kArrivedKey = "ztrain.arrived";
+constexpr const char* kReportedKey = "ztrain.startup_reported";  // the reporter printed its line
 constexpr int kMaxNamed = 16;  // missing ranks asked about (1 s each) before "and maybe more"
 
 [[maybe_unused]] std::string fmt_rank(uint32_t r, const std::string& host, bool first) {
@@ -28,11 +29,30 @@ constexpr int kMaxNamed = 16;  // missing ranks asked about (1 s each) before "a
 pmix_proc_t g_me;
 uint32_t g_job_size = 0;
 
-bool pmix_arrive() {
-  if (PMIx_Init(&g_me, nullptr, 0) != PMIX_SUCCESS) return false;
+bool pmix_post(const char* key) {
   pmix_value_t v;
   PMIX_VALUE_LOAD(&v, &g_me.rank, PMIX_UINT32);
-  if (PMIx_Put(PMIX_GLOBAL, kArrivedKey, &v) != PMIX_SUCCESS || PMIx_Commit() != PMIX_SUCCESS) return false;
+  return PMIx_Put(PMIX_GLOBAL, key, &v) == PMIX_SUCCESS && PMIx_Commit() == PMIX_SUCCESS;
+}
+
+// Waits (at most wait_s) for rank r to post `key`; whether it did.
+bool pmix_wait_for(uint32_t r, const char* key, int wait_s) {
+  pmix_proc_t p;
+  PMIX_LOAD_PROCID(&p, g_me.nspace, r);
+  pmix_info_t info;
+  PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &wait_s, PMIX_INT);
+  pmix_value_t* v = nullptr;
+  const bool ok = PMIx_Get(&p, key, &info, 1, &v) == PMIX_SUCCESS;
+  PMIX_INFO_DESTRUCT(&info);
+  if (v) PMIX_VALUE_RELEASE(v);
+  return ok;
+}
+
+void pmix_wait_for_report(uint32_t reporter, int wait_s) { (void)pmix_wait_for(reporter, kReportedKey, wait_s); }
+
+bool pmix_arrive() {
+  if (PMIx_Init(&g_me, nullptr, 0) != PMIX_SUCCESS) return false;
+  if (!pmix_post(kArrivedKey)) return false;
   pmix_proc_t job;
   PMIX_LOAD_PROCID(&job, g_me.nspace, PMIX_RANK_WILDCARD);
   pmix_value_t* size = nullptr;
@@ -51,14 +71,7 @@ bool pmix_has_arrived(uint32_t r, std::string* host) {
   if (PMIx_Get(&p, PMIX_HOSTNAME, nullptr, 0, &v) == PMIX_SUCCESS && v && v->type == PMIX_STRING)
     *host = v->data.string;
   if (v) PMIX_VALUE_RELEASE(v);
-  v = nullptr;
-  pmix_info_t info;
-  int wait_s = 1;
-  PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &wait_s, PMIX_INT);
-  const bool ok = PMIx_Get(&p, kArrivedKey, &info, 1, &v) == PMIX_SUCCESS;
-  PMIX_INFO_DESTRUCT(&info);
-  if (v) PMIX_VALUE_RELEASE(v);
-  return ok;
+  return pmix_wait_for(r, kArrivedKey, 1);
 }
 #endif
 
@@ -109,8 +122,11 @@ void StartupWatchdog::fire() {
   }
 #endif
   if (me >= 0 && lowest_arrived >= 0 && lowest_arrived < me) {
-    // the reporter asks about every rank: give it that long before this rank ends the job
-    std::this_thread::sleep_for(std::chrono::seconds(kMaxNamed + 5));
+    // A lower rank reports: this one ends the job only once that report is out (its timer may
+    // have started later, and its questions take a while), or after a minute without it.
+#ifdef ZTRAIN_HAVE_PMIX
+    pmix_wait_for_report(uint32_t(lowest_arrived), 60);
+#endif
     std::_Exit(1);
   }
   if (me < 0)
@@ -129,6 +145,9 @@ void StartupWatchdog::fire() {
                  "(not started, or stuck before MPI_Init); ending the job\n",
                  me, timeout_s_, missing.c_str(), more ? ", and maybe more" : "");
   std::fflush(stderr);
+#ifdef ZTRAIN_HAVE_PMIX
+  if (pmix_) pmix_post(kReportedKey);  // the others may end the job now
+#endif
   std::_Exit(1);
 }
 

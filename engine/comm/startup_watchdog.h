@@ -7,7 +7,8 @@
 // Naming them: with a PMIx launcher (Open MPI's mpirun, Slurm's srun --mpi=pmix), each rank
 // posts a key before MPI_Init; a rank whose key the launcher cannot supply within 1 s has not
 // arrived, and the launcher's map gives its host. The lowest rank that did arrive prints the
-// list; the others exit a little later, silently, so the job still ends if it cannot.
+// list and posts a second key; the others end once it is posted (or after a minute without it),
+// silently, so the report is never cut off and the job still ends if the reporter cannot.
 #pragma once
 #include <condition_variable>
 #include <mutex>

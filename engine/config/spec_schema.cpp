@@ -24,7 +24,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(run, deterministic, false, "bitwise-reproducible GPU runs: ordered reductions, NCCL Ring/Simple"),
       ZT_KEY(run, device_memory_limit, false, "the backend never holds more device memory (e.g. \"40GB\"; empty = none)"),
       ZT_KEY(run, telemetry_s, false, "seconds between device telemetry rows in metrics.jsonl (0 = none)"),
-      ZT_KEY(run, straggler_threshold, false, "a rank busy (compute, data, offload, host) this fraction above the median rank over a log interval is named as a straggler"),
+      ZT_KEY(run, straggler_threshold, false, "a rank busy (compute, data, offload, host) this fraction above the other ranks' median over a log interval is named as a straggler"),
       ZT_KEY(run, trace_steps, false, "steps (\"5\" or \"5-7\") traced to out_dir/trace.rankR.json (Chrome trace)"),
       ZT_KEY(run, peak_tflops, false, "peak TFLOP/s of one device for MFU (0 = known GPUs' table; CPU: measured)"),
       ZT_KEY(model, arch, false, "model family: \"gpt2\" or \"llama\""),

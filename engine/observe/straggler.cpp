@@ -30,19 +30,24 @@ Verdict judge_stragglers(const std::vector<RankPhases>& ranks, const std::vector
                          double threshold, int64_t step, nlohmann::json* row) {
   const size_t n = ranks.size();
   if (n < 2) return {};
-  auto median_by = [&](double RankPhases::*f) {
-    std::vector<double> v;
-    for (const RankPhases& p : ranks) v.push_back(p.*f);
-    return median_of(v);
-  };
-  RankPhases med{median_by(&RankPhases::compute), median_by(&RankPhases::data), median_by(&RankPhases::offload),
-                 median_by(&RankPhases::host), median_by(&RankPhases::comm)};
   std::vector<double> busy;
   for (const RankPhases& p : ranks) busy.push_back(p.busy());
-  const double med_busy = median_of(busy);
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t(0));
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return busy[a] > busy[b]; });
+  // The busiest rank against the median of the others (with 2 ranks: the other one), phase by
+  // phase too.
+  auto median_by = [&](auto value) {
+    std::vector<double> v;
+    for (size_t i = 1; i < n; ++i) v.push_back(value(ranks[order[i]]));
+    return median_of(v);
+  };
+  const RankPhases med{median_by([](const RankPhases& p) { return p.compute; }),
+                       median_by([](const RankPhases& p) { return p.data; }),
+                       median_by([](const RankPhases& p) { return p.offload; }),
+                       median_by([](const RankPhases& p) { return p.host; }),
+                       median_by([](const RankPhases& p) { return p.comm; })};
+  const double med_busy = median_by([](const RankPhases& p) { return p.busy(); });
   auto host = [&](size_t r) { return r < hosts.size() ? hosts[r] : std::string("?"); };
   if (row) {
     nlohmann::json slowest = nlohmann::json::array();
@@ -52,8 +57,8 @@ Verdict judge_stragglers(const std::vector<RankPhases>& ranks, const std::vector
       slowest.push_back(e);
     }
     nlohmann::json m = phases_json(med);
-    m["busy_ms"] = std::round(med_busy * 100) / 100;
-    *row = {{"kind", "ranks"}, {"step", step}, {"ranks", n}, {"median", m}, {"slowest", slowest}};
+    m["busy_ms"] = std::round(med_busy * 100) / 100;  // not the phases' sum: a median of its own
+    *row = {{"kind", "ranks"}, {"step", step}, {"ranks", n}, {"median_of_others", m}, {"slowest", slowest}};
   }
   // The slowest rank stands out when it is busy more than threshold above the median rank, by at
   // least 1 ms a step (a tiny step's jitter is not a straggler).
@@ -85,7 +90,7 @@ Verdict judge_stragglers(const std::vector<RankPhases>& ranks, const std::vector
   Verdict v;
   v.kind = "straggler";
   v.evidence = fmt::format(
-      "rank {} (host {}) is busy {:.1f} ms per step, {:.0f}% above the median rank's {:.1f} ms, most of it in {} "
+      "rank {} (host {}) is busy {:.1f} ms per step, {:.0f}% above the other ranks' median {:.1f} ms, most of it in {} "
       "({:+.1f} ms); the other ranks wait for it (median exposed communication {:.1f} ms per step, its own {:.1f})",
       s, host(s), p.busy(), 100 * excess / std::max(med_busy, 1e-9), med_busy, why.what, why.over, med.comm, p.comm);
   v.knob = why.knob;

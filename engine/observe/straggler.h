@@ -26,7 +26,7 @@ struct RankPhases {
 };
 
 // Rank 0's judgement of every rank's phases. `hosts[r]`: rank r's host name.
-// `row`: a metrics row of kind "ranks" (the median rank's phases and the slowest three).
+// `row`: a metrics row of kind "ranks" (the other ranks' median phases and the slowest three).
 Verdict judge_stragglers(const std::vector<RankPhases>& ranks, const std::vector<std::string>& hosts,
                          double threshold, int64_t step, nlohmann::json* row);
 

@@ -183,6 +183,9 @@ int64_t Trainer::roll_back(int64_t step) {
   });
   store_->publish_written_masters();
   continue_from(st, path);
+  // the saves since that checkpoint hold the history rolled back: resume = "auto" after a crash
+  // must not take one of them, nor keep_last count them
+  ckpts_->set_aside_newer(st.step);
   if (topo_.is_root())
     spdlog::warn("step {}: {} skipped steps in a row ([train] rollback_after = {}): rolled back to {} (step {}) in "
                  "{:.2f} s; the samples of steps {}-{} (global {}-{}) are skipped, training goes on at step {}",

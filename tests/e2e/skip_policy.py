@@ -57,11 +57,12 @@ def main():
             print(f"{tag}: NaN in rank 1's gradients at step 10: skipped by both ranks, losses equal a run that skipped "
                   f"step 10 everywhere: {same}")
 
-        # spike_policy = "rollback" (T1 D2 ZeRO-3, checkpoints every 4 steps): loss spikes at steps
-        # 10-12 (1-based) roll back, at the third, to the checkpoint of step 8; training goes on at
+        # spike_policy = "rollback" (T1 D2 ZeRO-3, checkpoints every 2 steps): loss spikes at steps
+        # 10-12 (1-based) roll back, at the third, to the checkpoint of step 8 (the one of step 10,
+        # saved during the skips, holds the same weights and is set aside); training goes on at
         # step 13. The weights, AdamW's count and the schedule are then those of a run that skipped
         # steps 9-12: from step 13 its losses must equal that run's bit for bit.
-        ck = ["parallel.zero_stage=3", "checkpoint.every_steps=4"]
+        ck = ["parallel.zero_stage=3", "checkpoint.every_steps=2"]
         p1, rolled = run("rollback", fault={"ZTRAIN_FAULT_LOSS_SPIKE": "9:1000:3"},
                          sets=["train.spike_policy=rollback", "train.rollback_after=3", *ck,
                                f"checkpoint.dir={work}/ck_rollback"])
@@ -75,6 +76,10 @@ def main():
                f"rollback rows: {rows}")
         expect("rolled back to" in p1.stderr and "training goes on at step 13" in p1.stderr,
                f"rollback: no warning: {p1.stderr[-600:]}")
+        # the save of step 10 (during the skips) holds the history rolled back: set aside
+        aside = [d for d in os.listdir(os.path.join(work, "ck_rollback")) if d.startswith("step_00000010.superseded")]
+        expect(len(aside) == 1, f"rollback: the save of step 10 was not set aside: "
+                                f"{sorted(os.listdir(os.path.join(work, 'ck_rollback')))}")
         after = {k: rolled.get(k) for k in range(13, 17)}
         expect(len(rolled) == 16 and after == {k: skipped.get(k) for k in range(13, 17)},
                f"rollback: losses after it {after} differ from the run that skipped steps 9-12 "

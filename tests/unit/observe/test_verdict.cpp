@@ -73,7 +73,7 @@ TEST_CASE("straggler verdict: the busiest rank over the median, the phase that m
   const std::vector<std::string> hosts = {"a", "a", "b", "b"};
   nlohmann::json row;
   REQUIRE(judge_stragglers(ranks, hosts, 0.2, 10, &row).kind.empty());  // all alike
-  REQUIRE(row["median"]["busy_ms"] == 11.5);
+  REQUIRE(row["median_of_others"]["busy_ms"] == 11.5);
   ranks[2].compute = 40, ranks[2].comm = 1;
   Verdict v = judge_stragglers(ranks, hosts, 0.2, 10, &row);
   REQUIRE(v.kind == "straggler");
@@ -92,4 +92,8 @@ TEST_CASE("straggler verdict: the busiest rank over the median, the phase that m
   tiny[1].compute = 1.4;  // 180% above, but 0.9 ms
   REQUIRE(judge_stragglers(tiny, hosts, 0.2, 10, nullptr).kind.empty());
   REQUIRE(judge_stragglers({RankPhases{}}, {"a"}, 0.2, 10, nullptr).kind.empty());  // one rank
+  // two ranks: the slow one against the other
+  const Verdict two = judge_stragglers({RankPhases{10, 0, 0, 0, 30}, RankPhases{40, 0, 0, 0, 1}}, {"a", "b"}, 0.2, 10,
+                                       nullptr);
+  REQUIRE(two.subject == "rank 1");
 }
