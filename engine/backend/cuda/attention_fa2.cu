@@ -30,11 +30,14 @@
 #include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
 #include "engine/backend/cuda/ptx.cuh"
+#include "engine/backend/cuda/attention_fa2_layout.h"
 
 namespace zt::cuda {
 
 namespace {
-constexpr int kRows = 64, kWarps = 4, kKeys = 64;
+using fa2::kKeys;
+using fa2::kRows;
+using fa2::kWarps;
 
 template <typename T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -266,7 +269,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 // query rows per tile streamed by the dK/dV kernel
 template <int HS>
-constexpr int kDkdvQueryRows = HS > 64 ? 32 : 64;
+constexpr int kDkdvQueryRows = fa2::dkdv_query_rows(HS);
 
 template <typename T, int HS>
 __global__ void __launch_bounds__(32 * kWarps)
@@ -432,7 +435,7 @@ __global__ void __launch_bounds__(32 * kWarps)
 
 template <typename T, int HS>
 void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
-  const size_t smem = size_t(2) * 2 * kKeys * (HS + 8) * sizeof(T);
+  const size_t smem = fa2::forward_smem(HS, sizeof(T));
   auto kernel = attention_forward_fa2_kernel<T, HS>;
   if (smem > 48 * 1024)
     ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -445,12 +448,10 @@ template <typename T, int HS>
 void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_, int C,
                      int NH, int NKV, cudaStream_t s) {
   const float scale = 1.0f / std::sqrt(float(HS));
-  const size_t tiles = size_t(2) * 2 * kKeys * (HS + 8) * sizeof(T);
+  const size_t tiles = fa2::dq_smem(HS, sizeof(T));
   const unsigned blocks = unsigned((T_ + kRows - 1) / kRows);
   auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS>;
-  constexpr int kQ = kDkdvQueryRows<HS>;
-  const size_t dkdv_smem = size_t(2) * 2 * kQ * (HS + 8) * sizeof(T) + size_t(2) * 2 * kQ * sizeof(float) +
-                           (HS > 64 ? size_t(2) * kKeys * (HS + 8) * sizeof(T) : 0);  // + K, V rows at 128
+  const size_t dkdv_smem = fa2::dkdv_smem(HS, sizeof(T));
   if (dkdv_smem > 48 * 1024)
     ZT_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dkdv_smem)));
   launch(dkdv, dim3(blocks, unsigned(B * NKV)), 32 * kWarps, dkdv_smem, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV,

@@ -1,0 +1,32 @@
+// The FlashAttention-2 kernels' tiles and shared memory (attention_fa2.cu), as plain C++: the
+// launches size their shared memory from here, and tools/kernel_report.py prints it beside each
+// kernel's registers and instruction mix (blocks per SM follow from both).
+#pragma once
+#include <cstddef>
+
+namespace zt::cuda::fa2 {
+
+constexpr int kRows = 64;   // query rows per block (forward, dQ)
+constexpr int kWarps = 4;   // warps per block
+constexpr int kKeys = 64;   // key rows per K/V tile
+constexpr int kThreads = 32 * kWarps;
+
+// query rows per tile streamed by the dK/dV kernel: at head size 128, dK and dV take 128 fp32
+// registers a thread, so the tiles are halved
+constexpr int dkdv_query_rows(int hs) { return hs > 64 ? 32 : 64; }
+
+// Shared rows are padded by 8 elements (16 bytes): the quads' 32-bit reads spread over banks.
+constexpr size_t padded_row(int hs) { return size_t(hs) + 8; }
+
+// Bytes of dynamic shared memory, for element size `elem` (2: bf16, fp16).
+// forward and dQ: [2 buffers][K, V][kKeys][hs + 8]
+constexpr size_t forward_smem(int hs, size_t elem) { return size_t(2) * 2 * kKeys * padded_row(hs) * elem; }
+constexpr size_t dq_smem(int hs, size_t elem) { return forward_smem(hs, elem); }
+// dK/dV: [2][Q, dO][q rows][hs + 8], [2][lse2, D][q rows] floats, and at 128 the K, V rows
+constexpr size_t dkdv_smem(int hs, size_t elem) {
+  const size_t q = size_t(dkdv_query_rows(hs));
+  return size_t(2) * 2 * q * padded_row(hs) * elem + size_t(2) * 2 * q * sizeof(float) +
+         (hs > 64 ? size_t(2) * kKeys * padded_row(hs) * elem : 0);
+}
+
+}  // namespace zt::cuda::fa2

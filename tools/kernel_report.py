@@ -1,0 +1,187 @@
+#!/usr/bin/python3
+"""Static evidence for the FlashAttention-2 kernels (engine/backend/cuda/attention_fa2.cu), computed
+without a GPU: the file compiled to PTX for one architecture (default sm_90), ptxas's report and
+the PTX's main loops. Per kernel (dtype, head size):
+- registers per thread, spill stores/loads (bytes), dynamic shared memory per block (from
+  attention_fa2_layout.h, the formulas the launches use);
+- blocks per SM at those limits (sm_90: 64K registers, 228 KiB shared memory with 1 KiB reserved
+  per block, 2048 threads, 32 blocks);
+- the main loop's instruction mix: the loop (a backward branch) holding the most mma.sync, its
+  inner loops counted once: mma.sync, ld.shared (and how many of them 16-bit), ldmatrix.
+Usage: tools/kernel_report.py [--arch sm_90] [--json FILE] [--fail-on-spills] [--plant-register-cap N]
+Exit status 1 with --fail-on-spills when a kernel spills; 77 when nvcc is not found.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+SOURCE = os.path.join(ROOT, "engine", "backend", "cuda", "attention_fa2.cu")
+LAYOUT = os.path.join(ROOT, "engine", "backend", "cuda", "attention_fa2_layout.h")
+SM90 = {"regs": 65536, "smem": 228 * 1024, "smem_reserved": 1024, "threads": 2048, "blocks": 32}
+
+PRINT_LAYOUT = r"""
+#include <cstdio>
+#include <initializer_list>
+#include "engine/backend/cuda/attention_fa2_layout.h"
+int main() {
+  using namespace zt::cuda::fa2;
+  std::printf("{\"threads\": %d, \"smem\": {", kThreads);
+  const char* sep = "";
+  for (int hs : {64, 128}) {
+    std::printf("%s\"forward/%d\": %zu, \"dq/%d\": %zu, \"dkdv/%d\": %zu", sep, hs, forward_smem(hs, 2), hs,
+                dq_smem(hs, 2), hs, dkdv_smem(hs, 2));
+    sep = ", ";
+  }
+  std::printf("}}\n");
+}
+"""
+
+
+def layout(work):
+    src = os.path.join(work, "layout.cpp")
+    with open(src, "w") as f:
+        f.write(PRINT_LAYOUT)
+    exe = os.path.join(work, "layout")
+    subprocess.run([os.environ.get("CXX", "g++"), "-std=c++17", "-I", ROOT, src, "-o", exe], check=True)
+    return json.loads(subprocess.run([exe], check=True, capture_output=True, text=True).stdout)
+
+
+def kernel_key(mangled):
+    m = re.search(r"attention_(forward|backward_dq|backward_dkdv)_fa2_kernelI(\w+?)Li(\d+)E", mangled)
+    if not m:
+        return None
+    kind = {"forward": "forward", "backward_dq": "dq", "backward_dkdv": "dkdv"}[m.group(1)]
+    dtype = "bf16" if "bfloat16" in m.group(2) else "fp16"
+    return kind, dtype, int(m.group(3))
+
+
+def ptxas_report(ptx, arch, work, flags):
+    p = subprocess.run(["ptxas", f"-arch={arch}", "-v", *flags, ptx, "-o", os.path.join(work, "k.cubin")],
+                       capture_output=True, text=True, check=True)
+    out, current = {}, None
+    for line in p.stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)'", line)
+        if m:
+            current = kernel_key(m.group(1))
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            out.setdefault(current, {}).update(spill_stores=int(m.group(1)), spill_loads=int(m.group(2)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            out.setdefault(current, {})["registers"] = int(m.group(1))
+        m = re.search(r"(\d+) bytes smem", line)
+        if m:
+            out.setdefault(current, {})["static_smem"] = int(m.group(1))
+    return out
+
+
+def main_loops(ptx_path):
+    lines = open(ptx_path).read().split("\n")
+    starts = [i for i, ln in enumerate(lines) if ".entry" in ln and "attention_" in ln] + [len(lines)]
+    out = {}
+    for a, b in zip(starts, starts[1:]):
+        key = kernel_key(lines[a])
+        if key is None:
+            continue
+        body, labels, loops = lines[a:b], {}, []
+        for j, ln in enumerate(body):
+            m = re.match(r"\$(L__BB\d+_\d+):", ln.strip())
+            if m:
+                labels[m.group(1)] = j
+            m = re.search(r"bra(?:\.uni)?\s+\$(L__BB\d+_\d+);", ln)
+            if m and m.group(1) in labels and labels[m.group(1)] < j:
+                loops.append((labels[m.group(1)], j))
+
+        def mix(i, j):
+            seg = body[i:j + 1]
+            return {"mma": sum("mma.sync" in s for s in seg),
+                    "ld_shared": sum(re.search(r"\bld\.shared", s) is not None for s in seg),
+                    "ld_shared_16bit": sum(re.search(r"\bld\.shared\.[usb]16\b", s) is not None for s in seg),
+                    "ldmatrix": sum("ldmatrix" in s for s in seg),
+                    "inner_loops": sum(1 for (x, y) in loops if i <= x and y <= j and (x, y) != (i, j))}
+        if loops:
+            best = max(loops, key=lambda ij: (mix(*ij)["mma"], -(ij[1] - ij[0])))
+            out[key] = mix(*best)
+    return out
+
+
+def blocks_per_sm(regs, smem, threads):
+    warps = threads // 32
+    warp_regs = -(-regs * 32 // 256) * 256  # allocated per warp in units of 256
+    by_regs = (SM90["regs"] // warp_regs) // warps if regs else SM90["blocks"]
+    by_smem = SM90["smem"] // (smem + SM90["smem_reserved"])
+    by_threads = SM90["threads"] // threads
+    n = min(by_regs, by_smem, by_threads, SM90["blocks"])
+    limit = [k for k, v in (("registers", by_regs), ("shared memory", by_smem), ("threads", by_threads)) if v == n]
+    return n, limit[0] if limit else "32 blocks"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("--json")
+    ap.add_argument("--fail-on-spills", action="store_true")
+    ap.add_argument("--nvcc-flag", action="append", default=[], help="an extra nvcc flag")
+    ap.add_argument("--ptxas-flag", action="append", default=[], help="an extra ptxas flag")
+    ap.add_argument("--plant-register-cap", type=int, default=0,
+                    help="the spill check's planted failure: every kernel capped at this many registers "
+                         "(.maxnreg in the PTX; ptxas ignores -maxrregcount beside launch bounds)")
+    a = ap.parse_args()
+    nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    if not nvcc:
+        print("SKIP: nvcc not found")
+        return 77
+    os.environ["PATH"] = os.path.dirname(nvcc) + os.pathsep + os.environ["PATH"]
+    with tempfile.TemporaryDirectory(prefix="zt_kernels_") as work:
+        ptx = os.path.join(work, "fa2.ptx")
+        subprocess.run([nvcc, "-I", ROOT, "-O3", "-std=c++17", f"-arch={a.arch}", *a.nvcc_flag, "-ptx", SOURCE,
+                        "-o", ptx], check=True)
+        if a.plant_register_cap:
+            with open(ptx) as f:
+                text = f.read()
+            with open(ptx, "w") as f:
+                f.write(re.sub(r"(\.maxntid [^\n]*\n)", rf"\1.maxnreg {a.plant_register_cap}\n", text))
+        lay, regs, loops = layout(work), ptxas_report(ptx, a.arch, work, a.ptxas_flag), main_loops(ptx)
+    rows = []
+    for key in sorted(regs, key=lambda k: (["forward", "dkdv", "dq"].index(k[0]), k[2], k[1])):
+        kind, dtype, hs = key
+        r, mix = regs[key], loops.get(key, {})
+        smem = lay["smem"][f"{kind}/{hs}"] + r.get("static_smem", 0)
+        blocks, limit = blocks_per_sm(r.get("registers", 0), smem, lay["threads"])
+        rows.append({"kernel": kind, "dtype": dtype, "head_size": hs, **r, "smem_per_block": smem,
+                     "blocks_per_sm": blocks, "blocks_limited_by": limit, **mix,
+                     "shared_loads_per_mma": round(mix["ld_shared"] / mix["mma"], 2) if mix.get("mma") else None})
+    print(f"FlashAttention-2 kernels, {a.arch}, {lay['threads']} threads a block (tools/kernel_report.py)\n")
+    print("| kernel | dtype | head | registers | spills (st/ld bytes) | shared per block | blocks/SM (limit) "
+          "| main loop: mma : ld.shared (16-bit) | ldmatrix | loads per mma |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for x in rows:
+        print(f"| {x['kernel']} | {x['dtype']} | {x['head_size']} | {x.get('registers')} | "
+              f"{x.get('spill_stores')}/{x.get('spill_loads')} | {x['smem_per_block'] / 1024:.1f} KiB | "
+              f"{x['blocks_per_sm']} ({x['blocks_limited_by']}) | {x.get('mma')} : {x.get('ld_shared')} "
+              f"({x.get('ld_shared_16bit')}) | {x.get('ldmatrix')} | {x['shared_loads_per_mma']} |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"arch": a.arch, "kernels": rows}, f, indent=1)
+    spilling = [x for x in rows if x.get("spill_stores") or x.get("spill_loads")]
+    if len(rows) != 12:
+        print(f"FAIL: expected 12 kernels (3 kinds x 2 dtypes x 2 head sizes), found {len(rows)}")
+        return 1
+    if spilling and a.fail_on_spills:
+        print(f"FAIL: spills in {[(x['kernel'], x['dtype'], x['head_size']) for x in spilling]}")
+        return 1
+    print("\nno kernel spills" if not spilling else f"\nspills: {len(spilling)} kernels")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
