@@ -257,13 +257,15 @@ void CheckpointManager::estimate_save() {
   const double mib = 1048576.0, bytes = writer_->rank_bytes();
   // up to 1 GiB: a virtual disk with a write cache takes a few hundred MiB at memory speed
   const size_t probe = size_t(std::clamp(bytes, mib, 1024 * mib));
-  // (rank): each rank's estimated write time, gathered by a sum; then the bytes in all
-  std::vector<double> per_rank(size_t(topo_.world_size) + 1, 0.0);
-  double upload_s = 0, upload_rate = 0;
+  // (rank): each rank's estimated write time, gathered by a sum; then the bytes in all, and rank
+  // 0's upload time and rate
+  const size_t world = size_t(topo_.world_size);
+  std::vector<double> per_rank(world + 3, 0.0);
+  double &total = per_rank[world], &upload_s = per_rank[world + 1], &upload_rate = per_rank[world + 2];
   run_agreed(*topo_.world, [&] {
     const std::string path = (fs::path(root_) / fmt::format(".probe-write-{}-rank{}", job_id_, topo_.world_rank)).string();
     per_rank[size_t(topo_.world_rank)] = time_probe_write(path, probe) * bytes / double(probe);
-    per_rank.back() = bytes;
+    total = bytes;
     if (store_ && topo_.is_root()) {  // one upload stream; the ranks of a machine share its link
       const size_t up = size_t(std::clamp(bytes, mib, 32 * mib));
       const std::string local = path + ".up";
@@ -287,14 +289,12 @@ void CheckpointManager::estimate_save() {
     }
   });
   topo_.world->all_reduce_doubles(per_rank.data(), per_rank.size());
-  double upload[2] = {upload_s, upload_rate};
-  topo_.world->all_reduce_doubles(upload, 2);
-  const double write_s = *std::max_element(per_rank.begin(), per_rank.end() - 1), total = per_rank.back();
-  estimate_s_ = write_s + upload[0];
+  const double write_s = *std::max_element(per_rank.begin(), per_rank.begin() + long(world));
+  estimate_s_ = write_s + upload_s;
   if (!topo_.is_root()) return;
   const std::string upload_part =
       store_ ? fmt::format(" + {:.1f} s uploading ({} rank(s) of a machine sharing one upload stream's {:.0f} MiB/s)",
-                           upload[0], topo_.local_size, upload[1] / mib)
+                           upload_s, topo_.local_size, upload_rate / mib)
              : "";
   const std::string line = fmt::format(
       "checkpoint: a save writes {:.1f} MiB per rank ({:.1f} MiB in all); the write probe in {} ({:.0f} MiB per rank, "

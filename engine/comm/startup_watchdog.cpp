@@ -1,14 +1,9 @@
 // The start-up watchdog (see startup_watchdog.h).
 #include "engine/comm/startup_watchdog.h"
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
-#include <vector>
-
-#include <unistd.h>
 
 #ifdef ZTRAIN_HAVE_PMIX
 #include <pmix.h>
@@ -48,8 +43,6 @@ bool pmix_wait_for(uint32_t r, const char* key, int wait_s) {
   return ok;
 }
 
-void pmix_wait_for_report(uint32_t reporter, int wait_s) { (void)pmix_wait_for(reporter, kReportedKey, wait_s); }
-
 bool pmix_arrive() {
   if (PMIx_Init(&g_me, nullptr, 0) != PMIX_SUCCESS) return false;
   if (!pmix_post(kArrivedKey)) return false;
@@ -63,15 +56,15 @@ bool pmix_arrive() {
   return g_job_size > 0;
 }
 
-// Whether rank r posted its key (within 1 s), and its host from the launcher's map.
-bool pmix_has_arrived(uint32_t r, std::string* host) {
+// Rank r's host, from the launcher's map ("?" when it does not say).
+std::string pmix_host_of(uint32_t r) {
   pmix_proc_t p;
   PMIX_LOAD_PROCID(&p, g_me.nspace, r);
   pmix_value_t* v = nullptr;
-  if (PMIx_Get(&p, PMIX_HOSTNAME, nullptr, 0, &v) == PMIX_SUCCESS && v && v->type == PMIX_STRING)
-    *host = v->data.string;
+  std::string host = "?";
+  if (PMIx_Get(&p, PMIX_HOSTNAME, nullptr, 0, &v) == PMIX_SUCCESS && v && v->type == PMIX_STRING) host = v->data.string;
   if (v) PMIX_VALUE_RELEASE(v);
-  return pmix_wait_for(r, kArrivedKey, 1);
+  return host;
 }
 #endif
 
@@ -81,19 +74,11 @@ StartupWatchdog::StartupWatchdog(double timeout_s) : timeout_s_(timeout_s) {
 #ifdef ZTRAIN_HAVE_PMIX
   pmix_ = pmix_arrive();
 #endif
-  thread_ = std::thread([this] {
-    std::unique_lock lock(mu_);
-    if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s_), [this] { return done_; })) fire();
-  });
+  deadline_ = std::make_unique<Deadline>(timeout_s_, [this] { fire(); });
 }
 
 StartupWatchdog::~StartupWatchdog() {
-  {
-    std::lock_guard lock(mu_);
-    done_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
+  deadline_.reset();  // disarmed
 #ifdef ZTRAIN_HAVE_PMIX
   if (pmix_) PMIx_Finalize(nullptr, 0);  // MPI holds its own reference
 #endif
@@ -107,8 +92,7 @@ void StartupWatchdog::fire() {
   if (pmix_) {
     me = int(g_me.rank);
     for (uint32_t r = 0; r < g_job_size; ++r) {
-      std::string host = "?";
-      if (int(r) == me || pmix_has_arrived(r, &host)) {
+      if (int(r) == me || pmix_wait_for(r, kArrivedKey, 1)) {
         if (lowest_arrived < 0) lowest_arrived = int(r);
         if (lowest_arrived < me) break;  // a lower rank reports
         continue;
@@ -117,7 +101,7 @@ void StartupWatchdog::fire() {
         more = true;
         break;
       }
-      missing += fmt_rank(r, host, named++ == 0);
+      missing += fmt_rank(r, pmix_host_of(r), named++ == 0);
     }
   }
 #endif
@@ -125,7 +109,7 @@ void StartupWatchdog::fire() {
     // A lower rank reports: this one ends the job only once that report is out (its timer may
     // have started later, and its questions take a while), or after a minute without it.
 #ifdef ZTRAIN_HAVE_PMIX
-    pmix_wait_for_report(uint32_t(lowest_arrived), 60);
+    (void)pmix_wait_for(uint32_t(lowest_arrived), kReportedKey, 60);
 #endif
     std::_Exit(1);
   }

@@ -10,9 +10,9 @@
 // list and posts a second key; the others end once it is posted (or after a minute without it),
 // silently, so the report is never cut off and the job still ends if the reporter cannot.
 #pragma once
-#include <condition_variable>
-#include <mutex>
-#include <thread>
+#include <memory>
+
+#include "engine/comm/deadline.h"
 
 namespace zt {
 
@@ -25,10 +25,7 @@ class StartupWatchdog {
   void fire();  // the timeout: report and _Exit(1)
   double timeout_s_;
   bool pmix_ = false;  // this rank posted its key
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
+  std::unique_ptr<Deadline> deadline_;  // after pmix_: its thread may read it
 };
 
 }  // namespace zt

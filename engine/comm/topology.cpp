@@ -1,17 +1,14 @@
 // Launch detection, MPI lifetime, and the one place where process groups are made.
 #include "engine/comm/topology.h"
 
+#include "engine/comm/deadline.h"
 #include "engine/comm/startup_watchdog.h"
 
 #include <mpi.h>
 
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -30,35 +27,15 @@ bool launched_by_mpi() {
     if (std::getenv(v)) return true;
   return false;
 }
-// Ends the process if not disarmed (destroyed) within `timeout_s`: for blocking MPI calls that
-// have no timeout. _Exit from the watchdog thread: mpirun sees a rank end without MPI_Finalize
-// and ends the others.
-class Deadline {
- public:
-  Deadline(const char* what, double timeout_s) : thread_([this, what, timeout_s] {
-      std::unique_lock lock(mu_);
-      if (cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [this] { return done_; })) return;
-      std::fprintf(stderr, "ztrain: failure: rank %d: start-up step '%s' did not finish within %g s "
-                   "([comm] timeout_s): another rank is stuck or gone; ending the job\n",
-                   dist_world_rank(), what, timeout_s);
-      std::fflush(stderr);
-      std::_Exit(1);
-    }) {}
-  ~Deadline() {
-    {
-      std::lock_guard lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
+// A start-up step that must end within `timeout_s` (engine/comm/deadline.h): _Exit from the
+// deadline's thread; mpirun sees a rank end without MPI_Finalize and ends the others.
+void end_if_stuck(const char* what, double timeout_s) {
+  std::fprintf(stderr, "ztrain: failure: rank %d: start-up step '%s' did not finish within %g s "
+               "([comm] timeout_s): another rank is stuck or gone; ending the job\n",
+               dist_world_rank(), what, timeout_s);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
 
 }  // namespace
 
@@ -112,7 +89,7 @@ std::unique_ptr<Comm> make_world_comm(double timeout_s) {
 
 Topology make_topology(int tensor, double timeout_s) {
   Topology t;
-  const Deadline deadline("make process groups", timeout_s);
+  const Deadline deadline(timeout_s, [timeout_s] { end_if_stuck("make process groups", timeout_s); });
   if (g_mpi) {
     MPI_Comm_size(MPI_COMM_WORLD, &t.world_size);
     MPI_Comm_rank(MPI_COMM_WORLD, &t.world_rank);

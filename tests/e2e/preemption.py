@@ -47,21 +47,28 @@ def main():
                and "more data-parallel ranks" in line, f"a notice too short: {line or p.stderr[-600:]}")
         print(f"estimate: {line.split('checkpoint: ', 1)[-1][:240]}")
 
+        def sigterm(cmd, env, after, stop_line, settle_s=0.0):
+            """Runs cmd, sends SIGTERM once a line holding `after` is out (and settle_s later), and
+            waits for the stop line: (started, stopped, seconds from the signal, exit status, output,
+            the stop line)."""
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            out = testlib.LineWatcher(proc.stdout)
+            started = out.wait_for(after, 120)
+            time.sleep(settle_s)
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            stopped = out.wait_for(stop_line, 60)
+            took = time.monotonic() - sent
+            if not stopped:
+                proc.kill()
+            rc = proc.wait(timeout=60)
+            text = out.text()
+            return started, stopped, took, rc, text, next((ln for ln in text.splitlines() if "stopped by SIGTERM" in ln), "")
+
         # ---- SIGTERM while the next batch is 8 s late: durable within 4 s of the signal
-        env = dict(os.environ, ZTRAIN_FAULT_SLOW_DATA_MS="8000")
-        proc = subprocess.Popen([args.ztrain, "train", spec("slow", train={"global_batch": 2})], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        out = testlib.LineWatcher(proc.stdout)
-        started = out.wait_for("step 1/12", 120)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        durable = out.wait_for("stopped by SIGTERM after step", 30)
-        took = time.monotonic() - sent
-        if not durable:
-            proc.kill()
-        rc = proc.wait(timeout=60)
-        text = out.text()
-        stop = next((ln for ln in text.splitlines() if "stopped by SIGTERM" in ln), "")
+        started, durable, took, rc, text, stop = sigterm(
+            [args.ztrain, "train", spec("slow", train={"global_batch": 2})],
+            dict(os.environ, ZTRAIN_FAULT_SLOW_DATA_MS="8000"), "step 1/12", "stopped by SIGTERM after step")
         expect(started and durable and took < 4 and rc == 0 and "durable" in stop and
                "after the signal" in stop, f"SIGTERM in a data wait: {took:.1f} s, exit {rc}: {text[-800:]}")
         print(f"SIGTERM while the next batch is 8 s late: checkpoint line {took:.2f} s after it: {stop}")
@@ -72,25 +79,15 @@ def main():
         else:
             ev = spec("eval", train={"eval_every": 4, "eval_steps": 400000}, data__val=data,
                       parallel__zero_stage=3, checkpoint__every_steps=100)
-            proc = subprocess.Popen([*testlib.mpirun(2), args.ztrain, "train", ev], env=testlib.mpi_env(),
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            out = testlib.LineWatcher(proc.stdout)
-            started = out.wait_for("step 4/12", 120)
-            time.sleep(1)  # inside the evaluation (400000 micro-batches: minutes)
-            sent = time.monotonic()
-            proc.send_signal(signal.SIGTERM)
-            durable = out.wait_for("stopped by SIGTERM after step 4", 60)
-            took = time.monotonic() - sent
-            if not durable:
-                proc.kill()
-            rc = proc.wait(timeout=60)
-            text = out.text()
+            # settle 1 s: inside the evaluation (400000 micro-batches: minutes)
+            started, durable, took, rc, text, stop = sigterm(
+                [*testlib.mpirun(2), args.ztrain, "train", ev], testlib.mpi_env(), "step 4/12",
+                "stopped by SIGTERM after step 4", settle_s=1)
             evals = testlib.metrics(os.path.join(work, "run_eval"), "eval", must_exist=False)
             # mpirun's own status after it forwarded a SIGTERM may be 1 (tests/e2e/supervise.py)
             expect(started and durable and rc in (0, 1) and "evaluation at step 4 stopped by a signal" in text
                    and not evals and os.path.exists(os.path.join(work, "ck_eval", "step_00000004")),
                    f"SIGTERM in an evaluation: exit {rc}, eval rows {evals}: {text[-800:]}")
-            stop = next((ln for ln in text.splitlines() if "stopped by SIGTERM" in ln), "")
             print(f"SIGTERM during a 400000-batch evaluation on 2 ranks (the line {took:.2f} s after mpirun got it): "
                   f"{stop}")
 
