@@ -10,7 +10,8 @@
 #              first failing op is named; tests/cuda/test_backend_ops.cpp)
 #   parity     GPT-2 forward, gradients and 5 AdamW steps, CUDA vs CPU, at odd sizes, 3 precisions
 #   gemm       the cuBLASLt GEMM ceiling on random data (bf16, fp32, tf32)
-#   attention  the fused attention's TFLOP/s, forward and backward
+#   attention  the fused attention's TFLOP/s, forward and backward (attention_fa2_v1: the first
+#              generation of the FlashAttention-2 kernels, timed in the same run for the speed-up)
 #   bench      GPT-2 124M bf16 training in ztrain: tokens/s, step time, peak memory, MFU
 #   pytorch    the same model trained by PyTorch (bf16 autocast, SDPA flash, fused AdamW) at the
 #              bench's micro-batch: ztrain's tokens/s as a ratio to it
@@ -233,6 +234,7 @@ if [ $DRY = 1 ]; then
   stage parity 45 dry parity
   stage gemm 30 dry gemm
   stage attention 30 dry attention
+  stage attention_fa2_v1 30 dry attention_fa2_v1
   stage attention_wmma 30 dry attention_wmma
   stage bench 60 dry bench_gpt2_124m
   stage pytorch 60 $PYTHON tools/gpu_check/torch_gpt2.py --tiny --device cpu --steps 2 --batch 2
@@ -249,6 +251,7 @@ elif [ $EMU = 1 ]; then
   stage ops_wmma 120 env ZTRAIN_ATTENTION=wmma ZTRAIN_OPS_SECTIONS=attention ZTRAIN_OPS_DTYPES=bf16 "$B/test_backend_ops"
   stage parity 300 "$B/gpt2_cuda_check" parity
   stage attention 60 "$B/gpt2_cuda_check" attention
+  stage attention_fa2_v1 60 env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention
   stage bench 120 "$B/gpt2_cuda_check" bench "$STEPS"
   stage zero3 120 "$B/gpt2_cuda_check" zero3 "$STEPS"
   stage bench_unfused 120 env ZTRAIN_GEMM_EPILOGUES=off "$B/gpt2_cuda_check" bench "$STEPS"
@@ -263,6 +266,7 @@ else
   stage parity 45 "$B/gpt2_cuda_check" parity
   stage gemm 30 "$B/gemm_probe"
   stage attention 30 "$B/gpt2_cuda_check" attention
+  stage attention_fa2_v1 30 env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention
   stage attention_wmma 30 env ZTRAIN_ATTENTION=wmma "$B/gpt2_cuda_check" attention
   stage bench 60 "$B/gpt2_cuda_check" bench "$STEPS"
   MB=$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)

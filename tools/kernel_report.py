@@ -1,13 +1,16 @@
 #!/usr/bin/python3
-"""Static evidence for the FlashAttention-2 kernels (engine/backend/cuda/attention_fa2.cu), computed
-without a GPU: the file compiled to PTX for one architecture (default sm_90), ptxas's report and
-the PTX's main loops. Per kernel (dtype, head size):
+"""Static evidence for the FlashAttention-2 kernels, computed without a GPU: both generations
+(engine/backend/cuda/attention_fa2.cu, the default, and attention_fa2_v1.cu, the first one, kept for
+comparison) compiled to PTX for one architecture (default sm_90), ptxas's report and the PTX's main
+loops. Per kernel (generation, dtype, head size):
 - registers per thread, spill stores/loads (bytes), dynamic shared memory per block (from
   attention_fa2_layout.h, the formulas the launches use);
 - blocks per SM at those limits (sm_90: 64K registers, 228 KiB shared memory with 1 KiB reserved
   per block, 2048 threads, 32 blocks);
 - the main loop's instruction mix: the loop (a backward branch) holding the most mma.sync, its
-  inner loops counted once: mma.sync, ld.shared (and how many of them 16-bit), ldmatrix.
+  inner loops counted once: mma.sync, ld.shared (and how many of them 16-bit), ldmatrix; and
+  mma per shared-load instruction (ld.shared and ldmatrix together), the ratio the new kernels
+  must at least double.
 Usage: tools/kernel_report.py [--arch sm_90] [--json FILE] [--fail-on-spills] [--plant-register-cap N]
 Exit status 1 with --fail-on-spills when a kernel spills; 77 when nvcc is not found.
 """
@@ -21,7 +24,8 @@ import sys
 import tempfile
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-SOURCE = os.path.join(ROOT, "engine", "backend", "cuda", "attention_fa2.cu")
+SOURCES = {"fa2": os.path.join(ROOT, "engine", "backend", "cuda", "attention_fa2.cu"),
+           "fa2-v1": os.path.join(ROOT, "engine", "backend", "cuda", "attention_fa2_v1.cu")}
 LAYOUT = os.path.join(ROOT, "engine", "backend", "cuda", "attention_fa2_layout.h")
 SM90 = {"regs": 65536, "smem": 228 * 1024, "smem_reserved": 1024, "threads": 2048, "blocks": 32}
 
@@ -125,11 +129,28 @@ def blocks_per_sm(regs, smem, threads):
     return n, limit[0] if limit else "32 blocks"
 
 
+def ratio_gain(rows):
+    """Per (kernel, head size), bf16: the default kernels' mma per shared load over the first generation's."""
+    by = {(x["generation"], x["kernel"], x["head_size"]): x for x in rows if x["dtype"] == "bf16"}
+    out = []
+    for (gen, kind, hs), x in by.items():
+        old = by.get(("fa2-v1", kind, hs))
+        if gen != "fa2" or not old or not old["mma_per_shared_load"] or not x["mma_per_shared_load"]:
+            continue
+        gain = x["mma_per_shared_load"] / old["mma_per_shared_load"]
+        out.append((f"{kind} head size {hs}: mma per shared load {old['mma_per_shared_load']} (fa2-v1) -> "
+                    f"{x['mma_per_shared_load']} (fa2), {gain:.1f}x", gain))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--json")
     ap.add_argument("--fail-on-spills", action="store_true")
+    ap.add_argument("--min-gain", type=float, default=0,
+                    help="fail when a default kernel's mma per shared load is under this many times the first "
+                         "generation's (bf16, per kernel and head size)")
     ap.add_argument("--nvcc-flag", action="append", default=[], help="an extra nvcc flag")
     ap.add_argument("--ptxas-flag", action="append", default=[], help="an extra ptxas flag")
     ap.add_argument("--plant-register-cap", type=int, default=0,
@@ -141,43 +162,54 @@ def main():
         print("SKIP: nvcc not found")
         return 77
     os.environ["PATH"] = os.path.dirname(nvcc) + os.pathsep + os.environ["PATH"]
-    with tempfile.TemporaryDirectory(prefix="zt_kernels_") as work:
-        ptx = os.path.join(work, "fa2.ptx")
-        subprocess.run([nvcc, "-I", ROOT, "-O3", "-std=c++17", f"-arch={a.arch}", *a.nvcc_flag, "-ptx", SOURCE,
-                        "-o", ptx], check=True)
-        if a.plant_register_cap:
-            with open(ptx) as f:
-                text = f.read()
-            with open(ptx, "w") as f:
-                f.write(re.sub(r"(\.maxntid [^\n]*\n)", rf"\1.maxnreg {a.plant_register_cap}\n", text))
-        lay, regs, loops = layout(work), ptxas_report(ptx, a.arch, work, a.ptxas_flag), main_loops(ptx)
     rows = []
-    for key in sorted(regs, key=lambda k: (["forward", "dkdv", "dq"].index(k[0]), k[2], k[1])):
-        kind, dtype, hs = key
-        r, mix = regs[key], loops.get(key, {})
-        smem = lay["smem"][f"{kind}/{hs}"] + r.get("static_smem", 0)
-        blocks, limit = blocks_per_sm(r.get("registers", 0), smem, lay["threads"])
-        rows.append({"kernel": kind, "dtype": dtype, "head_size": hs, **r, "smem_per_block": smem,
-                     "blocks_per_sm": blocks, "blocks_limited_by": limit, **mix,
-                     "shared_loads_per_mma": round(mix["ld_shared"] / mix["mma"], 2) if mix.get("mma") else None})
+    with tempfile.TemporaryDirectory(prefix="zt_kernels_") as work:
+        lay = layout(work)
+        for gen, source in SOURCES.items():
+            ptx = os.path.join(work, f"{gen}.ptx")
+            subprocess.run([nvcc, "-I", ROOT, "-O3", "-std=c++17", f"-arch={a.arch}", *a.nvcc_flag, "-ptx", source,
+                            "-o", ptx], check=True)
+            if a.plant_register_cap:
+                with open(ptx) as f:
+                    text = f.read()
+                with open(ptx, "w") as f:
+                    f.write(re.sub(r"(\.maxntid [^\n]*\n)", rf"\1.maxnreg {a.plant_register_cap}\n", text))
+            regs, loops = ptxas_report(ptx, a.arch, work, a.ptxas_flag), main_loops(ptx)
+            for key in sorted(regs, key=lambda k: (["forward", "dkdv", "dq"].index(k[0]), k[2], k[1])):
+                kind, dtype, hs = key
+                r, mix = regs[key], loops.get(key, {})
+                smem = lay["smem"][f"{kind}/{hs}"] + r.get("static_smem", 0)
+                blocks, limit = blocks_per_sm(r.get("registers", 0), smem, lay["threads"])
+                loads = mix.get("ld_shared", 0) + mix.get("ldmatrix", 0)
+                rows.append({"generation": gen, "kernel": kind, "dtype": dtype, "head_size": hs, **r,
+                             "smem_per_block": smem, "blocks_per_sm": blocks, "blocks_limited_by": limit, **mix,
+                             "mma_per_shared_load": round(mix["mma"] / loads, 2) if loads else None})
     print(f"FlashAttention-2 kernels, {a.arch}, {lay['threads']} threads a block (tools/kernel_report.py)\n")
-    print("| kernel | dtype | head | registers | spills (st/ld bytes) | shared per block | blocks/SM (limit) "
-          "| main loop: mma : ld.shared (16-bit) | ldmatrix | loads per mma |")
+    print("| kernels | kernel | dtype | head | registers | spills (st/ld bytes) | shared per block | blocks/SM (limit) "
+          "| main loop: mma : ld.shared (16-bit) : ldmatrix | mma per shared load |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for x in rows:
-        print(f"| {x['kernel']} | {x['dtype']} | {x['head_size']} | {x.get('registers')} | "
+        print(f"| {x['generation']} | {x['kernel']} | {x['dtype']} | {x['head_size']} | {x.get('registers')} | "
               f"{x.get('spill_stores')}/{x.get('spill_loads')} | {x['smem_per_block'] / 1024:.1f} KiB | "
               f"{x['blocks_per_sm']} ({x['blocks_limited_by']}) | {x.get('mma')} : {x.get('ld_shared')} "
-              f"({x.get('ld_shared_16bit')}) | {x.get('ldmatrix')} | {x['shared_loads_per_mma']} |")
+              f"({x.get('ld_shared_16bit')}) : {x.get('ldmatrix')} | {x['mma_per_shared_load']} |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"arch": a.arch, "kernels": rows}, f, indent=1)
     spilling = [x for x in rows if x.get("spill_stores") or x.get("spill_loads")]
-    if len(rows) != 12:
-        print(f"FAIL: expected 12 kernels (3 kinds x 2 dtypes x 2 head sizes), found {len(rows)}")
+    gained = ratio_gain(rows)
+    print()
+    for line, _ in gained:
+        print(line)
+    if len(rows) != 24:
+        print(f"FAIL: expected 24 kernels (2 generations x 3 kinds x 2 dtypes x 2 head sizes), found {len(rows)}")
         return 1
     if spilling and a.fail_on_spills:
-        print(f"FAIL: spills in {[(x['kernel'], x['dtype'], x['head_size']) for x in spilling]}")
+        print(f"FAIL: spills in {[(x['generation'], x['kernel'], x['dtype'], x['head_size']) for x in spilling]}")
+        return 1
+    short = [line for line, gain in gained if gain < a.min_gain]
+    if a.min_gain and (short or len(gained) != 6):
+        print(f"FAIL: under {a.min_gain}x the first generation's mma per shared load: {short or 'kernels missing'}")
         return 1
     print("\nno kernel spills" if not spilling else f"\nspills: {len(spilling)} kernels")
     return 0

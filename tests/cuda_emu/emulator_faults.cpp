@@ -5,9 +5,12 @@
 //   emulator_faults CASE   exits 0 when the device reported nothing, 3 when a CUDA call failed
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+
+#include "engine/backend/cuda/ptx.cuh"
 
 namespace zt::cuda {
 namespace {
@@ -55,6 +58,62 @@ __global__ void shuffle_sum(float* out) {
   out[threadIdx.x] = v;
 }
 
+// ldmatrix x1, x2, x4, plain and .trans, from a shared tile of 4 matrices whose element (row r,
+// column c) of matrix i is i * 64 + r * 8 + c; out[variant][lane][register] (6 variants x 32 x 4)
+__global__ void ldmatrix_all(uint32_t* out) {
+  __shared__ __align__(16) uint16_t tile[4][8][8 + 8];  // rows padded: the row addresses are what counts
+  for (int i = threadIdx.x; i < 4 * 8 * 8; i += blockDim.x) tile[i / 64][i / 8 % 8][i % 8] = uint16_t(i);
+  __syncthreads();
+  const int l = threadIdx.x;
+  const void* row = &tile[l / 8][l % 8][0];
+  uint32_t* o = out + l * 4;
+  uint32_t d1[1], d2[2], d4[4];
+  ldmatrix<1>(d1, row), o[0] = d1[0];
+  ldmatrix<2>(d2, row), o[128] = d2[0], o[129] = d2[1];
+  ldmatrix<4>(d4, row);
+  for (int i = 0; i < 4; ++i) o[256 + i] = d4[i];
+  ldmatrix<1, true>(d1, row), o[384] = d1[0];
+  ldmatrix<2, true>(d2, row), o[512] = d2[0], o[513] = d2[1];
+  ldmatrix<4, true>(d4, row);
+  for (int i = 0; i < 4; ++i) o[640 + i] = d4[i];
+}
+// ldmatrix from a device (global) address
+__global__ void ldmatrix_global(uint32_t* out) {
+  uint32_t d[4];
+  ldmatrix<4>(d, out + (threadIdx.x % 8) * 4);
+  out[threadIdx.x] = d[0];
+}
+// row addresses 2 bytes off a 16-byte boundary
+__global__ void ldmatrix_misaligned(uint32_t* out) {
+  __shared__ __align__(16) uint16_t tile[8 * 8 + 8];
+  for (int i = threadIdx.x; i < 72; i += blockDim.x) tile[i] = uint16_t(i);
+  __syncthreads();
+  uint32_t d[1];
+  ldmatrix<1>(d, tile + (threadIdx.x % 8) * 8 + 1);
+  out[threadIdx.x] = d[0];
+}
+
+// The layouts ldmatrix_all must produce, from the PTX ISA's words (ptx.h): register i of lane l
+// holds matrix i's (row l / 4, columns 2 (l % 4), +1), or with .trans (rows 2 (l % 4), +1, column l / 4)
+int check_ldmatrix(const uint32_t* h) {
+  const int nums[3] = {1, 2, 4};
+  int wrong = 0;
+  for (int v = 0; v < 6; ++v)
+    for (int l = 0; l < 32; ++l)
+      for (int i = 0; i < nums[v % 3]; ++i) {
+        const bool trans = v >= 3;
+        const int r = l / 4, c = 2 * (l % 4);
+        const uint32_t lo = trans ? uint32_t(i * 64 + c * 8 + r) : uint32_t(i * 64 + r * 8 + c);
+        const uint32_t hi = trans ? lo + 8 : lo + 1, want = lo | hi << 16, got = h[v * 128 + l * 4 + i];
+        if (got != want && wrong++ < 5)
+          std::printf("ldmatrix x%d%s lane %d register %d: 0x%08x, want 0x%08x\n", nums[v % 3], trans ? ".trans" : "",
+                      l, i, got, want);
+      }
+  if (wrong) return 4;
+  std::puts("ldmatrix x1, x2, x4 and .trans: the PTX ISA's layouts");
+  return 0;
+}
+
 int run(const std::string& c) {
   float* d = nullptr;
   if (cudaMalloc(&d, 1024 * sizeof(float)) != cudaSuccess) return 3;  // 4096 bytes: ends on a page
@@ -80,7 +139,15 @@ int run(const std::string& c) {
     std::printf("after the fault: cudaEventSynchronize %s, cudaStreamSynchronize %s\n", cudaGetErrorName(a),
                 cudaGetErrorName(b));
     return a != cudaSuccess && b != cudaSuccess ? 3 : 0;
-  } else if (c == "too_many_threads") launch(shuffle_sum, 1, 2048, 0, nullptr, d);
+  } else if (c == "ldmatrix_layouts") {
+    auto* u = reinterpret_cast<uint32_t*>(d);
+    launch(ldmatrix_all, 1, 32, 0, nullptr, u);
+    uint32_t h[768];
+    if (cudaMemcpy(h, u, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess) return 3;
+    return check_ldmatrix(h);
+  } else if (c == "ldmatrix_global") launch(ldmatrix_global, 1, 32, 0, nullptr, reinterpret_cast<uint32_t*>(d));
+  else if (c == "ldmatrix_misaligned") launch(ldmatrix_misaligned, 1, 32, 0, nullptr, reinterpret_cast<uint32_t*>(d));
+  else if (c == "too_many_threads") launch(shuffle_sum, 1, 2048, 0, nullptr, d);
   else if (c == "shared_over_default_limit") launch(shuffle_sum, 1, 32, 64 * 1024, nullptr, d);
   else if (c == "shared_over_optin_limit") {
     if (cudaFuncSetAttribute(shuffle_sum, cudaFuncAttributeMaxDynamicSharedMemorySize, 240 * 1024) == cudaSuccess) {

@@ -34,6 +34,9 @@ CASES = {  # case: (exit status, what the output must say)
                                      r"cudaFuncAttributeMaxDynamicSharedMemorySize allows 49152"),
     "shared_over_optin_limit": (3, r"refused 240 KB"),
     "read_unwritten_shared": (5, r"unwritten shared memory read as NaN"),
+    "ldmatrix_layouts": (0, r"ldmatrix x1, x2, x4 and .trans: the PTX ISA's layouts"),
+    "ldmatrix_global": (3, KERNEL + r"ldmatrix_global.*ldmatrix: lane 0's row address is not in shared memory"),
+    "ldmatrix_misaligned": (3, r"ldmatrix: lane 0's row address is not 16-byte aligned"),
 }
 
 

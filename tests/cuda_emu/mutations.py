@@ -24,16 +24,25 @@ MUTATIONS = {
     "fa2_no_cp_async_wait": (FA2, "    cp_async_wait<1>();  // all but the newest group: tile j is in\n", "",
                              OPS_ATTENTION, r"bf16 attention_forward .*FAIL"),
     # the next K/V tile loaded one tile pair past the dynamic shared allocation
-    "fa2_shared_tile_past_end": (FA2, "      T* nK = tiles + ((j + 1) % 2) * 2 * kKeys * kLd;",
-                                 "      T* nK = tiles + ((j + 1) % 2 + 2) * 2 * kKeys * kLd;",
+    "fa2_shared_tile_past_end": (FA2, "      T* nK = tiles + ((j + 1) % 2) * 2 * kTile;",
+                                 "      T* nK = tiles + ((j + 1) % 2 + 2) * 2 * kTile;",
                                  OPS_ATTENTION, r"wrote shared memory at byte \d+ of its dynamic shared memory, past the"),
-    # each lane takes the B fragment of its neighbouring group's key (a wrong lane in mma's B)
-    "fa2_mma_wrong_lane": (FA2, "      b_across<T, kLd>(b0, b1, tile, nb * 8 + g, kk * 16, qd);",
-                           "      b_across<T, kLd>(b0, b1, tile, nb * 8 + (g ^ 1), kk * 16, qd);",
-                           OPS_ATTENTION, r"bf16 attention_forward .*FAIL"),
+    # ldmatrix's row addresses given by the wrong lanes: each B fragment of K holds the next key's row
+    "fa2_ldmatrix_wrong_row": (FA2, "  ldmatrix<4>(b, tile + (n0 + lane % 8) * kLd + k0 + (lane / 8) * 8);",
+                               "  ldmatrix<4>(b, tile + (n0 + (lane + 1) % 8) * kLd + k0 + (lane / 8) * 8);",
+                               OPS_ATTENTION, r"bf16 attention_forward .*FAIL"),
+    # V read without .trans: P V's B fragments come out transposed
+    "fa2_ldmatrix_no_trans": (FA2, "  ldmatrix<4, true>(b, tile + (k0 + (i % 2) * 8 + lane % 8) * kLd",
+                              "  ldmatrix<4>(b, tile + (k0 + (i % 2) * 8 + lane % 8) * kLd",
+                              OPS_ATTENTION, r"bf16 attention_forward .*FAIL"),
+    # the causal mask skipped on tiles that cross the diagonal (tested against the warp's last row,
+    # not its first)
+    "fa2_mask_off_diagonal": (FA2, "      const bool diagonal = k0 + kKeys - 1 > w0;  // some key after some row: the causal mask",
+                              "      const bool diagonal = k0 + kKeys - 1 > warp_last;",
+                              OPS_ATTENTION, r"bf16 attention_forward .*FAIL"),
     # the forward launched over 48 KB of dynamic shared memory without raising the attribute
-    "fa2_no_shared_attribute": (FA2, "  if (smem > 48 * 1024)\n    ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, "
-                                "cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));\n", "",
+    "fa2_no_shared_attribute": (FA2, "  auto kernel = attention_forward_fa2_kernel<T, HS>;\n  allow_smem(kernel, smem);\n",
+                                "  auto kernel = attention_forward_fa2_kernel<T, HS>;\n",
                                 OPS_ATTENTION, r"asks \d+ bytes of dynamic shared memory; its "
                                 r"cudaFuncAttributeMaxDynamicSharedMemorySize allows 49152"),
     # an off-by-one bound in add: the thread at i == n reads and writes one vector past the end

@@ -97,14 +97,22 @@ def summary(path):
     unfused = value(res, "bench_unfused", "tokens_per_s")
     res["derived"]["fused_epilogues_speedup"] = round(ztrain / unfused, 3) if ztrain and unfused else None
     # attention (bf16) against the GEMM ceiling, per head size and T (targets: forward >= 0.5,
-    # backward >= 0.4): the default FlashAttention-2 kernels and the WMMA ones they replaced
-    for name in ("attention", "attention_wmma"):
+    # backward >= 0.4): the default FlashAttention-2 kernels, their first generation and the WMMA
+    # ones; and the default's speed-up over the first generation in the same run
+    for name in ("attention", "attention_fa2_v1", "attention_wmma"):
         for r in res["stages"].get(name, {}).get("result", []):
             if r.get("precision") != "bf16" or "fwd_tflops" not in r or not bf16_ceiling:
                 continue
             key = f"{name}_hs{r['head_size']}_T{r['T']}_vs_gemm_ceiling"
             res["derived"][key] = {"fwd": round(r["fwd_tflops"] / bf16_ceiling, 3),
                                    "bwd": round(r["bwd_tflops"] / bf16_ceiling, 3)}
+    old_by_shape = {(r.get("head_size"), r.get("T"), r.get("precision")): r
+                    for r in res["stages"].get("attention_fa2_v1", {}).get("result", []) if "fwd_ms" in r}
+    for r in res["stages"].get("attention", {}).get("result", []):
+        old = old_by_shape.get((r.get("head_size"), r.get("T"), r.get("precision")))
+        if old and r.get("precision") == "bf16" and r.get("fwd_ms") and r.get("bwd_ms"):
+            res["derived"][f"attention_hs{r['head_size']}_T{r['T']}_speedup_over_fa2_v1"] = {
+                "fwd": round(old["fwd_ms"] / r["fwd_ms"], 3), "bwd": round(old["bwd_ms"] / r["bwd_ms"], 3)}
     save(path, res)
     print(f"{'stage':<16} {'exit':>5} {'seconds':>8}  result")
     for n, s in res["stages"].items():

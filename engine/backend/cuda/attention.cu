@@ -607,8 +607,9 @@ inline size_t smem_optin_limit() {
 
 // ZTRAIN_ATTENTION picks the kernels, for comparison and as a way back: unset (or "fa2"), the
 // FlashAttention-2 kernels (attention_fa2.cu) where they apply (bf16/fp16, head size 64 or 128),
-// else the WMMA tensor-core ones below, else the CUDA-core ones; "wmma" skips the FlashAttention-2
-// kernels; "simt" forces the CUDA-core ones.
+// else the WMMA tensor-core ones below, else the CUDA-core ones; "fa2-v1" the first generation of
+// the FlashAttention-2 kernels (attention_fa2_v1.cu) in their place; "wmma" skips both; "simt"
+// forces the CUDA-core ones.
 const std::string& attention_choice() {
   static const std::string choice = [] {
     const char* v = std::getenv("ZTRAIN_ATTENTION");
@@ -618,6 +619,21 @@ const std::string& attention_choice() {
 }
 
 bool use_fa2() { return attention_choice() != "wmma" && attention_choice() != "simt"; }
+bool use_fa2_v1() { return attention_choice() == "fa2-v1"; }
+
+template <typename T>
+bool forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
+  if (!use_fa2()) return false;
+  return use_fa2_v1() ? attention_forward_fa2_v1(out, lse, qkv, B, T_, C, NH, NKV, s)
+                      : attention_forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, s);
+}
+template <typename T>
+bool backward_fa2(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_, int C, int NH,
+                  int NKV, cudaStream_t s) {
+  if (!use_fa2()) return false;
+  return use_fa2_v1() ? attention_backward_fa2_v1(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s)
+                      : attention_backward_fa2(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
+}
 
 // The tensor-core path applies to 16-bit types and head sizes that are multiples of 16.
 template <typename T>
@@ -650,7 +666,7 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
   if (B * T_ <= 0) return;
   const int hs = C / NH;
   if constexpr (sizeof(T) == 2) {
-    if (use_fa2() && attention_forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, s)) return;
+    if (forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, s)) return;
     const TcLayout L(hs);
     if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
       auto kernel = attention_forward_tc_kernel<T>;
@@ -682,7 +698,7 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
          C, NH);
   ZT_CUDA_LAUNCH_CHECK();
   if constexpr (sizeof(T) == 2) {
-    if (use_fa2() && attention_backward_fa2(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s)) return;
+    if (backward_fa2(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s)) return;
     const TcBwdLayout L(hs);
     if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
       const dim3 tc_grid(blocks_for(T_, kTcRows), unsigned(B * NH)), kv_grid(tc_grid.x, unsigned(B * NKV));

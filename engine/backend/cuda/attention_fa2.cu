@@ -1,114 +1,142 @@
-// Causal attention in FlashAttention-2's structure, on mma.sync tensor-core instructions
-// with everything a warp computes held in registers (bf16 / fp16, head size 64 or 128):
-// - a block of 4 warps takes 64 queries, 16 per warp; each warp keeps its Q rows as mma A
-//   fragments in registers for the whole kernel;
-// - 64-key tiles of K and V stream through shared memory with 16-byte cp.async loads, double
-//   buffered: the next tile loads while this one computes;
-// - S = Q K^T (16 x 64 per warp) lands in mma accumulators; the online softmax runs on them in
-//   registers (a row's 64 scores are spread over the 4 lanes of a quad: shuffles reduce them);
-// - P is converted in registers straight into A fragments of O += P V (the accumulator layout of
-//   m16n8k16 matches the A layout two n-blocks at a time), so S and P never touch shared memory;
-// - O (16 x hs) stays in fp32 accumulators; each row's log-sum-exp is written for the backward.
-// P is rounded to T before P V, as in FlashAttention. The backward (below) follows the same plan.
-// The default attention where it applies (ZTRAIN_ATTENTION=wmma takes the older WMMA kernels). Not
-// yet run on a GPU: the index arithmetic is checked by a numpy emulation of the fragment layouts
-// below (tools/fa2_emulation, in CI: forward and backward, head sizes 64 and 128, T = 150,
-// grouped-query heads); the GPU check compares both kernel sets with the CPU backend.
-//
-// mma.sync.m16n8k16 fragments (PTX ISA, 16-bit A/B, fp32 C), g = lane / 4, q = lane % 4:
-//   A (16 x 16, row-major): a0 = (g, 2q..2q+1), a1 = (g + 8, 2q..), a2 = (g, 2q + 8..), a3 = (g + 8, 2q + 8..)
-//   B (16 x 8, k x n):      b0 = (k = 2q..2q+1, n = g), b1 = (k = 2q + 8.., n = g)
-//   C (16 x 8):             c0, c1 = (g, 2q..2q+1), c2, c3 = (g + 8, 2q..2q+1)
+// Causal attention in FlashAttention-2's structure on mma.sync tensor cores, with the fragments
+// read from shared memory by ldmatrix (bf16 / fp16, head size 64 or 128); the default attention
+// where it applies. What changed from the first generation (attention_fa2_v1.cu, kept for
+// comparison: ZTRAIN_ATTENTION=fa2-v1):
+// - every B fragment (K, V, Q, dO) and every A fragment read from shared memory comes from one
+//   ldmatrix.x4 per two mma (.trans where the tile is k-major: V in P V, dO and Q in dV and dK,
+//   K in dQ), where the first generation issued two 32-bit or four 16-bit loads per mma;
+// - the forward's warps take 32 query rows at head size 64 (fa2::forward_m_tiles), so each
+//   fragment read feeds two mma;
+// - the causal mask is computed only on tiles that cross the diagonal, and tiles wholly past a
+//   warp's rows are skipped;
+// - the forward and dQ launch the query tiles with the most K/V tiles first, so the grid does not
+//   end on a tail of heavy blocks (the dK/dV kernel's first key tiles are its heavy ones already).
+// The plan is otherwise the first generation's: Q (and dO) rows as A fragments in registers for the
+// whole kernel, K/V (or Q/dO) tiles streamed through shared memory with cp.async, double
+// buffered; S, P, dP and dS never leave registers (C fragments become A fragments two n-blocks
+// at a time); P and dS rounded to T before their products, as in FlashAttention. The backward is
+// 7 matrix-product units (dQ recomputes S and dP), deterministic (no atomics).
+// Fragment layouts: attention_fa2_tiles.cuh; ldmatrix's: ptx.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
+#include "engine/backend/cuda/attention_fa2_layout.h"
+#include "engine/backend/cuda/attention_fa2_tiles.cuh"
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
 #include "engine/backend/cuda/ptx.cuh"
-#include "engine/backend/cuda/attention_fa2_layout.h"
 
 namespace zt::cuda {
 
 namespace {
+using fa2::a_from_c;
+using fa2::Heads;
 using fa2::kKeys;
 using fa2::kRows;
 using fa2::kWarps;
+using fa2::load_a_rows;
+using fa2::load_rows;
+using fa2::pack2;
 
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
+constexpr float kLog2e = 1.4426950408889634f;
+// attention_fa2_layout.h's sizes as compile-time constants the kernels can use (host constexpr
+// functions are not callable from device code; a variable template is evaluated at compile time)
+template <int HS>
+constexpr int kLdOf = int(fa2::padded_row(HS));
+template <int HS>
+constexpr int kMTilesOf = fa2::forward_m_tiles(HS);
+template <int HS>
+constexpr int kForwardRowsOf = fa2::forward_rows(HS);
+template <int HS>
+constexpr int kDkdvRowsOf = fa2::dkdv_query_rows(HS);
+
+// B fragments of two k-steps for n-block rows [n0, n0 + 8) of a shared (n, kLd) tile that holds
+// B transposed (row n = column n of B, as K in Q K^T): b[0], b[1] = k-step k0, b[2], b[3] = k0 + 16.
+// Matrix i = lane / 8 is rows n0 .. n0 + 7, columns k0 + 8 i .. + 7.
+template <typename T, int kLd>
+__device__ __forceinline__ void ldsm_b_nk(uint32_t (&b)[4], const T* tile, int n0, int k0, int lane) {
+  ldmatrix<4>(b, tile + (n0 + lane % 8) * kLd + k0 + (lane / 8) * 8);
 }
 
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(T lo, T hi) {
-  const uint16_t a = *reinterpret_cast<const uint16_t*>(&lo), b = *reinterpret_cast<const uint16_t*>(&hi);
-  return uint32_t(a) | (uint32_t(b) << 16);
+// B fragments of k-step [k0, k0 + 16) for two n-blocks n0, n0 + 8 of a shared (k, kLd) tile that
+// holds B as it is (row k, as V in P V): b[0], b[1] = n-block n0, b[2], b[3] = n0 + 8. Matrix i is
+// rows k0 + 8 (i % 2) .. + 7, columns n0 + 8 (i / 2) .. + 7, transposed by ldmatrix.
+template <typename T, int kLd>
+__device__ __forceinline__ void ldsm_b_kn(uint32_t (&b)[4], const T* tile, int k0, int n0, int lane) {
+  const int i = lane / 8;
+  ldmatrix<4, true>(b, tile + (k0 + (i % 2) * 8 + lane % 8) * kLd + n0 + (i / 2) * 8);
 }
 
-// The A fragment of k-step kk from the fp32 accumulators of n-blocks 2 kk and 2 kk + 1 (rounded
-// to T): m16n8k16's C layout, two n-blocks side by side, is its A layout.
-template <typename T, int N>
-__device__ __forceinline__ void a_from_c(uint32_t (&a)[4], const float (&c)[N][4], int kk) {
-  a[0] = pack2<T>(c[2 * kk][0], c[2 * kk][1]);
-  a[1] = pack2<T>(c[2 * kk][2], c[2 * kk][3]);
-  a[2] = pack2<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-  a[3] = pack2<T>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+// The A fragment of rows [r0, r0 + 16), k-step [k0, k0 + 16) of a shared row-major (.., kLd) tile:
+// matrix i is rows r0 + 8 (i % 2), columns k0 + 8 (i / 2) (a0..a3's order)
+template <typename T, int kLd>
+__device__ __forceinline__ void ldsm_a(uint32_t (&a)[4], const T* tile, int r0, int k0, int lane) {
+  const int i = lane / 8;
+  ldmatrix<4>(a, tile + (r0 + (i % 2) * 8 + lane % 8) * kLd + k0 + (i / 2) * 8);
 }
 
-// Where query head h of sequence b lives in qkv (B,T,(NH + 2 NKV) hs), out (B,T,C), lse (B,NH,T)
-struct Heads {
-  int64_t row, q, k, v, o, stat;  // row: elements per (b, t) row of qkv; the rest: offsets of t = 0
-  __device__ Heads(int T_, int C, int NH, int NKV, int hs, int bh) : Heads(T_, C, NH, NKV, hs, bh / NH, bh % NH) {}
-  // query head h of sequence b, with its key/value head
-  __device__ Heads(int T_, int C, int NH, int NKV, int hs, int b, int h) {
-    const int kvh = h / (NH / NKV);
-    row = int64_t(NH + 2 * NKV) * hs;
-    q = int64_t(b) * T_ * row + int64_t(h) * hs;
-    k = int64_t(b) * T_ * row + C + int64_t(kvh) * hs;
-    v = k + int64_t(NKV) * hs;
-    o = int64_t(b) * T_ * C + int64_t(h) * hs;
-    stat = (int64_t(b) * NH + h) * T_;
-  }
-};
-
-// rows [t0, t0 + ROWS) of a (.., T, ld) tensor at `base` + t * ld into a shared (ROWS, HS + 8) tile, zeros past T
-template <typename T, int HS, int ROWS = kKeys>
-__device__ void load_rows(T* dst, const T* base, int64_t ld, int t0, int T_) {
-  constexpr int kLd = HS + 8, kChunks = HS / 8;
-  for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += blockDim.x) {
-    const int r = idx / kChunks, c = (idx % kChunks) * 8, t = t0 + r;
-    cp_async16(dst + r * kLd + c, base + int64_t(t < T_ ? t : 0) * ld + c, t < T_);
-  }
-}
-
-// A fragments of 16 rows (r0 = first + g, r1 = r0 + 8) of a (T, ld) tensor, zeros past T
-template <typename T, int HS>
-__device__ void load_a_rows(uint32_t (&a)[HS / 16][4], const T* base, int64_t ld, int r0, int T_, int qd) {
-  for (int kk = 0; kk < HS / 16; ++kk)
-    for (int i = 0; i < 4; ++i) {
-      const int r = r0 + (i % 2) * 8, c = kk * 16 + 2 * qd + (i / 2) * 8;
-      a[kk][i] = r < T_ ? *reinterpret_cast<const uint32_t*>(base + int64_t(r) * ld + c) : 0u;
+// c[m] (16 x 8 NB, fp32) += a[m] (16 x HS, A fragments) times the transpose of a shared (8 NB, HS)
+// tile, for M m-tiles that share every B fragment read
+template <typename T, int HS, int kLd, int M, int NB>
+__device__ __forceinline__ void a_times_tile_t(float (&c)[M][NB][4], const uint32_t (&a)[M][HS / 16][4],
+                                               const T* tile, int lane) {
+#pragma unroll
+  for (int nb = 0; nb < NB; ++nb)
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk += 2) {
+      uint32_t b[4];
+      ldsm_b_nk<T, kLd>(b, tile, nb * 8, kk * 16, lane);
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        mma16816<T>(c[m][nb], a[m][kk], b[0], b[1]);
+        mma16816<T>(c[m][nb], a[m][kk + 1], b[2], b[3]);
+      }
     }
 }
 
-// B fragment pair for k = rows 2qd.. (and + 8) of a shared (rows, kLd) tile at column n: the
-// "transposed" read (two 16-bit loads a register)
-template <typename T, int kLd>
-__device__ __forceinline__ void b_down(uint32_t& b0, uint32_t& b1, const T* tile, int k0, int n, int qd) {
-  const T* p = tile + (k0 + 2 * qd) * kLd + n;
-  b0 = pack2<T>(p[0], p[kLd]);
-  b1 = pack2<T>(p[8 * kLd], p[9 * kLd]);
+// The same with the A rows read from a shared tile (rows [r0, r0 + 16) of `rows`) as needed
+template <typename T, int HS, int kLd, int NB>
+__device__ __forceinline__ void rows_times_tile_t(float (&c)[NB][4], const T* rows, int r0, const T* tile, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < HS / 16; kk += 2) {
+    uint32_t a0[4], a1[4];
+    ldsm_a<T, kLd>(a0, rows, r0, kk * 16, lane);
+    ldsm_a<T, kLd>(a1, rows, r0, kk * 16 + 16, lane);
+#pragma unroll
+    for (int nb = 0; nb < NB; ++nb) {
+      uint32_t b[4];
+      ldsm_b_nk<T, kLd>(b, tile, nb * 8, kk * 16, lane);
+      mma16816<T>(c[nb], a0, b[0], b[1]);
+      mma16816<T>(c[nb], a1, b[2], b[3]);
+    }
+  }
+}
+
+// o[m] (16 x HS, fp32) += p[m] (16 x 8 NS: accumulators, rounded to T as A fragments) times a
+// shared (8 NS, HS) tile, for M m-tiles that share every B fragment read
+template <typename T, int HS, int kLd, int M, int NS>
+__device__ __forceinline__ void c_times_tile(float (&o)[M][HS / 8][4], const float (&p)[M][NS][4], const T* tile,
+                                             int lane) {
+#pragma unroll
+  for (int kk = 0; kk < NS / 2; ++kk) {
+    uint32_t pa[M][4];
+#pragma unroll
+    for (int m = 0; m < M; ++m) a_from_c<T>(pa[m], p[m], kk);
+#pragma unroll
+    for (int dn = 0; dn < HS / 8; dn += 2) {
+      uint32_t b[4];
+      ldsm_b_kn<T, kLd>(b, tile, kk * 16, dn * 8, lane);
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        mma16816<T>(o[m][dn], pa[m], b[0], b[1]);
+        mma16816<T>(o[m][dn + 1], pa[m], b[2], b[3]);
+      }
+    }
+  }
 }
 
 // rows [t0, t0 + 64) of K and V (zeros past T) into shared tiles of (64, HS + 8)
@@ -118,183 +146,142 @@ __device__ void load_kv(T* Ks, T* Vs, const T* qkv, const Heads& H, int t0, int 
   load_rows<T, HS>(Vs, qkv + H.v, H.row, t0, T_);
 }
 
-// B fragment pair for n = row `n` of a shared tile, k = columns k0 + 2qd.. (and + 8): contiguous
-template <typename T, int kLd>
-__device__ __forceinline__ void b_across(uint32_t& b0, uint32_t& b1, const T* tile, int n, int k0, int qd) {
-  const T* p = tile + n * kLd + k0 + 2 * qd;
-  b0 = *reinterpret_cast<const uint32_t*>(p);
-  b1 = *reinterpret_cast<const uint32_t*>(p + 8);
-}
-
-// c (16 x 8 NB, fp32) = a (16 x HS, A fragments) times the transpose of a shared (8 NB, HS) tile
-template <typename T, int HS, int kLd, int NB>
-__device__ __forceinline__ void times_tile_t(float (&c)[NB][4], const uint32_t (&a)[HS / 16][4], const T* tile, int g,
-                                             int qd) {
-  for (int nb = 0; nb < NB; ++nb)
-    for (int kk = 0; kk < HS / 16; ++kk) {
-      uint32_t b0, b1;
-      b_across<T, kLd>(b0, b1, tile, nb * 8 + g, kk * 16, qd);
-      mma16816<T>(c[nb], a[kk], b0, b1);
-    }
-}
-
-// The A fragment of k-step k0 / 16 for 16 rows of a shared (.., kLd) tile: r = the thread's first row (g)
-template <typename T, int kLd>
-__device__ __forceinline__ void a_from_tile(uint32_t (&a)[4], const T* tile, int r, int k0, int qd) {
-  const T* p = tile + r * kLd + k0 + 2 * qd;
-  a[0] = *reinterpret_cast<const uint32_t*>(p);
-  a[1] = *reinterpret_cast<const uint32_t*>(p + 8 * kLd);
-  a[2] = *reinterpret_cast<const uint32_t*>(p + 8);
-  a[3] = *reinterpret_cast<const uint32_t*>(p + 8 * kLd + 8);
-}
-
-// times_tile_t with the A rows read from shared memory as needed (r: the thread's first row there)
-template <typename T, int HS, int kLd, int NB>
-__device__ __forceinline__ void rows_times_tile_t(float (&c)[NB][4], const T* rows, int r, const T* tile, int g,
-                                                  int qd) {
-#pragma unroll
-  for (int kk = 0; kk < HS / 16; ++kk) {
-    uint32_t a[4];
-    a_from_tile<T, kLd>(a, rows, r, kk * 16, qd);
-#pragma unroll
-    for (int nb = 0; nb < NB; ++nb) {
-      uint32_t b0, b1;
-      b_across<T, kLd>(b0, b1, tile, nb * 8 + g, kk * 16, qd);
-      mma16816<T>(c[nb], a, b0, b1);
-    }
-  }
-}
-
+// ---- Forward. A block of 4 warps takes fa2::forward_rows(HS) queries, 16 M per warp (M m-tiles);
+// each warp's rows are [w0, w0 + 16 M), a thread's are w0 + 16 m + g and + 8.
 template <typename T, int HS>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_forward_fa2_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
-  constexpr int kLd = HS + 8;  // shared rows padded by 16 bytes: the quads' 32-bit reads spread over banks
+  constexpr int kLd = kLdOf<HS>, kM = kMTilesOf<HS>, kWarpRows = 16 * kM;
+  constexpr int kBlockRows = kForwardRowsOf<HS>, kTile = kKeys * kLd;
   extern __shared__ __align__(16) unsigned char smem[];
   T* tiles = reinterpret_cast<T*>(smem);  // [2 buffers][K, V][64][kLd]
   const Heads H(T_, C, NH, NKV, HS, blockIdx.y);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-  const int q0 = blockIdx.x * kRows, row0 = q0 + warp * 16 + g, row1 = row0 + 8;  // this thread's two rows
-  const float scale_log2 = scale * 1.4426950408889634f;  // softmax in base 2: exp2f
+  // heavy blocks first: block 0 takes the last query tile, which reads every K/V tile
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * kBlockRows, w0 = q0 + warp * kWarpRows;
+  const int warp_last = w0 + kWarpRows - 1;
+  const float scale_log2 = scale * kLog2e;  // softmax in base 2: exp2f
 
-  // Q rows of this warp as A fragments, for the HS / 16 steps of the dot products
-  uint32_t qa[HS / 16][4];
-  load_a_rows<T, HS>(qa, qkv + H.q, H.row, row0, T_, q);
-  float o[HS / 8][4] = {};                     // O (16 x HS) of this warp, fp32
-  float m0 = -INFINITY, m1 = -INFINITY;         // running maxima (base 2) of rows row0, row1
-  float l0 = 0, l1 = 0;                         // this thread's part of the running sums
+  uint32_t qa[kM][HS / 16][4];  // this warp's Q rows as A fragments
+#pragma unroll
+  for (int m = 0; m < kM; ++m) load_a_rows<T, HS>(qa[m], qkv + H.q, H.row, w0 + 16 * m + g, T_, q);
+  float o[kM][HS / 8][4] = {};  // O (16 M x HS) of this warp, fp32
+  float mx[kM][2], l[kM][2];    // running maxima (base 2) of the thread's rows; its part of the sums
+#pragma unroll
+  for (int m = 0; m < kM; ++m) mx[m][0] = mx[m][1] = -INFINITY, l[m][0] = l[m][1] = 0;
 
-  const int last_q = min(q0 + kRows, T_) - 1, n_tiles = last_q / kKeys + 1;
-  load_kv<T, HS>(tiles, tiles + kKeys * kLd, qkv, H, 0, T_);
+  const int last_q = min(q0 + kBlockRows, T_) - 1, n_tiles = last_q / kKeys + 1;
+  load_kv<T, HS>(tiles, tiles + kTile, qkv, H, 0, T_);
   cp_async_commit();
   for (int j = 0; j < n_tiles; ++j) {
-    T* Ks = tiles + (j % 2) * 2 * kKeys * kLd;
-    T* Vs = Ks + kKeys * kLd;
+    const T* Ks = tiles + (j % 2) * 2 * kTile;
+    const T* Vs = Ks + kTile;
     if (j + 1 < n_tiles) {  // the next tile into the other buffer while this one computes
-      T* nK = tiles + ((j + 1) % 2) * 2 * kKeys * kLd;
-      load_kv<T, HS>(nK, nK + kKeys * kLd, qkv, H, (j + 1) * kKeys, T_);
+      T* nK = tiles + ((j + 1) % 2) * 2 * kTile;
+      load_kv<T, HS>(nK, nK + kTile, qkv, H, (j + 1) * kKeys, T_);
     }
     cp_async_commit();
     cp_async_wait<1>();  // all but the newest group: tile j is in
     __syncthreads();
     const int k0 = j * kKeys;
-
-    // S (16 x 64) = Q K^T: 8 n-blocks of 8 keys
-    float s[kKeys / 8][4] = {};
-    times_tile_t<T, HS, kLd>(s, qa, Ks, g, q);
-    // causal mask, scale, row maxima (a row's scores sit in the 4 lanes of its quad)
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-    for (int nb = 0; nb < kKeys / 8; ++nb)
-      for (int i = 0; i < 4; ++i) {
-        const int key = k0 + nb * 8 + 2 * q + (i % 2), r = i < 2 ? row0 : row1;
-        s[nb][i] = key <= r ? s[nb][i] * scale_log2 : -INFINITY;
-        if (i < 2) mx0 = fmaxf(mx0, s[nb][i]);
-        else mx1 = fmaxf(mx1, s[nb][i]);
+    if (k0 <= warp_last) {  // (warp-uniform) keys all after this warp's rows add nothing
+      // S (16 M x 64) = Q K^T: 8 n-blocks of 8 keys
+      float s[kM][kKeys / 8][4] = {};
+      a_times_tile_t<T, HS, kLd>(s, qa, Ks, lane);
+      const bool diagonal = k0 + kKeys - 1 > w0;  // some key after some row: the causal mask
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        const int r0 = w0 + 16 * m + g, r1 = r0 + 8;
+        float mx0 = -INFINITY, mx1 = -INFINITY;  // scale, mask, row maxima (a row sits in the 4 lanes of a quad)
+#pragma unroll
+        for (int nb = 0; nb < kKeys / 8; ++nb)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const int key = k0 + nb * 8 + 2 * q + (i % 2);
+            float& v = s[m][nb][i];
+            v = !diagonal || key <= (i < 2 ? r0 : r1) ? v * scale_log2 : -INFINITY;
+            if (i < 2) mx0 = fmaxf(mx0, v);
+            else mx1 = fmaxf(mx1, v);
+          }
+        for (int off = 1; off <= 2; off *= 2) {
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+        }
+        // tile 0 holds key 0 <= every row, and every warp computes it: the maxima are finite from it on
+        const float n0 = fmaxf(mx[m][0], mx0), n1 = fmaxf(mx[m][1], mx1);
+        const float c0 = exp2f(mx[m][0] - n0), c1 = exp2f(mx[m][1] - n1);  // 0 on the first tile (m = -inf)
+        mx[m][0] = n0, mx[m][1] = n1;
+        float sum0 = 0, sum1 = 0;
+#pragma unroll
+        for (int nb = 0; nb < kKeys / 8; ++nb) {
+          s[m][nb][0] = exp2f(s[m][nb][0] - n0), s[m][nb][1] = exp2f(s[m][nb][1] - n0);
+          s[m][nb][2] = exp2f(s[m][nb][2] - n1), s[m][nb][3] = exp2f(s[m][nb][3] - n1);
+          sum0 += s[m][nb][0] + s[m][nb][1], sum1 += s[m][nb][2] + s[m][nb][3];
+        }
+        l[m][0] = l[m][0] * c0 + sum0, l[m][1] = l[m][1] * c1 + sum1;
+#pragma unroll
+        for (int dn = 0; dn < HS / 8; ++dn)
+          o[m][dn][0] *= c0, o[m][dn][1] *= c0, o[m][dn][2] *= c1, o[m][dn][3] *= c1;
       }
-    for (int off = 1; off <= 2; off *= 2) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-    }
-    // tile 0 holds key k0 = 0 <= every row: the maxima are finite from the first tile on
-    const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-    const float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);  // 0 on the first tile (m = -inf)
-    m0 = n0, m1 = n1;
-    float sum0 = 0, sum1 = 0;
-    for (int nb = 0; nb < kKeys / 8; ++nb) {
-      s[nb][0] = exp2f(s[nb][0] - n0), s[nb][1] = exp2f(s[nb][1] - n0);
-      s[nb][2] = exp2f(s[nb][2] - n1), s[nb][3] = exp2f(s[nb][3] - n1);
-      sum0 += s[nb][0] + s[nb][1], sum1 += s[nb][2] + s[nb][3];
-    }
-    l0 = l0 * c0 + sum0, l1 = l1 * c1 + sum1;
-    for (int dn = 0; dn < HS / 8; ++dn) o[dn][0] *= c0, o[dn][1] *= c0, o[dn][2] *= c1, o[dn][3] *= c1;
-
-    // O += P V: P's accumulators of n-blocks 2 kk and 2 kk + 1 are the A fragment of key step kk
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t pa[4];
-      a_from_c<T>(pa, s, kk);
-      for (int dn = 0; dn < HS / 8; ++dn) {  // V (keys x dims): B's k = key, n = dim
-        uint32_t b0, b1;
-        b_down<T, kLd>(b0, b1, Vs, kk * 16, dn * 8 + g, q);
-        mma16816<T>(o[dn], pa, b0, b1);
-      }
+      // O += P V: P's accumulators of n-blocks 2 kk and 2 kk + 1 are the A fragment of key step kk
+      c_times_tile<T, HS, kLd>(o, s, Vs, lane);
     }
     __syncthreads();  // every warp is done with this buffer before it is refilled
   }
   cp_async_wait<0>();
 
-  for (int off = 1; off <= 2; off *= 2) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
-  }
   const float ln2 = 0.6931471805599453f;
-  for (int half = 0; half < 2; ++half) {
-    const int r = half ? row1 : row0;
-    if (r >= T_) continue;
-    const float inv = 1.0f / (half ? l1 : l0);
-    T* dst = out + H.o + int64_t(r) * C + 2 * q;
-    for (int dn = 0; dn < HS / 8; ++dn)
-      *reinterpret_cast<uint32_t*>(dst + dn * 8) = pack2<T>(o[dn][2 * half] * inv, o[dn][2 * half + 1] * inv);
-    if (q == 0) lse[H.stat + r] = (half ? m1 : m0) * ln2 + logf(half ? l1 : l0);
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    float l0 = l[m][0], l1 = l[m][1];
+    for (int off = 1; off <= 2; off *= 2) {
+      l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+      l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+    }
+    for (int half = 0; half < 2; ++half) {
+      const int r = w0 + 16 * m + g + 8 * half;
+      if (r >= T_) continue;
+      const float sum = half ? l1 : l0, inv = 1.0f / sum;
+      T* dst = out + H.o + int64_t(r) * C + 2 * q;
+#pragma unroll
+      for (int dn = 0; dn < HS / 8; ++dn)
+        *reinterpret_cast<uint32_t*>(dst + dn * 8) =
+            pack2<T>(o[m][dn][2 * half] * inv, o[m][dn][2 * half + 1] * inv);
+      if (q == 0) lse[H.stat + r] = mx[m][half] * ln2 + logf(sum);
+    }
   }
 }
 
-// ---- Backward (FlashAttention-2's recurrences, the same split as the WMMA backward): dK/dV
-// parallel over key tiles, each warp holding 16 keys' K and V as A fragments and their dK, dV in
-// fp32 accumulators while the query tiles (Q, dO, lse, D of every query head of the key/value
+// ---- Backward (FlashAttention-2's recurrences): dK/dV parallel over key tiles, each warp holding
+// 16 keys' K and V as A fragments (at head size 128: in shared memory, read as needed) and their dK,
+// dV in fp32 accumulators while the query tiles (Q, dO, lse, D of every query head of the key/value
 // head's group) stream through shared memory; dQ parallel over query tiles, each warp holding 16
-// queries' Q and dO as A fragments and dQ in accumulators while K/V tiles stream. S^T, P^T, dP^T
-// and dS^T (or S, P, dP, dS) stay in registers; P and dS are rounded to T before their products,
-// as in FlashAttention. At head size 128, dK and dV take 128 fp32 registers a thread, so the dK/dV
-// kernel streams query tiles of 32 (S^T and dP^T: 32 registers) and keeps K and V in shared memory,
-// reading their fragments as needed.
-
-// query rows per tile streamed by the dK/dV kernel
-template <int HS>
-constexpr int kDkdvQueryRows = fa2::dkdv_query_rows(HS);
+// queries' Q and dO as A fragments and dQ in accumulators while K/V tiles stream.
 
 template <typename T, int HS>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_backward_dkdv_fa2_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_,
                                        int C, int NH, int NKV, float scale) {
-  constexpr int kLd = HS + 8, kQ = kDkdvQueryRows<HS>, kTile = kQ * kLd, kKvTile = kKeys * kLd;
+  constexpr int kLd = kLdOf<HS>, kQ = kDkdvRowsOf<HS>, kTile = kQ * kLd, kKvTile = kKeys * kLd;
   constexpr bool kSharedKV = HS > 64;  // K and V rows in shared memory rather than registers
   extern __shared__ __align__(16) unsigned char smem[];
-  T* tiles = reinterpret_cast<T*>(smem);                                      // [2][Q, dO][kQ][kLd]
+  T* tiles = reinterpret_cast<T*>(smem);                                          // [2][Q, dO][kQ][kLd]
   float* stats = reinterpret_cast<float*>(smem + size_t(4) * kTile * sizeof(T));  // [2][lse2, D][kQ]
-  T* kv = reinterpret_cast<T*>(stats + 4 * kQ);                               // kSharedKV: [K, V][64][kLd]
+  T* kv = reinterpret_cast<T*>(stats + 4 * kQ);                                   // kSharedKV: [K, V][64][kLd]
   const int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, group = NH / NKV;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
-  const int k0 = blockIdx.x * kKeys, kr0 = k0 + warp * 16 + g, kr1 = kr0 + 8;  // this thread's two keys
-  const float scale_log2 = scale * 1.4426950408889634f;
+  const int k0 = blockIdx.x * kKeys, kw0 = k0 + warp * 16, kr0 = kw0 + g, kr1 = kr0 + 8;  // this thread's two keys
+  const float scale_log2 = scale * kLog2e;
   const Heads H0(T_, C, NH, NKV, HS, b, kvh * group);  // the key/value head's offsets
-  uint32_t ka[kSharedKV ? 1 : HS / 16][4], va[kSharedKV ? 1 : HS / 16][4];
+  uint32_t ka[1][kSharedKV ? 1 : HS / 16][4], va[1][kSharedKV ? 1 : HS / 16][4];
   if constexpr (kSharedKV) {
     load_rows<T, HS>(kv, qkv + H0.k, H0.row, k0, T_);  // in the first cp.async group, with tile 0
     load_rows<T, HS>(kv + kKvTile, qkv + H0.v, H0.row, k0, T_);
   } else {
-    load_a_rows<T, HS>(ka, qkv + H0.k, H0.row, k0 + warp * 16 + g, T_, qd);
-    load_a_rows<T, HS>(va, qkv + H0.v, H0.row, k0 + warp * 16 + g, T_, qd);
+    load_a_rows<T, HS>(ka[0], qkv + H0.k, H0.row, kr0, T_, qd);
+    load_a_rows<T, HS>(va[0], qkv + H0.v, H0.row, kr0, T_, qd);
   }
-  float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+  float dk[1][HS / 8][4] = {}, dv[1][HS / 8][4] = {};
   const int first = k0 / kQ, n_tiles = (T_ + kQ - 1) / kQ - first;  // query tiles at or after the keys
   const int total = group * n_tiles;  // (query head, query tile) pairs, streamed in that order
   auto load = [&](int i, int buf) {
@@ -306,7 +293,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     float* st = stats + buf * 2 * kQ;
     for (int r = threadIdx.x; r < kQ; r += blockDim.x) {
       const int t = t0 + r;
-      st[r] = t < T_ ? lse[H.stat + t] * 1.4426950408889634f : INFINITY;  // past T: P = 0
+      st[r] = t < T_ ? lse[H.stat + t] * kLog2e : INFINITY;  // past T: P = 0
       st[kQ + r] = t < T_ ? D[H.stat + t] : 0.0f;
     }
   };
@@ -324,35 +311,33 @@ __global__ void __launch_bounds__(32 * kWarps)
     const float* Dq = L2 + kQ;
     const int t0 = (first + i % n_tiles) * kQ;
     // S^T (16 keys x kQ queries) = K Q^T and dP^T = V dO^T
-    float st[kQ / 8][4] = {}, dpt[kQ / 8][4] = {};
+    float st[1][kQ / 8][4] = {}, dpt[1][kQ / 8][4] = {};
     if constexpr (kSharedKV) {
-      rows_times_tile_t<T, HS, kLd>(st, kv, warp * 16 + g, Qs, g, qd);
-      rows_times_tile_t<T, HS, kLd>(dpt, kv + kKvTile, warp * 16 + g, dOs, g, qd);
+      rows_times_tile_t<T, HS, kLd>(st[0], kv, warp * 16, Qs, lane);
+      rows_times_tile_t<T, HS, kLd>(dpt[0], kv + kKvTile, warp * 16, dOs, lane);
     } else {
-      times_tile_t<T, HS, kLd>(st, ka, Qs, g, qd);
-      times_tile_t<T, HS, kLd>(dpt, va, dOs, g, qd);
+      a_times_tile_t<T, HS, kLd>(st, ka, Qs, lane);
+      a_times_tile_t<T, HS, kLd>(dpt, va, dOs, lane);
     }
-    // P^T = exp(S scale - lse) where key <= query; dS^T = P^T (dP^T - D) scale
-    for (int nb = 0; nb < kQ / 8; ++nb)
+    // P^T = exp(S scale - lse), masked only where some query of the tile precedes some key of the
+    // warp; dS^T = P^T (dP^T - D) scale
+    const bool diagonal = t0 < kw0 + 15;
+#pragma unroll
+    for (int nb = 0; nb < kQ / 8; ++nb) {
+      const int col = nb * 8 + 2 * qd;
+      const float2 l2 = *reinterpret_cast<const float2*>(L2 + col), dq = *reinterpret_cast<const float2*>(Dq + col);
+#pragma unroll
       for (int i2 = 0; i2 < 4; ++i2) {
-        const int col = nb * 8 + 2 * qd + (i2 % 2), key = i2 < 2 ? kr0 : kr1;
-        const float p = key <= t0 + col ? exp2f(st[nb][i2] * scale_log2 - L2[col]) : 0.0f;
-        st[nb][i2] = p;
-        dpt[nb][i2] = p * (dpt[nb][i2] - Dq[col]) * scale;
-      }
-    // dV += P^T dO and dK += dS^T Q over the kQ queries, 16 at a time
-    for (int kk = 0; kk < kQ / 16; ++kk) {
-      uint32_t pa[4], da[4];
-      a_from_c<T>(pa, st, kk);
-      a_from_c<T>(da, dpt, kk);
-      for (int dn = 0; dn < HS / 8; ++dn) {
-        uint32_t b0, b1;
-        b_down<T, kLd>(b0, b1, dOs, kk * 16, dn * 8 + g, qd);
-        mma16816<T>(dv[dn], pa, b0, b1);
-        b_down<T, kLd>(b0, b1, Qs, kk * 16, dn * 8 + g, qd);
-        mma16816<T>(dk[dn], da, b0, b1);
+        const int key = i2 < 2 ? kr0 : kr1;
+        const float lv = i2 % 2 ? l2.y : l2.x, dv_ = i2 % 2 ? dq.y : dq.x;
+        const float p = !diagonal || key <= t0 + col + i2 % 2 ? exp2f(st[0][nb][i2] * scale_log2 - lv) : 0.0f;
+        st[0][nb][i2] = p;
+        dpt[0][nb][i2] = p * (dpt[0][nb][i2] - dv_) * scale;
       }
     }
+    // dV += P^T dO and dK += dS^T Q over the kQ queries, 16 at a time
+    c_times_tile<T, HS, kLd>(dv, st, dOs, lane);
+    c_times_tile<T, HS, kLd>(dk, dpt, Qs, lane);
     __syncthreads();  // every warp is done with this buffer before it is refilled
   }
   cp_async_wait<0>();
@@ -362,8 +347,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     T* dkr = dqkv + H0.k + int64_t(r) * H0.row + 2 * qd;
     T* dvr = dqkv + H0.v + int64_t(r) * H0.row + 2 * qd;
     for (int dn = 0; dn < HS / 8; ++dn) {
-      *reinterpret_cast<uint32_t*>(dkr + dn * 8) = pack2<T>(dk[dn][2 * half], dk[dn][2 * half + 1]);
-      *reinterpret_cast<uint32_t*>(dvr + dn * 8) = pack2<T>(dv[dn][2 * half], dv[dn][2 * half + 1]);
+      *reinterpret_cast<uint32_t*>(dkr + dn * 8) = pack2<T>(dk[0][dn][2 * half], dk[0][dn][2 * half + 1]);
+      *reinterpret_cast<uint32_t*>(dvr + dn * 8) = pack2<T>(dv[0][dn][2 * half], dv[0][dn][2 * half + 1]);
     }
   }
 }
@@ -372,20 +357,21 @@ template <typename T, int HS>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_backward_dq_fa2_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_,
                                      int C, int NH, int NKV, float scale) {
-  constexpr int kLd = HS + 8, kTile = kKeys * kLd;
+  constexpr int kLd = kLdOf<HS>, kTile = kKeys * kLd;
   extern __shared__ __align__(16) unsigned char smem[];
   T* tiles = reinterpret_cast<T*>(smem);  // [2][K, V][64][kLd]
   const Heads H(T_, C, NH, NKV, HS, blockIdx.y);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
-  const int q0 = blockIdx.x * kRows, row0 = q0 + warp * 16 + g, row1 = row0 + 8;
-  const float scale_log2 = scale * 1.4426950408889634f;
-  uint32_t qa[HS / 16][4], oa[HS / 16][4];
-  load_a_rows<T, HS>(qa, qkv + H.q, H.row, row0, T_, qd);
-  load_a_rows<T, HS>(oa, dout + H.o, C, row0, T_, qd);
-  const float l0 = row0 < T_ ? lse[H.stat + row0] * 1.4426950408889634f : 0.0f;
-  const float l1 = row1 < T_ ? lse[H.stat + row1] * 1.4426950408889634f : 0.0f;
+  // heavy blocks first, as in the forward
+  const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRows, w0 = q0 + warp * 16, row0 = w0 + g, row1 = row0 + 8;
+  const float scale_log2 = scale * kLog2e;
+  uint32_t qa[1][HS / 16][4], oa[1][HS / 16][4];
+  load_a_rows<T, HS>(qa[0], qkv + H.q, H.row, row0, T_, qd);
+  load_a_rows<T, HS>(oa[0], dout + H.o, C, row0, T_, qd);
+  const float l0 = row0 < T_ ? lse[H.stat + row0] * kLog2e : 0.0f;
+  const float l1 = row1 < T_ ? lse[H.stat + row1] * kLog2e : 0.0f;
   const float d0 = row0 < T_ ? D[H.stat + row0] : 0.0f, d1 = row1 < T_ ? D[H.stat + row1] : 0.0f;
-  float dq[HS / 8][4] = {};
+  float dq[1][HS / 8][4] = {};
   const int last_q = min(q0 + kRows, T_) - 1, n_tiles = last_q / kKeys + 1;
   load_kv<T, HS>(tiles, tiles + kTile, qkv, H, 0, T_);
   cp_async_commit();
@@ -400,26 +386,23 @@ __global__ void __launch_bounds__(32 * kWarps)
     cp_async_wait<1>();
     __syncthreads();
     const int k0 = j * kKeys;
-    // S = Q K^T and dP = dO V^T (16 queries x 64 keys)
-    float s[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
-    times_tile_t<T, HS, kLd>(s, qa, Ks, g, qd);
-    times_tile_t<T, HS, kLd>(dp, oa, Vs, g, qd);
-    // P = exp(S scale - lse) where key <= query; dS = P (dP - D) scale
-    for (int nb = 0; nb < kKeys / 8; ++nb)
-      for (int i = 0; i < 4; ++i) {
-        const int key = k0 + nb * 8 + 2 * qd + (i % 2), r = i < 2 ? row0 : row1;
-        const float p = key <= r && r < T_ ? exp2f(s[nb][i] * scale_log2 - (i < 2 ? l0 : l1)) : 0.0f;
-        dp[nb][i] = p * (dp[nb][i] - (i < 2 ? d0 : d1)) * scale;
-      }
-    // dQ += dS K
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      uint32_t da[4];
-      a_from_c<T>(da, dp, kk);
-      for (int dn = 0; dn < HS / 8; ++dn) {
-        uint32_t b0, b1;
-        b_down<T, kLd>(b0, b1, Ks, kk * 16, dn * 8 + g, qd);
-        mma16816<T>(dq[dn], da, b0, b1);
-      }
+    if (k0 <= w0 + 15) {  // (warp-uniform) keys all after this warp's rows add nothing
+      // S = Q K^T and dP = dO V^T (16 queries x 64 keys)
+      float s[1][kKeys / 8][4] = {}, dp[1][kKeys / 8][4] = {};
+      a_times_tile_t<T, HS, kLd>(s, qa, Ks, lane);
+      a_times_tile_t<T, HS, kLd>(dp, oa, Vs, lane);
+      // P = exp(S scale - lse), masked only on the diagonal; dS = P (dP - D) scale
+      const bool diagonal = k0 + kKeys - 1 > w0;
+#pragma unroll
+      for (int nb = 0; nb < kKeys / 8; ++nb)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = k0 + nb * 8 + 2 * qd + (i % 2), r = i < 2 ? row0 : row1;
+          const float p = (!diagonal || key <= r) && r < T_ ? exp2f(s[0][nb][i] * scale_log2 - (i < 2 ? l0 : l1)) : 0.0f;
+          dp[0][nb][i] = p * (dp[0][nb][i] - (i < 2 ? d0 : d1)) * scale;
+        }
+      // dQ += dS K (K's tile is k-major here: the transposed reads)
+      c_times_tile<T, HS, kLd>(dq, dp, Ks, lane);
     }
     __syncthreads();
   }
@@ -429,17 +412,24 @@ __global__ void __launch_bounds__(32 * kWarps)
     if (r >= T_) continue;
     T* dst = dqkv + H.q + int64_t(r) * H.row + 2 * qd;
     for (int dn = 0; dn < HS / 8; ++dn)
-      *reinterpret_cast<uint32_t*>(dst + dn * 8) = pack2<T>(dq[dn][2 * half], dq[dn][2 * half + 1]);
+      *reinterpret_cast<uint32_t*>(dst + dn * 8) = pack2<T>(dq[0][dn][2 * half], dq[0][dn][2 * half + 1]);
   }
+}
+
+// Dynamic shared memory above the 48 KiB default needs an opt-in per kernel.
+template <typename K>
+void allow_smem(K kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
 template <typename T, int HS>
 void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
   const size_t smem = fa2::forward_smem(HS, sizeof(T));
   auto kernel = attention_forward_fa2_kernel<T, HS>;
-  if (smem > 48 * 1024)
-    ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(unsigned((T_ + kRows - 1) / kRows), unsigned(B * NH));
+  allow_smem(kernel, smem);
+  const int rows = fa2::forward_rows(HS);
+  const dim3 grid(unsigned((T_ + rows - 1) / rows), unsigned(B * NH));
   launch(kernel, grid, 32 * kWarps, smem, s, out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(HS)));
   ZT_CUDA_LAUNCH_CHECK();
 }
@@ -448,19 +438,17 @@ template <typename T, int HS>
 void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_, int C,
                      int NH, int NKV, cudaStream_t s) {
   const float scale = 1.0f / std::sqrt(float(HS));
-  const size_t tiles = fa2::dq_smem(HS, sizeof(T));
-  const unsigned blocks = unsigned((T_ + kRows - 1) / kRows);
+  const unsigned blocks = unsigned((T_ + kRows - 1) / kRows);  // key tiles (dK/dV), query tiles (dQ): both 64
   auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS>;
   const size_t dkdv_smem = fa2::dkdv_smem(HS, sizeof(T));
-  if (dkdv_smem > 48 * 1024)
-    ZT_CUDA_CHECK(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dkdv_smem)));
+  allow_smem(dkdv, dkdv_smem);
   launch(dkdv, dim3(blocks, unsigned(B * NKV)), 32 * kWarps, dkdv_smem, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV,
          scale);
   ZT_CUDA_LAUNCH_CHECK();
   auto dq = attention_backward_dq_fa2_kernel<T, HS>;
-  if (tiles > 48 * 1024)
-    ZT_CUDA_CHECK(cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, int(tiles)));
-  launch(dq, dim3(blocks, unsigned(B * NH)), 32 * kWarps, tiles, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+  const size_t dq_smem = fa2::dq_smem(HS, sizeof(T));
+  allow_smem(dq, dq_smem);
+  launch(dq, dim3(blocks, unsigned(B * NH)), 32 * kWarps, dq_smem, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
   ZT_CUDA_LAUNCH_CHECK();
 }
 }  // namespace

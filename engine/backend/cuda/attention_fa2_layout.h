@@ -6,10 +6,16 @@
 
 namespace zt::cuda::fa2 {
 
-constexpr int kRows = 64;   // query rows per block (forward, dQ)
+constexpr int kRows = 64;   // query rows per block (dQ, and the first generation's forward)
 constexpr int kWarps = 4;   // warps per block
 constexpr int kKeys = 64;   // key rows per K/V tile
 constexpr int kThreads = 32 * kWarps;
+
+// The forward's 16-row m-tiles per warp: at head size 64 each warp takes 32 query rows, so every
+// K and V fragment read from shared memory feeds two mma; at 128, O alone takes 64 fp32 registers
+// a thread for 16 rows, and 32 rows would spill.
+constexpr int forward_m_tiles(int hs) { return hs > 64 ? 1 : 2; }
+constexpr int forward_rows(int hs) { return kWarps * 16 * forward_m_tiles(hs); }  // query rows per block
 
 // query rows per tile streamed by the dK/dV kernel: at head size 128, dK and dV take 128 fp32
 // registers a thread, so the tiles are halved

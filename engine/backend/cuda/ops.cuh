@@ -42,13 +42,20 @@ template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
 // The FlashAttention-2-structured forward (attention_fa2.cu; 16-bit types, head size 64 or 128,
 // 16-byte aligned qkv); false where it does not apply. attention_forward takes it unless
-// ZTRAIN_ATTENTION=wmma or simt.
+// ZTRAIN_ATTENTION names other kernels (attention.cu).
 template <typename T>
 bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
 // Its backward (head size 64 or 128), given D = rowsum(dout * out) (B,NH,T); false where it does not apply.
 template <typename T>
 bool attention_backward_fa2(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
                             int C, int NH, int NKV, cudaStream_t s);
+// The same from the first generation of those kernels (attention_fa2_v1.cu), kept for comparison
+template <typename T>
+bool attention_forward_fa2_v1(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV,
+                              cudaStream_t s);
+template <typename T>
+bool attention_backward_fa2_v1(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
+                               int C, int NH, int NKV, cudaStream_t s);
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
                         int NH, int NKV, float* scratch, cudaStream_t s);

@@ -62,4 +62,31 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// N (1, 2, 4) 8 x 8 matrices of 16-bit elements from shared memory into the lanes' registers, in
+// mma's fragment layout: lane 8 i + r passes row r of matrix i; register i of lane l gets matrix
+// i's (row l / 4, columns 2 (l % 4) ..+1), or with Trans the transposed matrix's (PTX ISA "ldmatrix")
+template <int N, bool Trans = false>
+__device__ __forceinline__ void ldmatrix(uint32_t (&d)[N], const void* smem_row) {
+  static_assert(N == 1 || N == 2 || N == 4, "ldmatrix loads 1, 2 or 4 matrices");
+#ifdef ZT_CUDA_EMULATED
+  emu::ldmatrix_m8n8(d, N, Trans, smem_row);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 750
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem_row));
+  if constexpr (N == 4 && Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(s));
+  else if constexpr (N == 4)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3]) : "r"(s));
+  else if constexpr (N == 2 && Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n" : "=r"(d[0]), "=r"(d[1]) : "r"(s));
+  else if constexpr (N == 2)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(d[0]), "=r"(d[1]) : "r"(s));
+  else if constexpr (Trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(d[0]) : "r"(s));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(d[0]) : "r"(s));
+#endif
+}
+
 }  // namespace zt::cuda

@@ -15,6 +15,13 @@
 //   cp.async.commit_group / cp.async.wait_group N (all but the newest N groups complete). The
 //   destination must be shared memory; here it holds poison until the wait that completes its
 //   group, so a read before the wait reads poison (0xFF bytes: NaN in every float type).
+// - ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 {d..}, [row]: PTX ISA "ldmatrix":
+//   a warp loads 1, 2 or 4 matrices of 8 x 8 16-bit elements from shared memory; lane 8 i + r
+//   gives the address of row r of matrix i (8 contiguous elements, 16-byte aligned; the other
+//   lanes' addresses are not used). Destination register i of lane l holds matrix i's elements
+//   (row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1), the lower column in the low half; with
+//   .trans, the transposed matrix's: (rows 2 (l % 4) and 2 (l % 4) + 1, column l / 4). Every lane
+//   must execute it with the same qualifiers (a warp collective, full mask).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -29,5 +36,8 @@ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b
 void cp_async_16(void* shared_dst, const void* global_src, int src_size);
 void cp_async_commit_group();
 void cp_async_wait_group(int n);
+
+// `num` matrices (1, 2, 4) into d[0..num), the calling lane's row address `row`
+void ldmatrix_m8n8(uint32_t* d, int num, bool trans, const void* row);
 
 }  // namespace zt::emu

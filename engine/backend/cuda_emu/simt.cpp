@@ -534,6 +534,45 @@ void cp_async_wait_group(int n) {
   }
 }
 
+// ---- ldmatrix (layouts: ptx.h)
+namespace {
+struct LdmatrixSlot {
+  const void* row;
+  uint32_t* d;
+  int num;
+  bool trans;
+};
+void ldmatrix_complete(void* const* slots, unsigned) {
+  const auto* first = static_cast<LdmatrixSlot*>(slots[0]);
+  uint16_t m[4][8][8];  // [matrix][row][column]
+  for (int lane = 0; lane < 32; ++lane) {
+    const auto* s = static_cast<LdmatrixSlot*>(slots[lane]);
+    if (s->num != first->num || s->trans != first->trans)
+      kernel_fault("ldmatrix: lanes disagree on the number of matrices or .trans");
+    if (lane >= 8 * first->num) continue;  // addresses past the matrices loaded are not used
+    if (!is_shared(s->row, 16))
+      kernel_fault(("ldmatrix: lane " + std::to_string(lane) + "'s row address is not in shared memory").c_str());
+    if (reinterpret_cast<uintptr_t>(s->row) % 16)
+      kernel_fault(("ldmatrix: lane " + std::to_string(lane) + "'s row address is not 16-byte aligned").c_str());
+    std::memcpy(m[lane / 8][lane % 8], s->row, 16);
+  }
+  for (int lane = 0; lane < 32; ++lane) {
+    const auto* s = static_cast<LdmatrixSlot*>(slots[lane]);
+    const int r = lane / 4, c = 2 * (lane % 4);
+    for (int i = 0; i < first->num; ++i) {
+      const uint16_t lo = first->trans ? m[i][c][r] : m[i][r][c], hi = first->trans ? m[i][c + 1][r] : m[i][r][c + 1];
+      s->d[i] = uint32_t(lo) | uint32_t(hi) << 16;
+    }
+  }
+}
+}  // namespace
+
+void ldmatrix_m8n8(uint32_t* d, int num, bool trans, const void* row) {
+  if (num != 1 && num != 2 && num != 4) fault_here("ldmatrix with a number of matrices other than 1, 2, 4");
+  LdmatrixSlot s{row, d, num, trans};
+  warp_collective("ldmatrix.sync.aligned.m8n8", 0xffffffffu, &s, ldmatrix_complete);
+}
+
 // ---- wmma (semantics: include/mma.h)
 namespace wmma_impl {
 namespace {

@@ -35,6 +35,12 @@
 #define __restrict__ __restrict
 #define __constant__
 
+// ---- vector types the kernels use (vector_types.h: aligned to their size, so a load of one is
+// one aligned access)
+struct alignas(8) float2 {
+  float x, y;
+};
+
 // ---- types and constants of the runtime API subset the backend uses
 struct CUstream_st;
 struct CUevent_st;
