@@ -9,6 +9,8 @@
 - a checkpoint saved on the emulated device resumes on the CPU backend, and one saved on the CPU
   resumes on the emulated device: 3 + 3 steps equal 6 steps of the saving backend's run within
   the same loss tolerance;
+- the GEMMs are chosen by measurement among the heuristic's candidates, and [run] deterministic
+  pins cuBLASLt's first heuristic (the log says which), training alike;
 - a model the CUDA kernels cannot run (head size 256) exits 2 at start-up naming the op and why,
   as `ztrain plan --gpu` does; the CPU backend runs it.
 
@@ -93,8 +95,9 @@ def main():
             expect(p.returncode == 0, f"{name} on {device}: exit {p.returncode}: {p.stderr[-1200:]}")
             return [r["loss"] for r in testlib.metrics(out, must_exist=False)], p
 
+        runs = {}
         for saver, resumer in (("cuda", "cpu"), ("cpu", "cuda")):
-            full, _ = train(f"{saver}full", saver)
+            full, runs[saver] = train(f"{saver}full", saver)
             part, _ = train(f"{saver}part", saver, ["checkpoint.exit_after=3"])
             rest, p = train(f"{saver}part", resumer, resume="auto")
             resumed = "resumed from" in p.stderr
@@ -102,6 +105,22 @@ def main():
             print(f"checkpoint saved on {saver} at step 3, resumed on {resumer}: 6 losses rel {d:.1e} to the "
                   f"uninterrupted {saver} run (resume line: {resumed})", flush=True)
             expect(resumed and d <= LOSS_TOL, f"{saver} -> {resumer} resume: {full} vs {part} + {rest}")
+
+        # the GEMMs: chosen by measurement among the heuristic's candidates (the emulated cuBLASLt
+        # returns several), each logged once; [run] deterministic pins the first heuristic, and
+        # both train alike
+        tuned = runs["cuda"].stderr
+        pinned_losses, p = train("cudapinned", "cuda", ["run.deterministic=true"])
+        print(f"GEMM choices: {tuned.count('by measurement')} by measurement; under [run] deterministic "
+              f"{p.stderr.count('the first heuristic ([run] deterministic)')} pinned, "
+              f"{p.stderr.count('by measurement')} by measurement", flush=True)
+        expect("of 4 by measurement" in tuned and "[run] deterministic" not in tuned,
+               f"GEMMs not chosen by measurement: {tuned[-1200:]}")
+        expect("the first heuristic ([run] deterministic)" in p.stderr and "by measurement" not in p.stderr,
+               f"[run] deterministic did not pin the first heuristic: {p.stderr[-1200:]}")
+        tuned_losses = [r["loss"] for r in testlib.metrics(os.path.join(work, "cudafull"), must_exist=False)]
+        expect(len(pinned_losses) == 6 and rel(pinned_losses, tuned_losses) <= LOSS_TOL,
+               f"pinned GEMMs train otherwise: {pinned_losses} vs {tuned_losses}")
 
         # a model the CUDA kernels cannot run (head size 256) is refused at start-up, before any
         # step, with the op and the reason; `ztrain plan` for a GPU says the same; the CPU runs it

@@ -241,22 +241,25 @@ class CudaBackend final : public Backend {
                 cuda::layernorm_backward(tp<T>(dinp), dw, db, tp<T>(dout), tp<T>(inp), tp<T>(w), mean, rstd, N, C,
                                          sc, stream_));
   }
+  // the GEMMs: algorithms and fusions chosen by measurement, unless [run] deterministic
+  Gemm& gemm() {
+    gemm_->set_autotune(!deterministic());
+    return *gemm_;
+  }
   void matmul_forward(void* out, const void* inp, const void* w, const void* bias, int N, int C, int OC) override {
-    gemm_->linear_forward(out, inp, w, bias, N, C, OC, dt(), stream_);
+    gemm().linear_forward(out, inp, w, bias, N, C, OC, dt(), stream_);
   }
   void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* w, const void* bias, int N, int C,
                            int OC) override {
-    if (gemm_->linear_gelu_forward(out, pre, inp, w, bias, N, C, OC, dt(), stream_)) return;
-    gemm_->linear_forward(pre, inp, w, bias, N, C, OC, dt(), stream_);  // no fused algorithm: two passes
-    ZT_DISPATCH(dt(), T, cuda::gelu_forward(tp<T>(out), tp<T>(pre), int64_t(N) * OC, stream_));
+    gemm().linear_gelu_forward(out, pre, inp, w, bias, N, C, OC, dt(), stream_);
   }
   void matmul_backward(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w, int N,
                        int C, int OC) override {
-    gemm_->linear_backward(dinp, dw, dbias, dout, inp, w, nullptr, N, C, OC, dt(), bias_scratch(dbias, OC), stream_);
+    gemm().linear_backward(dinp, dw, dbias, dout, inp, w, nullptr, N, C, OC, dt(), bias_scratch(dbias, OC), stream_);
   }
   void matmul_gelu_backward(void* dpre, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
                             const void* pre, int N, int C, int OC) override {
-    gemm_->linear_backward(dpre, dw, dbias, dout, inp, w, pre, N, C, OC, dt(), bias_scratch(dbias, OC), stream_);
+    gemm().linear_backward(dpre, dw, dbias, dout, inp, w, pre, N, C, OC, dt(), bias_scratch(dbias, OC), stream_);
   }
   void attention_forward(void* out, float* lse, const void* qkv, int B, int T_, int C, int NH, int NKV) override {
     ZT_DISPATCH(dt(), T, cuda::attention_forward(tp<T>(out), lse, tp<T>(qkv), B, T_, C, NH, NKV, stream_));

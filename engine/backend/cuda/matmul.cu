@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdio>
+#include <functional>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -27,6 +28,16 @@ namespace {
 bool fused_epilogues() {
   static const bool on = [] {
     const char* v = std::getenv("ZTRAIN_GEMM_EPILOGUES");
+    return !(v && std::string(v) == "off");
+  }();
+  return on;
+}
+// ZTRAIN_GEMM_AUTOTUNE=off: cuBLASLt's first heuristic and every fusion it offers, as under
+// [run] deterministic (the race check compares two runs bit for bit, and a fused epilogue rounds
+// otherwise than the separate kernel: timing may choose differently in each run).
+bool autotune_allowed() {
+  static const bool on = [] {
+    const char* v = std::getenv("ZTRAIN_GEMM_AUTOTUNE");
     return !(v && std::string(v) == "off");
   }();
   return on;
@@ -79,14 +90,21 @@ Gemm::~Gemm() {
   cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
-const Gemm::Plan& Gemm::plan(const Args& a) {
+void Gemm::set_autotune(bool on) { autotune_ = on && autotune_allowed(); }
+
+Gemm::Key Gemm::key_of(const Args& a) const {
   const int al_a = alignment(a.A), al_b = alignment(a.B), al_d = alignment(a.D);
   // the heuristic also reads the bias and aux pointers' alignment from the descriptor
   const int al_epi = alignment(a.bias) * 512 + alignment(a.aux);
-  const Key key{a.ta * 2 + a.tb, a.m, a.n, a.k, a.lda, a.ldb, a.ldd, int(a.ab_type) * 64 + int(a.d_type),
-                a.epilogue, int(a.bias_type), a.aux_ld, al_a, al_b, al_d * 2 + (a.beta != 0), al_epi};
+  return Key{a.ta * 2 + a.tb, a.m, a.n, a.k, a.lda, a.ldb, a.ldd, int(a.ab_type) * 64 + int(a.d_type),
+             a.epilogue, int(a.bias_type), a.aux_ld, al_a, al_b, al_d * 2 + (a.beta != 0), al_epi};
+}
+
+Gemm::Plan& Gemm::plan(const Args& a, cudaStream_t s) {
+  const Key key = key_of(a);
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second;
+  const int al_a = alignment(a.A), al_b = alignment(a.B), al_d = alignment(a.D);
   Plan p;
   cublasLtMatmulDesc_t desc;
   lt_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul desc");
@@ -119,23 +137,101 @@ const Gemm::Plan& Gemm::plan(const Args& a) {
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ub, sizeof ub);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ud, sizeof ud);
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ud, sizeof ud);
-  cublasLtMatmulHeuristicResult_t heur{};
+  std::array<cublasLtMatmulHeuristicResult_t, kCandidates> heur{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), desc, la, lb, ld,
-                                                           ld, pref, 1, &heur, &found);
+                                                           ld, pref, autotune_ ? kCandidates : 1, heur.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   p.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
-  std::memcpy(p.algo.data(), &heur.algo, sizeof heur.algo);
-  if (a.epilogue != CUBLASLT_EPILOGUE_DEFAULT)  // once per plan: which fusions this GPU really gets
-    std::fprintf(stderr, "cuBLASLt: %s epilogue %s for m %d n %d k %d (%s inputs)%s\n", epilogue_name(a.epilogue),
-                 p.found ? "fused" : "not available", a.m, a.n, a.k,
-                 a.ab_type == CUDA_R_32F ? "fp32" : a.ab_type == CUDA_R_16BF ? "bf16" : "fp16",
-                 p.found ? "" : ": separate kernels instead");
+  std::array<float, kCandidates> ms{};
+  const int best = p.found && found > 1 ? fastest(a, p, heur.data(), found, s, ms.data()) : 0;
+  std::memcpy(p.algo.data(), &heur[best].algo, sizeof heur[best].algo);
+  // once per plan: which algorithm, and which fusions this GPU really gets
+  const char* types = a.ab_type == CUDA_R_32F ? "fp32" : a.ab_type == CUDA_R_16BF ? "bf16" : "fp16";
+  const std::string what = a.epilogue == CUBLASLT_EPILOGUE_DEFAULT ? "" : std::string(" ") + epilogue_name(a.epilogue);
+  char choice[160];
+  if (!p.found)
+    std::snprintf(choice, sizeof choice, "no algorithm%s", what.empty() ? "" : ": separate kernels instead");
+  else if (found > 1)
+    std::snprintf(choice, sizeof choice, "algorithm %d of %d by measurement, %.3f ms (the first heuristic's %.3f ms)",
+                  best + 1, found, ms[best], ms[0]);
+  else
+    std::snprintf(choice, sizeof choice, "%s", autotune_ ? "the only heuristic result" : "the first heuristic ([run] deterministic)");
+  std::fprintf(stderr, "cuBLASLt: m %d n %d k %d, %s inputs%s%s: %s\n", a.m, a.n, a.k, types,
+               a.beta != 0 ? ", accumulating" : "", what.c_str(), choice);
   return plans_.emplace(key, p).first->second;
 }
 
+float Gemm::time_ms(cudaStream_t s, const std::function<void()>& fn) {
+  cudaEvent_t e0, e1;
+  ZT_CUDA_CHECK(cudaEventCreate(&e0));
+  ZT_CUDA_CHECK(cudaEventCreate(&e1));
+  fn();  // warm-up, and the first-use choices of what fn runs
+  ZT_CUDA_CHECK(cudaEventRecord(e0, s));
+  for (int r = 0; r < 3; ++r) fn();
+  ZT_CUDA_CHECK(cudaEventRecord(e1, s));
+  ZT_CUDA_CHECK(cudaEventSynchronize(e1));
+  float ms = 0;
+  ZT_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return ms / 3;
+}
+
+int Gemm::fastest(const Args& a, const Plan& p, const void* results, int n, cudaStream_t s, float* ms) {
+  const auto* h = static_cast<const cublasLtMatmulHeuristicResult_t*>(results);
+  void* D = a.D;
+  void* scratch = nullptr;  // an accumulating GEMM is timed into scratch: the real D must not change
+  if (a.beta != 0.0f) {
+    const size_t bytes = size_t(a.ldd) * size_t(a.n) * (a.d_type == CUDA_R_32F ? 4 : 2);
+    if (cudaMalloc(&scratch, bytes) != cudaSuccess) {  // no room to time in: the first heuristic
+      (void)cudaGetLastError();
+      for (int i = 0; i < n; ++i) ms[i] = -1;
+      return 0;
+    }
+    D = scratch;
+  }
+  auto desc = static_cast<cublasLtMatmulDesc_t>(p.desc);
+  auto la = static_cast<cublasLtMatrixLayout_t>(p.layouts[0]), lb = static_cast<cublasLtMatrixLayout_t>(p.layouts[1]),
+       ld = static_cast<cublasLtMatrixLayout_t>(p.layouts[2]);
+  const float alpha = 1.0f;
+  int best = 0;
+  for (int i = 0; i < n; ++i) {
+    ms[i] = -1;
+    if (h[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    bool ok = true;
+    const float t = time_ms(s, [&] {
+      ok = ok && cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), desc, &alpha, a.A, la, a.B, lb, &a.beta, D, ld,
+                                D, ld, &h[i].algo, workspace_, kWorkspaceBytes, s) == CUBLAS_STATUS_SUCCESS;
+    });
+    if (!ok) continue;
+    ms[i] = t;
+    if (ms[best] < 0 || t < ms[best]) best = i;
+  }
+  if (scratch) {
+    ZT_CUDA_CHECK(cudaStreamSynchronize(s));
+    cudaFree(scratch);
+  }
+  return best;
+}
+
+bool Gemm::fusion_pays(const Args& a, cudaStream_t s, const std::function<void()>& unfused) {
+  Plan& p = plan(a, s);  // (std::map: the reference outlives the plans the timing adds)
+  if (!p.found) return false;
+  if (!autotune_) return true;
+  if (p.fused < 0) {
+    const float fused_ms = time_ms(s, [&] { run(a, s); });
+    const float plain_ms = time_ms(s, unfused);
+    p.fused = fused_ms <= plain_ms ? 1 : 0;
+    std::fprintf(stderr, "cuBLASLt: %s epilogue for m %d n %d k %d: %s by measurement (fused %.3f ms, the GEMM and "
+                 "a kernel %.3f ms)\n", epilogue_name(a.epilogue), a.m, a.n, a.k,
+                 p.fused ? "fused" : "separate kernels", fused_ms, plain_ms);
+  }
+  return p.fused == 1;
+}
+
 bool Gemm::run(const Args& a, cudaStream_t s, bool may_fail) {
-  const Plan& p = plan(a);
+  const Plan& p = plan(a, s);
   if (!p.found) {
     if (!may_fail) fail(__FILE__, __LINE__, "cublasLt", "no algorithm for this GEMM");
     return false;
@@ -173,26 +269,38 @@ void Gemm::linear_forward(void* out, const void* inp, const void* w, const void*
   a.m = OC, a.n = N, a.k = C;
   a.A = w, a.lda = C, a.B = inp, a.ldb = C, a.D = out, a.ldd = OC;
   a.ab_type = a.d_type = a.bias_type = cuda_type(t);
-  if (bias) {
-    a.epilogue = CUBLASLT_EPILOGUE_BIAS;
-    a.bias = bias;
-    if (fused_epilogues() && run(a, s, /*may_fail=*/true)) return;
-    a.epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // no fused-bias algorithm for this shape: two passes
-    a.bias = nullptr;
+  if (!bias) {
+    run(a, s);
+    return;
+  }
+  const auto unfused = [&] {  // the plain GEMM, then the bias: two passes over out
     run(a, s);
     with_type(t, [&](auto z) {
       using T = decltype(z);
       add_bias(static_cast<T*>(out), static_cast<const T*>(bias), N, OC, s);
     });
-    return;
-  }
-  run(a, s);
+  };
+  Args fused = a;
+  fused.epilogue = CUBLASLT_EPILOGUE_BIAS;
+  fused.bias = bias;
+  if (fused_epilogues() && fusion_pays(fused, s, unfused)) run(fused, s);
+  else unfused();
 }
 
-bool Gemm::linear_gelu_forward(void* out, void* pre, const void* inp, const void* w, const void* bias, int N, int C,
+void Gemm::linear_gelu_forward(void* out, void* pre, const void* inp, const void* w, const void* bias, int N, int C,
                                int OC, DType t, cudaStream_t s) {
+  const auto unfused = [&] {  // the GEMM (with its bias), then GELU
+    linear_forward(pre, inp, w, bias, N, C, OC, t, s);
+    with_type(t, [&](auto z) {
+      using T = decltype(z);
+      gelu_forward(static_cast<T*>(out), static_cast<const T*>(pre), int64_t(N) * OC, s);
+    });
+  };
   // the aux's leading dimension must be a multiple of 8; GELU epilogues in bf16 only (gelu_fusable)
-  if (OC % 8 != 0 || !fused_epilogues() || !gelu_fusable(t)) return false;
+  if (OC % 8 != 0 || !fused_epilogues() || !gelu_fusable(t)) {
+    unfused();
+    return;
+  }
   Args a;
   a.ta = true;
   a.m = OC, a.n = N, a.k = C;
@@ -202,7 +310,8 @@ bool Gemm::linear_gelu_forward(void* out, void* pre, const void* inp, const void
   a.bias = bias;
   a.aux = pre;
   a.aux_ld = OC;
-  return run(a, s, /*may_fail=*/true);
+  if (fusion_pays(a, s, unfused)) run(a, s);
+  else unfused();
 }
 
 void Gemm::linear_backward(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
@@ -213,23 +322,24 @@ void Gemm::linear_backward(void* dinp, float* dw, float* dbias, const void* dout
     a.m = C, a.n = N, a.k = OC;
     a.A = w, a.lda = C, a.B = dout, a.ldb = OC, a.D = dinp, a.ldd = C;
     a.ab_type = a.d_type = ct;
-    bool fused = false;
-    if (gelu_pre && C % 8 == 0 && fused_epilogues() && gelu_fusable(t)) {  // aux ld: a multiple of 8
-      a.epilogue = CUBLASLT_EPILOGUE_DGELU;
-      a.aux = gelu_pre;
-      a.aux_ld = C;
-      fused = run(a, s, /*may_fail=*/true);
-      a.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-      a.aux = nullptr;
-      a.aux_ld = 0;
-    }
-    if (!fused) run(a, s);
-    if (gelu_pre && !fused)  // in place: each element is read before it is written
-      with_type(t, [&](auto z) {
-        using T = decltype(z);
-        gelu_backward(static_cast<T*>(dinp), static_cast<const T*>(gelu_pre), static_cast<const T*>(dinp),
-                      int64_t(N) * C, s);
-      });
+    const auto unfused = [&] {  // the plain GEMM, then (in place) GELU's gradient
+      run(a, s);
+      if (gelu_pre)  // in place: each element is read before it is written
+        with_type(t, [&](auto z) {
+          using T = decltype(z);
+          gelu_backward(static_cast<T*>(dinp), static_cast<const T*>(gelu_pre), static_cast<const T*>(dinp),
+                        int64_t(N) * C, s);
+        });
+    };
+    Args fused = a;
+    fused.epilogue = CUBLASLT_EPILOGUE_DGELU;
+    fused.aux = gelu_pre;
+    fused.aux_ld = C;
+    // aux ld: a multiple of 8
+    if (gelu_pre && C % 8 == 0 && fused_epilogues() && gelu_fusable(t) && fusion_pays(fused, s, unfused))
+      run(fused, s);
+    else
+      unfused();
   }
   Args a;  // fp32 weight gradient from compute-type inputs (cuBLASLt's mixed A/B -> D types)
   a.tb = true;

@@ -2,12 +2,17 @@
 // outputs in the compute type (fp32 / bf16 / fp16), weight gradients accumulated in fp32, fp32
 // accumulation throughout; bias, GELU, GELU-gradient and bias-gradient epilogues fused where
 // cuBLASLt offers them (one pass over the output instead of two or three).
+// Chosen by measurement (unless set_autotune(false): [run] deterministic): at the first use of
+// each problem the top kCandidates heuristic algorithms are timed on the call's own buffers and
+// the fastest is kept; a fused bias or GELU epilogue is kept only where it beats the GEMM plus
+// the separate kernel. Each choice is logged once and reused for the rest of the process.
 #pragma once
 #include <cuda_runtime.h>
 #include <library_types.h>
 
 #include <array>
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <tuple>
 
@@ -24,9 +29,9 @@ class Gemm {
   // out (N,OC) = inp (N,C) @ w^T (w: (OC,C)) + bias (OC, may be null); all of type t
   void linear_forward(void* out, const void* inp, const void* w, const void* bias, int N, int C, int OC, DType t,
                       cudaStream_t s);
-  // pre = inp @ w^T + bias; out = gelu(pre), in one GEMM with the GELU_AUX_BIAS epilogue. False
-  // (nothing written) where cuBLASLt has no such algorithm for the shape: the caller falls back.
-  bool linear_gelu_forward(void* out, void* pre, const void* inp, const void* w, const void* bias, int N, int C,
+  // pre = inp @ w^T + bias; out = gelu(pre): one GEMM with the GELU_AUX_BIAS epilogue where
+  // cuBLASLt has one for the shape (and it is faster), else the GEMM and the GELU kernel.
+  void linear_gelu_forward(void* out, void* pre, const void* inp, const void* w, const void* bias, int N, int C,
                            int OC, DType t, cudaStream_t s);
   // dinp (N,C; type t; may be null) = dout @ w (written), times gelu'(gelu_pre) when gelu_pre
   // (N,C) is given (the DGELU epilogue); dw (OC,C; fp32) += dout^T @ inp; dbias (OC; fp32; may be
@@ -55,6 +60,11 @@ class Gemm {
   };
   // False when no algorithm exists and `may_fail`; otherwise failures throw.
   bool run(const Args& a, cudaStream_t s, bool may_fail = false);
+  // On (the default): algorithms and fusions chosen by measurement; off: cuBLASLt's first
+  // heuristic and every fusion it offers, the same on every machine ([run] deterministic).
+  void set_autotune(bool on);
+
+  static constexpr int kCandidates = 8;  // heuristic algorithms timed per problem
 
  private:
   static constexpr size_t kWorkspaceBytes = 32u << 20;
@@ -68,9 +78,19 @@ class Gemm {
     std::array<void*, 3> layouts = {};  // cublasLtMatrixLayout_t of A, B, D
     bool found = false;
     std::array<char, 64> algo = {};  // cublasLtMatmulAlgo_t bytes
+    int fused = -1;                  // with an epilogue: 1 faster than the unfused kernels, 0 not, -1 not timed
   };
   std::map<Key, Plan> plans_;
-  const Plan& plan(const Args& a);
+  bool autotune_ = true;  // (set by set_autotune before every use)
+  Plan& plan(const Args& a, cudaStream_t s);
+  Key key_of(const Args& a) const;
+  // The fastest of n heuristic results for `a` (index), each timed on a's buffers (a scratch D
+  // when beta != 0, so that timing accumulates nothing into the real one); `ms` per candidate.
+  int fastest(const Args& a, const Plan& p, const void* results, int n, cudaStream_t s, float* ms);
+  // Whether the fused GEMM `a` (an epilogue plan that exists) beats `unfused` (the plain GEMM and
+  // the separate kernel, on the same buffers); measured once per plan, always true untuned.
+  bool fusion_pays(const Args& a, cudaStream_t s, const std::function<void()>& unfused);
+  float time_ms(cudaStream_t s, const std::function<void()>& fn);  // one warm-up, then the mean of 3
 };
 
 }  // namespace zt::cuda

@@ -1,6 +1,6 @@
-// cuBLASLt on the emulated device (the subset declared in include/cublasLt.h): descriptors,
-// a one-algorithm heuristic, and cublasLtMatmul validated at the call and computed on the host,
-// asynchronously on the stream's thread. Semantics and refusals follow NVIDIA's cuBLAS docs
+// cuBLASLt on the emulated device (the subset declared in include/cublasLt.h): descriptors, a
+// heuristic of up to four alike algorithms, and cublasLtMatmul validated at the call and computed
+// on the host, asynchronously on the stream's thread. Semantics and refusals follow NVIDIA's cuBLAS docs
 // (https://docs.nvidia.com/cuda/cublas/index.html, "Using the cuBLASLt API"), cited by section.
 // One file over 600 lines on purpose: the descriptors, the heuristic and the matmul validate against
 // one another (every refusal is checked where the documentation places it, next to its section).
@@ -343,7 +343,12 @@ struct AlgoRecord {
   uint32_t epilogue;
   uint32_t ta, tb;
   uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
+  uint32_t variant;  // which of the heuristic's results (they all compute alike)
 };
+// The heuristic returns up to this many results, as cuBLASLt returns several candidates: they
+// compute the same product the same way, and exist so that a caller's choice among them (timing
+// each on its buffers) runs on the emulated device.
+constexpr int kAlgoVariants = 4;
 static_assert(sizeof(AlgoRecord) <= sizeof(cublasLtMatmulAlgo_t));
 
 // the largest power of two dividing the address (capped: nothing assumes more than 256)
@@ -708,7 +713,7 @@ cublasStatus_t cublasLtMatmulPreferenceGetAttribute(cublasLtMatmulPreference_t p
 
 // 3.4.22. Returns: INVALID_VALUE "if requestedAlgoCount is less or equal to zero", NOT_SUPPORTED
 // "if no heuristic function is available for current configuration" (with *returnAlgoCount 0:
-// every refusal of the configuration lands here), else one result.
+// every refusal of the configuration lands here), else up to kAlgoVariants results.
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,
                                               cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
                                               cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
@@ -726,13 +731,17 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     log_error("cublasLtMatmulAlgoGetHeuristic", ch.why);
     return CUBLAS_STATUS_NOT_SUPPORTED;
   }
-  cublasLtMatmulHeuristicResult_t& out = heuristicResultsArray[0];
-  out = cublasLtMatmulHeuristicResult_t{};
-  std::memcpy(&out.algo, &r, sizeof r);
-  out.workspaceSize = 0;
-  out.state = CUBLAS_STATUS_SUCCESS;
-  out.wavesCount = 1.0f;  // no device to fill: reported as exactly one wave
-  *returnAlgoCount = 1;
+  const int n = std::min(requestedAlgoCount, kAlgoVariants);
+  for (int i = 0; i < n; ++i) {
+    cublasLtMatmulHeuristicResult_t& out = heuristicResultsArray[i];
+    out = cublasLtMatmulHeuristicResult_t{};
+    r.variant = uint32_t(i);
+    std::memcpy(&out.algo, &r, sizeof r);
+    out.workspaceSize = 0;
+    out.state = CUBLAS_STATUS_SUCCESS;
+    out.wavesCount = 1.0f;  // no device to fill: reported as exactly one wave
+  }
+  *returnAlgoCount = n;
   return CUBLAS_STATUS_SUCCESS;
 }
 
