@@ -62,7 +62,7 @@ std::vector<ActSlot> GPT2::activation_slots(const GPT2Config& cfg, int max_batch
   const double Ca = C / TP, Fl = double(cfg.d_ff) / TP, Vl = double(cfg.vocab_held()) / TP, NH = cfg.n_head / TP;
   // layers of slots: Lw for what full recompute drops, Ln for the norms selective drops too
   const double Lw = cfg.recompute == Recompute::Full ? 1 : L, Ln = cfg.recompute == Recompute::None ? L : 1;
-  return {
+  std::vector<ActSlot> slots = {
       {&a.encoded, nullptr, BT * C},
       {&a.ln1, nullptr, Ln * BT * C},      {nullptr, &a.ln1_mean, Ln * BT},  {nullptr, &a.ln1_rstd, Ln * BT},
       {&a.qkv, nullptr, Lw * BT * 3 * Ca}, {&a.atty, nullptr, Lw * BT * Ca}, {nullptr, &a.att_lse, Lw * B * NH * T},
@@ -71,9 +71,10 @@ std::vector<ActSlot> GPT2::activation_slots(const GPT2Config& cfg, int max_batch
       {&a.fch, nullptr, Lw * BT * Fl},     {&a.fch_gelu, nullptr, Lw * BT * Fl},
       {&a.fcproj, nullptr, Lw * BT * C},   {&a.res3, nullptr, L * BT * C},
       {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_mean, BT},       {nullptr, &a.lnf_rstd, BT},
-      {&a.logits, nullptr, BT * Vl},
       {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * 3 * Ca},
       {&a.datty, nullptr, BT * Ca},        {&a.dfch, nullptr, BT * Fl}};
+  for (const ActSlot& h : head_slots(a.head, max_batch, cfg.seq_len, cfg.d_model, int64_t(Vl))) slots.push_back(h);
+  return slots;
 }
 
 double GPT2::activation_footprint(const GPT2Config& cfg, int max_batch, int tp, size_t compute_size) {
@@ -179,13 +180,12 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
                                          at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C, cfg_.norm_eps);
         }
       },
-      // (B,T,Vl), the tied head
-      [&](void* emb) { be_.matmul_forward(a.logits, a.lnf, at(emb, wte_i), vocab_.logit_mask(), BT, C, Vl); }});
-  grads_ready_ = false;
-  if (targets) {
-    loss_.forward(a.logits, tok.targets, BT, Vl, grad_scale);
-    grads_ready_ = grad_scale != 0.0f;
-  }
+      // the tied head and the loss, a chunk of rows at a time (with grad_scale: dln and the
+      // head's part of dwte too)
+      [&](void* emb) {
+        head_forward(a.head, a.lnf, at(emb, wte_i), targets ? tok.targets : nullptr, C, Vl, grad_scale, a.dln);
+      }});
+  grads_ready_ = targets && grad_scale != 0.0f;
   tokens_.mark_read();  // the token slot's last reader so far (backward moves it)
 }
 
@@ -217,11 +217,9 @@ void GPT2::backward() {
   const size_t wte_i = 0, wpe_i = 1, lnfw_i = table_.params().size() - 2, lnfb_i = table_.params().size() - 1;
   const size_t cs = esize_;
   DecoderPass{*prov_, cfg_.n_layer, head_group(), /*tied=*/true}.backward({
-      // Head: logits now hold dlogits (B,T,Vl). dwte collects the head's part here and the
+      // Head: forward left dln and the head's part of dwte; dwte collects it here and the
       // embedding's part at the very end (the pass keeps group 0's gradient open until then).
-      [&](void* emb, float* emb_g) {
-        be_.matmul_backward(a.dln, at(emb_g, wte_i), nullptr, a.logits, a.lnf, at(emb, wte_i), BT, C, Vl);
-      },
+      [&](float* emb_g) { head_backward(a.head, at(emb_g, wte_i), C, Vl); },
       [&](void* lnf, float* lnf_g) {
         tp_.reduce_from_region(a.dln, BT * C);  // each rank's vocabulary slice contributed a part
         be_.fill_zero(a.dres, BT * C * cs);

@@ -58,7 +58,7 @@ class GPT2 final : public DecoderLM {
   void forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) override;
   void backward() override;
   void logits_row(int b, int t, float* out_host) const override {
-    logits_row_of(acts_.logits, V_l_, b, t, out_host);
+    last_logits_row(acts_.head, V_l_, b, t, out_host);
   }
 
  private:
@@ -93,7 +93,7 @@ class GPT2 final : public DecoderLM {
     float *ln1_mean, *ln1_rstd, *att_lse, *ln2_mean, *ln2_rstd;                      // (L, ...)
     void* lnf;                   // (B,T,C)
     float *lnf_mean, *lnf_rstd;  // (B,T)
-    void* logits;                // (B,T,Vl)
+    HeadActs head;               // the output head's chunk of logits, last rows, weight gradient
     // backward scratch
     void *dres, *dln, *dqkv, *datty, *dfch;  // (B,T,C) x2, (B,T,3Ca), (B,T,Ca), (B,T,Fl)
   };

@@ -69,11 +69,11 @@ std::vector<ActSlot> Llama::activation_slots(const LlamaConfig& cfg, int max_bat
   // Activations for the largest batch, carved from one allocation (this rank's widths).
   const Widths w = widths(cfg, tp);
   const double C = cfg.d_model, T = cfg.seq_len, L = cfg.n_layer, B = max_batch, BT = B * T;
-  const double Wq = double(w.q), Wqkv = double(w.qkv), Fl = double(w.f), Vl = double(w.v), NH = cfg.n_head / tp;
+  const double Wq = double(w.q), Wqkv = double(w.qkv), Fl = double(w.f), NH = cfg.n_head / tp;
   // layers of slots: Lw for what full recompute drops, Ln for what selective drops too (the
   // norm outputs and the SwiGLU output)
   const double Lw = cfg.recompute == Recompute::Full ? 1 : L, Ln = cfg.recompute == Recompute::None ? L : 1;
-  return {
+  std::vector<ActSlot> slots = {
       {&a.encoded, nullptr, BT * C},
       {&a.ln1, nullptr, Ln * BT * C},      {nullptr, &a.rstd1, Ln * BT},
       {&a.qkv, nullptr, Lw * BT * Wqkv},   {&a.atty, nullptr, Lw * BT * Wq}, {nullptr, &a.lse, Lw * B * NH * T},
@@ -82,9 +82,10 @@ std::vector<ActSlot> Llama::activation_slots(const LlamaConfig& cfg, int max_bat
       {&a.gate_up, nullptr, Lw * BT * 2 * Fl}, {&a.act, nullptr, Ln * BT * Fl},
       {&a.mlp, nullptr, Lw * BT * C},      {&a.res3, nullptr, L * BT * C},
       {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_rstd, BT},
-      {&a.logits, nullptr, BT * Vl},
       {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * Wqkv},
       {&a.datty, nullptr, BT * Wq},        {&a.dgate_up, nullptr, BT * 2 * Fl}, {&a.dact, nullptr, BT * Fl}};
+  for (const ActSlot& h : head_slots(a.head, max_batch, cfg.seq_len, cfg.d_model, w.v)) slots.push_back(h);
+  return slots;
 }
 
 double Llama::activation_footprint(const LlamaConfig& cfg, int max_batch, int tp, size_t compute_size) {
@@ -191,14 +192,11 @@ void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, int 
                                        cfg_.norm_eps);
         }
       },
-      [&](void* weights) {  // (B,T,Vl): the embedding itself, or the head's own matrix after its norm
-        be_.matmul_forward(a.logits, a.lnf, tied ? weights : at(weights, norm_i + 1), vocab_.logit_mask(), BT, C, Vl);
+      [&](void* weights) {  // the embedding itself, or the head's own matrix after its norm; and the loss
+        head_forward(a.head, a.lnf, tied ? weights : at(weights, norm_i + 1), targets ? tok.targets : nullptr, C, Vl,
+                     grad_scale, a.dln);
       }});
-  grads_ready_ = false;
-  if (targets) {
-    loss_.forward(a.logits, tok.targets, BT, Vl, grad_scale);
-    grads_ready_ = grad_scale != 0.0f;
-  }
+  grads_ready_ = targets && grad_scale != 0.0f;
   tokens_.mark_read();
 }
 
@@ -252,11 +250,8 @@ void Llama::backward() {
   const bool tied = cfg_.tie_embeddings;
   const size_t norm_i = tied ? table_.params().size() - 1 : table_.params().size() - 2;
   DecoderPass{*prov_, cfg_.n_layer, head, tied}.backward({
-      // Head: logits now hold dlogits (B,T,Vl); through the embedding, or the head's own matrix
-      [&](void* w, float* g) {
-        if (tied) be_.matmul_backward(a.dln, g, nullptr, a.logits, a.lnf, w, BT, C, Vl);
-        else be_.matmul_backward(a.dln, at(g, norm_i + 1), nullptr, a.logits, a.lnf, at(w, norm_i + 1), BT, C, Vl);
-      },
+      // Head: forward left dln and the head's weight gradient; into the embedding's, or the head matrix's
+      [&](float* g) { head_backward(a.head, tied ? g : at(g, norm_i + 1), C, Vl); },
       [&](void* hp, float* hg) {
         tp_.reduce_from_region(a.dln, BT * C);  // each rank's vocabulary slice contributed a part
         be_.fill_zero(a.dres, BT * C * cs);

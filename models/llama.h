@@ -58,7 +58,7 @@ class Llama final : public DecoderLM {
   void forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) override;
   void backward() override;
   void logits_row(int b, int t, float* out_host) const override {
-    logits_row_of(acts_.logits, w_.v, b, t, out_host);
+    last_logits_row(acts_.head, int(w_.v), b, t, out_host);
   }
 
   // This rank's widths in a tensor-parallel group of `tp`.
@@ -96,7 +96,7 @@ class Llama final : public DecoderLM {
     float *rstd1, *lse, *rstd2;                                                 // (L, ...)
     void* lnf;       // (B,T,C)
     float* lnf_rstd;  // (B,T)
-    void* logits;    // (B,T,Vl)
+    HeadActs head;   // the output head's chunk of logits, last rows, weight gradient
     void *dres, *dln, *dqkv, *datty, *dgate_up, *dact;  // backward scratch
   };
   // Every activation slot, in carve order, pointing into `a`: the one list of the activations.

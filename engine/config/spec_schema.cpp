@@ -21,7 +21,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(run, seed, false, "seed for initialization and data order"),
       ZT_KEY(run, device, false, "\"auto\", \"cpu\" or \"cuda\""),
       ZT_KEY(run, threads, false, "CPU threads (0 = all cores)"),
-      ZT_KEY(run, deterministic, false, "bitwise-reproducible GPU runs: ordered reductions, NCCL Ring/Simple"),
+      ZT_KEY(run, deterministic, false, "bitwise-reproducible GPU runs: ordered reductions, NCCL Ring/Simple, the first heuristic GEMM"),
       ZT_KEY(run, device_memory_limit, false, "the backend never holds more device memory (e.g. \"40GB\"; empty = none)"),
       ZT_KEY(run, telemetry_s, false, "seconds between device telemetry rows in metrics.jsonl (0 = none)"),
       ZT_KEY(run, straggler_threshold, false, "a rank busy (compute, data, offload, host) this fraction above the other ranks' median over a log interval is named as a straggler"),

@@ -2,6 +2,7 @@
 #include "engine/model/decoder_lm.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "engine/core/status.h"
 
@@ -16,11 +17,11 @@ DecoderLM::DecoderLM(Backend& backend, int max_batch, Comm* tp, int seq_len, int
                      int vocab_held)
     : be_(backend),
       max_batch_(max_batch),
-      tp_(backend, tp, int64_t(max_batch) * seq_len * std::max<int64_t>(d_model, vocab_held / tp_size_of(tp))),
+      tp_(backend, tp, int64_t(max_batch) * seq_len * d_model),  // every reduction is of (B,T,C)
       table_(tp_size_of(tp), tp_rank_of(tp)),
       esize_(backend.compute_size()),
       tokens_(backend, int64_t(max_batch) * seq_len),
-      loss_(backend, tp_, int64_t(max_batch) * seq_len),
+      loss_(backend, tp_, head_chunk_rows(int64_t(max_batch) * seq_len, d_model, vocab_held / tp_size_of(tp))),
       vocab_(backend, tp_, vocab_size, vocab_held) {}
 
 DecoderLM::~DecoderLM() { be_.free(act_buf_); }
@@ -31,6 +32,59 @@ void DecoderLM::begin_batch(int B, int T, int seq_len, const char* model) {
   ZT_CHECK(prov_ != nullptr, "{} has no ParamProvider", model);
   cur_B_ = B;
   cur_T_ = T;
+}
+
+std::vector<ActSlot> DecoderLM::head_slots(HeadActs& h, int64_t max_batch, int64_t seq_len, int64_t C, int64_t Vl) {
+  const double R = double(head_chunk_rows(max_batch * seq_len, C, Vl)), B = double(max_batch);
+  return {{&h.logits, nullptr, R * double(Vl)},
+          {&h.last_x, nullptr, B * double(C)},
+          {&h.last, nullptr, B * double(Vl)},
+          {nullptr, &h.dw, double(Vl) * double(C)}};
+}
+
+int64_t DecoderLM::head_chunk_rows(int64_t BT, int64_t C, int64_t Vl) {
+  static const int64_t forced = [] {
+    const char* v = std::getenv("ZTRAIN_HEAD_CHUNK_ROWS");  // for tests; empty or not a count: unset
+    return v ? std::max<int64_t>(0, std::atoll(v)) : int64_t(0);
+  }();
+  if (forced > 0) return std::min(BT, forced);
+  // A chunk about the size of one (BT, C) activation, as Liger's fused linear cross-entropy; but
+  // at least 1024 rows: each chunk reads and writes the (Vl, C) fp32 weight gradient once, and a
+  // K of 1024 keeps that GEMM bound by its arithmetic rather than by that traffic on a GPU.
+  const int64_t chunks = std::max<int64_t>(1, (Vl + C - 1) / C), rows = (BT + chunks - 1) / chunks;
+  return std::min(BT, std::max<int64_t>(1024, (rows + 63) / 64 * 64));
+}
+
+void DecoderLM::head_forward(const HeadActs& h, const void* x, const void* W, const int32_t* targets, int C, int Vl,
+                             float grad_scale, void* dx) {
+  const int64_t BT = int64_t(cur_B_) * cur_T_;
+  last_logits_ready_ = !targets;
+  if (!targets) {  // inference: each sequence's last row, gathered, then its logits
+    for (int b = 0; b < cur_B_; ++b)
+      be_.copy_device(el(h.last_x, int64_t(b) * C), el(const_cast<void*>(x), (int64_t(b) * cur_T_ + cur_T_ - 1) * C),
+                      size_t(C) * esize_);
+    be_.matmul_forward(h.last, h.last_x, W, vocab_.logit_mask(), cur_B_, C, Vl);
+    return;
+  }
+  const bool grads = grad_scale != 0.0f;
+  loss_.begin();
+  if (grads) be_.fill_zero(h.dw, size_t(Vl) * C * sizeof(float));
+  const int64_t R = head_chunk_rows(BT, C, Vl);
+  for (int64_t r0 = 0; r0 < BT; r0 += R) {
+    const int n = int(std::min(R, BT - r0));
+    const void* xr = el(const_cast<void*>(x), r0 * C);
+    be_.matmul_forward(h.logits, xr, W, vocab_.logit_mask(), n, C, Vl);  // (n, Vl)
+    loss_.forward(h.logits, targets + r0, n, Vl, grad_scale, BT);        // now dlogits, with grads
+    if (grads) be_.matmul_backward(el(dx, r0 * C), h.dw, nullptr, h.logits, xr, W, n, C, Vl);
+  }
+}
+
+void DecoderLM::last_logits_row(const HeadActs& h, int Vl, int b, int t, float* out) const {
+  ZT_CHECK(last_logits_ready_ && b >= 0 && b < cur_B_ && t == cur_T_ - 1,
+           "logits_row({}, {}): only the last position of each sequence, after a forward without targets, has "
+           "logits (the training head makes them a chunk at a time)",
+           b, t);
+  vocab_.logits_row(static_cast<const char*>(h.last) + int64_t(b) * Vl * int64_t(esize_), out);
 }
 
 }  // namespace zt

@@ -4,6 +4,7 @@
 // and the shape of the batch in flight. The group walk of a pass is engine/model/decoder_pass.h.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "engine/backend/backend.h"
 #include "engine/model/activation_arena.h"
@@ -36,10 +37,34 @@ class DecoderLM : public Model {
   void* at(void* group_base, size_t param) const { return el(group_base, table_.group_rel(param)); }
   float* at(float* group_base, size_t param) const { return group_base + table_.group_rel(param); }
   int head_group() const { return int(table_.groups().size()) - 1; }  // the final norm (and head)
-  // Row (b, t) of this rank's logits (B,T,Vl), gathered over the vocabulary-parallel ranks.
-  void logits_row_of(const void* logits, int64_t Vl, int b, int t, float* out) const {
-    vocab_.logits_row(static_cast<const char*>(logits) + ((int64_t(b) * cur_T_ + t) * Vl) * int64_t(esize_), out);
-  }
+
+  // ---- The output head and the loss, one chunk of rows at a time: no (B*T, vocab) logits tensor
+  // exists. Each chunk's logits (R, Vl) = x W^T are made, the softmax cross-entropy turns them into
+  // dlogits in place (the padding columns masked by PaddedVocab's -inf bias), and at once dx (the
+  // chunk's rows) = dlogits W and the head's weight gradient += dlogits^T x; backward() then adds
+  // that gradient into the provider's (the Liger / FusedLinearCrossEntropy plan: the gradients are
+  // made in forward, as the loss with grad_scale already promised).
+  struct HeadActs {
+    void* logits = nullptr;  // (R, Vl) one chunk of rows
+    void* last_x = nullptr;  // (B, C) the final norm's row of each sequence's last position
+    void* last = nullptr;    // (B, Vl) their logits, for logits_row (sampling, dump-state)
+    float* dw = nullptr;     // (Vl, C) fp32, the head weight's gradient of this micro-batch
+  };
+  // The head's activation slots for batches of up to max_batch x seq_len, width C, Vl local ids.
+  static std::vector<ActSlot> head_slots(HeadActs& h, int64_t max_batch, int64_t seq_len, int64_t C, int64_t Vl);
+  // Rows per logits chunk for BT rows: as many as make a chunk about the size of one (BT, C)
+  // activation (BT / ceil(Vl / C), rounded up to 64) but at least 1024, at most BT;
+  // ZTRAIN_HEAD_CHUNK_ROWS=N sets N (tests, experiments).
+  static int64_t head_chunk_rows(int64_t BT, int64_t C, int64_t Vl);
+  // x (B*T, C): the final norm's output; W (Vl, C): this rank's slice of the head's weight;
+  // targets (B*T) device ids or null (inference: only each sequence's last logits are made). With
+  // targets, the loss is pending (take_losses) and, with grad_scale != 0, dx (B*T, C) is written
+  // (this rank's part; the tensor-parallel sum is the caller's) and h.dw holds the head's gradient.
+  void head_forward(const HeadActs& h, const void* x, const void* W, const int32_t* targets, int C, int Vl,
+                    float grad_scale, void* dx);
+  void head_backward(const HeadActs& h, float* dW, int C, int Vl) { be_.add(dW, dW, h.dw, int64_t(Vl) * C); }
+  // The full-vocabulary logits of sequence b's last position t (the one inference forwards keep).
+  void last_logits_row(const HeadActs& h, int Vl, int b, int t, float* out) const;
 
   Backend& be_;
   int max_batch_;
@@ -53,6 +78,7 @@ class DecoderLM : public Model {
   PaddedVocab vocab_;
   int cur_B_ = 0, cur_T_ = 0;
   bool grads_ready_ = false;
+  bool last_logits_ready_ = false;  // the last forward was an inference forward (head_forward)
 };
 
 }  // namespace zt

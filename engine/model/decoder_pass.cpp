@@ -32,20 +32,17 @@ void DecoderPass::forward(const Forward& f) const {
 
 void DecoderPass::backward(const Backward& b) const {
   std::vector<int> order;
-  if (tied) order.push_back(0);
   order.push_back(head);
   for (int l = n_layer - 1; l >= 0; --l) order.push_back(1 + l);
-  prov.begin_pass(order);  // the params() calls; an untied embedding needs only its gradient
+  prov.begin_pass(order);  // the params() calls; the embedding needs only its gradient
   float* emb_g = nullptr;
   if (tied) {
-    void* emb = prov.params(0);
     emb_g = prov.grads(0);
-    b.logits(emb, emb_g);
-    prov.release_params(0);
+    b.logits(emb_g);
   }
   void* hp = prov.params(head);
   float* hg = prov.grads(head);
-  if (!tied) b.logits(hp, hg);
+  if (!tied) b.logits(hg);
   b.final_norm(hp, hg);
   prov.grads_done(head);
   prov.release_params(head);

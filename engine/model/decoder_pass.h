@@ -5,8 +5,9 @@
 // owns the order, so ZeRO-3 gathers, prefetches and reduces the same way for every family.
 //   forward:  embeddings, blocks 0..L-1, the head's norm, then the logits from the tied embedding
 //             (group 0 again) or from the head;
-//   backward: the logits (tied: group 0's gradient stays open until the embedding's own part at
-//             the end), the head's norm, blocks L-1..0, the embedding.
+//   backward: the head's weight gradient (tied: into group 0's gradient, which stays open until
+//             the embedding's own part at the end; no parameters: forward made the head's
+//             gradients), the head's norm, blocks L-1..0, the embedding.
 #pragma once
 #include <functional>
 
@@ -30,7 +31,7 @@ struct DecoderPass {
   void forward(const Forward& f) const;
 
   struct Backward {
-    std::function<void(void* weights, float* grads)> logits;  // tied: group 0's; else the head's
+    std::function<void(float* grads)> logits;  // tied: group 0's gradient; else the head's
     std::function<void(void* head, float* grads)> final_norm;
     std::function<void(int l, void* block, float* grads)> block;
     std::function<void(float* emb_grads)> embed;

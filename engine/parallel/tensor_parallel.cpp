@@ -57,11 +57,11 @@ VocabParallelCrossEntropy::~VocabParallelCrossEntropy() {
   for (void* p : {(void*)losses_, (void*)row_sum_, (void*)target_logit_, (void*)device_sum_}) be_.free(p);
 }
 
-void VocabParallelCrossEntropy::forward(void* logits, const int32_t* targets, int64_t N, int Vl, float grad_scale) {
-  ++pending_;
+void VocabParallelCrossEntropy::forward(void* logits, const int32_t* targets, int64_t N, int Vl, float grad_scale,
+                                        int64_t mean_rows) {
   if (tp_.size() == 1) {
     be_.softmax_crossentropy(losses_, logits, targets, int(N), Vl, grad_scale);
-    be_.sum_accumulate(device_sum_, losses_, N, 1.0 / double(N));
+    be_.sum_accumulate(device_sum_, losses_, N, 1.0 / double(mean_rows));
     return;
   }
   const int v0 = tp_.rank() * Vl;  // this rank's vocabulary slice [v0, v0 + Vl)
@@ -83,7 +83,7 @@ void VocabParallelCrossEntropy::forward(void* logits, const int32_t* targets, in
     total += lse - tgt[i];
     mx[i] = lse;
   }
-  host_sum_ += total / double(N);
+  host_sum_ += total / double(mean_rows);
   if (grad_scale != 0.0f) {
     be_.copy_to_device(d_max, mx.data(), size_t(N) * sizeof(float));
     be_.crossentropy_grad_from_lse(logits, d_max, targets, int(N), Vl, v0, grad_scale);
