@@ -73,6 +73,7 @@ LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const
 
   PlanBackend be(kind);
   be.set_compute_dtype(plan.compute);
+  be.set_deterministic(spec.run.deterministic);  // the CUDA attention backward's scratch depends on it
   // the plan's backend answers as the one planned for: a model it cannot run is bad input here too
   if (const std::string op = unsupported_op(be, spec.model, plan.compute); !op.empty())
     user_error("the {} backend cannot run this model in {}: {}", kind == DeviceKind::CUDA ? "CUDA" : "CPU",

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "engine/backend/cuda/attention_fa2_layout.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -103,12 +104,14 @@ void PlanBackend::matmul_gelu_forward(void*, void*, const void*, const void*, co
 void PlanBackend::matmul_backward(void*, float*, float* dbias, const void*, const void*, const void*, int N, int C,
                                   int OC) {
   // dinp = dout W (written), dweight += dout^T inp in fp32, dbias += column sums (in the weight GEMM)
+  autotune_scratch(N, C, OC);
   count(4.0 * N * C * OC,
         double(es()) * (2.0 * N * OC + double(OC) * C + 2.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
 }
 void PlanBackend::matmul_gelu_backward(void*, float*, float* dbias, const void*, const void*, const void*,
                                        const void*, int N, int C, int OC) {
   // as matmul_backward, with gelu'(pre) applied as dinp is written: one more read (pre), no pass
+  autotune_scratch(N, C, OC);
   count(4.0 * N * C * OC + 12.0 * N * C,
         double(es()) * (2.0 * N * OC + double(OC) * C + 3.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
 }
@@ -117,8 +120,23 @@ void PlanBackend::attention_forward(void*, float*, const void*, int B, int T, in
   const double qkv = double(B) * T * C * (1.0 + 2.0 * NKV / NH);
   count(2.0 * B * double(T) * T * C, double(es()) * (qkv + double(B) * T * C) + 4.0 * B * NH * T, true);
 }
+void PlanBackend::scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_) return;
+  free(scratch_);
+  scratch_ = alloc(bytes, MemTag::Other, MemKind::Device);
+  scratch_bytes_ = bytes;
+}
+
+void PlanBackend::autotune_scratch(int N, int C, int OC) {
+  if (kind_ != DeviceKind::CUDA || deterministic() || !timed_.insert({N, C, OC}).second) return;
+  free(alloc(size_t(C) * size_t(OC) * sizeof(float), MemTag::Other, MemKind::Device));
+}
+
 void PlanBackend::attention_backward(void*, const void*, const void*, const void*, const float*, int B, int T,
                                      int C, int NH, int NKV) {
+  // on CUDA: D and, for FlashAttention-2's 5 units, the fp32 dQ accumulator (B, T, C)
+  if (kind_ == DeviceKind::CUDA)
+    scratch(size_t(cuda::fa2::backward_scratch_floats(B, T, C, NH, es(), deterministic())) * sizeof(float));
   const double qkv = double(B) * T * C * (1.0 + 2.0 * NKV / NH);
   count(5.0 * B * double(T) * T * C, double(es()) * (qkv * 2 + 2.0 * B * T * C) + 4.0 * B * NH * T, true);
 }

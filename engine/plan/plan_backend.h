@@ -5,6 +5,8 @@
 // step time.
 #pragma once
 #include <map>
+#include <set>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <vector>
@@ -85,6 +87,11 @@ class PlanBackend final : public Backend {
  private:
   void count(double flops, double bytes, bool matrix = false);
   size_t es() const { return compute_size(); }
+  // the CUDA backend's one scratch buffer, which grows to the largest op's need and stays
+  void scratch(size_t bytes);
+  // the CUDA GEMMs' choice by measurement: the first weight-gradient GEMM of each shape is timed
+  // into a scratch copy of its fp32 output, taken and given back at once (matmul.cu, fastest)
+  void autotune_scratch(int N, int C, int OC);
 
   DeviceKind kind_;
   MemoryStats stats_;
@@ -95,6 +102,9 @@ class PlanBackend final : public Backend {
   };
   std::map<uintptr_t, Block> blocks_;
   uintptr_t next_ = uintptr_t(1) << 40;  // never dereferenced: outside any mapping
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  std::set<std::tuple<int, int, int>> timed_;  // autotune_scratch's shapes
   Work work_;
   struct Op {
     double flops, bytes;

@@ -277,6 +277,13 @@ int main() {
     C.attention_backward(dqkv.c, dout.c, out.c, qkv.c, lse.fc(), B, T, Ch, NH, NKV);
     G.attention_backward(dqkv.g, dout.g, out.g, qkv.g, lse.fg(), B, T, Ch, NH, NKV);
     dqkv.check("attention_backward" + tag, tol(1e-4));
+    // [run] deterministic: no atomics (the 16-bit FlashAttention-2 backward's 7-unit plan)
+    G.set_deterministic(true);
+    Pair dqkv2(C, G, randn(size_t(B) * T * C3, 21), dt);
+    C.attention_backward(dqkv2.c, dout.c, out.c, qkv.c, lse.fc(), B, T, Ch, NH, NKV);
+    G.attention_backward(dqkv2.g, dout.g, out.g, qkv.g, lse.fg(), B, T, Ch, NH, NKV);
+    dqkv2.check("attention_backward deterministic" + tag, tol(1e-4));
+    G.set_deterministic(false);
   }
   // Llama's ops: RMSNorm (plain and fused with the residual), rotary embedding, SwiGLU.
   if (wanted("llama"))

@@ -13,6 +13,9 @@ import sys
 
 FA2 = "engine/backend/cuda/attention_fa2.cu"
 OPS_ATTENTION = ("ops", {"ZTRAIN_OPS_SECTIONS": "attention", "ZTRAIN_OPS_DTYPES": "bf16"})
+# each warp to its next barrier before the next starts: under the other orders every warp reaches
+# a warp collective before any goes past it, which hides a barrier missing between warps
+OPS_ATTENTION_WARPS = ("ops", {**OPS_ATTENTION[1], "ZTRAIN_EMU_SCHEDULE": "warps"})
 
 # name: (source, text to find (its first occurrence), replacement, how to run, what must show)
 MUTATIONS = {
@@ -40,6 +43,10 @@ MUTATIONS = {
     "fa2_mask_off_diagonal": (FA2, "      const bool diagonal = k0 + kKeys - 1 > w0;  // some key after some row: the causal mask",
                               "      const bool diagonal = k0 + kKeys - 1 > warp_last;",
                               OPS_ATTENTION, r"bf16 attention_forward .*FAIL"),
+    # no barrier between the dS^T tile's stores and the 5-unit backward's dQ reads of it: warps read
+    # keys other warps have not written yet
+    "fa2_dq_no_barrier": (FA2, "      __syncthreads();  // the whole tile's dS^T, all 64 keys, before any warp's dQ reads it\n",
+                          "", OPS_ATTENTION_WARPS, r"bf16 attention_backward B.*FAIL"),
     # the forward launched over 48 KB of dynamic shared memory without raising the attribute
     "fa2_no_shared_attribute": (FA2, "  auto kernel = attention_forward_fa2_kernel<T, HS>;\n  allow_smem(kernel, smem);\n",
                                 "  auto kernel = attention_forward_fa2_kernel<T, HS>;\n",

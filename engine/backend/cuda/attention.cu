@@ -628,11 +628,11 @@ bool forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
                       : attention_forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, s);
 }
 template <typename T>
-bool backward_fa2(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_, int C, int NH,
-                  int NKV, cudaStream_t s) {
+bool backward_fa2(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
+                  int C, int NH, int NKV, cudaStream_t s) {
   if (!use_fa2()) return false;
   return use_fa2_v1() ? attention_backward_fa2_v1(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s)
-                      : attention_backward_fa2(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
+                      : attention_backward_fa2(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
 }
 
 // The tensor-core path applies to 16-bit types and head sizes that are multiples of 16.
@@ -689,16 +689,17 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
-                        int NH, int NKV, float* scratch, cudaStream_t s) {
+                        int NH, int NKV, float* scratch, bool deterministic, cudaStream_t s) {
   if (B * T_ <= 0) return;
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
-  float* D = scratch;  // (B,NH,T)
+  float* D = scratch;  // (B,NH,T), then the (B,T,C) dQ accumulator where the 5-unit backward applies
+  float* dq_acc = fa2::backward_accumulates_dq(hs, sizeof(T), deterministic) ? D + int64_t(B) * NH * T_ : nullptr;
   launch(attention_rowdot_kernel<T>, blocks_for(int64_t(B) * NH * T_, kWarps), 32 * kWarps, 0, s, D, dout, out, B, T_,
          C, NH);
   ZT_CUDA_LAUNCH_CHECK();
   if constexpr (sizeof(T) == 2) {
-    if (backward_fa2(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s)) return;
+    if (backward_fa2(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s)) return;
     const TcBwdLayout L(hs);
     if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
       const dim3 tc_grid(blocks_for(T_, kTcRows), unsigned(B * NH)), kv_grid(tc_grid.x, unsigned(B * NKV));
@@ -731,7 +732,7 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
 #define ZT_INSTANTIATE(T)                                                                             \
   template void attention_forward<T>(T*, float*, const T*, int, int, int, int, int, cudaStream_t);   \
   template void attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, \
-                                      int, int, float*, cudaStream_t);
+                                      int, int, float*, bool, cudaStream_t);
 ZT_INSTANTIATE(float)
 ZT_INSTANTIATE(__nv_bfloat16)
 ZT_INSTANTIATE(__half)

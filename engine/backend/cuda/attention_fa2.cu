@@ -15,7 +15,8 @@
 // whole kernel, K/V (or Q/dO) tiles streamed through shared memory with cp.async, double
 // buffered; S, P, dP and dS never leave registers (C fragments become A fragments two n-blocks
 // at a time); P and dS rounded to T before their products, as in FlashAttention. The backward is
-// 7 matrix-product units (dQ recomputes S and dP), deterministic (no atomics).
+// FlashAttention-2's 5 matrix-product units (S, dP, dV, dK and dQ in the dK/dV pass, dQ summed in
+// fp32 with atomics), or under [run] deterministic 7 (a dQ pass recomputes S and dP, no atomics).
 // Fragment layouts: attention_fa2_tiles.cuh; ldmatrix's: ptx.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -252,22 +253,75 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
+// dQ rows [t0, t0 + KQ) of one query head (acc: that head's (T, C)-strided fp32 rows) += dS K, dS
+// from a shared dS^T (64 keys, kLdS) and K from a shared (64 keys, kLd) tile. Warp w takes the rows
+// 16 (w % (KQ / 16)) .. + 15 and the columns 64 (w / (KQ / 16)) .. + 63: HS / 64 = 4 / (KQ / 16).
+template <typename T, int HS, int kLd, int kLdS, int KQ>
+__device__ __forceinline__ void dq_tile_accumulate(float* acc, const T* dst_tile, const T* Ks, int t0, int T_, int C,
+                                                   int warp, int lane) {
+  static_assert((KQ / 16) * (HS / 64) == kWarps, "the warps tile the (KQ, HS) dQ tile in 16 x 64 pieces");
+  const int m0 = (warp % (KQ / 16)) * 16, n0 = (warp / (KQ / 16)) * 64, g = lane / 4, qd = lane % 4;
+  float c[8][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    // A = dS rows m0.., keys 16 kk..: matrix i is queries m0 + 8 (i % 2), keys 16 kk + 8 (i / 2),
+    // stored key-major (dS^T), so read transposed
+    uint32_t a[4];
+    const int i = lane / 8;
+    ldmatrix<4, true>(a, dst_tile + (kk * 16 + (i / 2) * 8 + lane % 8) * kLdS + m0 + (i % 2) * 8);
+#pragma unroll
+    for (int dn = 0; dn < 8; dn += 2) {
+      uint32_t bf[4];
+      ldsm_b_kn<T, kLd>(bf, Ks, kk * 16, n0 + dn * 8, lane);
+      mma16816<T>(c[dn], a, bf[0], bf[1]);
+      mma16816<T>(c[dn + 1], a, bf[2], bf[3]);
+    }
+  }
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int t = t0 + m0 + g + 8 * half;
+    if (t >= T_) continue;
+    float* row = acc + int64_t(t) * C + n0 + 2 * qd;
+#pragma unroll
+    for (int dn = 0; dn < 8; ++dn) {
+      atomicAdd(row + dn * 8, c[dn][2 * half]);
+      atomicAdd(row + dn * 8 + 1, c[dn][2 * half + 1]);
+    }
+  }
+}
+
+// dqkv's Q columns (B, T, NH hs of each row) = the fp32 dQ accumulator (B, T, C), rounded to T
+template <typename T>
+__global__ void dq_from_accumulator_kernel(T* dqkv, const float* acc, int64_t rows, int C, int64_t row_ld) {
+  const int64_t pairs = rows * (C / 2);
+  for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs; p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = p / (C / 2), c = (p % (C / 2)) * 2;
+    const float2 v = *reinterpret_cast<const float2*>(acc + r * C + c);
+    *reinterpret_cast<uint32_t*>(dqkv + r * row_ld + c) = pack2<T>(v.x, v.y);
+  }
+}
+
 // ---- Backward (FlashAttention-2's recurrences): dK/dV parallel over key tiles, each warp holding
 // 16 keys' K and V as A fragments (at head size 128: in shared memory, read as needed) and their dK,
 // dV in fp32 accumulators while the query tiles (Q, dO, lse, D of every query head of the key/value
 // head's group) stream through shared memory; dQ parallel over query tiles, each warp holding 16
 // queries' Q and dO as A fragments and dQ in accumulators while K/V tiles stream.
 
-template <typename T, int HS>
+// kDq: the same pass also makes dQ (FlashAttention-2's 5 units): each query tile's dS^T goes to
+// shared memory, and after a barrier the 4 warps split the tile's dQ += dS K (kQ x HS over the 64
+// keys, 16 rows x 64 columns a warp), added into dq_acc (B, T, C) fp32 with atomics.
+template <typename T, int HS, bool kDq>
 __global__ void __launch_bounds__(32 * kWarps)
-    attention_backward_dkdv_fa2_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_,
-                                       int C, int NH, int NKV, float scale) {
+    attention_backward_dkdv_fa2_kernel(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse,
+                                       const float* D, int T_, int C, int NH, int NKV, float scale) {
   constexpr int kLd = kLdOf<HS>, kQ = kDkdvRowsOf<HS>, kTile = kQ * kLd, kKvTile = kKeys * kLd;
   constexpr bool kSharedKV = HS > 64;  // K and V rows in shared memory rather than registers
+  constexpr int kLdS = kQ + 8;         // dS^T's padded rows
   extern __shared__ __align__(16) unsigned char smem[];
   T* tiles = reinterpret_cast<T*>(smem);                                          // [2][Q, dO][kQ][kLd]
   float* stats = reinterpret_cast<float*>(smem + size_t(4) * kTile * sizeof(T));  // [2][lse2, D][kQ]
-  T* kv = reinterpret_cast<T*>(stats + 4 * kQ);                                   // kSharedKV: [K, V][64][kLd]
+  T* kv = reinterpret_cast<T*>(stats + 4 * kQ);  // kSharedKV: [K, V][64][kLd]; else with kDq: K [64][kLd]
+  T* dst_tile = kv + (kSharedKV ? 2 : kDq ? 1 : 0) * kKvTile;                    // kDq: dS^T [64 keys][kLdS]
   const int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, group = NH / NKV;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
   const int k0 = blockIdx.x * kKeys, kw0 = k0 + warp * 16, kr0 = kw0 + g, kr1 = kr0 + 8;  // this thread's two keys
@@ -278,6 +332,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     load_rows<T, HS>(kv, qkv + H0.k, H0.row, k0, T_);  // in the first cp.async group, with tile 0
     load_rows<T, HS>(kv + kKvTile, qkv + H0.v, H0.row, k0, T_);
   } else {
+    if constexpr (kDq) load_rows<T, HS>(kv, qkv + H0.k, H0.row, k0, T_);  // dQ's B operand
     load_a_rows<T, HS>(ka[0], qkv + H0.k, H0.row, kr0, T_, qd);
     load_a_rows<T, HS>(va[0], qkv + H0.v, H0.row, kr0, T_, qd);
   }
@@ -310,6 +365,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     const float* L2 = stats + buf * 2 * kQ;
     const float* Dq = L2 + kQ;
     const int t0 = (first + i % n_tiles) * kQ;
+    const int qh = kvh * group + i / n_tiles;  // this tile's query head
     // S^T (16 keys x kQ queries) = K Q^T and dP^T = V dO^T
     float st[1][kQ / 8][4] = {}, dpt[1][kQ / 8][4] = {};
     if constexpr (kSharedKV) {
@@ -338,7 +394,19 @@ __global__ void __launch_bounds__(32 * kWarps)
     // dV += P^T dO and dK += dS^T Q over the kQ queries, 16 at a time
     c_times_tile<T, HS, kLd>(dv, st, dOs, lane);
     c_times_tile<T, HS, kLd>(dk, dpt, Qs, lane);
-    __syncthreads();  // every warp is done with this buffer before it is refilled
+    if constexpr (kDq) {
+      // this warp's 16 keys of dS^T, rounded to T as for dK (32-bit stores: two queries side by side)
+#pragma unroll
+      for (int nb = 0; nb < kQ / 8; ++nb) {
+        T* d = dst_tile + (warp * 16 + g) * kLdS + nb * 8 + 2 * qd;
+        *reinterpret_cast<uint32_t*>(d) = pack2<T>(dpt[0][nb][0], dpt[0][nb][1]);
+        *reinterpret_cast<uint32_t*>(d + 8 * kLdS) = pack2<T>(dpt[0][nb][2], dpt[0][nb][3]);
+      }
+      __syncthreads();  // the whole tile's dS^T, all 64 keys, before any warp's dQ reads it
+      dq_tile_accumulate<T, HS, kLd, kLdS, kQ>(dq_acc + (int64_t(b) * T_ * C + int64_t(qh) * HS), dst_tile, kv,
+                                                 t0, T_, C, warp, lane);
+    }
+    __syncthreads();  // every warp is done with this buffer (and dS^T) before it is refilled
   }
   cp_async_wait<0>();
   for (int half = 0; half < 2; ++half) {
@@ -434,16 +502,30 @@ void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int 
   ZT_CUDA_LAUNCH_CHECK();
 }
 
+// dq_acc: (B, T, C) fp32 scratch for the 5-unit backward; null: the 7-unit one (no atomics)
 template <typename T, int HS>
-void launch_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_, int C,
-                     int NH, int NKV, cudaStream_t s) {
+void launch_backward(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D, int B,
+                     int T_, int C, int NH, int NKV, cudaStream_t s) {
   const float scale = 1.0f / std::sqrt(float(HS));
   const unsigned blocks = unsigned((T_ + kRows - 1) / kRows);  // key tiles (dK/dV), query tiles (dQ): both 64
-  auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS>;
+  const dim3 kv_grid(blocks, unsigned(B * NKV));
+  if (dq_acc) {
+    ZT_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, size_t(B) * T_ * C * sizeof(float), s));
+    auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS, true>;
+    const size_t smem = fa2::dkdv_smem(HS, sizeof(T), /*dq=*/true);
+    allow_smem(dkdv, smem);
+    launch(dkdv, kv_grid, 32 * kWarps, smem, s, dqkv, dq_acc, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+    ZT_CUDA_LAUNCH_CHECK();
+    const int64_t rows = int64_t(B) * T_;
+    launch(dq_from_accumulator_kernel<T>, blocks_for(rows * (C / 2), 256), 256, 0, s, dqkv, (const float*)dq_acc, rows,
+           C, int64_t(NH + 2 * NKV) * HS);
+    ZT_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS, false>;
   const size_t dkdv_smem = fa2::dkdv_smem(HS, sizeof(T));
   allow_smem(dkdv, dkdv_smem);
-  launch(dkdv, dim3(blocks, unsigned(B * NKV)), 32 * kWarps, dkdv_smem, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV,
-         scale);
+  launch(dkdv, kv_grid, 32 * kWarps, dkdv_smem, s, dqkv, dq_acc, dout, qkv, lse, D, T_, C, NH, NKV, scale);
   ZT_CUDA_LAUNCH_CHECK();
   auto dq = attention_backward_dq_fa2_kernel<T, HS>;
   const size_t dq_smem = fa2::dq_smem(HS, sizeof(T));
@@ -465,21 +547,22 @@ bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int 
 }
 
 template <typename T>
-bool attention_backward_fa2(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
-                            int C, int NH, int NKV, cudaStream_t s) {
+bool attention_backward_fa2(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D,
+                            int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
   const int hs = C / NH;
   const bool aligned = reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(dqkv) % 4 == 0;
+                       reinterpret_cast<uintptr_t>(dqkv) % 4 == 0 && reinterpret_cast<uintptr_t>(dq_acc) % 8 == 0;
   if (!aligned || (hs != 64 && hs != 128) || B * T_ <= 0) return false;
-  if (hs == 64) launch_backward<T, 64>(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
-  else launch_backward<T, 128>(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
+  if (hs == 64) launch_backward<T, 64>(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
+  else launch_backward<T, 128>(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
   return true;
 }
 
-template bool attention_backward_fa2<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
-                                                    const float*, const float*, int, int, int, int, int, cudaStream_t);
-template bool attention_backward_fa2<__half>(__half*, const __half*, const __half*, const float*, const float*, int,
-                                             int, int, int, int, cudaStream_t);
+template bool attention_backward_fa2<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*,
+                                                    const __nv_bfloat16*, const float*, const float*, int, int, int,
+                                                    int, int, cudaStream_t);
+template bool attention_backward_fa2<__half>(__half*, float*, const __half*, const __half*, const float*, const float*,
+                                             int, int, int, int, int, cudaStream_t);
 template bool attention_forward_fa2<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int, int, int,
                                                    int, cudaStream_t);
 template bool attention_forward_fa2<__half>(__half*, float*, const __half*, int, int, int, int, int, cudaStream_t);

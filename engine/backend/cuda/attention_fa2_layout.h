@@ -21,6 +21,19 @@ constexpr int forward_rows(int hs) { return kWarps * 16 * forward_m_tiles(hs); }
 // registers a thread, so the tiles are halved
 constexpr int dkdv_query_rows(int hs) { return hs > 64 ? 32 : 64; }
 
+// The backward in FlashAttention-2's 5 matrix-product units: the dK/dV pass also makes each query
+// tile's dQ contribution (dS K) and adds it into an fp32 (B, T, C) accumulator with atomics, so
+// its sum's order varies run to run. [run] deterministic keeps the 7-unit plan instead (a dQ pass
+// that recomputes S and dP, no atomics). 16-bit types and head sizes 64 and 128 only.
+constexpr bool backward_accumulates_dq(int hs, size_t elem, bool deterministic) {
+  return elem == 2 && (hs == 64 || hs == 128) && !deterministic;
+}
+// The attention backward's device scratch, in floats: D = rowsum(dO * O) (B, NH, T), then the dQ
+// accumulator (B, T, C) where it is used. The CUDA backend and the planner both size it here.
+constexpr long long backward_scratch_floats(int B, int T, int C, int NH, size_t elem, bool deterministic) {
+  return (long long)B * NH * T + (backward_accumulates_dq(C / NH, elem, deterministic) ? (long long)B * T * C : 0);
+}
+
 // Shared rows are padded by 8 elements (16 bytes): the quads' 32-bit reads spread over banks.
 constexpr size_t padded_row(int hs) { return size_t(hs) + 8; }
 
@@ -28,11 +41,13 @@ constexpr size_t padded_row(int hs) { return size_t(hs) + 8; }
 // forward and dQ: [2 buffers][K, V][kKeys][hs + 8]
 constexpr size_t forward_smem(int hs, size_t elem) { return size_t(2) * 2 * kKeys * padded_row(hs) * elem; }
 constexpr size_t dq_smem(int hs, size_t elem) { return forward_smem(hs, elem); }
-// dK/dV: [2][Q, dO][q rows][hs + 8], [2][lse2, D][q rows] floats, and at 128 the K, V rows
-constexpr size_t dkdv_smem(int hs, size_t elem) {
+// dK/dV: [2][Q, dO][q rows][hs + 8], [2][lse2, D][q rows] floats, and at 128 the K, V rows; with
+// dQ (`dq`) also K's rows at 64 (dQ's B operand) and the tile's dS^T [kKeys][q rows + 8]
+constexpr size_t dkdv_smem(int hs, size_t elem, bool dq = false) {
   const size_t q = size_t(dkdv_query_rows(hs));
+  const size_t kv_rows = hs > 64 ? 2 * kKeys : dq ? kKeys : 0;
   return size_t(2) * 2 * q * padded_row(hs) * elem + size_t(2) * 2 * q * sizeof(float) +
-         (hs > 64 ? size_t(2) * kKeys * padded_row(hs) * elem : 0);
+         kv_rows * padded_row(hs) * elem + (dq ? size_t(kKeys) * (q + 8) * elem : 0);
 }
 
 }  // namespace zt::cuda::fa2

@@ -66,6 +66,8 @@ class CudaBackend final : public Backend {
     for (auto& e : upload_events_) ZT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     for (auto& e : timing_events_) ZT_CUDA_CHECK(cudaEventCreate(&e));
     gemm_ = std::make_unique<Gemm>();
+    gemm_->set_scratch([this](size_t bytes) { return alloc_.alloc(bytes, MemTag::Other); },
+                       [this](void* p) { alloc_.free(p); });
     sum_partials_ = static_cast<double*>(alloc_.alloc(kSumBlocks * sizeof(double), MemTag::Other));
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
   }
@@ -266,10 +268,10 @@ class CudaBackend final : public Backend {
   }
   void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv, const float* lse, int B,
                           int T_, int C, int NH, int NKV) override {
-    float* sc = scratch(attention_scratch_floats(B, T_, NH));
+    float* sc = scratch(cuda::fa2::backward_scratch_floats(B, T_, C, NH, dtype_size(dt()), deterministic()));
     ZT_DISPATCH(dt(), T,
                 cuda::attention_backward(tp<T>(dqkv), tp<T>(dout), tp<T>(out), tp<T>(qkv), lse, B, T_, C, NH, NKV, sc,
-                                         stream_));
+                                         deterministic(), stream_));
   }
   void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* w, int N, int C, float eps) override {
     ZT_DISPATCH(dt(), T, cuda::rmsnorm_forward(tp<T>(out), rstd, tp<T>(inp), tp<T>(w), N, C, eps, stream_));

@@ -14,6 +14,7 @@
 #include <functional>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "engine/backend/cuda/cuda_common.cuh"
@@ -184,8 +185,11 @@ int Gemm::fastest(const Args& a, const Plan& p, const void* results, int n, cuda
   void* scratch = nullptr;  // an accumulating GEMM is timed into scratch: the real D must not change
   if (a.beta != 0.0f) {
     const size_t bytes = size_t(a.ldd) * size_t(a.n) * (a.d_type == CUDA_R_32F ? 4 : 2);
-    if (cudaMalloc(&scratch, bytes) != cudaSuccess) {  // no room to time in: the first heuristic
-      (void)cudaGetLastError();
+    try {
+      if (scratch_alloc_) scratch = scratch_alloc_(bytes);
+    } catch (const std::exception&) {  // no room to time in
+    }
+    if (!scratch) {  // the first heuristic
       for (int i = 0; i < n; ++i) ms[i] = -1;
       return 0;
     }
@@ -208,10 +212,7 @@ int Gemm::fastest(const Args& a, const Plan& p, const void* results, int n, cuda
     ms[i] = t;
     if (ms[best] < 0 || t < ms[best]) best = i;
   }
-  if (scratch) {
-    ZT_CUDA_CHECK(cudaStreamSynchronize(s));
-    cudaFree(scratch);
-  }
+  if (scratch) scratch_free_(scratch);  // back to the cache, reused in stream order
   return best;
 }
 

@@ -63,6 +63,13 @@ class Gemm {
   // On (the default): algorithms and fusions chosen by measurement; off: cuBLASLt's first
   // heuristic and every fusion it offers, the same on every machine ([run] deterministic).
   void set_autotune(bool on);
+  // Where an accumulating GEMM (beta != 0) is timed: a scratch output from the backend's caching
+  // allocator, never cudaMalloc / cudaFree (a cudaFree synchronizes the device, and can deadlock
+  // a job with NCCL collectives in flight). Without one, or when it throws (no memory), such a
+  // GEMM takes the first heuristic.
+  void set_scratch(std::function<void*(size_t)> alloc, std::function<void(void*)> free) {
+    scratch_alloc_ = std::move(alloc), scratch_free_ = std::move(free);
+  }
 
   static constexpr int kCandidates = 8;  // heuristic algorithms timed per problem
 
@@ -70,6 +77,8 @@ class Gemm {
   static constexpr size_t kWorkspaceBytes = 32u << 20;
   void* handle_ = nullptr;  // cublasLtHandle_t
   void* workspace_ = nullptr;
+  std::function<void*(size_t)> scratch_alloc_;
+  std::function<void(void*)> scratch_free_;
   // Everything cuBLASLt needs for one problem (shape, types, epilogue, pointer alignments), made
   // once: the descriptors and the heuristic's algorithm. A call only sets its pointers.
   using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int, int>;

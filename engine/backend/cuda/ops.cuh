@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "engine/backend/cuda/attention_fa2_layout.h"
+
 namespace zt::cuda {
 
 template <typename T>
@@ -37,7 +39,6 @@ void bias_backward(float* dbias, const T* dout, int N, int OC, float* scratch, c
 template <typename T>
 void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s);  // out (N,OC) += bias
 
-inline int64_t attention_scratch_floats(int B, int T_, int NH) { return int64_t(B) * NH * T_; }
 template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
 // The FlashAttention-2-structured forward (attention_fa2.cu; 16-bit types, head size 64 or 128,
@@ -45,10 +46,12 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
 // ZTRAIN_ATTENTION names other kernels (attention.cu).
 template <typename T>
 bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
-// Its backward (head size 64 or 128), given D = rowsum(dout * out) (B,NH,T); false where it does not apply.
+// Its backward (head size 64 or 128), given D = rowsum(dout * out) (B,NH,T); false where it does not
+// apply. dq_acc: an fp32 (B,T,C) scratch for FlashAttention-2's 5 units (dQ summed with atomics);
+// null: 7 units, deterministic (attention_fa2_layout.h, backward_accumulates_dq).
 template <typename T>
-bool attention_backward_fa2(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
-                            int C, int NH, int NKV, cudaStream_t s);
+bool attention_backward_fa2(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D,
+                            int B, int T_, int C, int NH, int NKV, cudaStream_t s);
 // The same from the first generation of those kernels (attention_fa2_v1.cu), kept for comparison
 template <typename T>
 bool attention_forward_fa2_v1(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV,
@@ -56,9 +59,10 @@ bool attention_forward_fa2_v1(T* out, float* lse, const T* qkv, int B, int T_, i
 template <typename T>
 bool attention_backward_fa2_v1(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
                                int C, int NH, int NKV, cudaStream_t s);
+// scratch: fa2::backward_scratch_floats(B, T_, C, NH, sizeof(T), deterministic) floats
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
-                        int NH, int NKV, float* scratch, cudaStream_t s);
+                        int NH, int NKV, float* scratch, bool deterministic, cudaStream_t s);
 
 template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps, cudaStream_t s);

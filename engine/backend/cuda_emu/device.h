@@ -32,8 +32,11 @@ void locate_dynamic_shared(KernelRun& run);
 
 // How the threads of a block are ordered between barriers: in index order, reversed, or
 // shuffled by a seed (the race check runs the op tests under two orders). ZTRAIN_EMU_SCHEDULE =
-// forward | reverse | random[:SEED]; the default is forward.
-enum class Order { Forward, Reverse, Random };
+// forward | reverse | random[:SEED] | warps; the default is forward. In the first three, every
+// warp reaches its next warp collective before any goes past it, which hides a missing barrier
+// between warps that both sides of reach through the same collectives; `warps` runs each warp
+// through all its collectives up to a barrier before the next warp starts.
+enum class Order { Forward, Reverse, Random, Warps };
 struct Schedule {
   Order order = Order::Forward;
   uint64_t seed = 1;

@@ -349,14 +349,25 @@ void run_block(const KernelRun& run, uint3 idx, std::string& fault) {
     if (arr) std::memset(arr, kPoison, canary_end(run));
   tl_block = &b;
   const std::vector<int> order = thread_order(int(n), b);
-  while (b.fault.empty() && b.done < int(n)) {
+  // one pass over threads [lo, hi) of `order`: each runnable one runs to its next wait
+  auto pass = [&](size_t lo, size_t hi) {
     bool ran = false;
-    for (int i : order) {
-      Thread& t = b.threads[i];
+    for (size_t k = lo; k < hi && b.fault.empty(); ++k) {
+      Thread& t = b.threads[size_t(order[k])];
       if (t.state != State::Runnable) continue;
       resume(b, t);
       ran = true;
-      if (!b.fault.empty()) break;
+    }
+    return ran;
+  };
+  const bool by_warp = schedule().order == Order::Warps;
+  while (b.fault.empty() && b.done < int(n)) {
+    bool ran = false;
+    if (by_warp) {  // each warp through all its warp collectives, up to a barrier, before the next
+      for (size_t w0 = 0; w0 < n && b.fault.empty(); w0 += 32)
+        while (pass(w0, std::min<size_t>(n, w0 + 32))) ran = true;
+    } else {
+      ran = pass(0, n);
     }
     if (ran || !b.fault.empty()) continue;
     const int live = int(n) - b.done;
@@ -684,6 +695,7 @@ Schedule& schedule() {
     const char* v = std::getenv("ZTRAIN_EMU_SCHEDULE");
     const std::string s = v ? v : "forward";
     if (s == "reverse") r.order = Order::Reverse;
+    else if (s == "warps") r.order = Order::Warps;
     else if (s.rfind("random", 0) == 0) {
       r.order = Order::Random;
       if (s.size() > 7) r.seed = std::strtoull(s.c_str() + 7, nullptr, 10);
