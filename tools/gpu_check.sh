@@ -274,6 +274,10 @@ else
   stage zero3 45 "$B/gpt2_cuda_check" zero3 "$((STEPS / 3 + 1))"
   # the same training without cuBLASLt's fused epilogues (bias, GELU, DGELU, BGRADB): what they gain
   stage bench_unfused 45 env ZTRAIN_GEMM_EPILOGUES=off "$B/gpt2_cuda_check" bench "$((STEPS / 2 + 1))"
+  # the head and loss in one chunk of every row (the logits tensor whole), and cuBLASLt's first
+  # heuristic for every GEMM without timing: what the chunked head and the autotune gain
+  stage bench_head_whole 45 env ZTRAIN_HEAD_CHUNK_ROWS=1000000000 "$B/gpt2_cuda_check" bench "$((STEPS / 2 + 1))"
+  stage bench_first_heuristic 45 env ZTRAIN_GEMM_AUTOTUNE=off "$B/gpt2_cuda_check" bench "$((STEPS / 2 + 1))"
   stage pytorch_compile 120 $PYTHON tools/gpu_check/torch_gpt2.py --batch "$MB" --steps "$STEPS" --compile
 fi
 

@@ -96,6 +96,12 @@ def summary(path):
     }
     unfused = value(res, "bench_unfused", "tokens_per_s")
     res["derived"]["fused_epilogues_speedup"] = round(ztrain / unfused, 3) if ztrain and unfused else None
+    # the chunked head and loss vs the logits whole; GEMMs by measurement vs the first heuristic
+    for stage, key in (("bench_head_whole", "head_in_chunks_speedup"), ("bench_first_heuristic", "gemm_autotune_speedup")):
+        base = value(res, stage, "tokens_per_s")
+        res["derived"][key] = round(ztrain / base, 3) if ztrain and base else None
+    whole_peak, peak = value(res, "bench_head_whole", "peak_bytes"), value(res, "bench", "peak_bytes")
+    res["derived"]["head_in_chunks_peak_saving_bytes"] = whole_peak - peak if whole_peak and peak else None
     # attention (bf16) against the GEMM ceiling, per head size and T (targets: forward >= 0.5,
     # backward >= 0.4): the default FlashAttention-2 kernels, their first generation and the WMMA
     # ones; and the default's speed-up over the first generation in the same run
