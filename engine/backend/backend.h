@@ -228,15 +228,17 @@ class DeviceOps {
   // dinp (n) = gelu'(inp) * dout, written; dinp may be dout (in place).
   virtual void gelu_backward(void* dinp, const void* inp, const void* dout,
                              int64_t n) { unsupported("gelu_backward"); }
-  virtual void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N,
-                                    int V, float grad_scale) { unsupported("softmax_crossentropy"); }
-  virtual void logits_row_max(float* out_max, const void* logits, int N, int V) { unsupported("logits_row_max"); }
-  virtual void logits_row_sumexp(float* out_sum, const void* logits, const float* row_max, int N,
-                                 int V) { unsupported("logits_row_sumexp"); }
+  // The loss over logits (N, V), see cpu/ops.h: columns [Vr, V) of each row are padding, left
+  // out of the softmax, their gradient written 0.
+  virtual void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N, int V, int Vr,
+                                    float grad_scale) { unsupported("softmax_crossentropy"); }
+  virtual void logits_row_max(float* out_max, const void* logits, int N, int V, int Vr) { unsupported("logits_row_max"); }
+  virtual void logits_row_sumexp(float* out_sum, const void* logits, const float* row_max, int N, int V,
+                                 int Vr) { unsupported("logits_row_sumexp"); }
   virtual void logits_pick_target(float* out, const void* logits, const int32_t* targets, int N,
                                   int V, int v0) { unsupported("logits_pick_target"); }
-  virtual void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets,
-                                          int N, int V, int v0, float grad_scale) { unsupported("crossentropy_grad_from_lse"); }
+  virtual void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets, int N, int V,
+                                          int Vr, int v0, float grad_scale) { unsupported("crossentropy_grad_from_lse"); }
   // fp32 helpers for gradients and optimizer states.
   virtual void add(float* out, const float* a, const float* b, int64_t n) { unsupported("add"); }
   virtual void scale(float* x, float s, int64_t n) { unsupported("scale"); }

@@ -31,21 +31,12 @@ double activation_bytes(const std::vector<ActSlot>& slots, size_t compute_size) 
   return total;
 }
 
-PaddedVocab::PaddedVocab(Backend& be, const TensorParallel& tp, int vocab_size, int vocab_held)
-    : be_(be), tp_(tp), size_(vocab_size), held_(vocab_held), local_(vocab_held / tp.size()) {
-  if (held_ == size_) return;
-  const int64_t v0 = int64_t(tp_.rank()) * local_;
-  std::vector<float> mask(static_cast<size_t>(local_));
-  for (int64_t j = 0; j < local_; ++j) mask[size_t(j)] = v0 + j < size_ ? 0.0f : -INFINITY;
-  std::vector<char> raw(static_cast<size_t>(local_) * be_.compute_size());
-  convert_host(raw.data(), be_.compute_dtype(), mask.data(), DType::F32, local_);
-  mask_ = be_.alloc(raw.size(), MemTag::Activations);
-  be_.copy_to_device(mask_, raw.data(), raw.size());
-}
-
-PaddedVocab::~PaddedVocab() {
-  if (mask_) be_.free(mask_);
-}
+PaddedVocab::PaddedVocab(const TensorParallel& tp, int vocab_size, int vocab_held)
+    : tp_(tp),
+      size_(vocab_size),
+      held_(vocab_held),
+      local_(vocab_held / tp.size()),
+      real_local_(std::clamp(vocab_size - tp.rank() * local_, 0, local_)) {}
 
 void PaddedVocab::logits_row(const void* row, float* out) const {
   if (held_ == size_) {

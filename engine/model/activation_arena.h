@@ -1,5 +1,5 @@
 // Helpers the models share: their activations carved from one allocation, and the padded
-// vocabulary's logit mask and full-vocabulary logits rows.
+// vocabulary's real part and full-vocabulary logits rows.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -25,28 +25,22 @@ void* carve_activations(Backend& be, const std::vector<ActSlot>& slots);
 double activation_bytes(const std::vector<ActSlot>& slots, size_t compute_size);
 
 // The vocabulary as held: vocab_size real ids, padded to vocab_held rows split across the
-// tensor-parallel group (this rank: vocab_local rows from id v0).
+// tensor-parallel group (this rank: vocab_local rows from id v0, the first real_local of them real).
+// The padding rows of the head's weight are zero, so their logits are 0: the loss leaves them
+// out of the softmax (and gives them a zero gradient), and logits_row drops them.
 class PaddedVocab {
  public:
-  PaddedVocab(Backend& be, const TensorParallel& tp, int vocab_size, int vocab_held);
-  ~PaddedVocab();
-  PaddedVocab(const PaddedVocab&) = delete;
-  PaddedVocab& operator=(const PaddedVocab&) = delete;
+  PaddedVocab(const TensorParallel& tp, int vocab_size, int vocab_held);
 
   int local() const { return local_; }
-  // (local) compute-dtype bias for the head: 0 for real ids, -inf for padding, so padding logits
-  // add nothing to the softmax and their gradient (hence the padding rows) stays exactly zero.
-  // Null when nothing is padded.
-  const void* logit_mask() const { return mask_; }
+  int real_local() const { return real_local_; }
   // out_host (vocab_size) <- the full-vocabulary logits of `row` (local, compute dtype, device).
   // Collective over the tensor-parallel group.
   void logits_row(const void* row, float* out_host) const;
 
  private:
-  Backend& be_;
   const TensorParallel& tp_;
-  int size_, held_, local_;
-  void* mask_ = nullptr;
+  int size_, held_, local_, real_local_;
 };
 
 }  // namespace zt

@@ -22,7 +22,7 @@ DecoderLM::DecoderLM(Backend& backend, int max_batch, Comm* tp, int seq_len, int
       esize_(backend.compute_size()),
       tokens_(backend, int64_t(max_batch) * seq_len),
       loss_(backend, tp_, head_chunk_rows(int64_t(max_batch) * seq_len, d_model, vocab_held / tp_size_of(tp))),
-      vocab_(backend, tp_, vocab_size, vocab_held) {}
+      vocab_(tp_, vocab_size, vocab_held) {}
 
 DecoderLM::~DecoderLM() { be_.free(act_buf_); }
 
@@ -63,7 +63,7 @@ void DecoderLM::head_forward(const HeadActs& h, const void* x, const void* W, co
     for (int b = 0; b < cur_B_; ++b)
       be_.copy_device(el(h.last_x, int64_t(b) * C), el(const_cast<void*>(x), (int64_t(b) * cur_T_ + cur_T_ - 1) * C),
                       size_t(C) * esize_);
-    be_.matmul_forward(h.last, h.last_x, W, vocab_.logit_mask(), cur_B_, C, Vl);
+    be_.matmul_forward(h.last, h.last_x, W, nullptr, cur_B_, C, Vl);
     return;
   }
   const bool grads = grad_scale != 0.0f;
@@ -73,8 +73,8 @@ void DecoderLM::head_forward(const HeadActs& h, const void* x, const void* W, co
   for (int64_t r0 = 0; r0 < BT; r0 += R) {
     const int n = int(std::min(R, BT - r0));
     const void* xr = el(const_cast<void*>(x), r0 * C);
-    be_.matmul_forward(h.logits, xr, W, vocab_.logit_mask(), n, C, Vl);  // (n, Vl)
-    loss_.forward(h.logits, targets + r0, n, Vl, grad_scale, BT);        // now dlogits, with grads
+    be_.matmul_forward(h.logits, xr, W, nullptr, n, C, Vl);                          // (n, Vl)
+    loss_.forward(h.logits, targets + r0, n, Vl, vocab_.real_local(), grad_scale, BT);  // now dlogits, with grads
     if (grads) be_.matmul_backward(el(dx, r0 * C), h.dw, nullptr, h.logits, xr, W, n, C, Vl);
   }
 }

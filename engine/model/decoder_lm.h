@@ -40,7 +40,7 @@ class DecoderLM : public Model {
 
   // ---- The output head and the loss, one chunk of rows at a time: no (B*T, vocab) logits tensor
   // exists. Each chunk's logits (R, Vl) = x W^T are made, the softmax cross-entropy turns them into
-  // dlogits in place (the padding columns masked by PaddedVocab's -inf bias), and at once dx (the
+  // dlogits in place (the padding columns left out of its softmax), and at once dx (the
   // chunk's rows) = dlogits W and the head's weight gradient += dlogits^T x; backward() then adds
   // that gradient into the provider's (the Liger / FusedLinearCrossEntropy plan: the gradients are
   // made in forward, as the loss with grad_scale already promised).

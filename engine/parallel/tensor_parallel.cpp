@@ -57,19 +57,19 @@ VocabParallelCrossEntropy::~VocabParallelCrossEntropy() {
   for (void* p : {(void*)losses_, (void*)row_sum_, (void*)target_logit_, (void*)device_sum_}) be_.free(p);
 }
 
-void VocabParallelCrossEntropy::forward(void* logits, const int32_t* targets, int64_t N, int Vl, float grad_scale,
-                                        int64_t mean_rows) {
+void VocabParallelCrossEntropy::forward(void* logits, const int32_t* targets, int64_t N, int Vl, int Vr,
+                                        float grad_scale, int64_t mean_rows) {
   if (tp_.size() == 1) {
-    be_.softmax_crossentropy(losses_, logits, targets, int(N), Vl, grad_scale);
+    be_.softmax_crossentropy(losses_, logits, targets, int(N), Vl, Vr, grad_scale);
     be_.sum_accumulate(device_sum_, losses_, N, 1.0 / double(mean_rows));
     return;
   }
   const int v0 = tp_.rank() * Vl;  // this rank's vocabulary slice [v0, v0 + Vl)
   Comm& group = tp_.group();
   float* d_max = losses_;  // (N) scratch, free until the losses are known
-  be_.logits_row_max(d_max, logits, int(N), Vl);
+  be_.logits_row_max(d_max, logits, int(N), Vl, Vr);
   group.wait(group.all_reduce(d_max, size_t(N), ReduceOp::Max));
-  be_.logits_row_sumexp(row_sum_, logits, d_max, int(N), Vl);
+  be_.logits_row_sumexp(row_sum_, logits, d_max, int(N), Vl, Vr);
   be_.logits_pick_target(target_logit_, logits, targets, int(N), Vl, v0);
   group.all_reduce_sync(row_sum_, size_t(N));
   group.all_reduce_sync(target_logit_, size_t(N));
@@ -86,7 +86,7 @@ void VocabParallelCrossEntropy::forward(void* logits, const int32_t* targets, in
   host_sum_ += total / double(mean_rows);
   if (grad_scale != 0.0f) {
     be_.copy_to_device(d_max, mx.data(), size_t(N) * sizeof(float));
-    be_.crossentropy_grad_from_lse(logits, d_max, targets, int(N), Vl, v0, grad_scale);
+    be_.crossentropy_grad_from_lse(logits, d_max, targets, int(N), Vl, Vr, v0, grad_scale);
   }
 }
 

@@ -104,14 +104,14 @@ void PlanBackend::matmul_gelu_forward(void*, void*, const void*, const void*, co
 void PlanBackend::matmul_backward(void*, float*, float* dbias, const void*, const void*, const void*, int N, int C,
                                   int OC) {
   // dinp = dout W (written), dweight += dout^T inp in fp32, dbias += column sums (in the weight GEMM)
-  autotune_scratch(N, C, OC);
+  autotune_scratch(N, C, OC, dbias);
   count(4.0 * N * C * OC,
         double(es()) * (2.0 * N * OC + double(OC) * C + 2.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
 }
 void PlanBackend::matmul_gelu_backward(void*, float*, float* dbias, const void*, const void*, const void*,
                                        const void*, int N, int C, int OC) {
   // as matmul_backward, with gelu'(pre) applied as dinp is written: one more read (pre), no pass
-  autotune_scratch(N, C, OC);
+  autotune_scratch(N, C, OC, dbias);
   count(4.0 * N * C * OC + 12.0 * N * C,
         double(es()) * (2.0 * N * OC + double(OC) * C + 3.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
 }
@@ -127,9 +127,11 @@ void PlanBackend::scratch(size_t bytes) {
   scratch_bytes_ = bytes;
 }
 
-void PlanBackend::autotune_scratch(int N, int C, int OC) {
-  if (kind_ != DeviceKind::CUDA || deterministic() || !timed_.insert({N, C, OC}).second) return;
-  free(alloc(size_t(C) * size_t(OC) * sizeof(float), MemTag::Other, MemKind::Device));
+void PlanBackend::autotune_scratch(int N, int C, int OC, bool bias) {
+  if (kind_ != DeviceKind::CUDA || deterministic() || !timed_.insert({N, C, OC, bias}).second) return;
+  // the weight gradient's algorithms timed into a scratch (C, OC) output; with a bias, then the
+  // BGRADB epilogue against the column sums into that and a scratch bias gradient (Gemm::bgradb_pays)
+  free(alloc((size_t(C) + (bias ? 1 : 0)) * size_t(OC) * sizeof(float), MemTag::Other, MemKind::Device));
 }
 
 void PlanBackend::attention_backward(void*, const void*, const void*, const void*, const float*, int B, int T,
@@ -166,16 +168,16 @@ void PlanBackend::swiglu_backward(void*, const void*, const void*, int64_t N, in
   count(12 * n, n * double(7 * es()));
 }
 void PlanBackend::gelu_backward(void*, const void*, const void*, int64_t n) { count(12.0 * double(n), 4.0 * double(n) * double(es())); }
-void PlanBackend::softmax_crossentropy(float*, void*, const int32_t*, int N, int V, float) {
+void PlanBackend::softmax_crossentropy(float*, void*, const int32_t*, int N, int V, int, float) {
   const double n = double(N) * V;
   count(6 * n, n * double(3 * es()) + 8.0 * N);
 }
-void PlanBackend::logits_row_max(float*, const void*, int N, int V) { count(double(N) * V, double(N) * V * double(es())); }
-void PlanBackend::logits_row_sumexp(float*, const void*, const float*, int N, int V) {
+void PlanBackend::logits_row_max(float*, const void*, int N, int V, int) { count(double(N) * V, double(N) * V * double(es())); }
+void PlanBackend::logits_row_sumexp(float*, const void*, const float*, int N, int V, int) {
   count(3.0 * N * V, double(N) * V * double(es()));
 }
 void PlanBackend::logits_pick_target(float*, const void*, const int32_t*, int N, int, int) { count(0, 12.0 * N); }
-void PlanBackend::crossentropy_grad_from_lse(void*, const float*, const int32_t*, int N, int V, int, float) {
+void PlanBackend::crossentropy_grad_from_lse(void*, const float*, const int32_t*, int N, int V, int, int, float) {
   count(4.0 * N * V, 2.0 * N * V * double(es()));
 }
 void PlanBackend::adamw_update(float*, const float*, float*, float*, void* pc, int64_t n, float, float, float, float,

@@ -61,11 +61,11 @@ class PlanBackend final : public Backend {
   void swiglu_forward(void*, const void*, int64_t N, int F) override;
   void swiglu_backward(void*, const void*, const void*, int64_t N, int F) override;
   void gelu_backward(void*, const void*, const void*, int64_t n) override;
-  void softmax_crossentropy(float*, void*, const int32_t*, int N, int V, float) override;
-  void logits_row_max(float*, const void*, int N, int V) override;
-  void logits_row_sumexp(float*, const void*, const float*, int N, int V) override;
+  void softmax_crossentropy(float*, void*, const int32_t*, int N, int V, int Vr, float) override;
+  void logits_row_max(float*, const void*, int N, int V, int Vr) override;
+  void logits_row_sumexp(float*, const void*, const float*, int N, int V, int Vr) override;
   void logits_pick_target(float*, const void*, const int32_t*, int N, int V, int) override;
-  void crossentropy_grad_from_lse(void*, const float*, const int32_t*, int N, int V, int, float) override;
+  void crossentropy_grad_from_lse(void*, const float*, const int32_t*, int N, int V, int Vr, int, float) override;
   void add(float*, const float*, const float*, int64_t n) override { count(double(n), 12.0 * double(n)); }
   void scale(float*, float, int64_t n) override { count(double(n), 8.0 * double(n)); }
   void sum_squares_accumulate(double*, const float*, int64_t n) override { count(2.0 * double(n), 4.0 * double(n)); }
@@ -90,8 +90,9 @@ class PlanBackend final : public Backend {
   // the CUDA backend's one scratch buffer, which grows to the largest op's need and stays
   void scratch(size_t bytes);
   // the CUDA GEMMs' choice by measurement: the first weight-gradient GEMM of each shape is timed
-  // into a scratch copy of its fp32 output, taken and given back at once (matmul.cu, fastest)
-  void autotune_scratch(int N, int C, int OC);
+  // into a scratch copy of its fp32 output, taken and given back at once (matmul.cu, fastest and
+  // bgradb_pays)
+  void autotune_scratch(int N, int C, int OC, bool bias);
 
   DeviceKind kind_;
   MemoryStats stats_;
@@ -104,7 +105,7 @@ class PlanBackend final : public Backend {
   uintptr_t next_ = uintptr_t(1) << 40;  // never dereferenced: outside any mapping
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  std::set<std::tuple<int, int, int>> timed_;  // autotune_scratch's shapes
+  std::set<std::tuple<int, int, int, bool>> timed_;  // autotune_scratch's shapes (and bias)
   Work work_;
   struct Op {
     double flops, bytes;

@@ -8,6 +8,7 @@
 // every checked GPU output, so two runs under different thread orders can be compared bit for
 // bit; ZTRAIN_OPS_SECTIONS=a,b runs only those op families (embedding, layernorm, matmul,
 // attention, llama, elementwise, crossentropy); ZTRAIN_OPS_DTYPES=bf16,fp16 only those types.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -392,30 +394,38 @@ int main() {
     v.check("adamw_update x3 second moment", kTol);
     pc.check("adamw_update x3 compute copy", tol(kTol));
   }
+  // Vr < V: the columns past Vr are padding (GPT-2's 50257 ids held as 50304), set to logits far
+  // above the real ones: they must take no part in the softmax and get a zero gradient
   if (wanted("crossentropy"))
-  for (auto [N, V] : {std::pair{1, 2}, {7, 127}, {33, 50304}}) {
+  for (auto [N, V, Vr] : {std::tuple{1, 2, 2}, {7, 127, 127}, {5, 1024, 1000}, {33, 50304, 50257}}) {
     std::vector<int32_t> tg(N);
-    for (int n = 0; n < N; ++n) tg[n] = (n * 131 + 7) % V;
+    for (int n = 0; n < N; ++n) tg[n] = (n * 131 + 7) % Vr;
     IntPair targets(C, G, tg);
-    Pair logits(C, G, randn(size_t(N) * V, 26, 3.f), dt), losses(C, G, std::vector<float>(N));
-    C.softmax_crossentropy(losses.fc(), logits.c, targets.c, N, V, 0.25f);
-    G.softmax_crossentropy(losses.fg(), logits.g, targets.g, N, V, 0.25f);
-    losses.check("softmax_crossentropy loss N" + std::to_string(N) + " V" + std::to_string(V), kTol);
+    auto padded = [&](unsigned seed) {
+      std::vector<float> x = randn(size_t(N) * V, seed, 3.f);
+      for (int n = 0; n < N; ++n) std::fill(x.begin() + int64_t(n) * V + Vr, x.begin() + int64_t(n + 1) * V, 1e4f);
+      return x;
+    };
+    const std::string shape = " N" + std::to_string(N) + " V" + std::to_string(V) + " real " + std::to_string(Vr);
+    Pair logits(C, G, padded(26), dt), losses(C, G, std::vector<float>(N));
+    C.softmax_crossentropy(losses.fc(), logits.c, targets.c, N, V, Vr, 0.25f);
+    G.softmax_crossentropy(losses.fg(), logits.g, targets.g, N, V, Vr, 0.25f);
+    losses.check("softmax_crossentropy loss" + shape, kTol);
     logits.check("softmax_crossentropy dlogits", tol(kTol));
-    Pair l2(C, G, randn(size_t(N) * V, 27, 3.f), dt), mx(C, G, std::vector<float>(N)), se(C, G, std::vector<float>(N)),
+    Pair l2(C, G, padded(27), dt), mx(C, G, std::vector<float>(N)), se(C, G, std::vector<float>(N)),
         pk(C, G, std::vector<float>(N));
-    C.logits_row_max(mx.fc(), l2.c, N, V);
-    G.logits_row_max(mx.fg(), l2.g, N, V);
-    mx.check("logits_row_max", 0);
-    C.logits_row_sumexp(se.fc(), l2.c, mx.fc(), N, V);
-    G.logits_row_sumexp(se.fg(), l2.g, mx.fg(), N, V);
-    se.check("logits_row_sumexp", kTol);
+    C.logits_row_max(mx.fc(), l2.c, N, V, Vr);
+    G.logits_row_max(mx.fg(), l2.g, N, V, Vr);
+    mx.check("logits_row_max" + shape, 0);
+    C.logits_row_sumexp(se.fc(), l2.c, mx.fc(), N, V, Vr);
+    G.logits_row_sumexp(se.fg(), l2.g, mx.fg(), N, V, Vr);
+    se.check("logits_row_sumexp" + shape, kTol);
     C.logits_pick_target(pk.fc(), l2.c, targets.c, N, V, 0);
     G.logits_pick_target(pk.fg(), l2.g, targets.g, N, V, 0);
     pk.check("logits_pick_target", 0);
-    C.crossentropy_grad_from_lse(l2.c, mx.fc(), targets.c, N, V, 0, 0.5f);
-    G.crossentropy_grad_from_lse(l2.g, mx.fg(), targets.g, N, V, 0, 0.5f);
-    l2.check("crossentropy_grad_from_lse", tol(kTol));
+    C.crossentropy_grad_from_lse(l2.c, mx.fc(), targets.c, N, V, Vr, 0, 0.5f);
+    G.crossentropy_grad_from_lse(l2.g, mx.fg(), targets.g, N, V, Vr, 0, 0.5f);
+    l2.check("crossentropy_grad_from_lse" + shape, tol(kTol));
   }
   // masked logits (-inf) at any position of a row, the first of a thread's elements included
   if (wanted("crossentropy"))
@@ -428,8 +438,8 @@ int main() {
       for (int v : {0, 1, 5, 8, 64, V - 1})
         if (v != tg[n]) init[size_t(n) * V + v] = -INFINITY;
     Pair logits(C, G, init, dt), losses(C, G, std::vector<float>(N));
-    C.softmax_crossentropy(losses.fc(), logits.c, targets.c, N, V, 0.25f);
-    G.softmax_crossentropy(losses.fg(), logits.g, targets.g, N, V, 0.25f);
+    C.softmax_crossentropy(losses.fc(), logits.c, targets.c, N, V, V, 0.25f);
+    G.softmax_crossentropy(losses.fg(), logits.g, targets.g, N, V, V, 0.25f);
     losses.check("softmax_crossentropy -inf logits loss V" + std::to_string(V), kTol);
     logits.check("softmax_crossentropy -inf logits dlogits", tol(kTol));
   }

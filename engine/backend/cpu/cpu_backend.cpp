@@ -336,31 +336,31 @@ class CpuBackend final : public Backend {
     Out d(dinp, n, dt(), false);  // dinp may be dout: elementwise, each read before its write
     cpu::gelu_backward(d.get(), In(inp, n, dt()).get(), In(dout, n, dt()).get(), n);
   }
-  void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N, int V,
+  void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N, int V, int Vr,
                             float grad_scale) override {
     const Access access(*this);
     Out l(logits, int64_t(N) * V, dt(), true);
-    cpu::softmax_crossentropy(losses, l.get(), targets, N, V, grad_scale);
+    cpu::softmax_crossentropy(losses, l.get(), targets, N, V, Vr, grad_scale);
     if (grad_scale == 0.0f) l.discard();  // logits unchanged: no write-back rounding pass
   }
-  void logits_row_max(float* out_max, const void* logits, int N, int V) override {
+  void logits_row_max(float* out_max, const void* logits, int N, int V, int Vr) override {
     const Access access(*this);
-    cpu::logits_row_max(out_max, In(logits, int64_t(N) * V, dt()).get(), N, V);
+    cpu::logits_row_max(out_max, In(logits, int64_t(N) * V, dt()).get(), N, V, Vr);
   }
-  void logits_row_sumexp(float* out_sum, const void* logits, const float* row_max, int N, int V) override {
+  void logits_row_sumexp(float* out_sum, const void* logits, const float* row_max, int N, int V, int Vr) override {
     const Access access(*this);
-    cpu::logits_row_sumexp(out_sum, In(logits, int64_t(N) * V, dt()).get(), row_max, N, V);
+    cpu::logits_row_sumexp(out_sum, In(logits, int64_t(N) * V, dt()).get(), row_max, N, V, Vr);
   }
   void logits_pick_target(float* out, const void* logits, const int32_t* targets, int N, int V,
                           int v0) override {
     const Access access(*this);
     cpu::logits_pick_target(out, In(logits, int64_t(N) * V, dt()).get(), targets, N, V, v0);
   }
-  void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets, int N, int V,
+  void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets, int N, int V, int Vr,
                                   int v0, float grad_scale) override {
     const Access access(*this);
     Out l(logits, int64_t(N) * V, dt(), true);
-    cpu::crossentropy_grad_from_lse(l.get(), lse, targets, N, V, v0, grad_scale);
+    cpu::crossentropy_grad_from_lse(l.get(), lse, targets, N, V, Vr, v0, grad_scale);
   }
   void add(float* out, const float* a, const float* b, int64_t n) override {
     const Access access(*this);

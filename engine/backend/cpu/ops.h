@@ -88,24 +88,27 @@ void gelu_backward(F* dinp, const F* inp, const F* dout, int64_t n);  // (dinp w
 
 // Fused softmax cross-entropy over logits (N,V): losses (N) = logsumexp(row) - row[target].
 // When grad_scale != 0, overwrites logits with dlogits = (softmax - onehot(target)) * grad_scale,
-// so the probability tensor never exists separately.
+// so the probability tensor never exists separately. Columns [Vr, V) of each row are padding
+// (the vocabulary padded for tensor parallelism and vector access): they take no part in the
+// softmax and their gradient is written exactly 0 (here, not through a -inf bias on the logits).
 template <typename F>
-void softmax_crossentropy(F* losses, F* logits, const int32_t* targets, int N, int V,
+void softmax_crossentropy(F* losses, F* logits, const int32_t* targets, int N, int V, int Vr,
                           F grad_scale);
 
 // Vocabulary-parallel cross-entropy (Megatron): this rank holds logits (N,V) for the vocabulary
-// slice [v0, v0 + V). The caller reduces max / sum-of-exp / target logit over the group between
-// these steps, then loss = lse - target_logit with lse = max + log(sum).
+// slice [v0, v0 + V), its first Vr columns real (0 <= Vr <= V). The caller reduces max /
+// sum-of-exp / target logit over the group between these steps, then loss = lse - target_logit
+// with lse = max + log(sum).
 template <typename F>
-void logits_row_max(F* out_max, const F* logits, int N, int V);  // (N)
+void logits_row_max(F* out_max, const F* logits, int N, int V, int Vr);  // (N); -inf when Vr = 0
 template <typename F>
-void logits_row_sumexp(F* out_sum, const F* logits, const F* row_max, int N, int V);  // (N)
+void logits_row_sumexp(F* out_sum, const F* logits, const F* row_max, int N, int V, int Vr);  // (N)
 // out (N) = logits[n, targets[n] - v0] when the target is in this slice, else 0
 template <typename F>
 void logits_pick_target(F* out, const F* logits, const int32_t* targets, int N, int V, int v0);
-// logits (N,V) <- (softmax - onehot(target)) * grad_scale, from the global lse (N)
+// logits (N,V) <- (softmax - onehot(target)) * grad_scale, from the global lse (N); padding 0
 template <typename F>
-void crossentropy_grad_from_lse(F* logits, const F* lse, const int32_t* targets, int N, int V,
+void crossentropy_grad_from_lse(F* logits, const F* lse, const int32_t* targets, int N, int V, int Vr,
                                 int v0, F grad_scale);
 
 // Elementwise helpers.

@@ -300,22 +300,23 @@ class CudaBackend final : public Backend {
   void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override {
     ZT_DISPATCH(dt(), T, cuda::gelu_backward(tp<T>(dinp), tp<T>(inp), tp<T>(dout), n, stream_));
   }
-  void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N, int V,
+  void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N, int V, int Vr,
                             float grad_scale) override {
-    ZT_DISPATCH(dt(), T, cuda::softmax_crossentropy(losses, tp<T>(logits), targets, N, V, grad_scale, stream_));
+    ZT_DISPATCH(dt(), T, cuda::softmax_crossentropy(losses, tp<T>(logits), targets, N, V, Vr, grad_scale, stream_));
   }
-  void logits_row_max(float* out, const void* logits, int N, int V) override {
-    ZT_DISPATCH(dt(), T, cuda::logits_row_max(out, tp<T>(logits), N, V, stream_));
+  void logits_row_max(float* out, const void* logits, int N, int V, int Vr) override {
+    ZT_DISPATCH(dt(), T, cuda::logits_row_max(out, tp<T>(logits), N, V, Vr, stream_));
   }
-  void logits_row_sumexp(float* out, const void* logits, const float* row_max, int N, int V) override {
-    ZT_DISPATCH(dt(), T, cuda::logits_row_sumexp(out, tp<T>(logits), row_max, N, V, stream_));
+  void logits_row_sumexp(float* out, const void* logits, const float* row_max, int N, int V, int Vr) override {
+    ZT_DISPATCH(dt(), T, cuda::logits_row_sumexp(out, tp<T>(logits), row_max, N, V, Vr, stream_));
   }
   void logits_pick_target(float* out, const void* logits, const int32_t* targets, int N, int V, int v0) override {
     ZT_DISPATCH(dt(), T, cuda::logits_pick_target(out, tp<T>(logits), targets, N, V, v0, stream_));
   }
-  void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets, int N, int V, int v0,
-                                  float grad_scale) override {
-    ZT_DISPATCH(dt(), T, cuda::crossentropy_grad_from_lse(tp<T>(logits), lse, targets, N, V, v0, grad_scale, stream_));
+  void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets, int N, int V, int Vr,
+                                  int v0, float grad_scale) override {
+    ZT_DISPATCH(dt(), T,
+                cuda::crossentropy_grad_from_lse(tp<T>(logits), lse, targets, N, V, Vr, v0, grad_scale, stream_));
   }
   void add(float* out, const float* a, const float* b, int64_t n) override { cuda::add(out, a, b, n, stream_); }
   void scale(float* x, float s, int64_t n) override { cuda::scale(x, s, n, stream_); }

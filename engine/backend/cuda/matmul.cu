@@ -231,6 +231,43 @@ bool Gemm::fusion_pays(const Args& a, cudaStream_t s, const std::function<void()
   return p.fused == 1;
 }
 
+bool Gemm::bgradb_pays(Args fused, Args plain, int OC, const std::function<void(float*)>& column_sums,
+                       cudaStream_t s) {
+  Plan& p = plan(fused, s);
+  if (!p.found) return false;  // no fused algorithm for this shape
+  if (!autotune_) return true;
+  if (p.fused >= 0) return p.fused == 1;
+  plan(plain, s);  // made (its algorithms timed in a scratch of their own) before this scratch is taken
+  // Both accumulate (the GEMM into dw, the column sums into dbias): timed into a scratch D and
+  // bias gradient, the real ones untouched; one allocation of (ldd n + OC) floats, as the planner
+  // counts (PlanBackend::autotune_scratch).
+  const size_t d_floats = size_t(fused.ldd) * size_t(fused.n);
+  float* buf = nullptr;
+  try {
+    if (scratch_alloc_) buf = static_cast<float*>(scratch_alloc_((d_floats + size_t(OC)) * sizeof(float)));
+  } catch (const std::exception&) {  // no room to time in
+  }
+  if (!buf) {
+    p.fused = 1;
+    std::fprintf(stderr, "cuBLASLt: BGRADB epilogue for m %d n %d k %d: fused, untimed (no memory to time in)\n",
+                 fused.m, fused.n, fused.k);
+    return true;
+  }
+  fused.D = plain.D = buf;
+  float* dbias = buf + d_floats;  // column_sums writes floats one by one: 4-byte alignment is enough
+  const float fused_ms = time_ms(s, [&] { run(fused, s); });
+  const float plain_ms = time_ms(s, [&] {
+    column_sums(dbias);
+    run(plain, s);
+  });
+  scratch_free_(buf);
+  p.fused = fused_ms <= plain_ms ? 1 : 0;
+  std::fprintf(stderr, "cuBLASLt: BGRADB epilogue for m %d n %d k %d: %s by measurement (fused %.3f ms, the GEMM and "
+               "the column sums %.3f ms)\n", fused.m, fused.n, fused.k, p.fused ? "fused" : "separate kernels", fused_ms,
+               plain_ms);
+  return p.fused == 1;
+}
+
 bool Gemm::run(const Args& a, cudaStream_t s, bool may_fail) {
   const Plan& p = plan(a, s);
   if (!p.found) {
@@ -352,19 +389,22 @@ void Gemm::linear_backward(void* dinp, float* dw, float* dbias, const void* dout
   if (dbias) {
     // BGRADB: the column sums of op(B) = dout over k = the N tokens, i.e. the bias gradient, as
     // the GEMM reads dout anyway. It is written, so it goes to scratch and is added to dbias.
-    a.epilogue = CUBLASLT_EPILOGUE_BGRADB;
-    a.bias = scratch;
-    a.bias_type = CUDA_R_32F;
-    if (fused_epilogues() && run(a, s, /*may_fail=*/true)) {
+    Args fused = a;
+    fused.epilogue = CUBLASLT_EPILOGUE_BGRADB;
+    fused.bias = scratch;
+    fused.bias_type = CUDA_R_32F;
+    const auto column_sums = [&](float* into) {  // the alternative: a reduction pass over dout
+      with_type(t, [&](auto z) {
+        using T = decltype(z);
+        bias_backward(into, static_cast<const T*>(dout), N, OC, scratch, s);
+      });
+    };
+    if (fused_epilogues() && bgradb_pays(fused, a, OC, column_sums, s)) {
+      run(fused, s);
       add(dbias, dbias, scratch, OC, s);
       return;
     }
-    a.epilogue = CUBLASLT_EPILOGUE_DEFAULT;  // no fused algorithm for this shape: a reduction pass
-    a.bias = nullptr;
-    with_type(t, [&](auto z) {
-      using T = decltype(z);
-      bias_backward(dbias, static_cast<const T*>(dout), N, OC, scratch, s);
-    });
+    column_sums(dbias);
   }
   run(a, s);
 }

@@ -4,8 +4,8 @@
 // cuBLASLt offers them (one pass over the output instead of two or three).
 // Chosen by measurement (unless set_autotune(false): [run] deterministic): at the first use of
 // each problem the top kCandidates heuristic algorithms are timed on the call's own buffers and
-// the fastest is kept; a fused bias or GELU epilogue is kept only where it beats the GEMM plus
-// the separate kernel. Each choice is logged once and reused for the rest of the process.
+// the fastest is kept; a fused bias, GELU or bias-gradient epilogue is kept only where it beats
+// the GEMM plus the separate kernel. Each choice is logged once and reused for the rest of the process.
 #pragma once
 #include <cuda_runtime.h>
 #include <library_types.h>
@@ -99,6 +99,10 @@ class Gemm {
   // Whether the fused GEMM `a` (an epilogue plan that exists) beats `unfused` (the plain GEMM and
   // the separate kernel, on the same buffers); measured once per plan, always true untuned.
   bool fusion_pays(const Args& a, cudaStream_t s, const std::function<void()>& unfused);
+  // The same for the bias-gradient epilogue of the accumulating weight GEMM `fused` against
+  // `plain` (that GEMM without it) and `column_sums(into)` (dbias += column sums of dout): as both
+  // accumulate, they are timed into scratch outputs.
+  bool bgradb_pays(Args fused, Args plain, int OC, const std::function<void(float*)>& column_sums, cudaStream_t s);
   float time_ms(cudaStream_t s, const std::function<void()>& fn);  // one warm-up, then the mean of 3
 };
 

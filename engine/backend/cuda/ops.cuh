@@ -85,16 +85,16 @@ template <typename T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t s);
 
 template <typename T>
-void softmax_crossentropy(float* losses, T* logits, const int32_t* targets, int N, int V, float grad_scale,
+void softmax_crossentropy(float* losses, T* logits, const int32_t* targets, int N, int V, int Vr, float grad_scale,
                           cudaStream_t s);
 template <typename T>
-void logits_row_max(float* out, const T* logits, int N, int V, cudaStream_t s);
+void logits_row_max(float* out, const T* logits, int N, int V, int Vr, cudaStream_t s);
 template <typename T>
-void logits_row_sumexp(float* out, const T* logits, const float* row_max, int N, int V, cudaStream_t s);
+void logits_row_sumexp(float* out, const T* logits, const float* row_max, int N, int V, int Vr, cudaStream_t s);
 template <typename T>
 void logits_pick_target(float* out, const T* logits, const int32_t* targets, int N, int V, int v0, cudaStream_t s);
 template <typename T>
-void crossentropy_grad_from_lse(T* logits, const float* lse, const int32_t* targets, int N, int V, int v0,
+void crossentropy_grad_from_lse(T* logits, const float* lse, const int32_t* targets, int N, int V, int Vr, int v0,
                                 float grad_scale, cudaStream_t s);
 
 // dst (n) = src (n) converted; Src/Dst any of the three types.

@@ -2,6 +2,8 @@
 // forward and backward of the float instantiation against the double one, at awkward sizes.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -171,23 +173,23 @@ TEST_CASE("softmax cross-entropy gradient matches finite differences", "[ops][cr
     std::vector<double> losses(N);
     auto loss = [&] {
       auto tmp = logits;
-      cpu::softmax_crossentropy(losses.data(), tmp.data(), tgt.data(), N, V, 0.0);
+      cpu::softmax_crossentropy(losses.data(), tmp.data(), tgt.data(), N, V, V, 0.0);
       double s = 0;
       for (double l : losses) s += l;
       return scale * s;
     };
     auto grad = logits;
-    cpu::softmax_crossentropy(losses.data(), grad.data(), tgt.data(), N, V, scale);
+    cpu::softmax_crossentropy(losses.data(), grad.data(), tgt.data(), N, V, V, scale);
     auto [idx, num] = numeric_grad(logits, loss);
     REQUIRE(rel_err(gather(grad, idx), num) < kFdTol);
     // large logits must not overflow
     std::vector<double> big = {1000.0, 0.0, -1000.0}, l1(1);
     std::vector<int32_t> t0 = {1};
-    cpu::softmax_crossentropy(l1.data(), big.data(), t0.data(), 1, 3, 0.0);
+    cpu::softmax_crossentropy(l1.data(), big.data(), t0.data(), 1, 3, 3, 0.0);
     REQUIRE(l1[0] == Approx(1000.0));
     auto lf = cast<float>(logits);
     std::vector<float> lossf(N);
-    cpu::softmax_crossentropy(lossf.data(), lf.data(), tgt.data(), N, V, float(scale));
+    cpu::softmax_crossentropy(lossf.data(), lf.data(), tgt.data(), N, V, V, float(scale));
     loss();
     // A loss near 0 is a difference of two logit-sized numbers: float error scales with the
     // logits (about 3 here), not with the loss.
@@ -287,27 +289,52 @@ TEST_CASE("the vectorizable float exp and tanh are within a few ulp of libm", "[
   REQUIRE(cpu::vtanh(-50.0f) == -1.0f);
 }
 
+TEST_CASE("padding columns take no part in the loss and get a zero gradient", "[ops][crossentropy]") {
+  // Rows of V = 40 held columns, the first Vr = 33 real: the padding holds logits far above the
+  // real ones (and +inf), which would own the softmax if it were not left out.
+  const int N = 5, V = 40, Vr = 33;
+  auto real = randn(size_t(N) * Vr, 22, 2.0);
+  std::vector<double> padded(size_t(N) * V);
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < V; ++i)
+      padded[size_t(n) * V + i] = i < Vr ? real[size_t(n) * Vr + i] : i == V - 1 ? INFINITY : 1e4;
+  std::vector<int32_t> tgt(N);
+  for (int n = 0; n < N; ++n) tgt[n] = (n * 7 + 2) % Vr;
+  std::vector<double> want(N), got(N);
+  cpu::softmax_crossentropy(want.data(), real.data(), tgt.data(), N, Vr, Vr, 0.5);
+  cpu::softmax_crossentropy(got.data(), padded.data(), tgt.data(), N, V, Vr, 0.5);
+  for (int n = 0; n < N; ++n) {
+    REQUIRE(got[n] == Approx(want[n]).epsilon(1e-14));
+    for (int i = 0; i < V; ++i)
+      if (i < Vr) REQUIRE(padded[size_t(n) * V + i] == Approx(real[size_t(n) * Vr + i]).margin(1e-15));
+      else REQUIRE(padded[size_t(n) * V + i] == 0.0);
+  }
+}
+
 TEST_CASE("vocabulary-parallel cross-entropy pieces equal the fused op", "[ops][crossentropy][tp]") {
-  // Split V = 33 columns into slices of 11 (three "ranks"), reduce like the model does, and
-  // compare losses and gradients with softmax_crossentropy on the full rows.
-  const int N = 7, V = 33, P = 3, Vl = V / P;
+  // V = 31 real ids held as 4 slices ("ranks") of 11: the last slice's 2 columns and all of the
+  // fourth are padding (their logits set huge). Reduce like the model does, and compare losses and
+  // gradients with softmax_crossentropy on the unpadded rows.
+  const int N = 7, V = 31, P = 4, Vl = 11;
   auto logits = randn(size_t(N) * V, 21, 2.0);
   std::vector<int32_t> tgt(N);
   for (int n = 0; n < N; ++n) tgt[n] = (n * 13 + 5) % V;
   auto fused = logits;
   std::vector<double> fused_loss(N);
-  cpu::softmax_crossentropy(fused_loss.data(), fused.data(), tgt.data(), N, V, 0.5);
+  cpu::softmax_crossentropy(fused_loss.data(), fused.data(), tgt.data(), N, V, V, 0.5);
   std::vector<std::vector<double>> slices(P, std::vector<double>(size_t(N) * Vl));
+  auto real_of = [&](int r) { return std::clamp(V - r * Vl, 0, Vl); };
   for (int r = 0; r < P; ++r)
     for (int n = 0; n < N; ++n)
-      for (int i = 0; i < Vl; ++i) slices[r][size_t(n) * Vl + i] = logits[size_t(n) * V + r * Vl + i];
+      for (int i = 0; i < Vl; ++i)
+        slices[r][size_t(n) * Vl + i] = i < real_of(r) ? logits[size_t(n) * V + r * Vl + i] : 1e4;
   std::vector<double> mx(N, -1e300), sum(N, 0), pick(N, 0), part(N);
   for (int r = 0; r < P; ++r) {
-    cpu::logits_row_max(part.data(), slices[r].data(), N, Vl);
+    cpu::logits_row_max(part.data(), slices[r].data(), N, Vl, real_of(r));
     for (int n = 0; n < N; ++n) mx[n] = std::max(mx[n], part[n]);
   }
   for (int r = 0; r < P; ++r) {
-    cpu::logits_row_sumexp(part.data(), slices[r].data(), mx.data(), N, Vl);
+    cpu::logits_row_sumexp(part.data(), slices[r].data(), mx.data(), N, Vl, real_of(r));
     for (int n = 0; n < N; ++n) sum[n] += part[n];
     cpu::logits_pick_target(part.data(), slices[r].data(), tgt.data(), N, Vl, r * Vl);
     for (int n = 0; n < N; ++n) pick[n] += part[n];
@@ -318,10 +345,13 @@ TEST_CASE("vocabulary-parallel cross-entropy pieces equal the fused op", "[ops][
     REQUIRE(lse[n] - pick[n] == Approx(fused_loss[n]).epsilon(1e-12));
   }
   for (int r = 0; r < P; ++r) {
-    cpu::crossentropy_grad_from_lse(slices[r].data(), lse.data(), tgt.data(), N, Vl, r * Vl, 0.5);
+    cpu::crossentropy_grad_from_lse(slices[r].data(), lse.data(), tgt.data(), N, Vl, real_of(r), r * Vl, 0.5);
     for (int n = 0; n < N; ++n)
       for (int i = 0; i < Vl; ++i)
-        REQUIRE(slices[r][size_t(n) * Vl + i] == Approx(fused[size_t(n) * V + r * Vl + i]).margin(1e-12));
+        if (i < real_of(r))
+          REQUIRE(slices[r][size_t(n) * Vl + i] == Approx(fused[size_t(n) * V + r * Vl + i]).margin(1e-12));
+        else
+          REQUIRE(slices[r][size_t(n) * Vl + i] == 0.0);
   }
 }
 
