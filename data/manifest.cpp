@@ -1,6 +1,7 @@
 // manifest.json read/write with nlohmann::json; every field is type-checked before use.
 #include "data/manifest.h"
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -39,6 +40,17 @@ std::string get_string(const json& obj, const char* key, const std::string& wher
   const json& v = field(obj, key, where);
   if (!v.is_string()) user_error("{}: field \"{}\" must be a string", where, key);
   return v.get<std::string>();
+}
+
+// A shard's name as the writer makes them (shard_00000.ztok): a stores' key, a URL's last path
+// segment and a cache file name at once, so nothing a store or URL would read as more than one
+// plain name: no '/', no '%' (an escape such as %2e%2e/ reaches outside the source once a server
+// decodes it), no leading dot ("." and ".." and hidden files).
+bool plain_file_name(const std::string& name) {
+  if (name.empty() || name.size() > 255 || name.front() == '.') return false;
+  for (const char c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-' && c != '+') return false;
+  return true;
 }
 }  // namespace
 
@@ -81,8 +93,9 @@ Manifest parse_manifest(const std::string& text, const std::string& name) {
     const std::string sw = fmt::format("{}: shards[{}]", name, i);
     ShardEntry e;
     e.file = get_string(shards[i], "file", sw);
-    if (e.file.empty() || e.file.find("..") != std::string::npos || e.file.front() == '/')
-      user_error("{}: file \"{}\" must be a plain name inside the dataset directory", sw, e.file);
+    if (!plain_file_name(e.file))
+      user_error("{}: file \"{}\" must be a plain name inside the dataset directory (1-255 letters, digits and "
+                 ". _ - +, not starting with a dot: no /, no %-escapes)", sw, e.file);
     e.tokens = get_uint(shards[i], "tokens", sw);
     e.documents = get_uint(shards[i], "documents", sw);
     e.bytes = get_uint(shards[i], "bytes", sw);

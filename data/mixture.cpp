@@ -11,17 +11,22 @@ namespace zt::data {
 using u128 = unsigned __int128;
 
 std::vector<uint64_t> exact_weights(const std::vector<double>& weights) {
-  double total = 0;
+  // shares of the largest weight first: their sum is at most the number of sources, where the
+  // weights' own sum overflows (1e308 + 1e308 = inf gave one source everything)
+  double top = 0;
   for (double w : weights) {
     ZT_CHECK(std::isfinite(w) && w >= 0, "weight {}", w);
-    total += w;
+    top = std::max(top, w);
   }
-  ZT_CHECK(total > 0, "weights all 0");
+  ZT_CHECK(top > 0, "weights all 0");
+  double total = 0;
+  for (double w : weights) total += w / top;
   std::vector<uint64_t> out(weights.size());
   uint64_t sum = 0;
   size_t largest = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
-    out[i] = weights[i] > 0 ? std::max<uint64_t>(1, uint64_t(std::floor(weights[i] / total * double(kWeightOne)))) : 0;
+    const double share = weights[i] / top / total;
+    out[i] = weights[i] > 0 ? std::max<uint64_t>(1, uint64_t(std::floor(share * double(kWeightOne)))) : 0;
     sum += out[i];
     if (out[i] > out[largest]) largest = i;
   }

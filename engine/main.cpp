@@ -11,6 +11,7 @@
 
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/comm/agreement.h"
+#include "engine/comm/flight_recorder.h"
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/config/spec.h"
 #include "engine/core/faults.h"
@@ -360,6 +361,7 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (c.command == "train") {
+    install_usr2_handler();  // docs promise the run goes on: SIGUSR2's default action ends it
     spec.checkpoint.resume_unchecked = c.resume_unchecked;
     Trainer trainer(spec);
     trainer.run();

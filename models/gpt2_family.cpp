@@ -70,12 +70,32 @@ class Gpt2Family final : public ModelFamily {
     return f;
   }
 
+  double matmul_params(const RunSpec::Model& m) const override {
+    const double C = double(m.d_model), F = double(m.d_ff);
+    // per layer c_attn (3C x C), attn.c_proj, c_fc and mlp.c_proj; the head is the tied wte
+    return double(m.n_layer) * (4 * C * C + 2 * F * C) + double(m.vocab_size) * C;
+  }
+
   bool reads_hf_model_type(const std::string& type) const override { return type == "gpt2"; }
 
   std::vector<HfModelKey> read_hf_config(const HfConfigView& c) const override {
     const std::string act = c.string("activation_function", "gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       c.reject(fmt::format("activation_function = \"{}\": ztrain's GPT-2 uses the tanh GELU (gelu_new)", act));
+    // the tied head, attention scaled by 1/sqrt(head size) only: transformers' other choices are
+    // other models
+    if (!c.boolean("tie_word_embeddings", true))
+      c.reject("tie_word_embeddings = false: ztrain's GPT-2 ties its head to the token embedding");
+    if (!c.boolean("scale_attn_weights", true))
+      c.reject("scale_attn_weights = false: ztrain's GPT-2 scales attention by 1/sqrt(head size)");
+    if (c.boolean("scale_attn_by_inverse_layer_idx", false))
+      c.reject("scale_attn_by_inverse_layer_idx = true is not supported");
+    for (const char* dropout : {"attn_pdrop", "embd_pdrop", "resid_pdrop"}) c.ignore(dropout);  // training only
+    c.ignore("n_ctx");                    // the context of old configs: n_positions is read
+    c.ignore("reorder_and_upcast_attn");  // the same attention with its product in fp32
+    for (const char* head : {"summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+                             "summary_first_dropout"})
+      c.ignore(head);  // GPT2DoubleHeadsModel's classifier head, not the language model
     const int64_t C = c.integer("n_embd");
     return {{"arch", std::string(name()), "model_type"},
             {"n_layer", c.integer("n_layer"), "n_layer"},

@@ -74,13 +74,38 @@ class LlamaFamily final : public ModelFamily {
     return f;
   }
 
+  double matmul_params(const RunSpec::Model& m) const override {
+    const double C = double(m.d_model), F = double(m.d_ff), KV = double(m.n_kv_head) * C / double(m.n_head);
+    // per layer q and o (C x C), k and v (KV x C), gate, up and down; the head (tied or not)
+    return double(m.n_layer) * (2 * C * C + 2 * KV * C + 3 * F * C) + double(m.vocab_size) * C;
+  }
+
   bool reads_hf_model_type(const std::string& type) const override { return type == "llama" || type == "mistral"; }
+
+  // The rotary base in either spelling: transformers v4's top-level rope_theta (with rope_scaling,
+  // refused above), or v5's rope_parameters = {rope_type, rope_theta, and the scaling's fields}.
+  // Only plain RoPE is built: any other rope_type is refused, and so is any field of
+  // rope_parameters not read here (left for read_hf_config's caller to name).
+  static double rope_theta(const HfConfigView& c) {
+    const double top = c.number("rope_theta", 10000.0);
+    if (!c.has("rope_parameters")) return top;
+    const std::string type = c.string("rope_parameters.rope_type", "default");
+    if (type != "default")
+      c.reject(fmt::format("rope_parameters.rope_type = \"{}\" is not supported (plain rotary embedding only): "
+                           "rope_parameters = {}", type, c.json("rope_parameters")));
+    const double inner = c.number("rope_parameters.rope_theta", top);
+    if (c.has("rope_theta") && inner != top)
+      c.reject(fmt::format("rope_theta = {} and rope_parameters.rope_theta = {} disagree", top, inner));
+    return inner;
+  }
 
   std::vector<HfModelKey> read_hf_config(const HfConfigView& c) const override {
     const std::string act = c.string("hidden_act", "silu");
     if (act != "silu") c.reject(fmt::format("hidden_act = \"{}\": ztrain's Llama uses SwiGLU (silu)", act));
     if (c.has("rope_scaling"))
       c.reject(fmt::format("rope_scaling = {} is not supported (plain rotary embedding only)", c.json("rope_scaling")));
+    c.ignore("attention_dropout");  // dropout in training only: ztrain trains without it
+    c.ignore("pretraining_tp");     // transformers splits the same products into slices
     if (c.boolean("attention_bias", false) || c.boolean("mlp_bias", false))
       c.reject("attention_bias / mlp_bias: ztrain's Llama has no biases");
     if (c.has("sliding_window"))
@@ -100,7 +125,7 @@ class LlamaFamily final : public ModelFamily {
             {"vocab_size", c.integer("vocab_size"), "vocab_size"},
             {"seq_len", c.integer("max_position_embeddings"), "max_position_embeddings", true},
             {"norm_eps", c.number("rms_norm_eps", 1e-6), "rms_norm_eps"},
-            {"rope_theta", c.number("rope_theta", 10000.0), "rope_theta"},
+            {"rope_theta", rope_theta(c), "rope_theta"},
             {"tie_embeddings", c.boolean("tie_word_embeddings", false), "tie_word_embeddings"}};
   }
 

@@ -22,6 +22,11 @@ namespace zt {
 
 class FlightRecorder;
 
+// SIGUSR2 never ends a run: with a recorder it writes the recorder's file, without one (a single
+// process, or [comm] flight_entries = 0) it prints a line saying there is none. Installed by
+// `ztrain train` at start-up, before anything else, and again by each recorder.
+void install_usr2_handler();
+
 // The process's recorder, or null (single process, or [comm] flight_entries = 0).
 FlightRecorder* flight_recorder();
 

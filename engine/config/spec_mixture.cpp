@@ -1,7 +1,10 @@
 // [[data.sources]] / [[data.stages]]: reading, checking and writing back (see spec_mixture.h).
 #include "engine/config/spec_mixture.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
 #include <map>
 
 #include <fmt/ranges.h>
@@ -58,6 +61,39 @@ void check_weight(double w, const std::string& at, const std::string& name) {
 std::string trimmed_uri(std::string uri) {
   while (uri.size() > 1 && uri.back() == '/') uri.pop_back();
   return uri;
+}
+
+// What a source's URI names, spelled one way: a local directory (a plain path or file://) as its
+// canonical absolute path (symlinks, `.` and `..` resolved, relative to the working directory as
+// the loader opens it); a URL with its scheme and host lower-cased, no user info or default port,
+// and its path lexically normal without a trailing slash. Two spellings of one source (dir/./train,
+// a symlink to it, file:// + its path) then compare equal.
+std::string source_identity(const std::string& uri) {
+  namespace fs = std::filesystem;
+  const size_t scheme_end = uri.find("://");
+  if (scheme_end == std::string::npos || uri.rfind("file://", 0) == 0) {
+    const std::string path = scheme_end == std::string::npos ? uri : uri.substr(7);
+    std::error_code ec;
+    fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
+    if (ec) p = fs::absolute(path).lexically_normal();
+    return "file://" + trimmed_uri(p.string());
+  }
+  std::string scheme = uri.substr(0, scheme_end);
+  std::string rest = uri.substr(scheme_end + 3);
+  const size_t slash = rest.find('/');
+  std::string authority = rest.substr(0, slash);
+  std::string path = slash == std::string::npos ? "/" : rest.substr(slash);
+  if (const size_t at = authority.rfind('@'); at != std::string::npos) authority = authority.substr(at + 1);
+  auto lower = [](std::string t) {
+    for (char& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
+    return t;
+  };
+  scheme = lower(scheme), authority = lower(authority);
+  for (const char* port : {":80", ":443"})
+    if (authority.size() > std::strlen(port) && authority.ends_with(port) &&
+        (scheme == "http" || scheme == "https"))
+      authority.resize(authority.size() - std::strlen(port));
+  return scheme + "://" + authority + trimmed_uri(fs::path(path).lexically_normal().generic_string());
 }
 
 // The last `parts` path components of a URI ("s3://b/corpora/web/train", 2 -> "web/train").
@@ -150,10 +186,13 @@ void resolve_data_mixture(RunSpec& spec, const std::string& train_at, const std:
     if (s.split == "train" && s.weight < 0) user_error("{}: [[data.sources]] weight is missing (the source's share of the samples)", s.at);
     if (s.split == "val" && s.weight >= 0)
       user_error("{}: [[data.sources]] weight: a val source has none (each validation set is evaluated on its own)", s.at);
-    const std::string key = s.split + " " + trimmed_uri(s.uri);
+    const std::string key = s.split + " " + source_identity(s.uri);
     if (auto [it, fresh] = by_uri.emplace(key, &s); !fresh)
-      user_error("{}: [[data.sources]] uri = \"{}\" is listed twice (also at {})", s.at, redact_url_passwords(s.uri),
-                 it->second->at);
+      user_error("{}: [[data.sources]] uri = \"{}\" is listed twice (also at {}){}", s.at, redact_url_passwords(s.uri),
+                 it->second->at,
+                 it->second->uri == s.uri
+                     ? ""
+                     : fmt::format(": it names the same data as \"{}\"", redact_url_passwords(it->second->uri)));
   }
   // default names: the URI's last component, or its last two where that is ambiguous
   std::vector<std::string> defaults;

@@ -28,10 +28,14 @@ struct ModelFootprint {
 };
 
 // A Hugging Face model directory's config.json, as engine/hf reads it: a missing or malformed
-// field is a UserError naming the file and the field.
+// field is a UserError naming the file and the field. A field may be a dotted path into an object
+// ("rope_parameters.rope_theta"). Every field the family reads (a value, its JSON text) or ignores
+// is accounted for; non-null config.json fields left over after read_hf_config are refused by
+// name, since a field ztrain does not know may change the model's math (a new RoPE spelling did).
 class HfConfigView {
  public:
   virtual ~HfConfigView() = default;
+  virtual void ignore(const char* field) const = 0;  // read on purpose as nothing: why at the call
   virtual bool has(const char* field) const = 0;       // present and not null
   virtual bool contains(const char* field) const = 0;  // present, null or not
   virtual int64_t integer(const char* field) const = 0;  // a size in [0, 2^31]; required
@@ -80,6 +84,11 @@ class ModelFamily {
   // What that model holds on one rank of a tensor-parallel group of `tp` (nothing built).
   virtual ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size,
                                    Recompute recompute) const = 0;
+
+  // The weights of the matrix products one token passes through in the full model: every linear
+  // layer and the output head over the real vocabulary; not the embedding lookups, positions,
+  // norms or biases. The N of the model FLOPs 6N (observe/throughput.h).
+  virtual double matmul_params(const RunSpec::Model& m) const = 0;
 
   // Hugging Face: whether config.json's model_type is one this family reads, the [model] keys
   // it determines (UserError through c.reject for a model the family cannot build), and the

@@ -63,10 +63,23 @@ double Progress::mfu(double tokens_per_s) const {
   return peak_.tflops > 0 ? tokens_per_s * flops_per_token_ / (peak_.tflops * 1e12 * world_size_) : 0;
 }
 
+void Progress::keep_peak_reachable(double tokens_per_s, int64_t step) {
+  const double achieved = tokens_per_s * flops_per_token_ / world_size_ / 1e12;  // TFLOP/s per device
+  if (peak_.tflops <= 0 || achieved <= peak_.tflops) return;
+  if (metrics_ && !peak_raised_)
+    spdlog::warn("MFU: step {} ran at {:.3g} TFLOP/s per device, above the peak of {:.3g} ({}): that peak is wrong "
+                 "(a start-up probe on a busy machine, or [run] peak_tflops set too low); MFU is judged against the "
+                 "fastest rate achieved from now on",
+                 step, achieved, peak_.tflops, peak_.source);
+  peak_ = {achieved, fmt::format("the fastest rate achieved, step {}", step)};
+  peak_raised_ = true;
+}
+
 void Progress::step_done(int64_t s, const StepResult& r) {
   const auto& t = spec_.train;
   const double seq_len = double(spec_.model.seq_len);
   if (s > start_step_) mean_step_ms_ += (r.step_ms - mean_step_ms_) / double(s - start_step_);
+  keep_peak_reachable(r.tokens_per_s, s + 1);
   const double mfu_now = mfu(r.tokens_per_s);
   for (auto [sum, part] : {std::pair{&interval_.step_ms, r.step_ms}, {&interval_.data_wait_ms, r.data_wait_ms},
                            {&interval_.comm_ms, r.comm_ms}, {&interval_.other_ms, r.other_ms},

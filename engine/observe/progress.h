@@ -48,9 +48,14 @@ class Progress {
   StragglerWatch* stragglers = nullptr;
 
  private:
+  // No MFU above 100%: a peak below the rate a step achieved was wrong (the CPU's start-up probe
+  // on a busy machine, a [run] peak_tflops too low); it is raised to that rate, and said once.
+  void keep_peak_reachable(double tokens_per_s, int64_t step);
+
   const RunSpec& spec_;
   int world_size_;
   Peak peak_;
+  bool peak_raised_ = false;
   double flops_per_token_;
   const Backend& backend_;
   MetricsWriter* metrics_;

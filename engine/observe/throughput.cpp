@@ -7,8 +7,8 @@
 
 namespace zt {
 
-double flops_per_token(const RunSpec::Model& m, double n_params) {
-  return 6.0 * n_params + 12.0 * double(m.n_layer) * double(m.d_model) * double(m.seq_len);
+double flops_per_token(const RunSpec::Model& m, double matmul_params) {
+  return 6.0 * matmul_params + 6.0 * double(m.n_layer) * double(m.d_model) * double(m.seq_len);
 }
 
 namespace {
@@ -25,9 +25,13 @@ constexpr KnownGpu kGpus[] = {
     {"L4", 121},   {"RTX 4090", 165},  {"RTX 3090", 71}, {"A6000", 155},
 };
 
-// The CPU backend's fp32 GEMM rate on a 768-cube product, best of 3 (about 0.1 s on 2 cores;
-// smaller products run too far below the machine's rate for an honest MFU). The CPU backend's ops
-// take any host memory: plain vectors keep the probe out of the backend's memory figures.
+// The CPU backend's fp32 GEMM rate on a 768-cube product, best of 5 (about 0.15 s on 2 cores;
+// smaller products run too far below the machine's rate for an honest MFU). Measured rather than
+// the nominal FMA peak (cores x clock x lanes x FMA units): virtual machines misreport the clock
+// and the FMA units per core differ by microarchitecture, so a nominal figure can be far off in
+// either direction. A probe disturbed by a busy machine reads low: Progress raises the peak to any
+// faster rate the run achieves. The CPU backend's ops take any host memory: plain vectors keep
+// the probe out of the backend's memory figures.
 double cpu_gemm_probe(Backend& be) {
   constexpr int n = 768;
   std::vector<float> a(size_t(n) * n), out(a.size());
@@ -35,7 +39,7 @@ double cpu_gemm_probe(Backend& be) {
   const DType saved = be.compute_dtype();
   be.set_compute_dtype(DType::F32);
   double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 5; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     be.matmul_forward(out.data(), a.data(), a.data(), nullptr, n, n, n);
     be.synchronize();

@@ -9,10 +9,15 @@
 
 namespace zt {
 
-// Training FLOPs per token (forward + backward) of a transformer with `n_params` parameters:
-// 6 N for the matrix products plus 12 L C T for attention's scores and weighted sums (the PaLM
-// paper's appendix B, as nanoGPT and llm.c count; no discount for causal masking).
-double flops_per_token(const RunSpec::Model& m, double n_params);
+// Training FLOPs per token (forward + backward) the model needs: 6 N for the matrix products,
+// N = `matmul_params` (the family's count: the linear layers and the head, not the embedding
+// lookups, norms or biases), plus 6 L C T for causal attention's scores and weighted sums (half
+// of the 12 L C T of all T x T pairs: the causal half is all the model needs). The one formula of
+// every MFU ztrain prints, measured or planned: the plan counts at least these FLOPs on the
+// device (the masked tiles on the diagonal, recompute), so a planned MFU stays under 100%.
+// nanoGPT, llm.c and PaLM's appendix B count 6 N (all parameters) + 12 L C T: about 7% more
+// for GPT-2 124M at T = 1024 (docs/observability.md).
+double flops_per_token(const RunSpec::Model& m, double matmul_params);
 
 // Dense peak TFLOP/s of one device of `backend` in the run's compute precision, and where the
 // figure comes from ("[run] peak_tflops", "table: NVIDIA H100 ...", "measured: fp32 GEMM probe").

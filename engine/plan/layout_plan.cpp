@@ -114,7 +114,7 @@ LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const
   }
   plan.memory = be.memory_stats();
   plan.work = be.work();
-  plan.model_flops = flops_per_token(spec.model, double(model->num_global_params())) *
+  plan.model_flops = flops_per_token(spec.model, model_family(spec.model.arch).matmul_params(spec.model)) *
                      double(spec.train.global_batch) * double(T);
   if (device) plan.roofline_s = be.roofline_seconds(device->tflops, device->vector_tflops, device->bytes_per_s);
   return plan;

@@ -116,24 +116,40 @@ int run_attempt(const std::vector<std::string>& cmd, int attempt) {
   for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::fflush(nullptr);
+  // exec's failure comes back through a close-on-exec pipe: a command that cannot be executed
+  // (not found, not executable) is bad input, not a failure to rerun
+  int exec_errno[2];
+  if (::pipe2(exec_errno, O_CLOEXEC) != 0)
+    throw RuntimeFailure(fmt::format("supervise: pipe failed: {}", std::strerror(errno)));
   const pid_t pid = ::fork();
   if (pid < 0) throw RuntimeFailure(fmt::format("supervise: fork failed: {}", std::strerror(errno)));
   if (pid == 0) {
+    ::close(exec_errno[0]);
     ::setpgid(0, 0);
     // not the terminal's foreground group: reading it would stop the job (mpirun forwards stdin)
     if (const int null = ::open("/dev/null", O_RDONLY); null >= 0) ::dup2(null, 0), ::close(null);
     ::setenv("ZTRAIN_ATTEMPT", std::to_string(attempt).c_str(), 1);
     ::execvp(argv[0], argv.data());
-    std::fprintf(stderr, "ztrain supervise: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    const int err = errno;
+    (void)!::write(exec_errno[1], &err, sizeof err);
     std::_Exit(127);
   }
+  ::close(exec_errno[1]);
   ::setpgid(pid, pid);  // also here: no race with a signal arriving before the child runs
   g_child = pid;
   if (const int sig = g_stop_signal.load()) ::kill(-pid, sig);  // arrived while it started
+  int err = 0;
+  ssize_t got = 0;
+  while ((got = ::read(exec_errno[0], &err, sizeof err)) < 0 && errno == EINTR) {
+  }
+  ::close(exec_errno[0]);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0)
     if (errno != EINTR) throw RuntimeFailure(fmt::format("supervise: waitpid failed: {}", std::strerror(errno)));
   g_child = 0;
+  if (got == ssize_t(sizeof err))
+    user_error("supervise: cannot run '{}': {}{}", cmd[0], std::strerror(err),
+               err == ENOENT && cmd[0].find('/') == std::string::npos ? " (not found on PATH)" : "");
   return status;
 }
 

@@ -662,7 +662,7 @@ void Trainer::run() {
     metrics->write(row);
   };
   // MFU against one device's peak (found in build()), for every device of the job
-  const double model_flops_per_token = flops_per_token(spec_.model, double(model_->num_global_params()));
+  const double model_flops_per_token = flops_per_token(spec_.model, model_family(spec_.model.arch).matmul_params(spec_.model));
   if (root)
     spdlog::info("MFU against {:.3g} TFLOP/s per device ({}); {:.3g} GFLOP per token", peak_.tflops, peak_.source,
                  model_flops_per_token / 1e9);
@@ -676,7 +676,7 @@ void Trainer::run() {
     return data_->slowest_source(loader_->source_read_ms(), last_ms, last_drawn);
   };
   agreed([&] {  // [data] sample_log: one file per data-parallel rank
-    if (topo_.tp_rank == 0) data_->open_sample_log(topo_.world_rank);
+    data_->open_sample_log(topo_.world_rank, topo_.world_size, start_step_, topo_.tp_rank == 0);
   });
   double carried_stall_ms = 0;  // a checkpoint save's stall, paid by the next step
   double carried_data_ms = 0;   // the wait for the next step's data before the agreement, paid by it

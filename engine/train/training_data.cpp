@@ -1,13 +1,18 @@
 // The run's data sources, the mixture's position and its accounting (see training_data.h).
 #include "engine/train/training_data.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <utility>
 
 #include <fmt/ranges.h>
 
 #include "engine/config/data_options.h"
+#include "engine/core/atomic_file.h"
 #include "engine/core/log.h"
 #include "engine/core/redact.h"
 #include "engine/core/status.h"
@@ -301,10 +306,37 @@ std::string TrainingData::slowest_source(const std::vector<double>& read_ms, std
                      100 * sample_share);
 }
 
-void TrainingData::open_sample_log(int world_rank) {
-  if (!spec_.data.sample_log) return;
+void TrainingData::open_sample_log(int world_rank, int world_size, int64_t start_step, bool writes) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  std::vector<std::pair<fs::path, int>> logs;  // (path, its rank): listed first, then rewritten or renamed
+  for (const auto& entry : fs::directory_iterator(spec_.run.out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    int file_rank = -1, end = 0;
+    if (std::sscanf(name.c_str(), "samples.rank%5d.tsv%n", &file_rank, &end) == 1 && end == int(name.size()) &&
+        file_rank % world_size == world_rank)
+      logs.emplace_back(entry.path(), file_rank);
+  }
+  for (const auto& [log, file_rank] : logs) {
+    if (start_step == 0) {
+      int n = 1;
+      while (fs::exists(fs::path(spec_.run.out_dir) / fmt::format("samples.rank{:05d}.{}.tsv", file_rank, n))) ++n;
+      fs::rename(log, fs::path(spec_.run.out_dir) / fmt::format("samples.rank{:05d}.{}.tsv", file_rank, n));
+      continue;
+    }
+    std::ifstream in(log);
+    std::string kept, line;
+    for (bool header = true; std::getline(in, line); header = false) {
+      long long step = 0;
+      // the header, and whole rows of the steps before the resumed one (a row cut by a crash
+      // has fewer than 5 fields: dropped)
+      if (header || (std::count(line.begin(), line.end(), '\t') == 4 && std::sscanf(line.c_str(), "%lld", &step) == 1 &&
+                     step < start_step))
+        kept += line + "\n";
+    }
+    write_file_atomic(log.string(), kept);
+  }
+  if (!spec_.data.sample_log || !writes) return;
   fs::create_directories(spec_.run.out_dir, ec);
   const std::string path = (fs::path(spec_.run.out_dir) / fmt::format("samples.rank{:05d}.tsv", world_rank)).string();
   const bool fresh = !fs::exists(path, ec);

@@ -52,8 +52,13 @@ class TrainingData {
                              std::vector<uint64_t>& last_drawn) const;
 
   // [data] sample_log: one line per sample of this rank's micro-batch (B rows from global sample
-  // `first`), to out_dir/samples.rankNNNNN.tsv. Opened by open_sample_log (no-op when off).
-  void open_sample_log(int world_rank);
+  // `first`), to out_dir/samples.rankNNNNN.tsv. open_sample_log, on every rank, first tidies the
+  // sample logs already in out_dir as metrics.jsonl is (a file each to rank r of world_size, by
+  // its rank modulo world_size: any layout may have written them): a run resumed at start_step
+  // drops their rows of steps >= start_step (run past the checkpoint by the run that stopped,
+  // they are run again), a fresh run keeps them as samples.rankNNNNN.N.tsv. It then opens this
+  // rank's file when `writes` (a tensor-parallel group's first rank) and the log is on.
+  void open_sample_log(int world_rank, int world_size, int64_t start_step, bool writes);
   void log_samples(int64_t step, uint64_t first, const data::SampleOrigin* origins, int B);
 
  private:

@@ -3,6 +3,9 @@
 // naming the key and its line.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <utility>
+
 #include "engine/config/spec.h"
 #include "engine/core/status.h"
 
@@ -100,6 +103,30 @@ TEST_CASE("bad mixtures name the key and the line", "[config][mixture]") {
              Catch::Contains("spec.toml:13") && Catch::Contains("listed twice (also at spec.toml:10)"));
   CHECK_THAT(error_of(one + "[[data.sources]]\nuri = \"b\"\nname = \"a\"\nweight = 2\n"),
              Catch::Contains("name 'a' is used twice"));
+  // Hardening round 4, item 6: one source under other spellings trained its windows twice a batch
+  {
+    namespace fs = std::filesystem;
+    const fs::path root = fs::temp_directory_path() / "zt_same_source";
+    fs::remove_all(root);
+    fs::create_directories(root / "dir" / "train");
+    fs::create_directory_symlink(root / "dir" / "train", root / "link");
+    const std::string train = (root / "dir" / "train").string();
+    for (const std::string& other : {(root / "dir" / "." / "train").string(), (root / "link").string(),
+                                     "file://" + train, (root / "dir" / "x" / ".." / "train/").string()}) {
+      CAPTURE(other);
+      CHECK_THAT(error_of("\n[[data.sources]]\nuri = \"" + train + "\"\nweight = 1\n[[data.sources]]\nuri = \"" +
+                          other + "\"\nname = \"b\"\nweight = 1\n"),
+                 Catch::Contains("is listed twice (also at spec.toml:10): it names the same data as \"" + train + "\""));
+    }
+    for (const auto& [a, b] : {std::pair{"s3://bucket/web/train", "S3://bucket/web/./train/"},
+                               {"https://host/books", "https://user:pw@HOST:443/books//"}}) {
+      CAPTURE(a, b);
+      CHECK_THAT(error_of(std::string("\n[[data.sources]]\nuri = \"") + a + "\"\nweight = 1\n[[data.sources]]\nuri = \"" +
+                          b + "\"\nname = \"b\"\nweight = 1\n"),
+                 Catch::Contains("is listed twice"));
+    }
+    fs::remove_all(root);
+  }
   CHECK_THAT(error_of("\n[[data.sources]]\nuri = \"a\"\nwieght = 1\n"), Catch::Contains("did you mean 'weight'?"));
   CHECK_THAT(error_of("\n[[data.sources]]\nweight = 1\n"), Catch::Contains("needs uri"));
   CHECK_THAT(error_of("\n[[data.sources]]\nuri = \"a\"\nsplit = \"test\"\nweight = 1\n"),

@@ -103,6 +103,17 @@ TEST_CASE("malformed manifests are named with the field", "[data][errors]") {
   };
   CHECK_THAT(edit("\"bytes\":84", "\"bytes\":85"), Catch::Contains("bytes = 85 does not equal"));
   CHECK_THAT(edit("\"a.ztok\"", "\"../etc/passwd\""), Catch::Contains("must be a plain name"));
+  // hardening round 4, item 8: escapes a server decodes, and names under a subdirectory
+  for (const char* bad : {"%2e%2e/%2e%2e/secret.ztok", "%2e%2e%2fsecret.ztok", "sub/shard.ztok", ".hidden.ztok", "..",
+                          "a\\\\b.ztok", "a b.ztok", "a?x=1.ztok", "a#b.ztok"}) {
+    CAPTURE(bad);
+    CHECK_THAT(edit("\"a.ztok\"", std::string("\"") + bad + "\""), Catch::Contains("must be a plain name"));
+  }
+  CHECK(user_error_of([&] {
+          std::string s = good;
+          s.replace(s.find("a.ztok"), 6, "shard_00001+v2.ztok");
+          parse_manifest(s, "m.json");
+        }) == "(no error)");
   CHECK_THAT(edit("\"eot\":256", "\"eot\":257"), Catch::Contains("eot 257 is not < n_vocab 257"));
   CHECK_THAT(edit("\"tokens\":10", "\"tokens\":-1"), Catch::Contains("\"tokens\" must be a non-negative integer"));
   CHECK_THAT(edit("\"token_bytes\":2", "\"token_bytes\":3"), Catch::Contains("token_bytes must be 2 or 4"));

@@ -37,6 +37,15 @@ TEST_CASE("exact weights sum to 2^32 and keep every positive weight", "[data][mi
   }
 }
 
+// Hardening round 4, item 5: weights 1e308 and 1e308 summed to inf, and one source got everything.
+TEST_CASE("weights near the largest double mix by their ratio", "[data][mixture]") {
+  CHECK(exact_weights({1e308, 1e308}) == std::vector<uint64_t>{kWeightOne / 2, kWeightOne / 2});
+  const auto e = exact_weights({1.5e308, 1e308, 0});
+  CHECK(std::abs(double(e[0]) - 0.6 * double(kWeightOne)) <= 2);
+  CHECK((e[0] + e[1] == kWeightOne && e[2] == 0));
+  CHECK(exact_weights({4e-320, 4e-320}) == std::vector<uint64_t>{kWeightOne / 2, kWeightOne / 2});  // subnormal
+}
+
 TEST_CASE("every prefix of a stage is within 1 sample of each source's share", "[data][mixture]") {
   CHECK(worst_deviation({0.5, 0.3, 0.2}, 100000) < 1);
   // random weights, 2 to 8 sources, some tiny (the case where the largest-deficit rule drifts past 1)

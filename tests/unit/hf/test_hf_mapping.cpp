@@ -90,3 +90,50 @@ TEST_CASE("config.json a family cannot build is refused, naming the file and the
               .find("sliding_window = 4096 is not supported") != std::string::npos);
   std::filesystem::remove_all(root);
 }
+
+// Hardening round 4, item 3: a Llama 3 config.json in transformers v5's spelling (rope_parameters,
+// no top-level rope_theta) loaded as rope_theta 10000 without scaling, gradients 77% off.
+TEST_CASE("config.json fields that change the math are read or refused, never ignored", "[hf]") {
+  const std::string root = (std::filesystem::temp_directory_path() / "zt_hf_fields").string();
+  const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4,
+    "hidden_size": 64, "intermediate_size": 96, "vocab_size": 300, "max_position_embeddings": 128)";
+  auto rope_theta_of = [](const std::string& dir) {
+    for (const HfModelKey& k : read_hf_config(dir))
+      if (k.key == "rope_theta") return std::get<double>(k.value);
+    return -1.0;
+  };
+  const std::string v5_llama3 = llama + R"(, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3",
+    "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})";
+  REQUIRE(refusal(write_config(root + "/v5_llama3", v5_llama3)).find("rope_parameters.rope_type = \"llama3\" is not "
+                                                                     "supported") != std::string::npos);
+  // plain RoPE in v5's spelling is read from it
+  REQUIRE(rope_theta_of(write_config(root + "/v5_plain", llama + R"(, "rope_parameters": {"rope_theta": 500000.0,
+    "rope_type": "default"}})")) == 500000.0);
+  REQUIRE(refusal(write_config(root + "/v5_both", llama + R"(, "rope_theta": 10000.0,
+    "rope_parameters": {"rope_theta": 500000.0}})")).find("disagree") != std::string::npos);
+  // a field of rope_parameters not read (a scaling field under the default type) and a top-level
+  // field ztrain does not know are refused by name
+  REQUIRE(refusal(write_config(root + "/v5_extra", llama + R"(, "rope_parameters": {"rope_theta": 500000.0,
+    "partial_rotary_factor": 0.5}})")).find("rope_parameters.partial_rotary_factor = 0.5 is not a field ztrain's llama "
+                                           "reads") != std::string::npos);
+  REQUIRE(refusal(write_config(root + "/unknown", llama + R"(, "qk_layernorm": true})"))
+              .find("config.json: qk_layernorm = true is not a field ztrain's llama reads") != std::string::npos);
+  REQUIRE(refusal(write_config(root + "/gpt2_layer_scaled", R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2,
+    "n_embd": 16, "vocab_size": 300, "n_positions": 32, "scale_attn_by_inverse_layer_idx": true})"))
+              .find("scale_attn_by_inverse_layer_idx") != std::string::npos);
+  // the fields of published configs that do not change the math load
+  REQUIRE(rope_theta_of(write_config(root + "/published", llama + R"(, "architectures": ["LlamaForCausalLM"],
+    "attention_bias": false, "attention_dropout": 0.0, "bos_token_id": 128000, "eos_token_id": 128001,
+    "head_dim": 16, "hidden_act": "silu", "initializer_range": 0.02, "mlp_bias": false, "num_key_value_heads": 2,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 500000.0,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.45.0", "use_cache": true})"))
+          == 500000.0);
+  REQUIRE(refusal(write_config(root + "/gpt2_published", R"({"model_type": "gpt2", "activation_function": "gelu_new",
+    "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1, "bos_token_id": 50256, "embd_pdrop": 0.1,
+    "eos_token_id": 50256, "initializer_range": 0.02, "layer_norm_epsilon": 1e-05, "n_ctx": 1024, "n_embd": 768,
+    "n_head": 12, "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "summary_activation": null,
+    "summary_first_dropout": 0.1, "summary_proj_to_labels": true, "summary_type": "cls_index",
+    "summary_use_proj": true, "task_specific_params": {"text-generation": {"do_sample": true, "max_length": 50}},
+    "vocab_size": 50257})")) == "");
+  std::filesystem::remove_all(root);
+}
