@@ -228,26 +228,29 @@ struct Loader {
     for (const auto& k : spec_schema())
       if (k.required && !where.count(std::string(k.section) + "." + k.key))
         user_error("{}: missing required key {} ({})", spec.source, full_name(k), k.help);
-    // Every integer key is a count or a dimension: none may be negative or beyond int32.
+    // Every numeric key within its one range (spec_schema.h), printed the same way whatever the
+    // value; an integer key is also an int32 size. An optional key unset is not checked.
     for (const auto& k : spec_schema()) {
       const SpecField f = k.field(spec);
-      if (auto* p = std::get_if<int64_t*>(&f)) {
-        if (std::string(k.key) == "seed") continue;
-        check(**p >= 0 && **p <= kMaxInt, k.section, k.key,
-              fmt::format("{} is out of range [0, {}]", **p, kMaxInt));
-      }
+      if (k.zero_unset && !where.count(std::string(k.section) + "." + k.key)) continue;
       if (auto* p = std::get_if<double*>(&f))
         check(std::isfinite(**p), k.section, k.key, fmt::format("{} is not a finite number", **p));
+      if (!has_range(k)) continue;
+      const SpecRange range = key_range(k);
+      if (auto* p = std::get_if<int64_t*>(&f)) {
+        check(range.contains(double(**p)), k.section, k.key, fmt::format("must be {}, got {}", range_text(range), **p));
+        check(**p <= kMaxInt, k.section, k.key,
+              fmt::format("must be at most {} (the sizes an integer key sets are 32-bit), got {}", kMaxInt, **p));
+      }
+      if (auto* p = std::get_if<double*>(&f))
+        check(range.contains(**p), k.section, k.key, fmt::format("must be {}, got {}", range_text(range), **p));
     }
     auto& r = spec.run;
     check(r.device == "auto" || r.device == "cpu" || r.device == "cuda", "run", "device",
           fmt::format("'{}' is not one of \"auto\", \"cpu\", \"cuda\"", r.device));
     check(!r.out_dir.empty(), "run", "out_dir", "must not be empty");
-    check(r.peak_tflops >= 0, "run", "peak_tflops", fmt::format("must be >= 0, got {}", r.peak_tflops));
-    check(r.telemetry_s == 0 || (r.telemetry_s >= 0.05 && r.telemetry_s <= 3600), "run", "telemetry_s",
-          fmt::format("must be 0 (off) or in [0.05, 3600], got {}", r.telemetry_s));
-    check(r.straggler_threshold > 0 && r.straggler_threshold <= 100, "run", "straggler_threshold",
-          fmt::format("must be in (0, 100], got {}", r.straggler_threshold));
+    check(r.telemetry_s == 0 || r.telemetry_s >= 0.05, "run", "telemetry_s",
+          fmt::format("must be 0 (off) or at least 0.05, got {}", r.telemetry_s));
     if (!r.device_memory_limit.empty()) {
       try {
         parse_byte_size(r.device_memory_limit, "device_memory_limit");
@@ -260,9 +263,6 @@ struct Loader {
     const ModelFamily* family = find_model_family(m.arch);
     check(family != nullptr, "model", "arch",
           fmt::format("'{}' is not a supported architecture (supported: {})", m.arch, model_family_names()));
-    check(m.n_layer >= 1, "model", "n_layer", fmt::format("must be >= 1, got {}", m.n_layer));
-    check(m.n_head >= 1, "model", "n_head", fmt::format("must be >= 1, got {}", m.n_head));
-    check(m.d_model >= 1, "model", "d_model", fmt::format("must be >= 1, got {}", m.d_model));
     check(m.d_model % m.n_head == 0, "model", "d_model",
           fmt::format("d_model = {} is not divisible by n_head = {}", m.d_model, m.n_head));
     if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
@@ -274,10 +274,6 @@ struct Loader {
                            [&](const char* key) { return where.count(std::string("model.") + key) > 0; }});
     // a default derived from other keys is a dimension too (the models hold int32 sizes)
     check(m.d_ff >= 1 && m.d_ff <= kMaxInt, "model", "d_ff", fmt::format("{} is out of range [1, {}]", m.d_ff, kMaxInt));
-    check(m.norm_eps > 0 && m.norm_eps < 1, "model", "norm_eps", fmt::format("must be in (0, 1), got {}", m.norm_eps));
-    check(m.rope_theta > 1, "model", "rope_theta", fmt::format("must be > 1, got {}", m.rope_theta));
-    check(m.vocab_size >= 2, "model", "vocab_size", fmt::format("must be >= 2, got {}", m.vocab_size));
-    check(m.seq_len >= 1, "model", "seq_len", fmt::format("must be >= 1, got {}", m.seq_len));
     {  // the vocabulary as held, padded to vocab_multiple x tensor: an int32 size too
       const int64_t k = std::max<int64_t>(1, m.vocab_multiple) * std::max<int64_t>(1, spec.parallel.tensor);
       check((m.vocab_size + k - 1) / k * k <= kMaxInt, "model", "vocab_multiple",
@@ -285,52 +281,31 @@ struct Loader {
                         m.vocab_size, k, kMaxInt));
     }
     auto& t = spec.train;
-    check(t.micro_batch >= 1, "train", "micro_batch", fmt::format("must be >= 1, got {}", t.micro_batch));
-    check(t.global_batch >= 1, "train", "global_batch", fmt::format("must be >= 1, got {}", t.global_batch));
     check(t.global_batch % t.micro_batch == 0, "train", "global_batch",
           fmt::format("global_batch = {} is not a multiple of micro_batch = {}", t.global_batch,
                       t.micro_batch));
-    check(t.log_every >= 1, "train", "log_every", fmt::format("must be >= 1, got {}", t.log_every));
     check(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full", "train", "recompute",
           fmt::format("'{}' is not one of \"none\", \"selective\", \"full\"", t.recompute));
-    check(t.eval_steps >= 1, "train", "eval_steps", fmt::format("must be >= 1, got {}", t.eval_steps));
     check(t.spike_policy == "off" || t.spike_policy == "skip" || t.spike_policy == "rollback", "train", "spike_policy",
           fmt::format("'{}' is not one of \"off\", \"skip\", \"rollback\"", t.spike_policy));
-    check(t.spike_factor > 1, "train", "spike_factor", fmt::format("must be > 1, got {}", t.spike_factor));
-    check(t.spike_window >= 1, "train", "spike_window", fmt::format("must be >= 1, got {}", t.spike_window));
-    check(t.max_skipped_steps >= 1, "train", "max_skipped_steps",
-          fmt::format("must be >= 1, got {}", t.max_skipped_steps));
-    check(t.rollback_after >= 1, "train", "rollback_after", fmt::format("must be >= 1, got {}", t.rollback_after));
     check(t.spike_policy != "rollback" || t.rollback_after < t.max_skipped_steps, "train", "rollback_after",
           fmt::format("= {} must be below max_skipped_steps = {}, which would end the run first", t.rollback_after,
                       t.max_skipped_steps));
-    check(t.max_rollbacks >= 1, "train", "max_rollbacks", fmt::format("must be >= 1, got {}", t.max_rollbacks));
-    check(t.sample_temperature > 0, "train", "sample_temperature",
-          fmt::format("must be > 0, got {}", t.sample_temperature));
     check(int64_t(t.micro_batch) * m.seq_len <= kMaxInt, "train", "micro_batch",
           fmt::format("micro_batch * seq_len = {} tokens is too large", t.micro_batch * m.seq_len));
     auto& o = spec.optim;
-    check(o.lr >= 0, "optim", "lr", fmt::format("must be >= 0, got {}", o.lr));
     check(o.min_lr >= 0 && o.min_lr <= o.lr, "optim", "min_lr",
           fmt::format("must be in [0, lr = {}], got {}", o.lr, o.min_lr));
     check(o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant", "optim",
           "schedule",
           fmt::format("'{}' is not one of \"cosine\", \"linear\", \"constant\"", o.schedule));
-    check(o.weight_decay >= 0, "optim", "weight_decay", fmt::format("must be >= 0, got {}", o.weight_decay));
-    check(o.beta1 >= 0 && o.beta1 < 1, "optim", "beta1", fmt::format("must be in [0, 1), got {}", o.beta1));
-    check(o.beta2 >= 0 && o.beta2 < 1, "optim", "beta2", fmt::format("must be in [0, 1), got {}", o.beta2));
-    check(o.eps > 0, "optim", "eps", fmt::format("must be > 0, got {}", o.eps));
-    check(o.grad_clip >= 0, "optim", "grad_clip", fmt::format("must be >= 0, got {}", o.grad_clip));
     resolve_data_mixture(spec, at("data", "train"), at("data", "val"), at("train", "max_steps"));
     auto& pr = spec.precision;
     check(pr.compute == "auto" || pr.compute == "fp32" || pr.compute == "bf16" || pr.compute == "fp16",
           "precision", "compute",
           fmt::format("'{}' is not one of \"auto\", \"fp32\", \"bf16\", \"fp16\"", pr.compute));
-    check(pr.loss_scale >= 0, "precision", "loss_scale", fmt::format("must be >= 0, got {}", pr.loss_scale));
-    check(pr.min_scale > 0, "precision", "min_scale", fmt::format("must be > 0, got {}", pr.min_scale));
     check(pr.initial_scale >= pr.min_scale, "precision", "initial_scale",
           fmt::format("must be >= min_scale = {}, got {}", pr.min_scale, pr.initial_scale));
-    check(pr.scale_window >= 1, "precision", "scale_window", fmt::format("must be >= 1, got {}", pr.scale_window));
     auto& off = spec.offload;
     check(off.optimizer == "none" || off.optimizer == "cpu" || off.optimizer == "nvme", "offload", "optimizer",
           fmt::format("'{}' is not one of \"none\", \"cpu\", \"nvme\"", off.optimizer));
@@ -346,10 +321,6 @@ struct Loader {
           "is written by the host's AdamW");
     check(off.optimizer != "nvme" || !off.nvme_path.empty(), "offload", "nvme_path",
           "optimizer = \"nvme\" needs a directory on a local SSD");
-    check(off.buffer_mb >= 0.0625 && off.buffer_mb <= 1024, "offload", "buffer_mb",
-          fmt::format("must be in [0.0625, 1024] (one I/O request moves at most 2 GiB), got {}", off.buffer_mb));
-    check(off.io_depth >= 1 && off.io_depth <= 64, "offload", "io_depth",
-          fmt::format("must be in [1, 64], got {}", off.io_depth));
     if (!off.pinned_limit.empty()) {
       try {
         parse_byte_size(off.pinned_limit, "pinned_limit");
@@ -358,9 +329,6 @@ struct Loader {
       }
     }
     auto& p = spec.parallel;
-    check(p.tensor >= 1, "parallel", "tensor", fmt::format("must be >= 1, got {}", p.tensor));
-    check(p.zero_stage <= 3, "parallel", "zero_stage", fmt::format("must be 0, 1, 2 or 3, got {}", p.zero_stage));
-    check(p.bucket_mb > 0, "parallel", "bucket_mb", fmt::format("must be > 0, got {}", p.bucket_mb));
     check(m.n_head % p.tensor == 0, "parallel", "tensor",
           fmt::format("n_head = {} is not divisible by tensor = {}", m.n_head, p.tensor));
     // Key/value heads are split like the query heads or, when there are fewer of them than
@@ -369,36 +337,23 @@ struct Loader {
           fmt::format("n_kv_head = {} and tensor = {}: one must divide the other", m.n_kv_head, p.tensor));
     check(m.d_ff % p.tensor == 0, "parallel", "tensor",
           fmt::format("d_ff = {} is not divisible by tensor = {}", m.d_ff, p.tensor));
-    check(m.vocab_multiple >= 1 && m.vocab_multiple <= 65536, "model", "vocab_multiple",
-          fmt::format("must be in [1, 65536], got {}", m.vocab_multiple));
     auto& c = spec.comm;
     check(c.backend == "auto" || c.backend == "mpi" || c.backend == "nccl", "comm", "backend",
           fmt::format("'{}' is not one of \"auto\", \"mpi\", \"nccl\"", c.backend));
-    check(c.timeout_s > 0, "comm", "timeout_s", fmt::format("must be > 0, got {}", c.timeout_s));
-    check(c.flight_entries >= 0 && c.flight_entries <= 1000000, "comm", "flight_entries",
-          fmt::format("must be in [0, 1000000], got {}", c.flight_entries));
     auto& d = spec.data;
     try {
       parse_byte_size(d.cache_limit, "cache_limit");
     } catch (const UserError& e) {
       check(false, "data", "cache_limit", fmt::format("'{}' is not a size (examples: 200GB, 512MiB, 1000000)", d.cache_limit));
     }
-    check(d.shuffle_block >= 1, "data", "shuffle_block", fmt::format("must be >= 1, got {}", d.shuffle_block));
-    check(d.timeout_s > 0, "data", "timeout_s", fmt::format("must be > 0, got {}", d.timeout_s));
-    check(d.retries <= 100, "data", "retries", fmt::format("must be <= 100, got {}", d.retries));
     auto& k = spec.checkpoint;
-    check(k.every_minutes >= 0, "checkpoint", "every_minutes", fmt::format("must be >= 0, got {}", k.every_minutes));
     check(k.dir.find("://") == std::string::npos || k.dir.rfind("s3://", 0) == 0, "checkpoint", "dir",
           fmt::format("'{}': a local directory or s3://bucket/prefix", k.dir));
-    check(k.upload_part_mb >= 5, "checkpoint", "upload_part_mb",
-          fmt::format("must be >= 5 (S3's smallest part), got {}", k.upload_part_mb));
     check(k.init_from.empty() || spec.model.init_from.empty(), "model", "init_from",
           "[checkpoint] init_from (ztrain's weights) and [model] init_from (Hugging Face's) exclude each other");
     check(k.resume.empty() || k.init_from.empty(), "checkpoint", "init_from",
           "resume and init_from exclude each other (resume continues a run, init_from starts a new one)");
     check(k.resume != "auto" || !k.dir.empty(), "checkpoint", "resume", "\"auto\" needs [checkpoint] dir");
-    check(!where.count("checkpoint.preemption_notice_s") || k.preemption_notice_s > 0, "checkpoint",
-          "preemption_notice_s", fmt::format("must be > 0 seconds, got {}", k.preemption_notice_s));
     check(k.preemption_notice_s == 0 || !k.dir.empty(), "checkpoint", "preemption_notice_s",
           "a save must fit the notice: set [checkpoint] dir");
     const bool saves = k.every_steps > 0 || k.every_minutes > 0 || k.exit_after > 0;
@@ -573,13 +528,14 @@ std::string spec_reference_markdown() {
       "Generated by `ztrain help spec` from the key table in engine/config/spec_schema.cpp; CI checks\n"
       "that this file is current (ctest -R docs_spec_reference_is_current). Defaults are those of a `{}` model;\n"
       "a model family sets its own where the help says so (see `ztrain check SPEC.toml` for a spec's\n"
-      "resolved values). Any key can be overridden with `--set section.key=value`.\n",
+      "resolved values). Any key can be overridden with `--set section.key=value`. A value outside its\n"
+      "range exits 2 with the range as shown here; integer keys are also at most 2147483647.\n",
       default_model_family());
   std::string section;
   for (const auto& k : spec_schema()) {
     if (section != k.section) {
       section = k.section;
-      out += fmt::format("\n## [{}]\n\n| key | type | default | meaning |\n|---|---|---|---|\n", section);
+      out += fmt::format("\n## [{}]\n\n| key | type | default | range | meaning |\n|---|---|---|---|---|\n", section);
     }
     const char* type = std::visit(
         [](auto* field) -> const char* {
@@ -592,8 +548,9 @@ std::string spec_reference_markdown() {
         k.field(spec));
     std::string help = k.help;
     for (size_t at = 0; (at = help.find('|', at)) != std::string::npos; at += 2) help.replace(at, 1, "\\|");
-    out += fmt::format("| `{}` | {} | {} | {}{} |\n", k.key, type,
-                       k.required ? "required" : "`" + value_toml(k, spec) + "`", help,
+    out += fmt::format("| `{}` | {} | {} | {} | {}{} |\n", k.key, type,
+                       k.required ? "required" : "`" + value_toml(k, spec) + "`",
+                       has_range(k) ? range_text(key_range(k)) : "", help,
                        k.secret ? " (secret: never written to the resolved spec or logs)" : "");
   }
   return out + R"(

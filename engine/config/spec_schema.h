@@ -3,6 +3,7 @@
 // this one table, so a new key is one new row.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <variant>
 #include <vector>
@@ -13,6 +14,22 @@ namespace zt {
 
 using SpecField = std::variant<int64_t*, double*, std::string*, bool*>;
 
+// The values a numeric key takes: from lo to hi, either end open (excluded) or absent (infinite).
+// One per key: validation checks it, and its messages and docs/spec-reference.md print it the
+// same way (range_text). Relations between keys (min_lr <= lr) are checked apart.
+struct SpecRange {
+  double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+  bool contains(double v) const { return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi); }
+};
+constexpr SpecRange at_least(double lo) { return {lo, std::numeric_limits<double>::infinity(), false, false}; }
+constexpr SpecRange above(double lo) { return {lo, std::numeric_limits<double>::infinity(), true, false}; }
+constexpr SpecRange between(double lo, double hi, bool lo_open = false, bool hi_open = false) {
+  return {lo, hi, lo_open, hi_open};
+}
+// ">= 1", "> 0", "in [0, 1000000]", "in (0, 1)"
+std::string range_text(const SpecRange& r);
+
 struct SpecKey {
   const char* section;
   const char* key;
@@ -21,7 +38,14 @@ struct SpecKey {
   const char* help;
   bool secret = false;  // never written to the resolved spec, logs or messages
   bool zero_unset = false;  // 0 means "not given" (a given value must be > 0): written commented out
+  SpecRange range = {};     // numeric keys; an integer key without one is a count (>= 0; see key_range)
 };
+
+// k's range: its own; an integer key's is >= 0 by default (a count or a dimension; `seed` takes
+// any value). Integer keys are also at most 2147483647 (the sizes they set are int32).
+SpecRange key_range(const SpecKey& k);
+// Whether k has a range to check and show.
+bool has_range(const SpecKey& k);
 
 const std::vector<SpecKey>& spec_schema();
 

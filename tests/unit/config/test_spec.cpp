@@ -2,7 +2,13 @@
 // good specs resolve with defaults and survive a round trip through the resolved dump.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <variant>
+
+#include <fmt/format.h>
+
 #include "engine/config/spec.h"
+#include "engine/config/spec_schema.h"
 #include "engine/core/status.h"
 
 using namespace zt;
@@ -98,13 +104,45 @@ TEST_CASE("out-of-range and inconsistent values are named with their numbers", "
   const std::string neg = error_of(with("lr = 1e-3", "lr = -1e-3"));
   CHECK_THAT(neg, Catch::Contains("spec.toml:13"));
   CHECK_THAT(neg, Catch::Contains("[optim] lr: must be >= 0"));
-  CHECK_THAT(error_of(with("n_layer = 2", "n_layer = -2")), Catch::Contains("[model] n_layer: -2 is out of range"));
+  CHECK_THAT(error_of(with("n_layer = 2", "n_layer = -2")), Catch::Contains("[model] n_layer: must be >= 1, got -2"));
   CHECK_THAT(error_of(with("n_layer = 2", "n_layer = 0")), Catch::Contains("[model] n_layer: must be >= 1"));
   CHECK_THAT(error_of(with("lr = 1e-3", "lr = nan")), Catch::Contains("[optim] lr: nan is not a finite number"));
   CHECK_THAT(error_of(with("lr = 1e-3", "lr = 1e-3\nmin_lr = 1.0")), Catch::Contains("[optim] min_lr: must be in [0, lr"));
   CHECK_THAT(error_of(with("name = \"t\"", "device = \"tpu\"")), Catch::Contains("[run] device: 'tpu' is not one of"));
   CHECK_THAT(error_of(with("lr = 1e-3", "schedule = \"cos\"")), Catch::Contains("[optim] schedule: 'cos'"));
-  CHECK_THAT(error_of(with("n_layer = 2", "n_layer = 99999999999")), Catch::Contains("out of range"));
+  CHECK_THAT(error_of(with("n_layer = 2", "n_layer = 99999999999")),
+             Catch::Contains("[model] n_layer: must be at most 2147483647"));
+}
+
+// Hardening round 4, items 12 and 13: [comm] timeout_s = 1e300 overflowed the nanosecond deadline
+// (the job ended at once printing a 300-digit number); flight_entries 4000000000 and 2147483647,
+// spike_window -5 and 0 got messages with different ranges.
+TEST_CASE("each numeric key has one range, checked and printed the same way whatever the value", "[config][errors]") {
+  for (const char* v : {"1e300", "1e10", "604801", "0", "-1"})
+    CHECK_THAT(error_of(kGood, {std::string("comm.timeout_s=") + v}),
+               Catch::Contains(std::string("[comm] timeout_s: must be in (0, 604800], got ")));
+  for (const char* v : {"4000000000", "2147483647", "1000001", "-1"})
+    CHECK_THAT(error_of(kGood, {std::string("comm.flight_entries=") + v}),
+               Catch::Contains(std::string("[comm] flight_entries: must be in [0, 1000000], got ") + v));
+  for (const char* v : {"-5", "0"})
+    CHECK_THAT(error_of(kGood, {std::string("train.spike_window=") + v}),
+               Catch::Contains(std::string("[train] spike_window: must be >= 1, got ") + v));
+  // every key with a range: a value just outside it gets the message with the range
+  // docs/spec-reference.md shows (range_text, the one formatter)
+  RunSpec probe;
+  for (const SpecKey& k : spec_schema()) {
+    if (!has_range(k)) continue;
+    const SpecRange r = key_range(k);
+    const bool integer = std::holds_alternative<int64_t*>(k.field(probe));
+    for (const double outside : {r.lo - (r.lo_open ? 0 : integer ? 1 : 0.5 * std::max(1e-3, std::abs(r.lo))),
+                                 r.hi + (r.hi_open ? 0 : integer ? 1 : 0.5 * std::max(1e-3, std::abs(r.hi)))}) {
+      if (!std::isfinite(outside)) continue;
+      const std::string value = integer ? fmt::format("{}", int64_t(outside)) : fmt::format("{}", outside);
+      CAPTURE(k.section, k.key, value);
+      CHECK_THAT(error_of(kGood, {fmt::format("{}.{}={}", k.section, k.key, value)}),
+                 Catch::Contains(fmt::format("[{}] {}: must be {}, got", k.section, k.key, range_text(r))));
+    }
+  }
 }
 
 TEST_CASE("TOML syntax errors give the line", "[config][errors]") {
