@@ -280,12 +280,12 @@ int plan_command(const Cli& c, const RunSpec& spec) {
 }
 
 int export_command(const Cli& c) {
-  if (c.spec_path.empty()) user_error("export: missing CHECKPOINT (a step_* directory)");
+  if (c.spec_path.empty()) user_error("export: missing CHECKPOINT (a step_* directory, its checkpoint.h5, or a checkpoint dir)");
   if (c.format != "hf") user_error("export: --format hf is required (the one format so far: Hugging Face safetensors)");
   if (c.out.empty()) user_error("export: --out DIR is required");
   check_dir_arg(c.out, "export: --out", /*create=*/false);
-  if (!std::filesystem::exists(std::filesystem::path(c.spec_path) / "checkpoint.h5"))
-    user_error("export: {}: not a complete checkpoint (no checkpoint.h5; ztrain ckpt ls lists them)", c.spec_path);
+  // the paths --resume and ckpt verify take: a step directory, its checkpoint.h5, or the root
+  const std::string ckpt = resolve_local_checkpoint(c.spec_path);
   DType dt;
   if (c.dtype == "fp32") dt = DType::F32;
   else if (c.dtype == "bf16") dt = DType::BF16;
@@ -293,9 +293,9 @@ int export_command(const Cli& c) {
   else user_error("export: --dtype {}: expected fp32, bf16 or fp16", c.dtype);
   const uint64_t max_bytes = parse_byte_size(c.max_file_size, "--max-file-size");
   if (max_bytes == 0) user_error("export: --max-file-size must be above 0");
-  const std::string problem = verify_checkpoint(c.spec_path);
+  const std::string problem = verify_checkpoint(ckpt);
   if (!problem.empty()) user_error("export: {}", problem);
-  std::printf("%s\n", export_hf(c.spec_path, c.out, dt, max_bytes).c_str());
+  std::printf("%s\n", export_hf(ckpt, c.out, dt, max_bytes).c_str());
   return 0;
 }
 

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "engine/backend/cpu/ops.h"
+#include "engine/core/byte_size.h"
+#include "engine/core/status.h"
 
 namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -23,15 +25,24 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 int main(int argc, char** argv) {
   int64_t n = int64_t(64) << 20;  // 64M parameters: 1.9 GB of states, far beyond the caches
   int threads = 0, reps = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    if (a == "--params") n = std::atoll(argv[i + 1]);
-    else if (a == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
-    else {
-      std::fprintf(stderr, "usage: ztrain-bench-adamw [--params N] [--threads T] [--reps R]\n");
-      return 2;
+  const char* usage = "usage: ztrain-bench-adamw [--params N] [--threads T] [--reps R]\n";
+  try {  // counts parsed strictly: a bad argument exits 2 with the usage, never runs with a default
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--help") {
+        std::fputs(usage, stdout);
+        return 0;
+      }
+      if (i + 1 >= argc) zt::user_error("{} needs a value", a);
+      const std::string v = argv[++i];
+      if (a == "--params") n = zt::parse_count(v, a, 1, int64_t(1) << 32);
+      else if (a == "--threads") threads = int(zt::parse_count(v, a, 0, 4096));
+      else if (a == "--reps") reps = int(zt::parse_count(v, a, 1, 1000));
+      else zt::user_error("unknown option {}", a);
     }
+  } catch (const zt::UserError& e) {
+    std::fprintf(stderr, "ztrain-bench-adamw: error: %s\n%s", e.what(), usage);
+    return 2;
   }
   if (threads > 0) omp_set_num_threads(threads);
   std::vector<float> p(n), g(n), m(n), v(n);

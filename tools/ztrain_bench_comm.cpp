@@ -28,6 +28,9 @@ using namespace zt;
 
 namespace {
 
+constexpr const char* kUsage =
+    "usage: mpirun -np N ztrain-bench-comm [--backend mpi|nccl] [--min 1K] [--max 64M] [--iters 20]";
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -51,12 +54,17 @@ int main(int argc, char** argv) {
       else if (a == "--iters") iters = int(parse_count(value(), "--iters", 1, 100000));
       else if (a == "--backend") backend = value();
       else if (a == "--help") {
-        std::puts("usage: mpirun -np N ztrain-bench-comm [--backend mpi|nccl] [--min 1K] [--max 64M] [--iters 20]");
+        std::puts(kUsage);
         dist_finalize();
         return 0;
       } else user_error("unknown option {}", a);
     }
     if (backend != "mpi" && backend != "nccl") user_error("--backend must be mpi or nccl, got '{}'", backend);
+    // sizes quadruple from --min to --max: the buffers of the largest are allocated twice per rank
+    constexpr size_t kMaxBytes = size_t(8) << 30;
+    if (min_bytes < sizeof(float) || min_bytes > max_bytes || max_bytes > kMaxBytes)
+      user_error("--min {} and --max {}: expected 4 B <= --min <= --max <= 8 GiB", min_bytes,
+                 max_bytes);
     Topology topo = make_topology(1, 600);
     Comm* comm_ptr = topo.world.get();
     std::unique_ptr<Comm> nccl;
@@ -160,9 +168,12 @@ int main(int argc, char** argv) {
                       algbw, algbw * factor, wrong);
       }
     }
+  } catch (const UserError& e) {  // bad arguments: the usage too
+    std::fprintf(stderr, "ztrain-bench-comm: error: %s\n%s\n", e.what(), kUsage);
+    dist_abort(2);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ztrain-bench-comm: error: %s\n", e.what());
-    dist_abort(2);
+    dist_abort(1);
   }
   dist_finalize();
   return 0;

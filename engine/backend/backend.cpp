@@ -24,6 +24,8 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int threads, in
 #ifdef ZTRAIN_HAVE_CUDA
     if (gpus == 0) {
       const std::string why = cuda_plugin::why();
+      // a ZTRAIN_CUDA_PLUGIN that is not a ztrain plugin is the variable's fault, not the machine's
+      if (cuda_plugin::from_environment() && !why.empty()) user_error("run.device = \"cuda\": {}", why);
       user_error("run.device = \"cuda\" but no CUDA device is visible{}", why.empty() ? "" : " (" + why + ")");
     }
     auto backend = cuda_plugin::make_backend(local_rank % gpus);

@@ -19,6 +19,8 @@ int device_count() {
 
 std::string why() { return plugin().error; }
 
+bool from_environment() { return plugin().user_given; }
+
 std::unique_ptr<Backend> make_backend(int device) {
   Plugin& p = plugin();
   auto make = reinterpret_cast<Backend* (*)(int, char*, size_t)>(p.symbol("zt_cuda_make_backend"));

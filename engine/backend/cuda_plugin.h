@@ -12,7 +12,8 @@ class Backend;
 namespace zt::cuda_plugin {
 
 int device_count();
-std::string why();  // why the plugin is unavailable ("" when it loaded)
+std::string why();  // why the plugin is unavailable ("" when it loaded), naming the file
+bool from_environment();  // its path came from ZTRAIN_CUDA_PLUGIN
 std::unique_ptr<Backend> make_backend(int device);
 
 }  // namespace zt::cuda_plugin

@@ -48,14 +48,30 @@ CheckpointManager::CheckpointManager(const RunSpec& spec, const Topology& topo) 
     // One run at a time: another job's saves and prunes would destroy this one's (and the
     // unfinished saves this job removes are then surely of dead jobs). For s3:// the lock is on
     // the local directory: two runs sharing the store but not local_dir are not stopped.
-    if (topo_.is_root())
+    if (topo_.is_root()) {
       lock_ = DirLock(root_, ".checkpoint.lock", fmt::format("{} = \"{}\"", key, root_), "wait for it to end, or give this run its own checkpoint dir");
+      remove_stale_probes();
+    }
     probe_local(key);
     if (is_remote_dir(spec_.checkpoint.dir)) {
       store_ = open_checkpoint_store(spec_, data_options(spec_).store, spec_.checkpoint.dir);
       if (topo_.is_root()) probe_store();
     }
   });
+}
+
+void CheckpointManager::remove_stale_probes() const {
+  // Probe files are removed by the job that writes them, unless it is killed first (kill -9 during
+  // the preemption probe left .probe-write-* behind for good). The lock says no other job uses
+  // this directory: a probe file of another job id is a dead job's.
+  const std::string mine = std::to_string(job_id_);
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root_, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool probe = name.starts_with(".probe-") || name.starts_with("ztrain-probe-");
+    const bool ours = name.find("-" + mine + "-rank") != std::string::npos || name.ends_with("-" + mine);
+    if (probe && !ours && entry.is_regular_file(ec)) fs::remove(entry.path(), ec);
+  }
 }
 
 void CheckpointManager::probe_local(const std::string& key) const {

@@ -2,6 +2,11 @@
 // resolved dump. Every failure is a UserError naming the file (or --set), the key and the line.
 #include "engine/config/spec.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -464,12 +469,25 @@ RunSpec parse_run_spec(const std::string& text, const std::string& source,
 }
 
 RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& overrides) {
-  if (std::filesystem::is_directory(path)) user_error("{}: is a directory (expected a run spec, SPEC.toml)", path);
+  // A spec is a small text file: a device (/dev/zero, /dev/urandom) or a huge file is refused
+  // before it is read whole into memory. A pipe is read too (`ztrain train <(envsubst < run.toml)`),
+  // up to the same size.
+  constexpr size_t kMaxSpecBytes = size_t(1) << 20;
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) user_error("{}: cannot open run spec: {}", path, std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) user_error("{}: is a directory (expected a run spec, SPEC.toml)", path);
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
+    user_error("{}: not a regular file (a device or a socket): a run spec is a TOML file", path);
+  const std::string too_big = fmt::format("a run spec is at most {} bytes (1 MiB)", kMaxSpecBytes);
+  if (S_ISREG(st.st_mode) && size_t(st.st_size) > kMaxSpecBytes)
+    user_error("{}: {} bytes: {}", path, st.st_size, too_big);
   std::ifstream f(path, std::ios::binary);
   if (!f) user_error("{}: cannot open run spec", path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_run_spec(ss.str(), path, overrides);
+  std::string text(kMaxSpecBytes + 1, '\0');
+  f.read(text.data(), std::streamsize(text.size()));
+  text.resize(size_t(f.gcount()));
+  if (text.size() > kMaxSpecBytes) user_error("{}: more than {} bytes: {}", path, kMaxSpecBytes, too_big);
+  return parse_run_spec(text, path, overrides);
 }
 
 std::string toml_quote(const std::string& s) {

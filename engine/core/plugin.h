@@ -7,8 +7,11 @@ namespace zt {
 
 struct Plugin {
   void* handle = nullptr;
-  std::string error;  // why it is unavailable; "" when loaded
-  // The entry point `name`, or null (error then says which one is missing).
+  std::string error;   // why it is unavailable; "" when loaded
+  bool user_given = false;  // the path came from the environment variable: a bad one is bad input
+  std::string origin;  // "ZTRAIN_CUDA_PLUGIN=/path/lib.so", or the path beside the executable
+  // The entry point `name`, or null (error then names the file and says it is not a ztrain
+  // plugin, or not one of this build).
   void* symbol(const char* name);
 };
 
