@@ -90,6 +90,10 @@ class Gpt2Family final : public ModelFamily {
       c.reject("scale_attn_weights = false: ztrain's GPT-2 scales attention by 1/sqrt(head size)");
     if (c.boolean("scale_attn_by_inverse_layer_idx", false))
       c.reject("scale_attn_by_inverse_layer_idx = true is not supported");
+    // old configs' extra special-token rows (OpenAI GPT): none in the GPT-2 ztrain builds
+    if (c.has("n_special") && c.integer("n_special") != 0)
+      c.reject(fmt::format("n_special = {}: extra special-token rows are not supported", c.integer("n_special")));
+    c.ignore("predict_special_tokens");
     for (const char* dropout : {"attn_pdrop", "embd_pdrop", "resid_pdrop"}) c.ignore(dropout);  // training only
     c.ignore("n_ctx");                    // the context of old configs: n_positions is read
     c.ignore("reorder_and_upcast_attn");  // the same attention with its product in fp32

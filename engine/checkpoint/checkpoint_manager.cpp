@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <cstdio>
 #include <ctime>
@@ -265,7 +267,24 @@ void CheckpointManager::start_writer(ParamStore& store, const Model& model, Back
                  k.every_steps > 0 ? fmt::format(" every {} steps", k.every_steps) : "",
                  k.async ? "async" : "synchronous", writer_->host_buffer_mib());
   if (k.preemption_notice_s > 0) estimate_save();
+  if (topo_.is_root()) warn_if_mpirun_kills_early();
   since_save_.reset();
+}
+
+void CheckpointManager::warn_if_mpirun_kills_early() const {
+  // Open MPI's mpirun, given SIGTERM (docker stop, a spot notice, kill), passes it to the ranks and
+  // kills them odls_base_sigkill_timeout seconds later: 1 by default, too soon for any save. Its
+  // MCA settings reach the ranks' environment, so the ranks can tell.
+  if (topo_.world_size < 2 || !std::getenv("OMPI_COMM_WORLD_SIZE")) return;
+  const char* set = std::getenv("OMPI_MCA_odls_base_sigkill_timeout");
+  const double kill_s = set ? std::atof(set) : 1.0;
+  const double needed = std::max(10.0, 2 * estimate_s_);
+  if (kill_s >= needed) return;
+  spdlog::warn("checkpoint: under mpirun, a SIGTERM to mpirun kills the ranks {:g} s later (Open MPI's "
+               "odls_base_sigkill_timeout), before a save on the signal can finish: launch with `mpirun --mca "
+               "odls_base_sigkill_timeout {:.0f}` (or OMPI_MCA_odls_base_sigkill_timeout={:.0f}), or stop the job "
+               "with SIGUSR1, which mpirun passes on without a kill",
+               kill_s, std::ceil(std::max(120.0, needed)), std::ceil(std::max(120.0, needed)));
 }
 
 void CheckpointManager::estimate_save() {

@@ -5,6 +5,8 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -55,19 +57,22 @@ constexpr int kWhereWords = int(sizeof(Where) / sizeof(int64_t));
 
 FlightRecorder* g_recorder = nullptr;
 struct sigaction g_prev[32];
-int g_usr2_pipe = -1;  // the handler's write end
+std::atomic<int> g_usr2_pipe{-1};  // the handler's write end (read in a signal handler: lock-free)
 
 // SIGUSR2: the recorder's thread writes its file; without a recorder a line says so (write(2):
 // async-signal-safe). Either way the run goes on.
 void on_usr2(int) {
+  const int saved_errno = errno;
   const char d = 'd';
-  if (g_usr2_pipe >= 0) {
-    (void)!::write(g_usr2_pipe, &d, 1);
+  if (const int fd = g_usr2_pipe.load(); fd >= 0) {
+    (void)!::write(fd, &d, 1);
+    errno = saved_errno;
     return;
   }
   static const char kOff[] = "ztrain: SIGUSR2: no flight recorder in this run (one process, or [comm] flight_entries "
                              "= 0): nothing written; the run goes on\n";
   (void)!::write(STDERR_FILENO, kOff, sizeof(kOff) - 1);
+  errno = saved_errno;
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 
 #include <cctype>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -65,8 +64,9 @@ std::string trimmed_uri(std::string uri) {
 
 // What a source's URI names, spelled one way: a local directory (a plain path or file://) as its
 // canonical absolute path (symlinks, `.` and `..` resolved, relative to the working directory as
-// the loader opens it); a URL with its scheme and host lower-cased, no user info or default port,
-// and its path lexically normal without a trailing slash. Two spellings of one source (dir/./train,
+// the loader opens it); a URL with its scheme lower-cased, an http(s) host lower-cased and
+// without its scheme's default port (an S3 bucket's case is its own), no user info, and its path
+// lexically normal without a trailing slash (curl removes dot segments before sending). Two spellings of one source (dir/./train,
 // a symlink to it, file:// + its path) then compare equal.
 std::string source_identity(const std::string& uri) {
   namespace fs = std::filesystem;
@@ -88,11 +88,12 @@ std::string source_identity(const std::string& uri) {
     for (char& c : t) c = char(std::tolower(static_cast<unsigned char>(c)));
     return t;
   };
-  scheme = lower(scheme), authority = lower(authority);
-  for (const char* port : {":80", ":443"})
-    if (authority.size() > std::strlen(port) && authority.ends_with(port) &&
-        (scheme == "http" || scheme == "https"))
-      authority.resize(authority.size() - std::strlen(port));
+  scheme = lower(scheme);
+  if (scheme == "http" || scheme == "https") {
+    authority = lower(authority);
+    const std::string port = scheme == "http" ? ":80" : ":443";
+    if (authority.size() > port.size() && authority.ends_with(port)) authority.resize(authority.size() - port.size());
+  }
   return scheme + "://" + authority + trimmed_uri(fs::path(path).lexically_normal().generic_string());
 }
 

@@ -1,10 +1,14 @@
 // Hugging Face config.json and names (see hf_config.h).
 #include "engine/hf/hf_config.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string_view>
+#include <utility>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "engine/core/status.h"
@@ -58,50 +62,63 @@ class JsonConfig final : public HfConfigView {
   }
   [[noreturn]] void reject(const std::string& why) const override { user_error("{}: {}", path_, why); }
 
-  // The fields (dotted paths) nobody read, null ones aside (a null field says nothing): an
-  // object some of whose fields were read is looked into, any other is one field.
-  std::vector<std::string> unread() const {
-    std::vector<std::string> out;
-    collect_unread(c_, "", out);
+  // The fields nobody read, as (dotted path, value), null and empty ones aside (they say
+  // nothing): an object some of whose fields were read is looked into, any other is one field.
+  std::vector<std::pair<std::string, const nlohmann::json*>> unread() const {
+    std::vector<std::pair<std::string, const nlohmann::json*>> out;
+    std::vector<std::string> parts;
+    collect_unread(c_, parts, out);
     return out;
   }
-  const nlohmann::json& at(const std::string& dotted) const { return *find(dotted.c_str()); }
 
  private:
+  using Path = std::vector<std::string>;  // a field's keys from the top: a key may hold a '.'
+
+  static Path split(std::string_view field) {
+    Path parts;
+    for (size_t dot; (dot = field.find('.')) != std::string_view::npos; field.remove_prefix(dot + 1))
+      parts.emplace_back(field.substr(0, dot));
+    parts.emplace_back(field);
+    return parts;
+  }
   // The value at a dotted path, or null when absent; `read`: recorded as read (asking whether a
   // field is there is not reading it).
   const nlohmann::json* find(const char* field, bool read = true) const {
-    if (read) read_.insert(field);
+    const Path parts = split(field);
+    if (read) read_.insert(parts);
     const nlohmann::json* v = &c_;
-    std::string_view rest = field;
-    while (v) {
-      const size_t dot = rest.find('.');
-      const std::string part(rest.substr(0, dot));
-      v = v->is_object() && v->contains(part) ? &(*v)[part] : nullptr;
-      if (dot == std::string_view::npos) break;
-      rest.remove_prefix(dot + 1);
-    }
+    for (const std::string& part : parts) v = v->is_object() && v->contains(part) ? &(*v)[part] : nullptr;
     return v;
   }
   const nlohmann::json* present(const char* field) const {
     const nlohmann::json* v = find(field);
     return v && !v->is_null() ? v : nullptr;
   }
-  void collect_unread(const nlohmann::json& obj, const std::string& prefix, std::vector<std::string>& out) const {
+  void collect_unread(const nlohmann::json& obj, Path& at,
+                      std::vector<std::pair<std::string, const nlohmann::json*>>& out) const {
     for (const auto& [key, value] : obj.items()) {
-      const std::string path = prefix.empty() ? key : prefix + "." + key;
-      if (read_.count(path) || value.is_null()) continue;
-      const auto inner = read_.lower_bound(path + ".");
-      if (value.is_object() && inner != read_.end() && inner->starts_with(path + "."))
-        collect_unread(value, path, out);
-      else
-        out.push_back(path);
+      at.push_back(key);
+      const bool empty = value.is_null() || ((value.is_object() || value.is_array()) && value.empty());
+      if (!read_.count(at) && !empty) {
+        // an object with a field read below it: its fields one by one
+        const auto inner = read_.upper_bound(at);
+        const bool looked_into = inner != read_.end() && inner->size() > at.size() &&
+                                 std::equal(at.begin(), at.end(), inner->begin());
+        if (value.is_object() && looked_into) {
+          collect_unread(value, at, out);
+        } else {
+          std::string dotted;
+          for (const std::string& part : at) dotted += (dotted.empty() ? "" : ".") + part;
+          out.emplace_back(dotted, &value);
+        }
+      }
+      at.pop_back();
     }
   }
 
   nlohmann::json c_;
   std::string path_;
-  mutable std::set<std::string> read_;
+  mutable std::set<Path> read_;
 };
 
 // Fields of every family's config.json that do not change the model's math: what the file is and
@@ -109,13 +126,23 @@ class JsonConfig final : public HfConfigView {
 // (init_from loads them all), generation defaults and the outputs transformers returns, and the
 // attention implementation it picks (the same math). docs/models.md lists them.
 constexpr const char* kIgnoredEverywhere[] = {
-    "architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype", "auto_map",
+    // the file and who wrote it
+    "architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_bfloat16", "auto_map",
+    "_commit_hash", "gradient_checkpointing",
+    // token ids: the tokenizer's business
     "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "decoder_start_token_id",
-    "initializer_range", "use_cache", "return_dict", "output_attentions", "output_hidden_states",
-    "torchscript", "_attn_implementation", "attn_implementation", "max_length", "min_length",
-    "do_sample", "early_stopping", "num_beams", "temperature", "top_k", "top_p", "repetition_penalty",
-    "length_penalty", "no_repeat_ngram_size", "num_return_sequences", "task_specific_params",
-    "id2label", "label2id", "finetuning_task", "problem_type", "tokenizer_class", "prefix"};
+    // the initialisation of new weights: init_from loads them all
+    "initializer_range",
+    // what transformers returns and how it computes it (the same math)
+    "use_cache", "output_past", "return_dict", "output_attentions", "output_hidden_states", "output_scores",
+    "return_dict_in_generate", "torchscript", "tf_legacy_loss", "_attn_implementation", "attn_implementation",
+    "_attn_implementation_autoset", "chunk_size_feed_forward", "is_decoder", "tie_encoder_decoder",
+    // generation defaults
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "num_return_sequences", "remove_invalid_values", "task_specific_params",
+    // classification heads: labels and task
+    "id2label", "label2id", "_num_labels", "finetuning_task", "problem_type", "tokenizer_class", "prefix"};
 }  // namespace
 
 std::vector<HfModelKey> read_hf_config(const std::string& dir) {
@@ -140,15 +167,16 @@ std::vector<HfModelKey> read_hf_config(const std::string& dir) {
     config.reject("is_encoder_decoder / add_cross_attention: ztrain builds decoder-only models");
   for (const char* field : kIgnoredEverywhere) config.ignore(field);
   std::vector<HfModelKey> keys = family->read_hf_config(config);
-  const std::vector<std::string> unread = config.unread();
+  const auto unread = config.unread();
   if (!unread.empty()) {
     std::string list;
     for (size_t i = 0; i < unread.size() && i < 4; ++i)
-      list += fmt::format("{}{} = {}", i ? ", " : "", unread[i], config.at(unread[i]).dump());
+      list += fmt::format("{}{} = {}", i ? ", " : "", unread[i].first, unread[i].second->dump());
     if (unread.size() > 4) list += fmt::format(" and {} more", unread.size() - 4);
-    user_error("{}: {} not a field ztrain's {} reads: it may change the model's math, so it is refused rather "
-               "than ignored (docs/models.md lists the fields read and ignored)",
-               path, list + (unread.size() == 1 ? " is" : " are"), family->name());
+    user_error("{}: {} {} ztrain's {} reads: {} the model's math, so {} refused rather than ignored "
+               "(docs/models.md lists the fields read and ignored)",
+               path, list, unread.size() == 1 ? "is not a field" : "are not fields", family->name(),
+               unread.size() == 1 ? "it may change" : "they may change", unread.size() == 1 ? "it is" : "they are");
   }
   return keys;
 }

@@ -37,6 +37,11 @@ void on_stop_signal(int sig) {
   if (const pid_t c = g_child.load(); c > 0) ::kill(-c, sig);
 }
 
+// SIGUSR2 asks the job for its flight recorder's files and ends nothing: forwarded only.
+void on_usr2_signal(int sig) {
+  if (const pid_t c = g_child.load(); c > 0) ::kill(-c, sig);
+}
+
 struct Options {
   int64_t max_restarts = 3;
   double backoff_s = 10, max_backoff_s = 600;
@@ -122,8 +127,14 @@ int run_attempt(const std::vector<std::string>& cmd, int attempt) {
   if (::pipe2(exec_errno, O_CLOEXEC) != 0)
     throw RuntimeFailure(fmt::format("supervise: pipe failed: {}", std::strerror(errno)));
   const pid_t pid = ::fork();
-  if (pid < 0) throw RuntimeFailure(fmt::format("supervise: fork failed: {}", std::strerror(errno)));
+  if (pid < 0) {
+    const int err = errno;
+    ::close(exec_errno[0]), ::close(exec_errno[1]);
+    throw RuntimeFailure(fmt::format("supervise: fork failed: {}", std::strerror(err)));
+  }
   if (pid == 0) {
+    // a stop forwarded before exec must reach the job, not the supervisor's handler copied here
+    for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_DFL);
     ::close(exec_errno[0]);
     ::setpgid(0, 0);
     // not the terminal's foreground group: reading it would stop the job (mpirun forwards stdin)
@@ -175,10 +186,11 @@ int supervise_main(const std::vector<std::string>& args) {
   const bool add_resume = resumes && !resume_given && spec.checkpoint.resume != "auto";
   if (have_spec && spec.checkpoint.dir.empty())
     std::fprintf(stderr, "ztrain supervise: warning: [checkpoint] dir is not set: a rerun starts again from step 0\n");
-  for (int sig : {SIGTERM, SIGINT, SIGUSR1}) {
+  for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGUSR2}) {
     struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
+    sa.sa_handler = sig == SIGUSR2 ? on_usr2_signal : on_stop_signal;
     sigemptyset(&sa.sa_mask);
+    sa.sa_flags = sig == SIGUSR2 ? SA_RESTART : 0;
     ::sigaction(sig, &sa, nullptr);
   }
   double backoff = o.backoff_s;

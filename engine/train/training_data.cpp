@@ -12,7 +12,6 @@
 #include <fmt/ranges.h>
 
 #include "engine/config/data_options.h"
-#include "engine/core/atomic_file.h"
 #include "engine/core/log.h"
 #include "engine/core/redact.h"
 #include "engine/core/status.h"
@@ -309,13 +308,15 @@ std::string TrainingData::slowest_source(const std::vector<double>& read_ms, std
 void TrainingData::open_sample_log(int world_rank, int world_size, int64_t start_step, bool writes) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  std::vector<std::pair<fs::path, int>> logs;  // (path, its rank): listed first, then rewritten or renamed
+  std::vector<std::pair<fs::path, int>> logs;  // (path, its rank): listed first, then trimmed or renamed
   for (const auto& entry : fs::directory_iterator(spec_.run.out_dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    int file_rank = -1, end = 0;
-    if (std::sscanf(name.c_str(), "samples.rank%5d.tsv%n", &file_rank, &end) == 1 && end == int(name.size()) &&
-        file_rank % world_size == world_rank)
-      logs.emplace_back(entry.path(), file_rank);
+    const std::string name = entry.path().filename().string();  // samples.rankNNNNN.tsv, 5 digits
+    const std::string digits = name.size() == 21 ? name.substr(12, 5) : "";
+    if (!name.starts_with("samples.rank") || !name.ends_with(".tsv") || digits.size() != 5 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    const int file_rank = std::stoi(digits);
+    if (file_rank % world_size == world_rank) logs.emplace_back(entry.path(), file_rank);
   }
   for (const auto& [log, file_rank] : logs) {
     if (start_step == 0) {
@@ -324,17 +325,21 @@ void TrainingData::open_sample_log(int world_rank, int world_size, int64_t start
       fs::rename(log, fs::path(spec_.run.out_dir) / fmt::format("samples.rank{:05d}.{}.tsv", file_rank, n));
       continue;
     }
-    std::ifstream in(log);
-    std::string kept, line;
+    // Rows are in step order: the file is cut at the first row of a step >= start_step, or at a
+    // row cut short by the crash (fewer than 5 fields). Read a line at a time, never whole.
+    std::ifstream in(log, std::ios::binary);
+    std::string line;
+    std::streamoff keep = 0;
     for (bool header = true; std::getline(in, line); header = false) {
       long long step = 0;
-      // the header, and whole rows of the steps before the resumed one (a row cut by a crash
-      // has fewer than 5 fields: dropped)
-      if (header || (std::count(line.begin(), line.end(), '\t') == 4 && std::sscanf(line.c_str(), "%lld", &step) == 1 &&
-                     step < start_step))
-        kept += line + "\n";
+      const bool whole = !in.eof() && std::count(line.begin(), line.end(), '\t') == 4 &&
+                         std::sscanf(line.c_str(), "%lld", &step) == 1;
+      if (!header && (!whole || step >= start_step)) break;
+      keep += std::streamoff(line.size() + 1);
     }
-    write_file_atomic(log.string(), kept);
+    in.close();
+    fs::resize_file(log, std::min(uintmax_t(keep), fs::file_size(log)), ec);
+    if (ec) throw RuntimeFailure(fmt::format("{}: cannot trim the sample log: {}", log.string(), ec.message()));
   }
   if (!spec_.data.sample_log || !writes) return;
   fs::create_directories(spec_.run.out_dir, ec);

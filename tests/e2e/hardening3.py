@@ -77,7 +77,9 @@ def main():
         # 16. metrics.jsonl truncated while the run writes it
         long = spec(work, "long", data, train={"max_steps": 400, "log_every": 1})
         metrics = os.path.join(work, "long", "metrics.jsonl")
-        job = subprocess.Popen([z, "train", long], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        # each step 20 ms longer: the run is still writing when the file is truncated, however fast
+        job = subprocess.Popen([z, "train", long], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "ZTRAIN_FAULT_SLOW_HOST_MS": "20"})
         deadline = time.time() + 120
         while time.time() < deadline and (not os.path.exists(metrics) or len(open(metrics).readlines()) < 5):
             time.sleep(0.05)

@@ -9,7 +9,8 @@ concern; see the closing note of issue 43.)
     config's planned MFU on 8 x H100 is at most 100% (llama3-8b planned 103.2%).
  7. The sample log after a crash and a resume in the same out_dir holds each sample once.
  9. A URL password holding '/' is not printed in the failure message.
-10. SIGUSR2 never ends a run: one process, mpirun -np 1, and 2 ranks with flight_entries = 0.
+10. SIGUSR2 never ends a run: one process, mpirun -np 1, 2 ranks with flight_entries = 0, and a run
+    under `ztrain supervise` (which passes it on).
 11. `ztrain supervise -- no-such-command` exits 2 at once, without a rerun.
 12. [comm] timeout_s = 1e300 exits 2 naming the range.
 14. Probe files a killed job left in the checkpoint dir are removed by the next run.
@@ -17,6 +18,9 @@ concern; see the closing note of issue 43.)
 16. ZTRAIN_CUDA_PLUGIN naming a library that is not a ztrain plugin says so, naming the variable.
 17. `ztrain export step_N/checkpoint.h5` takes the paths `ckpt verify` and --resume take.
 18. ztrain-bench-comm and ztrain-bench-adamw: bad arguments exit 2 with the usage.
+Also found in this round: mpirun kills its ranks 1 s after passing a SIGTERM on (Open MPI's
+odls_base_sigkill_timeout), before any save on the signal can finish; a multi-rank run with
+checkpoints now warns at start unless the setting leaves time for its save.
 """
 import json
 import os
@@ -88,10 +92,13 @@ def url_password(z, work):
 
 def usr2(z, work, data):
     """SIGUSR2 once the run has printed its first step; it must then end as usual with every step."""
-    env = {**testlib.mpi_env(), "ZTRAIN_FAULT_SLOW_HOST_MS": "40"}
-    for name, np_, sets in (("usr2_one", 1, []), ("usr2_np1", 1, None), ("usr2_np2", 2, ["comm.flight_entries=0"])):
-        s = spec(work, name, data, train={"max_steps": 30, "log_every": 1})
+    env = {**testlib.mpi_env(), "ZTRAIN_FAULT_SLOW_HOST_MS": "50"}  # 5 s of steps left after the first
+    for name, np_, sets in (("usr2_one", 1, []), ("usr2_np1", 1, None), ("usr2_np2", 2, ["comm.flight_entries=0"]),
+                            ("usr2_supervised", 1, [])):
+        s = spec(work, name, data, train={"max_steps": 100, "log_every": 1})
         launcher = ["mpirun", "--oversubscribe", "-np", str(np_)] if sets is None or np_ > 1 else []
+        if name == "usr2_supervised":
+            launcher = [z, "supervise", "--"]
         cmd = [*launcher, z, "train", s, *[a for x in (sets or []) for a in ("--set", x)]]
         job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         first = threading.Event()
@@ -110,10 +117,23 @@ def usr2(z, work, data):
         rc = job.wait(timeout=600)
         reader.join(timeout=10)
         steps = [r["step"] for r in testlib.metrics(os.path.join(work, name), must_exist=False)]
-        label = {"usr2_one": "one process", "usr2_np1": "mpirun -np 1", "usr2_np2": "2 ranks, flight_entries 0"}[name]
+        label = {"usr2_one": "one process", "usr2_np1": "mpirun -np 1", "usr2_np2": "2 ranks, flight_entries 0",
+                 "usr2_supervised": "ztrain supervise"}[name]
         print(f"10: SIGUSR2 to {label} after its first step: exit {rc}, {len(steps)} steps")
-        expect(rc == 0 and steps and steps[-1] == 30 and "SIGUSR2" in err,
+        expect(rc == 0 and steps and steps[-1] == 100 and "SIGUSR2" in err,
                f"10: {label}: exit {rc}, steps {steps[-3:]}: {err[-400:]}")
+
+
+def mpirun_kill_warning(z, work, data):
+    s = spec(work, "killwarn", data, checkpoint__dir=os.path.join(work, "ck_killwarn"), train={"max_steps": 2})
+    env = {k: v for k, v in testlib.mpi_env().items() if k != "OMPI_MCA_odls_base_sigkill_timeout"}
+    warned = testlib.run([*testlib.mpirun(2), z, "train", s], check=False, env=env)
+    quiet = testlib.run([*testlib.mpirun(2), z, "train", s, "--set", "train.max_steps=3"], check=False,
+                        env={**env, "OMPI_MCA_odls_base_sigkill_timeout": "60"})
+    print(f"mpirun's SIGKILL 1 s after SIGTERM: warned at start {'odls_base_sigkill_timeout' in warned.stderr}; "
+          f"not with 60 s: {'odls_base_sigkill_timeout' not in quiet.stderr}")
+    expect(warned.returncode == 0 and "kills the ranks 1 s later" in warned.stderr, f"kill warning: {warned.stderr[-400:]}")
+    expect(quiet.returncode == 0 and "odls_base_sigkill_timeout" not in quiet.stderr, f"kill warning: {quiet.stderr[-400:]}")
 
 
 def supervise(z, work):
@@ -224,6 +244,7 @@ def main():
         url_password(z, work)
         if not testlib.mpirun_missing():
             usr2(z, work, data)
+            mpirun_kill_warning(z, work, data)
         supervise(z, work)
         timeout_range(z, work, data)
         probe_leftovers(z, work, data)

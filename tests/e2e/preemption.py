@@ -65,13 +65,14 @@ def main():
             text = out.text()
             return started, stopped, took, rc, text, next((ln for ln in text.splitlines() if "stopped by SIGTERM" in ln), "")
 
-        # ---- SIGTERM while the next batch is 8 s late: durable within 4 s of the signal
+        # ---- SIGTERM while the next batch is 120 s late: durable long before the batch (the bound is
+        # the property, not a speed: a run waiting for the batch would take 120 s)
         started, durable, took, rc, text, stop = sigterm(
             [args.ztrain, "train", spec("slow", train={"global_batch": 2})],
-            dict(os.environ, ZTRAIN_FAULT_SLOW_DATA_MS="8000"), "step 1/12", "stopped by SIGTERM after step")
-        expect(started and durable and took < 4 and rc == 0 and "durable" in stop and
+            dict(os.environ, ZTRAIN_FAULT_SLOW_DATA_MS="120000"), "step 1/12", "stopped by SIGTERM after step")
+        expect(started and durable and took < 60 and rc == 0 and "durable" in stop and
                "after the signal" in stop, f"SIGTERM in a data wait: {took:.1f} s, exit {rc}: {text[-800:]}")
-        print(f"SIGTERM while the next batch is 8 s late: checkpoint line {took:.2f} s after it: {stop}")
+        print(f"SIGTERM while the next batch is 120 s late: checkpoint line {took:.2f} s after it: {stop}")
 
         # ---- SIGTERM during a long evaluation, 2 ranks, ZeRO-3
         if testlib.mpirun_missing():

@@ -119,12 +119,18 @@ TEST_CASE("bad mixtures name the key and the line", "[config][mixture]") {
                  Catch::Contains("is listed twice (also at spec.toml:10): it names the same data as \"" + train + "\""));
     }
     for (const auto& [a, b] : {std::pair{"s3://bucket/web/train", "S3://bucket/web/./train/"},
-                               {"https://host/books", "https://user:pw@HOST:443/books//"}}) {
+                               {"https://host/books", "https://user:pw@HOST:443/books//"},
+                               {"http://host/books", "http://host:80/books"}}) {
       CAPTURE(a, b);
       CHECK_THAT(error_of(std::string("\n[[data.sources]]\nuri = \"") + a + "\"\nweight = 1\n[[data.sources]]\nuri = \"" +
                           b + "\"\nname = \"b\"\nweight = 1\n"),
                  Catch::Contains("is listed twice"));
     }
+    // a port that is not the scheme's default, and an S3 bucket of another case, are other sources
+    CHECK(parse("\n[[data.sources]]\nuri = \"http://h:443/x\"\nweight = 1\n[[data.sources]]\nuri = \"http://h/x\"\n"
+                "name = \"b\"\nweight = 1\n").data.sources.size() == 2);
+    CHECK(parse("\n[[data.sources]]\nuri = \"s3://Bucket/x\"\nweight = 1\n[[data.sources]]\nuri = \"s3://bucket/x\"\n"
+                "name = \"b\"\nweight = 1\n").data.sources.size() == 2);
     fs::remove_all(root);
   }
   CHECK_THAT(error_of("\n[[data.sources]]\nuri = \"a\"\nwieght = 1\n"), Catch::Contains("did you mean 'weight'?"));

@@ -135,5 +135,15 @@ TEST_CASE("config.json fields that change the math are read or refused, never ig
     "summary_first_dropout": 0.1, "summary_proj_to_labels": true, "summary_type": "cls_index",
     "summary_use_proj": true, "task_specific_params": {"text-generation": {"do_sample": true, "max_length": 50}},
     "vocab_size": 50257})")) == "");
+  // gpt2-medium's and full dumps' fields; empty objects say nothing
+  REQUIRE(refusal(write_config(root + "/gpt2_medium", R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16,
+    "vocab_size": 300, "n_positions": 32, "n_special": 0, "predict_special_tokens": true, "pruned_heads": {},
+    "_num_labels": 1, "output_past": true, "gradient_checkpointing": false, "_attn_implementation_autoset": true,
+    "use_bfloat16": false, "is_decoder": false, "typical_p": 1.0, "chunk_size_feed_forward": 0})")) == "");
+  // pruned heads are another model; a key holding a '.' is named, not split (it crashed)
+  REQUIRE(refusal(write_config(root + "/pruned", R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 16,
+    "vocab_size": 300, "n_positions": 32, "pruned_heads": {"0": [1]}})")).find("pruned_heads = ") != std::string::npos);
+  REQUIRE(refusal(write_config(root + "/dotted", llama + R"(, "a.b": 1, "rope_parameters": {"x.y": 2,
+    "rope_theta": 500000.0}})")).find("a.b = 1, rope_parameters.x.y = 2 are not fields") != std::string::npos);
   std::filesystem::remove_all(root);
 }
