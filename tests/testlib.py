@@ -280,12 +280,9 @@ def mpirun(np_):
 
 def mpi_env(**extra):
     """os.environ for an mpirun job (run as root allowed, more ranks than cores allowed, the
-    collective order checked at each step's end: docs/parallelism.md), with extra. mpirun given a
-    SIGTERM kills its ranks odls_base_sigkill_timeout seconds later (1 by default: too short for a
-    checkpoint on a loaded machine); 60 here, as docs/runbooks.md tells users to set it."""
+    collective order checked at each step's end: docs/parallelism.md), with extra."""
     return {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-            "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMPI_MCA_odls_base_sigkill_timeout": "60",
-            "ZTRAIN_CHECK_COLLECTIVE_ORDER": "1", **extra}
+            "OMPI_MCA_rmaps_base_oversubscribe": "1", "ZTRAIN_CHECK_COLLECTIVE_ORDER": "1", **extra}
 
 
 def train_cmd(ztrain, spec, sets=(), np_=1, resume=None):

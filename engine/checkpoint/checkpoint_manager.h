@@ -65,7 +65,7 @@ class CheckpointManager {
  private:
   std::string choose(int64_t before = INT64_MAX);     // "auto": the newest with step < before
   std::string local_copy(const std::string& wanted);  // a path or URI
-  void warn_if_mpirun_kills_early() const;  // rank 0: mpirun's 1 s SIGKILL after SIGTERM
+  void warn_if_mpirun_kills_early() const;  // rank 0, with a preemption notice: mpirun's SIGKILL
   void remove_stale_probes() const;  // rank 0, holding the directory's lock
   void probe_local(const std::string& key) const;     // UserError when this rank cannot write root_
   void probe_store() const;                           // rank 0: UserError when uploads fail
