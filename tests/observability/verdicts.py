@@ -73,9 +73,12 @@ def main():
         check(work, "slow_data", p, "data-bound", "[data] prefetch")
 
         if shutil.which("mpirun"):
+            # (the straggler verdict off: on a machine another job loads, 2 ranks on 2 cores differ by
+            # more than its default 20%, and it goes before the others; it has its own case below)
             env = dict(os.environ, ZTRAIN_FAULT_SLOW_COMM_MS="20")
             p = testlib.run([*testlib.mpirun(2), "-x", "ZTRAIN_FAULT_SLOW_COMM_MS", args.ztrain,
-                             "train", write_spec(work, "slow_comm", data)], check=False, env=env)
+                             "train", write_spec(work, "slow_comm", data, run__straggler_threshold=100)],
+                            check=False, env=env)
             check(work, "slow_comm", p, "communication-bound", "bucket_mb")
             # a straggler: rank 2 of 4 (T2 D2) computes 60 ms longer per micro-batch; the others
             # wait for it in communication, and the verdict names it (and its host), not the waits
