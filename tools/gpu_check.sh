@@ -1,40 +1,47 @@
 #!/usr/bin/env bash
 # The GPU check, for a lent GPU machine (the NVIDIA driver, the CUDA toolkit and Python with
-# PyTorch, but none of ztrain's other dependencies and no network) and its limits: one command of
-# at most 7 minutes including the build, so that a second try fits in the device time.
+# PyTorch, but none of ztrain's other dependencies and no network) and its limits: a lease of 15
+# minutes of device time holds the machine's start (minutes), this run and a second try, so the
+# whole run, build included, has a deadline of 300 s (GPU_CHECK_BUDGET_S).
 #
-# Builds, with nvcc and the host compiler only (16 cores: every translation unit at once), the
-# CUDA backend, the CPU reference backend (without BLAS) and the check programs, then runs the
-# stages in this order, each under its own time limit and all under one deadline:
+# It builds, with nvcc and the host compiler only, the CUDA backend, the CPU reference backend
+# (without BLAS) and the check programs, or takes them built beforehand on another machine
+# (--build-only there, build/gpu_check carried here, --reuse: the binaries are used only where the
+# hash of the sources they were built from equals this tree's). Then it runs the stages in order of
+# value, each under its own time limit, all under the deadline (--dry-run prints the plan):
 #   ops        every op on CUDA vs the CPU backend, fp32/bf16/fp16, CUDA_LAUNCH_BLOCKING=1 (the
 #              first failing op is named; tests/cuda/test_backend_ops.cpp)
 #   parity     GPT-2 forward, gradients and 5 AdamW steps, CUDA vs CPU, at odd sizes, 3 precisions
-#   gemm       the cuBLASLt GEMM ceiling on random data (bf16, fp32, tf32)
-#   attention  the fused attention's TFLOP/s, forward and backward (attention_fa2_v1: the first
-#              generation of the FlashAttention-2 kernels, timed in the same run for the speed-up)
-#   bench      GPT-2 124M bf16 training in ztrain: tokens/s, step time, peak memory, MFU
+#   bench      GPT-2 124M bf16 training in ztrain: tokens/s, step time, peak memory, MFU; its log
+#              gives every GEMM's autotune choice and each fused epilogue against the unfused kernels
 #   pytorch    the same model trained by PyTorch (bf16 autocast, SDPA flash, fused AdamW) at the
 #              bench's micro-batch: ztrain's tokens/s as a ratio to it
+#   attention  the fused attention's TFLOP/s, forward and backward
+#   gemm       the cuBLASLt GEMM ceiling on random data (bf16, fp32, tf32)
 #   zero3      ZeRO-3 against ZeRO-0 at world size 1 (the stage-3 machinery's own cost)
+#   attention_fa2_v1, attention_wmma  the earlier attention kernels, timed for the speed-up
+#   bench_head_whole  the bench with the head and loss in one chunk: what the chunked head gains
+#   ops_wmma   the WMMA attention kernels against the CPU
 #   pytorch_compile  the PyTorch baseline under torch.compile, if it compiles in the time left
 # After every stage, $OUT/gpu_check.json (all results so far) and $OUT/gpu_check.log (every
 # stage's output) are rewritten, so a hang or a crash still returns everything before it.
 #
-#   tools/gpu_check.sh [--quick] [--dry-run | --emulated] [--stages a,b,...] [--reuse]
-#     --quick    fewer timed steps
-#     --dry-run  no GPU needed: every stage's plumbing (time limits, a stage that hangs, one that
-#                crashes, the results file, the log, the PyTorch script on a tiny model on the CPU)
-#                without building or running CUDA code; tested in CI
-#     --emulated no GPU needed: the same programs built with the host compiler against the emulated
-#                CUDA device (engine/backend/cuda_emu) and run at tiny sizes (ops, parity,
-#                attention, bench with the planner comparison, zero3), so the script runs end to
-#                end before a GPU does; the results say "device": "emulated" and are never copied
-#                to bench/results (tested in CI)
-#     --stages   only these stages (the build runs unless --reuse finds current binaries)
-#     --reuse    skip the build when every binary is newer than every source it is built from,
-#                so a second, partial run fits the lease
+#   tools/gpu_check.sh [--quick] [--dry-run | --emulated | --build-only] [--stages a,b,...] [--reuse]
+#     --quick      fewer timed steps
+#     --dry-run    no GPU needed: the plan, and every stage's plumbing (time limits, a stage that
+#                  hangs, one that crashes, the results file, the log, the PyTorch script on a tiny
+#                  model on the CPU) without building or running CUDA code; tested in CI
+#     --emulated   no GPU needed: the same programs built with the host compiler against the
+#                  emulated CUDA device (engine/backend/cuda_emu) and run at tiny sizes, so the
+#                  script runs end to end before a GPU does; the results say "device": "emulated"
+#                  and are never copied to bench/results (tested in CI)
+#     --build-only build the GPU binaries for sm_90 (or the visible GPU's) into build/gpu_check with
+#                  the hash of their sources, and say their size: what to carry to the GPU machine
+#     --stages     only these stages (the build runs unless --reuse finds current binaries)
+#     --reuse      skip the build when the binaries were built from these very sources (their
+#                  hash, so a copied tree qualifies), so a carried build or a second run fits
 # Environment: OUT (default build/gpu_check/out, or build/gpu_check_emulated/out), PYTHON
-# (default python3), GPU_CHECK_BUDGET_S (the deadline, default 400).
+# (default python3), GPU_CHECK_BUDGET_S (the deadline, default 300; 1500 emulated).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=20
@@ -42,20 +49,22 @@ DRY=0
 EMU=0
 ONLY=""
 REUSE=0
-usage() { echo "usage: tools/gpu_check.sh [--quick] [--dry-run | --emulated] [--stages a,b,...] [--reuse]" >&2; exit 2; }
+BUILD_ONLY=0
+usage() { echo "usage: tools/gpu_check.sh [--quick] [--dry-run | --emulated | --build-only] [--stages a,b,...] [--reuse]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) STEPS=5 ;;
     --dry-run) DRY=1 ;;
     --emulated) EMU=1 ;;
     --reuse) REUSE=1 ;;
+    --build-only) BUILD_ONLY=1 ;;
     --stages) [ $# -ge 2 ] || usage; ONLY=",$2,"; shift ;;
     --stages=*) ONLY=",${1#--stages=},"; ;;
     *) usage ;;
   esac
   shift
 done
-[ $DRY = 1 ] && [ $EMU = 1 ] && usage
+[ $(( DRY + EMU + BUILD_ONLY )) -gt 1 ] && usage
 PYTHON=${PYTHON:-python3}
 B=build/gpu_check
 [ $EMU = 1 ] && B=build/gpu_check_emulated
@@ -65,7 +74,7 @@ RESULTS=$OUT/gpu_check.json
 LOG=$OUT/gpu_check.log
 : > "$LOG"
 START=$(date +%s)
-BUDGET=${GPU_CHECK_BUDGET_S:-$([ $EMU = 1 ] && echo 1500 || echo 400)}
+BUDGET=${GPU_CHECK_BUDGET_S:-$([ $EMU = 1 ] && echo 1500 || echo 300)}
 log() { echo "gpu_check: $*" | tee -a "$LOG" >&2; }
 
 if [ $DRY = 1 ]; then
@@ -126,21 +135,28 @@ sources() {
   find engine models tools/gpu_check -name '*.h' -o -name '*.cuh'
   [ "${EMU:-0}" = 1 ] && find engine/backend/cuda_emu -type f
 }
-current() {  # every binary exists and is newer than every source
+# The hash of everything the binaries are built from (sources, flags, architecture): written beside
+# them by a build, compared by --reuse (file times do not survive a copy to another machine).
+sources_hash() {
+  { sources | sort -u | xargs sha256sum; echo "$HOST_FLAGS sm_$arch emulated=${EMU:-0}"; } | sha256sum | cut -c1-64
+}
+current() {  # every binary exists, built from these very sources
   local bins=("$B/test_backend_ops" "$B/gpt2_cuda_check")
   [ "${EMU:-0}" = 1 ] || bins+=("$B/gemm_probe")
-  for b in "${bins[@]}"; do
-    [ -x "$b" ] || return 1
-    [ -z "$(find $(sources) -newer "$b" 2>/dev/null | head -1)" ] || return 1
-  done
+  for b in "${bins[@]}"; do [ -x "$b" ] || return 1; done
+  [ -f "$B/SOURCES.sha256" ] && [ "$(cat "$B/SOURCES.sha256")" = "$(sources_hash)" ]
 }
 build() {
   if [ "${REUSE:-0}" = 1 ] && current; then
     echo '{"check": "build", "ok": true, "reused": true}'
     return 0
   fi
-  rm -f "$B/test_backend_ops" "$B/gpt2_cuda_check" "$B/gemm_probe"  # a failed build leaves none behind
-  [ "${EMU:-0}" = 1 ] && { build_emulated; return; }
+  rm -f "$B/test_backend_ops" "$B/gpt2_cuda_check" "$B/gemm_probe" "$B/SOURCES.sha256"  # none left by a failure
+  if [ "${EMU:-0}" = 1 ]; then
+    build_emulated || return 1
+    sources_hash > "$B/SOURCES.sha256"
+    return 0
+  fi
   local CXXFLAGS=($HOST_FLAGS -I. -Itools/gpu_check/shim -I"$CUDA_HOME/include")
   local NVFLAGS=(-std=c++17 -O3 -gencode=arch=compute_$arch,code=sm_$arch -I. -Itools/gpu_check/shim)
   local objs=() pids=() failed=0
@@ -164,6 +180,7 @@ build() {
   g++ "${CXXFLAGS[@]}" tools/gpu_check/gpt2_cuda_check.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/gpt2_cuda_check" & p2=$!
   wait $p1 || failed=1
   wait $p2 || failed=1
+  [ $failed = 0 ] && sources_hash > "$B/SOURCES.sha256"
   echo "{\"check\": \"build\", \"ok\": $([ $failed = 0 ] && echo true || echo false)}"
   return $failed
 }
@@ -207,7 +224,7 @@ dry_build() {  # what the build would compile must exist; nothing is compiled
   return $missing
 }
 dry() { echo "{\"check\": \"$1\", \"dry_run\": true}"; }  # a stand-in for a GPU program
-export -f build build_emulated dry_build dry sources current
+export -f build build_emulated dry_build dry sources sources_hash current
 export B arch CUDA_HOME EMU REUSE
 export HOST_FLAGS
 
@@ -227,58 +244,88 @@ finish() {
   exit "$1"
 }
 
-if [ $DRY = 1 ]; then
-  stage build 200 dry_build
-  stage ops 45 dry ops
-  stage ops_wmma 30 dry ops_wmma
-  stage parity 45 dry parity
-  stage gemm 30 dry gemm
-  stage attention 30 dry attention
-  stage attention_fa2_v1 30 dry attention_fa2_v1
-  stage attention_wmma 30 dry attention_wmma
-  stage bench 60 dry bench_gpt2_124m
-  stage pytorch 60 $PYTHON tools/gpu_check/torch_gpt2.py --tiny --device cpu --steps 2 --batch 2
-  stage zero3 45 dry zero3_overhead
-  stage bench_unfused 45 dry bench_unfused
-  # the failure paths: a stage that hangs past its limit, and one that dies of a signal
-  stage hang_probe 2 sleep 30
-  stage crash_probe 10 bash -c 'echo "{\"check\": \"crash_probe\", \"partial\": true}"; kill -SEGV $$'
-elif [ $EMU = 1 ]; then
-  stage build 400 build
-  built || finish 1
-  # bf16, the bench's type: every op in all three types runs in CI's race check already
-  stage ops 300 env ZTRAIN_OPS_DTYPES=bf16 "$B/test_backend_ops"
-  stage ops_wmma 120 env ZTRAIN_ATTENTION=wmma ZTRAIN_OPS_SECTIONS=attention ZTRAIN_OPS_DTYPES=bf16 "$B/test_backend_ops"
-  stage parity 300 "$B/gpt2_cuda_check" parity
-  stage attention 60 "$B/gpt2_cuda_check" attention
-  stage attention_fa2_v1 60 env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention
-  stage bench 120 "$B/gpt2_cuda_check" bench "$STEPS"
-  stage zero3 120 "$B/gpt2_cuda_check" zero3 "$STEPS"
-  stage bench_unfused 120 env ZTRAIN_GEMM_EPILOGUES=off "$B/gpt2_cuda_check" bench "$STEPS"
-else
-  stage build 200 build
-  built || finish 1
-  export CUDA_LAUNCH_BLOCKING=1  # ops first, each launch synchronous: an error names its kernel
-  stage ops 45 "$B/test_backend_ops"
-  # the WMMA attention kernels the FlashAttention-2 ones replaced as the default, against the CPU too
-  stage ops_wmma 30 env ZTRAIN_ATTENTION=wmma "$B/test_backend_ops"
-  unset CUDA_LAUNCH_BLOCKING
-  stage parity 45 "$B/gpt2_cuda_check" parity
-  stage gemm 30 "$B/gemm_probe"
-  stage attention 30 "$B/gpt2_cuda_check" attention
-  stage attention_fa2_v1 30 env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention
-  stage attention_wmma 30 env ZTRAIN_ATTENTION=wmma "$B/gpt2_cuda_check" attention
-  stage bench 60 "$B/gpt2_cuda_check" bench "$STEPS"
-  MB=$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)
-  stage pytorch 60 $PYTHON tools/gpu_check/torch_gpt2.py --batch "$MB" --steps "$STEPS"
-  stage zero3 45 "$B/gpt2_cuda_check" zero3 "$((STEPS / 3 + 1))"
-  # the same training without cuBLASLt's fused epilogues (bias, GELU, DGELU, BGRADB): what they gain
-  stage bench_unfused 45 env ZTRAIN_GEMM_EPILOGUES=off "$B/gpt2_cuda_check" bench "$((STEPS / 2 + 1))"
-  # the head and loss in one chunk of every row (the logits tensor whole), and cuBLASLt's first
-  # heuristic for every GEMM without timing: what the chunked head and the autotune gain
-  stage bench_head_whole 45 env ZTRAIN_HEAD_CHUNK_ROWS=1000000000 "$B/gpt2_cuda_check" bench "$((STEPS / 2 + 1))"
-  stage bench_first_heuristic 45 env ZTRAIN_GEMM_AUTOTUNE=off "$B/gpt2_cuda_check" bench "$((STEPS / 2 + 1))"
-  stage pytorch_compile 120 $PYTHON tools/gpu_check/torch_gpt2.py --batch "$MB" --steps "$STEPS" --compile
+# --build-only: the binaries to carry to a GPU machine (the objects removed: the device tool carries
+# at most 64 MiB), with the hash --reuse checks there
+if [ $BUILD_ONLY = 1 ]; then
+  build > "$B/build.out" 2> "$B/build.err" || { cat "$B/build.err" >&2; log "build failed"; exit 1; }
+  rm -f "$B"/*.o
+  bytes=$(du -cb "$B/test_backend_ops" "$B/gpt2_cuda_check" "$B/gemm_probe" "$B/SOURCES.sha256" | tail -1 | cut -f1)
+  log "built for sm_$arch: $B/{test_backend_ops,gpt2_cuda_check,gemm_probe,SOURCES.sha256}, $(( bytes / 1048576 )) MiB; sources $(cat "$B/SOURCES.sha256")"
+  [ "$bytes" -le $(( 60 * 1048576 )) ] || { log "more than 60 MiB: too large to carry"; exit 1; }
+  log "on the GPU machine: carry $B, run tools/gpu_check.sh --reuse"
+  exit 0
 fi
 
+# ---- the plan: the stages in order of value, each with its time limit. One deadline (BUDGET: 300 s
+# by default, build included) cuts the tail, so a run cut short loses the least valuable stages.
+# With binaries built beforehand (--build-only, carried to the GPU machine, then --reuse, which
+# checks them against the sources' hash) the build stage takes no time. bench_unfused and
+# bench_first_heuristic are gone: the bench's own log gives every GEMM's autotune choice and each
+# fused epilogue against its unfused kernels, measured on the real shapes.
+PLAN="build:150 ops:40 parity:30 bench:45 pytorch:45 attention:25 gemm:15 zero3:20 attention_fa2_v1:20"
+PLAN="$PLAN bench_head_whole:25 ops_wmma:20 attention_wmma:15 pytorch_compile:60"
+[ $DRY = 1 ] && PLAN="$PLAN hang_probe:2 crash_probe:10"  # the failure paths: a hang, a crash
+[ $EMU = 1 ] && PLAN="build:400 ops:300 ops_wmma:120 parity:300 attention:60 attention_fa2_v1:60 bench:120 zero3:120"
+if [ $DRY = 1 ]; then  # the plan: when each stage starts at the latest (every one before it at its limit)
+  at=0
+  carried=0
+  printf 'gpu_check plan: deadline %s s, build included; stages past it are skipped, in this order\n' "$BUDGET"
+  printf '  %-18s %7s %22s %22s\n' stage limit "starts by (built there)" "(carried build: 0 s)"
+  for entry in $PLAN; do
+    late() { [ "$1" -ge "$BUDGET" ] && echo "$2s past" || echo "$2s"; }
+    printf '  %-18s %6ss %22s %22s\n' "${entry%%:*}" "${entry##*:}" "$(late "$at" "$at")" "$(late "$carried" "$carried")"
+    at=$(( at + ${entry##*:} ))
+    [ "${entry%%:*}" = build ] || carried=$(( carried + ${entry##*:} ))
+  done
+fi
+
+# run NAME LIMIT: the stage's command in this mode
+run() {
+  local name=$1 limit=$2
+  if [ $DRY = 1 ]; then
+    case $name in
+      build) stage build "$limit" dry_build ;;
+      pytorch) stage pytorch "$limit" $PYTHON tools/gpu_check/torch_gpt2.py --tiny --device cpu --steps 2 --batch 2 ;;
+      hang_probe) stage hang_probe "$limit" sleep 30 ;;
+      crash_probe) stage crash_probe "$limit" bash -c 'echo "{\"check\": \"crash_probe\", \"partial\": true}"; kill -SEGV $$' ;;
+      *) stage "$name" "$limit" dry "$name" ;;
+    esac
+    return
+  fi
+  if [ $EMU = 1 ]; then
+    case $name in
+      build) stage build "$limit" build; built || finish 1 ;;
+      # bf16, the bench's type: every op in all three types runs in CI's race check already
+      ops) stage ops "$limit" env ZTRAIN_OPS_DTYPES=bf16 "$B/test_backend_ops" ;;
+      ops_wmma) stage ops_wmma "$limit" env ZTRAIN_ATTENTION=wmma ZTRAIN_OPS_SECTIONS=attention ZTRAIN_OPS_DTYPES=bf16 "$B/test_backend_ops" ;;
+      parity) stage parity "$limit" "$B/gpt2_cuda_check" parity ;;
+      attention) stage attention "$limit" "$B/gpt2_cuda_check" attention ;;
+      attention_fa2_v1) stage attention_fa2_v1 "$limit" env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention ;;
+      bench) stage bench "$limit" "$B/gpt2_cuda_check" bench "$STEPS" ;;
+      zero3) stage zero3 "$limit" "$B/gpt2_cuda_check" zero3 "$STEPS" ;;
+    esac
+    return
+  fi
+  case $name in
+    build) stage build "$limit" build; built || finish 1 ;;
+    # each launch synchronous: an error names its kernel
+    ops) stage ops "$limit" env CUDA_LAUNCH_BLOCKING=1 "$B/test_backend_ops" ;;
+    # the WMMA attention kernels the FlashAttention-2 ones replaced as the default, against the CPU too
+    ops_wmma) stage ops_wmma "$limit" env CUDA_LAUNCH_BLOCKING=1 ZTRAIN_ATTENTION=wmma ZTRAIN_OPS_SECTIONS=attention "$B/test_backend_ops" ;;
+    parity) stage parity "$limit" "$B/gpt2_cuda_check" parity ;;
+    gemm) stage gemm "$limit" "$B/gemm_probe" ;;
+    attention) stage attention "$limit" "$B/gpt2_cuda_check" attention ;;
+    attention_fa2_v1) stage attention_fa2_v1 "$limit" env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention ;;
+    attention_wmma) stage attention_wmma "$limit" env ZTRAIN_ATTENTION=wmma "$B/gpt2_cuda_check" attention ;;
+    bench) stage bench "$limit" "$B/gpt2_cuda_check" bench "$STEPS" ;;
+    pytorch) stage pytorch "$limit" $PYTHON tools/gpu_check/torch_gpt2.py --steps "$STEPS" \
+               --batch "$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)" ;;
+    zero3) stage zero3 "$limit" "$B/gpt2_cuda_check" zero3 "$((STEPS / 3 + 1))" ;;
+    # the head and loss in one chunk of every row (the logits tensor whole): what the chunked head gains
+    bench_head_whole) stage bench_head_whole "$limit" env ZTRAIN_HEAD_CHUNK_ROWS=1000000000 "$B/gpt2_cuda_check" bench "$((STEPS / 2 + 1))" ;;
+    pytorch_compile) stage pytorch_compile "$limit" $PYTHON tools/gpu_check/torch_gpt2.py --steps "$STEPS" --compile \
+                       --batch "$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)" ;;
+  esac
+}
+for entry in $PLAN; do run "${entry%%:*}" "${entry##*:}"; done
 finish 0

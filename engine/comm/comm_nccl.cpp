@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,7 @@ class NcclComm final : public Comm {
     }
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
     cuda_check(cudaMalloc(&scratch_, 64 * sizeof(double)), "malloc");
+    cuda_check(cudaMallocHost(&host_doubles_, 64 * sizeof(double)), "pinned malloc");
     // Device time to host time, for the trace: an event the stream has passed, and when.
     cuda_check(cudaEventCreate(&anchor_), "event");
     cuda_check(cudaEventRecord(anchor_, stream_), "event record");
@@ -87,6 +89,7 @@ class NcclComm final : public Comm {
     inflight_.clear();
     cudaEventDestroy(anchor_);
     cudaFree(scratch_);
+    cudaFreeHost(host_doubles_);
     cudaStreamDestroy(stream_);
     if (comm_) ncclCommDestroy(comm_);
   }
@@ -152,10 +155,15 @@ class NcclComm final : public Comm {
   void all_reduce_doubles(double* buf, size_t n) override {
     ZT_CHECK(n <= 64, "all_reduce_doubles of {} values", n);
     begin(/*after_producer_work=*/false);
-    cuda_check(cudaMemcpyAsync(scratch_, buf, n * sizeof(double), cudaMemcpyHostToDevice, stream_), "copy");
+    // Through pinned memory only: a copy to or from pageable memory may wait for the stream on the
+    // host (CUDA's API synchronization behavior) before the watchdog knows the collective, and a
+    // stopped peer then hung the job with no timeout. The host waits in host_wait, watched.
+    std::memcpy(host_doubles_, buf, n * sizeof(double));
+    cuda_check(cudaMemcpyAsync(scratch_, host_doubles_, n * sizeof(double), cudaMemcpyHostToDevice, stream_), "copy");
     issued(ncclAllReduce(scratch_, scratch_, n, ncclDouble, ncclSum, comm_, stream_), "all_reduce(double)");
-    cuda_check(cudaMemcpyAsync(buf, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, stream_), "copy");
-    host_wait(take(track("all_reduce(double)", n)));  // the host reads the result: it blocks
+    cuda_check(cudaMemcpyAsync(host_doubles_, scratch_, n * sizeof(double), cudaMemcpyDeviceToHost, stream_), "copy");
+    host_wait(take(track("all_reduce(double)", n)));  // the host reads the result: it blocks, watched
+    std::memcpy(buf, host_doubles_, n * sizeof(double));
   }
   void barrier() override { all_reduce_doubles(dummy_, 1); }
 
@@ -346,6 +354,7 @@ class NcclComm final : public Comm {
   cudaStream_t producer_ = nullptr, stream_ = nullptr;
   ncclComm_t comm_ = nullptr;
   double* scratch_ = nullptr;
+  double* host_doubles_ = nullptr;  // pinned: all_reduce_doubles' host side
   double dummy_[1] = {0};
   int size_ = 1, rank_ = 0, world_rank_ = 0, device_ = 0;
   Handle next_ = 1;

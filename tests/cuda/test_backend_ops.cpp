@@ -264,7 +264,7 @@ int main() {
   for (auto [B, T, Ch, NH, NKV] : {std::tuple{1, 1, 32, 1, 1}, {2, 7, 96, 3, 3}, {1, 127, 64, 2, 2},
                                    {2, 257, 768, 12, 12}, {1, 70, 200, 2, 2}, {1, 65, 21, 3, 3},
                                    {2, 97, 384, 6, 2}, {1, 130, 30, 6, 2}, {1, 64, 512, 8, 1},
-                                   {1, 200, 256, 2, 1}}) {
+                                   {1, 200, 256, 2, 1}, {1, 33, 64, 1, 1}}) {
     const int64_t C3 = int64_t(NH + 2 * NKV) * (Ch / NH);
     Pair qkv(C, G, randn(size_t(B) * T * C3, 18), dt), out(C, G, std::vector<float>(size_t(B) * T * Ch), dt),
         lse(C, G, std::vector<float>(size_t(B) * NH * T));

@@ -10,8 +10,9 @@ use atomics by design may differ: the non-deterministic embedding backward (atom
 the attention backward's dQ in FlashAttention-2's 5 units (summed with atomics; its deterministic
 7-unit plan is compared).
 Runs: every op with the default attention (FlashAttention-2 where it applies), the first
-generation of the FlashAttention-2 kernels, the WMMA and the SIMT attention kernels, and the GEMMs
-with cuBLASLt's fused epilogues off.
+generation of the FlashAttention-2 kernels, the WMMA and the SIMT attention kernels, the GEMMs
+with cuBLASLt's fused epilogues off, and the GEMMs with the heuristic's first algorithm failing at
+run time (the next must take its place).
 
 usage: race_check.py TEST_BACKEND_OPS_BINARY EMULATED_PLUGIN
 """
@@ -37,12 +38,24 @@ RUNS = [  # (label, extra environment, schedules compared)
     ("attention, first-generation FlashAttention-2 kernels", {"ZTRAIN_ATTENTION": "fa2-v1",
                                                               "ZTRAIN_OPS_SECTIONS": "attention",
                                                               "ZTRAIN_OPS_DTYPES": "fp16"}, ["forward", "reverse"]),
+    # every head-size-64/128 16-bit case on the FlashAttention-2 kernels, none falling back (an odd
+    # B NH T once left the dQ accumulator 4-byte aligned, and the backward ran the WMMA kernels)
+    ("attention, FlashAttention-2 required", {"ZTRAIN_ATTENTION": "fa2", "ZTRAIN_OPS_SECTIONS": "attention",
+                                              "ZTRAIN_OPS_DTYPES": "bf16"}, ["forward"]),
     ("attention, WMMA kernels", {"ZTRAIN_ATTENTION": "wmma", "ZTRAIN_OPS_SECTIONS": "attention",
                                  "ZTRAIN_OPS_DTYPES": "bf16"}, ["forward", "random:7"]),
     ("attention, SIMT kernels", {"ZTRAIN_ATTENTION": "simt", "ZTRAIN_OPS_SECTIONS": "attention",
                                  "ZTRAIN_OPS_DTYPES": "fp16"}, ["forward", "reverse"]),
     ("GEMMs, fused epilogues off", {"ZTRAIN_GEMM_EPILOGUES": "off", "ZTRAIN_OPS_SECTIONS": "matmul", **PINNED},
      ["forward", "random:3"]),
+    # the first heuristic algorithm of every GEMM fails at run time (a planted fault of the emulated
+    # cuBLASLt): the next one takes its place, untimed (it threw before) and timed
+    ("GEMMs, the first heuristic failing at run time", {"ZTRAIN_OPS_SECTIONS": "matmul",
+                                                         "ZTRAIN_EMU_CUBLASLT_FAIL_VARIANT": "0", **PINNED},
+     ["forward"]),
+    ("GEMMs chosen by measurement, the first heuristic failing", {"ZTRAIN_OPS_SECTIONS": "matmul",
+                                                                   "ZTRAIN_EMU_CUBLASLT_FAIL_VARIANT": "0"},
+     ["forward"]),
 ]
 
 

@@ -18,8 +18,9 @@ ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(HERE, ".."))
 import testlib  # noqa: E402
 
-STAGES = ["build", "ops", "ops_wmma", "parity", "gemm", "attention", "attention_fa2_v1", "attention_wmma", "bench", "pytorch", "zero3",
-          "bench_unfused", "hang_probe", "crash_probe"]
+# in order of value: a run cut by the deadline loses the last ones
+STAGES = ["build", "ops", "parity", "bench", "pytorch", "attention", "gemm", "zero3", "attention_fa2_v1",
+          "bench_head_whole", "ops_wmma", "attention_wmma", "pytorch_compile", "hang_probe", "crash_probe"]
 
 
 def main():
@@ -35,6 +36,15 @@ def main():
                            capture_output=True, text=True, timeout=300)
         if p.returncode != 0:
             failures.append(f"dry run exited {p.returncode}: {p.stderr[-800:]}")
+        # the plan: the stages in order with their limits, under a deadline of at most 300 s (a
+        # lease of 15 minutes holds the machine's start, the run and a second try)
+        plan = [ln.split() for ln in p.stdout.splitlines() if ln.startswith("  ") and ln.split()[0] in STAGES]
+        budget = [ln for ln in p.stdout.splitlines() if ln.startswith("gpu_check plan: deadline ")]
+        deadline = int(budget[0].split()[3]) if budget else None
+        if [row[0] for row in plan] != STAGES or deadline is None or deadline > 300:
+            failures.append(f"the printed plan: deadline {deadline}, stages {[row[0] for row in plan]}: {p.stdout[:800]}")
+        else:
+            print(f"the plan: {len(plan)} stages in order of value under a {deadline} s deadline, build included")
         res = json.load(open(os.path.join(out, "gpu_check.json")))
         log = open(os.path.join(out, "gpu_check.log")).read()
         st = res["stages"]

@@ -10,6 +10,7 @@ or a crash later still leaves everything before it.
   results.py all-ok FILE                                     exit 1 unless every stage passed
 """
 import json
+import re
 import os
 import sys
 
@@ -42,6 +43,25 @@ def tail(path, n):
     return open(path, errors="replace").read().splitlines()[-n:] if os.path.exists(path) else []
 
 
+TUNED = re.compile(r"algorithm \d+ of \d+ by measurement, ([\d.]+) ms \(the first heuristic's ([\d.]+) ms\)")
+EPILOGUE = re.compile(r"(\w+) epilogue for m \d+ n \d+ k \d+: (fused|separate kernels) by measurement \(fused ([\d.]+) "
+                      r"ms, the GEMM and (?:a kernel|the column sums) ([\d.]+) ms\)")
+
+
+def gemm_choices(log):
+    """What the bench's cuBLASLt lines say, once per GEMM shape: the measured algorithm against the
+    first heuristic's (their summed times: what the autotune gains), and each epilogue fused or not
+    against its unfused kernels (what the fusions gain). The stages that ran the bench again with
+    the autotune and the fusions off are gone: these are the same figures, on the real shapes."""
+    tuned = [(float(a), float(b)) for a, b in TUNED.findall(log)]
+    epi = EPILOGUE.findall(log)
+    chosen = sum(min(float(f), float(u)) for _, _, f, u in epi)
+    return {"gemms_timed": len(tuned),
+            "autotune_speedup": round(sum(b for _, b in tuned) / sum(a for a, _ in tuned), 3) if tuned else None,
+            "epilogues_timed": len(epi), "epilogues_fused": sum(1 for _, c, _, _ in epi if c == "fused"),
+            "fusion_speedup": round(sum(float(u) for *_, u in epi) / chosen, 3) if epi and chosen else None}
+
+
 def stage(path, name, code, ms, limit, out, err):
     res = load(path)
     code = int(code)
@@ -52,6 +72,8 @@ def stage(path, name, code, ms, limit, out, err):
         lines = open(out, errors="replace").read().splitlines() if os.path.exists(out) else []
         entry["summary"] = lines[-1] if lines else None
         entry["failed"] = [l.strip() for l in lines if l.rstrip().endswith("FAIL") or "EXCEPTION" in l]
+    if name == "bench":  # the GEMM choices its log gives (engine/backend/cuda/matmul.cu)
+        entry["gemm_choices"] = gemm_choices(open(err, errors="replace").read() if os.path.exists(err) else "")
     entry["ok"] = code == 0
     res["stages"][name] = entry
     save(path, res)
@@ -94,12 +116,12 @@ def summary(path):
         "mfu_vs_measured_gemm_ceiling": round(model_tflops / bf16_ceiling, 4) if model_tflops and bf16_ceiling else None,
         "not_measured": sorted(n for n, s in res["stages"].items() if not s.get("ok")),
     }
-    unfused = value(res, "bench_unfused", "tokens_per_s")
-    res["derived"]["fused_epilogues_speedup"] = round(ztrain / unfused, 3) if ztrain and unfused else None
-    # the chunked head and loss vs the logits whole; GEMMs by measurement vs the first heuristic
-    for stage, key in (("bench_head_whole", "head_in_chunks_speedup"), ("bench_first_heuristic", "gemm_autotune_speedup")):
-        base = value(res, stage, "tokens_per_s")
-        res["derived"][key] = round(ztrain / base, 3) if ztrain and base else None
+    choices = res["stages"].get("bench", {}).get("gemm_choices", {})
+    res["derived"]["gemm_autotune_speedup"] = choices.get("autotune_speedup")  # over the summed GEMM times
+    res["derived"]["fused_epilogues_speedup"] = choices.get("fusion_speedup")
+    # the chunked head and loss vs the logits whole
+    base = value(res, "bench_head_whole", "tokens_per_s")
+    res["derived"]["head_in_chunks_speedup"] = round(ztrain / base, 3) if ztrain and base else None
     whole_peak, peak = value(res, "bench_head_whole", "peak_bytes"), value(res, "bench", "peak_bytes")
     res["derived"]["head_in_chunks_peak_saving_bytes"] = whole_peak - peak if whole_peak and peak else None
     # attention (bf16) against the GEMM ceiling, per head size and T (targets: forward >= 0.5,

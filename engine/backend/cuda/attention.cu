@@ -621,18 +621,37 @@ const std::string& attention_choice() {
 bool use_fa2() { return attention_choice() != "wmma" && attention_choice() != "simt"; }
 bool use_fa2_v1() { return attention_choice() == "fa2-v1"; }
 
+// A shape the FlashAttention-2 kernels are for (head size 64 or 128) that they refuse at run time
+// (a buffer not aligned for their 16-byte copies) is never a silent fallback: said once per pass,
+// and with ZTRAIN_ATTENTION=fa2 (tests, the GPU check) an error.
+bool fa2_refused(bool ran, int hs, bool backward, int B, int T_, int NH) {
+  if (ran || (hs != 64 && hs != 128) || B * T_ <= 0) return ran;
+  const char* pass = backward ? "attention_backward" : "attention_forward";
+  if (attention_choice() == "fa2")
+    fail(__FILE__, __LINE__, pass, "the FlashAttention-2 kernels refused this call (a buffer not 16-byte aligned)");
+  static bool said[2] = {false, false};
+  bool& once = said[backward];
+  if (!once)
+    std::fprintf(stderr, "attention: %s for B %d T %d heads %d of size %d: the FlashAttention-2 kernels refused it (a "
+                 "buffer not 16-byte aligned); the WMMA kernels run instead\n", pass, B, T_, NH, hs);
+  once = true;
+  return false;
+}
+
 template <typename T>
 bool forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
   if (!use_fa2()) return false;
-  return use_fa2_v1() ? attention_forward_fa2_v1(out, lse, qkv, B, T_, C, NH, NKV, s)
-                      : attention_forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, s);
+  return fa2_refused(use_fa2_v1() ? attention_forward_fa2_v1(out, lse, qkv, B, T_, C, NH, NKV, s)
+                                  : attention_forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, s),
+                     C / NH, /*backward=*/false, B, T_, NH);
 }
 template <typename T>
 bool backward_fa2(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
                   int C, int NH, int NKV, cudaStream_t s) {
   if (!use_fa2()) return false;
-  return use_fa2_v1() ? attention_backward_fa2_v1(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s)
-                      : attention_backward_fa2(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
+  return fa2_refused(use_fa2_v1() ? attention_backward_fa2_v1(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s)
+                                  : attention_backward_fa2(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s),
+                     C / NH, /*backward=*/true, B, T_, NH);
 }
 
 // The tensor-core path applies to 16-bit types and head sizes that are multiples of 16.
@@ -694,7 +713,8 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
   float* D = scratch;  // (B,NH,T), then the (B,T,C) dQ accumulator where the 5-unit backward applies
-  float* dq_acc = fa2::backward_accumulates_dq(hs, sizeof(T), deterministic) ? D + int64_t(B) * NH * T_ : nullptr;
+  float* dq_acc =
+      fa2::backward_accumulates_dq(hs, sizeof(T), deterministic) ? D + fa2::dq_accumulator_offset_floats(B, T_, NH) : nullptr;
   launch(attention_rowdot_kernel<T>, blocks_for(int64_t(B) * NH * T_, kWarps), 32 * kWarps, 0, s, D, dout, out, B, T_,
          C, NH);
   ZT_CUDA_LAUNCH_CHECK();

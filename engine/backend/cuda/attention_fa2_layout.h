@@ -29,9 +29,13 @@ constexpr bool backward_accumulates_dq(int hs, size_t elem, bool deterministic) 
   return elem == 2 && (hs == 64 || hs == 128) && !deterministic;
 }
 // The attention backward's device scratch, in floats: D = rowsum(dO * O) (B, NH, T), then the dQ
-// accumulator (B, T, C) where it is used. The CUDA backend and the planner both size it here.
+// accumulator (B, T, C) where it is used, from a 16-byte boundary (the kernels need at least 8: at
+// an odd B NH T it was 4-byte aligned, and the backward quietly fell back to the WMMA kernels).
+// The CUDA backend and the planner both size it here.
+constexpr long long dq_accumulator_offset_floats(int B, int T, int NH) { return ((long long)B * NH * T + 3) / 4 * 4; }
 constexpr long long backward_scratch_floats(int B, int T, int C, int NH, size_t elem, bool deterministic) {
-  return (long long)B * NH * T + (backward_accumulates_dq(C / NH, elem, deterministic) ? (long long)B * T * C : 0);
+  return backward_accumulates_dq(C / NH, elem, deterministic) ? dq_accumulator_offset_floats(B, T, NH) + (long long)B * T * C
+                                                              : (long long)B * NH * T;
 }
 
 // Shared rows are padded by 8 elements (16 bytes): the quads' 32-bit reads spread over banks.

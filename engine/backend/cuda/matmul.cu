@@ -140,20 +140,25 @@ Gemm::Plan& Gemm::plan(const Args& a, cudaStream_t s) {
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ud, sizeof ud);
   std::array<cublasLtMatmulHeuristicResult_t, kCandidates> heur{};
   int found = 0;
+  // (untuned too: the others are the fallbacks of an algorithm that fails at run time)
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), desc, la, lb, ld,
-                                                           ld, pref, autotune_ ? kCandidates : 1, heur.data(), &found);
+                                                           ld, pref, kCandidates, heur.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   p.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
   std::array<float, kCandidates> ms{};
-  const int best = p.found && found > 1 ? fastest(a, p, heur.data(), found, s, ms.data()) : 0;
-  std::memcpy(p.algo.data(), &heur[best].algo, sizeof heur[best].algo);
+  const int best = p.found && found > 1 && autotune_ ? fastest(a, p, heur.data(), found, s, ms.data()) : 0;
+  for (int i = 0; p.found && i < found; ++i) {
+    std::array<char, 64> bytes{};
+    std::memcpy(bytes.data(), &heur[i].algo, sizeof heur[i].algo);
+    p.algos.insert(i == best ? p.algos.begin() : p.algos.end(), bytes);
+  }
   // once per plan: which algorithm, and which fusions this GPU really gets
   const char* types = a.ab_type == CUDA_R_32F ? "fp32" : a.ab_type == CUDA_R_16BF ? "bf16" : "fp16";
   const std::string what = a.epilogue == CUBLASLT_EPILOGUE_DEFAULT ? "" : std::string(" ") + epilogue_name(a.epilogue);
   char choice[160];
   if (!p.found)
     std::snprintf(choice, sizeof choice, "no algorithm%s", what.empty() ? "" : ": separate kernels instead");
-  else if (found > 1)
+  else if (found > 1 && autotune_)
     std::snprintf(choice, sizeof choice, "algorithm %d of %d by measurement, %.3f ms (the first heuristic's %.3f ms)",
                   best + 1, found, ms[best], ms[0]);
   else
@@ -269,7 +274,7 @@ bool Gemm::bgradb_pays(Args fused, Args plain, int OC, const std::function<void(
 }
 
 bool Gemm::run(const Args& a, cudaStream_t s, bool may_fail) {
-  const Plan& p = plan(a, s);
+  Plan& p = plan(a, s);
   if (!p.found) {
     if (!may_fail) fail(__FILE__, __LINE__, "cublasLt", "no algorithm for this GEMM");
     return false;
@@ -279,13 +284,23 @@ bool Gemm::run(const Args& a, cudaStream_t s, bool may_fail) {
   if (a.aux) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a.aux, sizeof a.aux);
   auto la = static_cast<cublasLtMatrixLayout_t>(p.layouts[0]), lb = static_cast<cublasLtMatrixLayout_t>(p.layouts[1]),
        ld = static_cast<cublasLtMatrixLayout_t>(p.layouts[2]);
-  cublasLtMatmulAlgo_t algo;
-  std::memcpy(&algo, p.algo.data(), sizeof algo);
   const float alpha = 1.0f;
-  lt_check(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), desc, &alpha, a.A, la, a.B, lb, &a.beta, a.D, ld,
-                          a.D, ld, &algo, workspace_, kWorkspaceBytes, s),
-           "cublasLtMatmul");
-  return true;
+  // A heuristic algorithm may still fail at run time (cuBLASLt refuses it before enqueueing
+  // anything): the next one takes its place for this plan, said once; the last failure throws.
+  while (true) {
+    cublasLtMatmulAlgo_t algo;
+    std::memcpy(&algo, p.algos.front().data(), sizeof algo);
+    const cublasStatus_t st = cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), desc, &alpha, a.A, la, a.B, lb,
+                                             &a.beta, a.D, ld, a.D, ld, &algo, workspace_, kWorkspaceBytes, s);
+    if (st == CUBLAS_STATUS_SUCCESS) return true;
+    if (p.algos.size() == 1) {
+      lt_check(st, "cublasLtMatmul (every heuristic algorithm failed)");  // throws
+      return false;
+    }
+    p.algos.erase(p.algos.begin());
+    std::fprintf(stderr, "cuBLASLt: m %d n %d k %d: an algorithm failed at run time (status %d): the next of the "
+                 "heuristic's %zu left takes its place\n", a.m, a.n, a.k, int(st), p.algos.size());
+  }
 }
 
 namespace {

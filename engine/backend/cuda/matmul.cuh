@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "engine/core/dtype.h"
 
@@ -86,8 +87,11 @@ class Gemm {
     void* desc = nullptr;               // cublasLtMatmulDesc_t
     std::array<void*, 3> layouts = {};  // cublasLtMatrixLayout_t of A, B, D
     bool found = false;
-    std::array<char, 64> algo = {};  // cublasLtMatmulAlgo_t bytes
-    int fused = -1;                  // with an epilogue: 1 faster than the unfused kernels, 0 not, -1 not timed
+    // cublasLtMatmulAlgo_t bytes, the one in use first (the fastest measured, or the first
+    // heuristic untuned), then the heuristic's others in its order: an algorithm that fails at
+    // run time gives way to the next (run)
+    std::vector<std::array<char, 64>> algos;
+    int fused = -1;  // with an epilogue: 1 faster than the unfused kernels, 0 not, -1 not timed
   };
   std::map<Key, Plan> plans_;
   bool autotune_ = true;  // (set by set_autotune before every use)

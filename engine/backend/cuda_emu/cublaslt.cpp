@@ -770,6 +770,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
       return refuse(kFn, unsupported(ch.why));
   }
   if (Check ch = check_record(r, j.p); ch.verdict != Verdict::ok) return refuse(kFn, ch);
+  // A planted fault (tests): ZTRAIN_EMU_CUBLASLT_FAIL_VARIANT=N makes the heuristic's result N fail
+  // at every call, as a real algorithm the heuristic offered may fail at run time (3.4.19: "will
+  // fail if e.g. buffers are not correctly aligned"), before anything is enqueued.
+  static const int failing = [] {
+    const char* v = std::getenv("ZTRAIN_EMU_CUBLASLT_FAIL_VARIANT");
+    return v && *v ? std::atoi(v) : -1;
+  }();
+  if (algo && int(r.variant) == failing)
+    return refuse(kFn, unsupported("this heuristic result fails at run time (ZTRAIN_EMU_CUBLASLT_FAIL_VARIANT, a "
+                                   "planted fault)"));
   // CUBLASLT_POINTER_MODE_HOST: alpha and beta are host scalars of the scale type, read now
   std::memcpy(&j.alpha, alpha, sizeof(float));
   std::memcpy(&j.beta, beta, sizeof(float));
