@@ -69,7 +69,7 @@ class NcclComm final : public Comm {
     }
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
     cuda_check(cudaMalloc(&scratch_, 64 * sizeof(double)), "malloc");
-    cuda_check(cudaMallocHost(&host_doubles_, 64 * sizeof(double)), "pinned malloc");
+    cuda_check(cudaMallocHost(reinterpret_cast<void**>(&host_doubles_), 64 * sizeof(double)), "pinned malloc");
     // Device time to host time, for the trace: an event the stream has passed, and when.
     cuda_check(cudaEventCreate(&anchor_), "event");
     cuda_check(cudaEventRecord(anchor_, stream_), "event record");
