@@ -12,17 +12,27 @@
 #   ops        every op on CUDA vs the CPU backend, fp32/bf16/fp16, CUDA_LAUNCH_BLOCKING=1 (the
 #              first failing op is named; tests/cuda/test_backend_ops.cpp)
 #   parity     GPT-2 forward, gradients and 5 AdamW steps, CUDA vs CPU, at odd sizes, 3 precisions
-#   bench      GPT-2 124M bf16 training in ztrain: tokens/s, step time, peak memory, MFU; its log
-#              gives every GEMM's autotune choice and each fused epilogue against the unfused kernels
+#   bench      GPT-2 124M bf16 training in ztrain: tokens/s, step time, peak memory, MFU, and the
+#              step's phases (forward, backward, optimizer) by CUDA events; its log gives every
+#              GEMM's autotune choice and each fused epilogue against the unfused kernels
 #   pytorch    the same model trained by PyTorch (bf16 autocast, SDPA flash, fused AdamW) at the
 #              bench's micro-batch: ztrain's tokens/s as a ratio to it
-#   attention  the fused attention's TFLOP/s, forward and backward
-#   gemm       the cuBLASLt GEMM ceiling on random data (bf16, fp32, tf32)
+#   attention  the fused attention's TFLOP/s, forward and backward (CUDA events, 20 calls), T 1024
+#              and 4096, head size 64 and 128; each bf16 shape's inputs and results dumped
+#   sdpa       PyTorch's scaled_dot_product_attention (flash, cuDNN, memory-efficient) on the same
+#              shapes: the speed reference; and the dumped results against an fp32 reference,
+#              beside PyTorch's own error (tools/gpu_check/torch_attention.py)
+#   gemm       the cuBLASLt GEMM ceiling on random data (bf16, fp32, tf32), bf16 at GPT-2 124M's
+#              own shapes against it, and the device memory's copy bandwidth
+#   sanitizer_memcheck  compute-sanitizer's memcheck over the attention ops (when present)
+#   bench_deterministic the bench under [run] deterministic: what bit-reproducibility costs
+#   pytorch_compile  the PyTorch baseline under torch.compile (the ratio's best baseline)
+#   sanitizer_racecheck  compute-sanitizer's shared-memory race check over the attention ops
 #   zero3      ZeRO-3 against ZeRO-0 at world size 1 (the stage-3 machinery's own cost)
-#   attention_fa2_v1, attention_wmma  the earlier attention kernels, timed for the speed-up
+#   attention_fa2_v1  the first FlashAttention-2 generation, timed for the speed-up
 #   bench_head_whole  the bench with the head and loss in one chunk: what the chunked head gains
-#   ops_wmma   the WMMA attention kernels against the CPU
-#   pytorch_compile  the PyTorch baseline under torch.compile, if it compiles in the time left
+#   ops_wmma, attention_wmma  the WMMA attention kernels (the fallback) against the CPU, and timed
+# At the end, $OUT/calibration.json: the measured efficiencies for the planner's time model.
 # After every stage, $OUT/gpu_check.json (all results so far) and $OUT/gpu_check.log (every
 # stage's output) are rewritten, so a hang or a crash still returns everything before it.
 #
@@ -137,24 +147,38 @@ sources() {
 }
 # The hash of everything the binaries are built from (sources, flags, architecture): written beside
 # them by a build, compared by --reuse (file times do not survive a copy to another machine).
-sources_hash() {
-  { sources | sort -u | xargs sha256sum; echo "$HOST_FLAGS sm_$arch emulated=${EMU:-0}"; } | sha256sum | cut -c1-64
+sources_list() {  # each source's hash, then the flags: what sources_hash hashes
+  sources | sort -u | xargs sha256sum
+  echo "$HOST_FLAGS sm_$arch emulated=${EMU:-0}"
 }
-current() {  # every binary exists, built from these very sources
+sources_hash() { sources_list | sha256sum | cut -c1-64; }
+current() {  # every binary exists, built from these very sources; if not, says why on stderr
   local bins=("$B/test_backend_ops" "$B/gpt2_cuda_check")
   [ "${EMU:-0}" = 1 ] || bins+=("$B/gemm_probe")
-  for b in "${bins[@]}"; do [ -x "$b" ] || return 1; done
-  [ -f "$B/SOURCES.sha256" ] && [ "$(cat "$B/SOURCES.sha256")" = "$(sources_hash)" ]
+  for b in "${bins[@]}"; do
+    [ -f "$b" ] || { echo "not reused: $b is missing" >&2; return 1; }
+    [ -x "$b" ] || chmod +x "$b" 2>/dev/null || { echo "not reused: $b is not executable" >&2; return 1; }
+  done
+  [ -f "$B/SOURCES.sha256" ] || { echo "not reused: $B/SOURCES.sha256 is missing" >&2; return 1; }
+  local want have
+  want=$(cat "$B/SOURCES.sha256")
+  have=$(sources_hash)
+  [ "$want" = "$have" ] && return 0
+  echo "not reused: the binaries were built from sources $want, this tree's are $have (sm_$arch, $HOST_FLAGS)" >&2
+  # the files that differ, against the list the build wrote beside the hash
+  [ -f "$B/SOURCES.list" ] && sources_list | diff "$B/SOURCES.list" - | grep '^[<>]' | head -20 >&2
+  return 1
 }
 build() {
   if [ "${REUSE:-0}" = 1 ] && current; then
     echo '{"check": "build", "ok": true, "reused": true}'
     return 0
   fi
-  rm -f "$B/test_backend_ops" "$B/gpt2_cuda_check" "$B/gemm_probe" "$B/SOURCES.sha256"  # none left by a failure
+  rm -f "$B/test_backend_ops" "$B/gpt2_cuda_check" "$B/gemm_probe" "$B/SOURCES.sha256" "$B/SOURCES.list"  # none left by a failure
   if [ "${EMU:-0}" = 1 ]; then
     build_emulated || return 1
     sources_hash > "$B/SOURCES.sha256"
+    sources_list > "$B/SOURCES.list"
     return 0
   fi
   local CXXFLAGS=($HOST_FLAGS -I. -Itools/gpu_check/shim -I"$CUDA_HOME/include")
@@ -180,7 +204,7 @@ build() {
   g++ "${CXXFLAGS[@]}" tools/gpu_check/gpt2_cuda_check.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/gpt2_cuda_check" & p2=$!
   wait $p1 || failed=1
   wait $p2 || failed=1
-  [ $failed = 0 ] && sources_hash > "$B/SOURCES.sha256"
+  [ $failed = 0 ] && sources_hash > "$B/SOURCES.sha256" && sources_list > "$B/SOURCES.list"
   echo "{\"check\": \"build\", \"ok\": $([ $failed = 0 ] && echo true || echo false)}"
   return $failed
 }
@@ -224,7 +248,23 @@ dry_build() {  # what the build would compile must exist; nothing is compiled
   return $missing
 }
 dry() { echo "{\"check\": \"$1\", \"dry_run\": true}"; }  # a stand-in for a GPU program
-export -f build build_emulated dry_build dry sources sources_hash current
+# compute-sanitizer's TOOL (memcheck: out-of-bounds and misaligned accesses; racecheck: shared-memory
+# hazards) over the attention ops in bf16, when the toolkit has it; its first reports to stderr
+sanitize() {
+  local tool=$1 cs log code errors
+  cs=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
+  [ -x "$cs" ] || { echo "{\"check\": \"sanitizer\", \"tool\": \"$tool\", \"skip\": \"compute-sanitizer not found\"}"; return 0; }
+  log="$B/sanitizer_$tool.log"
+  env ZTRAIN_OPS_SECTIONS=attention ZTRAIN_OPS_DTYPES=bf16 "$cs" --tool "$tool" --error-exitcode 3 \
+      "$B/test_backend_ops" > "$log" 2>&1
+  code=$?
+  errors=$(grep -o 'ERROR SUMMARY: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
+  echo "{\"check\": \"sanitizer\", \"tool\": \"$tool\", \"exit\": $code, \"errors\": ${errors:-null}, \"ops\": \"$(grep -E '^[0-9]+ passed' "$log" | tail -1)\"}"
+  grep -m 8 -E '^========= (Invalid|Error|Race|Warning|  )' "$log" >&2
+  return $code
+}
+export -f build build_emulated dry_build dry sanitize sources sources_list sources_hash current
+DUMP=$B/attention_dump  # the attention stage writes, the sdpa stage reads
 export B arch CUDA_HOME EMU REUSE
 export HOST_FLAGS
 
@@ -239,7 +279,11 @@ finish() {
   $PYTHON tools/gpu_check/results.py summary "$RESULTS" | tee -a "$LOG"
   local stamp
   stamp=$(date -u +%Y%m%dT%H%M%SZ)
-  [ $DRY = 1 ] || [ $EMU = 1 ] || cp "$RESULTS" "bench/results/gpu_check-$stamp.json"
+  if [ $DRY = 0 ] && [ $EMU = 0 ]; then
+    cp "$RESULTS" "bench/results/gpu_check-$stamp.json"
+    # the measured efficiencies for the planner's time model (docs/gpus.md, "Calibration")
+    $PYTHON tools/gpu_check/results.py calibration "$RESULTS" "$OUT/calibration.json" && log "calibration in $OUT/calibration.json"
+  fi
   log "results in $RESULTS (total $(( $(date +%s) - START )) s)"
   exit "$1"
 }
@@ -262,10 +306,11 @@ fi
 # checks them against the sources' hash) the build stage takes no time. bench_unfused and
 # bench_first_heuristic are gone: the bench's own log gives every GEMM's autotune choice and each
 # fused epilogue against its unfused kernels, measured on the real shapes.
-PLAN="build:150 ops:40 parity:30 bench:45 pytorch:45 attention:25 gemm:15 zero3:20 attention_fa2_v1:20"
-PLAN="$PLAN bench_head_whole:25 ops_wmma:20 attention_wmma:15 pytorch_compile:60"
+PLAN="build:150 ops:40 parity:30 bench:45 pytorch:45 attention:25 sdpa:40 gemm:20 sanitizer_memcheck:40"
+PLAN="$PLAN bench_deterministic:25 pytorch_compile:60 sanitizer_racecheck:45 zero3:20 attention_fa2_v1:20"
+PLAN="$PLAN bench_head_whole:25 ops_wmma:20 attention_wmma:15"
 [ $DRY = 1 ] && PLAN="$PLAN hang_probe:2 crash_probe:10"  # the failure paths: a hang, a crash
-[ $EMU = 1 ] && PLAN="build:400 ops:300 ops_wmma:120 parity:300 attention:60 attention_fa2_v1:60 bench:120 zero3:120"
+[ $EMU = 1 ] && PLAN="build:400 ops:300 ops_wmma:120 parity:300 attention:60 sdpa:60 attention_fa2_v1:60 bench:120 bench_deterministic:120 zero3:120"
 if [ $DRY = 1 ]; then  # the plan: when each stage starts at the latest (every one before it at its limit)
   at=0
   carried=0
@@ -299,9 +344,13 @@ run() {
       ops) stage ops "$limit" env ZTRAIN_OPS_DTYPES=bf16 "$B/test_backend_ops" ;;
       ops_wmma) stage ops_wmma "$limit" env ZTRAIN_ATTENTION=wmma ZTRAIN_OPS_SECTIONS=attention ZTRAIN_OPS_DTYPES=bf16 "$B/test_backend_ops" ;;
       parity) stage parity "$limit" "$B/gpt2_cuda_check" parity ;;
-      attention) stage attention "$limit" "$B/gpt2_cuda_check" attention ;;
+      attention) rm -rf "$DUMP" && mkdir -p "$DUMP" &&
+                 stage attention "$limit" env GPU_CHECK_ATTENTION_DUMP="$DUMP" "$B/gpt2_cuda_check" attention ;;
+      # the kernels' results against the fp32 reference (PyTorch on the CPU: no fused attention to time)
+      sdpa) stage sdpa "$limit" $PYTHON tools/gpu_check/torch_attention.py --device cpu --dump "$DUMP" ;;
       attention_fa2_v1) stage attention_fa2_v1 "$limit" env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention ;;
       bench) stage bench "$limit" "$B/gpt2_cuda_check" bench "$STEPS" ;;
+      bench_deterministic) stage bench_deterministic "$limit" "$B/gpt2_cuda_check" bench-deterministic "$STEPS" ;;
       zero3) stage zero3 "$limit" "$B/gpt2_cuda_check" zero3 "$STEPS" ;;
     esac
     return
@@ -314,7 +363,16 @@ run() {
     ops_wmma) stage ops_wmma "$limit" env CUDA_LAUNCH_BLOCKING=1 ZTRAIN_ATTENTION=wmma ZTRAIN_OPS_SECTIONS=attention "$B/test_backend_ops" ;;
     parity) stage parity "$limit" "$B/gpt2_cuda_check" parity ;;
     gemm) stage gemm "$limit" "$B/gemm_probe" ;;
-    attention) stage attention "$limit" "$B/gpt2_cuda_check" attention ;;
+    # each bf16 shape's inputs and results dumped for the sdpa stage's comparison
+    attention) rm -rf "$DUMP" && mkdir -p "$DUMP" &&
+               stage attention "$limit" env GPU_CHECK_ATTENTION_DUMP="$DUMP" "$B/gpt2_cuda_check" attention ;;
+    # PyTorch's fused attention (flash, cuDNN, memory-efficient) on the same shapes: the speed
+    # reference, and ztrain's results against an fp32 reference beside PyTorch's own error
+    sdpa) stage sdpa "$limit" $PYTHON tools/gpu_check/torch_attention.py --dump "$DUMP" ;;
+    sanitizer_memcheck) stage sanitizer_memcheck "$limit" sanitize memcheck ;;
+    sanitizer_racecheck) stage sanitizer_racecheck "$limit" sanitize racecheck ;;
+    bench_deterministic) stage bench_deterministic "$limit" "$B/gpt2_cuda_check" bench-deterministic "$((STEPS / 4 + 1))" \
+                           "$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)" ;;
     attention_fa2_v1) stage attention_fa2_v1 "$limit" env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention ;;
     attention_wmma) stage attention_wmma "$limit" env ZTRAIN_ATTENTION=wmma "$B/gpt2_cuda_check" attention ;;
     bench) stage bench "$limit" "$B/gpt2_cuda_check" bench "$STEPS" ;;

@@ -9,9 +9,12 @@ loops. Per kernel (generation, dtype, head size):
   per block, 2048 threads, 32 blocks);
 - the main loop's instruction mix: the loop (a backward branch) holding the most mma.sync, its
   inner loops counted once: mma.sync, ld.shared (and how many of them 16-bit), ldmatrix; and
-  mma per shared-load instruction (ld.shared and ldmatrix together), the ratio the new kernels
-  must at least double.
-Usage: tools/kernel_report.py [--arch sm_90] [--json FILE] [--fail-on-spills] [--plant-register-cap N]
+  mma per shared-load instruction (ld.shared and ldmatrix together), and the shared-memory bytes
+  the main loop reads per mma (ldmatrix.x4 = 512 bytes a warp, ld.shared.b16 = 64), as 128-byte
+  reads per mma: the gate (--min-gain: fewer than the first generation's by this factor;
+  --max-reads-per-mma: at most this many).
+Usage: tools/kernel_report.py [--arch sm_90] [--json FILE] [--fail-on-spills] [--min-gain X]
+       [--max-reads-per-mma X] [--plant-register-cap N]
 Exit status 1 with --fail-on-spills when a kernel spills; 77 when nvcc is not found.
 """
 import argparse
@@ -91,6 +94,19 @@ def ptxas_report(ptx, arch, work, flags):
     return out
 
 
+def shared_bytes(line):
+    """bytes one warp reads from shared memory with this PTX instruction: ldmatrix .x1/.x2/.x4 moves
+    128/256/512 (8 x 8 16-bit elements per matrix); ld.shared 32 lanes x its width (vector count x
+    element bits). Counting instructions instead weighs a 512-byte ldmatrix.x4 like a 64-byte load."""
+    m = re.search(r"\bldmatrix\.sync\.aligned\.m8n8\.x([124])", line)
+    if m:
+        return 128 * int(m.group(1))
+    m = re.search(r"\bld\.shared(?:\.v([248]))?\.[a-z]+(8|16|32|64|128)\b", line)
+    if m:
+        return 32 * int(m.group(1) or 1) * int(m.group(2)) // 8
+    return 0
+
+
 def main_loops(ptx_path):
     lines = open(ptx_path).read().split("\n")
     starts = [i for i, ln in enumerate(lines) if ".entry" in ln and "attention_" in ln] + [len(lines)]
@@ -114,6 +130,7 @@ def main_loops(ptx_path):
                     "ld_shared": sum(re.search(r"\bld\.shared", s) is not None for s in seg),
                     "ld_shared_16bit": sum(re.search(r"\bld\.shared\.[usb]16\b", s) is not None for s in seg),
                     "ldmatrix": sum("ldmatrix" in s for s in seg),
+                    "shared_bytes": sum(shared_bytes(s) for s in seg),
                     "inner_loops": sum(1 for (x, y) in loops if i <= x and y <= j and (x, y) != (i, j))}
         if loops:
             best = max(loops, key=lambda ij: (mix(*ij)["mma"], -(ij[1] - ij[0])))
@@ -133,16 +150,19 @@ def blocks_per_sm(regs, smem, threads):
 
 
 def ratio_gain(rows):
-    """Per (kernel, head size), bf16: the default kernels' mma per shared load over the first generation's."""
+    """Per (kernel, head size), bf16: the first generation's shared-memory bytes per mma over the
+    default kernels' (the gate; instruction counts weigh a 512-byte ldmatrix.x4 like a 64-byte
+    load), with the mma per shared-load instruction beside it."""
     by = {(x["generation"], x["kernel"], x["head_size"]): x for x in rows if x["dtype"] == "bf16"}
     out = []
     for (gen, kind, hs), x in by.items():
         old = by.get(("fa2-v1", kind.split("+")[0], hs))  # dkdv+dq against the old dK/dV kernel
-        if gen != "fa2" or not old or not old["mma_per_shared_load"] or not x["mma_per_shared_load"]:
+        if gen != "fa2" or not old or not old["shared_reads_per_mma"] or not x["shared_reads_per_mma"]:
             continue
-        gain = x["mma_per_shared_load"] / old["mma_per_shared_load"]
-        out.append((f"{kind} head size {hs}: mma per shared load {old['mma_per_shared_load']} (fa2-v1) -> "
-                    f"{x['mma_per_shared_load']} (fa2), {gain:.1f}x", gain))
+        gain = old["shared_reads_per_mma"] / x["shared_reads_per_mma"]
+        out.append((f"{kind} head size {hs}: 128-byte shared reads per mma {old['shared_reads_per_mma']} (fa2-v1) -> "
+                    f"{x['shared_reads_per_mma']} (fa2), {gain:.1f}x fewer (mma per shared-load instruction "
+                    f"{old['mma_per_shared_load']} -> {x['mma_per_shared_load']})", gain))
     return out
 
 
@@ -152,8 +172,11 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--fail-on-spills", action="store_true")
     ap.add_argument("--min-gain", type=float, default=0,
-                    help="fail when a default kernel's mma per shared load is under this many times the first "
-                         "generation's (bf16, per kernel and head size)")
+                    help="fail when a default kernel's shared-memory bytes per mma are not this many times fewer "
+                         "than the first generation's (bf16, per kernel and head size)")
+    ap.add_argument("--max-reads-per-mma", type=float, default=0,
+                    help="fail when a default (fa2) kernel's main loop reads more 128-byte shared-memory "
+                         "wavefronts per mma than this")
     ap.add_argument("--nvcc-flag", action="append", default=[], help="an extra nvcc flag")
     ap.add_argument("--ptxas-flag", action="append", default=[], help="an extra ptxas flag")
     ap.add_argument("--plant-register-cap", type=int, default=0,
@@ -186,16 +209,24 @@ def main():
                 loads = mix.get("ld_shared", 0) + mix.get("ldmatrix", 0)
                 rows.append({"generation": gen, "kernel": kind, "dtype": dtype, "head_size": hs, **r,
                              "smem_per_block": smem, "blocks_per_sm": blocks, "blocks_limited_by": limit, **mix,
-                             "mma_per_shared_load": round(mix["mma"] / loads, 2) if loads else None})
+                             "mma_per_shared_load": round(mix["mma"] / loads, 2) if loads else None,
+                             # 128-byte shared-memory wavefronts per mma.m16n8k16 (one SM sub-partition
+                             # issues one mma per 2 cycles and its shared memory moves 128 bytes a cycle
+                             # per SM: about 1.0-1.5 reads per mma keep the tensor cores fed)
+                             "shared_reads_per_mma": round(mix["shared_bytes"] / 128 / mix["mma"], 2)
+                             if mix.get("mma") else None})
     print(f"FlashAttention-2 kernels, {a.arch}, {lay['threads']} threads a block (tools/kernel_report.py)\n")
     print("| kernels | kernel | dtype | head | registers | spills (st/ld bytes) | shared per block | blocks/SM (limit) "
-          "| main loop: mma : ld.shared (16-bit) : ldmatrix | mma per shared load |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| main loop: mma : ld.shared (16-bit) : ldmatrix | mma per shared load | shared bytes per mma "
+          "| 128-byte reads per mma |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for x in rows:
+        per_mma = x["shared_bytes"] / x["mma"] if x.get("mma") else None
         print(f"| {x['generation']} | {x['kernel']} | {x['dtype']} | {x['head_size']} | {x.get('registers')} | "
               f"{x.get('spill_stores')}/{x.get('spill_loads')} | {x['smem_per_block'] / 1024:.1f} KiB | "
               f"{x['blocks_per_sm']} ({x['blocks_limited_by']}) | {x.get('mma')} : {x.get('ld_shared')} "
-              f"({x.get('ld_shared_16bit')}) : {x.get('ldmatrix')} | {x['mma_per_shared_load']} |")
+              f"({x.get('ld_shared_16bit')}) : {x.get('ldmatrix')} | {x['mma_per_shared_load']} | "
+              f"{per_mma:.0f} | {x['shared_reads_per_mma']} |" if per_mma else "| ? |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"arch": a.arch, "kernels": rows}, f, indent=1)
@@ -213,7 +244,13 @@ def main():
         return 1
     short = [line for line, gain in gained if gain < a.min_gain]
     if a.min_gain and (short or len(gained) != 8):
-        print(f"FAIL: under {a.min_gain}x the first generation's mma per shared load: {short or 'kernels missing'}")
+        print(f"FAIL: shared bytes per mma not {a.min_gain}x fewer than the first generation's: "
+              f"{short or 'kernels missing'}")
+        return 1
+    heavy = [(x["kernel"], x["dtype"], x["head_size"], x["shared_reads_per_mma"]) for x in rows
+             if x["generation"] == "fa2" and (x["shared_reads_per_mma"] or 0) > a.max_reads_per_mma]
+    if a.max_reads_per_mma and heavy:
+        print(f"FAIL: more than {a.max_reads_per_mma} 128-byte shared reads per mma: {heavy}")
         return 1
     print("\nno kernel spills" if not spilling else f"\nspills: {len(spilling)} kernels")
     return 0

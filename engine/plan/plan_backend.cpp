@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "engine/backend/cuda/attention_fa2_layout.h"
+#include "engine/backend/cuda/embedding_sort.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -77,6 +78,9 @@ void PlanBackend::embedding_forward(void*, const int32_t*, const void*, const vo
   count(n, n * double(2 * es() + es()));
 }
 void PlanBackend::embedding_backward(float*, float*, const void*, const int32_t*, int B, int T, int C) {
+  // [run] deterministic on CUDA: the rows' sort keys in the backend's scratch (embedding.cu)
+  if (kind_ == DeviceKind::CUDA && deterministic())
+    scratch(size_t(cuda::embedding_sort_scratch_floats(int64_t(B) * T)) * sizeof(float));
   const double n = double(B) * T * C;
   count(n, n * double(es() + 2 * 4 + 2 * 4));
 }

@@ -40,8 +40,8 @@ MUTATIONS = {
                               OPS_ATTENTION, r"bf16 attention_forward .*FAIL"),
     # the causal mask skipped on tiles that cross the diagonal (tested against the warp's last row,
     # not its first)
-    "fa2_mask_off_diagonal": (FA2, "      const bool diagonal = k0 + kKeys - 1 > w0;  // some key after some row: the causal mask",
-                              "      const bool diagonal = k0 + kKeys - 1 > warp_last;",
+    "fa2_mask_off_diagonal": (FA2, "    if (k0 + kKeys - 1 > w0) {  // (warp-uniform) a tile on or past this warp's diagonal",
+                              "    if (k0 + kKeys - 1 > warp_last) {",
                               OPS_ATTENTION, r"bf16 attention_forward .*FAIL"),
     # no barrier between the dS^T tile's stores and the 5-unit backward's dQ reads of it: warps read
     # keys other warps have not written yet

@@ -4,9 +4,12 @@
 //   parity runs in fp32, bf16 and fp16 (the CPU backend emulating the same storage rounding)
 //   bench:  GPT-2 124M (12 layers, d_model 768, 12 heads, seq_len 1024, vocab 50304) training
 //           steps in bf16 with the largest micro-batch that fits; tokens/s, step ms, peak memory,
-//           MFU (bench-fp32: the same in fp32)
-//   attention: the attention kernels' TFLOP/s forward and backward, bf16 at head size 64 and 128,
-//           T 1024 and 4096 (8192 tokens), then fp32 at GPT-2's shape (B 8, T 1024, 12 x 64)
+//           MFU, and the step's phases (forward, backward, optimizer) timed with CUDA events
+//           (bench-fp32: the same in fp32; bench-deterministic: with [run] deterministic's kernels)
+//   attention: the attention kernels' TFLOP/s forward and backward (CUDA events over 20 calls), bf16
+//           at head size 64 and 128, T 1024 and 4096 (8192 tokens), then fp32 at GPT-2's shape (B 8,
+//           T 1024, 12 x 64); GPU_CHECK_ATTENTION_DUMP=DIR also writes each bf16 shape's inputs and
+//           results for tools/gpu_check/torch_attention.py
 //   zero3:  GPT-2 124M step time through ParamStore with ZeRO-0 and ZeRO-3 at world size 1: the
 //           stage-3 machinery's own overhead (gathers into temporary buffers, per-group grads)
 // Output: one JSON object per check on stdout.
@@ -164,14 +167,17 @@ GPT2Config bench_config() {
   return GPT2Config{12, 12, 768, 3072, 50257, 1024, 50304};  // GPT-2 124M; its vocabulary held padded
 }
 
-int bench(int steps, DType dt) {
+// deterministic: [run] deterministic's kernels (and no GEMM autotune); batch 0: the largest that fits
+int bench(int steps, DType dt, bool deterministic = false, int batch = 0) {
   const GPT2Config cfg = bench_config();
   const int T = cfg.seq_len;
-  const std::vector<int> batches = tiny() ? std::vector<int>{4} : std::vector<int>{64, 48, 32, 16, 8, 4, 2, 1};
+  std::vector<int> batches = tiny() ? std::vector<int>{4} : std::vector<int>{64, 48, 32, 16, 8, 4, 2, 1};
+  if (batch > 0) batches = {batch};
   for (int B : batches) {
     try {
       auto gpu = make_backend("cuda", 0);
       gpu->set_compute_dtype(dt);
+      gpu->set_deterministic(deterministic);
       GPT2 m(cfg, *gpu, B);
       SingleRank st(m, *gpu, 1);
       const auto in = tokens(size_t(B) * T, cfg.vocab_size, 1), tg = tokens(size_t(B) * T, cfg.vocab_size, 2);
@@ -191,11 +197,34 @@ int bench(int steps, DType dt) {
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
       const double n_params = double(m.num_params());
       const double flops_per_token = 6.0 * n_params + 6.0 * cfg.n_layer * T * cfg.d_model;
+      // the step's phases, CUDA events between them over 3 more steps: forward (a third of the
+      // FLOPs), backward (two thirds), the optimizer (gradient finish, AdamW, publishing)
+      double phase_ms[3] = {0, 0, 0};
+      for (int s = 0; s < 3; ++s) {
+        st.zero_grad();
+        const int p0 = gpu->timing_point();
+        m.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
+        const int p1 = gpu->timing_point();
+        m.backward();
+        const int p2 = gpu->timing_point();
+        st.adamw(6e-4f, 4 + steps + s);
+        const int p3 = gpu->timing_point();
+        gpu->synchronize();
+        phase_ms[0] += gpu->timing_ms(p0, p1) / 3, phase_ms[1] += gpu->timing_ms(p1, p2) / 3;
+        phase_ms[2] += gpu->timing_ms(p2, p3) / 3;
+      }
+      const double tokens = double(B) * T;
+      std::printf("{\"check\": \"bench_phases\", \"deterministic\": %s, \"forward_ms\": %.2f, \"backward_ms\": %.2f, "
+                  "\"optimizer_ms\": %.2f, \"forward_tflops\": %.1f, \"backward_tflops\": %.1f}\n",
+                  deterministic ? "true" : "false", phase_ms[0], phase_ms[1], phase_ms[2],
+                  flops_per_token / 3 * tokens / (phase_ms[0] / 1e3) / 1e12,
+                  flops_per_token * 2 / 3 * tokens / (phase_ms[1] / 1e3) / 1e12);
       const double tok_s = double(B) * T / sec;
       const MemoryStats ms = gpu->memory_stats();
       // the planner's prediction (ztrain plan's PlanBackend): the same model and step, run nowhere
       PlanBackend plan(DeviceKind::CUDA);
       plan.set_compute_dtype(dt);
+      plan.set_deterministic(deterministic);
       {
         GPT2 pm(cfg, plan, B);
         SingleRank sp(pm, plan, 1, 0, /*init=*/false);
@@ -223,12 +252,12 @@ int bench(int steps, DType dt) {
         }
         std::printf("]}\n");
       }
-      std::printf("{\"check\": \"%s\", \"precision\": \"%s\", \"micro_batch\": %d, \"seq_len\": %d, "
+      std::printf("{\"check\": \"%s\", \"precision\": \"%s\", \"deterministic\": %s, \"micro_batch\": %d, \"seq_len\": %d, "
                   "\"params\": %.0f, \"step_ms\": %.2f, \"tokens_per_s\": %.0f, \"peak_memory_gib\": %.2f, "
                   "\"reserved_gib\": %.2f, \"fragmentation\": %.3f, "
                   "\"model_tflops\": %.2f, \"mfu_vs_989_bf16\": %.4f, \"peak_bytes\": %zu, \"planned_peak_bytes\": %.0f, "
                   "\"plan_error\": %.4f}\n",
-                  tiny() ? "bench_gpt2_tiny" : "bench_gpt2_124m", dtype_name(dt), B, T, n_params, sec * 1e3, tok_s, ms.peak / 1073741824.0, ms.reserved / 1073741824.0,
+                  tiny() ? "bench_gpt2_tiny" : "bench_gpt2_124m", dtype_name(dt), deterministic ? "true" : "false", B, T, n_params, sec * 1e3, tok_s, ms.peak / 1073741824.0, ms.reserved / 1073741824.0,
                   ms.fragmentation(), flops_per_token * tok_s / 1e12, flops_per_token * tok_s / 989e12, ms.peak, planned,
                   planned / double(ms.peak) - 1.0);
       return 0;
@@ -255,16 +284,45 @@ void attention_shape(DType dt, int B, int T, int C, int NH) {
   std::vector<char> raw(nq * es);
   convert_host(raw.data(), dt, h.data(), DType::F32, int64_t(nq));
   gpu->copy_to_device(qkv, raw.data(), raw.size());
+  // CUDA events around `reps` back-to-back calls (the backend's timing points), after one warm-up
+  const int reps = tiny() ? 2 : 20;
   auto time = [&](auto fn) {
     fn();
     gpu->synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 5; ++i) fn();
+    const int a = gpu->timing_point();
+    for (int i = 0; i < reps; ++i) fn();
+    const int b = gpu->timing_point();
     gpu->synchronize();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 5;
+    return gpu->timing_ms(a, b) / 1e3 / reps;
   };
   const double fwd = time([&] { gpu->attention_forward(out, lse, qkv, B, T, C, NH, NH); });
   const double bwd = time([&] { gpu->attention_backward(dqkv, out, out, qkv, lse, B, T, C, NH, NH); });
+  // GPU_CHECK_ATTENTION_DUMP=DIR: this shape's inputs and results (one forward, one backward with
+  // dout = out into a zeroed dqkv) for tools/gpu_check/torch_attention.py to compare with PyTorch's
+  // attention: DIR/attention_B{B}_T{T}_hs{hs}.{json,bin}, the .bin holding qkv, out, dqkv
+  // (compute type) and lse (fp32) in that order
+  if (const char* dir = std::getenv("GPU_CHECK_ATTENTION_DUMP"); dir && *dir && dt != DType::F32) {
+    gpu->attention_forward(out, lse, qkv, B, T, C, NH, NH);
+    gpu->fill_zero(dqkv, nq * es);
+    gpu->attention_backward(dqkv, out, out, qkv, lse, B, T, C, NH, NH);
+    gpu->synchronize();
+    const std::string base = std::string(dir) + "/attention_B" + std::to_string(B) + "_T" + std::to_string(T) + "_hs" +
+                             std::to_string(C / NH);
+    std::vector<char> buf(nq * es);
+    if (FILE* f = std::fopen((base + ".bin").c_str(), "wb")) {
+      for (auto [p, bytes] : {std::pair{(const void*)qkv, nq * es}, {out, size_t(B) * T * C * es}, {dqkv, nq * es},
+                              {(const void*)lse, size_t(B) * NH * T * 4}}) {
+        gpu->copy_to_host(buf.data(), p, bytes);
+        std::fwrite(buf.data(), 1, bytes, f);
+      }
+      std::fclose(f);
+    }
+    if (FILE* f = std::fopen((base + ".json").c_str(), "w")) {
+      std::fprintf(f, "{\"B\": %d, \"T\": %d, \"C\": %d, \"heads\": %d, \"dtype\": \"%s\"}\n", B, T, C, NH,
+                   dtype_name(dt));
+      std::fclose(f);
+    }
+  }
   // causal: half of the 4 * B * NH * T^2 * hs forward FLOPs; backward is 2.5x forward
   const double f = 4.0 * B * NH * double(T) * T * (C / NH) / 2;
   std::printf("{\"check\": \"attention\", \"B\": %d, \"T\": %d, \"heads\": %d, \"head_size\": %d, \"precision\": \"%s\", "
@@ -343,6 +401,8 @@ int main(int argc, char** argv) {
     }
     if (what == "bench") return bench(argc > 2 ? std::atoi(argv[2]) : 30, DType::BF16);
     if (what == "bench-fp32") return bench(argc > 2 ? std::atoi(argv[2]) : 30, DType::F32);
+    if (what == "bench-deterministic")
+      return bench(argc > 2 ? std::atoi(argv[2]) : 30, DType::BF16, true, argc > 3 ? std::atoi(argv[3]) : 0);
     if (what == "attention") {
       const int failed = attention(DType::BF16);
       return failed | attention(DType::F32);
@@ -352,6 +412,7 @@ int main(int argc, char** argv) {
     std::printf("{\"check\": \"%s\", \"error\": \"%s\"}\n", what.c_str(), e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: gpt2_cuda_check parity|bench [steps]|attention|zero3 [steps]\n");
+  std::fprintf(stderr, "usage: gpt2_cuda_check parity|bench [steps]|bench-fp32 [steps]|bench-deterministic [steps [batch]]|"
+                       "attention|zero3 [steps]\n");
   return 2;
 }

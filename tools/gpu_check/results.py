@@ -141,6 +141,7 @@ def summary(path):
         if old and r.get("precision") == "bf16" and r.get("fwd_ms") and r.get("bwd_ms"):
             res["derived"][f"attention_hs{r['head_size']}_T{r['T']}_speedup_over_fa2_v1"] = {
                 "fwd": round(old["fwd_ms"] / r["fwd_ms"], 3), "bwd": round(old["bwd_ms"] / r["bwd_ms"], 3)}
+    derive_round4(res, bf16_ceiling)
     save(path, res)
     print(f"{'stage':<16} {'exit':>5} {'seconds':>8}  result")
     for n, s in res["stages"].items():
@@ -152,6 +153,79 @@ def summary(path):
     print(f"ztrain {d['ztrain_tokens_per_s']} tokens/s; PyTorch eager {torch_eager}, compiled {torch_compiled}; "
           f"ratio to the best {d['ztrain_vs_best_pytorch']}; MFU {d['mfu_vs_989_tflops']} (of 989 TFLOP/s), "
           f"{d['mfu_vs_measured_gemm_ceiling']} (of the measured GEMM ceiling)")
+
+
+def results(res, stage_name):
+    return res["stages"].get(stage_name, {}).get("result", [])
+
+
+def derive_round4(res, bf16_ceiling):
+    """the figures of the stages GPU readiness round 4 added: PyTorch's attention as the reference,
+    the GEMMs at the model's shapes, memory bandwidth, the step's phases, deterministic mode's cost,
+    compute-sanitizer"""
+    d = res["derived"]
+    # ztrain's attention against the fastest of PyTorch's fused backends on each shape
+    best = {}
+    for r in results(res, "sdpa"):
+        if "fwd_tflops" not in r:
+            continue
+        key = (r["head_size"], r["T"])
+        for phase in ("fwd", "bwd"):
+            if r[f"{phase}_tflops"] > best.get(key + (phase,), (0, None))[0]:
+                best[key + (phase,)] = (r[f"{phase}_tflops"], r["backend"])
+    for r in results(res, "attention"):
+        key = (r.get("head_size"), r.get("T"))
+        if r.get("precision") == "bf16" and key + ("fwd",) in best:
+            (bf, nf), (bb, nb) = best[key + ("fwd",)], best[key + ("bwd",)]
+            d[f"attention_hs{key[0]}_T{key[1]}_vs_best_pytorch"] = {
+                "fwd": round(r["fwd_tflops"] / bf, 3), "fwd_best": nf, "bwd": round(r["bwd_tflops"] / bb, 3),
+                "bwd_best": nb}
+    checks = [r for r in results(res, "sdpa") if r.get("check") == "attention_vs_reference"]
+    d["attention_matches_fp32_reference"] = all(r.get("ok") for r in checks) if checks else None
+    d["gemm_model_shapes_of_ceiling"] = {r["what"]: r["of_ceiling"] for r in results(res, "gemm")
+                                         if "of_ceiling" in r} or None
+    d["memory_gb_per_s"] = value(res, "gemm", "gb_per_s")
+    phases = next((r for r in results(res, "bench") if r.get("check") == "bench_phases"), None)
+    if phases:
+        d["phases"] = {k: phases[k] for k in ("forward_ms", "backward_ms", "optimizer_ms")}
+        for k in ("forward", "backward"):
+            d["phases"][f"{k}_mfu_vs_989_tflops"] = round(phases[f"{k}_tflops"] / 989, 4)
+            if bf16_ceiling:
+                d["phases"][f"{k}_vs_gemm_ceiling"] = round(phases[f"{k}_tflops"] / bf16_ceiling, 4)
+    det, base = value(res, "bench_deterministic", "step_ms"), value(res, "bench", "step_ms")
+    det_batch, base_batch = value(res, "bench_deterministic", "micro_batch"), value(res, "bench", "micro_batch")
+    d["deterministic_step_time_ratio"] = round(det / base, 3) if det and base and det_batch == base_batch else None
+    d["sanitizer_errors"] = {r["tool"]: r.get("errors") for name in ("sanitizer_memcheck", "sanitizer_racecheck")
+                             for r in results(res, name) if "tool" in r and "skip" not in r} or None
+
+
+def calibration(path, out):
+    """the measured efficiencies the planner reads (its time model: GEMMs by shape, attention,
+    memory-bound ops at the measured bandwidth, the measured step), each with where it came from"""
+    res = load(path)
+    if res.get("device") != "gpu" or res.get("dry_run"):
+        sys.exit("results.py calibration: only a GPU run's results calibrate (this one is "
+                 f"{'a dry run' if res.get('dry_run') else res.get('device')})")
+    d = res.get("derived", {})
+    square = {r["type"]: r["tflops"] for r in results(res, "gemm") if r.get("what", "square") == "square"}
+    cal = {
+        "source": "tools/gpu_check.sh",
+        "gpu": res["gpu"], "sm": res["sm"], "nvcc": res.get("nvcc"),
+        "peak_bf16_tflops_spec": 989,
+        "gemm_tflops": square,
+        "gemm_shapes": [{k: r[k] for k in ("m", "n", "k", "what", "tflops", "of_ceiling")}
+                        for r in results(res, "gemm") if "of_ceiling" in r],
+        "memory_gb_per_s": d.get("memory_gb_per_s"),
+        "attention": [{k: r[k] for k in ("B", "T", "heads", "head_size", "precision", "fwd_tflops", "bwd_tflops")}
+                      for r in results(res, "attention") if "fwd_tflops" in r],
+        "step": {"model": "gpt2-124m", "precision": "bf16",
+                 **{k: value(res, "bench", k) for k in ("micro_batch", "seq_len", "step_ms", "tokens_per_s",
+                                                         "model_tflops", "mfu_vs_989_bf16")},
+                 "phases": d.get("phases")},
+    }
+    with open(out, "w") as f:
+        json.dump(cal, f, indent=1)
+        f.write("\n")
 
 
 def main():
@@ -171,6 +245,8 @@ def main():
         print(v if v is not None else sys.argv[5])
     elif cmd == "summary":
         summary(path)
+    elif cmd == "calibration":
+        calibration(path, sys.argv[3])
     elif cmd == "all-ok":
         res = load(path)
         bad = [n for n, s in res["stages"].items() if not s.get("ok")]

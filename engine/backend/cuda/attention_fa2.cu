@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "engine/backend/cuda/attention_fa2_layout.h"
 #include "engine/backend/cuda/attention_fa2_tiles.cuh"
@@ -161,7 +162,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   // heavy blocks first: block 0 takes the last query tile, which reads every K/V tile
   const int q0 = int(gridDim.x - 1 - blockIdx.x) * kBlockRows, w0 = q0 + warp * kWarpRows;
   const int warp_last = w0 + kWarpRows - 1;
-  const float scale_log2 = scale * kLog2e;  // softmax in base 2: exp2f
+  const float scale_log2 = scale * kLog2e;  // softmax in base 2: exp2_ftz
 
   uint32_t qa[kM][HS / 16][4];  // this warp's Q rows as A fragments
 #pragma unroll
@@ -185,22 +186,25 @@ __global__ void __launch_bounds__(32 * kWarps)
     cp_async_wait<1>();  // all but the newest group: tile j is in
     __syncthreads();
     const int k0 = j * kKeys;
-    if (k0 <= warp_last) {  // (warp-uniform) keys all after this warp's rows add nothing
-      // S (16 M x 64) = Q K^T: 8 n-blocks of 8 keys
+    // One tile of keys: S (16 M x 64) = Q K^T in 8 n-blocks of 8 keys, the online softmax, O += P V.
+    // Compiled twice: the causal mask's compare and select only in the tiles that cross this warp's
+    // diagonal (some key after some row), at most 1 + kWarpRows / 64 of them per warp.
+    auto tile = [&](auto masked) {
+      constexpr bool diagonal = decltype(masked)::value;
       float s[kM][kKeys / 8][4] = {};
       a_times_tile_t<T, HS, kLd>(s, qa, Ks, lane);
-      const bool diagonal = k0 + kKeys - 1 > w0;  // some key after some row: the causal mask
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
-        const int r0 = w0 + 16 * m + g, r1 = r0 + 8;
+        [[maybe_unused]] const int r0 = w0 + 16 * m + g, r1 = r0 + 8;
         float mx0 = -INFINITY, mx1 = -INFINITY;  // scale, mask, row maxima (a row sits in the 4 lanes of a quad)
 #pragma unroll
         for (int nb = 0; nb < kKeys / 8; ++nb)
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            const int key = k0 + nb * 8 + 2 * q + (i % 2);
+            [[maybe_unused]] const int key = k0 + nb * 8 + 2 * q + (i % 2);
             float& v = s[m][nb][i];
-            v = !diagonal || key <= (i < 2 ? r0 : r1) ? v * scale_log2 : -INFINITY;
+            if constexpr (diagonal) v = key <= (i < 2 ? r0 : r1) ? v * scale_log2 : -INFINITY;
+            else v *= scale_log2;
             if (i < 2) mx0 = fmaxf(mx0, v);
             else mx1 = fmaxf(mx1, v);
           }
@@ -210,13 +214,13 @@ __global__ void __launch_bounds__(32 * kWarps)
         }
         // tile 0 holds key 0 <= every row, and every warp computes it: the maxima are finite from it on
         const float n0 = fmaxf(mx[m][0], mx0), n1 = fmaxf(mx[m][1], mx1);
-        const float c0 = exp2f(mx[m][0] - n0), c1 = exp2f(mx[m][1] - n1);  // 0 on the first tile (m = -inf)
+        const float c0 = exp2_ftz(mx[m][0] - n0), c1 = exp2_ftz(mx[m][1] - n1);  // 0 on the first tile (m = -inf)
         mx[m][0] = n0, mx[m][1] = n1;
         float sum0 = 0, sum1 = 0;
 #pragma unroll
         for (int nb = 0; nb < kKeys / 8; ++nb) {
-          s[m][nb][0] = exp2f(s[m][nb][0] - n0), s[m][nb][1] = exp2f(s[m][nb][1] - n0);
-          s[m][nb][2] = exp2f(s[m][nb][2] - n1), s[m][nb][3] = exp2f(s[m][nb][3] - n1);
+          s[m][nb][0] = exp2_ftz(s[m][nb][0] - n0), s[m][nb][1] = exp2_ftz(s[m][nb][1] - n0);
+          s[m][nb][2] = exp2_ftz(s[m][nb][2] - n1), s[m][nb][3] = exp2_ftz(s[m][nb][3] - n1);
           sum0 += s[m][nb][0] + s[m][nb][1], sum1 += s[m][nb][2] + s[m][nb][3];
         }
         l[m][0] = l[m][0] * c0 + sum0, l[m][1] = l[m][1] * c1 + sum1;
@@ -226,6 +230,11 @@ __global__ void __launch_bounds__(32 * kWarps)
       }
       // O += P V: P's accumulators of n-blocks 2 kk and 2 kk + 1 are the A fragment of key step kk
       c_times_tile<T, HS, kLd>(o, s, Vs, lane);
+    };
+    if (k0 + kKeys - 1 > w0) {  // (warp-uniform) a tile on or past this warp's diagonal
+      if (k0 <= warp_last) tile(std::true_type{});  // keys all after this warp's rows add nothing
+    } else {
+      tile(std::false_type{});
     }
     __syncthreads();  // every warp is done with this buffer before it is refilled
   }
@@ -284,8 +293,7 @@ __device__ __forceinline__ void dq_tile_accumulate(float* acc, const T* dst_tile
     float* row = acc + int64_t(t) * C + n0 + 2 * qd;
 #pragma unroll
     for (int dn = 0; dn < 8; ++dn) {
-      atomicAdd(row + dn * 8, c[dn][2 * half]);
-      atomicAdd(row + dn * 8 + 1, c[dn][2 * half + 1]);
+      atomic_add_f32x2(row + dn * 8, c[dn][2 * half], c[dn][2 * half + 1]);  // 8-byte aligned: 2 qd, C and acc even
     }
   }
 }
@@ -386,7 +394,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       for (int i2 = 0; i2 < 4; ++i2) {
         const int key = i2 < 2 ? kr0 : kr1;
         const float lv = i2 % 2 ? l2.y : l2.x, dv_ = i2 % 2 ? dq.y : dq.x;
-        const float p = !diagonal || key <= t0 + col + i2 % 2 ? exp2f(st[0][nb][i2] * scale_log2 - lv) : 0.0f;
+        const float p = !diagonal || key <= t0 + col + i2 % 2 ? exp2_ftz(st[0][nb][i2] * scale_log2 - lv) : 0.0f;
         st[0][nb][i2] = p;
         dpt[0][nb][i2] = p * (dpt[0][nb][i2] - dv_) * scale;
       }
@@ -466,6 +474,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int key = k0 + nb * 8 + 2 * qd + (i % 2), r = i < 2 ? row0 : row1;
+          // exp2f, not exp2_ftz: at head size 128 this kernel sits at 255 registers, and the ftz form's
+          // schedule spills 40 bytes there (tools/kernel_report.py)
           const float p = (!diagonal || key <= r) && r < T_ ? exp2f(s[0][nb][i] * scale_log2 - (i < 2 ? l0 : l1)) : 0.0f;
           dp[0][nb][i] = p * (dp[0][nb][i] - (i < 2 ? d0 : d1)) * scale;
         }

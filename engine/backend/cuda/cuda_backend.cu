@@ -17,6 +17,7 @@
 #include "engine/backend/cuda/allocator.cuh"
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/device.h"
+#include "engine/backend/cuda/embedding_sort.h"
 #include "engine/backend/cuda/matmul.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
@@ -220,7 +221,8 @@ class CudaBackend final : public Backend {
   void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp, int B, int T_,
                           int C) override {
     if (deterministic()) {
-      ZT_DISPATCH(dt(), T, cuda::embedding_backward_deterministic(dwte, dwpe, tp<T>(dout), inp, B, T_, C, stream_));
+      float* sc = scratch(cuda::embedding_sort_scratch_floats(int64_t(B) * T_));
+      ZT_DISPATCH(dt(), T, cuda::embedding_backward_deterministic(dwte, dwpe, tp<T>(dout), inp, B, T_, C, sc, stream_));
     } else {
       ZT_DISPATCH(dt(), T, cuda::embedding_backward(dwte, dwpe, tp<T>(dout), inp, B, T_, C, stream_));
     }

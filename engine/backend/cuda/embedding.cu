@@ -1,5 +1,6 @@
 // Token + position embedding, forward and backward (negative ids and a null wpe as in cpu/).
 #include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda/embedding_sort.h"
 #include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
@@ -39,27 +40,78 @@ __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const T* dou
     }
   }
 }
-// [run] deterministic: thread c owns channel c of every row and adds the positions in order, so
-// the sums are the same every run (B*T dependent steps per thread: slower, see docs/gpus.md, "Deterministic runs").
-template <typename T>
-__global__ void embedding_backward_ordered_kernel(float* dwte, float* dwpe, const T* dout, const int32_t* inp,
-                                                  int BT, int T_, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  for (int bt = 0; bt < BT; ++bt) {
-    const float d = to_float(dout[int64_t(bt) * C + c]);
-    const int tok = inp[bt];
-    if (tok >= 0) dwte[int64_t(tok) * C + c] += d;
-    if (dwpe) dwpe[int64_t(bt % T_) * C + c] += d;
+// [run] deterministic, without atomics and in the CPU backend's order (engine/backend/cpu/
+// embedding.cpp: every sum starts from the gradient's value and adds the rows in (b, t) order), so
+// the result is the same every run and bit for bit the CPU backend's. The rows are grouped by token
+// with a sort of (token, position) keys, then one block per token sums its rows in position order.
+// Keys: token in the high 32 bits, position in the low; rows with a negative id and the padding to
+// a power of two sort last as all-ones.
+constexpr uint64_t kNoKey = ~uint64_t(0);
+__global__ void __launch_bounds__(256) embedding_sort_keys_kernel(uint64_t* keys, const int32_t* inp, int BT, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  keys[i] = i < BT && inp[i] >= 0 ? uint64_t(uint32_t(inp[i])) << 32 | uint32_t(i) : kNoKey;
+}
+// One compare-exchange pass of the bitonic sort (sequences of k, partners j apart); the keys are
+// distinct but for the all-ones ones, so the order is total.
+__global__ void __launch_bounds__(256) bitonic_pass_kernel(uint64_t* keys, int n, int j, int k) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x, p = i ^ j;
+  if (i >= n || p <= i) return;
+  const uint64_t a = keys[i], b = keys[p];
+  if ((a > b) == ((i & k) == 0)) keys[i] = b, keys[p] = a;
+}
+// Block i: if sorted key i starts a token's run, that token's row of dwte plus its rows of dout in
+// position order, V channels per access
+template <int V, typename T>
+__global__ void __launch_bounds__(128)
+    embedding_token_sums_kernel(float* dwte, const T* dout, const uint64_t* keys, int n, int C) {
+  const int i = blockIdx.x;
+  const uint64_t key = keys[i];
+  const uint32_t tok = uint32_t(key >> 32);
+  if (key == kNoKey || (i > 0 && uint32_t(keys[i - 1] >> 32) == tok)) return;
+  float* row = dwte + int64_t(tok) * C;
+  for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
+    float acc[V], d[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[k] = row[c + k];
+    for (int r = i; r < n && keys[r] != kNoKey && uint32_t(keys[r] >> 32) == tok; ++r) {
+      load_floats<V>(d, dout + int64_t(uint32_t(keys[r])) * C + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] += d[k];
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) row[c + k] = acc[k];
   }
+}
+// dwpe (T, C): thread (t, c) adds dout[b, t, c] for b ascending
+template <typename T>
+__global__ void __launch_bounds__(256)
+    embedding_position_sums_kernel(float* dwpe, const T* dout, int B, int T_, int C) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= int64_t(T_) * C) return;
+  float acc = dwpe[i];
+  for (int b = 0; b < B; ++b) acc += to_float(dout[int64_t(b) * T_ * C + i]);
+  dwpe[i] = acc;
 }
 }  // namespace
 
 template <typename T>
 void embedding_backward_deterministic(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_,
-                                      int C, cudaStream_t s) {
-  if (B * T_ <= 0) return;
-  launch(embedding_backward_ordered_kernel<T>, (C + 127) / 128, 128, 0, s, dwte, dwpe, dout, inp, B * T_, T_, C);
+                                      int C, void* scratch, cudaStream_t s) {
+  const int BT = B * T_;
+  if (BT <= 0) return;
+  const int n = int(embedding_sort_keys(BT));
+  uint64_t* keys = static_cast<uint64_t*>(scratch);
+  launch(embedding_sort_keys_kernel, (n + 255) / 256, 256, 0, s, keys, inp, BT, n);
+  for (int k = 2; k <= n; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1) launch(bitonic_pass_kernel, (n + 255) / 256, 256, 0, s, keys, n, j, k);
+  with_vec<T>(C, {dout}, [&](auto v) {
+    launch(embedding_token_sums_kernel<decltype(v)::value, T>, n, 128, 0, s, dwte, dout, keys, n, C);
+  });
+  if (dwpe) {
+    const int64_t tc = int64_t(T_) * C;
+    launch(embedding_position_sums_kernel<T>, int((tc + 255) / 256), 256, 0, s, dwpe, dout, B, T_, C);
+  }
   ZT_CUDA_LAUNCH_CHECK();
 }
 
@@ -86,7 +138,7 @@ void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* 
   template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, cudaStream_t); \
   template void embedding_backward<T>(float*, float*, const T*, const int32_t*, int, int, int, cudaStream_t); \
   template void embedding_backward_deterministic<T>(float*, float*, const T*, const int32_t*, int, int, int,     \
-                                                    cudaStream_t);
+                                                    void*, cudaStream_t);
 ZT_INSTANTIATE(float)
 ZT_INSTANTIATE(__nv_bfloat16)
 ZT_INSTANTIATE(__half)

@@ -17,10 +17,12 @@ template <typename T>
 void embedding_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C, cudaStream_t s);
 template <typename T>
 void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_, int C, cudaStream_t s);
-// The same in a fixed order (no atomics): one thread per channel walks the positions in order.
+// The same in a fixed order, the CPU backend's (no atomics): the rows sorted by token, each
+// token's rows summed by one block. scratch: embedding_sort_scratch_floats(B T) floats
+// (embedding_sort.h).
 template <typename T>
 void embedding_backward_deterministic(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_,
-                                      int C, cudaStream_t s);
+                                      int C, void* scratch, cudaStream_t s);
 
 // Column sums over rows are split into this many row chunks, summed in chunk order at the end.
 constexpr int kColChunks = 32;

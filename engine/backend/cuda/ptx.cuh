@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -86,6 +87,36 @@ __device__ __forceinline__ void ldmatrix(uint32_t (&d)[N], const void* smem_row)
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(d[0]) : "r"(s));
   else
     asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(d[0]) : "r"(s));
+#endif
+}
+
+// 2^x by the SFU's approximation with subnormal inputs and results flushed to zero (PTX ISA
+// "ex2"): exp2f without fast-math compiles to the non-ftz form plus range fix-ups, which the
+// softmax never needs (its arguments are <= 0 and a result below 2^-126 adds nothing to a sum >= 1).
+// The emulated device computes exp2f and flushes the same way.
+__device__ __forceinline__ float exp2_ftz(float x) {
+#ifdef ZT_CUDA_EMULATED
+  const float y = exp2f(std::fpclassify(x) == FP_SUBNORMAL ? 0.0f : x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
+#elif defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
+
+// p[0] += a, p[1] += b atomically, p 8-byte aligned in global memory: on sm_90 one vector
+// reduction (PTX ISA "red", .v2.f32), half the atomic transactions of two scalar ones; before
+// sm_90 and on the emulated device, two scalar atomics (the pair is not one atomic there, nor
+// needs to be: each element is a separate sum).
+__device__ __forceinline__ void atomic_add_f32x2(float* p, float a, float b) {
+#if !defined(ZT_CUDA_EMULATED) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
 #endif
 }
 
