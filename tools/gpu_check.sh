@@ -140,7 +140,7 @@ CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || ec
 # The sources every binary is built from (for --reuse)
 sources() {
   awk '$1 == "base" || $1 == "cpu" || $1 == "model" || $1 == "cuda" { print $2 }' sources.list
-  echo tools/gpu_check/backend_select.cpp tools/gpu_check/gemm_probe.cu tests/cuda/test_backend_ops.cpp \
+  echo tools/gpu_check/backend_select.cpp engine/observe/throughput.cpp tools/gpu_check/gemm_probe.cu tests/cuda/test_backend_ops.cpp \
        tools/gpu_check/gpt2_cuda_check.cpp
   find engine models tools/gpu_check -name '*.h' -o -name '*.cuh'
   [ "${EMU:-0}" = 1 ] && find engine/backend/cuda_emu -type f
@@ -148,7 +148,7 @@ sources() {
 # The hash of everything the binaries are built from (sources, flags, architecture): written beside
 # them by a build, compared by --reuse (file times do not survive a copy to another machine).
 sources_list() {  # each source's hash, then the flags: what sources_hash hashes
-  sources | sort -u | xargs sha256sum
+  sources | LC_ALL=C sort -u | xargs sha256sum  # one order in every locale
   echo "$HOST_FLAGS sm_$arch emulated=${EMU:-0}"
 }
 sources_hash() { sources_list | sha256sum | cut -c1-64; }
@@ -187,7 +187,7 @@ build() {
   # The libraries that need only the CUDA toolkit, from the list CMake builds (sources.list), plus
   # the run-time backend choice without spdlog.
   for f in $(awk '$1 == "base" || $1 == "cpu" || $1 == "model" || $1 == "cuda" { print $2 }' sources.list) \
-           tools/gpu_check/backend_select.cpp; do
+           tools/gpu_check/backend_select.cpp engine/observe/throughput.cpp; do
     local o="$B/$(echo "$f" | tr / _).o"
     case "$f" in
       *.cu) nvcc "${NVFLAGS[@]}" -c "$f" -o "$o" & pids+=($!) ;;
@@ -219,7 +219,7 @@ build_emulated() {
   g++ "${CXXFLAGS[@]}" -shared engine/backend/cuda_emu/runtime.cpp engine/backend/cuda_emu/simt.cpp \
       engine/backend/cuda_emu/cublaslt.cpp -lboost_context -lpthread -ldl -o "$B/libztrain_cuda_emu_runtime.so" & pids+=($!)
   for f in $(awk '$1 == "base" || $1 == "cpu" || $1 == "model" || $1 == "cuda" { print $2 }' sources.list) \
-           tools/gpu_check/backend_select.cpp; do
+           tools/gpu_check/backend_select.cpp engine/observe/throughput.cpp; do
     local o="$B/$(echo "$f" | tr / _).o"
     case "$f" in
       *.cu) g++ "${CXXFLAGS[@]}" "${KFLAGS[@]}" -c "$f" -o "$o" & pids+=($!) ;;
@@ -240,7 +240,7 @@ build_emulated() {
 dry_build() {  # what the build would compile must exist; nothing is compiled
   local missing=0
   for f in $(awk '$1 == "base" || $1 == "cpu" || $1 == "model" || $1 == "cuda" { print $2 }' sources.list) \
-           tools/gpu_check/backend_select.cpp tools/gpu_check/gemm_probe.cu tests/cuda/test_backend_ops.cpp \
+           tools/gpu_check/backend_select.cpp engine/observe/throughput.cpp tools/gpu_check/gemm_probe.cu tests/cuda/test_backend_ops.cpp \
            tools/gpu_check/gpt2_cuda_check.cpp; do
     [ -f "$f" ] || { echo "missing: $f" >&2; missing=1; }
   done
@@ -258,7 +258,8 @@ sanitize() {
   env ZTRAIN_OPS_SECTIONS=attention ZTRAIN_OPS_DTYPES=bf16 "$cs" --tool "$tool" --error-exitcode 3 \
       "$B/test_backend_ops" > "$log" 2>&1
   code=$?
-  errors=$(grep -o 'ERROR SUMMARY: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
+  # memcheck ends "ERROR SUMMARY: N errors", racecheck "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)"
+  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+|RACECHECK SUMMARY: .*\(([0-9]+) errors' "$log" | tail -1 | grep -oE '[0-9]+' | tail -1)
   echo "{\"check\": \"sanitizer\", \"tool\": \"$tool\", \"exit\": $code, \"errors\": ${errors:-null}, \"ops\": \"$(grep -E '^[0-9]+ passed' "$log" | tail -1)\"}"
   grep -m 8 -E '^========= (Invalid|Error|Race|Warning|  )' "$log" >&2
   return $code
@@ -306,9 +307,11 @@ fi
 # checks them against the sources' hash) the build stage takes no time. bench_unfused and
 # bench_first_heuristic are gone: the bench's own log gives every GEMM's autotune choice and each
 # fused epilogue against its unfused kernels, measured on the real shapes.
-PLAN="build:150 ops:40 parity:30 bench:45 pytorch:45 attention:25 sdpa:40 gemm:20 sanitizer_memcheck:40"
-PLAN="$PLAN bench_deterministic:25 pytorch_compile:60 sanitizer_racecheck:45 zero3:20 attention_fa2_v1:20"
-PLAN="$PLAN bench_head_whole:25 ops_wmma:20 attention_wmma:15"
+# The limits: about 3x each stage's time on the H200 (bench/results/gpu_check-h200-20261204T181200Z.json,
+# binaries carried: 140 s for all of them), at least 10 s.
+PLAN="build:150 ops:20 parity:25 bench:20 pytorch:40 attention:10 sdpa:25 gemm:10 sanitizer_memcheck:15"
+PLAN="$PLAN bench_deterministic:15 pytorch_compile:75 sanitizer_racecheck:35 zero3:10 attention_fa2_v1:10"
+PLAN="$PLAN bench_head_whole:15 ops_wmma:10 attention_wmma:10"
 [ $DRY = 1 ] && PLAN="$PLAN hang_probe:2 crash_probe:10"  # the failure paths: a hang, a crash
 [ $EMU = 1 ] && PLAN="build:400 ops:300 ops_wmma:120 parity:300 attention:60 sdpa:60 attention_fa2_v1:60 bench:120 bench_deterministic:120 zero3:120"
 if [ $DRY = 1 ]; then  # the plan: when each stage starts at the latest (every one before it at its limit)

@@ -33,6 +33,7 @@
 #include "engine/backend/nvml.h"
 #include "engine/plan/plan_backend.h"
 #include "engine/model/registry.h"
+#include "engine/observe/throughput.h"
 #include "engine/optim/adamw.h"
 #include "models/gpt2.h"
 
@@ -196,9 +197,19 @@ int bench(int steps, DType dt, bool deterministic = false, int batch = 0) {
       gpu->synchronize();
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
       const double n_params = double(m.num_params());
-      const double flops_per_token = 6.0 * n_params + 6.0 * cfg.n_layer * T * cfg.d_model;
+      // ztrain's one FLOP count (engine/observe/throughput.h), the training log's: 6 x the matrix
+      // products' parameters (the model family's count) + 6 L C T for causal attention
+      RunSpec::Model ms_;
+      ms_.arch = "gpt2", ms_.n_layer = cfg.n_layer, ms_.n_head = cfg.n_head, ms_.n_kv_head = cfg.n_head;
+      ms_.d_model = cfg.d_model, ms_.d_ff = cfg.d_ff, ms_.vocab_size = cfg.vocab_size, ms_.seq_len = T;
+      const double matmul_params = model_family("gpt2").matmul_params(ms_);
+      const double flops_per_token = zt::flops_per_token(ms_, matmul_params);
+      // the forward with targets also runs the head's backward (dX and dW of the tied head, a chunk
+      // at a time: models/gpt2.cpp), 4 V C per token, which the backward phase then does not
+      const double head_backward_per_token = 4.0 * double(cfg.vocab_held()) * cfg.d_model;
       // the step's phases, CUDA events between them over 3 more steps: forward (a third of the
-      // FLOPs), backward (two thirds), the optimizer (gradient finish, AdamW, publishing)
+      // FLOPs, plus the head's backward), backward (the rest), the optimizer (gradient finish,
+      // AdamW, publishing)
       double phase_ms[3] = {0, 0, 0};
       for (int s = 0; s < 3; ++s) {
         st.zero_grad();
@@ -217,8 +228,8 @@ int bench(int steps, DType dt, bool deterministic = false, int batch = 0) {
       std::printf("{\"check\": \"bench_phases\", \"deterministic\": %s, \"forward_ms\": %.2f, \"backward_ms\": %.2f, "
                   "\"optimizer_ms\": %.2f, \"forward_tflops\": %.1f, \"backward_tflops\": %.1f}\n",
                   deterministic ? "true" : "false", phase_ms[0], phase_ms[1], phase_ms[2],
-                  flops_per_token / 3 * tokens / (phase_ms[0] / 1e3) / 1e12,
-                  flops_per_token * 2 / 3 * tokens / (phase_ms[1] / 1e3) / 1e12);
+                  (flops_per_token / 3 + head_backward_per_token) * tokens / (phase_ms[0] / 1e3) / 1e12,
+                  (flops_per_token * 2 / 3 - head_backward_per_token) * tokens / (phase_ms[1] / 1e3) / 1e12);
       const double tok_s = double(B) * T / sec;
       const MemoryStats ms = gpu->memory_stats();
       // the planner's prediction (ztrain plan's PlanBackend): the same model and step, run nowhere

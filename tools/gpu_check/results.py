@@ -207,7 +207,8 @@ def calibration(path, out):
         sys.exit("results.py calibration: only a GPU run's results calibrate (this one is "
                  f"{'a dry run' if res.get('dry_run') else res.get('device')})")
     d = res.get("derived", {})
-    square = {r["type"]: r["tflops"] for r in results(res, "gemm") if r.get("what", "square") == "square"}
+    square = {r["type"]: r["tflops"] for r in results(res, "gemm")
+              if r.get("check") == "gemm" and "tflops" in r and r.get("what", "square") == "square"}
     cal = {
         "source": "tools/gpu_check.sh",
         "gpu": res["gpu"], "sm": res["sm"], "nvcc": res.get("nvcc"),
@@ -221,7 +222,7 @@ def calibration(path, out):
         "step": {"model": "gpt2-124m", "precision": "bf16",
                  **{k: value(res, "bench", k) for k in ("micro_batch", "seq_len", "step_ms", "tokens_per_s",
                                                          "model_tflops", "mfu_vs_989_bf16")},
-                 "phases": d.get("phases")},
+                 "phases_ms": {k: v for k, v in (d.get("phases") or {}).items() if k.endswith("_ms")} or None},
     }
     with open(out, "w") as f:
         json.dump(cal, f, indent=1)

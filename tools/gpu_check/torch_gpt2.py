@@ -117,7 +117,10 @@ def main():
         loss = step()
     sync()
     sec = (time.perf_counter() - t0) / a.steps
-    flops_per_token = 6 * n_params + 6 * shape["n_layer"] * T * shape["d"]
+    # ztrain's one FLOP count (engine/observe/throughput.h): 6 x the matrix products' weights (the
+    # linear layers and the tied head, counted once) + 6 L C T for causal attention
+    matmul_params = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    flops_per_token = 6 * matmul_params + 6 * shape["n_layer"] * T * shape["d"]
     out = {"check": "pytorch_gpt2_124m" if not a.tiny else "pytorch_gpt2_tiny", "torch": torch.__version__,
            "device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu", "compiled": a.compile,
            "fused_adamw": fused, "sdpa": hasattr(F, "scaled_dot_product_attention"), "micro_batch": B,
