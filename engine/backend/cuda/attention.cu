@@ -70,7 +70,8 @@ __device__ inline float dot_rows(const float* a, const float* b, int hs) {
 }
 
 template <typename T, int KD>
-__global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
+__global__ void __launch_bounds__(32 * kWarps)
+    attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
   const Geo g(T_, C, NH, NKV, blockIdx.y);
   const int q0 = blockIdx.x * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   extern __shared__ float sm[];
@@ -130,7 +131,8 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T
 
 // D[b,h,t] = dout[t] . out[t] (= sum over keys of p * dp), one warp per row.
 template <typename T>
-__global__ void attention_rowdot_kernel(float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
+__global__ void __launch_bounds__(32 * kWarps)
+    attention_rowdot_kernel(float* D, const T* dout, const T* out, int B, int T_, int C, int NH) {
   const int NKV = NH;  // out and D do not involve the key/value heads
   const int64_t row = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -145,7 +147,8 @@ __global__ void attention_rowdot_kernel(float* D, const T* dout, const T* out, i
 
 // dK, dV for one tile of 32 keys: loops over the query tiles at or after it.
 template <typename T, int KD>
-__global__ void attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
+__global__ void __launch_bounds__(32 * kWarps, 1)
+    attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                                                const float* D, int T_, int C, int NH, int NKV, float scale) {
   // blockIdx.y = (b, key/value head); g is the group's first query head, gq each in turn
   const int group = NH / NKV;
@@ -220,7 +223,8 @@ __global__ void attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* 
 
 // dQ for one tile of 32 queries: loops over the key tiles up to the diagonal.
 template <typename T, int KD>
-__global__ void attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
+__global__ void __launch_bounds__(32 * kWarps)
+    attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
                                              int T_, int C, int NH, int NKV, float scale) {
   const Geo g(T_, C, NH, NKV, blockIdx.y);
   const int q0 = blockIdx.x * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -318,7 +322,8 @@ __device__ void load_tile_raw(T* tile, int ld, const T* src, int t0, const Geo& 
 }
 
 template <typename T>
-__global__ void attention_forward_tc_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
+__global__ void __launch_bounds__(32 * kTcWarps)
+    attention_forward_tc_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
   using namespace nvcuda;
   const Geo g(T_, C, NH, NKV, blockIdx.y);
   const TcLayout L(g.hs);
@@ -500,7 +505,8 @@ __device__ void tc_load_stats(float* Ls, float* Ds, const float* lse, const floa
 
 // dK, dV for 64 keys (16 per warp) over the query tiles at or after them.
 template <typename T>
-__global__ void attention_backward_dkdv_tc_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
+__global__ void __launch_bounds__(32 * kTcWarps, 1)
+    attention_backward_dkdv_tc_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                                                   const float* D, int T_, int C, int NH, int NKV, float scale) {
   // blockIdx.y = (b, key/value head); g is the group's first query head, gq each in turn
   const int group = NH / NKV;
@@ -553,7 +559,8 @@ __global__ void attention_backward_dkdv_tc_kernel(T* dqkv, const T* dout, const 
 
 // dQ for 64 queries (16 per warp) over the key tiles up to the diagonal.
 template <typename T>
-__global__ void attention_backward_dq_tc_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
+__global__ void __launch_bounds__(32 * kTcWarps)
+    attention_backward_dq_tc_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
                                                 int T_, int C, int NH, int NKV, float scale) {
   const Geo g(T_, C, NH, NKV, blockIdx.y);
   const TcBwdLayout L(g.hs);

@@ -300,7 +300,8 @@ __device__ __forceinline__ void dq_tile_accumulate(float* acc, const T* dst_tile
 
 // dqkv's Q columns (B, T, NH hs of each row) = the fp32 dQ accumulator (B, T, C), rounded to T
 template <typename T>
-__global__ void dq_from_accumulator_kernel(T* dqkv, const float* acc, int64_t rows, int C, int64_t row_ld) {
+__global__ void __launch_bounds__(256)
+    dq_from_accumulator_kernel(T* dqkv, const float* acc, int64_t rows, int C, int64_t row_ld) {
   const int64_t pairs = rows * (C / 2);
   for (int64_t p = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; p < pairs; p += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = p / (C / 2), c = (p % (C / 2)) * 2;

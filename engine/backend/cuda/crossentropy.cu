@@ -53,7 +53,8 @@ __device__ void write_grad(T* row, int n, int real, float lse, int target, float
   }
 }
 template <int V, typename T>
-__global__ void softmax_crossentropy_kernel(float* losses, T* logits, const int32_t* targets, int n, int real,
+__global__ void __launch_bounds__(kThreads)
+    softmax_crossentropy_kernel(float* losses, T* logits, const int32_t* targets, int n, int real,
                                             float grad_scale) {
   T* row = logits + int64_t(blockIdx.x) * n;
   const float lse = row_logsumexp<V>(row, n, real);
@@ -64,7 +65,7 @@ __global__ void softmax_crossentropy_kernel(float* losses, T* logits, const int3
   if (grad_scale != 0.0f) write_grad<V>(row, n, real, lse, tgt, grad_scale);
 }
 template <int V, typename T>
-__global__ void row_max_kernel(float* out, const T* logits, int n, int real) {
+__global__ void __launch_bounds__(kThreads) row_max_kernel(float* out, const T* logits, int n, int real) {
   const T* row = logits + int64_t(blockIdx.x) * n;
   float mx = -INFINITY;
   for (int i = threadIdx.x * V; i < n; i += blockDim.x * V) {
@@ -78,7 +79,8 @@ __global__ void row_max_kernel(float* out, const T* logits, int n, int real) {
   if (threadIdx.x == 0) out[blockIdx.x] = mx;
 }
 template <int V, typename T>
-__global__ void row_sumexp_kernel(float* out, const T* logits, const float* row_max, int n, int real) {
+__global__ void __launch_bounds__(kThreads)
+    row_sumexp_kernel(float* out, const T* logits, const float* row_max, int n, int real) {
   const T* row = logits + int64_t(blockIdx.x) * n;
   const float mx = row_max[blockIdx.x];
   float sum = 0;
@@ -93,14 +95,16 @@ __global__ void row_sumexp_kernel(float* out, const T* logits, const float* row_
   if (threadIdx.x == 0) out[blockIdx.x] = sum;
 }
 template <typename T>
-__global__ void pick_target_kernel(float* out, const T* logits, const int32_t* targets, int N, int V, int v0) {
+__global__ void __launch_bounds__(256)
+    pick_target_kernel(float* out, const T* logits, const int32_t* targets, int N, int V, int v0) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
   const int local = targets[n] - v0;
   out[n] = local >= 0 && local < V ? to_float(logits[int64_t(n) * V + local]) : 0.0f;
 }
 template <int V, typename T>
-__global__ void grad_from_lse_kernel(T* logits, const float* lse, const int32_t* targets, int n, int real, int v0,
+__global__ void __launch_bounds__(kThreads)
+    grad_from_lse_kernel(T* logits, const float* lse, const int32_t* targets, int n, int real, int v0,
                                      float grad_scale) {
   write_grad<V>(logits + int64_t(blockIdx.x) * n, n, real, lse[blockIdx.x], targets[blockIdx.x] - v0, grad_scale);
 }

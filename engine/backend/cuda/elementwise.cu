@@ -23,7 +23,7 @@ void launch_vec(int64_t n, std::initializer_list<const void*> ptrs, Launch run) 
 }
 
 template <int V, typename Dst, typename Src>
-__global__ void convert_kernel(Dst* dst, const Src* src, int64_t n) {
+__global__ void __launch_bounds__(kThreads) convert_kernel(Dst* dst, const Src* src, int64_t n) {
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n) return;
   float x[V];
@@ -31,7 +31,7 @@ __global__ void convert_kernel(Dst* dst, const Src* src, int64_t n) {
   store_floats<V>(dst + i, x);
 }
 template <int V>
-__global__ void add_kernel(float* out, const float* a, const float* b, int64_t n) {
+__global__ void __launch_bounds__(kThreads) add_kernel(float* out, const float* a, const float* b, int64_t n) {
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n) return;
   float x[V], y[V];
@@ -42,7 +42,7 @@ __global__ void add_kernel(float* out, const float* a, const float* b, int64_t n
   store_floats<V>(out + i, x);
 }
 template <int V>
-__global__ void scale_kernel(float* x, float f, int64_t n) {
+__global__ void __launch_bounds__(kThreads) scale_kernel(float* x, float f, int64_t n) {
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n) return;
   float v[V];
@@ -52,14 +52,14 @@ __global__ void scale_kernel(float* x, float f, int64_t n) {
   store_floats<V>(x + i, v);
 }
 template <typename T>
-__global__ void add_bias_kernel(T* out, const T* bias, int64_t n, int OC) {
+__global__ void __launch_bounds__(kThreads) add_bias_kernel(T* out, const T* bias, int64_t n, int OC) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % OC]));
 }
 // Column sums of dout (N,OC): block (x: 32 columns, y: row chunk), 32 warps striding the chunk's
 // rows; partials (kColChunks, OC) then summed in chunk order.
 template <typename T>
-__global__ void column_partial_kernel(float* partial, const T* dout, int N, int OC) {
+__global__ void __launch_bounds__(1024) column_partial_kernel(float* partial, const T* dout, int N, int OC) {
   const int col = blockIdx.x * 32 + threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int rows = (N + kColChunks - 1) / kColChunks, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
   __shared__ float part[32][33];
@@ -74,7 +74,7 @@ __global__ void column_partial_kernel(float* partial, const T* dout, int N, int 
     partial[int64_t(blockIdx.y) * OC + col] = total;
   }
 }
-__global__ void column_finish_kernel(float* out, const float* partial, int OC) {
+__global__ void __launch_bounds__(kThreads) column_finish_kernel(float* out, const float* partial, int OC) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= OC) return;
   float total = 0;
@@ -85,7 +85,7 @@ __device__ __forceinline__ float gelu(float x) {
   return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
 }
 template <int V, typename T>
-__global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
+__global__ void __launch_bounds__(kThreads) gelu_forward_kernel(T* out, const T* inp, int64_t n) {
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n) return;
   float x[V];
@@ -95,7 +95,7 @@ __global__ void gelu_forward_kernel(T* out, const T* inp, int64_t n) {
   store_floats<V>(out + i, x);
 }
 template <int V, typename T>
-__global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
+__global__ void __launch_bounds__(kThreads) gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t n) {
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n) return;
   float x[V], d[V];  // read before dinp is written: dinp may be dout (in place)
@@ -112,7 +112,8 @@ __global__ void gelu_backward_kernel(T* dinp, const T* inp, const T* dout, int64
 }
 // Grid-stride partial sums, one per block (the grid is fixed: kSumBlocks), then one block sums
 // the partials: the same order on every run.
-__global__ void sum_partial_kernel(double* partial, const float* x, int64_t n, bool square) {
+__global__ void __launch_bounds__(kThreads)
+    sum_partial_kernel(double* partial, const float* x, int64_t n, bool square) {
   double acc = 0;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     acc += square ? double(x[i]) * double(x[i]) : double(x[i]);
@@ -120,14 +121,16 @@ __global__ void sum_partial_kernel(double* partial, const float* x, int64_t n, b
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 // *out += scale * sum(partial)
-__global__ void sum_partials_kernel(double* out, const double* partial, int n, double scale) {
+__global__ void __launch_bounds__(kThreads)
+    sum_partials_kernel(double* out, const double* partial, int n, double scale) {
   double acc = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) acc += partial[i];
   acc = block_sum(acc);
   if (threadIdx.x == 0) *out += scale * acc;
 }
 template <int V, typename T>
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, T* pc, int64_t n, float lr, float beta1,
+__global__ void __launch_bounds__(kThreads)
+    adamw_kernel(float* p, const float* g, float* m, float* v, T* pc, int64_t n, float lr, float beta1,
                              float beta2, float eps, float wd, float step_size, float bc2_sqrt) {
   const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
   if (i >= n) return;

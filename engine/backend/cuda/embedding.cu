@@ -9,7 +9,8 @@ namespace zt::cuda {
 namespace {
 // One block per token row, V channels per access (128 bits where the rows allow).
 template <int V, typename T>
-__global__ void embedding_forward_kernel(T* out, const int32_t* inp, const T* wte, const T* wpe, int T_, int C) {
+__global__ void __launch_bounds__(256)
+    embedding_forward_kernel(T* out, const int32_t* inp, const T* wte, const T* wpe, int T_, int C) {
   const int bt = blockIdx.x, t = bt % T_;
   const int tok = inp[bt];
   for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
@@ -27,7 +28,8 @@ __global__ void embedding_forward_kernel(T* out, const int32_t* inp, const T* wt
 // is not fixed; the gradient buffers are fp32, so only the last bits vary between runs).
 // dout is read V channels per access; the atomics stay scalar.
 template <int V, typename T>
-__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int T_, int C) {
+__global__ void __launch_bounds__(256)
+    embedding_backward_kernel(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int T_, int C) {
   const int bt = blockIdx.x, t = bt % T_;
   const int tok = inp[bt];
   for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {

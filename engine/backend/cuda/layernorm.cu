@@ -14,7 +14,8 @@ constexpr int kWarps = 8;  // rows per block
 // moves V elements per access (V = kVec<T>: 128 bits, where the row allows). The row is read from
 // global memory three times; the second and third reads hit L1/L2.
 template <int V, typename T>
-__global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, T* res, const T* a,
+__global__ void __launch_bounds__(32 * kWarps)
+    layernorm_forward_kernel(T* out, float* mean, float* rstd, const T* inp, T* res, const T* a,
                                          const T* b_, const T* w, const T* b, int N, int C, float eps) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -48,7 +49,8 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, const
 
 // dinp += the LayerNorm's input gradient (dinp is the residual stream's gradient: two writers)
 template <int V, typename T>
-__global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* mean,
+__global__ void __launch_bounds__(32 * kWarps)
+    layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* mean,
                                                const float* rstd, int N, int C) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -90,7 +92,8 @@ __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* 
 // Partial column sums of norm * dout (dw) and dout (db) over a chunk of rows: block (x: 32
 // columns, y: row chunk); partial layout (2, kColChunks, C).
 template <typename T>
-__global__ void layernorm_param_partial_kernel(float* partial, const T* dout, const T* inp, const float* mean,
+__global__ void __launch_bounds__(1024)
+    layernorm_param_partial_kernel(float* partial, const T* dout, const T* inp, const float* mean,
                                                const float* rstd, int N, int C) {
   const int col = blockIdx.x * 32 + threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int rows = (N + kColChunks - 1) / kColChunks, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
@@ -117,7 +120,8 @@ __global__ void layernorm_param_partial_kernel(float* partial, const T* dout, co
   }
 }
 
-__global__ void layernorm_param_finish_kernel(float* dw, float* db, const float* partial, int C) {
+__global__ void __launch_bounds__(256)
+    layernorm_param_finish_kernel(float* dw, float* db, const float* partial, int C) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= C) return;
   float tw = 0, tb = 0;

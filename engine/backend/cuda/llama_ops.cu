@@ -16,7 +16,8 @@ constexpr int kThreads = 256;
 // res = a + b (rounded to T) when a is not null, then out = rmsnorm(res or inp); V elements per
 // access (128 bits where the row allows), as in layernorm.cu.
 template <int V, typename T>
-__global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, T* res, const T* a, const T* b,
+__global__ void __launch_bounds__(32 * kWarps)
+    rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, T* res, const T* a, const T* b,
                                        const T* w, int N, int C, float eps) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -38,7 +39,8 @@ __global__ void rmsnorm_forward_kernel(T* out, float* rstd, const T* inp, T* res
 
 // dinp += s (w dout) - x s^3 mean(w dout x)  (dinp: the residual stream's gradient, two writers)
 template <int V, typename T>
-__global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* rstd,
+__global__ void __launch_bounds__(32 * kWarps)
+    rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* w, const float* rstd,
                                              int N, int C) {
   const int row = blockIdx.x * kWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -72,7 +74,8 @@ __global__ void rmsnorm_backward_dinp_kernel(T* dinp, const T* dout, const T* in
 // Partial column sums of x * rstd * dout over a chunk of rows: block (x: 32 columns, y: row
 // chunk); partial layout (kColChunks, C).
 template <typename T>
-__global__ void rmsnorm_weight_partial_kernel(float* partial, const T* dout, const T* inp, const float* rstd, int N,
+__global__ void __launch_bounds__(1024)
+    rmsnorm_weight_partial_kernel(float* partial, const T* dout, const T* inp, const float* rstd, int N,
                                               int C) {
   const int col = blockIdx.x * 32 + threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int rows = (N + kColChunks - 1) / kColChunks, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
@@ -92,7 +95,7 @@ __global__ void rmsnorm_weight_partial_kernel(float* partial, const T* dout, con
   }
 }
 
-__global__ void rmsnorm_weight_finish_kernel(float* dw, const float* partial, int C) {
+__global__ void __launch_bounds__(256) rmsnorm_weight_finish_kernel(float* dw, const float* partial, int C) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= C) return;
   float t = 0;
@@ -103,7 +106,8 @@ __global__ void rmsnorm_weight_finish_kernel(float* dw, const float* partial, in
 // One thread per (b, t, head, i < hs/2): rotates the pair (i, i + hs/2). The frequency in fp32
 // as Hugging Face computes it; sincosf at full precision (no fast-math intrinsics).
 template <typename T>
-__global__ void rope_kernel(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse) {
+__global__ void __launch_bounds__(kThreads)
+    rope_kernel(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse) {
   const int half = hs / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(B) * T_ * n_heads * half) return;
@@ -122,7 +126,7 @@ __global__ void rope_kernel(T* x, int B, int T_, int n_heads, int hs, int64_t st
 }
 
 template <typename T>
-__global__ void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int F) {
+__global__ void __launch_bounds__(kThreads) swiglu_forward_kernel(T* out, const T* inp, int64_t N, int F) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= N * F) return;
   const int64_t n = idx / F, i = idx % F;
@@ -131,7 +135,8 @@ __global__ void swiglu_forward_kernel(T* out, const T* inp, int64_t N, int F) {
 }
 
 template <typename T>
-__global__ void swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t N, int F) {
+__global__ void __launch_bounds__(kThreads)
+    swiglu_backward_kernel(T* dinp, const T* inp, const T* dout, int64_t N, int F) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= N * F) return;
   const int64_t n = idx / F, i = idx % F, gi = n * 2 * F + i, ui = gi + F;
