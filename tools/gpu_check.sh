@@ -248,6 +248,11 @@ dry_build() {  # what the build would compile must exist; nothing is compiled
   return $missing
 }
 dry() { echo "{\"check\": \"$1\", \"dry_run\": true}"; }  # a stand-in for a GPU program
+# the attention timing, each bf16 shape's inputs and results dumped afresh into $DUMP (only when the
+# stage runs: a skipped one leaves an earlier run's dump for --stages sdpa)
+attention_dumped() {
+  rm -rf "$DUMP" && mkdir -p "$DUMP" && GPU_CHECK_ATTENTION_DUMP="$DUMP" "$B/gpt2_cuda_check" attention
+}
 # compute-sanitizer's TOOL (memcheck: out-of-bounds and misaligned accesses; racecheck: shared-memory
 # hazards) over the attention ops in bf16, when the toolkit has it; its first reports to stderr
 sanitize() {
@@ -264,9 +269,9 @@ sanitize() {
   grep -m 8 -E '^========= (Invalid|Error|Race|Warning|  )' "$log" >&2
   return $code
 }
-export -f build build_emulated dry_build dry sanitize sources sources_list sources_hash current
+export -f build build_emulated dry_build dry sanitize attention_dumped sources sources_list sources_hash current
 DUMP=$B/attention_dump  # the attention stage writes, the sdpa stage reads
-export B arch CUDA_HOME EMU REUSE
+export B arch CUDA_HOME EMU REUSE DUMP
 export HOST_FLAGS
 
 # the build passed: no stage runs on binaries of an earlier build
@@ -347,8 +352,7 @@ run() {
       ops) stage ops "$limit" env ZTRAIN_OPS_DTYPES=bf16 "$B/test_backend_ops" ;;
       ops_wmma) stage ops_wmma "$limit" env ZTRAIN_ATTENTION=wmma ZTRAIN_OPS_SECTIONS=attention ZTRAIN_OPS_DTYPES=bf16 "$B/test_backend_ops" ;;
       parity) stage parity "$limit" "$B/gpt2_cuda_check" parity ;;
-      attention) rm -rf "$DUMP" && mkdir -p "$DUMP" &&
-                 stage attention "$limit" env GPU_CHECK_ATTENTION_DUMP="$DUMP" "$B/gpt2_cuda_check" attention ;;
+      attention) stage attention "$limit" attention_dumped ;;
       # the kernels' results against the fp32 reference (PyTorch on the CPU: no fused attention to time)
       sdpa) stage sdpa "$limit" $PYTHON tools/gpu_check/torch_attention.py --device cpu --dump "$DUMP" ;;
       attention_fa2_v1) stage attention_fa2_v1 "$limit" env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention ;;
@@ -367,8 +371,7 @@ run() {
     parity) stage parity "$limit" "$B/gpt2_cuda_check" parity ;;
     gemm) stage gemm "$limit" "$B/gemm_probe" ;;
     # each bf16 shape's inputs and results dumped for the sdpa stage's comparison
-    attention) rm -rf "$DUMP" && mkdir -p "$DUMP" &&
-               stage attention "$limit" env GPU_CHECK_ATTENTION_DUMP="$DUMP" "$B/gpt2_cuda_check" attention ;;
+    attention) stage attention "$limit" attention_dumped ;;
     # PyTorch's fused attention (flash, cuDNN, memory-efficient) on the same shapes: the speed
     # reference, and ztrain's results against an fp32 reference beside PyTorch's own error
     sdpa) stage sdpa "$limit" $PYTHON tools/gpu_check/torch_attention.py --dump "$DUMP" ;;

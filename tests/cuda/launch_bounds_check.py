@@ -62,7 +62,9 @@ def check(src_dir):
         if not fn.endswith(".cu"):
             continue
         path = os.path.join(src_dir, fn)
-        text = re.sub(r"//[^\n]*", "", open(path).read())  # comments may name kernels
+        text = re.sub(r"/\*.*?\*/", "", re.sub(r"//[^\n]*", "", open(path).read()), flags=re.S)  # comments name kernels
+        for m in re.finditer(r"<<<", text):  # every launch goes through launch(): it is what this check reads
+            problems.append(f"{fn}:{text[:m.start()].count(chr(10)) + 1}: a <<< >>> launch (use launch())")
         kernels = {}
         for m in KERNEL.finditer(text):
             if m.group("bound") is None:
@@ -73,6 +75,8 @@ def check(src_dir):
         for m in re.finditer(r"\blaunch\(", text):
             args = split_args(text, m.end() - 1)
             if len(args) < 3:
+                line = text[:m.start()].count("\n") + 1
+                problems.append(f"{fn}:{line}: a launch( this check cannot read (fewer than 3 arguments found)")
                 continue
             name = re.match(r"\s*&?(\w+)", args[0]).group(1)
             block = norm(args[2])

@@ -173,6 +173,8 @@ int main() {
   for (auto [B, T, Ch, V] : {std::tuple{1, 1, 8, 7}, {2, 7, 33, 127}, {3, 33, 64, 1025}, {4, 300, 12, 50}}) {
     std::vector<int32_t> ids(size_t(B) * T);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 11) % V);
+    if (V == 50)  // the long case: a token of a third of the rows (a space, padding) and skipped (-1) rows
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % 3 == 0 ? 7 : i % 11 == 0 ? -1 : ids[i];
     IntPair inp(C, G, ids);
     Pair wte(C, G, randn(size_t(V) * Ch, 1), dt), wpe(C, G, randn(size_t(T) * Ch, 2), dt),
         out(C, G, randn(size_t(B) * T * Ch, 3), dt);

@@ -206,7 +206,7 @@ int bench(int steps, DType dt, bool deterministic = false, int batch = 0) {
       const double flops_per_token = zt::flops_per_token(ms_, matmul_params);
       // the forward with targets also runs the head's backward (dX and dW of the tied head, a chunk
       // at a time: models/gpt2.cpp), 4 V C per token, which the backward phase then does not
-      const double head_backward_per_token = 4.0 * double(cfg.vocab_held()) * cfg.d_model;
+      const double head_backward_per_token = 4.0 * double(cfg.vocab_size) * cfg.d_model;  // as the family counts
       // the step's phases, CUDA events between them over 3 more steps: forward (a third of the
       // FLOPs, plus the head's backward), backward (the rest), the optimizer (gradient finish,
       // AdamW, publishing)

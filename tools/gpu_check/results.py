@@ -106,7 +106,7 @@ def summary(path):
     torch_compiled = value(res, "pytorch_compile", "tokens_per_s")
     best = max([t for t in (torch_eager, torch_compiled) if t], default=None)
     bf16_ceiling = next((r["tflops"] for r in res["stages"].get("gemm", {}).get("result", [])
-                         if r.get("type") == "bf16"), None)
+                         if r.get("type") == "bf16" and r.get("what", "square") == "square" and "tflops" in r), None)
     model_tflops = value(res, "bench", "model_tflops")
     res["derived"] = {
         "ztrain_tokens_per_s": ztrain,

@@ -1,4 +1,7 @@
 // Token + position embedding, forward and backward (negative ids and a null wpe as in cpu/).
+#include <stdexcept>
+#include <string>
+
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/embedding_sort.h"
 #include "engine/backend/cuda/launch.cuh"
@@ -63,7 +66,9 @@ __global__ void __launch_bounds__(256) bitonic_pass_kernel(uint64_t* keys, int n
   if ((a > b) == ((i & k) == 0)) keys[i] = b, keys[p] = a;
 }
 // Block i: if sorted key i starts a token's run, that token's row of dwte plus its rows of dout in
-// position order, V channels per access
+// position order, V channels per access. A frequent token (a space, an end-of-text, padding) has
+// thousands of rows: the run's end is found once by binary search, and the rows are read 4 at a
+// time with independent loads, then added in order.
 template <int V, typename T>
 __global__ void __launch_bounds__(128)
     embedding_token_sums_kernel(float* dwte, const T* dout, const uint64_t* keys, int n, int C) {
@@ -71,12 +76,32 @@ __global__ void __launch_bounds__(128)
   const uint64_t key = keys[i];
   const uint32_t tok = uint32_t(key >> 32);
   if (key == kNoKey || (i > 0 && uint32_t(keys[i - 1] >> 32) == tok)) return;
+  // the run ends at the first key of a later token (the all-ones keys sort after every token)
+  const uint64_t next = (uint64_t(tok) + 1) << 32;
+  int lo = i + 1, hi = n;
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (keys[mid] < next) lo = mid + 1;
+    else hi = mid;
+  }
+  const int end = lo;
   float* row = dwte + int64_t(tok) * C;
   for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
-    float acc[V], d[V];
+    float acc[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) acc[k] = row[c + k];
-    for (int r = i; r < n && keys[r] != kNoKey && uint32_t(keys[r] >> 32) == tok; ++r) {
+    int r = i;
+    for (; r + 4 <= end; r += 4) {
+      float d[4][V];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) load_floats<V>(d[u], dout + int64_t(uint32_t(keys[r + u])) * C + c);
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] += d[u][k];
+    }
+    for (; r < end; ++r) {
+      float d[V];
       load_floats<V>(d, dout + int64_t(uint32_t(keys[r])) * C + c);
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[k] += d[k];
@@ -100,11 +125,13 @@ __global__ void __launch_bounds__(256)
 template <typename T>
 void embedding_backward_deterministic(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_,
                                       int C, void* scratch, cudaStream_t s) {
-  const int BT = B * T_;
+  const int64_t BT = int64_t(B) * T_;
   if (BT <= 0) return;
+  if (BT > (int64_t(1) << 30))  // the keys' count, padded to a power of two, must fit an int
+    throw std::runtime_error("deterministic embedding backward: " + std::to_string(BT) + " token rows, more than 2^30");
   const int n = int(embedding_sort_keys(BT));
   uint64_t* keys = static_cast<uint64_t*>(scratch);
-  launch(embedding_sort_keys_kernel, (n + 255) / 256, 256, 0, s, keys, inp, BT, n);
+  launch(embedding_sort_keys_kernel, (n + 255) / 256, 256, 0, s, keys, inp, int(BT), n);
   for (int k = 2; k <= n; k <<= 1)
     for (int j = k >> 1; j > 0; j >>= 1) launch(bitonic_pass_kernel, (n + 255) / 256, 256, 0, s, keys, n, j, k);
   with_vec<T>(C, {dout}, [&](auto v) {
