@@ -31,6 +31,7 @@
 #   zero3      ZeRO-3 against ZeRO-0 at world size 1 (the stage-3 machinery's own cost)
 #   attention_fa2_v1  the first FlashAttention-2 generation, timed for the speed-up
 #   bench_head_whole  the bench with the head and loss in one chunk: what the chunked head gains
+#   bench_text the bench and the deterministic bench on Zipf-distributed ids, as text has them
 #   ops_wmma, attention_wmma  the WMMA attention kernels (the fallback) against the CPU, and timed
 # At the end, $OUT/calibration.json: the measured efficiencies for the planner's time model.
 # After every stage, $OUT/gpu_check.json (all results so far) and $OUT/gpu_check.log (every
@@ -316,9 +317,9 @@ fi
 # binaries carried: 140 s for all of them), at least 10 s.
 PLAN="build:150 ops:20 parity:25 bench:20 pytorch:40 attention:10 sdpa:25 gemm:10 sanitizer_memcheck:15"
 PLAN="$PLAN bench_deterministic:15 pytorch_compile:75 sanitizer_racecheck:35 zero3:10 attention_fa2_v1:10"
-PLAN="$PLAN bench_head_whole:15 ops_wmma:10 attention_wmma:10"
+PLAN="$PLAN bench_head_whole:15 bench_text:25 ops_wmma:10 attention_wmma:10"
 [ $DRY = 1 ] && PLAN="$PLAN hang_probe:2 crash_probe:10"  # the failure paths: a hang, a crash
-[ $EMU = 1 ] && PLAN="build:400 ops:300 ops_wmma:120 parity:300 attention:60 sdpa:60 attention_fa2_v1:60 bench:120 bench_deterministic:120 zero3:120"
+[ $EMU = 1 ] && PLAN="build:400 ops:300 ops_wmma:120 parity:300 attention:60 sdpa:60 attention_fa2_v1:60 bench:120 bench_deterministic:120 bench_text:120 zero3:120"
 if [ $DRY = 1 ]; then  # the plan: when each stage starts at the latest (every one before it at its limit)
   at=0
   carried=0
@@ -358,6 +359,8 @@ run() {
       attention_fa2_v1) stage attention_fa2_v1 "$limit" env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention ;;
       bench) stage bench "$limit" "$B/gpt2_cuda_check" bench "$STEPS" ;;
       bench_deterministic) stage bench_deterministic "$limit" "$B/gpt2_cuda_check" bench-deterministic "$STEPS" ;;
+      bench_text) stage bench_text "$limit" bash -c 'GPU_CHECK_TOKENS=text "$0" bench "$1" && GPU_CHECK_TOKENS=text "$0" bench-deterministic "$1"' \
+                    "$B/gpt2_cuda_check" "$STEPS" ;;
       zero3) stage zero3 "$limit" "$B/gpt2_cuda_check" zero3 "$STEPS" ;;
     esac
     return
@@ -379,6 +382,9 @@ run() {
     sanitizer_racecheck) stage sanitizer_racecheck "$limit" sanitize racecheck ;;
     bench_deterministic) stage bench_deterministic "$limit" "$B/gpt2_cuda_check" bench-deterministic "$((STEPS / 4 + 1))" \
                            "$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)" ;;
+    # both embedding backwards on text-like ids (Zipf: frequent rows collide), atomics then the sort
+    bench_text) stage bench_text "$limit" bash -c 'GPU_CHECK_TOKENS=text "$0" bench "$1" && GPU_CHECK_TOKENS=text "$0" bench-deterministic "$1" "$2"' \
+                  "$B/gpt2_cuda_check" "$((STEPS / 4 + 1))" "$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)" ;;
     attention_fa2_v1) stage attention_fa2_v1 "$limit" env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention ;;
     attention_wmma) stage attention_wmma "$limit" env ZTRAIN_ATTENTION=wmma "$B/gpt2_cuda_check" attention ;;
     bench) stage bench "$limit" "$B/gpt2_cuda_check" bench "$STEPS" ;;

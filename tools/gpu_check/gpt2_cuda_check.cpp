@@ -74,6 +74,18 @@ std::vector<int32_t> tokens(size_t n, int vocab, unsigned seed) {
   for (auto& x : v) x = int32_t(g() % unsigned(vocab));
   return v;
 }
+// Ids as text has them, for the bench's embedding backward (whose rows collide on frequent
+// tokens): Zipf's law with exponent 1 over the vocabulary, the commonest id taking about 1/ln(V)
+// of the rows (9% at 50257; English text's commonest GPT-2 tokens take 3-5% each)
+std::vector<int32_t> text_like_tokens(size_t n, int vocab, unsigned seed) {
+  std::vector<double> w(static_cast<size_t>(vocab));
+  for (int i = 0; i < vocab; ++i) w[size_t(i)] = 1.0 / (i + 1);
+  std::discrete_distribution<int32_t> zipf(w.begin(), w.end());
+  std::mt19937 g(seed);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = zipf(g);
+  return v;
+}
 
 double rel(const float* a, const float* b, size_t n) {
   double num = 0, den = 0;
@@ -181,7 +193,10 @@ int bench(int steps, DType dt, bool deterministic = false, int batch = 0) {
       gpu->set_deterministic(deterministic);
       GPT2 m(cfg, *gpu, B);
       SingleRank st(m, *gpu, 1);
-      const auto in = tokens(size_t(B) * T, cfg.vocab_size, 1), tg = tokens(size_t(B) * T, cfg.vocab_size, 2);
+      // GPU_CHECK_TOKENS=text: Zipf-distributed ids (text_like_tokens) instead of uniform ones
+      const bool text = std::getenv("GPU_CHECK_TOKENS") && std::string(std::getenv("GPU_CHECK_TOKENS")) == "text";
+      const auto in = text ? text_like_tokens(size_t(B) * T, cfg.vocab_size, 1) : tokens(size_t(B) * T, cfg.vocab_size, 1),
+                 tg = tokens(size_t(B) * T, cfg.vocab_size, 2);
       auto one = [&](int t) {
         st.zero_grad();
         m.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
@@ -263,12 +278,14 @@ int bench(int steps, DType dt, bool deterministic = false, int batch = 0) {
         }
         std::printf("]}\n");
       }
-      std::printf("{\"check\": \"%s\", \"precision\": \"%s\", \"deterministic\": %s, \"micro_batch\": %d, \"seq_len\": %d, "
+      std::printf("{\"check\": \"%s\", \"precision\": \"%s\", \"deterministic\": %s, \"tokens\": \"%s\", "
+                  "\"micro_batch\": %d, \"seq_len\": %d, "
                   "\"params\": %.0f, \"step_ms\": %.2f, \"tokens_per_s\": %.0f, \"peak_memory_gib\": %.2f, "
                   "\"reserved_gib\": %.2f, \"fragmentation\": %.3f, "
                   "\"model_tflops\": %.2f, \"mfu_vs_989_bf16\": %.4f, \"peak_bytes\": %zu, \"planned_peak_bytes\": %.0f, "
                   "\"plan_error\": %.4f}\n",
-                  tiny() ? "bench_gpt2_tiny" : "bench_gpt2_124m", dtype_name(dt), deterministic ? "true" : "false", B, T, n_params, sec * 1e3, tok_s, ms.peak / 1073741824.0, ms.reserved / 1073741824.0,
+                  tiny() ? "bench_gpt2_tiny" : "bench_gpt2_124m", dtype_name(dt), deterministic ? "true" : "false",
+                  text ? "text" : "uniform", B, T, n_params, sec * 1e3, tok_s, ms.peak / 1073741824.0, ms.reserved / 1073741824.0,
                   ms.fragmentation(), flops_per_token * tok_s / 1e12, flops_per_token * tok_s / 989e12, ms.peak, planned,
                   planned / double(ms.peak) - 1.0);
       return 0;

@@ -195,6 +195,12 @@ def derive_round4(res, bf16_ceiling):
     det, base = value(res, "bench_deterministic", "step_ms"), value(res, "bench", "step_ms")
     det_batch, base_batch = value(res, "bench_deterministic", "micro_batch"), value(res, "bench", "micro_batch")
     d["deterministic_step_time_ratio"] = round(det / base, 3) if det and base and det_batch == base_batch else None
+    # on text-like ids: the non-deterministic bench (atomics) first, then the deterministic one (the sort)
+    text = [r for r in results(res, "bench_text") if r.get("check", "").startswith("bench_gpt2")]
+    if len(text) == 2 and text[0].get("step_ms") and text[1].get("step_ms"):
+        d["text_tokens"] = {"tokens_per_s": text[0].get("tokens_per_s"),
+                            "deterministic_tokens_per_s": text[1].get("tokens_per_s"),
+                            "deterministic_step_time_ratio": round(text[1]["step_ms"] / text[0]["step_ms"], 3)}
     d["sanitizer_errors"] = {r["tool"]: r.get("errors") for name in ("sanitizer_memcheck", "sanitizer_racecheck")
                              for r in results(res, name) if "tool" in r and "skip" not in r} or None
 
