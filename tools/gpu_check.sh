@@ -254,6 +254,10 @@ dry() { echo "{\"check\": \"$1\", \"dry_run\": true}"; }  # a stand-in for a GPU
 attention_dumped() {
   rm -rf "$DUMP" && mkdir -p "$DUMP" && GPU_CHECK_ATTENTION_DUMP="$DUMP" "$B/gpt2_cuda_check" attention
 }
+# text_benches STEPS [BATCH]: the bench, then the deterministic bench, on text-like (Zipf) ids
+text_benches() {
+  GPU_CHECK_TOKENS=text "$B/gpt2_cuda_check" bench "$1" && GPU_CHECK_TOKENS=text "$B/gpt2_cuda_check" bench-deterministic "$@"
+}
 # compute-sanitizer's TOOL (memcheck: out-of-bounds and misaligned accesses; racecheck: shared-memory
 # hazards) over the attention ops in bf16, when the toolkit has it; its first reports to stderr
 sanitize() {
@@ -270,7 +274,7 @@ sanitize() {
   grep -m 8 -E '^========= (Invalid|Error|Race|Warning|  )' "$log" >&2
   return $code
 }
-export -f build build_emulated dry_build dry sanitize attention_dumped sources sources_list sources_hash current
+export -f build build_emulated dry_build dry sanitize attention_dumped text_benches sources sources_list sources_hash current
 DUMP=$B/attention_dump  # the attention stage writes, the sdpa stage reads
 export B arch CUDA_HOME EMU REUSE DUMP
 export HOST_FLAGS
@@ -359,8 +363,7 @@ run() {
       attention_fa2_v1) stage attention_fa2_v1 "$limit" env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention ;;
       bench) stage bench "$limit" "$B/gpt2_cuda_check" bench "$STEPS" ;;
       bench_deterministic) stage bench_deterministic "$limit" "$B/gpt2_cuda_check" bench-deterministic "$STEPS" ;;
-      bench_text) stage bench_text "$limit" bash -c 'GPU_CHECK_TOKENS=text "$0" bench "$1" && GPU_CHECK_TOKENS=text "$0" bench-deterministic "$1"' \
-                    "$B/gpt2_cuda_check" "$STEPS" ;;
+      bench_text) stage bench_text "$limit" text_benches "$STEPS" ;;
       zero3) stage zero3 "$limit" "$B/gpt2_cuda_check" zero3 "$STEPS" ;;
     esac
     return
@@ -383,8 +386,8 @@ run() {
     bench_deterministic) stage bench_deterministic "$limit" "$B/gpt2_cuda_check" bench-deterministic "$((STEPS / 4 + 1))" \
                            "$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)" ;;
     # both embedding backwards on text-like ids (Zipf: frequent rows collide), atomics then the sort
-    bench_text) stage bench_text "$limit" bash -c 'GPU_CHECK_TOKENS=text "$0" bench "$1" && GPU_CHECK_TOKENS=text "$0" bench-deterministic "$1" "$2"' \
-                  "$B/gpt2_cuda_check" "$((STEPS / 4 + 1))" "$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)" ;;
+    bench_text) stage bench_text "$limit" text_benches "$((STEPS / 4 + 1))" \
+                  "$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)" ;;
     attention_fa2_v1) stage attention_fa2_v1 "$limit" env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention ;;
     attention_wmma) stage attention_wmma "$limit" env ZTRAIN_ATTENTION=wmma "$B/gpt2_cuda_check" attention ;;
     bench) stage bench "$limit" "$B/gpt2_cuda_check" bench "$STEPS" ;;

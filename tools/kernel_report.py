@@ -71,27 +71,34 @@ def kernel_key(mangled):
     return kind, dtype, int(m.group(3))
 
 
-def ptxas_report(ptx, arch, work, flags):
-    p = subprocess.run(["ptxas", f"-arch={arch}", "-v", *flags, ptx, "-o", os.path.join(work, "k.cubin")],
-                       capture_output=True, text=True, check=True)
+def parse_ptxas_verbose(report):
+    """ptxas -v's report (its stderr) -> {mangled kernel: registers, spill_stores, spill_loads,
+    static_smem}; also read by tests/cuda/ptxas_resources.py for every kernel of the backend"""
     out, current = {}, None
-    for line in p.stderr.splitlines():
+    for line in report.splitlines():
         m = re.search(r"Compiling entry function '(\S+)'", line)
         if m:
-            current = kernel_key(m.group(1))
+            current = m.group(1)
+            out[current] = {"registers": 0, "spill_stores": 0, "spill_loads": 0, "static_smem": 0}
             continue
         if current is None:
             continue
         m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
         if m:
-            out.setdefault(current, {}).update(spill_stores=int(m.group(1)), spill_loads=int(m.group(2)))
+            out[current].update(spill_stores=int(m.group(1)), spill_loads=int(m.group(2)))
         m = re.search(r"Used (\d+) registers", line)
         if m:
-            out.setdefault(current, {})["registers"] = int(m.group(1))
+            out[current]["registers"] = int(m.group(1))
         m = re.search(r"(\d+) bytes smem", line)
         if m:
-            out.setdefault(current, {})["static_smem"] = int(m.group(1))
+            out[current]["static_smem"] = int(m.group(1))
     return out
+
+
+def ptxas_report(ptx, arch, work, flags):
+    p = subprocess.run(["ptxas", f"-arch={arch}", "-v", *flags, ptx, "-o", os.path.join(work, "k.cubin")],
+                       capture_output=True, text=True, check=True)
+    return {kernel_key(name): r for name, r in parse_ptxas_verbose(p.stderr).items() if kernel_key(name)}
 
 
 def shared_bytes(line):

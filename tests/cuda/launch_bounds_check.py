@@ -16,7 +16,10 @@ import os
 import re
 import sys
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(HERE, ".."))
+import testlib  # noqa: E402
 
 KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\((?P<bound>[^()]*(?:\([^()]*\)[^()]*)*)\)\s+)?(?P<name>\w+)\s*\(")
 
@@ -101,13 +104,8 @@ def check(src_dir):
 def main():
     src_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "engine", "backend", "cuda")
     problems, launches = check(src_dir)
-    for p in problems:
-        print("FAIL:", p)
-    if problems:
-        return 1
-    print(f"PASS: every kernel in {os.path.relpath(src_dir, ROOT)} has __launch_bounds__; {launches} launches pass "
-          f"exactly their kernel's bound")
-    return 0
+    return testlib.report(problems, f"every kernel in {os.path.relpath(src_dir, ROOT)} has __launch_bounds__; "
+                                    f"{launches} launches pass exactly their kernel's bound")
 
 
 if __name__ == "__main__":

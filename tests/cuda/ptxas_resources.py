@@ -18,7 +18,12 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+import testlib  # noqa: E402
+from kernel_report import parse_ptxas_verbose  # noqa: E402  the same reading of ptxas's report
 CUDA_DIR = os.path.join(ROOT, "engine", "backend", "cuda")
 # Spills known and accepted: (file, a regular expression on the demangled kernel, the most spill
 # store bytes, the most spill load bytes), each with why.
@@ -36,28 +41,6 @@ def compile_one(nvcc, arch, src, work):
     if p.returncode != 0:
         raise RuntimeError(f"{src}: nvcc failed:\n{p.stderr[-2000:]}")
     return p.stderr
-
-
-def parse(report):
-    kernels, cur = {}, None
-    for line in report.splitlines():
-        m = re.search(r"Compiling entry function '(\S+)'", line)
-        if m:
-            cur = m.group(1)
-            kernels[cur] = {"registers": 0, "spill_stores": 0, "spill_loads": 0, "smem": 0}
-            continue
-        if cur is None:
-            continue
-        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m:
-            kernels[cur].update(spill_stores=int(m.group(1)), spill_loads=int(m.group(2)))
-        m = re.search(r"Used (\d+) registers", line)
-        if m:
-            kernels[cur]["registers"] = int(m.group(1))
-        m = re.search(r"(\d+) bytes smem", line)
-        if m:
-            kernels[cur]["smem"] = int(m.group(1))
-    return kernels
 
 
 def demangle(names):
@@ -83,7 +66,7 @@ def main():
             concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(2, os.cpu_count() or 1))) as pool:
         reports = dict(zip(sources, pool.map(lambda s: compile_one(nvcc, a.arch, s, work), sources)))
     for src, report in reports.items():
-        kernels = parse(report)
+        kernels = parse_ptxas_verbose(report)
         names = demangle(list(kernels))
         for mangled, r in kernels.items():
             name, fn = names[mangled], os.path.basename(src)
@@ -94,8 +77,8 @@ def main():
                 if not known or r["spill_stores"] > known[2] or r["spill_loads"] > known[3]:
                     failures.append(f"{fn}: {name[:160]} spills {r['spill_stores']}/{r['spill_loads']} bytes "
                                     f"(stores/loads) at {r['registers']} registers")
-            if r["smem"] > 48 * 1024:
-                failures.append(f"{fn}: {name[:160]} has {r['smem']} bytes of static shared memory (> 48 KiB)")
+            if r["static_smem"] > 48 * 1024:
+                failures.append(f"{fn}: {name[:160]} has {r['static_smem']} bytes of static shared memory (> 48 KiB)")
     by_file = {}
     for fn, _, r in rows:
         f = by_file.setdefault(fn, [0, 0, 0])
@@ -105,12 +88,8 @@ def main():
     print(f"ptxas ({a.arch}): {len(rows)} kernels in {len(reports)} files")
     for fn, (n, regs, spilling) in sorted(by_file.items()):
         print(f"  {fn:<24} {n:>4} kernels, at most {regs} registers, {spilling} spilling")
-    for f in failures:
-        print("FAIL:", f)
-    if failures:
-        return 1
-    print(f"PASS: no kernel spills but the {len(KNOWN_SPILLS)} named, none past 48 KiB of static shared memory")
-    return 0
+    return testlib.report(failures, f"no kernel spills but the {len(KNOWN_SPILLS)} named, none past 48 KiB of "
+                                    "static shared memory")
 
 
 if __name__ == "__main__":

@@ -79,8 +79,12 @@ def stage(path, name, code, ms, limit, out, err):
     save(path, res)
 
 
+def results(res, stage_name):
+    return res["stages"].get(stage_name, {}).get("result", [])
+
+
 def value(res, stage_name, key):
-    for r in res["stages"].get(stage_name, {}).get("result", []):
+    for r in results(res, stage_name):
         if key in r:
             return r[key]
     return None
@@ -105,7 +109,7 @@ def summary(path):
     ztrain, torch_eager = value(res, "bench", "tokens_per_s"), value(res, "pytorch", "tokens_per_s")
     torch_compiled = value(res, "pytorch_compile", "tokens_per_s")
     best = max([t for t in (torch_eager, torch_compiled) if t], default=None)
-    bf16_ceiling = next((r["tflops"] for r in res["stages"].get("gemm", {}).get("result", [])
+    bf16_ceiling = next((r["tflops"] for r in results(res, "gemm")
                          if r.get("type") == "bf16" and r.get("what", "square") == "square" and "tflops" in r), None)
     model_tflops = value(res, "bench", "model_tflops")
     res["derived"] = {
@@ -128,15 +132,15 @@ def summary(path):
     # backward >= 0.4): the default FlashAttention-2 kernels, their first generation and the WMMA
     # ones; and the default's speed-up over the first generation in the same run
     for name in ("attention", "attention_fa2_v1", "attention_wmma"):
-        for r in res["stages"].get(name, {}).get("result", []):
+        for r in results(res, name):
             if r.get("precision") != "bf16" or "fwd_tflops" not in r or not bf16_ceiling:
                 continue
             key = f"{name}_hs{r['head_size']}_T{r['T']}_vs_gemm_ceiling"
             res["derived"][key] = {"fwd": round(r["fwd_tflops"] / bf16_ceiling, 3),
                                    "bwd": round(r["bwd_tflops"] / bf16_ceiling, 3)}
     old_by_shape = {(r.get("head_size"), r.get("T"), r.get("precision")): r
-                    for r in res["stages"].get("attention_fa2_v1", {}).get("result", []) if "fwd_ms" in r}
-    for r in res["stages"].get("attention", {}).get("result", []):
+                    for r in results(res, "attention_fa2_v1") if "fwd_ms" in r}
+    for r in results(res, "attention"):
         old = old_by_shape.get((r.get("head_size"), r.get("T"), r.get("precision")))
         if old and r.get("precision") == "bf16" and r.get("fwd_ms") and r.get("bwd_ms"):
             res["derived"][f"attention_hs{r['head_size']}_T{r['T']}_speedup_over_fa2_v1"] = {
@@ -153,10 +157,6 @@ def summary(path):
     print(f"ztrain {d['ztrain_tokens_per_s']} tokens/s; PyTorch eager {torch_eager}, compiled {torch_compiled}; "
           f"ratio to the best {d['ztrain_vs_best_pytorch']}; MFU {d['mfu_vs_989_tflops']} (of 989 TFLOP/s), "
           f"{d['mfu_vs_measured_gemm_ceiling']} (of the measured GEMM ceiling)")
-
-
-def results(res, stage_name):
-    return res["stages"].get(stage_name, {}).get("result", [])
 
 
 def derive_round4(res, bf16_ceiling):
