@@ -19,8 +19,9 @@ struct StepResult {
          other_ms = 0;
   double loss_scale = 1;    // fp16 loss scale this step used
   bool skipped = false;     // the update was not applied: fp16 overflow, or skip_reason
-  std::string skip_reason;  // a non-finite loss or norm, a loss spike (engine/train/skip_policy.h)
+  std::string skip_reason;  // a non-finite loss or norm, a loss spike (engine/job/skip_policy.h)
   int64_t skipped_total = 0;
+  bool early_update = false;  // the host AdamW ran while backward went on (offload, no clipping)
 };
 
 }  // namespace zt

@@ -84,13 +84,10 @@ class ParamStore final : public ParamProvider {
   // Bytes of model states per tier, for the memory line: [tag] for Params, Grads, OptimStates.
   using TierBytes = StateTier::Bytes;
   TierBytes tier_bytes() const { return tier_->bytes(); }
-  // Milliseconds this rank's host has been blocked in offload transfers and I/O so far (gradients
-  // to the host, parameters to the device, NVMe reads and writes waited for): the step
-  // breakdown's "offload", taken out of the phase it happened in, like exposed communication.
-  double offload_waited_ms() const { return clock_.waited_ms(); }
-  // Called after each such wait with what it was, when it began and how long (the timeline trace).
-  using WaitObserver = OffloadClock::Observer;
-  void set_offload_observer(WaitObserver f) { clock_.set_observer(std::move(f)); }
+  // The clock of this rank's host's blocked time in offload transfers and I/O (gradients to the
+  // host, parameters to the device, NVMe reads and writes waited for): the step breakdown's
+  // "offload", taken out of the phase it happened in, like exposed communication.
+  OffloadClock& offload_clock() { return clock_; }
   // The NVMe file (null without the nvme tier), for its start-up warning.
   const NvmeFile* nvme() const { return tier_->nvme_file(); }
 

@@ -1,4 +1,4 @@
-// plan_layout (see layout_plan.h): the trainer's construction and step, on a PlanBackend.
+// plan_layout (see layout_plan.h): the job and its step, as the trainer builds and runs them, on a PlanBackend.
 #include "engine/plan/layout_plan.h"
 
 #include <algorithm>
@@ -8,9 +8,8 @@
 #include "engine/comm/topology.h"
 #include "engine/core/status.h"
 #include "engine/model/registry.h"
-#include "engine/optim/adamw.h"
-#include "engine/optim/optimizer_step.h"
-#include "engine/parallel/param_store.h"
+#include "engine/job/job.h"
+#include "engine/job/step.h"
 #include "engine/observe/throughput.h"
 
 namespace zt {
@@ -54,8 +53,7 @@ DeviceSpec device_spec(const std::string& name) {
   user_error("--gpu {}: not one of h100, h200, a100, l4", name);
 }
 
-LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const DeviceSpec* device) {
-  RunSpec spec = spec_in;
+LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const DeviceSpec* device) {
   const auto& p = spec.parallel;
   LayoutPlan plan;
   plan.world = world;
@@ -65,51 +63,32 @@ LayoutPlan plan_layout(const RunSpec& spec_in, int world, DeviceKind kind, const
   if (world < 1 || world % plan.tensor != 0)
     user_error("[parallel] tensor = {} does not divide the world size {}", plan.tensor, world);
   plan.data = world / plan.tensor;
-  const int64_t B = spec.train.micro_batch, T = spec.model.seq_len;
-  if (spec.train.global_batch % (B * plan.data) != 0)
-    user_error("[train] global_batch = {} is not a multiple of micro_batch * data-parallel degree = {} * {}",
-               spec.train.global_batch, B, plan.data);
-  plan.compute = compute_dtype_of(spec.precision.compute, kind);
-
-  PlanBackend be(kind);
-  be.set_compute_dtype(plan.compute);
-  be.set_deterministic(spec.run.deterministic);  // the CUDA attention backward's scratch depends on it
-  // the plan's backend answers as the one planned for: a model it cannot run is bad input here too
-  if (const std::string op = unsupported_op(be, spec.model, plan.compute); !op.empty())
-    user_error("the {} backend cannot run this model in {}: {}", kind == DeviceKind::CUDA ? "CUDA" : "CPU",
-               dtype_name(plan.compute), op);
   Topology topo;
   topo.world_size = world, topo.tp = plan.tensor, topo.dp = plan.data;
+  (void)micro_batches_per_step(spec, topo);  // before anything is built
+  PlanBackend be(kind);
   topo.world = group(world, "world", be);
   topo.tp_group = group(plan.tensor, "tp", be);
   topo.dp_group = group(plan.data, "dp", be);
-  auto model = make_model(spec.model, be, int(B), topo.tp_group.get(), recompute_of(spec.train.recompute));
   ZeroPlacement placement(spec);
   placement.count_only = true;  // tiers in the books, no files
-  ParamStore store(*model, be, topo, placement);  // not initialized: values do not matter here
-  model->set_provider(&store);
-  AdamW optimizer(spec.optim, store.optimizer_backend());
+  Job job(spec, topo, be, placement);  // not initialized: values do not matter here
+  plan.compute = be.compute_dtype();
   std::unique_ptr<CheckpointWriter> ckpt;  // its pinned host buffers (async saves)
-  if (!spec.checkpoint.dir.empty()) ckpt = std::make_unique<CheckpointWriter>(spec.checkpoint, store, *model, topo, be, 0, nullptr);
+  if (!spec.checkpoint.dir.empty())
+    ckpt = std::make_unique<CheckpointWriter>(spec.checkpoint, *job.store, *job.model, topo, be, 0, nullptr);
 
-  // one step, as Trainer::step does it
-  const int64_t local_batch = spec.train.global_batch / plan.data, accum = local_batch / B;
-  std::vector<int32_t> ids(size_t(B * T));
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i % size_t(spec.model.vocab_size));
+  // one step, the trainer's (engine/job/step.h), on token ids that cover the vocabulary
+  const int64_t T = spec.model.seq_len;
   be.reset_work();
-  store.zero_grad();
-  for (int64_t micro = 0; micro < accum; ++micro) {
-    store.set_last_micro_batch(micro == accum - 1);
-    model->forward_deferred(ids.data(), ids.data(), int(B), int(T), 1.0f);
-    model->backward();
-  }
-  store.finish_backward();
-  (void)model->take_losses();
-  optimizer.clip_grad_norm(store.spans(), store.norm_group(), spec.optim.grad_clip, 1.0);
-  adamw_step(store, optimizer, spec.optim.lr, 1);
-  store.publish_params();
+  StepHook no_hooks;
+  const StepResult r = train_step(job, 0, [&](int64_t, int32_t* in, int32_t* tgt) {
+    for (size_t i = 0; i < job.inputs.size(); ++i) in[i] = tgt[i] = int32_t(i % size_t(spec.model.vocab_size));
+  }, no_hooks);
+  ZT_CHECK(!r.skipped, "the plan's step skipped its update ({}): the optimizer's memory would be missing",
+           r.skip_reason);
   {
-    const ParamStore::TierBytes t = store.tier_bytes();
+    const ParamStore::TierBytes t = job.store->tier_bytes();
     plan.nvme_bytes = t.nvme[0] + t.nvme[1] + t.nvme[2];
   }
   plan.memory = be.memory_stats();

@@ -21,6 +21,7 @@
 #include "engine/comm/topology.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status.h"
+#include "engine/config/data_options.h"
 #include "engine/train/trainer.h"
 
 namespace zt {

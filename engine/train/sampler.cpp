@@ -3,8 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
 
 #include "engine/core/rng.h"
+#include "data/tokenizer/tokenizer.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -39,6 +44,26 @@ std::vector<uint32_t> generate(Model& model, Backend& backend, std::vector<uint3
     tokens.push_back(next);
   }
   return tokens;
+}
+
+void print_sample(Model& model, Backend& backend, const data::TokenizerInfo& info, const RunSpec::Train& t,
+                  uint64_t seed, bool root) {
+  std::optional<data::Tokenizer> tok;
+  if (info.kind == "byte") tok = data::Tokenizer::byte_level();
+  else if (!info.vocab_file.empty() && std::filesystem::exists(info.vocab_file))
+    tok = data::Tokenizer::from_tiktoken(info.vocab_file);
+  const auto out = generate(model, backend, {info.eot}, int(t.sample_tokens), t.sample_temperature, info.n_vocab, seed);
+  if (!root) return;
+  std::vector<uint32_t> gen(out.begin() + 1, out.end());
+  std::printf("---- sample (%lld tokens, temperature %.2f) ----\n", (long long)t.sample_tokens, t.sample_temperature);
+  if (tok) {
+    const std::string text = tok->decode(gen);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+  } else {
+    for (auto id : gen) std::printf("%u ", id);
+  }
+  std::printf("\n---- end of sample ----\n");
+  std::fflush(stdout);
 }
 
 }  // namespace zt

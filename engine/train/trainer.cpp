@@ -1,80 +1,38 @@
 // The training loop (see trainer.h).
 #include "engine/train/trainer.h"
 
-#include "engine/comm/agreement.h"
-#include "engine/core/atomic_file.h"
-#include "engine/plan/memory_check.h"
-#include "engine/observe/throughput.h"
-#include "engine/observe/telemetry.h"
-#include "engine/observe/verdict.h"
-
 #include <algorithm>
-#include <cctype>
-#include <cmath>
-#include <set>
-#include <cstdio>
-#include <cstdlib>
 #include <chrono>
-#include <ctime>
-#include <exception>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <optional>
 #include <thread>
-#include <filesystem>
-#include <fstream>
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-
-#include "data/tokenizer/tokenizer.h"
-#include "engine/checkpoint/checkpoint_files.h"
-#include "engine/checkpoint/checkpoint_manager.h"
 #include "engine/checkpoint/checkpoint_reader.h"
-#include "engine/checkpoint/remote.h"
 #include "engine/comm/agreement.h"
+#include "engine/core/atomic_file.h"
 #include "engine/core/byte_size.h"
-#include "engine/core/faults.h"
 #include "engine/core/log.h"
+#include "engine/core/preemption.h"
 #include "engine/core/status.h"
 #include "engine/core/timer.h"
 #include "engine/hf/hf_weights.h"
+#include "engine/job/step.h"
 #include "engine/model/registry.h"
 #include "engine/offload/async_io.h"
 #include "engine/offload/core_binding.h"
 #include "engine/offload/pinned_pool.h"
-#include "engine/optim/optimizer_step.h"
-#include "engine/optim/schedule.h"
 #include "engine/observe/metrics.h"
 #include "engine/observe/progress.h"
-#include "engine/core/preemption.h"
+#include "engine/observe/telemetry.h"
+#include "engine/plan/memory_check.h"
+#include "engine/train/memory_report.h"
 #include "engine/train/out_dir.h"
 #include "engine/train/resume_probe.h"
 #include "engine/train/sampler.h"
 
 namespace zt {
-
-namespace {
-
-// The failure tests' hooks (engine/core/faults.h): that rank exits abruptly (no cleanup, no
-// MPI_Finalize) in the middle of the step, as a crashed process would, or stops responding, as a
-// wedged one would.
-void exit_if_fault_injected(int rank, int64_t step) {
-  if (faults().exit.hits(rank, step)) {
-    std::fprintf(stderr, "ztrain: fault injection: rank %d exits during step %lld\n", rank, (long long)step + 1);
-    std::fflush(stderr);
-    std::_Exit(3);
-  }
-  if (faults().hang.hits(rank, step)) {
-    std::fprintf(stderr, "ztrain: fault injection: rank %d hangs during step %lld\n", rank, (long long)step + 1);
-    std::fflush(stderr);
-    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-  }
-}
-
-}  // namespace
 
 DType compute_dtype_for(const RunSpec& spec, const Backend& backend) {
   return compute_dtype_of(spec.precision.compute, backend.kind());
@@ -98,6 +56,9 @@ Trainer::Trainer(const RunSpec& spec)
   dist_set_phase(DistPhase::Running);
 }
 
+// The job is destroyed before the backend and the communicators it uses (members go in reverse).
+Trainer::~Trainer() = default;
+
 void Trainer::agreed(const std::function<void()>& f) { run_agreed(*topo_.world, f); }
 
 void Trainer::resume_or_init() {
@@ -115,7 +76,7 @@ void Trainer::resume_or_init() {
   TrainState st;
   agreed([&] {
     st = read_train_state(path);
-    const std::string mismatch = model_mismatch(path, *model_);
+    const std::string mismatch = model_mismatch(path, model());
     if (!mismatch.empty()) user_error("checkpoint does not fit [model]: {}", mismatch);
     // Past the run's end: it would train nothing and evaluate those weights under a wrong step.
     if (!weights_only && st.step > spec_.train.max_steps)
@@ -126,9 +87,9 @@ void Trainer::resume_or_init() {
     } catch (const UserError& e) {
       user_error("{}: {}", path, e.what());
     }
-    load_states(path, *store_, *model_, weights_only, topo_.world_rank, topo_.world_size);
+    load_states(path, store(), model(), weights_only, topo_.world_rank, topo_.world_size);
   });
-  store_->publish_written_masters();
+  job_->store->publish_written_masters();
   if (weights_only) {
     if (topo_.is_root()) spdlog::info("checkpoint: weights from {} (optimizer fresh, step 0)", path);
     return;
@@ -144,10 +105,10 @@ void Trainer::resume_or_init() {
 void Trainer::continue_from(const TrainState& st, const std::string& path) {
   agreed([&] {  // the weights as loaded reproduce the probe batch's saved loss
     const bool deterministic = backend_->kind() == DeviceKind::CPU || spec_.run.deterministic;
-    check_resume_probe(*model_, int(spec_.model.seq_len), st.probe, computed_on(), backend_->compute_dtype(),
+    check_resume_probe(model(), int(spec_.model.seq_len), st.probe, computed_on(), backend_->compute_dtype(),
                        deterministic, path, spec_.checkpoint.resume_unchecked, topo_.is_root());
   });
-  adam_steps_ = int(st.adam_steps);
+  job_->adam_steps = int(st.adam_steps);
   // The scaler's state only where the saving run scaled its loss (fp16): a checkpoint of an fp32
   // or bf16 run holds scale 1, and an fp16 run resumed from it starts at the spec's initial scale.
   bool saved_fp16 = st.scaler.scale != 1;  // a spec that no longer parses: an fp16 run's scale has moved
@@ -155,7 +116,7 @@ void Trainer::continue_from(const TrainState& st, const std::string& path) {
     saved_fp16 = parse_run_spec(st.spec_toml, path + " (its run spec)").precision.compute == "fp16";
   } catch (const UserError&) {
   }
-  if (saved_fp16) scaler_->restore(st.scaler);
+  if (saved_fp16) job_->scaler.restore(st.scaler);
 }
 
 int64_t Trainer::roll_back(int64_t step) {
@@ -163,8 +124,8 @@ int64_t Trainer::roll_back(int64_t step) {
   // applied before it, so the checkpoint must be older than that step's (at least one applied
   // step is undone). The data goes on from step + 1: the samples in between are the window
   // skipped. The step counter and the learning-rate schedule go on too.
-  const int64_t in_a_row = skips_->in_a_row(), first_skipped = step + 1 - in_a_row;
-  skips_->rolled_back(step);
+  const int64_t in_a_row = job_->skips.in_a_row(), first_skipped = step + 1 - in_a_row;
+  job_->skips.rolled_back(step);
   std::string path;
   try {
     path = ckpts_->newest_before(first_skipped);
@@ -179,9 +140,9 @@ int64_t Trainer::roll_back(int64_t step) {
   TrainState st;
   agreed([&] {
     st = read_train_state(path);
-    load_states(path, *store_, *model_, /*weights_only=*/false, topo_.world_rank, topo_.world_size);
+    load_states(path, store(), model(), /*weights_only=*/false, topo_.world_rank, topo_.world_size);
   });
-  store_->publish_written_masters();
+  job_->store->publish_written_masters();
   continue_from(st, path);
   // the saves since that checkpoint hold the history rolled back: resume = "auto" after a crash
   // must not take one of them, nor keep_last count them
@@ -203,17 +164,17 @@ void Trainer::init_from_hf() {
   Timer t;
   agreed([&] {
     try {
-      const std::string mismatch = hf_mismatch(dir, spec_.model.arch, *model_);
+      const std::string mismatch = hf_mismatch(dir, spec_.model.arch, model());
       if (!mismatch.empty()) user_error("does not fit the model: {}", mismatch);
-      load_hf_weights(dir, spec_.model.arch, *store_, *model_);
+      load_hf_weights(dir, spec_.model.arch, store(), model());
     } catch (const UserError& e) {
       user_error("{}: [model] init_from = \"{}\": {}", spec_.source, dir, e.what());
     }
   });
-  store_->publish_written_masters();
+  job_->store->publish_written_masters();
   if (topo_.is_root())
     spdlog::info("init_from: weights from {} ({} parameters, resharded to this layout in {:.2f} s; optimizer fresh)",
-                 dir, model_->num_global_params(), t.seconds());
+                 dir, model().num_global_params(), t.seconds());
 }
 
 std::string Trainer::computed_on() const {
@@ -224,10 +185,10 @@ std::string Trainer::computed_on() const {
 TrainState Trainer::train_state(int64_t steps_done) {
   TrainState s;
   s.step = steps_done;
-  s.adam_steps = adam_steps_;
-  s.scaler = scaler_->state();
+  s.adam_steps = job_->adam_steps;
+  s.scaler = job_->scaler.state();
   s.data = data_->position(steps_done);
-  s.probe = capture_probe(*model_, *topo_.world, topo_.is_root(), inputs_.data(), targets_.data(),
+  s.probe = capture_probe(model(), *topo_.world, topo_.is_root(), job_->inputs.data(), job_->targets.data(),
                           int(spec_.train.micro_batch), int(spec_.model.seq_len), backend_->compute_dtype(),
                           computed_on());
   s.spec_toml = resolved_toml(spec_);
@@ -237,30 +198,14 @@ TrainState Trainer::train_state(int64_t steps_done) {
 
 void Trainer::build() {
   const RunSpec& spec = spec_;
-  const auto& m = spec.model;
-  const auto& t = spec.train;
-  if (t.global_batch % (t.micro_batch * topo_.dp) != 0)
-    user_error("{}: [train] global_batch = {} is not a multiple of micro_batch * data-parallel "
-               "degree = {} * {} (world {} / tensor {})", spec.source, t.global_batch,
-               t.micro_batch, topo_.dp, topo_.world_size, topo_.tp);
-  local_batch_ = t.global_batch / topo_.dp;
+  (void)micro_batches_per_step(spec, topo_);  // a batch that does not divide: before any data is read
   data_ = std::make_unique<TrainingData>(spec);
   // Offload runs AdamW on the host's cores: ranks sharing a machine (and not bound by the
   // launcher) each take their own slice, so their optimizer threads do not fight.
   if (spec.offload.optimizer != "none") bind_rank_to_cores(topo_.local_rank, topo_.local_size);
   backend_ = make_backend(spec.run.device, int(spec.run.threads), topo_.local_rank);
-  attach_device_comms(topo_, spec.comm.backend, *backend_, spec.comm.timeout_s);
-  if ((faults().check_collective_order || faults().swap_collectives.rank >= 0) && topo_.world_size > 1) {
-    order_ = std::make_shared<CollectiveOrder>(*topo_.world, topo_.world_rank);
-    if (topo_.tp > 1) topo_.tp_group = make_order_checked_comm(std::move(topo_.tp_group), "tp", order_);
-    if (topo_.dp > 1) topo_.dp_group = make_order_checked_comm(std::move(topo_.dp_group), "dp", order_);
-  }
-  if (spec.comm.flight_entries > 0 && topo_.world_size > 1) {  // no collective: make_topology made its parts
-    flight_ = make_flight_recorder(topo_, spec.run.out_dir, size_t(spec.comm.flight_entries));
-    topo_.world = make_flight_recorded_comm(std::move(topo_.world), "world", *flight_);
-    if (topo_.tp > 1) topo_.tp_group = make_flight_recorded_comm(std::move(topo_.tp_group), "tp", *flight_);
-    if (topo_.dp > 1) topo_.dp_group = make_flight_recorded_comm(std::move(topo_.dp_group), "dp", *flight_);
-  }
+  comms_ = finish_communicators(topo_, *backend_, spec.comm.backend, spec.comm.timeout_s,
+                                size_t(std::max<int64_t>(0, spec.comm.flight_entries)), spec.run.out_dir);
   if (spec.comm.backend == "nccl" && backend_->kind() != DeviceKind::CUDA)
     user_error("{}: [comm] backend = \"nccl\" needs GPU buffers, but this run is on the {} backend "
                "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
@@ -271,20 +216,7 @@ void Trainer::build() {
   trace_ = std::make_unique<StepTrace>(spec.run.trace_steps, topo_.world_rank,
                                        (std::filesystem::path(spec.run.out_dir) /
                                         fmt::format("trace.rank{}.json", topo_.world_rank)).string());
-  const DType compute = compute_dtype_for(spec, *backend_);
-  backend_->set_compute_dtype(compute);
-  backend_->set_deterministic(spec.run.deterministic);
-  // every op the run will call, asked before anything is built: "not supported" is a start-up error
-  if (const std::string op = unsupported_op(*backend_, spec.model, compute); !op.empty())
-    user_error("{}: the {} backend cannot run this model in {}: {}", spec.source, backend_->name(), dtype_name(compute),
-               op);
-  scaler_ = std::make_unique<LossScaler>(spec.precision, compute);
-  skips_ = std::make_unique<SkipPolicy>(spec_.train);
-  if (topo_.is_root())
-    spdlog::info("precision: {} compute, fp32 master weights, gradients and optimizer states{}", dtype_name(compute),
-                 scaler_->active() ? fmt::format(", loss scale {} ({})", scaler_->scale(),
-                                                 spec.precision.loss_scale == 0 ? "dynamic" : "fixed")
-                                   : "");
+  configure_backend(spec, *backend_);
   // before anything large is allocated: a spec that cannot fit says so with the numbers
   MemoryBudget budget;
   budget.device = backend_->memory_available();
@@ -292,229 +224,71 @@ void Trainer::build() {
   budget.pinned = pinned.limit;
   budget.where = !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
                  : backend_->kind() == DeviceKind::CPU ? "this machine" : "the GPU";
-  const LayoutPlan plan = check_memory_fits(spec, topo_.world_size, backend_->kind(), compute, budget);
-  model_ = make_model(spec.model, *backend_, int(t.micro_batch), topo_.tp_group.get(), recompute_of(t.recompute));
+  const LayoutPlan plan = check_memory_fits(spec, topo_.world_size, backend_->kind(), backend_->compute_dtype(), budget);
   if (spec.offload.optimizer == "nvme")  // room for this rank's files (masters, moments, parameters on NVMe)
     agreed([&] { check_nvme_path(spec.offload.nvme_path, uint64_t(plan.nvme_bytes)); });
   // the offloaded states, the NVMe tier's block buffers and the checkpoint staging within the pinned pool
   agreed([&] { check_pinned_fits(pinned, double(plan.memory.pinned_host), spec); });
-  store_ = std::make_unique<ParamStore>(*model_, *backend_, topo_, spec);
-  if (store_->nvme() && topo_.local_rank == 0)
+  job_ = std::make_unique<Job>(spec, topo_, *backend_, ZeroPlacement(spec));
+  const LossScaler& scaler = job_->scaler;
+  if (topo_.is_root())
+    spdlog::info("precision: {} compute, fp32 master weights, gradients and optimizer states{}",
+                 dtype_name(backend_->compute_dtype()),
+                 scaler.active() ? fmt::format(", loss scale {} ({})", scaler.scale(),
+                                               spec.precision.loss_scale == 0 ? "dynamic" : "fixed")
+                                 : "");
+  const NvmeFile* nvme = store().nvme();
+  if (nvme && topo_.local_rank == 0)
     spdlog::info("offload: NVMe tier in {} through {}, {} requests of {} MiB in flight", spec.offload.nvme_path,
                  AsyncIo::io_uring_available() ? "io_uring" : "a thread per request (no io_uring here)",
                  spec.offload.io_depth, spec.offload.buffer_mb);
-  if (store_->nvme() && !store_->nvme()->direct() && topo_.local_rank == 0)
+  if (nvme && !nvme->direct() && topo_.local_rank == 0)
     spdlog::warn("offload: {} does not support O_DIRECT (tmpfs?): buffered I/O, which the page cache doubles in "
                  "host memory", spec.offload.nvme_path);
-  store_->init(uint64_t(spec.run.seed));
-  optimizer_ = std::make_unique<AdamW>(spec.optim, store_->optimizer_backend());
-  model_->set_provider(store_.get());
-  inputs_.resize(size_t(t.micro_batch * m.seq_len));
-  targets_.resize(inputs_.size());
-  origins_.resize(size_t(t.micro_batch));
+  job_->init_params(uint64_t(spec.run.seed));
+  origins_.resize(size_t(spec.train.micro_batch));
+  breakdown_ = std::make_unique<StepBreakdown>(
+      *backend_, std::vector<Comm*>{topo_.world.get(), topo_.tp_group.get(), topo_.dp_group.get()},
+      store().offload_clock(), trace_.get());
+  faults_ = std::make_unique<FaultHooks>(topo_, *backend_, store());
+  marks_ = std::make_unique<CollectiveStepMarks>(comms_.order.get());
+  for (StepHook* h : std::initializer_list<StepHook*>{breakdown_.get(), faults_.get(), marks_.get()}) hooks_.add(h);
 }
 
-Trainer::~Trainer() {
-  // an early host AdamW still queued (a step that failed mid-backward) uses the optimizer, which
-  // is destroyed before the store
-  if (store_) store_->cancel_early_update();
+uint64_t Trainer::first_sample(uint64_t k) const {
+  // Micro-batch k of this rank (k counts from step 0) covers global samples
+  // [first_sample(k), first_sample(k) + B): its slice of step k / micro_batches' global batch.
+  return data::micro_batch_first_sample(k, spec_.train.global_batch, topo_.dp, topo_.dp_rank, int(spec_.train.micro_batch));
+}
+
+void Trainer::next_batch(int64_t step, int64_t micro, int32_t* inputs, int32_t* targets) {
+  const int B = int(spec_.train.micro_batch);
+  const auto start = std::chrono::steady_clock::now();
+  double blocked_ms = 0;
+  loader_->next(inputs, targets, &blocked_ms, origins_.data());
+  breakdown_->data_wait(start, std::chrono::steady_clock::now(), blocked_ms);
+  if (topo_.tp_rank == 0)
+    data_->log_samples(step, first_sample(uint64_t(step * job_->micro_batches + micro)), origins_.data(), B);
+  if (on_batch) on_batch(inputs, targets);
 }
 
 StepResult Trainer::step(int64_t step) {
-  Timer timer;
-  if (order_) order_->begin_step(step);
-  const int B = int(spec_.train.micro_batch), T = int(spec_.model.seq_len);
-  const int64_t accum = local_batch_ / B;
-  // Every micro-batch contributes its mean loss / (micro-batches in the global batch), so the
-  // summed (reduced) gradient is that of the mean over the global batch.
-  const int64_t global_micro = spec_.train.global_batch / B;
-  const double loss_scale = scaler_->scale();
-  const float grad_scale = float(loss_scale / double(int64_t(B) * T * global_micro));
-  // Micro-batch k of this rank (k counts from step 0) covers global samples
-  // [first_of(k), first_of(k) + B): its slice of step k / accum's global batch.
-  const int64_t GB = spec_.train.global_batch;
-  const int dp = topo_.dp, dp_rank = topo_.dp_rank;
-  auto first_of = [GB, dp, dp_rank, B](uint64_t k) { return data::micro_batch_first_sample(k, GB, dp, dp_rank, B); };
+  const int64_t accum = job_->micro_batches;
   if (!loader_ || loader_step_ != step) {  // (re)start the background loader at this step
     loader_.reset();  // its threads read the datasets: never two loaders at once
-    loader_ = std::make_unique<data::BatchLoader>(data_->mixed(), data_->state(), B, first_of,
+    loader_ = std::make_unique<data::BatchLoader>(data_->mixed(), data_->state(), int(spec_.train.micro_batch),
+                                                  [this](uint64_t k) { return first_sample(k); },
                                                   uint64_t(step * accum), int(std::max<int64_t>(4, accum)),
                                                   int(spec_.data.prefetch));
   }
   loader_step_ = step + 1;
-  // The breakdown: timing points around the phases and points in the communicators' waits at the
-  // same boundaries (device time and device-measured stalls on a GPU, both read after the step's
-  // synchronize), and the host's blocked time in offload transfers.
-  struct CommPoint {
-    int64_t world, tp, dp;
-  };
-  auto comm_now = [&] {
-    return CommPoint{topo_.world->wait_point(), topo_.tp_group->wait_point(), topo_.dp_group->wait_point()};
-  };
-  auto comm_between = [&](CommPoint a, CommPoint b) {
-    return topo_.world->exposed_ms(a.world, b.world) + topo_.tp_group->exposed_ms(a.tp, b.tp) +
-           topo_.dp_group->exposed_ms(a.dp, b.dp);
-  };
-  auto offload_now = [&] { return store_->offload_waited_ms(); };
-  struct Phase {
-    int from, to;
-    CommPoint c0, c1;
-    double offload = 0;
-  };
-  std::vector<Phase> fwd, bwd;
-  Backend& be = *backend_;
-  const bool traced = trace_->wants(step);
-  const auto host_start = std::chrono::steady_clock::now();
-  if (traced && trace_origin_ == std::chrono::steady_clock::time_point{}) trace_origin_ = host_start;
-  const int p_start = be.timing_point();
-  if (traced)  // each blocking wait on a collective, on its own track
-    for (Comm* g : {topo_.world.get(), topo_.tp_group.get(), topo_.dp_group.get()})
-      g->set_wait_observer([this, step, g](const char* what, std::chrono::steady_clock::time_point start, double ms) {
-        trace_->add(fmt::format("{} {}", g->name(), what), step,
-                    std::chrono::duration<double, std::milli>(start - trace_origin_).count(), ms, 2);
-      });
-  if (traced)  // each blocking offload transfer or NVMe wait, on its own track
-    store_->set_offload_observer([this, step](const char* what, std::chrono::steady_clock::time_point start, double ms) {
-      trace_->add(fmt::format("offload {}", what), step,
-                  std::chrono::duration<double, std::milli>(start - trace_origin_).count(), ms, 3);
-    });
-  std::vector<std::pair<double, double>> data_spans;  // (start, duration) ms from the step's start
-  auto ms_since = [](std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-    return std::chrono::duration<double, std::milli>(b - a).count();
-  };
-  flight_set_step(step);
-  injected_delay(faults().slow_host_ms);  // the host-bound verdict's test: a slow host
-  store_->zero_grad();
-  const double lr = lr_at(spec_.optim, step, spec_.train.max_steps);
-  // With optimizer offload to CPU memory, each group's host AdamW may run while backward goes on,
-  // where nothing global (clipping by the norm, fp16 unscaling) must first touch the gradients.
-  // Not with spike_policy = "skip": a step must be judged before it is applied.
-  const bool early = spec_.optim.grad_clip == 0 && !scaler_->active() && spec_.train.spike_policy == "off" &&
-                     schedule_early_adamw(*store_, *optimizer_, lr, adam_steps_ + 1);
-  if (early && !early_update_logged_) {
-    early_update_logged_ = true;
-    if (topo_.is_root())
-      spdlog::info("offload: each layer's host AdamW runs while backward goes on (no clipping, no loss scaling)");
-  }
-  double wait_ms = 0;
-  for (int64_t micro = 0; micro < accum; ++micro) {
-    const auto w0 = std::chrono::steady_clock::now();
-    loader_->next(inputs_.data(), targets_.data(), &wait_ms, origins_.data());
-    if (topo_.tp_rank == 0) data_->log_samples(step, first_of(uint64_t(step * accum + micro)), origins_.data(), B);
-    if (traced) data_spans.push_back({ms_since(host_start, w0), ms_since(w0, std::chrono::steady_clock::now())});
-    if (on_batch) on_batch(inputs_.data(), targets_.data());
-    store_->set_last_micro_batch(micro == accum - 1);
-    if (micro == accum - 1) store_->prefetch_optimizer_states();  // NVMe: the step's first reads, now
-    const bool timed = 2 * micro + 8 < Backend::kTimingPoints;  // beyond: counted in "other"
-    const CommPoint c0 = comm_now();
-    const double o0 = offload_now();
-    const int p0 = timed ? be.timing_point() : 0;
-    be.push_range("forward");
-    if (faults().slow_rank == topo_.world_rank) injected_delay(faults().slow_rank_ms);
-    model_->forward_deferred(inputs_.data(), targets_.data(), B, T, grad_scale);
-    be.pop_range();
-    const CommPoint c1 = comm_now();
-    const double o1 = offload_now();
-    const int p1 = timed ? be.timing_point() : 0;
-    exit_if_fault_injected(topo_.world_rank, step);
-    be.push_range("backward");
-    model_->backward();
-    be.pop_range();
-    if (timed)
-      fwd.push_back({p0, p1, c0, c1, o1 - o0}),
-          bwd.push_back({p1, be.timing_point(), c1, comm_now(), offload_now() - o1});
-  }
+  auto next = [&](int64_t micro, int32_t* in, int32_t* tgt) { next_batch(step, micro, in, tgt); };
+  StepResult r = train_step(*job_, step, next, hooks_);
   data_->step_done(step);
-  const CommPoint c_reduce = comm_now();
-  const double o_reduce = offload_now();
-  const int p_reduce = be.timing_point();
-  be.push_range("gradient reduction");
-  store_->finish_backward();  // the last gradient reductions: backward's tail
-  be.pop_range();
-  if (faults().nan_grad.hits(topo_.world_rank, step))  // the skip policy's test: one rank's gradient
-    for (const StateSpan& s : store_->spans())
-      if (s.n > 0) {
-        const float nan = std::nanf("");
-        be.copy_to_device(s.grad, &nan, sizeof nan);
-        break;
-      }
-  double loss = model_->take_losses() / double(global_micro);
-  topo_.dp_group->all_reduce_doubles(&loss, 1);
-  if (step >= faults().loss_spike_step && step < faults().loss_spike_step + faults().loss_spike_steps)
-    loss *= faults().loss_spike_factor;  // the spike policy's test
-  bwd.push_back({p_reduce, be.timing_point(), c_reduce, comm_now(), offload_now() - o_reduce});
-  const CommPoint c_opt = comm_now();
-  const double o_opt = offload_now();
-  const int p_opt = be.timing_point();
-  StepResult r;
-  r.step = step;
-  r.loss = float(loss);
-  r.grad_norm = optimizer_->clip_grad_norm(store_->spans(), store_->norm_group(), spec_.optim.grad_clip, loss_scale);
-  r.lr = lr;
-  r.loss_scale = loss_scale;
-  // Every rank must decide alike. The loss is reduced over the data-parallel group, but the norm
-  // only over the ranks that hold distinct gradients: a NaN that one replica's copy got after the
-  // reduction is agreed on here (two doubles per step).
-  // Rank 0's loss goes with it, so that the spike test reads the same bits everywhere.
-  double agree[2] = {std::isfinite(r.grad_norm) && std::isfinite(loss) ? 0.0 : 1.0, topo_.is_root() ? loss : 0.0};
-  topo_.world->all_reduce_doubles(agree, 2);
-  if (agree[0] > 0 && std::isfinite(r.grad_norm) && std::isfinite(loss)) r.grad_norm = std::nan("");
-  if (agree[0] == 0) loss = agree[1], r.loss = float(loss);
-  // fp16's scaler takes its overflows first; then non-finite values in any precision, and spikes.
-  r.skipped = !scaler_->update(std::isfinite(r.grad_norm));
-  if (!r.skipped) r.skip_reason = skips_->judge(step, loss, r.grad_norm);
-  if (!r.skip_reason.empty() && early)
-    throw RuntimeFailure(fmt::format("step {}: {}, but the host AdamW had already applied it while backward went on "
-                                     "([offload] with grad_clip = 0 and no loss scaling): set [optim] grad_clip so "
-                                     "that a step is judged before it is applied", step + 1, r.skip_reason));
-  r.skipped |= !r.skip_reason.empty();
-  if (!r.skipped) {
-    be.push_range("optimizer");
-    adamw_step(*store_, *optimizer_, r.lr, ++adam_steps_);
-    store_->publish_params();
-    be.pop_range();
-  }
-  r.skipped_total = scaler_->skipped() + skips_->skipped();
-  const int p_end = be.timing_point();
-  const CommPoint c_end = comm_now();
-  const double offload_opt = offload_now() - o_opt;
-  backend_->synchronize();
-  if (order_) order_->end_step();  // every rank issued this step's collectives in one order
-  const double comm_opt = comm_between(c_opt, c_end);
-  r.step_ms = timer.ms();
-  r.tokens_per_s = double(spec_.train.global_batch) * T / (r.step_ms / 1e3);
-  r.data_wait_ms = wait_ms;
-  // Exposed communication and offload waits are taken out of the phase they blocked (phases are
-  // never negative: on a GPU the host's blocked time and the device's phase times are different
-  // clocks).
-  auto net = [&](const std::vector<Phase>& ph) {
-    double ms = 0;
-    for (const Phase& x : ph) {
-      const double comm = comm_between(x.c0, x.c1);
-      ms += std::max(0.0, be.timing_ms(x.from, x.to) - comm - x.offload), r.comm_ms += comm, r.offload_ms += x.offload;
-    }
-    return ms;
-  };
-  r.forward_ms = net(fwd);
-  r.backward_ms = net(bwd);
-  r.optimizer_ms = std::max(0.0, be.timing_ms(p_opt, p_end) - comm_opt - offload_opt);
-  r.comm_ms += comm_opt;
-  r.offload_ms += offload_opt;
-  r.other_ms = std::max(0.0, r.step_ms - r.data_wait_ms - r.forward_ms - r.backward_ms - r.optimizer_ms - r.comm_ms -
-                                r.offload_ms);
-  if (traced) {
-    const double base = ms_since(trace_origin_, host_start);
-    auto add = [&](const char* name, const Phase& x) {
-      trace_->add(name, step, base + be.timing_ms(p_start, x.from), be.timing_ms(x.from, x.to), 0, comm_between(x.c0, x.c1));
-    };
-    for (const Phase& x : fwd) add("forward", x);
-    for (size_t i = 0; i < bwd.size(); ++i) add(i + 1 < bwd.size() ? "backward" : "gradient reduction + loss", bwd[i]);
-    add("optimizer", {p_opt, p_end, c_opt, c_end});
-    for (const auto& [start, dur] : data_spans) trace_->add("data wait", step, base + start, dur, 1);
-    for (Comm* g : {topo_.world.get(), topo_.tp_group.get(), topo_.dp_group.get()}) g->set_wait_observer(nullptr);
-    store_->set_offload_observer(nullptr);
-    trace_->finish_step(step);
-  }
+  r.tokens_per_s = double(spec_.train.global_batch) * double(spec_.model.seq_len) / (r.step_ms / 1e3);
+  if (r.early_update && !early_update_logged_ && topo_.is_root())
+    spdlog::info("offload: each layer's host AdamW runs while backward goes on (no clipping, no loss scaling)");
+  early_update_logged_ |= r.early_update;
   return r;
 }
 
@@ -538,8 +312,8 @@ float Trainer::evaluate(std::vector<float>* each, bool* stopped) {
         }
       }
       const int64_t i = r * topo_.dp + topo_.dp_rank;
-      order.fill(val, uint64_t(std::min(i, n - 1) * B), B, inputs_.data(), targets_.data());
-      const float l = model_->forward(inputs_.data(), targets_.data(), B, T, 0.0f);
+      order.fill(val, uint64_t(std::min(i, n - 1) * B), B, job_->inputs.data(), job_->targets.data());
+      const float l = model().forward(job_->inputs.data(), job_->targets.data(), B, T, 0.0f);
       if (i < n) sums[v] += l;
     }
   }
@@ -553,40 +327,30 @@ float Trainer::evaluate(std::vector<float>* each, bool* stopped) {
   return float(mean);
 }
 
-nlohmann::json Trainer::memory_record(int64_t step) const {
-  // bytes by tier and kind of state: the device's (the backend's books), pinned host and NVMe
-  const MemoryStats st = backend_->memory_stats();
-  nlohmann::json device = {{"allocated", st.allocated}, {"peak", st.peak}, {"reserved", st.reserved}};
-  for (size_t t = 0; t < size_t(MemTag::kCount); ++t) device[mem_tag_name(MemTag(t))] = st.by_tag[t];
-  nlohmann::json rec = {{"kind", "memory"}, {"step", step}, {"rank", topo_.world_rank}, {"device", device},
-                        {"pinned_host_total", st.pinned_host}};
-  if (store_->offloads_optimizer()) {
-    const ParamStore::TierBytes t = store_->tier_bytes();
-    const char* kinds[3] = {"params", "grads", "optimizer"};
-    nlohmann::json pinned, nvme;
-    for (int k = 0; k < 3; ++k) pinned[kinds[k]] = t.pinned[k], nvme[kinds[k]] = t.nvme[k];
-    rec["pinned_host"] = pinned;
-    rec["nvme"] = nvme;
+void Trainer::eval_and_report(int64_t step, MetricsWriter* metrics) {
+  if (data_->n_val() == 0) return;
+  std::vector<float> each;
+  bool stopped = false;
+  const float vl = evaluate(&each, &stopped);
+  const bool root = topo_.is_root();
+  if (stopped) {
+    if (root) spdlog::warn("evaluation at step {} stopped by a signal: the checkpoint comes first", step);
+    return;
   }
-  return rec;
-}
-
-void Trainer::log_memory() const {
-  const MemoryStats s = backend_->memory_stats();
-  auto mib = [&](MemTag t) { return s.by_tag[size_t(t)] / 1048576.0; };
-  spdlog::info("rank {} memory: params {:.3f} MiB, grads {:.3f} MiB, optimizer {:.3f} MiB, "
-               "activations {:.3f} MiB (tensor-parallel {}, ZeRO-{} over {} data-parallel ranks)",
-               topo_.world_rank, mib(MemTag::Params), mib(MemTag::Grads), mib(MemTag::OptimStates),
-               mib(MemTag::Activations), topo_.tp, spec_.parallel.zero_stage, topo_.dp);
-  if (store_->offloads_optimizer()) {  // the other tiers, per kind of state
-    const ParamStore::TierBytes t = store_->tier_bytes();
-    auto m = [](double b) { return b / 1048576.0; };
-    spdlog::info("rank {} offloaded: pinned host: params {:.3f} MiB (fp32 masters{}, compute copy), grads {:.3f} "
-                 "MiB, optimizer {:.3f} MiB; nvme: params {:.3f} MiB, optimizer {:.3f} MiB ({}); pinned total "
-                 "held {:.3f} MiB", topo_.world_rank, m(t.pinned[0]), t.nvme[0] > 0 ? " on nvme" : "", m(t.pinned[1]),
-                 m(t.pinned[2]), m(t.nvme[0]), m(t.nvme[2]),
-                 spec_.offload.nvme_path.empty() ? "no nvme_path" : spec_.offload.nvme_path, m(double(s.pinned_host)));
+  if (!root) return;
+  nlohmann::json row = {{"kind", "eval"}, {"step", step}, {"val_loss", vl}};
+  std::string text;
+  if (each.size() > 1) {  // each set's too, and val_loss is their mean
+    nlohmann::json by = nlohmann::json::object();
+    for (size_t v = 0; v < each.size(); ++v) {
+      by[data_->val_names()[v]] = each[v];
+      text += fmt::format(" | {} {:.4f}", data_->val_names()[v], each[v]);
+    }
+    row["val_loss_by_source"] = by;
   }
+  std::printf("step %lld | val_loss %.4f%s\n", (long long)step, vl, text.c_str());
+  std::fflush(stdout);
+  metrics->write(row);
 }
 
 void Trainer::run() {
@@ -609,7 +373,7 @@ void Trainer::run() {
     spdlog::info("telemetry every {:g} s: {}", spec_.run.telemetry_s, telemetry->status());
   }
   if (ckpts_->enabled())
-    ckpts_->start_writer(*store_, *model_, *backend_, [&metrics](const SaveStats& s) {
+    ckpts_->start_writer(store(), model(), *backend_, [&metrics](const SaveStats& s) {
       if (metrics)  // rank 0
         metrics->write({{"kind", "checkpoint"}, {"step", s.step}, {"async", s.async}, {"stall_ms", s.stall_ms},
                         {"write_s", s.write_s}, {"commit_ms", s.commit_ms}, {"rank0_bytes", s.bytes}});
@@ -625,49 +389,26 @@ void Trainer::run() {
     }
   } detach_save_reports{*ckpts_};
   const auto& m = spec_.model;
+  const int64_t micro_batches = job_->micro_batches;
   if (root) {
     size_t real = 0;  // without the zero rows that pad the vocabulary (as checkpoints and exports hold it)
-    for (const ParamInfo& p : model_->params()) real += p.stored_numel;
-    const size_t held = model_->num_global_params();
-    spdlog::info("run '{}': {}: {:.2f}M parameters{}", spec_.run.name, model_->describe(), real / 1e6,
+    for (const ParamInfo& p : model().params()) real += p.stored_numel;
+    const size_t held = model().num_global_params();
+    spdlog::info("run '{}': {}: {:.2f}M parameters{}", spec_.run.name, model().describe(), real / 1e6,
                  held == real ? std::string()
                               : fmt::format(" ({:.2f}M held, with the vocabulary's padding rows)", held / 1e6));
     spdlog::info("data: {}; samples of {} tokens; global batch {} = {} ranks x {} micro-batches x {}; {} steps",
-                 data_->describe(), m.seq_len, t.global_batch, topo_.dp, local_batch_ / t.micro_batch, t.micro_batch, t.max_steps);
+                 data_->describe(), m.seq_len, t.global_batch, topo_.dp, micro_batches, t.micro_batch, t.max_steps);
   }
-  log_memory();
-
-  auto do_eval = [&](int64_t step) {
-    if (data_->n_val() == 0) return;
-    std::vector<float> each;
-    bool stopped = false;
-    const float vl = evaluate(&each, &stopped);
-    if (stopped) {
-      if (root) spdlog::warn("evaluation at step {} stopped by a signal: the checkpoint comes first", step);
-      return;
-    }
-    if (!root) return;
-    nlohmann::json row = {{"kind", "eval"}, {"step", step}, {"val_loss", vl}};
-    std::string text;
-    if (each.size() > 1) {  // each set's too, and val_loss is their mean
-      nlohmann::json by = nlohmann::json::object();
-      for (size_t v = 0; v < each.size(); ++v) {
-        by[data_->val_names()[v]] = each[v];
-        text += fmt::format(" | {} {:.4f}", data_->val_names()[v], each[v]);
-      }
-      row["val_loss_by_source"] = by;
-    }
-    std::printf("step %lld | val_loss %.4f%s\n", (long long)step, vl, text.c_str());
-    std::fflush(stdout);
-    metrics->write(row);
-  };
+  log_memory(*backend_, store(), topo_, spec_);
   // MFU against one device's peak (found in build()), for every device of the job
   const double model_flops_per_token = flops_per_token(spec_.model, model_family(spec_.model.arch).matmul_params(spec_.model));
   if (root)
     spdlog::info("MFU against {:.3g} TFLOP/s per device ({}); {:.3g} GFLOP per token", peak_.tflops, peak_.source,
                  model_flops_per_token / 1e9);
   Progress progress(spec_, topo_.world_size, peak_, model_flops_per_token, *backend_, metrics.get(), telemetry.get(),
-                    scaler_->active(), start_step_, [this](int64_t step) { return memory_record(step); });
+                    job_->scaler.active(), start_step_,
+                    [this](int64_t step) { return memory_record(*backend_, store(), topo_.world_rank, step); });
   progress.tokens_by_source = [this] { return data_->tokens_by_source(); };
   std::optional<StragglerWatch> stragglers;
   if (topo_.world_size > 1) progress.stragglers = &stragglers.emplace(*topo_.world, topo_.hosts, spec_.run.straggler_threshold);
@@ -694,7 +435,7 @@ void Trainer::run() {
                       {"samples", {{"first", s * t.global_batch}, {"count", t.global_batch}}},
                       {"by_source", data_->samples_of_last_step()}});
     }
-    if (skips_->rollback_due()) {
+    if (job_->skips.rollback_due()) {
       const int64_t to = roll_back(s);
       if (root)
         metrics->write({{"kind", "rollback"}, {"step", s + 1}, {"to_step", to},
@@ -703,15 +444,13 @@ void Trainer::run() {
     const int64_t done = s + 1;
     set_current_step(long(s));
     progress.step_done(s, r);
-    if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) do_eval(done);
+    if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) eval_and_report(done, metrics.get());
     if (!ckpts_->enabled() || done == t.max_steps) continue;  // the last step's checkpoint is written below
     // A source gone for good shows in the loader before the next step uses it: every rank waits
     // for its next step's micro-batches (normally ready already), so the ranks learn of the
     // failure at this step's agreement, and write a checkpoint of this step before its error.
     // A preemption signal does not wait for a slow source: this step's checkpoint is complete.
-    if (loader_)
-      loader_->wait_ahead(int(local_batch_ / spec_.train.micro_batch), &carried_data_ms,
-                          [] { return preemption_signal() != 0; });
+    if (loader_) loader_->wait_ahead(int(micro_batches), &carried_data_ms, [] { return preemption_signal() != 0; });
     const bool data_failed = loader_ && loader_->failed();
     if (ckpts_->after_step(done, start_step_, [&] { return train_state(done); }, &carried_stall_ms, data_failed)) {
       agreed([&] {
@@ -720,34 +459,13 @@ void Trainer::run() {
       return;
     }
   }
-  do_eval(t.max_steps);
+  eval_and_report(t.max_steps, metrics.get());
   if (ckpts_->enabled() && start_step_ < t.max_steps) ckpts_->save_final(train_state(t.max_steps));
   const MemoryStats ms = backend_->memory_stats();
   spdlog::info("rank {} peak memory: {:.3f} MiB allocated by the {} backend ({} bytes)", topo_.world_rank,
                ms.peak / 1048576.0, backend_->name(), ms.peak);
-
-  if (t.sample_tokens > 0) {
-    const auto& info = data_->tokenizer();
-    std::optional<data::Tokenizer> tok;
-    if (info.kind == "byte") tok = data::Tokenizer::byte_level();
-    else if (!info.vocab_file.empty() && fs::exists(info.vocab_file))
-      tok = data::Tokenizer::from_tiktoken(info.vocab_file);
-    // Every rank generates (ZeRO-3 gathers are collective); rank 0 prints.
-    const auto out = generate(*model_, *backend_, {info.eot}, int(t.sample_tokens),
-                              t.sample_temperature, info.n_vocab, uint64_t(spec_.run.seed));
-    if (!root) return;
-    std::vector<uint32_t> gen(out.begin() + 1, out.end());
-    std::printf("---- sample (%lld tokens, temperature %.2f) ----\n", (long long)t.sample_tokens,
-                t.sample_temperature);
-    if (tok) {
-      std::string text = tok->decode(gen);
-      std::fwrite(text.data(), 1, text.size(), stdout);
-    } else {
-      for (auto id : gen) std::printf("%u ", id);
-    }
-    std::printf("\n---- end of sample ----\n");
-    std::fflush(stdout);
-  }
+  if (t.sample_tokens > 0)
+    print_sample(model(), *backend_, data_->tokenizer(), t, uint64_t(spec_.run.seed), root);
   if (root) spdlog::info("done: metrics in {}", metrics->path());
 }
 

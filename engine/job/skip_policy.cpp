@@ -1,5 +1,5 @@
 // Skipped steps (see skip_policy.h).
-#include "engine/train/skip_policy.h"
+#include "engine/job/skip_policy.h"
 
 #include <algorithm>
 #include <cmath>

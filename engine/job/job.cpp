@@ -1,0 +1,56 @@
+// The job's model and states (see job.h).
+#include "engine/job/job.h"
+
+#include "engine/core/status.h"
+#include "engine/model/registry.h"
+
+namespace zt {
+
+int64_t micro_batches_per_step(const RunSpec& spec, const Topology& topo) {
+  const auto& t = spec.train;
+  if (t.global_batch % (t.micro_batch * topo.dp) != 0)
+    user_error("{}: [train] global_batch = {} is not a multiple of micro_batch * data-parallel degree = {} * {} "
+               "(world {} / tensor {})", spec.source, t.global_batch, t.micro_batch, topo.dp, topo.world_size, topo.tp);
+  return t.global_batch / topo.dp / t.micro_batch;
+}
+
+void configure_backend(const RunSpec& spec, Backend& backend) {
+  const DType compute = compute_dtype_of(spec.precision.compute, backend.kind());
+  backend.set_compute_dtype(compute);
+  backend.set_deterministic(spec.run.deterministic);  // the CUDA attention backward's scratch depends on it
+  if (const std::string op = unsupported_op(backend, spec.model, compute); !op.empty())
+    user_error("{}: the {} backend cannot run this model in {}: {}", spec.source,
+               backend.kind() == DeviceKind::CUDA ? "CUDA" : "CPU", dtype_name(compute), op);
+}
+
+namespace {
+std::unique_ptr<Model> build_model(const RunSpec& spec, Topology& topo, Backend& backend, std::unique_ptr<Model> given) {
+  configure_backend(spec, backend);
+  if (given) return given;
+  return make_model(spec.model, backend, int(spec.train.micro_batch), topo.tp_group.get(), recompute_of(spec.train.recompute));
+}
+}  // namespace
+
+Job::Job(const RunSpec& spec_in, Topology& topo_in, Backend& backend_in, const ZeroPlacement& placement,
+         std::unique_ptr<Model> given)
+    : spec(spec_in),
+      topo(topo_in),
+      backend(backend_in),
+      micro_batches(micro_batches_per_step(spec, topo)),
+      model(build_model(spec, topo, backend, std::move(given))),
+      store(std::make_unique<ParamStore>(*model, backend, topo, placement)),
+      optimizer(std::make_unique<AdamW>(spec.optim, store->optimizer_backend())),
+      scaler(spec.precision, backend.compute_dtype()),
+      skips(spec.train),
+      inputs(size_t(spec.train.micro_batch * spec.model.seq_len)),
+      targets(inputs.size()) {
+  model->set_provider(store.get());
+}
+
+// An early host AdamW still queued (a step that failed mid-backward) uses the optimizer, which is
+// destroyed before the store.
+Job::~Job() { store->cancel_early_update(); }
+
+void Job::init_params(uint64_t seed) { store->init(seed); }
+
+}  // namespace zt

@@ -1,0 +1,60 @@
+// One training job's model and states, built in one place: the model on the backend over the
+// topology's tensor group, the ZeRO placement's parameter store, AdamW over the store's states,
+// the loss scaler and the skip policy. The trainer builds it over the run's backend and
+// communicators, the planner over its counting backend and shape-only groups (so that what it
+// plans is what runs), dump-state through the trainer, the tests and the GPU check on their own
+// backends; every one of them then runs the one step (step.h) on it.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/comm/topology.h"
+#include "engine/config/spec.h"
+#include "engine/job/skip_policy.h"
+#include "engine/model/model.h"
+#include "engine/optim/adamw.h"
+#include "engine/optim/loss_scaler.h"
+#include "engine/parallel/param_store.h"
+#include "engine/parallel/placement.h"
+
+namespace zt {
+
+// Micro-batches per step on each data-parallel rank; UserError (naming the spec) when
+// global_batch is not a multiple of micro_batch x the data-parallel degree.
+int64_t micro_batches_per_step(const RunSpec& spec, const Topology& topo);
+
+// The backend set up for the spec: compute precision ([precision] compute resolved for its kind),
+// deterministic kernels, and every op the model will call asked before anything is built
+// ("not supported" is a UserError, a start-up error).
+void configure_backend(const RunSpec& spec, Backend& backend);
+
+class Job {
+ public:
+  // Builds the model (from spec.model unless `model` is given: tests build theirs), the store
+  // placed as `placement` says (parameters not initialized: init_params() or a checkpoint does
+  // that), the optimizer and the scaler. `topo` and `backend` outlive the job.
+  Job(const RunSpec& spec, Topology& topo, Backend& backend, const ZeroPlacement& placement,
+      std::unique_ptr<Model> model = nullptr);
+  ~Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  // Every parameter from the counter-based RNG (seed, name, global index): layout-independent.
+  void init_params(uint64_t seed);
+
+  const RunSpec spec;
+  Topology& topo;
+  Backend& backend;
+  const int64_t micro_batches;  // per step on this rank
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ParamStore> store;
+  std::unique_ptr<AdamW> optimizer;
+  LossScaler scaler;
+  SkipPolicy skips;           // non-finite steps and loss spikes
+  int adam_steps = 0;         // applied updates (AdamW's t; skipped steps excluded)
+  std::vector<int32_t> inputs, targets;  // (micro_batch, seq_len): the micro-batch on the host
+};
+
+}  // namespace zt
