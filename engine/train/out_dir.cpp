@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 
+#include "engine/core/atomic_file.h"
 #include "engine/core/status.h"
 #include "engine/core/user_path.h"
 
@@ -19,8 +20,10 @@ DirLock claim_out_dir(const RunSpec& spec) {
     user_error("{}: this is the run's own config.resolved.toml in [run] out_dir, which the run rewrites; copy it "
                "elsewhere first, or pass --set run.out_dir=ANOTHER_DIR", spec.source);
   check_output_file((dir / "metrics.jsonl").string(), fmt::format("{}: [run] out_dir", spec.source));
-  return DirLock(dir.string(), ".lock", fmt::format("{}: [run] out_dir = \"{}\"", spec.source, dir.string()),
-                 "wait for it to end, or choose another out_dir");
+  DirLock lock(dir.string(), ".lock", fmt::format("{}: [run] out_dir = \"{}\"", spec.source, dir.string()),
+               "wait for it to end, or choose another out_dir");
+  write_file_atomic(resolved.string(), resolved_toml(spec));
+  return lock;
 }
 
 }  // namespace zt

@@ -8,7 +8,8 @@ namespace zt {
 // Rank 0, before writing anything: [run] out_dir is a directory (created if missing), not the
 // home of the spec being run (config.resolved.toml would overwrite it), its metrics.jsonl (if
 // any) a file, and no other run is using it: an exclusive lock on out_dir/.lock, held while the
-// returned DirLock lives; UserError otherwise.
+// returned DirLock lives; UserError otherwise. Then writes out_dir/config.resolved.toml (the spec
+// with every default and override, as the run uses it).
 DirLock claim_out_dir(const RunSpec& spec);
 
 }  // namespace zt

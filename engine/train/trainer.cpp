@@ -11,8 +11,6 @@
 
 #include "engine/checkpoint/checkpoint_reader.h"
 #include "engine/comm/agreement.h"
-#include "engine/core/atomic_file.h"
-#include "engine/core/byte_size.h"
 #include "engine/core/log.h"
 #include "engine/core/preemption.h"
 #include "engine/core/status.h"
@@ -20,13 +18,10 @@
 #include "engine/hf/hf_weights.h"
 #include "engine/job/step.h"
 #include "engine/model/registry.h"
-#include "engine/offload/async_io.h"
-#include "engine/offload/core_binding.h"
-#include "engine/offload/pinned_pool.h"
 #include "engine/observe/metrics.h"
 #include "engine/observe/progress.h"
 #include "engine/observe/telemetry.h"
-#include "engine/plan/memory_check.h"
+#include "engine/train/evaluation.h"
 #include "engine/train/memory_report.h"
 #include "engine/train/out_dir.h"
 #include "engine/train/resume_probe.h"
@@ -47,9 +42,9 @@ Trainer::Trainer(const RunSpec& spec)
   agreed([&] { build(); });
   // The peak MFU is judged against. On the CPU it is measured, one rank at a time: ranks probing
   // together on shared cores would each measure a share of the machine.
-  const bool probe_in_turn = backend_->kind() == DeviceKind::CPU && spec_.run.peak_tflops <= 0;
+  const bool probe_in_turn = run_.backend->kind() == DeviceKind::CPU && spec_.run.peak_tflops <= 0;
   for (int r = 0; r < (probe_in_turn ? topo_.world_size : 1); ++r) {
-    if (!probe_in_turn || r == topo_.world_rank) peak_ = device_peak(spec_, *backend_);
+    if (!probe_in_turn || r == topo_.world_rank) peak_ = device_peak(spec_, *run_.backend);
     if (probe_in_turn) topo_.world->barrier();
   }
   resume_or_init();
@@ -89,7 +84,7 @@ void Trainer::resume_or_init() {
     }
     load_states(path, store(), model(), weights_only, topo_.world_rank, topo_.world_size);
   });
-  job_->store->publish_written_masters();
+  job().store->publish_written_masters();
   if (weights_only) {
     if (topo_.is_root()) spdlog::info("checkpoint: weights from {} (optimizer fresh, step 0)", path);
     return;
@@ -104,11 +99,11 @@ void Trainer::resume_or_init() {
 
 void Trainer::continue_from(const TrainState& st, const std::string& path) {
   agreed([&] {  // the weights as loaded reproduce the probe batch's saved loss
-    const bool deterministic = backend_->kind() == DeviceKind::CPU || spec_.run.deterministic;
-    check_resume_probe(model(), int(spec_.model.seq_len), st.probe, computed_on(), backend_->compute_dtype(),
+    const bool deterministic = run_.backend->kind() == DeviceKind::CPU || spec_.run.deterministic;
+    check_resume_probe(model(), int(spec_.model.seq_len), st.probe, computed_on(), run_.backend->compute_dtype(),
                        deterministic, path, spec_.checkpoint.resume_unchecked, topo_.is_root());
   });
-  job_->adam_steps = int(st.adam_steps);
+  job().adam_steps = int(st.adam_steps);
   // The scaler's state only where the saving run scaled its loss (fp16): a checkpoint of an fp32
   // or bf16 run holds scale 1, and an fp16 run resumed from it starts at the spec's initial scale.
   bool saved_fp16 = st.scaler.scale != 1;  // a spec that no longer parses: an fp16 run's scale has moved
@@ -116,7 +111,7 @@ void Trainer::continue_from(const TrainState& st, const std::string& path) {
     saved_fp16 = parse_run_spec(st.spec_toml, path + " (its run spec)").precision.compute == "fp16";
   } catch (const UserError&) {
   }
-  if (saved_fp16) job_->scaler.restore(st.scaler);
+  if (saved_fp16) job().scaler.restore(st.scaler);
 }
 
 int64_t Trainer::roll_back(int64_t step) {
@@ -124,8 +119,8 @@ int64_t Trainer::roll_back(int64_t step) {
   // applied before it, so the checkpoint must be older than that step's (at least one applied
   // step is undone). The data goes on from step + 1: the samples in between are the window
   // skipped. The step counter and the learning-rate schedule go on too.
-  const int64_t in_a_row = job_->skips.in_a_row(), first_skipped = step + 1 - in_a_row;
-  job_->skips.rolled_back(step);
+  const int64_t in_a_row = job().skips.in_a_row(), first_skipped = step + 1 - in_a_row;
+  job().skips.rolled_back(step);
   std::string path;
   try {
     path = ckpts_->newest_before(first_skipped);
@@ -142,7 +137,7 @@ int64_t Trainer::roll_back(int64_t step) {
     st = read_train_state(path);
     load_states(path, store(), model(), /*weights_only=*/false, topo_.world_rank, topo_.world_size);
   });
-  job_->store->publish_written_masters();
+  job().store->publish_written_masters();
   continue_from(st, path);
   // the saves since that checkpoint hold the history rolled back: resume = "auto" after a crash
   // must not take one of them, nor keep_last count them
@@ -171,25 +166,25 @@ void Trainer::init_from_hf() {
       user_error("{}: [model] init_from = \"{}\": {}", spec_.source, dir, e.what());
     }
   });
-  job_->store->publish_written_masters();
+  job().store->publish_written_masters();
   if (topo_.is_root())
     spdlog::info("init_from: weights from {} ({} parameters, resharded to this layout in {:.2f} s; optimizer fresh)",
                  dir, model().num_global_params(), t.seconds());
 }
 
 std::string Trainer::computed_on() const {
-  return fmt::format("{}, {}, tensor {} x data {}, ZeRO-{}", backend_->name(), dtype_name(backend_->compute_dtype()),
+  return fmt::format("{}, {}, tensor {} x data {}, ZeRO-{}", run_.backend->name(), dtype_name(run_.backend->compute_dtype()),
                      topo_.tp, topo_.dp, spec_.parallel.zero_stage);
 }
 
 TrainState Trainer::train_state(int64_t steps_done) {
   TrainState s;
   s.step = steps_done;
-  s.adam_steps = job_->adam_steps;
-  s.scaler = job_->scaler.state();
+  s.adam_steps = job().adam_steps;
+  s.scaler = job().scaler.state();
   s.data = data_->position(steps_done);
-  s.probe = capture_probe(model(), *topo_.world, topo_.is_root(), job_->inputs.data(), job_->targets.data(),
-                          int(spec_.train.micro_batch), int(spec_.model.seq_len), backend_->compute_dtype(),
+  s.probe = capture_probe(model(), *topo_.world, topo_.is_root(), job().inputs.data(), job().targets.data(),
+                          int(spec_.train.micro_batch), int(spec_.model.seq_len), run_.backend->compute_dtype(),
                           computed_on());
   s.spec_toml = resolved_toml(spec_);
   s.world = topo_.world_size, s.tensor = topo_.tp, s.data_parallel = topo_.dp, s.zero_stage = spec_.parallel.zero_stage;
@@ -197,61 +192,18 @@ TrainState Trainer::train_state(int64_t steps_done) {
 }
 
 void Trainer::build() {
-  const RunSpec& spec = spec_;
-  (void)micro_batches_per_step(spec, topo_);  // a batch that does not divide: before any data is read
-  data_ = std::make_unique<TrainingData>(spec);
-  // Offload runs AdamW on the host's cores: ranks sharing a machine (and not bound by the
-  // launcher) each take their own slice, so their optimizer threads do not fight.
-  if (spec.offload.optimizer != "none") bind_rank_to_cores(topo_.local_rank, topo_.local_size);
-  backend_ = make_backend(spec.run.device, int(spec.run.threads), topo_.local_rank);
-  comms_ = finish_communicators(topo_, *backend_, spec.comm.backend, spec.comm.timeout_s,
-                                size_t(std::max<int64_t>(0, spec.comm.flight_entries)), spec.run.out_dir);
-  if (spec.comm.backend == "nccl" && backend_->kind() != DeviceKind::CUDA)
-    user_error("{}: [comm] backend = \"nccl\" needs GPU buffers, but this run is on the {} backend "
-               "(use \"mpi\" or \"auto\")", spec.source, backend_->name());
-  if (!spec.run.device_memory_limit.empty())
-    backend_->set_memory_limit(parse_byte_size(spec.run.device_memory_limit, "[run] device_memory_limit"));
-  const PinnedPool pinned = pinned_pool(spec, topo_.local_size);
-  backend_->set_pinned_limit(size_t(pinned.limit));
-  trace_ = std::make_unique<StepTrace>(spec.run.trace_steps, topo_.world_rank,
-                                       (std::filesystem::path(spec.run.out_dir) /
+  (void)micro_batches_per_step(spec_, topo_);  // a batch that does not divide: before any data is read
+  data_ = std::make_unique<TrainingData>(spec_);
+  build_run_job(spec_, topo_, run_);
+  origins_.resize(size_t(spec_.train.micro_batch));
+  trace_ = std::make_unique<StepTrace>(spec_.run.trace_steps, topo_.world_rank,
+                                       (std::filesystem::path(spec_.run.out_dir) /
                                         fmt::format("trace.rank{}.json", topo_.world_rank)).string());
-  configure_backend(spec, *backend_);
-  // before anything large is allocated: a spec that cannot fit says so with the numbers
-  MemoryBudget budget;
-  budget.device = backend_->memory_available();
-  budget.sharing = backend_->kind() == DeviceKind::CPU && spec.run.device_memory_limit.empty() ? topo_.local_size : 1;
-  budget.pinned = pinned.limit;
-  budget.where = !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
-                 : backend_->kind() == DeviceKind::CPU ? "this machine" : "the GPU";
-  const LayoutPlan plan = check_memory_fits(spec, topo_.world_size, backend_->kind(), backend_->compute_dtype(), budget);
-  if (spec.offload.optimizer == "nvme")  // room for this rank's files (masters, moments, parameters on NVMe)
-    agreed([&] { check_nvme_path(spec.offload.nvme_path, uint64_t(plan.nvme_bytes)); });
-  // the offloaded states, the NVMe tier's block buffers and the checkpoint staging within the pinned pool
-  agreed([&] { check_pinned_fits(pinned, double(plan.memory.pinned_host), spec); });
-  job_ = std::make_unique<Job>(spec, topo_, *backend_, ZeroPlacement(spec));
-  const LossScaler& scaler = job_->scaler;
-  if (topo_.is_root())
-    spdlog::info("precision: {} compute, fp32 master weights, gradients and optimizer states{}",
-                 dtype_name(backend_->compute_dtype()),
-                 scaler.active() ? fmt::format(", loss scale {} ({})", scaler.scale(),
-                                               spec.precision.loss_scale == 0 ? "dynamic" : "fixed")
-                                 : "");
-  const NvmeFile* nvme = store().nvme();
-  if (nvme && topo_.local_rank == 0)
-    spdlog::info("offload: NVMe tier in {} through {}, {} requests of {} MiB in flight", spec.offload.nvme_path,
-                 AsyncIo::io_uring_available() ? "io_uring" : "a thread per request (no io_uring here)",
-                 spec.offload.io_depth, spec.offload.buffer_mb);
-  if (nvme && !nvme->direct() && topo_.local_rank == 0)
-    spdlog::warn("offload: {} does not support O_DIRECT (tmpfs?): buffered I/O, which the page cache doubles in "
-                 "host memory", spec.offload.nvme_path);
-  job_->init_params(uint64_t(spec.run.seed));
-  origins_.resize(size_t(spec.train.micro_batch));
   breakdown_ = std::make_unique<StepBreakdown>(
-      *backend_, std::vector<Comm*>{topo_.world.get(), topo_.tp_group.get(), topo_.dp_group.get()},
+      *run_.backend, std::vector<Comm*>{topo_.world.get(), topo_.tp_group.get(), topo_.dp_group.get()},
       store().offload_clock(), trace_.get());
-  faults_ = std::make_unique<FaultHooks>(topo_, *backend_, store());
-  marks_ = std::make_unique<CollectiveStepMarks>(comms_.order.get());
+  faults_ = std::make_unique<FaultHooks>(topo_, *run_.backend, store());
+  marks_ = std::make_unique<CollectiveStepMarks>(run_.comms.order.get());
   for (StepHook* h : std::initializer_list<StepHook*>{breakdown_.get(), faults_.get(), marks_.get()}) hooks_.add(h);
 }
 
@@ -268,12 +220,12 @@ void Trainer::next_batch(int64_t step, int64_t micro, int32_t* inputs, int32_t* 
   loader_->next(inputs, targets, &blocked_ms, origins_.data());
   breakdown_->data_wait(start, std::chrono::steady_clock::now(), blocked_ms);
   if (topo_.tp_rank == 0)
-    data_->log_samples(step, first_sample(uint64_t(step * job_->micro_batches + micro)), origins_.data(), B);
+    data_->log_samples(step, first_sample(uint64_t(step * job().micro_batches + micro)), origins_.data(), B);
   if (on_batch) on_batch(inputs, targets);
 }
 
 StepResult Trainer::step(int64_t step) {
-  const int64_t accum = job_->micro_batches;
+  const int64_t accum = job().micro_batches;
   if (!loader_ || loader_step_ != step) {  // (re)start the background loader at this step
     loader_.reset();  // its threads read the datasets: never two loaders at once
     loader_ = std::make_unique<data::BatchLoader>(data_->mixed(), data_->state(), int(spec_.train.micro_batch),
@@ -283,74 +235,13 @@ StepResult Trainer::step(int64_t step) {
   }
   loader_step_ = step + 1;
   auto next = [&](int64_t micro, int32_t* in, int32_t* tgt) { next_batch(step, micro, in, tgt); };
-  StepResult r = train_step(*job_, step, next, hooks_);
+  StepResult r = train_step(job(), step, next, hooks_);
   data_->step_done(step);
   r.tokens_per_s = double(spec_.train.global_batch) * double(spec_.model.seq_len) / (r.step_ms / 1e3);
   if (r.early_update && !early_update_logged_ && topo_.is_root())
     spdlog::info("offload: each layer's host AdamW runs while backward goes on (no clipping, no loss scaling)");
   early_update_logged_ |= r.early_update;
   return r;
-}
-
-float Trainer::evaluate(std::vector<float>* each, bool* stopped) {
-  ZT_CHECK(data_->n_val() > 0, "evaluate() without validation data");
-  const int B = int(spec_.train.micro_batch), T = int(spec_.model.seq_len);
-  // Micro-batch i is evaluated by data-parallel rank i mod D; every rank runs the same number of
-  // forwards (possibly with zero weight) so that ZeRO-3's collectives stay matched.
-  const int64_t n = spec_.train.eval_steps, rounds = (n + topo_.dp - 1) / topo_.dp;
-  std::vector<double> sums(data_->n_val(), 0.0);
-  for (size_t v = 0; v < data_->n_val(); ++v) {
-    data::TokenDataset& val = data_->val(v);
-    data::SampleOrder order(val, 0, /*shuffle=*/false);
-    for (int64_t r = 0; r < rounds; ++r) {
-      if (stopped && ckpts_ && ckpts_->enabled()) {  // one small all-reduce per round: every rank stops alike
-        double signal = preemption_signal() != 0 ? 1.0 : 0.0;
-        topo_.world->all_reduce_doubles(&signal, 1);
-        if (signal > 0) {
-          *stopped = true;
-          return std::nanf("");
-        }
-      }
-      const int64_t i = r * topo_.dp + topo_.dp_rank;
-      order.fill(val, uint64_t(std::min(i, n - 1) * B), B, job_->inputs.data(), job_->targets.data());
-      const float l = model().forward(job_->inputs.data(), job_->targets.data(), B, T, 0.0f);
-      if (i < n) sums[v] += l;
-    }
-  }
-  topo_.dp_group->all_reduce_doubles(sums.data(), sums.size());
-  double mean = 0;
-  if (each) each->clear();
-  for (double s : sums) {
-    mean += s / double(n) / double(sums.size());
-    if (each) each->push_back(float(s / double(n)));
-  }
-  return float(mean);
-}
-
-void Trainer::eval_and_report(int64_t step, MetricsWriter* metrics) {
-  if (data_->n_val() == 0) return;
-  std::vector<float> each;
-  bool stopped = false;
-  const float vl = evaluate(&each, &stopped);
-  const bool root = topo_.is_root();
-  if (stopped) {
-    if (root) spdlog::warn("evaluation at step {} stopped by a signal: the checkpoint comes first", step);
-    return;
-  }
-  if (!root) return;
-  nlohmann::json row = {{"kind", "eval"}, {"step", step}, {"val_loss", vl}};
-  std::string text;
-  if (each.size() > 1) {  // each set's too, and val_loss is their mean
-    nlohmann::json by = nlohmann::json::object();
-    for (size_t v = 0; v < each.size(); ++v) {
-      by[data_->val_names()[v]] = each[v];
-      text += fmt::format(" | {} {:.4f}", data_->val_names()[v], each[v]);
-    }
-    row["val_loss_by_source"] = by;
-  }
-  std::printf("step %lld | val_loss %.4f%s\n", (long long)step, vl, text.c_str());
-  std::fflush(stdout);
-  metrics->write(row);
 }
 
 void Trainer::run() {
@@ -360,20 +251,19 @@ void Trainer::run() {
   std::unique_ptr<MetricsWriter> metrics;
   agreed([&] {  // a bad out_dir (or a metrics.jsonl that is a directory) ends every rank alike
     if (!root) return;
-    out_lock_ = claim_out_dir(spec_);
-    write_file_atomic((fs::path(spec_.run.out_dir) / "config.resolved.toml").string(), resolved_toml(spec_));
+    out_lock_ = claim_out_dir(spec_);  // and config.resolved.toml
     metrics = std::make_unique<MetricsWriter>(spec_.run.out_dir, start_step_);
   });
   std::unique_ptr<Telemetry> telemetry;  // rank 0's devices (or process), into metrics.jsonl
   if (root && spec_.run.telemetry_s > 0) {
     const int threads = spec_.run.threads > 0 ? int(spec_.run.threads) : int(std::thread::hardware_concurrency());
-    telemetry = std::make_unique<Telemetry>(spec_.run.telemetry_s, backend_->kind() == DeviceKind::CUDA, threads,
+    telemetry = std::make_unique<Telemetry>(spec_.run.telemetry_s, run_.backend->kind() == DeviceKind::CUDA, threads,
                                             [&metrics](const nlohmann::json& row) { metrics->write(row); },
-                                            backend_->pci_bus_id());
+                                            run_.backend->pci_bus_id());
     spdlog::info("telemetry every {:g} s: {}", spec_.run.telemetry_s, telemetry->status());
   }
   if (ckpts_->enabled())
-    ckpts_->start_writer(store(), model(), *backend_, [&metrics](const SaveStats& s) {
+    ckpts_->start_writer(store(), model(), *run_.backend, [&metrics](const SaveStats& s) {
       if (metrics)  // rank 0
         metrics->write({{"kind", "checkpoint"}, {"step", s.step}, {"async", s.async}, {"stall_ms", s.stall_ms},
                         {"write_s", s.write_s}, {"commit_ms", s.commit_ms}, {"rank0_bytes", s.bytes}});
@@ -389,7 +279,7 @@ void Trainer::run() {
     }
   } detach_save_reports{*ckpts_};
   const auto& m = spec_.model;
-  const int64_t micro_batches = job_->micro_batches;
+  const int64_t micro_batches = job().micro_batches;
   if (root) {
     size_t real = 0;  // without the zero rows that pad the vocabulary (as checkpoints and exports hold it)
     for (const ParamInfo& p : model().params()) real += p.stored_numel;
@@ -400,15 +290,15 @@ void Trainer::run() {
     spdlog::info("data: {}; samples of {} tokens; global batch {} = {} ranks x {} micro-batches x {}; {} steps",
                  data_->describe(), m.seq_len, t.global_batch, topo_.dp, micro_batches, t.micro_batch, t.max_steps);
   }
-  log_memory(*backend_, store(), topo_, spec_);
+  log_memory(*run_.backend, store(), topo_, spec_);
   // MFU against one device's peak (found in build()), for every device of the job
   const double model_flops_per_token = flops_per_token(spec_.model, model_family(spec_.model.arch).matmul_params(spec_.model));
   if (root)
     spdlog::info("MFU against {:.3g} TFLOP/s per device ({}); {:.3g} GFLOP per token", peak_.tflops, peak_.source,
                  model_flops_per_token / 1e9);
-  Progress progress(spec_, topo_.world_size, peak_, model_flops_per_token, *backend_, metrics.get(), telemetry.get(),
-                    job_->scaler.active(), start_step_,
-                    [this](int64_t step) { return memory_record(*backend_, store(), topo_.world_rank, step); });
+  Progress progress(spec_, topo_.world_size, peak_, model_flops_per_token, *run_.backend, metrics.get(), telemetry.get(),
+                    job().scaler.active(), start_step_,
+                    [this](int64_t step) { return memory_record(*run_.backend, store(), topo_.world_rank, step); });
   progress.tokens_by_source = [this] { return data_->tokens_by_source(); };
   std::optional<StragglerWatch> stragglers;
   if (topo_.world_size > 1) progress.stragglers = &stragglers.emplace(*topo_.world, topo_.hosts, spec_.run.straggler_threshold);
@@ -435,7 +325,7 @@ void Trainer::run() {
                       {"samples", {{"first", s * t.global_batch}, {"count", t.global_batch}}},
                       {"by_source", data_->samples_of_last_step()}});
     }
-    if (job_->skips.rollback_due()) {
+    if (job().skips.rollback_due()) {
       const int64_t to = roll_back(s);
       if (root)
         metrics->write({{"kind", "rollback"}, {"step", s + 1}, {"to_step", to},
@@ -444,7 +334,7 @@ void Trainer::run() {
     const int64_t done = s + 1;
     set_current_step(long(s));
     progress.step_done(s, r);
-    if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) eval_and_report(done, metrics.get());
+    if (t.eval_every > 0 && done % t.eval_every == 0 && done != t.max_steps) evaluate_and_report(job(), *data_, ckpts_->enabled(), done, metrics.get());
     if (!ckpts_->enabled() || done == t.max_steps) continue;  // the last step's checkpoint is written below
     // A source gone for good shows in the loader before the next step uses it: every rank waits
     // for its next step's micro-batches (normally ready already), so the ranks learn of the
@@ -459,13 +349,13 @@ void Trainer::run() {
       return;
     }
   }
-  eval_and_report(t.max_steps, metrics.get());
+  evaluate_and_report(job(), *data_, ckpts_->enabled(), t.max_steps, metrics.get());
   if (ckpts_->enabled() && start_step_ < t.max_steps) ckpts_->save_final(train_state(t.max_steps));
-  const MemoryStats ms = backend_->memory_stats();
+  const MemoryStats ms = run_.backend->memory_stats();
   spdlog::info("rank {} peak memory: {:.3f} MiB allocated by the {} backend ({} bytes)", topo_.world_rank,
-               ms.peak / 1048576.0, backend_->name(), ms.peak);
+               ms.peak / 1048576.0, run_.backend->name(), ms.peak);
   if (t.sample_tokens > 0)
-    print_sample(model(), *backend_, data_->tokenizer(), t, uint64_t(spec_.run.seed), root);
+    print_sample(model(), *run_.backend, data_->tokenizer(), t, uint64_t(spec_.run.seed), root);
   if (root) spdlog::info("done: metrics in {}", metrics->path());
 }
 

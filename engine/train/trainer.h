@@ -1,4 +1,5 @@
-// The training loop: the job (engine/job/job.h) built over this run's backend and communicators,
+// The training loop: the job (engine/job/job.h) built over this run's backend and communicators
+// (run_job.h),
 // then steps (engine/job/step.h) over the data with progress lines, metrics.jsonl, periodic
 // evaluation, checkpoints, skips and rollbacks, and a generated sample at the end. Every rank runs
 // it; rank 0 prints and writes files.
@@ -7,19 +8,15 @@
 #include <memory>
 
 #include "data/loader.h"
-#include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/checkpoint_manager.h"
-#include "engine/comm/job_comms.h"
 #include "engine/core/dir_lock.h"
-#include "engine/job/job.h"
 #include "engine/observe/step_breakdown.h"
 #include "engine/observe/throughput.h"
 #include "engine/train/run_hooks.h"
+#include "engine/train/run_job.h"
 #include "engine/train/training_data.h"
 
 namespace zt {
-
-class MetricsWriter;
 
 // [precision] compute resolved for a backend ("auto": bf16 on a GPU, fp32 on the CPU).
 DType compute_dtype_for(const RunSpec& spec, const Backend& backend);
@@ -34,11 +31,6 @@ class Trainer {
 
   // One optimizer step over global_batch sequences; this rank does its data-parallel slice.
   StepResult step(int64_t step);
-  // Mean loss over eval_steps micro-batches of each validation set (in dataset order): the mean
-  // over the sets, and each set's in `each` when given. With checkpoints on, the ranks agree after
-  // each round of micro-batches whether a preemption signal arrived: then it stops early, sets
-  // *stopped and returns NaN, so that the checkpoint is not held up by a long evaluation.
-  float evaluate(std::vector<float>* each = nullptr, bool* stopped = nullptr);
   // The whole run: rank 0 writes config.resolved.toml and metrics.jsonl under run.out_dir;
   // checkpoints as [checkpoint] says, and on SIGTERM / SIGINT / SIGUSR1.
   void run();
@@ -48,10 +40,10 @@ class Trainer {
   // Runs the probe's forward passes: every rank calls it.
   TrainState train_state(int64_t steps_done);
 
-  Job& job() { return *job_; }
-  Model& model() { return *job_->model; }
-  ParamStore& store() { return *job_->store; }
-  Backend& backend() { return *backend_; }
+  Job& job() { return *run_.job; }
+  Model& model() { return *run_.job->model; }
+  ParamStore& store() { return *run_.job->store; }
+  Backend& backend() { return *run_.backend; }
   const Topology& topology() const { return topo_; }
   TrainingData& data() { return *data_; }
 
@@ -75,14 +67,11 @@ class Trainer {
   std::string computed_on() const;   // the backend, precision and layout, for the resume check
   // The step's micro-batch `micro` from the background loader (started at `step` when needed).
   void next_batch(int64_t step, int64_t micro, int32_t* inputs, int32_t* targets);
-  void eval_and_report(int64_t step, MetricsWriter* metrics);  // [train] eval_every, and at the end
   uint64_t first_sample(uint64_t k) const;  // the first global sample of this rank's micro-batch k
 
   RunSpec spec_;
   Topology topo_;
-  JobComms comms_;  // the order check and the flight recorder, when on
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Job> job_;
+  RunJob run_;  // the backend, the communicators' checks, the job
   std::unique_ptr<TrainingData> data_;  // the sources, the mixture's position, the sample log
   Peak peak_;                           // what MFU is judged against
   std::unique_ptr<StepTrace> trace_;    // [run] trace_steps
