@@ -45,7 +45,6 @@ const char* type_name(const toml::node& v) {
   }
 }
 
-std::string full_name(const SpecKey& k) { return fmt::format("[{}] {}", k.section, k.key); }
 
 const SpecKey* find_key(const std::string& section, const std::string& key) {
   for (const auto& k : spec_schema())

@@ -174,4 +174,6 @@ std::string nearest_name(const std::string& name, const std::vector<std::string>
   return best_d <= limit ? best : "";
 }
 
+std::string full_name(const SpecKey& k) { return fmt::format("[{}] {}", k.section, k.key); }
+
 }  // namespace zt

@@ -48,6 +48,8 @@ SpecRange key_range(const SpecKey& k);
 bool has_range(const SpecKey& k);
 
 const std::vector<SpecKey>& spec_schema();
+// "[section] key", as messages and the resolved entries name a key.
+std::string full_name(const SpecKey& k);
 
 // A string / a float as TOML text (a float keeps its decimal point).
 std::string toml_quote(const std::string& s);

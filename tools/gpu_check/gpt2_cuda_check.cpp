@@ -10,9 +10,10 @@
 //           at head size 64 and 128, T 1024 and 4096 (8192 tokens), then fp32 at GPT-2's shape (B 8,
 //           T 1024, 12 x 64); GPU_CHECK_ATTENTION_DUMP=DIR also writes each bf16 shape's inputs and
 //           results for tools/gpu_check/torch_attention.py
-//   zero3:  GPT-2 124M step time through ParamStore with ZeRO-0 and ZeRO-3 at world size 1: the
+//   zero3:  GPT-2 124M step time through the job's store with ZeRO-0 and ZeRO-3 at world size 1: the
 //           stage-3 machinery's own overhead (gathers into temporary buffers, per-group grads)
 // Output: one JSON object per check on stdout.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -29,42 +30,68 @@
 #include "engine/backend/cuda/device.h"
 #include "engine/config/spec.h"
 #include "engine/comm/topology.h"
-#include "engine/parallel/param_store.h"
 #include "engine/backend/nvml.h"
-#include "engine/plan/plan_backend.h"
+#include "engine/job/job.h"
+#include "engine/job/step.h"
 #include "engine/model/registry.h"
 #include "engine/observe/throughput.h"
-#include "engine/optim/adamw.h"
-#include "models/gpt2.h"
+#include "engine/plan/planned_job.h"
 
 using namespace zt;
 
 namespace {
 
-// The engine's own ZeRO states at world size 1 (self communicators), as the trainer builds them.
+// A job at world size 1 (self communicators: device copies on the GPU), built and stepped as the
+// trainer does (engine/job): what the check measures is the engine's own step.
 struct SingleRank {
   Topology topo;
-  RunSpec spec;
-  std::unique_ptr<ParamStore> store;
-  std::unique_ptr<AdamW> optimizer;
-  SingleRank(Model& m, Backend& be, uint64_t seed, int zero_stage = 0, bool init = true) {
+  std::unique_ptr<Job> job;
+  SingleRank(const RunSpec& spec, Backend& be) {
     topo.world = make_self_comm("world");
     topo.tp_group = make_device_self_comm("tp", be);  // copies with the backend: device pointers
     topo.dp_group = make_device_self_comm("dp", be);
-    spec.parallel.zero_stage = zero_stage;
-    store = std::make_unique<ParamStore>(m, be, topo, spec);
-    if (init) store->init(seed);
-    m.set_provider(store.get());
-    optimizer = std::make_unique<AdamW>(spec.optim, be);
+    job = std::make_unique<Job>(spec, topo, be, ZeroPlacement(spec));
+    job->init_params(uint64_t(spec.run.seed));
   }
-  void zero_grad() {
-    store->zero_grad();
-    store->set_last_micro_batch(true);
+  StepResult step(int64_t s, const std::vector<int32_t>& in, const std::vector<int32_t>& tg, StepHook& hooks) {
+    return train_step(*job, s, [&](int64_t, int32_t* i, int32_t* t) {
+      std::copy(in.begin(), in.end(), i);
+      std::copy(tg.begin(), tg.end(), t);
+    }, hooks);
   }
-  void adamw(double lr, int t) {  // no clipping: the step compares raw updates
-    store->finish_backward();
-    optimizer->step(store->spans(), lr, t);
-    store->publish_params();
+};
+
+// One micro-batch of B sequences per step, in `dt`, at a constant learning rate. fp16 at a fixed
+// loss scale of 1: its gradients compare unscaled, as bf16's and fp32's do.
+RunSpec check_spec(const RunSpec::Model& m, int B, DType dt, double lr, double grad_clip, bool deterministic = false,
+                   int zero_stage = 0) {
+  RunSpec s;
+  s.model = m;
+  s.train.micro_batch = s.train.global_batch = B;
+  s.train.max_steps = 1 << 30;
+  s.precision.compute = dtype_name(dt);
+  s.precision.loss_scale = 1;
+  s.optim.lr = lr, s.optim.schedule = "constant", s.optim.warmup_steps = 0, s.optim.grad_clip = grad_clip;
+  s.run.deterministic = deterministic;
+  s.run.seed = 7;
+  s.parallel.zero_stage = zero_stage;
+  return s;
+}
+
+// The step's phases timed with CUDA events (the backend's timing points) at the step's hooks:
+// forward (with the head's backward), backward (with the last gradient reductions), the
+// optimizer (clipping, AdamW, publishing); summed over the steps it watches.
+struct PhaseTimes final : StepHook {
+  Backend& be;
+  int point[4] = {0, 0, 0, 0};
+  double ms[3] = {0, 0, 0};
+  explicit PhaseTimes(Backend& b) : be(b) {}
+  void forward_begin(int64_t, int64_t) override { point[0] = be.timing_point(); }
+  void backward_begin(int64_t, int64_t) override { point[1] = be.timing_point(); }
+  void optimizer_begin(int64_t) override { point[2] = be.timing_point(); }
+  void optimizer_end(int64_t) override { point[3] = be.timing_point(); }
+  void step_end(int64_t, StepResult&) override {  // the device has synchronized
+    for (int i = 0; i < 3; ++i) ms[i] += be.timing_ms(point[i], point[i + 1]);
   }
 };
 
@@ -108,8 +135,6 @@ bool tiny() {
 int parity(DType dt) {
   auto cpu = make_cpu_backend(0);
   auto gpu = make_backend("cuda", 0);
-  cpu->set_compute_dtype(dt);
-  gpu->set_compute_dtype(dt);
   const double loss_tol = dt == DType::F32 ? 1e-4 : 1e-2, grad_tol = dt == DType::F32 ? 1e-4 : 5e-2;
   int failures = 0;
   std::printf("{\"check\": \"parity\", \"precision\": \"%s\", \"cases\": [", dtype_name(dt));
@@ -135,32 +160,27 @@ int parity(DType dt) {
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const RunSpec::Model& cfg = cases[ci];
     const int B = 3, T = int(cfg.seq_len);
-    auto mcp = make_model(cfg, *cpu, B, nullptr), mgp = make_model(cfg, *gpu, B, nullptr);
-    Model &mc = *mcp, &mg = *mgp;
-    SingleRank sc(mc, *cpu, 7), sg(mg, *gpu, 7);
+    const RunSpec spec = check_spec(cfg, B, dt, 3e-3, /*grad_clip=*/0);  // raw updates compared
+    SingleRank sc(spec, *cpu), sg(spec, *gpu);
     double worst_grad = 0, worst_loss = 0;
     std::string worst_name;
+    struct FirstGrads final : StepHook {  // step 0's reduced gradients, before AdamW
+      Job& job;
+      std::vector<float> grads;
+      explicit FirstGrads(Job& j) : job(j) {}
+      void gradients_final(int64_t step) override {
+        if (step == 0) grads = job.store->full_grads();
+      }
+    } gc(*sc.job), gg(*sg.job);
     for (int step = 1; step <= 5; ++step) {
       const auto in = tokens(size_t(B) * T, int(cfg.vocab_size), 100 + step),
                  tg = tokens(size_t(B) * T, int(cfg.vocab_size), 200 + step);
-      sc.zero_grad();
-      sg.zero_grad();
-      const float lc = mc.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
-      const float lg = mg.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
-      mc.backward();
-      mg.backward();
-      worst_loss = std::max(worst_loss, std::abs(double(lg) - lc) / std::abs(double(lc)));
-      if (step == 1) {
-        sc.store->finish_backward();
-        sg.store->finish_backward();
-        const auto gc = sc.store->full_grads(), gg = sg.store->full_grads();
-        for (const auto& p : mc.params()) {
-          const double e = rel(gg.data() + p.global_offset, gc.data() + p.global_offset, p.global_numel);
-          if (e > worst_grad) worst_grad = e, worst_name = p.name;
-        }
-      }
-      sc.adamw(3e-3f, step);
-      sg.adamw(3e-3f, step);
+      const double lc = sc.step(step - 1, in, tg, gc).loss, lg = sg.step(step - 1, in, tg, gg).loss;
+      worst_loss = std::max(worst_loss, std::abs(lg - lc) / std::abs(lc));
+    }
+    for (const auto& p : sc.job->model->params()) {
+      const double e = rel(gg.grads.data() + p.global_offset, gc.grads.data() + p.global_offset, p.global_numel);
+      if (e > worst_grad) worst_grad = e, worst_name = p.name;
     }
     const bool ok = worst_loss <= loss_tol && worst_grad <= grad_tol;
     failures += !ok;
@@ -175,70 +195,57 @@ int parity(DType dt) {
   return failures ? 1 : 0;
 }
 
-GPT2Config bench_config() {
-  if (tiny()) return GPT2Config{2, 2, 64, 256, 260, 64, 384};
-  return GPT2Config{12, 12, 768, 3072, 50257, 1024, 50304};  // GPT-2 124M; its vocabulary held padded
+// GPT-2 124M (its vocabulary held padded to 50304), or a tiny GPT-2 on the emulated device
+RunSpec::Model bench_model() {
+  RunSpec::Model m;
+  m.arch = "gpt2";
+  if (tiny()) m.n_layer = 2, m.n_head = 2, m.d_model = 64, m.d_ff = 256, m.vocab_size = 260, m.seq_len = 64;
+  else m.n_layer = 12, m.n_head = 12, m.d_model = 768, m.d_ff = 3072, m.vocab_size = 50257, m.seq_len = 1024;
+  m.n_kv_head = m.n_head;
+  return m;
 }
 
-// deterministic: [run] deterministic's kernels (and no GEMM autotune); batch 0: the largest that fits
+// deterministic: [run] deterministic's kernels (and no GEMM autotune); batch 0: the largest that
+// fits. The trainer's step with its default clipping (grad_clip 1).
 int bench(int steps, DType dt, bool deterministic = false, int batch = 0) {
-  const GPT2Config cfg = bench_config();
-  const int T = cfg.seq_len;
+  const RunSpec::Model cfg = bench_model();
+  const int T = int(cfg.seq_len), V = int(cfg.vocab_size);
   std::vector<int> batches = tiny() ? std::vector<int>{4} : std::vector<int>{64, 48, 32, 16, 8, 4, 2, 1};
   if (batch > 0) batches = {batch};
   for (int B : batches) {
     try {
       auto gpu = make_backend("cuda", 0);
-      gpu->set_compute_dtype(dt);
-      gpu->set_deterministic(deterministic);
-      GPT2 m(cfg, *gpu, B);
-      SingleRank st(m, *gpu, 1);
+      const RunSpec spec = check_spec(cfg, B, dt, 6e-4, /*grad_clip=*/1.0, deterministic);
+      SingleRank st(spec, *gpu);
+      const Model& m = *st.job->model;
       // GPU_CHECK_TOKENS=text: Zipf-distributed ids (text_like_tokens) instead of uniform ones
       const bool text = std::getenv("GPU_CHECK_TOKENS") && std::string(std::getenv("GPU_CHECK_TOKENS")) == "text";
-      const auto in = text ? text_like_tokens(size_t(B) * T, cfg.vocab_size, 1) : tokens(size_t(B) * T, cfg.vocab_size, 1),
-                 tg = tokens(size_t(B) * T, cfg.vocab_size, 2);
-      auto one = [&](int t) {
-        st.zero_grad();
-        m.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
-        m.backward();
-        st.adamw(6e-4f, t);
-      };
-      for (int w = 1; w <= 3; ++w) one(w);
+      const auto in = text ? text_like_tokens(size_t(B) * T, V, 1) : tokens(size_t(B) * T, V, 1),
+                 tg = tokens(size_t(B) * T, V, 2);
+      StepHook unwatched;
+      int64_t s = 0;
+      for (int w = 0; w < 3; ++w) st.step(s++, in, tg, unwatched);
       gpu->synchronize();
       Nvml nvml;  // the telemetry's NVML reader; this first sample starts GPM's window over the timed steps
       if (nvml.ok()) (void)nvml.sample();
       const auto t0 = std::chrono::steady_clock::now();
-      for (int s = 0; s < steps; ++s) one(4 + s);
+      for (int i = 0; i < steps; ++i) st.step(s++, in, tg, unwatched);
       gpu->synchronize();
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / steps;
       const double n_params = double(m.num_params());
       // ztrain's one FLOP count (engine/observe/throughput.h), the training log's: 6 x the matrix
       // products' parameters (the model family's count) + 6 L C T for causal attention
-      RunSpec::Model ms_;
-      ms_.arch = "gpt2", ms_.n_layer = cfg.n_layer, ms_.n_head = cfg.n_head, ms_.n_kv_head = cfg.n_head;
-      ms_.d_model = cfg.d_model, ms_.d_ff = cfg.d_ff, ms_.vocab_size = cfg.vocab_size, ms_.seq_len = T;
+      const RunSpec::Model& ms_ = cfg;
       const double matmul_params = model_family("gpt2").matmul_params(ms_);
       const double flops_per_token = zt::flops_per_token(ms_, matmul_params);
       // the forward with targets also runs the head's backward (dX and dW of the tied head, a chunk
       // at a time: models/gpt2.cpp), 4 V C per token, which the backward phase then does not
-      const double head_backward_per_token = 4.0 * double(cfg.vocab_size) * cfg.d_model;  // as the family counts
-      // the step's phases, CUDA events between them over 3 more steps: forward (a third of the
-      // FLOPs, plus the head's backward), backward (the rest), the optimizer (gradient finish,
-      // AdamW, publishing)
-      double phase_ms[3] = {0, 0, 0};
-      for (int s = 0; s < 3; ++s) {
-        st.zero_grad();
-        const int p0 = gpu->timing_point();
-        m.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
-        const int p1 = gpu->timing_point();
-        m.backward();
-        const int p2 = gpu->timing_point();
-        st.adamw(6e-4f, 4 + steps + s);
-        const int p3 = gpu->timing_point();
-        gpu->synchronize();
-        phase_ms[0] += gpu->timing_ms(p0, p1) / 3, phase_ms[1] += gpu->timing_ms(p1, p2) / 3;
-        phase_ms[2] += gpu->timing_ms(p2, p3) / 3;
-      }
+      const double head_backward_per_token = 4.0 * double(cfg.vocab_size) * double(cfg.d_model);  // as the family counts
+      // the step's phases, CUDA events at the step's hooks over 3 more steps: forward (a third of
+      // the FLOPs, plus the head's backward), backward (the rest), the optimizer
+      PhaseTimes phases(*gpu);
+      for (int i = 0; i < 3; ++i) st.step(s++, in, tg, phases);
+      const double phase_ms[3] = {phases.ms[0] / 3, phases.ms[1] / 3, phases.ms[2] / 3};
       const double tokens = double(B) * T;
       std::printf("{\"check\": \"bench_phases\", \"deterministic\": %s, \"forward_ms\": %.2f, \"backward_ms\": %.2f, "
                   "\"optimizer_ms\": %.2f, \"forward_tflops\": %.1f, \"backward_tflops\": %.1f}\n",
@@ -247,19 +254,10 @@ int bench(int steps, DType dt, bool deterministic = false, int batch = 0) {
                   (flops_per_token * 2 / 3 - head_backward_per_token) * tokens / (phase_ms[1] / 1e3) / 1e12);
       const double tok_s = double(B) * T / sec;
       const MemoryStats ms = gpu->memory_stats();
-      // the planner's prediction (ztrain plan's PlanBackend): the same model and step, run nowhere
-      PlanBackend plan(DeviceKind::CUDA);
-      plan.set_compute_dtype(dt);
-      plan.set_deterministic(deterministic);
-      {
-        GPT2 pm(cfg, plan, B);
-        SingleRank sp(pm, plan, 1, 0, /*init=*/false);
-        sp.zero_grad();
-        pm.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
-        pm.backward();
-        sp.adamw(6e-4f, 1);
-      }
-      const double planned = double(plan.memory_stats().peak);
+      // the planner's prediction (ztrain plan's): the same job and step, run nowhere
+      PlannedJob plan(spec, 1, DeviceKind::CUDA);
+      plan.step();
+      const double planned = double(plan.backend().memory_stats().peak);
       // the telemetry's NVML reader, sampled right after the timed steps (the GPU still warm; GPM:
       // SM, tensor and DRAM activity over them)
       {
@@ -376,32 +374,22 @@ int attention(DType dt) {
   return 0;
 }
 
-// Step time of GPT-2 124M through the trainer's ParamStore at world size 1 (self communicators).
+// Step time of GPT-2 124M through the trainer's job and step at world size 1 (self communicators).
 int zero3(int steps, DType dt) {
-  const GPT2Config cfg = bench_config();
-  const int T = cfg.seq_len, B = 4;
+  const RunSpec::Model cfg = bench_model();
+  const int T = int(cfg.seq_len), B = 4;
   double ms[2] = {0, 0};
   size_t peak[2] = {0, 0};
   for (int stage : {0, 3}) {
     auto gpu = make_backend("cuda", 0);
-    gpu->set_compute_dtype(dt);
-    GPT2 m(cfg, *gpu, B);
-    SingleRank rank(m, *gpu, 1, stage);
-    ParamStore& store = *rank.store;
-    const auto in = tokens(size_t(B) * T, cfg.vocab_size, 1), tg = tokens(size_t(B) * T, cfg.vocab_size, 2);
-    auto one = [&](int t) {
-      store.zero_grad();
-      store.set_last_micro_batch(true);
-      m.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T));
-      m.backward();
-      store.finish_backward();
-      rank.optimizer->clip_grad_norm(store.spans(), store.norm_group(), 1.0, 1.0);
-      rank.adamw(6e-4, t);
-    };
-    for (int w = 1; w <= 3; ++w) one(w);
+    SingleRank rank(check_spec(cfg, B, dt, 6e-4, /*grad_clip=*/1.0, false, stage), *gpu);
+    const auto in = tokens(size_t(B) * T, int(cfg.vocab_size), 1), tg = tokens(size_t(B) * T, int(cfg.vocab_size), 2);
+    StepHook unwatched;
+    int64_t s = 0;
+    for (int w = 0; w < 3; ++w) rank.step(s++, in, tg, unwatched);
     gpu->synchronize();
     const auto t0 = std::chrono::steady_clock::now();
-    for (int s = 0; s < steps; ++s) one(4 + s);
+    for (int i = 0; i < steps; ++i) rank.step(s++, in, tg, unwatched);
     gpu->synchronize();
     ms[stage ? 1 : 0] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
     peak[stage ? 1 : 0] = gpu->memory_stats().peak;

@@ -5,6 +5,8 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include <chrono>
+
 #include <mpi.h>
 
 #include <cstdlib>
@@ -75,8 +77,20 @@ TEST_CASE("MPI collectives give each rank what it can compute itself", "[mpi]") 
   REQUIRE(d[0] == double(P));
   REQUIRE(d[1] == double(P * (P - 1) / 2));
   c->barrier();
-  REQUIRE(c->wait_point() > 0);
-  REQUIRE(c->exposed_ms(0, c->wait_point()) >= 0);
+  // Each wait is one point of the breakdown's books, and the exposed time between two points is
+  // the sum of those waits' times as reported one by one (the trace's track)
+  std::vector<double> seen;
+  c->set_wait_observer([&](const char*, std::chrono::steady_clock::time_point, double ms) { seen.push_back(ms); });
+  const int64_t p0 = c->wait_point();
+  c->wait(c->all_reduce(b.data(), n, ReduceOp::Sum));
+  c->wait(c->all_gather(all.data() + size_t(me) * n, all.data(), n));
+  const int64_t p1 = c->wait_point();
+  c->set_wait_observer(nullptr);
+  REQUIRE(p1 == p0 + 2);
+  REQUIRE(seen.size() == 2);
+  REQUIRE(c->exposed_ms(p0, p1) == seen[0] + seen[1]);
+  REQUIRE(c->exposed_ms(p0, p0 + 1) == seen[0]);
+  REQUIRE(c->exposed_ms(p1, p1) == 0);
 }
 
 TEST_CASE("a split communicator reduces over its own ranks only", "[mpi]") {

@@ -10,10 +10,8 @@
 #include <vector>
 
 #include "engine/comm/topology.h"
-#include "engine/optim/adamw.h"
-#include "engine/optim/optimizer_step.h"
-#include "engine/parallel/param_store.h"
-#include "models/gpt2.h"
+#include "engine/job/job.h"
+#include "engine/job/step.h"
 
 using namespace zt;
 
@@ -34,36 +32,39 @@ struct Trained {
   MemoryStats memory;
 };
 
-// Three steps of a tiny GPT-2 on fixed tokens through a store of `place`, the optimizer as the
-// trainer runs it; the final parameters and the last step's reduced gradients.
+// Three steps of a tiny GPT-2 on fixed tokens through a store of `place`: the job and the step
+// the trainer runs (engine/job); the final parameters and the last step's reduced gradients.
+// Clipping at a norm it never reaches keeps the early host AdamW off (it needs grad_clip = 0)
+// without changing a bit; `early_update` sets grad_clip = 0, where the placement allows it.
 Trained train(const ZeroPlacement& place, bool early_update = false) {
   auto be = make_cpu_backend(1);
-  const GPT2Config cfg{2, 2, 16, 64, 50, 8};
-  GPT2 model(cfg, *be, 2);
-  const Topology topo = self_topology();
-  ParamStore store(model, *be, topo, place);
-  store.init(5);
-  model.set_provider(&store);
-  RunSpec::Optim o;
-  o.weight_decay = 0.1;
-  AdamW opt(o, store.optimizer_backend());
-  std::vector<int32_t> in(16), tgt(16);
-  for (int i = 0; i < 16; ++i) in[size_t(i)] = (i * 7) % 50, tgt[size_t(i)] = (i * 11 + 3) % 50;
+  Topology topo = self_topology();
+  RunSpec spec;
+  spec.model.n_layer = 2, spec.model.n_head = 2, spec.model.n_kv_head = 2, spec.model.d_model = 16;
+  spec.model.d_ff = 64, spec.model.vocab_size = 50, spec.model.seq_len = 8, spec.model.vocab_multiple = 1;
+  spec.train.micro_batch = 2, spec.train.global_batch = 2, spec.train.max_steps = 3;
+  spec.optim.lr = 1e-2, spec.optim.schedule = "constant", spec.optim.warmup_steps = 0, spec.optim.weight_decay = 0.1;
+  spec.optim.grad_clip = early_update ? 0 : 1e30;
+  Job job(spec, topo, *be, place);
+  job.init_params(5);
   Trained out;
-  for (int t = 1; t <= 3; ++t) {
-    store.zero_grad();
-    const bool early = early_update && schedule_early_adamw(store, opt, 1e-2, t);
-    REQUIRE(early == early_update);  // it applies where asked for here (offload to pinned memory, ZeRO >= 2)
-    store.set_last_micro_batch(true);
-    model.forward_deferred(in.data(), tgt.data(), 2, 8, 1.0f / 16);
-    model.backward();
-    store.finish_backward();
-    if (t == 3) out.grads = store.full_grads();
-    adamw_step(store, opt, 1e-2, t);
-    store.publish_params();
+  struct LastGrads final : StepHook {  // the reduced gradients, before AdamW
+    Job& job;
+    std::vector<float>* grads;
+    LastGrads(Job& j, std::vector<float>* g) : job(j), grads(g) {}
+    void gradients_final(int64_t step) override {
+      if (step == 2) *grads = job.store->full_grads();
+    }
+  } last_grads(job, &out.grads);
+  for (int64_t step = 0; step < 3; ++step) {
+    const StepResult r = train_step(job, step, [](int64_t, int32_t* in, int32_t* tgt) {
+      for (int i = 0; i < 16; ++i) in[i] = (i * 7) % 50, tgt[i] = (i * 11 + 3) % 50;
+    }, last_grads);
+    REQUIRE(!r.skipped);
+    REQUIRE(r.early_update == early_update);  // it applies where asked for here (offload to pinned memory, ZeRO >= 2)
   }
-  out.params = store.full_params();
-  out.tiers = store.tier_bytes();
+  out.params = job.store->full_params();
+  out.tiers = job.store->tier_bytes();
   out.memory = be->memory_stats();
   return out;
 }

@@ -1,0 +1,70 @@
+// The job on a PlanBackend (see planned_job.h).
+#include "engine/plan/planned_job.h"
+
+#include "engine/core/status.h"
+#include "engine/job/step.h"
+
+namespace zt {
+
+namespace {
+
+// A group of `size` ranks seen from rank 0, whose collectives move nothing: the plan needs the
+// group's shape (shard sizes, buffers), not its data.
+class ShapeOnlyComm final : public Comm {
+ public:
+  ShapeOnlyComm(int size, std::string name) : size_(size), name_(std::move(name)) {}
+  int size() const override { return size_; }
+  int rank() const override { return 0; }
+  std::string name() const override { return name_ + "(plan)"; }
+  Handle all_reduce(float*, size_t, ReduceOp) override { return 0; }
+  Handle reduce_scatter(const float*, float*, size_t) override { return 0; }
+  Handle all_gather(const float*, float*, size_t) override { return 0; }
+  Handle broadcast(float*, size_t, int) override { return 0; }
+  void wait(Handle) override {}
+  void all_reduce_doubles(double*, size_t) override {}
+  void barrier() override {}
+
+ private:
+  int size_;
+  std::string name_;
+};
+
+std::unique_ptr<Comm> group(int size, const char* name, Backend& be) {
+  if (size == 1) return make_device_self_comm(name, be);
+  return std::make_unique<ShapeOnlyComm>(size, name);
+}
+
+// The counting backend's reads give zeros (the loss's logarithm -inf): the loss is taken as 0.
+struct CountedValues final : StepHook {
+  void loss_reduced(int64_t, double& loss) override { loss = 0; }
+};
+
+}  // namespace
+
+PlannedJob::PlannedJob(const RunSpec& spec, int world, DeviceKind kind) : be_(kind) {
+  const int tensor = int(spec.parallel.tensor);
+  if (world < 1 || tensor < 1 || world % tensor != 0)
+    user_error("[parallel] tensor = {} does not divide the world size {}", tensor, world);
+  topo_.world_size = world, topo_.tp = tensor, topo_.dp = world / tensor;
+  (void)micro_batches_per_step(spec, topo_);  // before anything is built
+  topo_.world = group(world, "world", be_);
+  topo_.tp_group = group(topo_.tp, "tp", be_);
+  topo_.dp_group = group(topo_.dp, "dp", be_);
+  ZeroPlacement placement(spec);
+  placement.count_only = true;  // tiers in the books, no files
+  job_ = std::make_unique<Job>(spec, topo_, be_, placement);  // not initialized: values do not matter here
+}
+
+PlannedJob::~PlannedJob() = default;
+
+void PlannedJob::step() {
+  const size_t vocab = size_t(job_->spec.model.vocab_size);
+  CountedValues values;
+  const StepResult r = train_step(*job_, 0, [&](int64_t, int32_t* in, int32_t* tgt) {
+    for (size_t i = 0; i < job_->inputs.size(); ++i) in[i] = tgt[i] = int32_t(i % vocab);
+  }, values);
+  ZT_CHECK(!r.skipped, "the plan's step skipped its update ({}): the optimizer's memory would be missing",
+           r.skip_reason);
+}
+
+}  // namespace zt
