@@ -26,7 +26,7 @@
 namespace zt {
 
 constexpr int64_t kCheckpointFormat = 1;
-constexpr const char* kCheckpointStates[] = {"params", "adam_m", "adam_v"};  // ParamStore::State order
+constexpr const char* kCheckpointStates[] = {"params", "adam_m", "adam_v"};  // ModelStates::State order
 
 // The resume check's probe: a few sequences and their loss under the saved weights, computed by
 // the saving run (engine/train/resume_probe.h).

@@ -98,7 +98,7 @@ std::string model_mismatch(const std::string& ckpt_dir, const Model& model) {
   return "";
 }
 
-void load_states(const std::string& ckpt_dir, ParamStore& store, const Model& model, bool weights_only, int part,
+void load_states(const std::string& ckpt_dir, ModelStates& store, const Model& model, bool weights_only, int part,
                  int parts) {
   const H5File f((fs::path(ckpt_dir) / "checkpoint.h5").string(), H5File::Mode::Read);
   // the virtual datasets read whatever file has a rank file's name: each must be this save's
@@ -112,8 +112,8 @@ void load_states(const std::string& ckpt_dir, ParamStore& store, const Model& mo
   const auto& runs = store.global_runs();
   std::vector<TensorShape> shapes;
   for (const auto& p : model.params()) shapes.push_back({p.stored_shape});
-  const ParamStore::State states[] = {ParamStore::State::Master, ParamStore::State::AdamM,
-                                      ParamStore::State::AdamV};
+  const ModelStates::State states[] = {ModelStates::State::Master, ModelStates::State::AdamM,
+                                      ModelStates::State::AdamV};
   std::vector<float> buf;
   for (int si = 0; si < (weights_only ? 1 : 3); ++si)
     for (const auto& run : runs) {

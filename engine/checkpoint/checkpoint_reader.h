@@ -4,7 +4,7 @@
 #include <string>
 
 #include "engine/model/model.h"
-#include "engine/parallel/param_store.h"
+#include "engine/model/model_states.h"
 
 namespace zt {
 
@@ -19,9 +19,9 @@ std::string model_mismatch(const std::string& ckpt_dir, const Model& model);
 
 // Loads this rank's master weights (and, unless weights_only, AdamW moments) from the
 // checkpoint's full tensors into `store` (not collective: the caller agrees on failures, then
-// calls ParamStore::publish_written_masters). Reads in blocks of at most 64 MiB. Checks first that
+// calls ModelStates::publish_written_masters). Reads in blocks of at most 64 MiB. Checks first that
 // the rank files with index = part (mod parts) are this checkpoint's own (the ranks share that).
-void load_states(const std::string& ckpt_dir, ParamStore& store, const Model& model, bool weights_only,
+void load_states(const std::string& ckpt_dir, ModelStates& store, const Model& model, bool weights_only,
                  int part = 0, int parts = 1);
 
 }  // namespace zt

@@ -31,8 +31,8 @@ namespace fs = std::filesystem;
 namespace {
 constexpr size_t kChunkElems = size_t(16) << 20 >> 2;  // 16 MiB chunks: a synchronous save's buffers
 constexpr int kWriteThreads = 4;                        // hold at most 4 of them (64 MiB)
-constexpr ParamStore::State kStates[] = {ParamStore::State::Master, ParamStore::State::AdamM,
-                                         ParamStore::State::AdamV};
+constexpr ModelStates::State kStates[] = {ModelStates::State::Master, ModelStates::State::AdamM,
+                                         ModelStates::State::AdamV};
 
 // The crash tests' hook (faults().pause_save): that rank stops in the middle of writing its part of
 // that checkpoint (after the parameters, before the moments).
@@ -55,7 +55,7 @@ struct CheckpointWriter::Snapshot {
   }
 };
 
-CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& store, const Model& model,
+CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ModelStates& store, const Model& model,
                                    const Topology& topo, Backend& backend, int64_t job_id,
                                    data::ObjectStore* remote)
     : opts_(opts), store_(store), model_(model), topo_(topo), be_(backend), job_id_(job_id), remote_(remote) {
@@ -92,8 +92,8 @@ CheckpointWriter::~CheckpointWriter() {
 namespace {
 // Elements [e0, e1) of piece `p` of state `st` where they already are in host memory (the CPU
 // backend, the range within one run; not the NVMe tier), or null.
-const float* in_place(const Backend& be, const ParamStore& store, const std::vector<ParamStore::GlobalRun>& runs,
-                      const Piece& p, ParamStore::State st, size_t e0, size_t e1) {
+const float* in_place(const Backend& be, const ModelStates& store, const std::vector<ModelStates::GlobalRun>& runs,
+                      const Piece& p, ModelStates::State st, size_t e0, size_t e1) {
   if (!be.host_accessible()) return nullptr;
   size_t at = 0;
   for (const Piece::Source& s : p.sources) {
@@ -107,8 +107,8 @@ const float* in_place(const Backend& be, const ParamStore& store, const std::vec
 }
 
 // Elements [e0, e1) of piece `p` (row-major in the block) of state `st`, from its runs.
-void copy_piece_range(const ParamStore& store, const std::vector<ParamStore::GlobalRun>& runs, const Piece& p,
-                      ParamStore::State st, size_t e0, size_t e1, float* dst) {
+void copy_piece_range(const ModelStates& store, const std::vector<ModelStates::GlobalRun>& runs, const Piece& p,
+                      ModelStates::State st, size_t e0, size_t e1, float* dst) {
   size_t at = 0;  // element index of the current source's first element within the piece
   for (const Piece::Source& s : p.sources) {
     const size_t lo = std::max(e0, at), hi = std::min(e1, at + s.n);

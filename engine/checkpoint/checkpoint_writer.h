@@ -21,10 +21,11 @@
 #include "engine/checkpoint/checkpoint_files.h"
 #include "data/store/object_store.h"
 #include "engine/checkpoint/pieces.h"
+#include "engine/backend/backend.h"
 #include "engine/comm/topology.h"
 #include "engine/config/spec.h"
 #include "engine/model/model.h"
-#include "engine/parallel/param_store.h"
+#include "engine/model/model_states.h"
 
 namespace zt {
 
@@ -46,7 +47,7 @@ double time_probe_write(const std::string& path, size_t bytes);
 class CheckpointWriter {
  public:
   // opts.dir is the local directory; `remote` (may be null) receives every checkpoint too.
-  CheckpointWriter(const RunSpec::Checkpoint& opts, ParamStore& store, const Model& model, const Topology& topo,
+  CheckpointWriter(const RunSpec::Checkpoint& opts, ModelStates& store, const Model& model, const Topology& topo,
                    Backend& backend, int64_t job_id, data::ObjectStore* remote = nullptr);
   ~CheckpointWriter();  // waits for the background threads
 
@@ -86,13 +87,13 @@ class CheckpointWriter {
   void prune();   // rank 0: keep_last
 
   RunSpec::Checkpoint opts_;
-  ParamStore& store_;
+  ModelStates& store_;
   const Model& model_;
   const Topology& topo_;
   Backend& be_;
   int64_t job_id_;
   data::ObjectStore* remote_;
-  std::vector<ParamStore::GlobalRun> runs_;  // the ones this rank owns
+  std::vector<ModelStates::GlobalRun> runs_;  // the ones this rank owns
   std::vector<Piece> pieces_;
   std::vector<std::vector<RankBlock>> all_blocks_;  // rank 0: (rank): each rank file's blocks
 

@@ -1,7 +1,7 @@
 // A rank's share of a checkpoint as rectangular blocks of the global tensors (pure arithmetic;
 // tests/unit/checkpoint/test_pieces.cpp).
 //
-// ParamStore::global_runs() gives this rank's states as runs: consecutive elements of a tensor's
+// ModelStates::global_runs() gives this rank's states as runs: consecutive elements of a tensor's
 // full row-major layout. A tensor is viewed as (rows, cols), cols = its last dimension (a 1-D
 // tensor is one row). A run that starts or ends inside a row splits into up to three segments
 // (a partial row, whole rows, a partial row); segments of the same columns in consecutive rows
@@ -21,7 +21,7 @@ struct TensorShape {
   int64_t cols() const { return dims.back(); }
 };
 
-struct RunRef {  // the parts of ParamStore::GlobalRun this needs
+struct RunRef {  // the parts of ModelStates::GlobalRun this needs
   int param;
   size_t global_begin, n;
 };

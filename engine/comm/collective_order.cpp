@@ -88,16 +88,10 @@ int group_index(const char* group) {
   return 0;
 }
 
-class OrderCheckedComm final : public Comm {
+class OrderCheckedComm final : public WrappedComm {
  public:
   OrderCheckedComm(std::unique_ptr<Comm> inner, const char* group, std::shared_ptr<CollectiveOrder> order)
-      : inner_(std::move(inner)), group_(group_index(group)), order_(std::move(order)) {}
-  int size() const override { return inner_->size(); }
-  int rank() const override { return inner_->rank(); }
-  std::string name() const override { return inner_->name(); }
-  int64_t wait_point() override { return inner_->wait_point(); }
-  double exposed_ms(int64_t from, int64_t to) override { return inner_->exposed_ms(from, to); }
-  void set_wait_observer(WaitObserver f) override { inner_->set_wait_observer(std::move(f)); }
+      : WrappedComm(std::move(inner)), group_(group_index(group)), order_(std::move(order)) {}
 
   Handle all_reduce(float* buf, size_t n, ReduceOp op) override {
     return issue(0, n * sizeof(float), [=, this] { return inner_->all_reduce(buf, n, op); });
@@ -196,7 +190,6 @@ class OrderCheckedComm final : public Comm {
     launch();
   }
 
-  std::unique_ptr<Comm> inner_;
   int group_;
   std::shared_ptr<CollectiveOrder> order_;
   Handle next_ = 1;

@@ -81,6 +81,34 @@ class Comm {
   int64_t first_wait_ = 0;
 };
 
+// A communicator that passes every call to `inner`: the job's wrappers (the order check, the
+// flight recorder, host access, host staging) derive from it and override what they watch or
+// change. The breakdown's books and the trace's observer stay the inner communicator's.
+class WrappedComm : public Comm {
+ public:
+  explicit WrappedComm(std::unique_ptr<Comm> inner) : inner_(std::move(inner)) {}
+  int size() const override { return inner_->size(); }
+  int rank() const override { return inner_->rank(); }
+  std::string name() const override { return inner_->name(); }
+  Handle all_reduce(float* buf, size_t n, ReduceOp op) override { return inner_->all_reduce(buf, n, op); }
+  Handle reduce_scatter(const float* send, float* recv, size_t n) override {
+    return inner_->reduce_scatter(send, recv, n);
+  }
+  Handle all_gather(const float* send, float* recv, size_t n) override { return inner_->all_gather(send, recv, n); }
+  Handle broadcast(float* buf, size_t n, int root) override { return inner_->broadcast(buf, n, root); }
+  void wait(Handle h) override { inner_->wait(h); }
+  void group_begin() override { inner_->group_begin(); }
+  void group_end() override { inner_->group_end(); }
+  void all_reduce_doubles(double* buf, size_t n) override { inner_->all_reduce_doubles(buf, n); }
+  void barrier() override { inner_->barrier(); }
+  int64_t wait_point() override { return inner_->wait_point(); }
+  double exposed_ms(int64_t from, int64_t to) override { return inner_->exposed_ms(from, to); }
+  void set_wait_observer(WaitObserver f) override { inner_->set_wait_observer(std::move(f)); }
+
+ protected:
+  std::unique_ptr<Comm> inner_;
+};
+
 // The message every communicator prints when a collective times out (then it aborts the job),
 // followed by the flight recorder's diagnosis when one is installed.
 void print_collective_timeout(int world_rank, const char* what, size_t n, const std::string& group,

@@ -11,15 +11,9 @@ namespace {
 
 // Every call of the wrapped communicator may touch the backend's memory (MPI progresses pending
 // requests inside any call), so each one holds host access.
-class HostAccessComm final : public Comm {
+class HostAccessComm final : public WrappedComm {
  public:
-  HostAccessComm(std::unique_ptr<Comm> inner, Backend& be) : inner_(std::move(inner)), be_(be) {}
-  int size() const override { return inner_->size(); }
-  int64_t wait_point() override { return inner_->wait_point(); }
-  double exposed_ms(int64_t from, int64_t to) override { return inner_->exposed_ms(from, to); }
-  void set_wait_observer(WaitObserver f) override { inner_->set_wait_observer(std::move(f)); }
-  int rank() const override { return inner_->rank(); }
-  std::string name() const override { return inner_->name(); }
+  HostAccessComm(std::unique_ptr<Comm> inner, Backend& be) : WrappedComm(std::move(inner)), be_(be) {}
   Handle all_reduce(float* buf, size_t n, ReduceOp op) override {
     Backend::HostAccess a(be_);
     return inner_->all_reduce(buf, n, op);
@@ -50,7 +44,6 @@ class HostAccessComm final : public Comm {
   }
 
  private:
-  std::unique_ptr<Comm> inner_;
   Backend& be_;
 };
 

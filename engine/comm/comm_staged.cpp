@@ -7,14 +7,9 @@ namespace zt {
 
 namespace {
 
-class HostStagedComm final : public Comm {
+class HostStagedComm final : public WrappedComm {
  public:
-  HostStagedComm(std::unique_ptr<Comm> inner, Backend& be) : inner_(std::move(inner)), be_(be) {}
-  int size() const override { return inner_->size(); }
-  int64_t wait_point() override { return inner_->wait_point(); }
-  double exposed_ms(int64_t from, int64_t to) override { return inner_->exposed_ms(from, to); }
-  void set_wait_observer(WaitObserver f) override { inner_->set_wait_observer(std::move(f)); }
-  int rank() const override { return inner_->rank(); }
+  HostStagedComm(std::unique_ptr<Comm> inner, Backend& be) : WrappedComm(std::move(inner)), be_(be) {}
   std::string name() const override { return inner_->name() + "+host-staged"; }
 
   Handle all_reduce(float* buf, size_t n, ReduceOp op) override {
@@ -46,11 +41,8 @@ class HostStagedComm final : public Comm {
     return 0;
   }
   void wait(Handle) override {}  // every collective above completed before returning
-  void all_reduce_doubles(double* buf, size_t n) override { inner_->all_reduce_doubles(buf, n); }
-  void barrier() override { inner_->barrier(); }
 
  private:
-  std::unique_ptr<Comm> inner_;
   Backend& be_;
 };
 

@@ -409,18 +409,10 @@ class FlightRecorder {
 namespace {
 
 // Records each collective of `inner` in the recorder: issued, waited for, ended.
-class FlightRecordedComm final : public Comm {
+class FlightRecordedComm final : public WrappedComm {
  public:
   FlightRecordedComm(std::unique_ptr<Comm> inner, int group, FlightRecorder& rec)
-      : inner_(std::move(inner)), group_(group), rec_(rec) {}
-  int size() const override { return inner_->size(); }
-  int rank() const override { return inner_->rank(); }
-  std::string name() const override { return inner_->name(); }
-  int64_t wait_point() override { return inner_->wait_point(); }
-  double exposed_ms(int64_t from, int64_t to) override { return inner_->exposed_ms(from, to); }
-  void set_wait_observer(WaitObserver f) override { inner_->set_wait_observer(std::move(f)); }
-  void group_begin() override { inner_->group_begin(); }
-  void group_end() override { inner_->group_end(); }
+      : WrappedComm(std::move(inner)), group_(group), rec_(rec) {}
 
   Handle all_reduce(float* buf, size_t n, ReduceOp op) override {
     return issue(0, n * sizeof(float), inner_->all_reduce(buf, n, op));
@@ -461,7 +453,6 @@ class FlightRecordedComm final : public Comm {
     entries_[h] = rec_.issue(group_, op, bytes);
     return h;
   }
-  std::unique_ptr<Comm> inner_;
   int group_;
   FlightRecorder& rec_;
   std::unordered_map<Handle, int64_t> entries_;

@@ -5,6 +5,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -228,16 +229,39 @@ struct Loader {
     }
   }
 
+  // The whole spec, section by section (each function checks its own section's relations; the
+  // table's ranges and choices come first, for every key alike).
   void validate() {
     if (!spec.model.init_from.empty()) apply_hf_config();
     for (const auto& k : spec_schema())
       if (k.required && !where.count(std::string(k.section) + "." + k.key))
         user_error("{}: missing required key {} ({})", spec.source, full_name(k), k.help);
-    // Every numeric key within its one range (spec_schema.h), printed the same way whatever the
-    // value; an integer key is also an int32 size. An optional key unset is not checked.
+    validate_table();
+    validate_run();
+    validate_model();
+    validate_train();
+    validate_optim();
+    resolve_data_mixture(spec, at("data", "train"), at("data", "val"), at("train", "max_steps"));
+    validate_precision();
+    validate_offload();
+    validate_parallel();
+    check_size(spec.data.cache_limit, "data", "cache_limit", "200GB, 512MiB, 1000000");
+    validate_sizes();
+    validate_checkpoint();
+  }
+
+  // Every numeric key within its one range and every string key with choices one of them
+  // (spec_schema.h), printed the same way whatever the value; an integer key is also an int32
+  // size. An optional key unset is not checked.
+  void validate_table() {
     for (const auto& k : spec_schema()) {
       const SpecField f = k.field(spec);
       if (k.zero_unset && !where.count(std::string(k.section) + "." + k.key)) continue;
+      if (auto* p = std::get_if<std::string*>(&f); p && k.choices) {
+        const auto values = key_choices(k);
+        check(std::find(values.begin(), values.end(), **p) != values.end(), k.section, k.key,
+              fmt::format("'{}' is not one of {}", **p, choices_text(k)));
+      }
       if (auto* p = std::get_if<double*>(&f))
         check(std::isfinite(**p), k.section, k.key, fmt::format("{} is not a finite number", **p));
       if (!has_range(k)) continue;
@@ -250,20 +274,26 @@ struct Loader {
       if (auto* p = std::get_if<double*>(&f))
         check(range.contains(**p), k.section, k.key, fmt::format("must be {}, got {}", range_text(range), **p));
     }
+  }
+
+  // A size key ("40GB", "512MiB") that parses, when given.
+  void check_size(const std::string& value, const char* section, const char* key, const char* examples) {
+    try {
+      parse_byte_size(value, key);
+    } catch (const UserError&) {
+      check(false, section, key, fmt::format("'{}' is not a size (examples: {})", value, examples));
+    }
+  }
+
+  void validate_run() {
     auto& r = spec.run;
-    check(r.device == "auto" || r.device == "cpu" || r.device == "cuda", "run", "device",
-          fmt::format("'{}' is not one of \"auto\", \"cpu\", \"cuda\"", r.device));
     check(!r.out_dir.empty(), "run", "out_dir", "must not be empty");
     check(r.telemetry_s == 0 || r.telemetry_s >= 0.05, "run", "telemetry_s",
           fmt::format("must be 0 (off) or at least 0.05, got {}", r.telemetry_s));
-    if (!r.device_memory_limit.empty()) {
-      try {
-        parse_byte_size(r.device_memory_limit, "device_memory_limit");
-      } catch (const UserError&) {
-        check(false, "run", "device_memory_limit",
-              fmt::format("'{}' is not a size (examples: 40GB, 512MiB)", r.device_memory_limit));
-      }
-    }
+    if (!r.device_memory_limit.empty()) check_size(r.device_memory_limit, "run", "device_memory_limit", "40GB, 512MiB");
+  }
+
+  void validate_model() {
     auto& m = spec.model;
     const ModelFamily* family = find_model_family(m.arch);
     check(family != nullptr, "model", "arch",
@@ -279,43 +309,32 @@ struct Loader {
                            [&](const char* key) { return where.count(std::string("model.") + key) > 0; }});
     // a default derived from other keys is a dimension too (the models hold int32 sizes)
     check(m.d_ff >= 1 && m.d_ff <= kMaxInt, "model", "d_ff", fmt::format("{} is out of range [1, {}]", m.d_ff, kMaxInt));
-    {  // the vocabulary as held, padded to vocab_multiple x tensor: an int32 size too
-      const int64_t k = std::max<int64_t>(1, m.vocab_multiple) * std::max<int64_t>(1, spec.parallel.tensor);
-      check((m.vocab_size + k - 1) / k * k <= kMaxInt, "model", "vocab_multiple",
-            fmt::format("vocab_size = {} padded to a multiple of vocab_multiple x tensor = {} exceeds {}",
-                        m.vocab_size, k, kMaxInt));
-    }
+  }
+
+  void validate_train() {
     auto& t = spec.train;
     check(t.global_batch % t.micro_batch == 0, "train", "global_batch",
           fmt::format("global_batch = {} is not a multiple of micro_batch = {}", t.global_batch,
                       t.micro_batch));
-    check(t.recompute == "none" || t.recompute == "selective" || t.recompute == "full", "train", "recompute",
-          fmt::format("'{}' is not one of \"none\", \"selective\", \"full\"", t.recompute));
-    check(t.spike_policy == "off" || t.spike_policy == "skip" || t.spike_policy == "rollback", "train", "spike_policy",
-          fmt::format("'{}' is not one of \"off\", \"skip\", \"rollback\"", t.spike_policy));
     check(t.spike_policy != "rollback" || t.rollback_after < t.max_skipped_steps, "train", "rollback_after",
           fmt::format("= {} must be below max_skipped_steps = {}, which would end the run first", t.rollback_after,
                       t.max_skipped_steps));
-    check(int64_t(t.micro_batch) * m.seq_len <= kMaxInt, "train", "micro_batch",
-          fmt::format("micro_batch * seq_len = {} tokens is too large", t.micro_batch * m.seq_len));
+  }
+
+  void validate_optim() {
     auto& o = spec.optim;
     check(o.min_lr >= 0 && o.min_lr <= o.lr, "optim", "min_lr",
           fmt::format("must be in [0, lr = {}], got {}", o.lr, o.min_lr));
-    check(o.schedule == "cosine" || o.schedule == "linear" || o.schedule == "constant", "optim",
-          "schedule",
-          fmt::format("'{}' is not one of \"cosine\", \"linear\", \"constant\"", o.schedule));
-    resolve_data_mixture(spec, at("data", "train"), at("data", "val"), at("train", "max_steps"));
+  }
+
+  void validate_precision() {
     auto& pr = spec.precision;
-    check(pr.compute == "auto" || pr.compute == "fp32" || pr.compute == "bf16" || pr.compute == "fp16",
-          "precision", "compute",
-          fmt::format("'{}' is not one of \"auto\", \"fp32\", \"bf16\", \"fp16\"", pr.compute));
     check(pr.initial_scale >= pr.min_scale, "precision", "initial_scale",
           fmt::format("must be >= min_scale = {}, got {}", pr.min_scale, pr.initial_scale));
+  }
+
+  void validate_offload() {
     auto& off = spec.offload;
-    check(off.optimizer == "none" || off.optimizer == "cpu" || off.optimizer == "nvme", "offload", "optimizer",
-          fmt::format("'{}' is not one of \"none\", \"cpu\", \"nvme\"", off.optimizer));
-    check(off.params == "none" || off.params == "cpu" || off.params == "nvme", "offload", "params",
-          fmt::format("'{}' is not one of \"none\", \"cpu\", \"nvme\"", off.params));
     check(off.params != "nvme" || off.optimizer == "nvme", "offload", "params",
           "params = \"nvme\" needs optimizer = \"nvme\" (the compute shards are written by the streamed AdamW)");
     check(off.params == "none" || spec.parallel.zero_stage == 3, "offload", "params",
@@ -326,13 +345,11 @@ struct Loader {
           "is written by the host's AdamW");
     check(off.optimizer != "nvme" || !off.nvme_path.empty(), "offload", "nvme_path",
           "optimizer = \"nvme\" needs a directory on a local SSD");
-    if (!off.pinned_limit.empty()) {
-      try {
-        parse_byte_size(off.pinned_limit, "pinned_limit");
-      } catch (const UserError&) {
-        check(false, "offload", "pinned_limit", fmt::format("'{}' is not a size (examples: 64GB, 512MiB)", off.pinned_limit));
-      }
-    }
+    if (!off.pinned_limit.empty()) check_size(off.pinned_limit, "offload", "pinned_limit", "64GB, 512MiB");
+  }
+
+  void validate_parallel() {
+    const auto& m = spec.model;
     auto& p = spec.parallel;
     check(m.n_head % p.tensor == 0, "parallel", "tensor",
           fmt::format("n_head = {} is not divisible by tensor = {}", m.n_head, p.tensor));
@@ -342,15 +359,22 @@ struct Loader {
           fmt::format("n_kv_head = {} and tensor = {}: one must divide the other", m.n_kv_head, p.tensor));
     check(m.d_ff % p.tensor == 0, "parallel", "tensor",
           fmt::format("d_ff = {} is not divisible by tensor = {}", m.d_ff, p.tensor));
-    auto& c = spec.comm;
-    check(c.backend == "auto" || c.backend == "mpi" || c.backend == "nccl", "comm", "backend",
-          fmt::format("'{}' is not one of \"auto\", \"mpi\", \"nccl\"", c.backend));
-    auto& d = spec.data;
-    try {
-      parse_byte_size(d.cache_limit, "cache_limit");
-    } catch (const UserError& e) {
-      check(false, "data", "cache_limit", fmt::format("'{}' is not a size (examples: 200GB, 512MiB, 1000000)", d.cache_limit));
-    }
+  }
+
+  // Products of keys that the models hold as int32 sizes.
+  void validate_sizes() {
+    const auto& m = spec.model;
+    const auto& t = spec.train;
+    // the vocabulary as held, padded to vocab_multiple x tensor
+    const int64_t k = std::max<int64_t>(1, m.vocab_multiple) * std::max<int64_t>(1, spec.parallel.tensor);
+    check((m.vocab_size + k - 1) / k * k <= kMaxInt, "model", "vocab_multiple",
+          fmt::format("vocab_size = {} padded to a multiple of vocab_multiple x tensor = {} exceeds {}",
+                      m.vocab_size, k, kMaxInt));
+    check(int64_t(t.micro_batch) * m.seq_len <= kMaxInt, "train", "micro_batch",
+          fmt::format("micro_batch * seq_len = {} tokens is too large", t.micro_batch * m.seq_len));
+  }
+
+  void validate_checkpoint() {
     auto& k = spec.checkpoint;
     check(k.dir.find("://") == std::string::npos || k.dir.rfind("s3://", 0) == 0, "checkpoint", "dir",
           fmt::format("'{}': a local directory or s3://bucket/prefix", k.dir));

@@ -69,7 +69,8 @@ std::string spec_reference_markdown() {
       "that this file is current (ctest -R docs_spec_reference_is_current). Defaults are those of a `{}` model;\n"
       "a model family sets its own where the help says so (see `ztrain check SPEC.toml` for a spec's\n"
       "resolved values). Any key can be overridden with `--set section.key=value`. A value outside its\n"
-      "range exits 2 with the range as shown here; integer keys are also at most 2147483647.\n",
+      "range exits 2 with the range as shown here (a string key with choices: any other value); integer keys are\n"
+      "also at most 2147483647.\n",
       default_model_family());
   std::string section;
   for (const auto& k : spec_schema()) {
@@ -90,7 +91,7 @@ std::string spec_reference_markdown() {
     for (size_t at = 0; (at = help.find('|', at)) != std::string::npos; at += 2) help.replace(at, 1, "\\|");
     out += fmt::format("| `{}` | {} | {} | {} | {}{} |\n", k.key, type,
                        k.required ? "required" : "`" + value_toml(k, spec) + "`",
-                       has_range(k) ? range_text(key_range(k)) : "", help,
+                       has_range(k) ? range_text(key_range(k)) : k.choices ? "one of " + choices_text(k) : "", help,
                        k.secret ? " (secret: never written to the resolved spec or logs)" : "");
   }
   return out + R"(

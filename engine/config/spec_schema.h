@@ -39,7 +39,13 @@ struct SpecKey {
   bool secret = false;  // never written to the resolved spec, logs or messages
   bool zero_unset = false;  // 0 means "not given" (a given value must be > 0): written commented out
   SpecRange range = {};     // numeric keys; an integer key without one is a count (>= 0; see key_range)
+  const char* choices = nullptr;  // a string key's only values, "|"-separated ("auto|cpu|cuda")
 };
+
+// k's choices, in table order (empty: any string); "\"auto\", \"cpu\", \"cuda\"", as messages and
+// docs/spec-reference.md print them.
+std::vector<std::string> key_choices(const SpecKey& k);
+std::string choices_text(const SpecKey& k);
 
 // k's range: its own; an integer key's is >= 0 by default (a count or a dimension; `seed` takes
 // any value). Integer keys are also at most 2147483647 (the sizes they set are int32).

@@ -191,7 +191,7 @@ std::string hf_mismatch(const std::string& dir, const std::string& arch, const M
   return "";
 }
 
-void load_hf_weights(const std::string& dir, const std::string& arch, ParamStore& store, const Model& model) {
+void load_hf_weights(const std::string& dir, const std::string& arch, ModelStates& store, const Model& model) {
   const SafetensorsDir w(dir);
   std::vector<float> buf, whole;
   int whole_of = -1;  // the parameter `whole` holds (transposed tensors are read whole once)
@@ -219,7 +219,7 @@ void load_hf_weights(const std::string& dir, const std::string& arch, ParamStore
     }
     for (float v : buf)
       if (!std::isfinite(v)) user_error("{}: tensor {} holds a non-finite value", t->file, hf.name);
-    store.write_run(ParamStore::State::Master, run, 0, n, buf.data());
+    store.write_run(ModelStates::State::Master, run, 0, n, buf.data());
   }
 }
 

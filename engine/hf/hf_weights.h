@@ -7,7 +7,7 @@
 
 #include "engine/core/dtype.h"
 #include "engine/model/model.h"
-#include "engine/parallel/param_store.h"
+#include "engine/model/model_states.h"
 
 namespace zt {
 
@@ -20,7 +20,7 @@ std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, D
 std::string hf_mismatch(const std::string& dir, const std::string& arch, const Model& model);
 
 // Loads this rank's master weights from `dir` into `store` (not collective: the caller agrees on
-// failures, then calls ParamStore::publish_written_masters).
-void load_hf_weights(const std::string& dir, const std::string& arch, ParamStore& store, const Model& model);
+// failures, then calls ModelStates::publish_written_masters).
+void load_hf_weights(const std::string& dir, const std::string& arch, ModelStates& store, const Model& model);
 
 }  // namespace zt

@@ -40,6 +40,7 @@ Job::Job(const RunSpec& spec_in, Topology& topo_in, Backend& backend_in, const Z
       model(build_model(spec, topo, backend, std::move(given))),
       store(std::make_unique<ParamStore>(*model, backend, topo, placement)),
       optimizer(std::make_unique<AdamW>(spec.optim, store->optimizer_backend())),
+      early(*store),
       scaler(spec.precision, backend.compute_dtype()),
       skips(spec.train),
       inputs(size_t(spec.train.micro_batch * spec.model.seq_len)),
@@ -47,9 +48,9 @@ Job::Job(const RunSpec& spec_in, Topology& topo_in, Backend& backend_in, const Z
   model->set_provider(store.get());
 }
 
-// An early host AdamW still queued (a step that failed mid-backward) uses the optimizer, which is
-// destroyed before the store.
-Job::~Job() { store->cancel_early_update(); }
+// An early host AdamW still queued (a step that failed mid-backward) uses the optimizer and the
+// store: it is waited for before either goes.
+Job::~Job() { early.cancel(); }
 
 void Job::init_params(uint64_t seed) { store->init(seed); }
 

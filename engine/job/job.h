@@ -15,6 +15,7 @@
 #include "engine/job/skip_policy.h"
 #include "engine/model/model.h"
 #include "engine/optim/adamw.h"
+#include "engine/optim/early_update.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/parallel/param_store.h"
 #include "engine/parallel/placement.h"
@@ -51,6 +52,7 @@ class Job {
   std::unique_ptr<Model> model;
   std::unique_ptr<ParamStore> store;
   std::unique_ptr<AdamW> optimizer;
+  EarlyUpdate early;  // the host AdamW during backward, where it applies (destroyed first: it uses the two above)
   LossScaler scaler;
   SkipPolicy skips;           // non-finite steps and loss spikes
   int adam_steps = 0;         // applied updates (AdamW's t; skipped steps excluded)

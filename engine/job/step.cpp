@@ -29,7 +29,7 @@ StepResult train_step(Job& job, int64_t step, const MicroBatchSource& next, Step
   // where nothing global (clipping by the norm, fp16 unscaling) must first touch the gradients.
   // Not with spike_policy = "skip": a step must be judged before it is applied.
   r.early_update = spec.optim.grad_clip == 0 && !job.scaler.active() && spec.train.spike_policy == "off" &&
-                   schedule_early_adamw(store, *job.optimizer, r.lr, job.adam_steps + 1);
+                   schedule_early_adamw(job.early, *job.optimizer, r.lr, job.adam_steps + 1);
   for (int64_t micro = 0; micro < accum; ++micro) {
     next(micro, job.inputs.data(), job.targets.data());
     store.set_last_micro_batch(micro == accum - 1);
@@ -67,7 +67,7 @@ StepResult train_step(Job& job, int64_t step, const MicroBatchSource& next, Step
                                      "that a step is judged before it is applied", step + 1, r.skip_reason));
   r.skipped |= !r.skip_reason.empty();
   if (!r.skipped) {
-    adamw_step(store, *job.optimizer, r.lr, ++job.adam_steps);
+    adamw_step(store, job.early, *job.optimizer, r.lr, ++job.adam_steps);
     store.publish_params();
   }
   r.skipped_total = job.scaler.skipped() + job.skips.skipped();

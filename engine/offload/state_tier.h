@@ -22,13 +22,12 @@
 
 #include "engine/backend/backend.h"
 #include "engine/offload/offload_clock.h"
+#include "engine/model/model_states.h"  // StateKind
 #include "engine/parallel/placement.h"
 
 namespace zt {
 
 class NvmeFile;
-
-enum class StateKind { Master, Grad, AdamM, AdamV };
 
 // The arrays a tier holds, as the ZeRO layout sizes them.
 struct TierShape {

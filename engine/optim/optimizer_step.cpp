@@ -3,12 +3,13 @@
 
 namespace zt {
 
-void adamw_step(ParamStore& store, AdamW& opt, double lr, int t) {
-  store.step_states(t, [&](const std::vector<StateSpan>& spans) { opt.step(spans, lr, t); });
+void adamw_step(ParamStore& store, EarlyUpdate& early, AdamW& opt, double lr, int t) {
+  auto step = [&](const std::vector<StateSpan>& spans) { opt.step(spans, lr, t); };
+  if (!early.finish(t, step)) store.step_states(t, step);
 }
 
-bool schedule_early_adamw(ParamStore& store, AdamW& opt, double lr, int t) {
-  return store.schedule_early_update(t, [&opt, lr, t](const std::vector<StateSpan>& spans) { opt.step(spans, lr, t); });
+bool schedule_early_adamw(EarlyUpdate& early, AdamW& opt, double lr, int t) {
+  return early.schedule(t, [&opt, lr, t](const std::vector<StateSpan>& spans) { opt.step(spans, lr, t); });
 }
 
 }  // namespace zt

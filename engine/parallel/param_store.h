@@ -34,9 +34,9 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
-#include "engine/core/serial_worker.h"
 #include "engine/comm/topology.h"
 #include "engine/model/model.h"
+#include "engine/model/model_states.h"
 #include "engine/offload/offload_clock.h"
 #include "engine/offload/state_tier.h"
 #include "engine/parallel/placement.h"
@@ -45,7 +45,7 @@
 
 namespace zt {
 
-class ParamStore final : public ParamProvider {
+class ParamStore final : public ParamProvider, public ModelStates {
  public:
   // Configured from the placement alone (a RunSpec converts to its placement).
   ParamStore(const Model& model, Backend& be, const Topology& topo, const ZeroPlacement& placement);
@@ -65,22 +65,21 @@ class ParamStore final : public ParamProvider {
   bool offloads_optimizer() const { return tier_->offloaded(); }
   // The optimizer step `t` over this rank's states (after clipping; engine/optim/optimizer_step.h
   // calls it with AdamW): `step` on the spans as they are, or, with the NVMe tier, block by block
-  // through the pinned buffers (spans over the block's buffers). Spans the early update already
-  // stepped are waited for, not stepped again.
-  void step_states(int t, const SpanStep& step);
-  // Optimizer offload to CPU memory at ZeRO 2-3: step `t`'s update of each group runs on a
-  // background thread as soon as its gradient of the step's last micro-batch is on the host,
-  // while backward goes on. Exact only when nothing global touches the gradients between backward
-  // and the step (no clipping, no loss scaling): the trainer asks for it then, before the step's
-  // last micro-batch. False where it does not apply.
-  bool schedule_early_update(int t, SpanStep step);
+  // through the pinned buffers (spans over the block's buffers). `done`: units already stepped
+  // (the early update's, one flag per span), not stepped again.
+  void step_states(int t, const SpanStep& step, const std::vector<char>* done = nullptr);
+  // Optimizer offload to CPU memory at ZeRO 2-3: each group's reduced gradient of the step's last
+  // micro-batch reaches the host while backward goes on. Then `f` (null: nobody) is called, on this
+  // thread, with the group's units (span indices) as soon as their gradients are final there and
+  // the uploads that read the pinned compute copy are done: the early host AdamW
+  // (engine/optim/early_update.h) steps them on a thread of its own.
+  bool gradients_final_during_backward() const { return tier_->offloaded() && !tier_->streams() && stage_ >= 2; }
+  using UnitsFinal = std::function<void(const std::vector<int>& units)>;
+  void on_units_final(UnitsFinal f) { units_final_ = std::move(f); }
   // With the NVMe tier: start reading the optimizer's first blocks of states (as many as there
   // are stream sets) so that the step finds them in memory; the trainer calls it as the step's
   // last micro-batch begins. No-op otherwise.
   void prefetch_optimizer_states() { tier_->prefetch(); }
-  // Drops a scheduled early update and waits for its queued work (a step that failed midway;
-  // before the optimizer goes). Never throws.
-  void cancel_early_update() noexcept;
   // Bytes of model states per tier, for the memory line: [tag] for Params, Grads, OptimStates.
   using TierBytes = StateTier::Bytes;
   TierBytes tier_bytes() const { return tier_->bytes(); }
@@ -101,40 +100,17 @@ class ParamStore final : public ParamProvider {
   // rank holds them whole again. Collective.
   void publish_params();
 
-  // This rank's states in global coordinates, for checkpoints: each run is `n` consecutive
-  // elements of a tensor's full (unsharded, row-major) layout, starting at `global_begin`, held
-  // contiguously in span `span` from `span_off`. `owner`: this rank is the one that writes the run
-  // (data-parallel copies at stage 0 and tensors replicated across the tensor-parallel group are
-  // held by several ranks; each run has exactly one owner in the job).
-  struct GlobalRun {
-    int param;  // index into Model::params()
-    size_t global_begin, n;
-    int span;
-    size_t span_off;
-    bool owner;
-  };
-  const std::vector<GlobalRun>& global_runs() const { return runs_; }
-  using State = StateKind;
-  // Host copies of a run's elements of one state, and back. After writing masters, call
-  // publish_written_masters() (collective) to refresh the compute copy and the other ranks' views.
-  void read_run(State s, const GlobalRun& r, float* host) const { read_run(s, r, 0, r.n, host); }
-  void write_run(State s, const GlobalRun& r, const float* host) { write_run(s, r, 0, r.n, host); }
-  // Elements [off, off + n) of the run only.
-  void read_run(State s, const GlobalRun& r, size_t off, size_t n, float* host) const;
-  // The run's elements in the backend's memory (host memory on the CPU backend: checkpoint writes
-  // read them in place there instead of copying); null for states in the NVMe tier.
-  const float* run_data(State s, const GlobalRun& r) const { return in_file(s) ? nullptr : state_ptr(s, r); }
-  void write_run(State s, const GlobalRun& r, size_t off, size_t n, const float* host);
-  void publish_written_masters();
-
-  // The full parameters / reduced gradients in the unsharded model's flat layout (global offsets
-  // and shapes of Model::params()), as host vectors. Collective when the states are sharded
-  // (ZeRO or tensor parallelism): every rank must call it.
-  std::vector<float> full_params();
-  std::vector<float> full_grads();
-  // The compute-precision copy the model reads (bf16/fp16 values widened to fp32), same layout;
-  // empty in fp32. Collective like full_params().
-  std::vector<float> full_compute_params();
+  // ModelStates: this rank's states in global coordinates (checkpoints, imports, debugging)
+  const std::vector<GlobalRun>& global_runs() const override { return runs_; }
+  using ModelStates::read_run;
+  using ModelStates::write_run;
+  void read_run(State s, const GlobalRun& r, size_t off, size_t n, float* host) const override;
+  void write_run(State s, const GlobalRun& r, size_t off, size_t n, const float* host) override;
+  const float* run_data(State s, const GlobalRun& r) const override { return in_file(s) ? nullptr : state_ptr(s, r); }
+  void publish_written_masters() override;
+  std::vector<float> full_params() override;
+  std::vector<float> full_grads() override;
+  std::vector<float> full_compute_params() override;
 
   // ParamProvider
   void begin_pass(const std::vector<int>& order) override;
@@ -151,13 +127,7 @@ class ParamStore final : public ParamProvider {
     float* recv = nullptr;  // stages 2-3: reduced shard of this group's units, to add
     bool last = false;      // of the step's last micro-batch: the group's gradient is final
   };
-  struct EarlyUpdate {
-    SpanStep step;  // empty: none scheduled
-    int t = 0;
-    std::vector<char> stepped;  // per unit
-  };
-  EarlyUpdate early_;
-  std::unique_ptr<SerialWorker> worker_;  // the early update's thread
+  UnitsFinal units_final_;  // the early update's, while one is scheduled
   size_t my_begin(const Unit& u) const { return layout_.my_begin(u); }  // unit-local
   size_t my_len(const Unit& u) const { return layout_.my_len(u); }      // valid elements of my shard
   float* shard_params(const Unit& u);

@@ -5,8 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/backend/cuda/attention_fa2_layout.h"
-#include "engine/backend/cuda/embedding_sort.h"
+#include "engine/backend/cuda_scratch.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -78,9 +77,7 @@ void PlanBackend::embedding_forward(void*, const int32_t*, const void*, const vo
   count(n, n * double(2 * es() + es()));
 }
 void PlanBackend::embedding_backward(float*, float*, const void*, const int32_t*, int B, int T, int C) {
-  // [run] deterministic on CUDA: the rows' sort keys in the backend's scratch (embedding.cu)
-  if (kind_ == DeviceKind::CUDA && deterministic())
-    scratch(size_t(cuda::embedding_sort_scratch_floats(int64_t(B) * T)) * sizeof(float));
+  cuda_scratch_for(cuda_scratch::embedding_backward(int64_t(B) * T, deterministic()));
   const double n = double(B) * T * C;
   count(n, n * double(es() + 2 * 4 + 2 * 4));
 }
@@ -96,6 +93,7 @@ void PlanBackend::residual_layernorm_forward(void*, void*, float*, float*, const
 }
 void PlanBackend::layernorm_backward(void*, float*, float*, const void*, const void*, const void*, const float*,
                                      const float*, int N, int C) {
+  cuda_scratch_for(cuda_scratch::layernorm_backward(C));
   const double n = double(N) * C;
   count(12 * n, n * double(4 * es()) + 8.0 * N + 16.0 * C);
 }
@@ -108,6 +106,7 @@ void PlanBackend::matmul_gelu_forward(void*, void*, const void*, const void*, co
 void PlanBackend::matmul_backward(void*, float*, float* dbias, const void*, const void*, const void*, int N, int C,
                                   int OC) {
   // dinp = dout W (written), dweight += dout^T inp in fp32, dbias += column sums (in the weight GEMM)
+  cuda_scratch_for(cuda_scratch::matmul_backward(OC, dbias != nullptr));
   autotune_scratch(N, C, OC, dbias);
   count(4.0 * N * C * OC,
         double(es()) * (2.0 * N * OC + double(OC) * C + 2.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
@@ -115,6 +114,7 @@ void PlanBackend::matmul_backward(void*, float*, float* dbias, const void*, cons
 void PlanBackend::matmul_gelu_backward(void*, float*, float* dbias, const void*, const void*, const void*,
                                        const void*, int N, int C, int OC) {
   // as matmul_backward, with gelu'(pre) applied as dinp is written: one more read (pre), no pass
+  cuda_scratch_for(cuda_scratch::matmul_backward(OC, dbias != nullptr));
   autotune_scratch(N, C, OC, dbias);
   count(4.0 * N * C * OC + 12.0 * N * C,
         double(es()) * (2.0 * N * OC + double(OC) * C + 3.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
@@ -124,7 +124,9 @@ void PlanBackend::attention_forward(void*, float*, const void*, int B, int T, in
   const double qkv = double(B) * T * C * (1.0 + 2.0 * NKV / NH);
   count(2.0 * B * double(T) * T * C, double(es()) * (qkv + double(B) * T * C) + 4.0 * B * NH * T, true);
 }
-void PlanBackend::scratch(size_t bytes) {
+void PlanBackend::cuda_scratch_for(int64_t floats) {
+  if (kind_ != DeviceKind::CUDA) return;  // the CPU backend's ops need no device scratch
+  const size_t bytes = size_t(floats) * sizeof(float);
   if (bytes <= scratch_bytes_) return;
   free(scratch_);
   scratch_ = alloc(bytes, MemTag::Other, MemKind::Device);
@@ -140,9 +142,7 @@ void PlanBackend::autotune_scratch(int N, int C, int OC, bool bias) {
 
 void PlanBackend::attention_backward(void*, const void*, const void*, const void*, const float*, int B, int T,
                                      int C, int NH, int NKV) {
-  // on CUDA: D and, for FlashAttention-2's 5 units, the fp32 dQ accumulator (B, T, C)
-  if (kind_ == DeviceKind::CUDA)
-    scratch(size_t(cuda::fa2::backward_scratch_floats(B, T, C, NH, es(), deterministic())) * sizeof(float));
+  cuda_scratch_for(cuda_scratch::attention_backward(B, T, C, NH, es(), deterministic()));
   const double qkv = double(B) * T * C * (1.0 + 2.0 * NKV / NH);
   count(5.0 * B * double(T) * T * C, double(es()) * (qkv * 2 + 2.0 * B * T * C) + 4.0 * B * NH * T, true);
 }
@@ -156,6 +156,7 @@ void PlanBackend::residual_rmsnorm_forward(void*, void*, float*, const void*, co
   count(5 * n, n * double(4 * es()) + 4.0 * N);
 }
 void PlanBackend::rmsnorm_backward(void*, float*, const void*, const void*, const void*, const float*, int N, int C) {
+  cuda_scratch_for(cuda_scratch::rmsnorm_backward(C));
   const double n = double(N) * C;
   count(8 * n, n * double(4 * es()) + 4.0 * N + 8.0 * C);
 }

@@ -4,6 +4,7 @@
 // also counts the FLOPs it would do and the bytes it would move, for a roofline estimate of the
 // step time.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <set>
 #include <tuple>
@@ -87,8 +88,9 @@ class PlanBackend final : public Backend {
  private:
   void count(double flops, double bytes, bool matrix = false);
   size_t es() const { return compute_size(); }
-  // the CUDA backend's one scratch buffer, which grows to the largest op's need and stays
-  void scratch(size_t bytes);
+  // planning for CUDA: the backend's one scratch buffer, which grows to the largest op's need
+  // (engine/backend/cuda_scratch.h, the backend's own sizes) and stays; nothing on the CPU
+  void cuda_scratch_for(int64_t floats);
   // the CUDA GEMMs' choice by measurement: the first weight-gradient GEMM of each shape is timed
   // into a scratch copy of its fp32 output, taken and given back at once (matmul.cu, fastest and
   // bgradb_pays)

@@ -43,9 +43,6 @@ KNOWN_UPWARD = {
     ("engine/model/activation_arena.h", "engine/parallel/tensor_parallel.h"),
     # the state tiers are built from the ZeRO placement
     ("engine/offload/state_tier.h", "engine/parallel/placement.h"),
-    # the planner counts the CUDA kernels' scratch with their own formulas
-    ("engine/plan/plan_backend.cpp", "engine/backend/cuda/attention_fa2_layout.h"),
-    ("engine/plan/plan_backend.cpp", "engine/backend/cuda/embedding_sort.h"),
 }
 
 MAX_TRAINER_LINES, MAX_TRAINER_INCLUDES, MAX_STEP_LINES, LONG_FILE = 450, 25, 90, 600

@@ -17,7 +17,7 @@
 #include "engine/backend/cuda/allocator.cuh"
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/device.h"
-#include "engine/backend/cuda/embedding_sort.h"
+#include "engine/backend/cuda_scratch.h"
 #include "engine/backend/cuda/matmul.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
@@ -221,7 +221,7 @@ class CudaBackend final : public Backend {
   void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp, int B, int T_,
                           int C) override {
     if (deterministic()) {
-      float* sc = scratch(cuda::embedding_sort_scratch_floats(int64_t(B) * T_));
+      float* sc = scratch(cuda_scratch::embedding_backward(int64_t(B) * T_, true));
       ZT_DISPATCH(dt(), T, cuda::embedding_backward_deterministic(dwte, dwpe, tp<T>(dout), inp, B, T_, C, sc, stream_));
     } else {
       ZT_DISPATCH(dt(), T, cuda::embedding_backward(dwte, dwpe, tp<T>(dout), inp, B, T_, C, stream_));
@@ -240,7 +240,7 @@ class CudaBackend final : public Backend {
   }
   void layernorm_backward(void* dinp, float* dw, float* db, const void* dout, const void* inp, const void* w,
                           const float* mean, const float* rstd, int N, int C) override {
-    float* sc = scratch(column_scratch_floats(C));
+    float* sc = scratch(cuda_scratch::layernorm_backward(C));
     ZT_DISPATCH(dt(), T,
                 cuda::layernorm_backward(tp<T>(dinp), dw, db, tp<T>(dout), tp<T>(inp), tp<T>(w), mean, rstd, N, C,
                                          sc, stream_));
@@ -270,7 +270,7 @@ class CudaBackend final : public Backend {
   }
   void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv, const float* lse, int B,
                           int T_, int C, int NH, int NKV) override {
-    float* sc = scratch(cuda::fa2::backward_scratch_floats(B, T_, C, NH, dtype_size(dt()), deterministic()));
+    float* sc = scratch(cuda_scratch::attention_backward(B, T_, C, NH, dtype_size(dt()), deterministic()));
     ZT_DISPATCH(dt(), T,
                 cuda::attention_backward(tp<T>(dqkv), tp<T>(dout), tp<T>(out), tp<T>(qkv), lse, B, T_, C, NH, NKV, sc,
                                          deterministic(), stream_));
@@ -286,7 +286,7 @@ class CudaBackend final : public Backend {
   }
   void rmsnorm_backward(void* dinp, float* dw, const void* dout, const void* inp, const void* w, const float* rstd,
                         int N, int C) override {
-    float* sc = scratch(column_scratch_floats(C));
+    float* sc = scratch(cuda_scratch::rmsnorm_backward(C));
     ZT_DISPATCH(dt(), T,
                 cuda::rmsnorm_backward(tp<T>(dinp), dw, tp<T>(dout), tp<T>(inp), tp<T>(w), rstd, N, C, sc, stream_));
   }
@@ -339,7 +339,9 @@ class CudaBackend final : public Backend {
   // step only (every later step asks for the same sizes), so steady state allocates nothing.
   // Ops on the one compute stream use it in turn.
   // the bias gradient's scratch: none without a bias (the LM head's OC is the vocabulary)
-  float* bias_scratch(const float* dbias, int OC) { return dbias ? scratch(column_scratch_floats(OC)) : nullptr; }
+  float* bias_scratch(const float* dbias, int OC) {
+    return dbias ? scratch(cuda_scratch::matmul_backward(OC, true)) : nullptr;
+  }
   float* scratch(int64_t n) {
     const size_t bytes = size_t(n) * sizeof(float);
     if (bytes > scratch_bytes_) {

@@ -38,7 +38,7 @@ class Gemm {
   // (N,C) is given (the DGELU epilogue); dw (OC,C; fp32) += dout^T @ inp; dbias (OC; fp32; may be
   // null) += column sums of dout, from the weight GEMM's BGRADB epilogue. Where cuBLASLt has no
   // fused algorithm for a shape, the separate kernels run instead. `scratch`:
-  // column_scratch_floats(OC) floats.
+  // cuda_scratch::matmul_backward(OC, dbias != null) floats (engine/backend/cuda_scratch.h).
   void linear_backward(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
                        const void* gelu_pre, int N, int C, int OC, DType t, float* scratch, cudaStream_t s);
 

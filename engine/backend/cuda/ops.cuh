@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "engine/backend/cuda/attention_fa2_layout.h"
+#include "engine/backend/cuda_scratch.h"
 
 namespace zt::cuda {
 
@@ -24,9 +25,9 @@ template <typename T>
 void embedding_backward_deterministic(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_,
                                       int C, void* scratch, cudaStream_t s);
 
-// Column sums over rows are split into this many row chunks, summed in chunk order at the end.
-constexpr int kColChunks = 32;
-inline int64_t column_scratch_floats(int C) { return int64_t(2) * kColChunks * C; }
+// Column sums over rows are split into this many row chunks, summed in chunk order at the end
+// (their scratch: engine/backend/cuda_scratch.h).
+constexpr int kColChunks = cuda_scratch::kColumnChunks;
 template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C, float eps,
                        cudaStream_t s);
@@ -73,7 +74,7 @@ void residual_rmsnorm_forward(T* res, T* out, float* rstd, const T* a, const T* 
                               cudaStream_t s);
 template <typename T>
 void rmsnorm_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* w, const float* rstd, int N, int C,
-                      float* scratch, cudaStream_t s);  // scratch: column_scratch_floats(C)
+                      float* scratch, cudaStream_t s);  // scratch: cuda_scratch::rmsnorm_backward(C)
 template <typename T>
 void rope(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse, cudaStream_t s);
 template <typename T>

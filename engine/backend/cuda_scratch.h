@@ -1,0 +1,33 @@
+// The CUDA backend's scratch, in one place: how many fp32 elements each op asks of the backend's
+// one scratch buffer (engine/backend/cuda/cuda_backend.cu grows it to the largest request), so
+// that the planner (engine/plan/plan_backend.cpp), planning for a GPU, counts exactly what the
+// backend allocates. Plain C++: the CUDA backend's layouts it needs are plain C++ too.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/backend/cuda/attention_fa2_layout.h"
+#include "engine/backend/cuda/embedding_sort.h"
+
+namespace zt::cuda_scratch {
+
+// Column sums over rows (a bias gradient, LayerNorm's and RMSNorm's weight gradients) are split
+// into this many row chunks, summed in chunk order at the end: deterministic, no atomics.
+constexpr int kColumnChunks = 32;
+// The chunks' partial sums: two rows of partials (weight and bias) per chunk, C columns.
+constexpr int64_t column_sums(int C) { return int64_t(2) * kColumnChunks * C; }
+
+constexpr int64_t layernorm_backward(int C) { return column_sums(C); }
+constexpr int64_t rmsnorm_backward(int C) { return column_sums(C); }
+// The bias gradient's partials; none without a bias (the LM head's OC is the vocabulary).
+constexpr int64_t matmul_backward(int OC, bool bias) { return bias ? column_sums(OC) : 0; }
+// [run] deterministic: the rows' sort keys (token, position) of the ordered embedding backward.
+constexpr int64_t embedding_backward(int64_t rows, bool deterministic) {
+  return deterministic ? cuda::embedding_sort_scratch_floats(rows) : 0;
+}
+// FlashAttention-2's backward: D and, where it accumulates dQ in fp32, the (B, T, C) accumulator.
+constexpr int64_t attention_backward(int B, int T, int C, int NH, size_t elem, bool deterministic) {
+  return cuda::fa2::backward_scratch_floats(B, T, C, NH, elem, deterministic);
+}
+
+}  // namespace zt::cuda_scratch
