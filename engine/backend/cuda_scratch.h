@@ -1,5 +1,5 @@
-// The CUDA backend's scratch, in one place: how many fp32 elements each op asks of the backend's
-// one scratch buffer (engine/backend/cuda/cuda_backend.cu grows it to the largest request), so
+// The CUDA backend's scratch, in one place: the partial sums it allocates at start-up and how many
+// fp32 elements each op asks of its one scratch buffer (engine/backend/cuda/cuda_backend.cu grows it to the largest request), so
 // that the planner (engine/plan/plan_backend.cpp), planning for a GPU, counts exactly what the
 // backend allocates. Plain C++: the CUDA backend's layouts it needs are plain C++ too.
 #pragma once
@@ -10,6 +10,11 @@
 #include "engine/backend/cuda/embedding_sort.h"
 
 namespace zt::cuda_scratch {
+
+// The sum ops' (the gradient norm's sum of squares) per-block partial sums: a fixed grid, so a
+// fixed summation order. Allocated once, when the backend starts (not from the scratch buffer).
+constexpr int kSumBlocks = 1024;
+constexpr size_t sum_partials_bytes() { return size_t(kSumBlocks) * sizeof(double); }
 
 // Column sums over rows (a bias gradient, LayerNorm's and RMSNorm's weight gradients) are split
 // into this many row chunks, summed in chunk order at the end: deterministic, no atomics.

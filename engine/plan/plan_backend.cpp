@@ -10,6 +10,11 @@
 
 namespace zt {
 
+PlanBackend::PlanBackend(DeviceKind kind) : kind_(kind) {
+  // the CUDA backend's start-up allocation: the sum ops' partials (engine/backend/cuda_scratch.h)
+  if (kind_ == DeviceKind::CUDA) alloc(cuda_scratch::sum_partials_bytes(), MemTag::Other, MemKind::Device);
+}
+
 void* PlanBackend::alloc(size_t bytes, MemTag tag, MemKind kind) {
   // the real backends' rounding: CPU 64 bytes (aligned_alloc); CUDA the caching allocator's size
   // classes (engine/backend/cuda/allocator.cu: 512 B steps below 1 MiB, 2 MiB steps above)

@@ -20,7 +20,7 @@ class PlanBackend final : public Backend {
  public:
   // `kind`: the backend the plan is for (CPU: 64-byte rounding as the CPU backend; CUDA: the
   // caching allocator's size classes).
-  explicit PlanBackend(DeviceKind kind) : kind_(kind) {}
+  explicit PlanBackend(DeviceKind kind);
   DeviceKind kind() const override { return kind_; }
   std::string name() const override { return "plan"; }
   std::string supports(const OpRequest& r) const override {

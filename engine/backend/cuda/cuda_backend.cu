@@ -69,7 +69,7 @@ class CudaBackend final : public Backend {
     gemm_ = std::make_unique<Gemm>();
     gemm_->set_scratch([this](size_t bytes) { return alloc_.alloc(bytes, MemTag::Other); },
                        [this](void* p) { alloc_.free(p); });
-    sum_partials_ = static_cast<double*>(alloc_.alloc(kSumBlocks * sizeof(double), MemTag::Other));
+    sum_partials_ = static_cast<double*>(alloc_.alloc(cuda_scratch::sum_partials_bytes(), MemTag::Other));
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
   }
   ~CudaBackend() override {

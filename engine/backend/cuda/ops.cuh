@@ -105,7 +105,7 @@ template <typename Dst, typename Src>
 void convert(Dst* dst, const Src* src, int64_t n, cudaStream_t s);
 void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s);
 void scale(float* x, float f, int64_t n, cudaStream_t s);
-constexpr int kSumBlocks = 1024;  // sum_squares: fixed grid, so a fixed summation order
+constexpr int kSumBlocks = cuda_scratch::kSumBlocks;  // sum_squares: fixed grid, so a fixed summation order
 // *acc += scale * sum of x^2 (square) or of x, in a fixed order; partial holds kSumBlocks doubles.
 void sum_accumulate(double* acc, double* partial, const float* x, int64_t n, bool square, double scale,
                     cudaStream_t s);

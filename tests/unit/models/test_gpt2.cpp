@@ -9,8 +9,8 @@
 
 #include "engine/backend/backend.h"
 #include "engine/comm/topology.h"
-#include "engine/optim/adamw.h"
-#include "engine/parallel/param_store.h"
+#include "engine/job/job.h"
+#include "engine/job/step.h"
 #include "engine/core/rng.h"
 #include "engine/model/registry.h"
 #include "models/gpt2.h"
@@ -115,31 +115,36 @@ TEST_CASE("a padded vocabulary trains exactly like the real one; its padding sta
   std::vector<float> losses[2], wte_real[2];
   for (int padded = 0; padded < 2; ++padded) {
     auto be = make_cpu_backend(1);
-    GPT2 model(GPT2Config{2, 2, 16, 64, V, T, padded ? 64 : 0}, *be, B);
     Topology topo;
     topo.world = make_self_comm("world");
     topo.tp_group = make_self_comm("tp");
     topo.dp_group = make_self_comm("dp");
-    RunSpec spec;
+    RunSpec spec;  // the job and the step the trainer runs (engine/job)
+    spec.model.n_layer = 2, spec.model.n_head = 2, spec.model.n_kv_head = 2, spec.model.d_model = 16;
+    spec.model.d_ff = 64, spec.model.vocab_size = V, spec.model.seq_len = T, spec.model.vocab_multiple = padded ? 64 : 1;
+    spec.train.micro_batch = spec.train.global_batch = B, spec.train.max_steps = 4;
+    spec.optim.lr = 1e-2, spec.optim.schedule = "constant", spec.optim.warmup_steps = 0, spec.optim.grad_clip = 0;
     spec.optim.weight_decay = 0.1;  // decay must not move the zero rows either
-    ParamStore store(model, *be, topo, spec);
-    store.init(3);
-    model.set_provider(&store);
-    AdamW adamw(spec.optim, *be);
-    std::vector<int32_t> in(B * T), tg(B * T);
-    for (int step = 1; step <= 4; ++step) {
-      for (int i = 0; i < B * T; ++i) in[size_t(i)] = (i * 7 + step) % V, tg[size_t(i)] = (i * 11 + 3 * step) % V;
-      store.zero_grad();
-      store.set_last_micro_batch(true);
-      losses[padded].push_back(model.forward(in.data(), tg.data(), B, T, 1.0f / float(B * T)));
-      model.backward();
-      store.finish_backward();
-      if (padded) {
+    Job job(spec, topo, *be, ZeroPlacement(spec));
+    job.init_params(3);
+    const Model& model = *job.model;
+    ParamStore& store = *job.store;
+    struct PaddingGradsZero final : StepHook {  // the wte padding rows' reduced gradients
+      ParamStore& store;
+      bool padded, zero = true;
+      PaddingGradsZero(ParamStore& s, bool p) : store(s), padded(p) {}
+      void gradients_final(int64_t) override {
+        if (!padded) return;
         const std::vector<float> g = store.full_grads();
-        for (size_t i = size_t(V) * 16; i < size_t(64) * 16; ++i) REQUIRE(g[i] == 0.0f);  // wte padding rows
+        for (size_t i = size_t(V) * 16; i < size_t(64) * 16; ++i) zero &= g[i] == 0.0f;
       }
-      adamw.step(store.spans(), 1e-2, step);
-      store.publish_params();
+    } padding(store, padded);
+    for (int step = 1; step <= 4; ++step) {
+      const StepResult r = train_step(job, step - 1, [&](int64_t, int32_t* in, int32_t* tg) {
+        for (int i = 0; i < B * T; ++i) in[i] = (i * 7 + step) % V, tg[i] = (i * 11 + 3 * step) % V;
+      }, padding);
+      losses[padded].push_back(r.loss);
+      REQUIRE(padding.zero);
     }
     const std::vector<float> w = store.full_params();
     const ParamInfo& wte = model.params()[0];
@@ -150,7 +155,7 @@ TEST_CASE("a padded vocabulary trains exactly like the real one; its padding sta
       for (size_t i = size_t(V) * 16; i < size_t(64) * 16; ++i) REQUIRE(w[i] == 0.0f);
     // sampling sees the real vocabulary only
     std::vector<float> row(size_t(V) + 1, 12345.0f);
-    model.forward(in.data(), nullptr, 1, T, 0.0f);
+    job.model->forward(job.inputs.data(), nullptr, 1, T, 0.0f);
     model.logits_row(0, T - 1, row.data());
     REQUIRE(row[size_t(V)] == 12345.0f);
     for (int v = 0; v < V; ++v) REQUIRE(std::isfinite(row[size_t(v)]));
