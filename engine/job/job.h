@@ -18,7 +18,7 @@
 #include "engine/optim/early_update.h"
 #include "engine/optim/loss_scaler.h"
 #include "engine/parallel/param_store.h"
-#include "engine/parallel/placement.h"
+#include "engine/config/zero_placement.h"
 
 namespace zt {
 

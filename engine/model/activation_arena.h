@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/model/tensor_parallel.h"
 
 namespace zt {
 

@@ -10,7 +10,7 @@
 #include "engine/model/activation_arena.h"
 #include "engine/model/model.h"
 #include "engine/model/token_slots.h"
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/model/tensor_parallel.h"
 
 namespace zt {
 

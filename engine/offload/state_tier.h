@@ -23,7 +23,7 @@
 #include "engine/backend/backend.h"
 #include "engine/offload/offload_clock.h"
 #include "engine/model/model_states.h"  // StateKind
-#include "engine/parallel/placement.h"
+#include "engine/config/zero_placement.h"
 
 namespace zt {
 

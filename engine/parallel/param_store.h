@@ -39,7 +39,7 @@
 #include "engine/model/model_states.h"
 #include "engine/offload/offload_clock.h"
 #include "engine/offload/state_tier.h"
-#include "engine/parallel/placement.h"
+#include "engine/config/zero_placement.h"
 #include "engine/parallel/shard_layout.h"
 #include "engine/parallel/state_span.h"
 

@@ -8,8 +8,6 @@ namespace zt {
 
 namespace {
 
-// A group of `size` ranks seen from rank 0, whose collectives move nothing: the plan needs the
-// group's shape (shard sizes, buffers), not its data.
 class ShapeOnlyComm final : public Comm {
  public:
   ShapeOnlyComm(int size, std::string name) : size_(size), name_(std::move(name)) {}
@@ -29,11 +27,6 @@ class ShapeOnlyComm final : public Comm {
   std::string name_;
 };
 
-std::unique_ptr<Comm> group(int size, const char* name, Backend& be) {
-  if (size == 1) return make_device_self_comm(name, be);
-  return std::make_unique<ShapeOnlyComm>(size, name);
-}
-
 // The counting backend's reads give zeros (the loss's logarithm -inf): the loss is taken as 0.
 struct CountedValues final : StepHook {
   void loss_reduced(int64_t, double& loss) override { loss = 0; }
@@ -41,15 +34,20 @@ struct CountedValues final : StepHook {
 
 }  // namespace
 
+std::unique_ptr<Comm> make_shape_only_comm(int size, const char* name, Backend& be) {
+  if (size == 1) return make_device_self_comm(name, be);
+  return std::make_unique<ShapeOnlyComm>(size, name);
+}
+
 PlannedJob::PlannedJob(const RunSpec& spec, int world, DeviceKind kind) : be_(kind) {
   const int tensor = int(spec.parallel.tensor);
   if (world < 1 || tensor < 1 || world % tensor != 0)
     user_error("[parallel] tensor = {} does not divide the world size {}", tensor, world);
   topo_.world_size = world, topo_.tp = tensor, topo_.dp = world / tensor;
   (void)micro_batches_per_step(spec, topo_);  // before anything is built
-  topo_.world = group(world, "world", be_);
-  topo_.tp_group = group(topo_.tp, "tp", be_);
-  topo_.dp_group = group(topo_.dp, "dp", be_);
+  topo_.world = make_shape_only_comm(world, "world", be_);
+  topo_.tp_group = make_shape_only_comm(topo_.tp, "tp", be_);
+  topo_.dp_group = make_shape_only_comm(topo_.dp, "dp", be_);
   ZeroPlacement placement(spec);
   placement.count_only = true;  // tiers in the books, no files
   job_ = std::make_unique<Job>(spec, topo_, be_, placement);  // not initialized: values do not matter here

@@ -12,6 +12,10 @@
 
 namespace zt {
 
+// A group of `size` ranks seen from its rank 0 whose collectives move nothing: what a plan needs
+// of a group is its shape (shard sizes, buffers), not its data. One rank: the backend's self group.
+std::unique_ptr<Comm> make_shape_only_comm(int size, const char* name, Backend& be);
+
 class PlannedJob {
  public:
   // UserError for a layout that does not fit `world` or the batch, or a model the backend of

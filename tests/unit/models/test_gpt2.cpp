@@ -11,6 +11,7 @@
 #include "engine/comm/topology.h"
 #include "engine/job/job.h"
 #include "engine/job/step.h"
+#include "engine/plan/planned_job.h"
 #include "engine/core/rng.h"
 #include "engine/model/registry.h"
 #include "models/gpt2.h"
@@ -79,6 +80,13 @@ TEST_CASE("the footprint computed from the spec matches what the model allocates
       const double measured = double(be->memory_stats().by_tag[size_t(MemTag::Activations)] - before);
       const ModelFootprint f = model_footprint(m, B, 1, dtype_size(dt), rc);
       REQUIRE(f.params == double(model->num_params()));
+      // the family's one parameter count, on one rank of a tensor-parallel pair too
+      if (NH % 2 == 0 && m.n_kv_head % 2 == 0) {
+        const auto pair = make_shape_only_comm(2, "tp", *be);
+        auto half = make_model(m, *be, B, pair.get(), rc);
+        REQUIRE(model_footprint(m, B, 2, dtype_size(dt), rc).params == double(half->num_params()));
+        REQUIRE(half->num_params() < model->num_params());
+      }
       // the activation buffer; the rest of the tag is token and loss scratch plus 64-byte alignment
       REQUIRE(f.activation_bytes <= measured);
       REQUIRE(f.activation_bytes >= 0.85 * measured);

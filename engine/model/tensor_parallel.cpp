@@ -1,5 +1,5 @@
 // Tensor-parallel mappings and the vocabulary-parallel cross-entropy (see tensor_parallel.h).
-#include "engine/parallel/tensor_parallel.h"
+#include "engine/model/tensor_parallel.h"
 
 #include <cmath>
 #include <vector>

@@ -1,5 +1,6 @@
-// What ParamStore is configured from: the ZeRO stage and where each kind of model state lives
-// (the run spec's [parallel] and [offload], taken once here; the store reads nothing else of it).
+// What the ZeRO store (engine/parallel/param_store.h) and its state tiers (engine/offload) are
+// configured from: the ZeRO stage and where each kind of model state lives, the run spec's
+// [parallel] and [offload] parsed once here into typed values (neither reads the spec itself).
 #pragma once
 #include <string>
 
