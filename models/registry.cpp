@@ -42,15 +42,19 @@ std::unique_ptr<Model> make_model(const RunSpec::Model& m, Backend& backend, int
   return model_family(m.arch).make(m, backend, max_batch, tp, rc);
 }
 
-std::string unsupported_op(const Backend& backend, const RunSpec::Model& m, DType compute) {
+std::vector<Backend::OpRequest> run_ops(const RunSpec::Model& m, DType compute) {
   std::vector<Backend::OpRequest> ops = model_family(m.arch).ops(m, compute);
-  // the loss (engine/parallel/tensor_parallel: whole or vocabulary-parallel logits) and the
+  // the loss (engine/model/tensor_parallel: whole or vocabulary-parallel logits) and the
   // optimizer (clipping, AdamW; an offloaded optimizer runs them on the host's CPU backend)
   for (const char* op : {"softmax_crossentropy", "logits_row_max", "logits_row_sumexp", "logits_pick_target",
                          "crossentropy_grad_from_lse", "sum_accumulate", "add", "scale", "sum_squares_accumulate",
                          "adamw_update"})
     ops.push_back({op, compute});
-  for (const Backend::OpRequest& r : ops)
+  return ops;
+}
+
+std::string unsupported_op(const Backend& backend, const RunSpec::Model& m, DType compute) {
+  for (const Backend::OpRequest& r : run_ops(m, compute))
     if (std::string why = backend.supports(r); !why.empty()) return fmt::format("{}: {}", r.op, why);
   return "";
 }

@@ -117,6 +117,20 @@ def checks(echo=False):
     return failures, expect
 
 
+@contextlib.contextmanager
+def mpi_test(prefix, n_words, seed):
+    """What an mpirun test starts with: its arguments, its checks (echoed as they fail), a work
+    directory and a byte-level dataset of n_words generated words (from `seed`) there; yields
+    (args, failures, expect, work, data). Exits with SKIP at once when mpirun is missing."""
+    args = arg_parser().parse_args()
+    if mpirun_missing():
+        sys.exit(SKIP)
+    failures, expect = checks(echo=True)
+    with workdir(prefix) as work:
+        yield args, failures, expect, work, make_byte_dataset(args.tokenize, os.path.join(work, "data"),
+                                                              n_words, seed)
+
+
 def arg_parser():
     """The arguments of a test that runs the binaries: --ztrain and --tokenize (add more, then parse)."""
     ap = argparse.ArgumentParser()

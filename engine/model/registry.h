@@ -32,6 +32,8 @@ Recompute recompute_of(const std::string& name);  // [train] recompute's value
 // ("op: why"); "" when it runs them all. The model's ops (its family's), the vocabulary-parallel
 // loss, gradient clipping and AdamW.
 std::string unsupported_op(const Backend& backend, const RunSpec::Model& m, DType compute);
+// The ops unsupported_op asks about: the family's, the loss's and the optimizer's.
+std::vector<Backend::OpRequest> run_ops(const RunSpec::Model& m, DType compute);
 
 // What that model holds on one rank of a tensor-parallel group of `tp` (its family's footprint).
 ModelFootprint model_footprint(const RunSpec::Model& spec, int max_batch, int tp, size_t compute_size,

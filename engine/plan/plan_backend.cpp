@@ -64,7 +64,8 @@ void PlanBackend::copy_to_host(void* host_dst, const void*, size_t bytes) {
   count(0, double(bytes));
 }
 
-void PlanBackend::count(double flops, double bytes, bool matrix) {
+void PlanBackend::count(double flops, double bytes, bool matrix, const char* op) {
+  ops_called_.insert(op);
   (matrix ? work_.matrix_flops : work_.other_flops) += flops;
   work_.bytes += bytes;
   roofline_ops_.push_back({flops, bytes, matrix});

@@ -82,11 +82,15 @@ class PlanBackend final : public Backend {
     double matrix_flops = 0, other_flops = 0, bytes = 0;
   };
   Work work() const { return work_; }
+  // Every op called so far, by name (what Backend::OpRequest::op says): a run must have asked for
+  // each of them before it started (tests/unit/plan/test_plan.cpp).
+  const std::set<std::string>& ops_called() const { return ops_called_; }
   void reset_work() { work_ = {}, roofline_ops_.clear(); }
   double roofline_seconds(double tflops, double vector_tflops, double bytes_per_s) const;
 
  private:
-  void count(double flops, double bytes, bool matrix = false);
+  // Each op counts its work here; `op` is the calling op's name (GCC's and Clang's builtin).
+  void count(double flops, double bytes, bool matrix = false, const char* op = __builtin_FUNCTION());
   size_t es() const { return compute_size(); }
   // planning for CUDA: the backend's one scratch buffer, which grows to the largest op's need
   // (engine/backend/cuda_scratch.h, the backend's own sizes) and stays; nothing on the CPU
@@ -108,6 +112,7 @@ class PlanBackend final : public Backend {
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
   std::set<std::tuple<int, int, int, bool>> timed_;  // autotune_scratch's shapes (and bias)
+  std::set<std::string> ops_called_;
   Work work_;
   struct Op {
     double flops, bytes;

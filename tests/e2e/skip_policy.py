@@ -21,12 +21,7 @@ import testlib  # noqa: E402
 
 
 def main():
-    args = testlib.arg_parser().parse_args()
-    if testlib.mpirun_missing():
-        return testlib.SKIP
-    failures, expect = testlib.checks(echo=True)
-    with testlib.workdir("zt_skip_") as work:
-        data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 8000, 5)
+    with testlib.mpi_test("zt_skip_", 8000, 5) as (args, failures, expect, work, data):
 
         def run(name, np_=2, fault=None, sets=()):
             spec = testlib.tiny_spec(os.path.join(work, name + ".toml"), os.path.join(work, "run_" + name), data,

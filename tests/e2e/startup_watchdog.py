@@ -17,12 +17,7 @@ import testlib  # noqa: E402
 
 
 def main():
-    args = testlib.arg_parser().parse_args()
-    if testlib.mpirun_missing():
-        return testlib.SKIP
-    failures, expect = testlib.checks(echo=True)
-    with testlib.workdir("zt_startup_") as work:
-        data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 4000, 2)
+    with testlib.mpi_test("zt_startup_", 4000, 2) as (args, failures, expect, work, data):
         spec = testlib.tiny_spec(os.path.join(work, "run.toml"), os.path.join(work, "run"), data,
                                  model=testlib.TINY_MODEL, train={"micro_batch": 2, "global_batch": 6, "max_steps": 2},
                                  comm__timeout_s=3)

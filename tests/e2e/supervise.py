@@ -43,12 +43,7 @@ def timed_run(cmd, env, on_line=None):
 
 
 def main():
-    args = testlib.arg_parser().parse_args()
-    if testlib.mpirun_missing():
-        return testlib.SKIP
-    failures, expect = testlib.checks(echo=True)
-    with testlib.workdir("zt_supervise_") as work:
-        data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 8000, 4)
+    with testlib.mpi_test("zt_supervise_", 8000, 4) as (args, failures, expect, work, data):
         env = testlib.mpi_env()
 
         def spec(name, **over):

@@ -56,7 +56,8 @@ TEST_CASE("whether a backend runs an op is an answer before the run", "[backend]
   REQUIRE(gpu_plan.supports({"attention_backward", DType::BF16, 256}) ==
           "head size 256 is above 128, the largest the CUDA attention kernels take");
   REQUIRE(cpu_plan.supports({"attention_backward", DType::BF16, 256}).empty());
-  // every family declares only ops that exist, and a run asks for all it needs
+  // every family declares only ops that exist (that a run asks for every op it calls:
+  // tests/unit/plan/test_plan.cpp, "a run asks the backend for every op ...")
   for (const ModelFamily* f : model_families()) {
     CAPTURE(f->name());
     RunSpec::Model m;

@@ -4,8 +4,10 @@
 // setting that fits, and refuses a spec too large to plan without building it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include "engine/comm/topology.h"
@@ -14,6 +16,7 @@
 #include "engine/parallel/param_store.h"
 #include "engine/plan/layout_plan.h"
 #include "engine/plan/memory_check.h"
+#include "engine/plan/planned_job.h"
 
 using namespace zt;
 
@@ -116,4 +119,35 @@ TEST_CASE("a spec too large to plan is refused from its footprint, at once", "[p
   REQUIRE_THROWS_WITH(check_memory_fits(s, 1, DeviceKind::CPU, DType::F32, b),
                       Catch::Contains("gradient shard") && Catch::Contains("this spec needs at least"));
   REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));  // not built: that takes minutes
+}
+
+// "Not supported" is a start-up error because a run asks the backend, before anything is built,
+// for every op it will call (registry.h, run_ops). That list must hold every op the step, an
+// evaluation forward and sampling really call: the counting backend records each op by name.
+TEST_CASE("a run asks the backend for every op its step, evaluation and sampling call", "[plan][backend]") {
+  for (const char* arch : {"gpt2", "llama"})
+    for (const char* recompute : {"none", "selective", "full"})
+      for (const DeviceKind kind : {DeviceKind::CPU, DeviceKind::CUDA}) {
+        CAPTURE(arch, recompute, int(kind));
+        const RunSpec s = spec({std::string("model.arch=") + arch, std::string("train.recompute=") + recompute,
+                                "optim.grad_clip=1.0"});
+        PlannedJob planned(s, 1, kind);
+        planned.step();
+        Job& job = planned.job();
+        job.model->forward(job.inputs.data(), nullptr, 1, int(s.model.seq_len), 0.0f);  // evaluation, sampling
+        std::vector<float> row(size_t(job.model->vocab_size()));
+        job.model->logits_row(0, int(s.model.seq_len) - 1, row.data());
+        std::set<std::string> asked;
+        for (const Backend::OpRequest& r : run_ops(s.model, planned.backend().compute_dtype())) asked.insert(r.op);
+        // the ops a backend may lack (Backend::op_names; conversions and copies every backend has)
+        const std::vector<std::string>& ops = Backend::op_names();
+        std::set<std::string> called;
+        for (const std::string& op : planned.backend().ops_called())
+          if (std::find(ops.begin(), ops.end(), op) != ops.end()) called.insert(op);
+        REQUIRE(called.size() > 10);
+        for (const std::string& op : called) {
+          CAPTURE(op);
+          REQUIRE(asked.count(op) == 1);
+        }
+      }
 }
