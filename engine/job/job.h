@@ -52,7 +52,7 @@ class Job {
   std::unique_ptr<Model> model;
   std::unique_ptr<ParamStore> store;
   std::unique_ptr<AdamW> optimizer;
-  EarlyUpdate early;  // the host AdamW during backward, where it applies (destroyed first: it uses the two above)
+  EarlyUpdate early;  // the host AdamW during backward, where it applies (destroyed before the two above it uses)
   LossScaler scaler;
   SkipPolicy skips;           // non-finite steps and loss spikes
   int adam_steps = 0;         // applied updates (AdamW's t; skipped steps excluded)

@@ -16,6 +16,10 @@ double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_c
 StepBreakdown::StepBreakdown(Backend& be, std::vector<Comm*> groups, OffloadClock& offload, StepTrace* trace)
     : be_(be), groups_(std::move(groups)), offload_(offload), trace_(trace) {}
 
+StepBreakdown::~StepBreakdown() {
+  if (traced_) observe_waits(0, false);
+}
+
 StepBreakdown::Mark StepBreakdown::mark(bool timed) {
   Mark m;
   m.point = timed ? be_.timing_point() : 0;
@@ -124,6 +128,7 @@ void StepBreakdown::step_end(int64_t step, StepResult& r) {
   add(optimizer_);
   for (const auto& [start, dur] : data_spans_) trace_->add("data wait", step, base + start, dur, 1);
   observe_waits(step, false);
+  traced_ = false;
   trace_->finish_step(step);
 }
 

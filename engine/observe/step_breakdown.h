@@ -19,6 +19,9 @@ class StepBreakdown final : public StepHook {
  public:
   // `groups`: the job's communicators (world, tensor, data); `trace`: null when no step is traced.
   StepBreakdown(Backend& be, std::vector<Comm*> groups, OffloadClock& offload, StepTrace* trace);
+  // Takes back the observers a traced step installed, when it ended early (threw): the groups and
+  // the clock outlive the breakdown and would call into it.
+  ~StepBreakdown() override;
   // A wait for a micro-batch's data that lasted from `start` to `end`, `blocked_ms` of it blocked.
   void data_wait(std::chrono::steady_clock::time_point start, std::chrono::steady_clock::time_point end,
                  double blocked_ms);

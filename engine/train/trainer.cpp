@@ -204,7 +204,9 @@ void Trainer::build() {
       store().offload_clock(), trace_.get());
   faults_ = std::make_unique<FaultHooks>(topo_, *run_.backend, store());
   marks_ = std::make_unique<CollectiveStepMarks>(run_.comms.order.get());
-  for (StepHook* h : std::initializer_list<StepHook*>{breakdown_.get(), faults_.get(), marks_.get()}) hooks_.add(h);
+  // The order check's step boundaries around the breakdown (its closing all-reduce is step time,
+  // as before the step had hooks); the faults inside it (a slow host's delay is step time too).
+  for (StepHook* h : std::initializer_list<StepHook*>{marks_.get(), breakdown_.get(), faults_.get()}) hooks_.add(h);
 }
 
 uint64_t Trainer::first_sample(uint64_t k) const {

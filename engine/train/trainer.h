@@ -78,7 +78,7 @@ class Trainer {
   std::unique_ptr<StepBreakdown> breakdown_;
   std::unique_ptr<FaultHooks> faults_;
   std::unique_ptr<CollectiveStepMarks> marks_;
-  StepHooks hooks_;  // the three above, in that order
+  StepHooks hooks_;  // the three above: marks, breakdown, faults
   bool early_update_logged_ = false;
   std::unique_ptr<data::BatchLoader> loader_;  // created at the first step
   int64_t loader_step_ = -1;                   // the step the loader's next batch belongs to
