@@ -29,10 +29,6 @@
 
 namespace zt {
 
-DType compute_dtype_for(const RunSpec& spec, const Backend& backend) {
-  return compute_dtype_of(spec.precision.compute, backend.kind());
-}
-
 Trainer::Trainer(const RunSpec& spec)
     : spec_(spec), topo_(make_topology(int(spec.parallel.tensor), spec.comm.timeout_s)) {
   // Start-up can fail on some ranks only (a missing file on one machine). The ranks agree on

@@ -18,9 +18,6 @@
 
 namespace zt {
 
-// [precision] compute resolved for a backend ("auto": bf16 on a GPU, fp32 on the CPU).
-DType compute_dtype_for(const RunSpec& spec, const Backend& backend);
-
 class Trainer {
  public:
   // Builds topology, backend, communicators, the job (parameters initialized from run.seed, or
