@@ -189,7 +189,7 @@ nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
 int plan_command(const Cli& c, const RunSpec& spec) {
   std::optional<DeviceSpec> dev;
   if (!c.gpu.empty()) dev = device_spec(c.gpu);
-  const DeviceKind kind = dev || spec.run.device == "cuda" ? DeviceKind::CUDA : DeviceKind::CPU;
+  const DeviceKind kind = dev || spec.run.device == DeviceChoice::Cuda ? DeviceKind::CUDA : DeviceKind::CPU;
   double memory = 0;  // bytes one rank may use; 0 = unknown
   if (!c.device_memory.empty()) memory = double(parse_byte_size(c.device_memory, "--device-memory"));
   else if (!spec.run.device_memory_limit.empty())  // the limit the run itself would be held to

@@ -34,10 +34,6 @@ const ModelFamily& model_family(const std::string& arch) {
                               model_family_names()));
 }
 
-Recompute recompute_of(const std::string& name) {
-  return name == "full" ? Recompute::Full : name == "selective" ? Recompute::Selective : Recompute::None;
-}
-
 std::unique_ptr<Model> make_model(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp, Recompute rc) {
   return model_family(m.arch).make(m, backend, max_batch, tp, rc);
 }

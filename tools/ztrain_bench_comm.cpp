@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     if (device) {
 #ifdef ZTRAIN_HAVE_NCCL
       try {
-        gpu = make_backend("cuda", 1, topo.local_rank);
+        gpu = make_backend(DeviceChoice::Cuda, 1, topo.local_rank);
       } catch (const std::exception& e) {
         if (topo.is_root()) std::printf("# SKIP: --backend nccl needs a CUDA device: %s\n", e.what());
         dist_finalize();

@@ -16,11 +16,11 @@ int cuda_device_count() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads, int local_rank) {
+std::unique_ptr<Backend> make_backend(DeviceChoice device, int threads, int local_rank) {
   // Asking for a GPU loads the CUDA plugin and its libraries (cuBLASLt alone maps 600 MiB, ~150 MiB
   // resident): a run on the CPU never asks.
-  const int gpus = device == "cpu" ? 0 : cuda_device_count();
-  if (device == "cuda") {
+  const int gpus = device == DeviceChoice::Cpu ? 0 : cuda_device_count();
+  if (device == DeviceChoice::Cuda) {
 #ifdef ZTRAIN_HAVE_CUDA
     if (gpus == 0) {
       const std::string why = cuda_plugin::why();
@@ -36,7 +36,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, int threads, in
 #endif
   }
   // "auto" stays on the CPU until the CUDA backend has passed tools/gpu_check.sh on real hardware.
-  if (device == "auto" && gpus > 0)
+  if (device == DeviceChoice::Auto && gpus > 0)
     spdlog::warn("device = auto: {} GPU(s) visible, but the CUDA backend has not been validated on a GPU "
                  "yet; running on the CPU (set run.device = \"cuda\" to use it)", gpus);
   auto backend = make_cpu_backend(threads);

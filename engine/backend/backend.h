@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "engine/core/dtype.h"
+#include "engine/core/run_choices.h"
 
 namespace zt {
 
 enum class DeviceKind { CPU, CUDA };
-// [precision] compute ("auto", "fp32", "bf16", "fp16") on a `kind` device: "auto" is bf16 on a
-// GPU and fp32 on the CPU.
-DType compute_dtype_of(const std::string& compute, DeviceKind kind);
+// [precision] compute on a `kind` device: auto is bf16 on a GPU and fp32 on the CPU.
+DType compute_dtype_of(PrecisionChoice compute, DeviceKind kind);
 
 // What an allocation holds, so the memory breakdown (and the ZeRO memory test) can tell model
 // states from working buffers.
@@ -279,8 +279,7 @@ std::unique_ptr<Backend> make_cpu_backend(int threads);
 // Number of visible CUDA devices (0 when built without CUDA or when no driver/GPU is present).
 int cuda_device_count();
 
-// Resolves run.device ("auto", "cpu", "cuda") to a backend; logs the choice. CUDA uses GPU
-// local_rank % visible GPUs.
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads, int local_rank = 0);
+// Resolves [run] device to a backend; logs the choice. CUDA uses GPU local_rank % visible GPUs.
+std::unique_ptr<Backend> make_backend(DeviceChoice device, int threads, int local_rank = 0);
 
 }  // namespace zt

@@ -10,9 +10,14 @@
 
 namespace zt {
 
-DType compute_dtype_of(const std::string& c, DeviceKind kind) {
-  if (c == "auto") return kind == DeviceKind::CUDA ? DType::BF16 : DType::F32;
-  return c == "bf16" ? DType::BF16 : c == "fp16" ? DType::F16 : DType::F32;
+DType compute_dtype_of(PrecisionChoice c, DeviceKind kind) {
+  switch (c) {
+    case PrecisionChoice::Auto: return kind == DeviceKind::CUDA ? DType::BF16 : DType::F32;
+    case PrecisionChoice::Bf16: return DType::BF16;
+    case PrecisionChoice::Fp16: return DType::F16;
+    case PrecisionChoice::Fp32: break;
+  }
+  return DType::F32;
 }
 
 const char* mem_tag_name(MemTag tag) {

@@ -19,7 +19,7 @@ std::unique_ptr<Comm> make_nccl_comm(void* mpi_comm, const std::string& name, do
   return std::unique_ptr<Comm>(c);
 }
 
-void attach_device_comms(Topology& t, const std::string& backend, Backend& device, double timeout_s) {
+void attach_device_comms(Topology& t, CommBackendChoice backend, Backend& device, double timeout_s) {
   // A group of one copies between the backend's buffers (ZeRO's shards of a single data-parallel
   // rank): with the backend's copy, never a host memmove of device pointers.
   if (t.tp == 1) t.tp_group = make_device_self_comm("tp", device);
@@ -35,7 +35,7 @@ void attach_device_comms(Topology& t, const std::string& backend, Backend& devic
   }
   if (t.world_size == 1) return;
 #ifdef ZTRAIN_HAVE_NCCL
-  if (backend == "nccl" || backend == "auto") {
+  if (backend != CommBackendChoice::Mpi) {
     void* stream = device.native_stream();
     // All-reduces of host doubles (loss, norms) stay on MPI's world communicator: cheap and
     // independent of device memory. Device buffers go over NCCL.
@@ -46,9 +46,9 @@ void attach_device_comms(Topology& t, const std::string& backend, Backend& devic
     return;
   }
 #else
-  if (backend == "nccl") user_error("[comm] backend = \"nccl\": this ztrain was built without NCCL");
+  if (backend == CommBackendChoice::Nccl) user_error("[comm] backend = \"nccl\": this ztrain was built without NCCL");
 #endif
-  // "mpi" (or no NCCL): host-staged MPI for the device buffers
+  // mpi (or no NCCL): host-staged MPI for the device buffers
   if (t.tp > 1) t.tp_group = make_host_staged_comm(std::move(t.tp_group), device);
   if (t.dp > 1) t.dp_group = make_host_staged_comm(std::move(t.dp_group), device);
 }

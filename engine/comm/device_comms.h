@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/comm/topology.h"
+#include "engine/core/run_choices.h"
 
 namespace zt {
 
@@ -20,6 +21,6 @@ std::unique_ptr<Comm> make_nccl_comm(void* mpi_comm, const std::string& name, do
 // Also, whatever the backend and world size: a group of one becomes a self communicator that
 // copies with the backend (on the device), and on the CPU backend the MPI groups hold host access
 // during their calls (Backend::begin_host_access; it matters in guarded-memory mode).
-void attach_device_comms(Topology& t, const std::string& backend, Backend& device, double timeout_s);
+void attach_device_comms(Topology& t, CommBackendChoice backend, Backend& device, double timeout_s);
 
 }  // namespace zt

@@ -6,7 +6,7 @@
 
 namespace zt {
 
-JobComms finish_communicators(Topology& topo, Backend& device, const std::string& backend, double timeout_s,
+JobComms finish_communicators(Topology& topo, Backend& device, CommBackendChoice backend, double timeout_s,
                               size_t flight_entries, const std::string& out_dir) {
   JobComms out;
   attach_device_comms(topo, backend, device, timeout_s);

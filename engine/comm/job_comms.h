@@ -10,6 +10,7 @@
 #include "engine/comm/collective_order.h"
 #include "engine/comm/flight_recorder.h"
 #include "engine/comm/topology.h"
+#include "engine/core/run_choices.h"
 
 namespace zt {
 
@@ -20,9 +21,9 @@ struct JobComms {
   std::shared_ptr<FlightRecorder> flight;  // null without a flight recorder
 };
 
-// `backend`: [comm] backend ("auto", "nccl", "mpi"); `flight_entries` > 0 keeps a recorder
+// `backend`: [comm] backend; `flight_entries` > 0 keeps a recorder
 // writing into `out_dir` (multi-rank jobs only).
-JobComms finish_communicators(Topology& topo, Backend& device, const std::string& backend, double timeout_s,
+JobComms finish_communicators(Topology& topo, Backend& device, CommBackendChoice backend, double timeout_s,
                               size_t flight_entries, const std::string& out_dir);
 
 }  // namespace zt

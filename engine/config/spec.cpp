@@ -81,6 +81,13 @@ std::vector<std::string> section_names() {
              near.empty() ? std::string() : fmt::format(" (did you mean [{}]?)", near));
 }
 
+// Whether --set takes a bare word as k's value ("run.device=cuda").
+bool takes_words(const SpecKey& k) {
+  RunSpec probe;
+  const SpecField f = k.field(probe);
+  return std::holds_alternative<std::string*>(f) || std::holds_alternative<SpecChoice>(f);
+}
+
 struct Loader {
   RunSpec spec;
   std::map<std::string, std::string> where;  // "section.key" -> "file:line" or "--set"
@@ -88,9 +95,20 @@ struct Loader {
   void assign(const SpecKey& k, const toml::node& v, const std::string& loc) {
     const std::string name = full_name(k);
     std::visit(
-        [&](auto* field) {
+        [&](auto field) {
           using T = std::remove_pointer_t<decltype(field)>;
-          if constexpr (std::is_same_v<T, int64_t>) {
+          if constexpr (std::is_same_v<T, SpecChoice>) {
+            if (!v.is_string()) user_error("{}: {} must be a string, got {}", loc, name, type_name(v));
+            const std::string value = v.as_string()->get();
+            const auto names = key_choices(k);
+            const auto it = std::find(names.begin(), names.end(), value);
+            if (it == names.end()) {
+              const std::string near = nearest_name(value, names);
+              user_error("{}: {}: '{}' is not one of {}{}", loc, name, value, choices_text(k),
+                         near.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", near));
+            }
+            field.set(field.field, int(it - names.begin()));
+          } else if constexpr (std::is_same_v<T, int64_t>) {
             if (!v.is_integer())
               user_error("{}: {} must be an integer, got {}", loc, name, type_name(v));
             *field = v.as_integer()->get();
@@ -169,13 +187,13 @@ struct Loader {
     }
     if (parsed_ok && parsed.contains("v") && parsed["v"].node()) {
       const toml::node& v = *parsed["v"].node();
-      if (std::holds_alternative<std::string*>(k->field(spec)) && !v.is_string()) {
+      if (takes_words(*k) && !v.is_string()) {
         toml::value<std::string> raw(value);
         assign(*k, raw, loc);
       } else {
         assign(*k, v, loc);
       }
-    } else if (std::holds_alternative<std::string*>(k->field(spec))) {
+    } else if (takes_words(*k)) {
       toml::value<std::string> raw(value);
       assign(*k, raw, loc);
     } else {
@@ -203,9 +221,11 @@ struct Loader {
       const bool given = where.count(name) > 0;
       auto str = [](const auto& v) { return fmt::format("{}", v); };
       std::visit(
-          [&](auto* field) {
+          [&](auto field) {
             using T = std::remove_pointer_t<decltype(field)>;
-            if constexpr (std::is_same_v<T, double>) {
+            if constexpr (std::is_same_v<T, SpecChoice>) {
+              ZT_CHECK(false, "config.json sets [model] {}, a key with choices", k.key);
+            } else if constexpr (std::is_same_v<T, double>) {
               const double v = std::holds_alternative<double>(k.value) ? std::get<double>(k.value)
                                                                        : double(std::get<int64_t>(k.value));
               if (given && *field != v)
@@ -250,18 +270,13 @@ struct Loader {
     validate_checkpoint();
   }
 
-  // Every numeric key within its one range and every string key with choices one of them
-  // (spec_schema.h), printed the same way whatever the value; an integer key is also an int32
-  // size. An optional key unset is not checked.
+  // Every numeric key within its one range (spec_schema.h), printed the same way whatever the
+  // value; an integer key is also an int32 size. An optional key unset is not checked. (A key
+  // with choices was checked as it was read.)
   void validate_table() {
     for (const auto& k : spec_schema()) {
       const SpecField f = k.field(spec);
       if (k.zero_unset && !where.count(std::string(k.section) + "." + k.key)) continue;
-      if (auto* p = std::get_if<std::string*>(&f); p && k.choices) {
-        const auto values = key_choices(k);
-        check(std::find(values.begin(), values.end(), **p) != values.end(), k.section, k.key,
-              fmt::format("'{}' is not one of {}", **p, choices_text(k)));
-      }
       if (auto* p = std::get_if<double*>(&f))
         check(std::isfinite(**p), k.section, k.key, fmt::format("{} is not a finite number", **p));
       if (!has_range(k)) continue;
@@ -316,7 +331,7 @@ struct Loader {
     check(t.global_batch % t.micro_batch == 0, "train", "global_batch",
           fmt::format("global_batch = {} is not a multiple of micro_batch = {}", t.global_batch,
                       t.micro_batch));
-    check(t.spike_policy != "rollback" || t.rollback_after < t.max_skipped_steps, "train", "rollback_after",
+    check(t.spike_policy != SpikePolicy::Rollback || t.rollback_after < t.max_skipped_steps, "train", "rollback_after",
           fmt::format("= {} must be below max_skipped_steps = {}, which would end the run first", t.rollback_after,
                       t.max_skipped_steps));
   }
@@ -335,15 +350,15 @@ struct Loader {
 
   void validate_offload() {
     auto& off = spec.offload;
-    check(off.params != "nvme" || off.optimizer == "nvme", "offload", "params",
+    check(off.params != OffloadTier::Nvme || off.optimizer == OffloadTier::Nvme, "offload", "params",
           "params = \"nvme\" needs optimizer = \"nvme\" (the compute shards are written by the streamed AdamW)");
-    check(off.params == "none" || spec.parallel.zero_stage == 3, "offload", "params",
+    check(off.params == OffloadTier::None || spec.parallel.zero_stage == 3, "offload", "params",
           fmt::format("parameter offload needs ZeRO-3 ([parallel] zero_stage = 3), got zero_stage = {}",
                       spec.parallel.zero_stage));
-    check(off.params == "none" || off.optimizer != "none", "offload", "params",
+    check(off.params == OffloadTier::None || off.optimizer != OffloadTier::None, "offload", "params",
           "parameter offload needs optimizer offload too (optimizer = \"cpu\" or \"nvme\"): the compute copy "
           "is written by the host's AdamW");
-    check(off.optimizer != "nvme" || !off.nvme_path.empty(), "offload", "nvme_path",
+    check(off.optimizer != OffloadTier::Nvme || !off.nvme_path.empty(), "offload", "nvme_path",
           "optimizer = \"nvme\" needs a directory on a local SSD");
     if (!off.pinned_limit.empty()) check_size(off.pinned_limit, "offload", "pinned_limit", "64GB, 512MiB");
   }
@@ -386,7 +401,7 @@ struct Loader {
     check(k.preemption_notice_s == 0 || !k.dir.empty(), "checkpoint", "preemption_notice_s",
           "a save must fit the notice: set [checkpoint] dir");
     const bool saves = k.every_steps > 0 || k.every_minutes > 0 || k.exit_after > 0;
-    check(spec.train.spike_policy != "rollback" || (!k.dir.empty() && (k.every_steps > 0 || k.every_minutes > 0)),
+    check(spec.train.spike_policy != SpikePolicy::Rollback || (!k.dir.empty() && (k.every_steps > 0 || k.every_minutes > 0)),
           "train", "spike_policy", "\"rollback\" goes back to the newest checkpoint before the skipped steps: set "
           "[checkpoint] dir and every_steps (or every_minutes)");
     check(!saves || !k.dir.empty(), "checkpoint", "dir",

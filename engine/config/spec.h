@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/core/run_choices.h"
+
 namespace zt {
 
 // [model] arch when the spec gives none (models/registry.cpp).
@@ -16,7 +18,7 @@ struct RunSpec {
     std::string name = "run";
     std::string out_dir = "runs/run";
     int64_t seed = 1337;
-    std::string device = "auto";  // "auto" | "cpu" | "cuda"
+    DeviceChoice device = DeviceChoice::Auto;  // auto: a GPU when one is visible (see make_backend)
     int64_t threads = 0;          // CPU threads; 0 = all cores
     bool deterministic = false;   // bitwise-reproducible GPU runs (fixed reduction orders)
     double peak_tflops = 0;       // MFU's peak per device; 0 = known GPUs' table / CPU probe
@@ -55,14 +57,14 @@ struct RunSpec {
     // Activation recompute: "none"; "selective" (the norm outputs, and Llama's SwiGLU output, are
     // recomputed in backward from what is kept); "full" (only each block's input is kept; the
     // block's forward runs again in backward).
-    std::string recompute = "none";
+    Recompute recompute = Recompute::None;
     // Steps that are skipped (no update): a non-finite loss or gradient norm always (every rank
     // agrees: both are global); with spike_policy = "skip" also a loss above spike_factor x the
     // median of the last spike_window applied steps. max_skipped_steps in a row end the run.
     // "rollback": after rollback_after skipped steps in a row, the weights and optimizer go back to
     // the newest checkpoint before the first of them, and training goes on from the next step's
     // data (the samples since that checkpoint are skipped); at most max_rollbacks per launch.
-    std::string spike_policy = "off";  // "off" | "skip" | "rollback"
+    SpikePolicy spike_policy = SpikePolicy::Off;
     double spike_factor = 3.0;
     int64_t spike_window = 64;
     int64_t max_skipped_steps = 5;
@@ -72,12 +74,12 @@ struct RunSpec {
   struct Optim {
     double lr = 6e-4, min_lr = 6e-5;
     int64_t warmup_steps = 0;
-    std::string schedule = "cosine";  // "cosine" | "linear" | "constant"
+    LrSchedule schedule = LrSchedule::Cosine;
     double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
     double grad_clip = 1.0;  // global-norm clipping threshold; 0 disables
   } optim;
   struct Precision {
-    std::string compute = "auto";  // "auto" (bf16 on GPU, fp32 on CPU) | "fp32" | "bf16" | "fp16"
+    PrecisionChoice compute = PrecisionChoice::Auto;  // auto: bf16 on GPU, fp32 on CPU
     double loss_scale = 0;         // fp16: 0 = dynamic loss scaling, > 0 = this fixed scale
     double initial_scale = 65536;  // dynamic: the starting scale (2^16)
     int64_t scale_window = 1000;   // dynamic: clean steps before the scale doubles
@@ -91,10 +93,10 @@ struct RunSpec {
   } parallel;
   // ZeRO-Infinity: where the model states live when the device is not enough.
   struct Offload {
-    std::string optimizer = "none";  // "none" | "cpu" | "nvme": fp32 masters, AdamW moments and the
+    OffloadTier optimizer = OffloadTier::None;  // cpu | nvme: fp32 masters, AdamW moments and the
                                      // gradient shard in pinned host memory (or masters and moments
                                      // in files under nvme_path); AdamW runs on the CPU
-    std::string params = "none";     // "none" | "cpu": ZeRO-3's compute-precision shards in pinned
+    OffloadTier params = OffloadTier::None;     // cpu | nvme: ZeRO-3's compute-precision shards in pinned
                                      // host memory, uploaded per layer ahead of use
     std::string nvme_path;           // directory for the nvme tier (a local SSD)
     double buffer_mb = 64;           // nvme: bytes per I/O request (the streaming block)
@@ -103,7 +105,7 @@ struct RunSpec {
                                      // memory, shared by the ranks on it)
   } offload;
   struct Comm {
-    std::string backend = "auto";  // "auto" | "mpi" | "nccl"
+    CommBackendChoice backend = CommBackendChoice::Auto;
     double timeout_s = 300;        // a collective slower than this ends the job
     int64_t flight_entries = 1000; // the flight recorder's ring: collectives kept per rank (0 = off)
     std::string nccl_algo;         // exported as NCCL_ALGO when set

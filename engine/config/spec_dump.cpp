@@ -31,9 +31,10 @@ namespace {
 // One key's value as TOML text (secrets never written).
 std::string value_toml(const SpecKey& k, RunSpec& spec) {
   return std::visit(
-      [&](auto* field) -> std::string {
+      [&](auto field) -> std::string {
         using T = std::remove_pointer_t<decltype(field)>;
-        if constexpr (std::is_same_v<T, int64_t>) return fmt::format("{}", *field);
+        if constexpr (std::is_same_v<T, SpecChoice>) return toml_quote(std::string(field.name()));
+        else if constexpr (std::is_same_v<T, int64_t>) return fmt::format("{}", *field);
         else if constexpr (std::is_same_v<T, double>) return toml_float(*field);
         else if constexpr (std::is_same_v<T, bool>) return *field ? "true" : "false";
         else return k.secret ? "\"\"" : toml_quote(redact_url_passwords(*field));
@@ -79,7 +80,7 @@ std::string spec_reference_markdown() {
       out += fmt::format("\n## [{}]\n\n| key | type | default | range | meaning |\n|---|---|---|---|---|\n", section);
     }
     const char* type = std::visit(
-        [](auto* field) -> const char* {
+        [](auto field) -> const char* {
           using T = std::remove_pointer_t<decltype(field)>;
           if constexpr (std::is_same_v<T, int64_t>) return "integer";
           else if constexpr (std::is_same_v<T, double>) return "float";
@@ -91,7 +92,7 @@ std::string spec_reference_markdown() {
     for (size_t at = 0; (at = help.find('|', at)) != std::string::npos; at += 2) help.replace(at, 1, "\\|");
     out += fmt::format("| `{}` | {} | {} | {} | {}{} |\n", k.key, type,
                        k.required ? "required" : "`" + value_toml(k, spec) + "`",
-                       has_range(k) ? range_text(key_range(k)) : k.choices ? "one of " + choices_text(k) : "", help,
+                       has_range(k) ? range_text(key_range(k)) : !key_choices(k).empty() ? "one of " + choices_text(k) : "", help,
                        k.secret ? " (secret: never written to the resolved spec or logs)" : "");
   }
   return out + R"(

@@ -20,19 +20,17 @@ namespace zt {
 #define ZT_RANGED(sec, member, req, range, help) \
   SpecKey { #sec, #member, req, [](RunSpec& s) -> SpecField { return &s.sec.member; }, help, false, false, range }
 
-// A string key with a fixed set of values: validation refuses any other, the reference lists them.
-#define ZT_CHOICE(sec, member, choices, help)                                                             \
-  SpecKey {                                                                                               \
-    #sec, #member, false, [](RunSpec& s) -> SpecField { return &s.sec.member; }, help, false, false, {}, \
-        choices                                                                                           \
-  }
+// A key with a fixed set of values (a typed enum): the loader refuses any other, the reference
+// lists them.
+#define ZT_CHOICE(sec, member, help) \
+  SpecKey { #sec, #member, false, [](RunSpec& s) -> SpecField { return spec_choice(&s.sec.member); }, help }
 
 const std::vector<SpecKey>& spec_schema() {
   static const std::vector<SpecKey> keys = {
       ZT_KEY(run, name, false, "run name, shown in logs"),
       ZT_KEY(run, out_dir, false, "directory for metrics.jsonl and config.resolved.toml"),
       ZT_KEY(run, seed, false, "seed for initialization and data order"),
-      ZT_CHOICE(run, device, "auto|cpu|cuda", "where the model runs (auto: a GPU when one is visible, else the CPU)"),
+      ZT_CHOICE(run, device, "where the model runs (auto: a GPU when one is visible, else the CPU)"),
       ZT_KEY(run, threads, false, "CPU threads (0 = all cores)"),
       ZT_KEY(run, deterministic, false, "bitwise-reproducible GPU runs: ordered reductions, NCCL Ring/Simple, the first heuristic GEMM"),
       ZT_KEY(run, device_memory_limit, false, "the backend never holds more device memory (e.g. \"40GB\"; empty = none)"),
@@ -61,23 +59,23 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_RANGED(train, eval_steps, false, at_least(1), "micro-batches per evaluation"),
       ZT_KEY(train, sample_tokens, false, "tokens to generate after training (0 = none)"),
       ZT_RANGED(train, sample_temperature, false, above(0), "sampling temperature"),
-      ZT_CHOICE(train, spike_policy, "off|skip|rollback", "\"off\", \"skip\" (skip a step whose loss is above spike_factor x the running median; non-finite steps are always skipped) or \"rollback\" (skip, and after rollback_after skips in a row go back to the checkpoint before them)"),
+      ZT_CHOICE(train, spike_policy, "\"off\", \"skip\" (skip a step whose loss is above spike_factor x the running median; non-finite steps are always skipped) or \"rollback\" (skip, and after rollback_after skips in a row go back to the checkpoint before them)"),
       ZT_RANGED(train, spike_factor, false, above(1), "a loss above this many times the median of the last spike_window steps is a spike"),
       ZT_RANGED(train, spike_window, false, at_least(1), "applied steps whose losses make the running median"),
       ZT_RANGED(train, max_skipped_steps, false, at_least(1), "skipped steps in a row (non-finite or spikes) that end the run"),
       ZT_RANGED(train, rollback_after, false, at_least(1), "spike_policy = \"rollback\": skipped steps in a row that roll back to the newest checkpoint before them (< max_skipped_steps)"),
       ZT_RANGED(train, max_rollbacks, false, at_least(1), "spike_policy = \"rollback\": rollbacks in one launch; the next one ends the run"),
-      ZT_CHOICE(train, recompute, "none|selective|full", "activation recompute: \"none\", \"selective\" (norms, SwiGLU) or \"full\" (whole blocks)"),
+      ZT_CHOICE(train, recompute, "activation recompute: \"none\", \"selective\" (norms, SwiGLU) or \"full\" (whole blocks)"),
       ZT_RANGED(optim, lr, false, at_least(0), "peak learning rate"),
       ZT_RANGED(optim, min_lr, false, at_least(0), "final learning rate of the decay (<= lr)"),
       ZT_KEY(optim, warmup_steps, false, "linear warmup steps"),
-      ZT_CHOICE(optim, schedule, "cosine|linear|constant", "the learning rate after warmup: decayed to min_lr (cosine, linear) or constant"),
+      ZT_CHOICE(optim, schedule, "the learning rate after warmup: decayed to min_lr (cosine, linear) or constant"),
       ZT_RANGED(optim, weight_decay, false, at_least(0), "decoupled weight decay (not on biases/norms)"),
       ZT_RANGED(optim, beta1, false, between(0, 1, false, true), "AdamW beta1"),
       ZT_RANGED(optim, beta2, false, between(0, 1, false, true), "AdamW beta2"),
       ZT_RANGED(optim, eps, false, above(0), "AdamW epsilon"),
       ZT_RANGED(optim, grad_clip, false, at_least(0), "global gradient-norm clip (0 = off)"),
-      ZT_CHOICE(precision, compute, "auto|fp32|bf16|fp16", "\"auto\" (bf16 on GPU, fp32 on CPU), \"fp32\", \"bf16\" or \"fp16\""),
+      ZT_CHOICE(precision, compute, "\"auto\" (bf16 on GPU, fp32 on CPU), \"fp32\", \"bf16\" or \"fp16\""),
       ZT_RANGED(precision, loss_scale, false, at_least(0), "fp16 loss scale: 0 = dynamic, > 0 = fixed"),
       ZT_RANGED(precision, initial_scale, false, above(0), "fp16 dynamic loss scaling: starting scale (>= min_scale)"),
       ZT_RANGED(precision, scale_window, false, at_least(1), "fp16 dynamic loss scaling: clean steps before the scale doubles"),
@@ -86,13 +84,13 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_RANGED(parallel, zero_stage, false, between(0, 3), "ZeRO stage 0-3 over the data-parallel group"),
       ZT_RANGED(parallel, bucket_mb, false, above(0), "gradient reduce-scatter bucket size in MiB"),
       ZT_KEY(parallel, prefetch, false, "ZeRO-3 layers gathered ahead of use"),
-      ZT_CHOICE(offload, optimizer, "none|cpu|nvme", "\"none\", \"cpu\" or \"nvme\": masters, AdamW moments (and gradient shard) off the device; AdamW on the CPU"),
-      ZT_CHOICE(offload, params, "none|cpu|nvme", "\"none\", \"cpu\" or \"nvme\": ZeRO-3 parameter shards in pinned host memory (cpu) or on the SSD (nvme, with optimizer = \"nvme\"), uploaded per layer"),
+      ZT_CHOICE(offload, optimizer, "\"none\", \"cpu\" or \"nvme\": masters, AdamW moments (and gradient shard) off the device; AdamW on the CPU"),
+      ZT_CHOICE(offload, params, "\"none\", \"cpu\" or \"nvme\": ZeRO-3 parameter shards in pinned host memory (cpu) or on the SSD (nvme, with optimizer = \"nvme\"), uploaded per layer"),
       ZT_KEY(offload, nvme_path, false, "directory on a local SSD for optimizer = \"nvme\""),
       ZT_RANGED(offload, buffer_mb, false, between(0.0625, 1024), "nvme: MiB per I/O request (one request moves at most 2 GiB)"),
       ZT_RANGED(offload, io_depth, false, between(1, 64), "nvme: I/O requests in flight"),
       ZT_KEY(offload, pinned_limit, false, "pinned host memory per rank (e.g. \"64GB\"; empty = half the host's memory / ranks on it)"),
-      ZT_CHOICE(comm, backend, "auto|mpi|nccl", "collectives: NCCL on GPU buffers, MPI on host buffers (auto: NCCL for a GPU run when built with it)"),
+      ZT_CHOICE(comm, backend, "collectives: NCCL on GPU buffers, MPI on host buffers (auto: NCCL for a GPU run when built with it)"),
       ZT_RANGED(comm, timeout_s, false, between(0, 604800, true), "seconds before a stuck collective ends the job (at most a week)"),
       ZT_RANGED(comm, flight_entries, false, between(0, 1000000), "collectives each rank keeps for flight_rank_NNNNN.json (0 = off)"),
       ZT_KEY(comm, nccl_algo, false, "NCCL_ALGO for this run (empty = NCCL's choice)"),
@@ -132,6 +130,7 @@ const std::vector<SpecKey>& spec_schema() {
 #undef ZT_SECRET
 #undef ZT_OPTIONAL
 #undef ZT_RANGED
+#undef ZT_CHOICE
 
 std::string range_text(const SpecRange& r) {
   const bool low = std::isfinite(r.lo), high = std::isfinite(r.hi);
@@ -184,15 +183,10 @@ std::string nearest_name(const std::string& name, const std::vector<std::string>
 std::string full_name(const SpecKey& k) { return fmt::format("[{}] {}", k.section, k.key); }
 
 std::vector<std::string> key_choices(const SpecKey& k) {
-  std::vector<std::string> out;
-  if (!k.choices) return out;
-  const std::string all = k.choices;
-  for (size_t at = 0;;) {
-    const size_t bar = all.find('|', at);
-    out.push_back(all.substr(at, bar == std::string::npos ? std::string::npos : bar - at));
-    if (bar == std::string::npos) return out;
-    at = bar + 1;
-  }
+  RunSpec spec;
+  const SpecField f = k.field(spec);
+  const auto* c = std::get_if<SpecChoice>(&f);
+  return c ? std::vector<std::string>(c->names, c->names + c->count) : std::vector<std::string>{};
 }
 
 std::string choices_text(const SpecKey& k) {

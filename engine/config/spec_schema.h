@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -12,7 +13,24 @@
 
 namespace zt {
 
-using SpecField = std::variant<int64_t*, double*, std::string*, bool*>;
+// A key with a fixed set of values (core/run_choices.h): the field, read and written as the index
+// of its value among the enum's names.
+struct SpecChoice {
+  void* field;
+  const std::string_view* names;
+  size_t count;
+  int (*get)(const void* field);
+  void (*set)(void* field, int index);
+  std::string_view name() const { return names[get(field)]; }
+};
+template <class E>
+SpecChoice spec_choice(E* field) {
+  return {field, ChoiceNames<E>::names.data(), ChoiceNames<E>::names.size(),
+          [](const void* f) { return int(*static_cast<const E*>(f)); },
+          [](void* f, int index) { *static_cast<E*>(f) = E(index); }};
+}
+
+using SpecField = std::variant<int64_t*, double*, std::string*, bool*, SpecChoice>;
 
 // The values a numeric key takes: from lo to hi, either end open (excluded) or absent (infinite).
 // One per key: validation checks it, and its messages and docs/spec-reference.md print it the
@@ -39,11 +57,10 @@ struct SpecKey {
   bool secret = false;  // never written to the resolved spec, logs or messages
   bool zero_unset = false;  // 0 means "not given" (a given value must be > 0): written commented out
   SpecRange range = {};     // numeric keys; an integer key without one is a count (>= 0; see key_range)
-  const char* choices = nullptr;  // a string key's only values, "|"-separated ("auto|cpu|cuda")
 };
 
-// k's choices, in table order (empty: any string); "\"auto\", \"cpu\", \"cuda\"", as messages and
-// docs/spec-reference.md print them.
+// k's choices, in the enum's order (empty: not a choice key); "\"auto\", \"cpu\", \"cuda\"", as messages
+// and docs/spec-reference.md print them.
 std::vector<std::string> key_choices(const SpecKey& k);
 std::string choices_text(const SpecKey& k);
 

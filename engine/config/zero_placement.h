@@ -40,7 +40,7 @@ struct ZeroPlacement {
   bool offloads_params() const { return params != Tier::Device; }
 
  private:
-  static Tier tier(const std::string& s) { return s == "nvme" ? Tier::Nvme : s == "cpu" ? Tier::Pinned : Tier::Device; }
+  static Tier tier(OffloadTier t) { return t == OffloadTier::Nvme ? Tier::Nvme : t == OffloadTier::Cpu ? Tier::Pinned : Tier::Device; }
 };
 
 }  // namespace zt

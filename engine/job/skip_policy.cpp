@@ -13,7 +13,7 @@ std::string SkipPolicy::judge(int64_t step, double loss, double grad_norm) {
   std::string why;
   if (!std::isfinite(loss)) why = fmt::format("the loss is {}", loss);
   else if (!std::isfinite(grad_norm)) why = fmt::format("the gradient norm is {}", grad_norm);
-  else if (t_.spike_policy != "off" && window_.size() >= std::min<size_t>(size_t(t_.spike_window), 8)) {
+  else if (t_.spike_policy != SpikePolicy::Off && window_.size() >= std::min<size_t>(size_t(t_.spike_window), 8)) {
     std::vector<double> v(window_.begin(), window_.end());
     std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
     const double median = v[v.size() / 2];

@@ -22,7 +22,7 @@ class SkipPolicy {
   std::string judge(int64_t step, double loss, double grad_norm);
   int64_t skipped() const { return skipped_; }  // in this launch
   // The skips in a row since the last applied step call for a rollback (spike_policy "rollback").
-  bool rollback_due() const { return t_.spike_policy == "rollback" && in_a_row_ >= t_.rollback_after; }
+  bool rollback_due() const { return t_.spike_policy == SpikePolicy::Rollback && in_a_row_ >= t_.rollback_after; }
   int64_t in_a_row() const { return in_a_row_; }
   // After a rollback: the count in a row starts again. RuntimeFailure past max_rollbacks.
   void rolled_back(int64_t step);

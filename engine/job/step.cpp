@@ -28,7 +28,7 @@ StepResult train_step(Job& job, int64_t step, const MicroBatchSource& next, Step
   // With optimizer offload to CPU memory, each group's host AdamW may run while backward goes on,
   // where nothing global (clipping by the norm, fp16 unscaling) must first touch the gradients.
   // Not with spike_policy = "skip": a step must be judged before it is applied.
-  r.early_update = spec.optim.grad_clip == 0 && !job.scaler.active() && spec.train.spike_policy == "off" &&
+  r.early_update = spec.optim.grad_clip == 0 && !job.scaler.active() && spec.train.spike_policy == SpikePolicy::Off &&
                    schedule_early_adamw(job.early, *job.optimizer, r.lr, job.adam_steps + 1);
   for (int64_t micro = 0; micro < accum; ++micro) {
     next(micro, job.inputs.data(), job.targets.data());

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/run_choices.h"
 #include "engine/model/param_table.h"
 
 namespace zt {
@@ -16,7 +17,6 @@ namespace zt {
 // stage 3 params() gathers the group's shards (prefetching along the announced order) and
 // release_params() frees them; with stages 2-3 grads_done() starts the group's reduce-scatter.
 // Activation recompute ([train] recompute): what a model keeps between forward and backward.
-enum class Recompute { None, Selective, Full };
 inline const char* recompute_note(Recompute r) {  // for Model::describe()
   return r == Recompute::Full ? ", full recompute" : r == Recompute::Selective ? ", selective recompute" : "";
 }

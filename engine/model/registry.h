@@ -26,7 +26,6 @@ std::string model_family_names(bool quoted = true);
 // sequences; `tp` is the tensor-parallel group (null: the whole model on this rank).
 std::unique_ptr<Model> make_model(const RunSpec::Model& spec, Backend& backend, int max_batch, Comm* tp,
                                   Recompute recompute = Recompute::None);
-Recompute recompute_of(const std::string& name);  // [train] recompute's value
 
 // The first op a run of [model] m in `compute` needs that `backend` cannot run, as a message
 // ("op: why"); "" when it runs them all. The model's ops (its family's), the vocabulary-parallel

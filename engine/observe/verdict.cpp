@@ -40,7 +40,7 @@ Verdict judge(const StepResult& sum, const MemoryStats& memory, double memory_li
                               "local SSD, {}raise [parallel] prefetch (now {}), or offload less (a higher ZeRO stage or "
                               "more ranks)",
                               spec.offload.io_depth, spec.offload.buffer_mb,
-                              spec.offload.params == "nvme" ? "keep parameters in CPU memory (params = \"cpu\"), " : "",
+                              spec.offload.params == OffloadTier::Nvme ? "keep parameters in CPU memory (params = \"cpu\"), " : "",
                               spec.parallel.prefetch)}});
   const std::string host_knob = fmt::format("raise [train] micro_batch (now {}) so each launch does more work; "
                                             "check for other processes on the machine", spec.train.micro_batch);

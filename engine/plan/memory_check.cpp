@@ -32,22 +32,22 @@ std::string planned_needs(const LayoutPlan& p) {
 // The first of [offload] optimizer = "cpu", then ZeRO-3 with optimizer and params offloaded,
 // whose plan fits `per_rank` device bytes, as a sentence; "" if none does.
 std::string offload_hint(const RunSpec& spec, int world, DeviceKind kind, double per_rank) {
-  if (spec.offload.params != "none") return "";
+  if (spec.offload.params != OffloadTier::None) return "";
   RunSpec s = spec;
-  if (spec.offload.optimizer == "none") {
-    s.offload.optimizer = "cpu";
+  if (spec.offload.optimizer == OffloadTier::None) {
+    s.offload.optimizer = OffloadTier::Cpu;
     const LayoutPlan p = plan_layout(s, world, kind, nullptr);
     if (double(p.peak_device()) <= per_rank)
       return fmt::format("; [offload] optimizer = \"cpu\" would need {:.3g} GiB of device memory per rank "
                          "({:.3g} GiB pinned host)", gib(double(p.peak_device())), gib(double(p.memory.pinned_host)));
   }
   s.parallel.zero_stage = 3;
-  s.offload.optimizer = spec.offload.optimizer == "none" ? "cpu" : spec.offload.optimizer;
-  s.offload.params = "cpu";
+  if (s.offload.optimizer == OffloadTier::None) s.offload.optimizer = OffloadTier::Cpu;
+  s.offload.params = OffloadTier::Cpu;
   const LayoutPlan p = plan_layout(s, world, kind, nullptr);
   if (double(p.peak_device()) <= per_rank)
     return fmt::format("; [parallel] zero_stage = 3 with [offload] optimizer = \"{}\" and params = \"cpu\" would "
-                       "need {:.3g} GiB of device memory per rank", s.offload.optimizer, gib(double(p.peak_device())));
+                       "need {:.3g} GiB of device memory per rank", choice_name(s.offload.optimizer), gib(double(p.peak_device())));
   return "";
 }
 
@@ -59,7 +59,7 @@ void check_footprint_fits(const RunSpec& spec, int world, DType compute, const M
   // data-parallel ranks, and every tier keeps that shard in device or pinned host memory.
   const int tp = int(spec.parallel.tensor), dp = world / tp;
   const ModelFootprint f = model_footprint(spec.model, int(spec.train.micro_batch), tp, dtype_size(compute),
-                                           recompute_of(spec.train.recompute));
+                                           spec.train.recompute);
   const double grad_shard = f.params / (spec.parallel.zero_stage == 0 ? 1.0 : double(dp)) * 4;
   if (f.activation_bytes > per_rank || grad_shard > per_rank + b.pinned)
     refuse(spec, b, f.activation_bytes + grad_shard,
@@ -71,7 +71,9 @@ void check_footprint_fits(const RunSpec& spec, int world, DType compute, const M
 
 LayoutPlan check_memory_fits(const RunSpec& spec_in, int world, DeviceKind kind, DType compute, const MemoryBudget& b) {
   RunSpec spec = spec_in;
-  spec.precision.compute = dtype_name(compute);  // as the backend resolved it
+  spec.precision.compute = compute == DType::BF16   ? PrecisionChoice::Bf16  // as the backend resolved it
+                           : compute == DType::F16 ? PrecisionChoice::Fp16
+                                                   : PrecisionChoice::Fp32;
   check_footprint_fits(spec, world, compute, b);
   const double per_rank = b.device == SIZE_MAX ? 1e300 : double(b.device) / b.sharing;
   LayoutPlan plan = plan_layout(spec, world, kind, nullptr);

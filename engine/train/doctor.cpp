@@ -38,7 +38,7 @@ struct Check {
 std::string gib(double b) { return fmt::format("{:.1f} GiB", b / 1073741824.0); }
 
 void gpu_checks(const RunSpec* spec, std::vector<Check>& out) {
-  const bool wants_gpu = spec && spec->run.device == "cuda";
+  const bool wants_gpu = spec && spec->run.device == DeviceChoice::Cuda;
   Nvml nvml;
   if (!nvml.ok()) {
     out.push_back({wants_gpu ? Level::Fail : Level::Pass, "gpu", "no GPU (" + nvml.why() + ")",
@@ -193,7 +193,7 @@ void allreduce_check(std::vector<Check>& out) {
 int run_doctor(const RunSpec* spec) {
   std::vector<Check> checks;
   gpu_checks(spec, checks);
-  host_checks(Nvml().ok() || (spec && spec->run.device == "cuda"), checks);  // GPUs pin host memory
+  host_checks(Nvml().ok() || (spec && spec->run.device == DeviceChoice::Cuda), checks);  // GPUs pin host memory
   allreduce_check(checks);
   if (spec) {
     const data::DataOptions d = data_options(*spec);

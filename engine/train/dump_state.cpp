@@ -35,7 +35,7 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
 
   const auto& m = spec.model;
   const auto& o = spec.optim;
-  const double schedule = o.schedule == "cosine" ? 0 : o.schedule == "linear" ? 1 : 2;
+  const double schedule = double(o.schedule);  // 0 cosine, 1 linear, 2 constant
   const std::pair<const char*, double> config[] = {
       {"n_layer", double(m.n_layer)}, {"n_head", double(m.n_head)}, {"d_model", double(m.d_model)},
       {"d_ff", double(m.d_ff)}, {"vocab_size", double(m.vocab_size)}, {"seq_len", double(m.seq_len)},

@@ -37,12 +37,12 @@ void log_nvme(const RunSpec& spec, const NvmeFile& nvme) {
 void build_run_job(const RunSpec& spec, Topology& topo, RunJob& out) {
   // Offload runs AdamW on the host's cores: ranks sharing a machine (and not bound by the
   // launcher) each take their own slice, so their optimizer threads do not fight.
-  if (spec.offload.optimizer != "none") bind_rank_to_cores(topo.local_rank, topo.local_size);
+  if (spec.offload.optimizer != OffloadTier::None) bind_rank_to_cores(topo.local_rank, topo.local_size);
   out.backend = make_backend(spec.run.device, int(spec.run.threads), topo.local_rank);
   Backend& be = *out.backend;
   out.comms = finish_communicators(topo, be, spec.comm.backend, spec.comm.timeout_s,
                                    size_t(std::max<int64_t>(0, spec.comm.flight_entries)), spec.run.out_dir);
-  if (spec.comm.backend == "nccl" && be.kind() != DeviceKind::CUDA)
+  if (spec.comm.backend == CommBackendChoice::Nccl && be.kind() != DeviceKind::CUDA)
     user_error("{}: [comm] backend = \"nccl\" needs GPU buffers, but this run is on the {} backend "
                "(use \"mpi\" or \"auto\")", spec.source, be.name());
   if (!spec.run.device_memory_limit.empty())
@@ -58,7 +58,7 @@ void build_run_job(const RunSpec& spec, Topology& topo, RunJob& out) {
   budget.where = !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
                  : be.kind() == DeviceKind::CPU ? "this machine" : "the GPU";
   const LayoutPlan plan = check_memory_fits(spec, topo.world_size, be.kind(), be.compute_dtype(), budget);
-  if (spec.offload.optimizer == "nvme")  // room for this rank's files (masters, moments, parameters on NVMe)
+  if (spec.offload.optimizer == OffloadTier::Nvme)  // room for this rank's files (masters, moments, parameters on NVMe)
     run_agreed(*topo.world, [&] { check_nvme_path(spec.offload.nvme_path, uint64_t(plan.nvme_bytes)); });
   // the offloaded states, the NVMe tier's block buffers and the checkpoint staging within the pinned pool
   run_agreed(*topo.world, [&] { check_pinned_fits(pinned, double(plan.memory.pinned_host), spec); });

@@ -104,7 +104,7 @@ void Trainer::continue_from(const TrainState& st, const std::string& path) {
   // or bf16 run holds scale 1, and an fp16 run resumed from it starts at the spec's initial scale.
   bool saved_fp16 = st.scaler.scale != 1;  // a spec that no longer parses: an fp16 run's scale has moved
   try {
-    saved_fp16 = parse_run_spec(st.spec_toml, path + " (its run spec)").precision.compute == "fp16";
+    saved_fp16 = parse_run_spec(st.spec_toml, path + " (its run spec)").precision.compute == PrecisionChoice::Fp16;
   } catch (const UserError&) {
   }
   if (saved_fp16) job().scaler.restore(st.scaler);

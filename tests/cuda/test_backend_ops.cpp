@@ -159,7 +159,7 @@ int main() {
   }
   if (const char* d = std::getenv("ZTRAIN_OPS_DIGEST")) digest = std::fopen(d, "w");
   auto cpu = make_cpu_backend(0);
-  auto gpu = make_backend("cuda", 0);
+  auto gpu = make_backend(DeviceChoice::Cuda, 0);
   Backend &C = *cpu, &G = *gpu;
   std::printf("test-backend-ops: %s vs %s\n", G.name().c_str(), C.name().c_str());
   const auto F = DType::F32;

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: mutant_driver add N | upload\n");
     return 2;
   }
-  auto g = make_backend("cuda", 0);
+  auto g = make_backend(DeviceChoice::Cuda, 0);
   const std::string mode = argv[1];
   if (mode == "add") {
     const int64_t n = argc > 2 ? std::atoll(argv[2]) : 7;

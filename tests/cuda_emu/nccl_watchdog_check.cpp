@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   zt::dist_init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  auto gpu = zt::make_backend("cuda", 1, rank);
+  auto gpu = zt::make_backend(zt::DeviceChoice::Cuda, 1, rank);
   auto comm = zt::make_nccl_comm(MPI_COMM_WORLD, "world", /*timeout_s=*/3, gpu->native_stream());
   if (rank == 1) {  // stopped: alive, never issuing the collective
     std::this_thread::sleep_for(std::chrono::seconds(600));

@@ -9,8 +9,8 @@ namespace zt {
 
 int cuda_device_count() { return cuda::visible_device_count(); }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, int threads, int local_rank) {
-  if (device == "cuda") return cuda::make_cuda_backend(local_rank % std::max(1, cuda_device_count()));
+std::unique_ptr<Backend> make_backend(DeviceChoice device, int threads, int local_rank) {
+  if (device == DeviceChoice::Cuda) return cuda::make_cuda_backend(local_rank % std::max(1, cuda_device_count()));
   return make_cpu_backend(threads);
 }
 

@@ -71,7 +71,7 @@ RunSpec check_spec(const RunSpec::Model& m, int B, DType dt, double lr, double g
   s.train.max_steps = 1 << 30;
   s.precision.compute = dtype_name(dt);
   s.precision.loss_scale = 1;
-  s.optim.lr = lr, s.optim.schedule = "constant", s.optim.warmup_steps = 0, s.optim.grad_clip = grad_clip;
+  s.optim.lr = lr, s.optim.schedule = LrSchedule::Constant, s.optim.warmup_steps = 0, s.optim.grad_clip = grad_clip;
   s.run.deterministic = deterministic;
   s.run.seed = 7;
   s.parallel.zero_stage = zero_stage;
@@ -134,7 +134,7 @@ bool tiny() {
 }
 int parity(DType dt) {
   auto cpu = make_cpu_backend(0);
-  auto gpu = make_backend("cuda", 0);
+  auto gpu = make_backend(DeviceChoice::Cuda, 0);
   const double loss_tol = dt == DType::F32 ? 1e-4 : 1e-2, grad_tol = dt == DType::F32 ? 1e-4 : 5e-2;
   int failures = 0;
   std::printf("{\"check\": \"parity\", \"precision\": \"%s\", \"cases\": [", dtype_name(dt));
@@ -214,7 +214,7 @@ int bench(int steps, DType dt, bool deterministic = false, int batch = 0) {
   if (batch > 0) batches = {batch};
   for (int B : batches) {
     try {
-      auto gpu = make_backend("cuda", 0);
+      auto gpu = make_backend(DeviceChoice::Cuda, 0);
       const RunSpec spec = check_spec(cfg, B, dt, 6e-4, /*grad_clip=*/1.0, deterministic);
       SingleRank st(spec, *gpu);
       const Model& m = *st.job->model;
@@ -296,7 +296,7 @@ int bench(int steps, DType dt, bool deterministic = false, int batch = 0) {
 
 // One shape: B sequences of T tokens, NH heads of size C / NH.
 void attention_shape(DType dt, int B, int T, int C, int NH) {
-  auto gpu = make_backend("cuda", 0);
+  auto gpu = make_backend(DeviceChoice::Cuda, 0);
   gpu->set_compute_dtype(dt);
   const size_t nq = size_t(B) * T * 3 * C, es = gpu->compute_size();
   void* qkv = gpu->alloc(nq * es);
@@ -381,7 +381,7 @@ int zero3(int steps, DType dt) {
   double ms[2] = {0, 0};
   size_t peak[2] = {0, 0};
   for (int stage : {0, 3}) {
-    auto gpu = make_backend("cuda", 0);
+    auto gpu = make_backend(DeviceChoice::Cuda, 0);
     SingleRank rank(check_spec(cfg, B, dt, 6e-4, /*grad_clip=*/1.0, false, stage), *gpu);
     const auto in = tokens(size_t(B) * T, int(cfg.vocab_size), 1), tg = tokens(size_t(B) * T, int(cfg.vocab_size), 2);
     StepHook unwatched;

@@ -56,8 +56,8 @@ TEST_CASE("a good spec resolves defaults", "[config]") {
   const RunSpec s = parse_run_spec(kGood, "spec.toml");
   REQUIRE(s.model.d_ff == 64);
   REQUIRE(s.optim.lr == 1e-3);
-  REQUIRE(s.optim.schedule == "cosine");
-  REQUIRE(s.run.device == "auto");
+  REQUIRE(s.optim.schedule == LrSchedule::Cosine);
+  REQUIRE(s.run.device == DeviceChoice::Auto);
 }
 
 TEST_CASE("the resolved dump parses back to the same spec", "[config]") {
@@ -143,6 +143,42 @@ TEST_CASE("each numeric key has one range, checked and printed the same way what
                  Catch::Contains(fmt::format("[{}] {}: must be {}, got", k.section, k.key, range_text(r))));
     }
   }
+}
+
+// Keys with a fixed set of values are typed enums (core/run_choices.h), parsed once: every name
+// of every such key reads into its value and writes back as the same name; any other word, or a
+// value that is not a string, is refused where it is written.
+TEST_CASE("every value of a key with choices reads into its typed value and writes back the same", "[config]") {
+  RunSpec probe;
+  size_t keys = 0;
+  for (const SpecKey& k : spec_schema()) {
+    const std::vector<std::string> names = key_choices(k);
+    if (names.empty()) continue;
+    ++keys;
+    for (size_t i = 0; i < names.size(); ++i) {
+      const std::string set = fmt::format("{}.{}={}", k.section, k.key, names[i]);
+      CAPTURE(set);
+      RunSpec s;
+      try {
+        s = parse_run_spec(kGood, "spec.toml", {set});
+      } catch (const UserError& e) {  // a relation with another key (rollback without checkpoints)
+        CHECK_THAT(e.what(), !Catch::Contains("is not one of"));
+        continue;
+      }
+      const SpecField f = k.field(s);
+      CHECK(std::get<SpecChoice>(f).get(std::get<SpecChoice>(f).field) == int(i));
+      CHECK_THAT(resolved_toml(s), Catch::Contains(fmt::format("{} = \"{}\"", k.key, names[i])));
+    }
+    const std::string bad = error_of(kGood, {fmt::format("{}.{}={}x", k.section, k.key, names[0])});
+    CHECK_THAT(bad, Catch::Contains(fmt::format("[{}] {}: '{}x' is not one of {}", k.section, k.key, names[0],
+                                                choices_text(k))));
+    CHECK_THAT(bad, Catch::Contains(fmt::format("(did you mean \"{}\"?)", names[0])));
+  }
+  CHECK(keys == 8);  // device, spike_policy, recompute, schedule, compute, optimizer, params, backend
+  CHECK(parse_run_spec(kGood, "spec.toml", {"offload.optimizer=nvme", "offload.nvme_path=/tmp"}).offload.optimizer ==
+        OffloadTier::Nvme);
+  CHECK(parse_run_spec(kGood, "spec.toml", {"train.recompute=full"}).train.recompute == Recompute::Full);
+  CHECK_THAT(error_of(with("lr = 1e-3", "schedule = 2")), Catch::Contains("spec.toml:13: [optim] schedule must be a string, got an integer"));
 }
 
 TEST_CASE("TOML syntax errors give the line", "[config][errors]") {

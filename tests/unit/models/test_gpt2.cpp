@@ -131,7 +131,7 @@ TEST_CASE("a padded vocabulary trains exactly like the real one; its padding sta
     spec.model.n_layer = 2, spec.model.n_head = 2, spec.model.n_kv_head = 2, spec.model.d_model = 16;
     spec.model.d_ff = 64, spec.model.vocab_size = V, spec.model.seq_len = T, spec.model.vocab_multiple = padded ? 64 : 1;
     spec.train.micro_batch = spec.train.global_batch = B, spec.train.max_steps = 4;
-    spec.optim.lr = 1e-2, spec.optim.schedule = "constant", spec.optim.warmup_steps = 0, spec.optim.grad_clip = 0;
+    spec.optim.lr = 1e-2, spec.optim.schedule = LrSchedule::Constant, spec.optim.warmup_steps = 0, spec.optim.grad_clip = 0;
     spec.optim.weight_decay = 0.1;  // decay must not move the zero rows either
     Job job(spec, topo, *be, ZeroPlacement(spec));
     job.init_params(3);

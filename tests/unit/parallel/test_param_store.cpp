@@ -43,7 +43,7 @@ Trained train(const ZeroPlacement& place, bool early_update = false) {
   spec.model.n_layer = 2, spec.model.n_head = 2, spec.model.n_kv_head = 2, spec.model.d_model = 16;
   spec.model.d_ff = 64, spec.model.vocab_size = 50, spec.model.seq_len = 8, spec.model.vocab_multiple = 1;
   spec.train.micro_batch = 2, spec.train.global_batch = 2, spec.train.max_steps = 3;
-  spec.optim.lr = 1e-2, spec.optim.schedule = "constant", spec.optim.warmup_steps = 0, spec.optim.weight_decay = 0.1;
+  spec.optim.lr = 1e-2, spec.optim.schedule = LrSchedule::Constant, spec.optim.warmup_steps = 0, spec.optim.weight_decay = 0.1;
   spec.optim.grad_clip = early_update ? 0 : 1e30;
   Job job(spec, topo, *be, place);
   job.init_params(5);

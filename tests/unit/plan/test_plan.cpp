@@ -43,7 +43,7 @@ RunSpec spec(std::vector<std::string> sets = {}) {
 // The real store's model-state bytes on a CPU backend at world size 1, by tag, as allocated.
 MemoryStats real_store(const RunSpec& s) {
   auto be = make_cpu_backend(1);
-  be->set_compute_dtype(s.precision.compute == "bf16" ? DType::BF16 : DType::F32);
+  be->set_compute_dtype(s.precision.compute == PrecisionChoice::Bf16 ? DType::BF16 : DType::F32);
   Topology t;
   t.world = make_self_comm("world");
   t.tp_group = make_self_comm("tp");
