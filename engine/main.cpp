@@ -13,7 +13,7 @@
 #include "engine/comm/agreement.h"
 #include "engine/comm/flight_recorder.h"
 #include "engine/checkpoint/checkpoint_reader.h"
-#include "engine/config/spec.h"
+#include "engine/hf/spec_loading.h"
 #include "engine/core/faults.h"
 #include <nlohmann/json.hpp>
 
@@ -339,7 +339,12 @@ int run(int argc, char** argv) {
   if (c.command == "doctor") return run_doctor(c.spec_path.empty() ? nullptr : &spec);
   if (c.command == "report") {
     if (c.spec_path.empty()) user_error("report: missing RUN_DIR");
-    std::printf("%s\n", write_report(c.spec_path, c.out).c_str());
+    std::optional<RunSpec> resolved;
+    try {
+      resolved = load_run_spec((std::filesystem::path(c.spec_path) / "config.resolved.toml").string());
+    } catch (const UserError&) {  // the report draws what metrics.jsonl has
+    }
+    std::printf("%s\n", write_report(c.spec_path, c.out, resolved ? &*resolved : nullptr).c_str());
     return 0;
   }
   if (c.command == "ckpt ls" || c.command == "ckpt verify") {

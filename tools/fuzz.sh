@@ -40,7 +40,7 @@ mapfile -t models < <(awk '$1 == "base" || $1 == "model" { print $2 }' sources.l
 if [ ! -f build/libztrain_cpu.a ]; then echo "fuzz.sh: build/libztrain_cpu.a missing: cmake --build build first"; exit 1; fi
 build fuzz_run_spec -D'TOML_ASSERT(expr)=static_assert(true)' tests/fuzz/fuzz_run_spec.cpp \
   engine/config/spec.cpp engine/config/spec_dump.cpp engine/config/spec_mixture.cpp engine/config/spec_schema.cpp \
-  engine/hf/hf_config.cpp engine/core/byte_size.cpp \
+  engine/hf/hf_config.cpp engine/hf/spec_loading.cpp engine/core/byte_size.cpp \
   engine/core/status.cpp engine/core/redact.cpp engine/core/atomic_file.cpp \
   $(printf '%s\n' "${models[@]}" | grep -v -x -e engine/core/status.cpp -e engine/core/redact.cpp \
     -e engine/core/atomic_file.cpp -e engine/core/byte_size.cpp) \

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "data/loader.h"
-#include "engine/config/spec.h"
+#include "engine/hf/spec_loading.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status.h"
 #include "engine/train/training_data.h"

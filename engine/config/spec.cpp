@@ -18,13 +18,12 @@
 
 #include <toml++/toml.h>
 
+#include "engine/config/model_keys.h"
 #include "engine/config/spec_mixture.h"
 #include "engine/config/spec_schema.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/redact.h"
 #include "engine/core/status.h"
-#include "engine/hf/hf_config.h"
-#include "engine/model/registry.h"
 
 namespace zt {
 
@@ -89,6 +88,7 @@ bool takes_words(const SpecKey& k) {
 }
 
 struct Loader {
+  const ModelKeyRules& rules;
   RunSpec spec;
   std::map<std::string, std::string> where;  // "section.key" -> "file:line" or "--set"
 
@@ -214,7 +214,7 @@ struct Loader {
   // (seq_len: at most the model's positions).
   void apply_hf_config() {
     const std::string dir = spec.model.init_from;
-    for (const HfModelKey& k : read_hf_config(dir)) {
+    for (const HfModelKey& k : rules.read_hf_config(dir)) {
       const SpecKey* sk = find_key("model", k.key);
       const std::string name = "model." + k.key, from = fmt::format("{}/config.json: {}", dir, k.field);
       const SpecField f = sk->field(spec);
@@ -310,18 +310,16 @@ struct Loader {
 
   void validate_model() {
     auto& m = spec.model;
-    const ModelFamily* family = find_model_family(m.arch);
-    check(family != nullptr, "model", "arch",
-          fmt::format("'{}' is not a supported architecture (supported: {})", m.arch, model_family_names()));
+    check(rules.has_family(m.arch), "model", "arch",
+          fmt::format("'{}' is not a supported architecture (supported: {})", m.arch, rules.family_names()));
     check(m.d_model % m.n_head == 0, "model", "d_model",
           fmt::format("d_model = {} is not divisible by n_head = {}", m.d_model, m.n_head));
     if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
     check(m.n_kv_head >= 1 && m.n_head % m.n_kv_head == 0, "model", "n_kv_head",
           fmt::format("n_head = {} is not a multiple of n_kv_head = {}", m.n_head, m.n_kv_head));
     // the family's defaults (d_ff, tie_embeddings) and its checks of the keys it gives a meaning
-    family->resolve(m, ModelKeyChecks{
-                           [&](bool ok, const char* key, const std::string& why) { check(ok, "model", key, why); },
-                           [&](const char* key) { return where.count(std::string("model.") + key) > 0; }});
+    rules.resolve(m, ModelKeyChecks{[&](bool ok, const char* key, const std::string& why) { check(ok, "model", key, why); },
+                                    [&](const char* key) { return where.count(std::string("model.") + key) > 0; }});
     // a default derived from other keys is a dimension too (the models hold int32 sizes)
     check(m.d_ff >= 1 && m.d_ff <= kMaxInt, "model", "d_ff", fmt::format("{} is out of range [1, {}]", m.d_ff, kMaxInt));
   }
@@ -489,10 +487,10 @@ void reject_deep_keys(const std::string& text, const std::string& source) {
 }  // namespace
 
 RunSpec parse_run_spec(const std::string& text, const std::string& source,
-                       const std::vector<std::string>& overrides) {
+                       const std::vector<std::string>& overrides, const ModelKeyRules& rules) {
   reject_non_ascii(text, source);
   reject_deep_keys(text, source);
-  Loader l;
+  Loader l{rules};
   l.spec.source = source;
   toml::table parsed;
   try {
@@ -507,7 +505,8 @@ RunSpec parse_run_spec(const std::string& text, const std::string& source,
   return l.spec;
 }
 
-RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& overrides) {
+RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& overrides,
+                      const ModelKeyRules& rules) {
   // A spec is a small text file: a device (/dev/zero, /dev/urandom) or a huge file is refused
   // before it is read whole into memory. A pipe is read too (`ztrain train <(envsubst < run.toml)`),
   // up to the same size.
@@ -526,7 +525,7 @@ RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& o
   f.read(text.data(), std::streamsize(text.size()));
   text.resize(size_t(f.gcount()));
   if (text.size() > kMaxSpecBytes) user_error("{}: more than {} bytes: {}", path, kMaxSpecBytes, too_big);
-  return parse_run_spec(text, path, overrides);
+  return parse_run_spec(text, path, overrides, rules);
 }
 
 }  // namespace zt

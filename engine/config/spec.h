@@ -174,12 +174,16 @@ struct RunSpec {
   std::string source;  // the file the spec came from, for messages
 };
 
-// Loads and validates `path`, applying `overrides` ("section.key=value") after the file.
-RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& overrides = {});
+class ModelKeyRules;  // engine/config/model_keys.h
+
+// Loads and validates `path`, applying `overrides` ("section.key=value") after the file; [model]
+// is resolved and checked by `rules` (the model families': engine/hf/spec_loading.h loads with
+// them, and is what callers above the model layers use).
+RunSpec load_run_spec(const std::string& path, const std::vector<std::string>& overrides, const ModelKeyRules& rules);
 
 // Same, from TOML text (tests, fuzzing); `source` names it in messages.
 RunSpec parse_run_spec(const std::string& toml_text, const std::string& source,
-                       const std::vector<std::string>& overrides = {});
+                       const std::vector<std::string>& overrides, const ModelKeyRules& rules);
 
 // The fully resolved spec as TOML, every key present.
 std::string resolved_toml(const RunSpec& spec);

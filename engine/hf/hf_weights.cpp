@@ -16,7 +16,7 @@
 #include "engine/checkpoint/checkpoint.h"
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/checkpoint/h5_file.h"
-#include "engine/config/spec.h"
+#include "engine/hf/spec_loading.h"
 #include "engine/core/atomic_file.h"
 #include "engine/core/status.h"
 #include "engine/hf/hf_config.h"

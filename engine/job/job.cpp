@@ -3,8 +3,13 @@
 
 #include "engine/core/status.h"
 #include "engine/model/registry.h"
+#include "engine/observe/throughput.h"
 
 namespace zt {
+
+double model_flops_per_token(const RunSpec::Model& m) {
+  return flops_per_token(m, model_family(m.arch).matmul_params(m));
+}
 
 int64_t micro_batches_per_step(const RunSpec& spec, const Topology& topo) {
   const auto& t = spec.train;

@@ -26,6 +26,10 @@ namespace zt {
 // global_batch is not a multiple of micro_batch x the data-parallel degree.
 int64_t micro_batches_per_step(const RunSpec& spec, const Topology& topo);
 
+// Training FLOPs per token of [model] m: observe/throughput.h's one formula over its family's
+// matmul parameters (MFU's numerator, the trainer's and the planner's).
+double model_flops_per_token(const RunSpec::Model& m);
+
 // The backend set up for the spec: compute precision ([precision] compute resolved for its kind),
 // deterministic kernels, and every op the model will call asked before anything is built
 // ("not supported" is a UserError, a start-up error).

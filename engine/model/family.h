@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/config/model_keys.h"
 #include "engine/config/spec.h"
 #include "engine/model/model.h"
 
@@ -46,24 +47,9 @@ class HfConfigView {
   [[noreturn]] virtual void reject(const std::string& why) const = 0;  // UserError naming the file
 };
 
-// A [model] key and the value config.json gives it, with the config.json field it came from.
-struct HfModelKey {
-  std::string key;  // [model] key: "n_layer", ...
-  std::variant<int64_t, double, bool, std::string> value;
-  std::string field;  // config.json's name for it: "num_hidden_layers", ...
-  bool upper_bound = false;  // seq_len: the most the model supports, not a required value
-};
-
 // config.json's fields as a family writes them (engine/hf turns them into JSON).
 using HfValue = std::variant<std::nullptr_t, int64_t, double, bool, std::string, std::vector<std::string>>;
 using HfConfigFields = std::vector<std::pair<std::string, HfValue>>;
-
-// The spec reader's hooks for a family's [model] checks: check(ok, key, why) reports a bad value
-// of [model] key (naming the file and line), given(key) says whether the spec set the key itself.
-struct ModelKeyChecks {
-  std::function<void(bool ok, const char* key, const std::string& why)> check;
-  std::function<bool(const char* key)> given;
-};
 
 class ModelFamily {
  public:

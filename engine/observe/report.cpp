@@ -74,18 +74,13 @@ struct MixtureSeries {
   }
 };
 
-// The configured weights at a step, normalized, in `names` order, from the run's
-// config.resolved.toml; an empty function result where it cannot be read.
-std::function<std::vector<double>(double)> configured_weights(const std::string& run_dir,
+// The configured weights at a step, normalized, in `names` order, from the run's resolved spec;
+// an empty function result where there is none.
+std::function<std::vector<double>(double)> configured_weights(const RunSpec* spec,
                                                               const std::vector<std::string>& names) {
-  RunSpec spec;
-  try {
-    spec = load_run_spec((fs::path(run_dir) / "config.resolved.toml").string());
-  } catch (const UserError&) {
-    return [](double) { return std::vector<double>(); };
-  }
-  const auto train = spec.data.of_split("train");
-  return [train, stages = spec.data.stages, names](double step) {
+  if (!spec) return [](double) { return std::vector<double>(); };
+  const auto train = spec->data.of_split("train");
+  return [train, stages = spec->data.stages, names](double step) {
     std::vector<double> w;
     for (const auto& s : train) w.push_back(s.weight);
     for (const auto& st : stages)
@@ -105,7 +100,7 @@ std::function<std::vector<double>(double)> configured_weights(const std::string&
 
 }  // namespace
 
-std::string write_report(const std::string& run_dir, const std::string& png_in) {
+std::string write_report(const std::string& run_dir, const std::string& png_in, const RunSpec* run_spec) {
   const fs::path metrics = fs::path(run_dir) / "metrics.jsonl";
   std::ifstream in(metrics);
   if (!in) user_error("{}: no metrics.jsonl (is it a run's out_dir?)", run_dir);
@@ -146,7 +141,7 @@ std::string write_report(const std::string& run_dir, const std::string& png_in) 
   write_file_atomic(path("eval.dat"), eval.empty() ? "nan nan\n" : eval);
   write_file_atomic(path("device.dat"), device.empty() ? "nan nan\n" : device);
   const bool mixed = mix.names.size() > 1;
-  if (mixed) write_file_atomic(path("mix.dat"), mix.table(configured_weights(run_dir, mix.names)));
+  if (mixed) write_file_atomic(path("mix.dat"), mix.table(configured_weights(run_spec, mix.names)));
   // The title names the run; characters gnuplot would interpret (quotes, backquotes, macros,
   // backslashes) become '?'.
   std::string title = run_dir;

@@ -7,10 +7,6 @@
 
 namespace zt {
 
-double flops_per_token(const RunSpec::Model& m, double matmul_params) {
-  return 6.0 * matmul_params + 6.0 * double(m.n_layer) * double(m.d_model) * double(m.seq_len);
-}
-
 namespace {
 
 // bf16/fp16 dense tensor-core peaks from the vendors' datasheets (no sparsity); the first name

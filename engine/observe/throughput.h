@@ -16,8 +16,10 @@ namespace zt {
 // every MFU ztrain prints, measured or planned: the plan counts at least these FLOPs on the
 // device (the masked tiles on the diagonal, recompute), so a planned MFU stays under 100%.
 // nanoGPT, llm.c and PaLM's appendix B count 6 N (all parameters) + 12 L C T: about 7% more
-// for GPT-2 124M at T = 1024 (docs/observability.md).
-double flops_per_token(const RunSpec::Model& m, double matmul_params);
+// for GPT-2 124M at T = 1024 (docs/observability.md). Inline: the job (model library) uses it.
+inline double flops_per_token(const RunSpec::Model& m, double matmul_params) {
+  return 6.0 * matmul_params + 6.0 * double(m.n_layer) * double(m.d_model) * double(m.seq_len);
+}
 
 // Dense peak TFLOP/s of one device of `backend` in the run's compute precision, and where the
 // figure comes from ("[run] peak_tflops", "table: NVIDIA H100 ...", "measured: fp32 GEMM probe").

@@ -6,7 +6,6 @@
 
 #include "engine/checkpoint/checkpoint_writer.h"
 #include "engine/core/status.h"
-#include "engine/model/registry.h"
 #include "engine/plan/planned_job.h"
 #include "engine/observe/throughput.h"
 
@@ -44,7 +43,7 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const De
   }
   plan.memory = be.memory_stats();
   plan.work = be.work();
-  plan.model_flops = flops_per_token(spec.model, model_family(spec.model.arch).matmul_params(spec.model)) *
+  plan.model_flops = model_flops_per_token(spec.model) *
                      double(spec.train.global_batch) * double(spec.model.seq_len);
   if (device) plan.roofline_s = be.roofline_seconds(device->tflops, device->vector_tflops, device->bytes_per_s);
   return plan;

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/config/spec.h"
+#include "engine/hf/spec_loading.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status.h"
 

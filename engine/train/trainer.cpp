@@ -16,8 +16,8 @@
 #include "engine/core/status.h"
 #include "engine/core/timer.h"
 #include "engine/hf/hf_weights.h"
+#include "engine/hf/spec_loading.h"
 #include "engine/job/step.h"
-#include "engine/model/registry.h"
 #include "engine/observe/metrics.h"
 #include "engine/observe/progress.h"
 #include "engine/observe/telemetry.h"
@@ -290,11 +290,11 @@ void Trainer::run() {
   }
   log_memory(*run_.backend, store(), topo_, spec_);
   // MFU against one device's peak (found in build()), for every device of the job
-  const double model_flops_per_token = flops_per_token(spec_.model, model_family(spec_.model.arch).matmul_params(spec_.model));
+  const double flops_per_token = model_flops_per_token(spec_.model);
   if (root)
     spdlog::info("MFU against {:.3g} TFLOP/s per device ({}); {:.3g} GFLOP per token", peak_.tflops, peak_.source,
-                 model_flops_per_token / 1e9);
-  Progress progress(spec_, topo_.world_size, peak_, model_flops_per_token, *run_.backend, metrics.get(), telemetry.get(),
+                 flops_per_token / 1e9);
+  Progress progress(spec_, topo_.world_size, peak_, flops_per_token, *run_.backend, metrics.get(), telemetry.get(),
                     job().scaler.active(), start_step_,
                     [this](int64_t step) { return memory_record(*run_.backend, store(), topo_.world_rank, step); });
   progress.tokens_by_source = [this] { return data_->tokens_by_source(); };

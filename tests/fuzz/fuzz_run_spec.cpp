@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/config/spec.h"
+#include "engine/hf/spec_loading.h"
 #include "engine/core/status.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

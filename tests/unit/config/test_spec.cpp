@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/config/spec.h"
+#include "engine/hf/spec_loading.h"
 #include "engine/config/spec_schema.h"
 #include "engine/core/status.h"
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <utility>
 
-#include "engine/config/spec.h"
+#include "engine/hf/spec_loading.h"
 #include "engine/core/status.h"
 
 using namespace zt;

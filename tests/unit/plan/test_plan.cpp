@@ -12,6 +12,7 @@
 
 #include "engine/comm/topology.h"
 #include "engine/core/status.h"
+#include "engine/hf/spec_loading.h"
 #include "engine/model/registry.h"
 #include "engine/parallel/param_store.h"
 #include "engine/plan/layout_plan.h"
