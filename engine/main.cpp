@@ -50,7 +50,7 @@ commands:
                                 (default 3); exits with the last attempt's status
   check SPEC.toml               validate the spec and print it fully resolved (defaults filled in)
   plan SPEC.toml                what each rank needs: memory by kind and tier, the peak, a roofline
-        [--world N] [--gpu h100|h200|a100|l4] [--device-memory 80GB] [--search] [--json]
+        [--world N] [--gpu h100|h200|a100|a10|l4|h100-tcp] [--device-memory 80GB] [--search] [--json]
                                 step time; --search lists the layouts that fit, best first
   debug dump-state SPEC.toml --out FILE.h5 [--steps N]
                                 write initial parameters, first batch, loss and gradients (and,
@@ -182,13 +182,25 @@ nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
                       {"peak_device_bytes", p.peak_device()},
                       {"fits", device_memory <= 0 || double(p.peak_device()) <= device_memory},
                       {"step_flops_rank0", p.work.matrix_flops + p.work.other_flops}, {"step_bytes_rank0", p.work.bytes}};
-  if (p.roofline_s > 0) j["predicted_step_ms"] = p.roofline_s * 1e3;
+  if (p.time.step_s > 0) {
+    j["predicted_step_ms"] = p.time.step_s * 1e3;
+    j["compute_ms"] = p.time.compute_s * 1e3;
+    j["communication_ms"] = p.time.comm_s * 1e3;
+    j["exposed_communication_ms"] = p.time.exposed_s() * 1e3;
+    nlohmann::json stalls = nlohmann::json::array();
+    for (const auto& s : p.time.stalls) stalls.push_back({{"what", s.what}, {"ms", s.seconds * 1e3}});
+    j["stalls"] = stalls;
+    j["roofline_step_ms"] = p.roofline_s * 1e3;
+    j["tokens_per_s_per_gpu"] = p.tokens_per_s_per_gpu();
+    j["predicted_mfu"] = p.mfu;
+  }
   return j;
 }
 
 int plan_command(const Cli& c, const RunSpec& spec) {
-  std::optional<DeviceSpec> dev;
-  if (!c.gpu.empty()) dev = device_spec(c.gpu);
+  std::optional<MachineProfile> machine;
+  if (!c.gpu.empty()) machine = machine_profile(c.gpu);
+  const DeviceSpec* dev = machine ? &machine->gpu : nullptr;
   const DeviceKind kind = dev || spec.run.device == DeviceChoice::Cuda ? DeviceKind::CUDA : DeviceKind::CPU;
   double memory = 0;  // bytes one rank may use; 0 = unknown
   if (!c.device_memory.empty()) memory = double(parse_byte_size(c.device_memory, "--device-memory"));
@@ -220,15 +232,13 @@ int plan_command(const Cli& c, const RunSpec& spec) {
   }
   auto describe = [&](const LayoutPlan& p) {
     nlohmann::json j = plan_json(p, memory);
-    if (dev && p.roofline_s > 0) {
-      j["device"] = dev->name;
-      j["predicted_mfu"] = p.model_flops / p.world / p.roofline_s / (dev->tflops * 1e12);
-    }
+    if (machine) j["machine"] = machine->name, j["device"] = dev->name;
     return j;
   };
+  const MachineProfile* on = machine ? &*machine : nullptr;
   std::vector<LayoutPlan> plans;
   if (!c.search) {
-    plans.push_back(plan_layout(spec, c.world, kind, dev ? &*dev : nullptr));
+    plans.push_back(plan_layout(spec, c.world, kind, on));
   } else {  // every layout of the spec's model on --world ranks
     for (int t = 1; t <= c.world; ++t) {
       if (c.world % t || spec.model.n_head % t || spec.model.d_ff % t) continue;
@@ -239,12 +249,12 @@ int plan_command(const Cli& c, const RunSpec& spec) {
           RunSpec s = spec;
           s.parallel.tensor = t, s.parallel.zero_stage = z, s.train.micro_batch = b;
           if (b * s.model.seq_len > (int64_t(1) << 31) - 1) continue;
-          plans.push_back(plan_layout(s, c.world, kind, dev ? &*dev : nullptr));
+          plans.push_back(plan_layout(s, c.world, kind, on));
         }
     }
     std::erase_if(plans, [&](const LayoutPlan& p) { return memory > 0 && double(p.peak_device()) > memory; });
     std::sort(plans.begin(), plans.end(), [&](const LayoutPlan& a, const LayoutPlan& b) {
-      if (dev && a.roofline_s != b.roofline_s) return a.roofline_s < b.roofline_s;
+      if (machine && a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
       return a.peak_device() < b.peak_device();
     });
   }
@@ -256,8 +266,13 @@ int plan_command(const Cli& c, const RunSpec& spec) {
   }
   std::printf("plan: %s on %d ranks; %s available per rank%s\n", spec.source.c_str(), c.world,
               memory > 0 ? gib(memory).c_str() : "unknown",
-              dev ? fmt::format("; roofline on {} ({:g} TFLOP/s, {:g} TB/s)", dev->name, dev->tflops,
-                                dev->bytes_per_s / 1e12).c_str() : "");
+              machine ? fmt::format("\nmachine {}: {}; {} x {} ({:g} TFLOP/s bf16, {:g} TB/s); inside a machine {} "
+                                    "({:g} GB/s), across machines {} ({:g} GB/s a GPU); calibration: {}",
+                                    machine->name, machine->source, machine->gpus_per_machine, dev->name, dev->tflops,
+                                    dev->bytes_per_s / 1e12, machine->intra.name, machine->intra.bytes_per_s / 1e9,
+                                    machine->network.name, machine->network.bytes_per_s / 1e9,
+                                    default_calibration().source).c_str()
+                      : "");
   if (plans.empty()) std::printf("no layout fits\n");
   for (const auto& p : plans) {
     const nlohmann::json j = describe(p);
@@ -271,9 +286,13 @@ int plan_command(const Cli& c, const RunSpec& spec) {
                 memory > 0 ? (double(p.peak_device()) <= memory ? " - fits" : " - does NOT fit") : "");
     std::printf("  host (pinned): %s; NVMe: %s\n", gib(double(p.memory.pinned_host)).c_str(),
                 p.nvme_bytes > 0 ? gib(p.nvme_bytes).c_str() : "none");
-    if (j.contains("predicted_step_ms"))
-      std::printf("  predicted step: %.1f ms, MFU %.1f%% (roofline: each op at the slower of its FLOPs and its bytes; "
-                  "communication not modeled; a lower bound on time)\n", j["predicted_step_ms"].get<double>(), 100 * j["predicted_mfu"].get<double>());
+    if (p.time.step_s > 0) {
+      std::printf("  predicted step: %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed); "
+                  "%.0f tokens/s per GPU, MFU %.1f%%\n", p.time.step_s * 1e3, p.time.compute_s * 1e3,
+                  p.time.comm_s * 1e3, p.time.exposed_s() * 1e3, p.tokens_per_s_per_gpu(), 100 * p.mfu);
+      for (size_t i = 0; i < p.time.stalls.size() && i < 3; ++i)
+        std::printf("    waits %.1f ms for %s\n", p.time.stalls[i].seconds * 1e3, p.time.stalls[i].what.c_str());
+    }
     if (c.search && &p - plans.data() >= 9) break;
   }
   return 0;

@@ -29,10 +29,10 @@
 #   pytorch_compile  the PyTorch baseline under torch.compile (the ratio's best baseline)
 #   sanitizer_racecheck  compute-sanitizer's shared-memory race check over the attention ops
 #   zero3      ZeRO-3 against ZeRO-0 at world size 1 (the stage-3 machinery's own cost)
-#   attention_fa2_v1  the first FlashAttention-2 generation, timed for the speed-up
 #   bench_head_whole  the bench with the head and loss in one chunk: what the chunked head gains
 #   bench_text the bench and the deterministic bench on Zipf-distributed ids, as text has them
 #   ops_wmma, attention_wmma  the WMMA attention kernels (the fallback) against the CPU, and timed
+#              (the default's speed-up over them per shape)
 # At the end, $OUT/calibration.json: the measured efficiencies for the planner's time model.
 # After every stage, $OUT/gpu_check.json (all results so far) and $OUT/gpu_check.log (every
 # stage's output) are rewritten, so a hang or a crash still returns everything before it.
@@ -320,10 +320,10 @@ fi
 # The limits: about 3x each stage's time on the H200 (bench/results/gpu_check-h200-20261204T181200Z.json,
 # binaries carried: 140 s for all of them), at least 10 s.
 PLAN="build:150 ops:20 parity:25 bench:20 pytorch:40 attention:10 sdpa:25 gemm:10 sanitizer_memcheck:15"
-PLAN="$PLAN bench_deterministic:15 pytorch_compile:75 sanitizer_racecheck:35 zero3:10 attention_fa2_v1:10"
+PLAN="$PLAN bench_deterministic:15 pytorch_compile:75 sanitizer_racecheck:35 zero3:10"
 PLAN="$PLAN bench_head_whole:15 bench_text:25 ops_wmma:10 attention_wmma:10"
 [ $DRY = 1 ] && PLAN="$PLAN hang_probe:2 crash_probe:10"  # the failure paths: a hang, a crash
-[ $EMU = 1 ] && PLAN="build:400 ops:300 ops_wmma:120 parity:300 attention:60 sdpa:60 attention_fa2_v1:60 bench:120 bench_deterministic:120 bench_text:120 zero3:120"
+[ $EMU = 1 ] && PLAN="build:400 ops:300 ops_wmma:120 parity:300 attention:60 sdpa:60 attention_wmma:60 bench:120 bench_deterministic:120 bench_text:120 zero3:120"
 if [ $DRY = 1 ]; then  # the plan: when each stage starts at the latest (every one before it at its limit)
   at=0
   carried=0
@@ -360,7 +360,7 @@ run() {
       attention) stage attention "$limit" attention_dumped ;;
       # the kernels' results against the fp32 reference (PyTorch on the CPU: no fused attention to time)
       sdpa) stage sdpa "$limit" $PYTHON tools/gpu_check/torch_attention.py --device cpu --dump "$DUMP" ;;
-      attention_fa2_v1) stage attention_fa2_v1 "$limit" env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention ;;
+      attention_wmma) stage attention_wmma "$limit" env ZTRAIN_ATTENTION=wmma "$B/gpt2_cuda_check" attention ;;
       bench) stage bench "$limit" "$B/gpt2_cuda_check" bench "$STEPS" ;;
       bench_deterministic) stage bench_deterministic "$limit" "$B/gpt2_cuda_check" bench-deterministic "$STEPS" ;;
       bench_text) stage bench_text "$limit" text_benches "$STEPS" ;;
@@ -388,7 +388,6 @@ run() {
     # both embedding backwards on text-like ids (Zipf: frequent rows collide), atomics then the sort
     bench_text) stage bench_text "$limit" text_benches "$((STEPS / 4 + 1))" \
                   "$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)" ;;
-    attention_fa2_v1) stage attention_fa2_v1 "$limit" env ZTRAIN_ATTENTION=fa2-v1 "$B/gpt2_cuda_check" attention ;;
     attention_wmma) stage attention_wmma "$limit" env ZTRAIN_ATTENTION=wmma "$B/gpt2_cuda_check" attention ;;
     bench) stage bench "$limit" "$B/gpt2_cuda_check" bench "$STEPS" ;;
     pytorch) stage pytorch "$limit" $PYTHON tools/gpu_check/torch_gpt2.py --steps "$STEPS" \

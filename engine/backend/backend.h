@@ -19,6 +19,11 @@ namespace zt {
 enum class DeviceKind { CPU, CUDA };
 // [precision] compute on a `kind` device: auto is bf16 on a GPU and fp32 on the CPU.
 DType compute_dtype_of(PrecisionChoice compute, DeviceKind kind);
+// The [precision] compute that names `compute` itself (a resolved precision, never auto).
+inline PrecisionChoice precision_choice_of(DType compute) {
+  return compute == DType::BF16 ? PrecisionChoice::Bf16 : compute == DType::F16 ? PrecisionChoice::Fp16
+                                                                                : PrecisionChoice::Fp32;
+}
 
 // What an allocation holds, so the memory breakdown (and the ZeRO memory test) can tell model
 // states from working buffers.

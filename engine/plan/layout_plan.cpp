@@ -11,16 +11,8 @@
 
 namespace zt {
 
-DeviceSpec device_spec(const std::string& name) {
-  // bf16 dense tensor-core TFLOP/s, fp32 CUDA-core TFLOP/s, HBM bytes/s, memory (datasheets)
-  if (name == "h100") return {"H100 SXM", 989, 67, 3.35e12, 80e9};
-  if (name == "h200") return {"H200 SXM", 989, 67, 4.8e12, 141e9};
-  if (name == "a100") return {"A100 SXM 80GB", 312, 19.5, 2.04e12, 80e9};
-  if (name == "l4") return {"L4", 121, 30, 0.3e12, 24e9};
-  user_error("--gpu {}: not one of h100, h200, a100, l4", name);
-}
-
-LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const DeviceSpec* device) {
+LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const MachineProfile* machine,
+                       const Calibration* cal) {
   LayoutPlan plan;
   plan.world = world;
   plan.tensor = int(spec.parallel.tensor);
@@ -43,9 +35,14 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const De
   }
   plan.memory = be.memory_stats();
   plan.work = be.work();
-  plan.model_flops = model_flops_per_token(spec.model) *
-                     double(spec.train.global_batch) * double(spec.model.seq_len);
-  if (device) plan.roofline_s = be.roofline_seconds(device->tflops, device->vector_tflops, device->bytes_per_s);
+  plan.tokens = double(spec.train.global_batch) * double(spec.model.seq_len);
+  plan.model_flops = model_flops_per_token(spec.model) * plan.tokens;
+  if (machine) {
+    const DeviceSpec& gpu = machine->gpu;
+    plan.roofline_s = be.roofline_seconds(gpu.tflops, gpu.vector_tflops, gpu.bytes_per_s);
+    plan.time = price_step(be.ops(), be.collectives(), *machine, cal ? *cal : default_calibration());
+    plan.mfu = plan.model_flops / world / plan.time.step_s / (gpu.tflops * 1e12);
+  }
   return plan;
 }
 

@@ -71,9 +71,7 @@ void check_footprint_fits(const RunSpec& spec, int world, DType compute, const M
 
 LayoutPlan check_memory_fits(const RunSpec& spec_in, int world, DeviceKind kind, DType compute, const MemoryBudget& b) {
   RunSpec spec = spec_in;
-  spec.precision.compute = compute == DType::BF16   ? PrecisionChoice::Bf16  // as the backend resolved it
-                           : compute == DType::F16 ? PrecisionChoice::Fp16
-                                                   : PrecisionChoice::Fp32;
+  spec.precision.compute = precision_choice_of(compute);  // as the backend resolved it
   check_footprint_fits(spec, world, compute, b);
   const double per_rank = b.device == SIZE_MAX ? 1e300 : double(b.device) / b.sharing;
   LayoutPlan plan = plan_layout(spec, world, kind, nullptr);

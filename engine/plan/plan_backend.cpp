@@ -68,12 +68,24 @@ void PlanBackend::count(double flops, double bytes, bool matrix, const char* op)
   ops_called_.insert(op);
   (matrix ? work_.matrix_flops : work_.other_flops) += flops;
   work_.bytes += bytes;
-  roofline_ops_.push_back({flops, bytes, matrix});
+  ops_.push_back({flops, bytes, matrix, op});
+}
+
+int64_t PlanBackend::record_collective(CollectiveKind kind, const std::string& group, int size, int stride,
+                                       double bytes) {
+  collectives_.push_back({kind, group, size, stride, bytes, ops_.size(), -1});
+  return int64_t(collectives_.size());  // handles from 1: 0 is no collective
+}
+
+void PlanBackend::record_wait(int64_t handle) {
+  if (handle < 1 || size_t(handle) > collectives_.size()) return;  // issued before reset_work()
+  Collective& c = collectives_[size_t(handle - 1)];
+  if (c.waited_at < 0) c.waited_at = int64_t(ops_.size());
 }
 
 double PlanBackend::roofline_seconds(double tflops, double vector_tflops, double bytes_per_s) const {
   double s = 0;
-  for (const Op& op : roofline_ops_)
+  for (const Op& op : ops_)
     s += std::max(op.flops / ((op.matrix ? tflops : vector_tflops) * 1e12), op.bytes / bytes_per_s);
   return s;
 }

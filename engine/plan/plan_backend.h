@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/plan/collective_cost.h"
 
 namespace zt {
 
@@ -85,8 +86,30 @@ class PlanBackend final : public Backend {
   // Every op called so far, by name (what Backend::OpRequest::op says): a run must have asked for
   // each of them before it started (tests/unit/plan/test_plan.cpp).
   const std::set<std::string>& ops_called() const { return ops_called_; }
-  void reset_work() { work_ = {}, roofline_ops_.clear(); }
+  void reset_work() { work_ = {}, ops_.clear(), collectives_.clear(); }
   double roofline_seconds(double tflops, double vector_tflops, double bytes_per_s) const;
+
+  // The step as a device would run it (engine/plan/step_time.h prices it): its ops in order, and
+  // the collectives the plan's communicators were asked for (planned_job.h), each with the ops
+  // issued before it was and before it was first waited for: the engine's own overlap, recorded.
+  struct Op {
+    double flops, bytes;
+    bool matrix;
+    const char* name;  // the op: "matmul_forward", "attention_backward", ...
+  };
+  struct Collective {
+    CollectiveKind kind;
+    std::string group;  // "tp", "dp", "world"
+    int size = 1, stride = 1;  // ranks, and the rank distance between members
+    double bytes = 0;          // nccl-tests' size S
+    size_t issued_at = 0;      // ops before it
+    int64_t waited_at = -1;    // ops before the first wait for it; -1: the step's end
+  };
+  const std::vector<Op>& ops() const { return ops_; }
+  const std::vector<Collective>& collectives() const { return collectives_; }
+  // What a plan communicator reports: a collective issued now (its handle), and a wait for one.
+  int64_t record_collective(CollectiveKind kind, const std::string& group, int size, int stride, double bytes);
+  void record_wait(int64_t handle);
 
  private:
   // Each op counts its work here; `op` is the calling op's name (GCC's and Clang's builtin).
@@ -114,11 +137,8 @@ class PlanBackend final : public Backend {
   std::set<std::tuple<int, int, int, bool>> timed_;  // autotune_scratch's shapes (and bias)
   std::set<std::string> ops_called_;
   Work work_;
-  struct Op {
-    double flops, bytes;
-    bool matrix;
-  };
-  std::vector<Op> roofline_ops_;
+  std::vector<Op> ops_;
+  std::vector<Collective> collectives_;
 };
 
 }  // namespace zt

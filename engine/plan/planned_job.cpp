@@ -8,23 +8,36 @@ namespace zt {
 
 namespace {
 
+// Moves nothing; on a PlanBackend, each collective and each wait goes into its books (the step's
+// timeline, priced by step_time.h) with nccl-tests' size: the whole buffer, 4-byte elements.
 class ShapeOnlyComm final : public Comm {
  public:
-  ShapeOnlyComm(int size, std::string name) : size_(size), name_(std::move(name)) {}
+  ShapeOnlyComm(int size, int stride, std::string name, PlanBackend* books)
+      : size_(size), stride_(stride), name_(std::move(name)), books_(books) {}
   int size() const override { return size_; }
   int rank() const override { return 0; }
   std::string name() const override { return name_ + "(plan)"; }
-  Handle all_reduce(float*, size_t, ReduceOp) override { return 0; }
-  Handle reduce_scatter(const float*, float*, size_t) override { return 0; }
-  Handle all_gather(const float*, float*, size_t) override { return 0; }
-  Handle broadcast(float*, size_t, int) override { return 0; }
-  void wait(Handle) override {}
-  void all_reduce_doubles(double*, size_t) override {}
-  void barrier() override {}
+  Handle all_reduce(float*, size_t n, ReduceOp) override { return record(CollectiveKind::AllReduce, 4.0 * double(n)); }
+  Handle reduce_scatter(const float*, float*, size_t n) override {
+    return record(CollectiveKind::ReduceScatter, 4.0 * double(n) * size_);
+  }
+  Handle all_gather(const float*, float*, size_t n) override {
+    return record(CollectiveKind::AllGather, 4.0 * double(n) * size_);
+  }
+  Handle broadcast(float*, size_t n, int) override { return record(CollectiveKind::Broadcast, 4.0 * double(n)); }
+  void wait(Handle h) override {
+    if (books_) books_->record_wait(h);
+  }
+  void all_reduce_doubles(double*, size_t n) override { wait(record(CollectiveKind::AllReduce, 8.0 * double(n))); }
+  void barrier() override { wait(record(CollectiveKind::AllReduce, 0)); }
 
  private:
-  int size_;
+  Handle record(CollectiveKind kind, double bytes) {
+    return books_ ? books_->record_collective(kind, name_, size_, stride_, bytes) : 0;
+  }
+  int size_, stride_;
   std::string name_;
+  PlanBackend* books_;
 };
 
 // The counting backend's reads give zeros (the loss's logarithm -inf): the loss is taken as 0.
@@ -34,9 +47,9 @@ struct CountedValues final : StepHook {
 
 }  // namespace
 
-std::unique_ptr<Comm> make_shape_only_comm(int size, const char* name, Backend& be) {
+std::unique_ptr<Comm> make_shape_only_comm(int size, const char* name, Backend& be, int stride) {
   if (size == 1) return make_device_self_comm(name, be);
-  return std::make_unique<ShapeOnlyComm>(size, name);
+  return std::make_unique<ShapeOnlyComm>(size, stride, name, dynamic_cast<PlanBackend*>(&be));
 }
 
 PlannedJob::PlannedJob(const RunSpec& spec, int world, DeviceKind kind) : be_(kind) {
@@ -47,7 +60,7 @@ PlannedJob::PlannedJob(const RunSpec& spec, int world, DeviceKind kind) : be_(ki
   (void)micro_batches_per_step(spec, topo_);  // before anything is built
   topo_.world = make_shape_only_comm(world, "world", be_);
   topo_.tp_group = make_shape_only_comm(topo_.tp, "tp", be_);
-  topo_.dp_group = make_shape_only_comm(topo_.dp, "dp", be_);
+  topo_.dp_group = make_shape_only_comm(topo_.dp, "dp", be_, topo_.tp);  // ranks tensor apart
   ZeroPlacement placement(spec);
   placement.count_only = true;  // tiers in the books, no files
   job_ = std::make_unique<Job>(spec, topo_, be_, placement);  // not initialized: values do not matter here

@@ -13,8 +13,10 @@
 namespace zt {
 
 // A group of `size` ranks seen from its rank 0 whose collectives move nothing: what a plan needs
-// of a group is its shape (shard sizes, buffers), not its data. One rank: the backend's self group.
-std::unique_ptr<Comm> make_shape_only_comm(int size, const char* name, Backend& be);
+// of a group is its shape (shard sizes, buffers), not its data; on a PlanBackend they go into its
+// books (`stride`: the rank distance between members, for the links they cross). One rank: the
+// backend's self group.
+std::unique_ptr<Comm> make_shape_only_comm(int size, const char* name, Backend& be, int stride = 1);
 
 class PlannedJob {
  public:

@@ -34,10 +34,6 @@ RUNS = [  # (label, extra environment, schedules compared)
     # warps that meet in the same warp collectives shows only there)
     ("all ops, default attention", PINNED, ["forward", "reverse", "warps"]),
     ("GEMMs chosen by measurement", {"ZTRAIN_OPS_SECTIONS": "matmul"}, ["forward"]),
-    # 16-bit only: fp32 attention runs on the SIMT kernels in the first run already
-    ("attention, first-generation FlashAttention-2 kernels", {"ZTRAIN_ATTENTION": "fa2-v1",
-                                                              "ZTRAIN_OPS_SECTIONS": "attention",
-                                                              "ZTRAIN_OPS_DTYPES": "fp16"}, ["forward", "reverse"]),
     # every head-size-64/128 16-bit case on the FlashAttention-2 kernels, none falling back (an odd
     # B NH T once left the dQ accumulator 4-byte aligned, and the backward ran the WMMA kernels)
     ("attention, FlashAttention-2 required", {"ZTRAIN_ATTENTION": "fa2", "ZTRAIN_OPS_SECTIONS": "attention",

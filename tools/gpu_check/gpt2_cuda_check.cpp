@@ -69,7 +69,7 @@ RunSpec check_spec(const RunSpec::Model& m, int B, DType dt, double lr, double g
   s.model = m;
   s.train.micro_batch = s.train.global_batch = B;
   s.train.max_steps = 1 << 30;
-  s.precision.compute = dtype_name(dt);
+  s.precision.compute = precision_choice_of(dt);
   s.precision.loss_scale = 1;
   s.optim.lr = lr, s.optim.schedule = LrSchedule::Constant, s.optim.warmup_steps = 0, s.optim.grad_clip = grad_clip;
   s.run.deterministic = deterministic;

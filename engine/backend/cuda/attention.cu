@@ -614,19 +614,20 @@ inline size_t smem_optin_limit() {
 
 // ZTRAIN_ATTENTION picks the kernels, for comparison and as a way back: unset (or "fa2"), the
 // FlashAttention-2 kernels (attention_fa2.cu) where they apply (bf16/fp16, head size 64 or 128),
-// else the WMMA tensor-core ones below, else the CUDA-core ones; "fa2-v1" the first generation of
-// the FlashAttention-2 kernels (attention_fa2_v1.cu) in their place; "wmma" skips both; "simt"
-// forces the CUDA-core ones.
+// else the WMMA tensor-core ones below, else the CUDA-core ones; "wmma" skips the first; "simt"
+// forces the CUDA-core ones. Any other value is an error, not the default.
 const std::string& attention_choice() {
   static const std::string choice = [] {
     const char* v = std::getenv("ZTRAIN_ATTENTION");
-    return std::string(v ? v : "");
+    std::string c = v ? v : "";
+    if (c != "" && c != "fa2" && c != "wmma" && c != "simt")
+      fail(__FILE__, __LINE__, "ZTRAIN_ATTENTION", ("'" + c + "' is not one of fa2, wmma, simt").c_str());
+    return c;
   }();
   return choice;
 }
 
 bool use_fa2() { return attention_choice() != "wmma" && attention_choice() != "simt"; }
-bool use_fa2_v1() { return attention_choice() == "fa2-v1"; }
 
 // A shape the FlashAttention-2 kernels are for (head size 64 or 128) that they refuse at run time
 // (a buffer not aligned for their 16-byte copies) is never a silent fallback: said once per pass,
@@ -648,17 +649,15 @@ bool fa2_refused(bool ran, int hs, bool backward, int B, int T_, int NH) {
 template <typename T>
 bool forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
   if (!use_fa2()) return false;
-  return fa2_refused(use_fa2_v1() ? attention_forward_fa2_v1(out, lse, qkv, B, T_, C, NH, NKV, s)
-                                  : attention_forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, s),
-                     C / NH, /*backward=*/false, B, T_, NH);
+  return fa2_refused(attention_forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, s), C / NH, /*backward=*/false, B,
+                     T_, NH);
 }
 template <typename T>
 bool backward_fa2(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
                   int C, int NH, int NKV, cudaStream_t s) {
   if (!use_fa2()) return false;
-  return fa2_refused(use_fa2_v1() ? attention_backward_fa2_v1(dqkv, dout, qkv, lse, D, B, T_, C, NH, NKV, s)
-                                  : attention_backward_fa2(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s),
-                     C / NH, /*backward=*/true, B, T_, NH);
+  return fa2_refused(attention_backward_fa2(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s), C / NH,
+                     /*backward=*/true, B, T_, NH);
 }
 
 // The tensor-core path applies to 16-bit types and head sizes that are multiples of 16.

@@ -1,7 +1,7 @@
 // Causal attention in FlashAttention-2's structure on mma.sync tensor cores, with the fragments
 // read from shared memory by ldmatrix (bf16 / fp16, head size 64 or 128); the default attention
-// where it applies. What changed from the first generation (attention_fa2_v1.cu, kept for
-// comparison: ZTRAIN_ATTENTION=fa2-v1):
+// where it applies. What changed from the first generation (attention_fa2_v1.cu until b76f2b9;
+// this one measured 1.28-1.76x faster on the H200, docs/gpus.md):
 // - every B fragment (K, V, Q, dO) and every A fragment read from shared memory comes from one
 //   ldmatrix.x4 per two mma (.trans where the tile is k-major: V in P V, dO and Q in dV and dK,
 //   K in dQ), where the first generation issued two 32-bit or four 16-bit loads per mma;

@@ -1,5 +1,4 @@
-// What both generations of the FlashAttention-2 kernels (attention_fa2.cu, attention_fa2_v1.cu)
-// share: where a head lives in qkv, the cp.async tile loads, the A fragments of Q rows from global
+// What the FlashAttention-2 kernels (attention_fa2.cu) share between forward and backward: where a head lives in qkv, the cp.async tile loads, the A fragments of Q rows from global
 // memory, and the conversion of mma accumulators into A fragments.
 //
 // mma.sync.m16n8k16 fragments (PTX ISA, 16-bit A/B, fp32 C), g = lane / 4, q = lane % 4:

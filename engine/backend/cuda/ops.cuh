@@ -55,13 +55,6 @@ bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int 
 template <typename T>
 bool attention_backward_fa2(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D,
                             int B, int T_, int C, int NH, int NKV, cudaStream_t s);
-// The same from the first generation of those kernels (attention_fa2_v1.cu), kept for comparison
-template <typename T>
-bool attention_forward_fa2_v1(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV,
-                              cudaStream_t s);
-template <typename T>
-bool attention_backward_fa2_v1(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
-                               int C, int NH, int NKV, cudaStream_t s);
 // scratch: fa2::backward_scratch_floats(B, T_, C, NH, sizeof(T), deterministic) floats
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,

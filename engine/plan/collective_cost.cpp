@@ -1,0 +1,48 @@
+// The ring model of a collective's time (see collective_cost.h).
+#include "engine/plan/collective_cost.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace zt {
+
+const char* collective_name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::AllReduce: return "all-reduce";
+    case CollectiveKind::ReduceScatter: return "reduce-scatter";
+    case CollectiveKind::AllGather: return "all-gather";
+    case CollectiveKind::Broadcast: return "broadcast";
+  }
+  return "?";
+}
+
+double bus_factor(CollectiveKind kind, int n) {
+  if (n <= 1) return 0;
+  switch (kind) {
+    case CollectiveKind::AllReduce: return 2.0 * (n - 1) / n;
+    case CollectiveKind::ReduceScatter:
+    case CollectiveKind::AllGather: return double(n - 1) / n;
+    case CollectiveKind::Broadcast: return 1;
+  }
+  return 0;
+}
+
+double collective_seconds(CollectiveKind kind, double bytes, int n, const Link& link) {
+  if (n <= 1) return 0;
+  const int steps = kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1;
+  return steps * link.step_latency_s + bytes * bus_factor(kind, n) / link.bytes_per_s;
+}
+
+Link group_link(int size, int stride, const MachineProfile& m) {
+  const int per_machine = std::max(1, m.gpus_per_machine);
+  if (size <= 1 || int64_t(size) * stride <= per_machine) return m.intra;
+  const int members = std::max(1, std::min(size, per_machine / std::min(std::max(1, stride), per_machine)));
+  Link l = m.network;
+  l.bytes_per_s = std::min(m.intra.bytes_per_s, members * m.network.bytes_per_s);
+  l.step_latency_s = std::max(m.intra.step_latency_s, m.network.step_latency_s);
+  if (members > 1) l.name = fmt::format("{}, {} GPUs a machine", m.network.name, members);
+  return l;
+}
+
+}  // namespace zt

@@ -1,0 +1,31 @@
+// What a collective costs on a link: the ring algorithm's alpha-beta model in nccl-tests' terms.
+// nccl-tests reports algbw = S / t and busbw = algbw x factor, factor 2(n-1)/n for all-reduce,
+// (n-1)/n for all-gather and reduce-scatter (S the whole gathered buffer), 1 for broadcast: busbw
+// is what each rank's link carries, the same figure whatever n. So t = S x factor / busbw, plus
+// the ring's steps (2(n-1) for all-reduce, n-1 for the others, 1 per pipeline hop for broadcast)
+// times the link's step latency.
+#pragma once
+#include <string>
+
+#include "engine/plan/machine.h"
+
+namespace zt {
+
+enum class CollectiveKind { AllReduce, ReduceScatter, AllGather, Broadcast };
+const char* collective_name(CollectiveKind k);  // "all-reduce", ...
+
+// nccl-tests' bus-bandwidth factor of `kind` over n ranks.
+double bus_factor(CollectiveKind kind, int n);
+
+// Seconds for `kind` over n ranks on `link`; `bytes`: nccl-tests' size S (the whole buffer: the
+// all-gather's output, the reduce-scatter's input). 0 for one rank.
+double collective_seconds(CollectiveKind kind, double bytes, int n, const Link& link);
+
+// Where a group of `size` ranks whose members are `stride` ranks apart (tensor groups: stride 1;
+// data-parallel groups: stride = tensor degree) runs on machines of `m.gpus_per_machine` GPUs,
+// ranks filling machines in order: inside one machine (m.intra), or across machines, where its
+// ring crosses the network through the NICs of its members on each machine (k members: k x the
+// per-GPU network bandwidth, at most the machine's own link).
+Link group_link(int size, int stride, const MachineProfile& m);
+
+}  // namespace zt
