@@ -8,7 +8,6 @@
 #include "engine/plan/machine.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "engine/core/status.h"
 
@@ -50,7 +49,9 @@ std::vector<std::string> machine_profile_names() {
 MachineProfile machine_profile(const std::string& name) {
   for (const MachineProfile& m : builtin())
     if (m.name == name) return m;
-  user_error("--gpu {}: not one of {}", name, fmt::join(machine_profile_names(), ", "));
+  std::string known;
+  for (const std::string& n : machine_profile_names()) known += (known.empty() ? "" : ", ") + n;
+  user_error("--gpu {}: not one of {}", name, known);
 }
 
 }  // namespace zt

@@ -1,0 +1,133 @@
+// The planner's step time: the ring costs against nccl-tests' bus-bandwidth definitions, the links
+// a group crosses, the overlap of the recorded timeline, and the collectives the real step records
+// on the plan's communicators (a collective left out of the books is caught by its bytes).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+
+#include "engine/core/status.h"
+#include "engine/hf/spec_loading.h"
+#include "engine/plan/collective_cost.h"
+#include "engine/plan/layout_plan.h"
+#include "engine/plan/planned_job.h"
+#include "engine/plan/step_time.h"
+
+using namespace zt;
+
+TEST_CASE("collective costs follow nccl-tests' bus bandwidth", "[plan][comm]") {
+  // nccl-tests (doc/PERFORMANCE.md): busbw = algbw x 2(n-1)/n (all-reduce), (n-1)/n (all-gather,
+  // reduce-scatter; S the whole buffer), 1 (broadcast)
+  for (const int n : {2, 3, 8, 64}) {
+    CHECK(bus_factor(CollectiveKind::AllReduce, n) == Approx(2.0 * (n - 1) / n));
+    CHECK(bus_factor(CollectiveKind::AllGather, n) == Approx(double(n - 1) / n));
+    CHECK(bus_factor(CollectiveKind::ReduceScatter, n) == Approx(double(n - 1) / n));
+    CHECK(bus_factor(CollectiveKind::Broadcast, n) == 1);
+  }
+  // a link at busbw B moves a collective of S bytes at algbw = B / factor: t = S x factor / B
+  const Link link{"test", 100e9, 0};
+  const double S = double(1 << 30);
+  CHECK(collective_seconds(CollectiveKind::AllReduce, S, 8, link) == Approx(S * 2 * 7 / 8 / 100e9));
+  CHECK(collective_seconds(CollectiveKind::AllGather, S, 8, link) == Approx(S * 7 / 8 / 100e9));
+  CHECK(collective_seconds(CollectiveKind::AllReduce, S, 1, link) == 0);
+  // the latency term: 2(n-1) ring steps for an all-reduce, n-1 for an all-gather
+  const Link slow{"test", 1e30, 1e-6};
+  CHECK(collective_seconds(CollectiveKind::AllReduce, 0, 8, slow) == Approx(14e-6));
+  CHECK(collective_seconds(CollectiveKind::AllGather, 0, 8, slow) == Approx(7e-6));
+}
+
+TEST_CASE("a group's link: inside a machine, or the network through its members' NICs", "[plan][comm]") {
+  const MachineProfile m = machine_profile("h100");  // 8 GPUs a machine
+  CHECK(group_link(8, 1, m).name == m.intra.name);  // tensor 8: one machine
+  CHECK(group_link(2, 4, m).name == m.intra.name);  // data 2 of tensor 4: ranks 0 and 4
+  const Link dp_across = group_link(4, 4, m);       // ranks 0, 4, 8, 12: two a machine
+  CHECK(dp_across.bytes_per_s == Approx(2 * m.network.bytes_per_s));
+  CHECK(group_link(16, 8, m).bytes_per_s == Approx(m.network.bytes_per_s));  // one a machine
+  CHECK(group_link(64, 1, m).bytes_per_s == Approx(std::min(m.intra.bytes_per_s, 8 * m.network.bytes_per_s)));
+  CHECK_THROWS_AS(machine_profile("tpu"), UserError);
+}
+
+TEST_CASE("the step waits only where it waits: overlap from the recorded timeline", "[plan][comm]") {
+  MachineProfile m = machine_profile("h100");
+  m.intra = {"test", 1e9, 0};  // 1 GB/s: an all-gather of 2 GB over 2 ranks takes 1 s
+  Calibration c;
+  c.gemm = c.attention_forward = c.attention_backward = c.memory = c.vector = 1;
+  // three ops of 1 s each (vector FLOPs at the GPU's fp32 peak)
+  const double f = m.gpu.vector_tflops * 1e12;
+  const std::vector<PlanBackend::Op> ops(3, PlanBackend::Op{f, 0, false, "add"});
+  PlanBackend::Collective ag{CollectiveKind::AllGather, "dp", 2, 1, 2e9, 0, 2};
+  // issued before op 0, waited before op 2: hidden behind two ops
+  StepTime t = price_step(ops, {ag}, m, c);
+  CHECK(t.compute_s == Approx(3));
+  CHECK(t.comm_s == Approx(1));
+  CHECK(t.step_s == Approx(3));
+  CHECK(t.stalls.empty());
+  // waited at once: all exposed, and named
+  ag.waited_at = 0;
+  t = price_step(ops, {ag}, m, c);
+  CHECK(t.step_s == Approx(4));
+  REQUIRE(t.stalls.size() == 1);
+  CHECK(t.stalls[0].what == "all-gather over dp (2 ranks, test)");
+  // never waited: the step ends when it has; two collectives share the communication stream
+  ag.waited_at = -1, ag.issued_at = 2;
+  t = price_step(ops, {ag, ag}, m, c);
+  CHECK(t.step_s == Approx(2 + 2));
+}
+
+namespace {
+const char* kSpec = R"(
+[model]
+n_layer = 2
+n_head = 2
+d_model = 32
+vocab_size = 96
+seq_len = 16
+[train]
+micro_batch = 2
+global_batch = 8
+[data]
+train = "unused"
+)";
+
+// The bytes the planned step's collectives moved, by kind and group (nccl-tests' sizes).
+std::map<std::pair<CollectiveKind, std::string>, double> recorded(const std::vector<std::string>& sets, int world) {
+  PlannedJob planned(parse_run_spec(kSpec, "plan.toml", sets), world, DeviceKind::CPU);
+  planned.backend().reset_work();
+  planned.step();
+  std::map<std::pair<CollectiveKind, std::string>, double> out;
+  for (const auto& c : planned.backend().collectives()) out[{c.kind, c.group}] += c.bytes;
+  return out;
+}
+}  // namespace
+
+TEST_CASE("the planned step records the collectives the layout issues, with their bytes", "[plan][comm]") {
+  const RunSpec s = parse_run_spec(kSpec, "plan.toml");
+  PlannedJob one(s, 1, DeviceKind::CPU);
+  const double params = double(one.job().model->num_params());  // fp32 on the CPU: 4 bytes each
+  // ZeRO-0 over 2 data-parallel ranks: each parameter's gradient all-reduced once per step
+  auto z0 = recorded({}, 2);
+  CHECK(z0[{CollectiveKind::AllReduce, "dp"}] == Approx(4 * params).epsilon(0.01));
+  // ZeRO-3: the parameters gathered for forward and again for backward in each of the 2
+  // micro-batches of a rank (8 / (2 ranks x 2)), the gradients reduce-scattered once a micro-batch
+  auto z3 = recorded({"parallel.zero_stage=3"}, 2);
+  CHECK(z3[{CollectiveKind::AllGather, "dp"}] == Approx(2 * 2 * 4 * params).epsilon(0.01));
+  CHECK(z3[{CollectiveKind::ReduceScatter, "dp"}] >= 4 * params);
+  // tensor 2: the blocks' all-reduces of activations ride the tp group
+  auto t2 = recorded({"parallel.tensor=2"}, 2);
+  CHECK(t2[{CollectiveKind::AllReduce, "tp"}] > 0);
+  // the loss and the gradient norm: small all-reduces of doubles over the world
+  CHECK(z0[{CollectiveKind::AllReduce, "world"}] > 0);
+}
+
+TEST_CASE("a planned MFU stays under the peak and communication makes a layout slower", "[plan][comm]") {
+  const RunSpec s = parse_run_spec(kSpec, "plan.toml", {"parallel.zero_stage=3"});
+  const MachineProfile fast = machine_profile("h100");
+  MachineProfile slow = fast;
+  slow.intra = {"slow", 1e6, 1e-3};
+  const LayoutPlan a = plan_layout(s, 2, DeviceKind::CUDA, &fast), b = plan_layout(s, 2, DeviceKind::CUDA, &slow);
+  CHECK(a.mfu > 0);
+  CHECK(a.mfu < 1);
+  CHECK(b.time.step_s > a.time.step_s);
+  CHECK(b.time.exposed_s() > 0);
+  CHECK(b.time.compute_s == Approx(a.time.compute_s));
+}
