@@ -49,9 +49,10 @@ commands:
                                 waiting S seconds (default 10, doubling up to 600); at most N reruns
                                 (default 3); exits with the last attempt's status
   check SPEC.toml               validate the spec and print it fully resolved (defaults filled in)
-  plan SPEC.toml                what each rank needs: memory by kind and tier, the peak, a roofline
+  plan SPEC.toml                what each rank needs: memory by kind and tier, the peak; with --gpu,
         [--world N] [--gpu h100|h200|a100|a10|l4|h100-tcp] [--device-memory 80GB] [--search] [--json]
-                                step time; --search lists the layouts that fit, best first
+                                the step's time on that machine, communication included; --search
+                                lists the layouts that fit, fastest first
   debug dump-state SPEC.toml --out FILE.h5 [--steps N]
                                 write initial parameters, first batch, loss and gradients (and,
                                 with --steps, N training steps) to HDF5 for parity tests

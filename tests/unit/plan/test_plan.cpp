@@ -18,27 +18,16 @@
 #include "engine/plan/layout_plan.h"
 #include "engine/plan/memory_check.h"
 #include "engine/plan/planned_job.h"
+#include "tests/unit/plan/plan_test_spec.h"
 
 using namespace zt;
 
 namespace {
-const char* kSpec = R"(
-[model]
-n_layer = 2
-n_head = 2
-d_model = 32
-vocab_size = 96
-seq_len = 16
-[train]
-micro_batch = 2
-global_batch = 8
-[data]
-train = "unused"
-)";
+using testing::kPlanSpec;
 
 RunSpec spec(std::vector<std::string> sets = {}) {
   sets.push_back("run.threads=1");
-  return parse_run_spec(kSpec, "plan.toml", sets);
+  return parse_run_spec(kPlanSpec, "plan.toml", sets);
 }
 
 // The real store's model-state bytes on a CPU backend at world size 1, by tag, as allocated.

@@ -11,6 +11,7 @@
 #include "engine/plan/collective_cost.h"
 #include "engine/plan/layout_plan.h"
 #include "engine/plan/planned_job.h"
+#include "tests/unit/plan/plan_test_spec.h"
 #include "engine/plan/step_time.h"
 
 using namespace zt;
@@ -75,23 +76,11 @@ TEST_CASE("the step waits only where it waits: overlap from the recorded timelin
 }
 
 namespace {
-const char* kSpec = R"(
-[model]
-n_layer = 2
-n_head = 2
-d_model = 32
-vocab_size = 96
-seq_len = 16
-[train]
-micro_batch = 2
-global_batch = 8
-[data]
-train = "unused"
-)";
+using testing::kPlanSpec;
 
 // The bytes the planned step's collectives moved, by kind and group (nccl-tests' sizes).
 std::map<std::pair<CollectiveKind, std::string>, double> recorded(const std::vector<std::string>& sets, int world) {
-  PlannedJob planned(parse_run_spec(kSpec, "plan.toml", sets), world, DeviceKind::CPU);
+  PlannedJob planned(parse_run_spec(kPlanSpec, "plan.toml", sets), world, DeviceKind::CPU);
   planned.backend().reset_work();
   planned.step();
   std::map<std::pair<CollectiveKind, std::string>, double> out;
@@ -101,7 +90,7 @@ std::map<std::pair<CollectiveKind, std::string>, double> recorded(const std::vec
 }  // namespace
 
 TEST_CASE("the planned step records the collectives the layout issues, with their bytes", "[plan][comm]") {
-  const RunSpec s = parse_run_spec(kSpec, "plan.toml");
+  const RunSpec s = parse_run_spec(kPlanSpec, "plan.toml");
   PlannedJob one(s, 1, DeviceKind::CPU);
   const double params = double(one.job().model->num_params());  // fp32 on the CPU: 4 bytes each
   // ZeRO-0 over 2 data-parallel ranks: each parameter's gradient all-reduced once per step
@@ -120,7 +109,7 @@ TEST_CASE("the planned step records the collectives the layout issues, with thei
 }
 
 TEST_CASE("a planned MFU stays under the peak and communication makes a layout slower", "[plan][comm]") {
-  const RunSpec s = parse_run_spec(kSpec, "plan.toml", {"parallel.zero_stage=3"});
+  const RunSpec s = parse_run_spec(kPlanSpec, "plan.toml", {"parallel.zero_stage=3"});
   const MachineProfile fast = machine_profile("h100");
   MachineProfile slow = fast;
   slow.intra = {"slow", 1e6, 1e-3};
