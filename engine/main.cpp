@@ -1,6 +1,7 @@
 // ztrain command line: `ztrain <command> SPEC.toml [--set section.key=value ...]`.
 // Only this file turns errors into exit codes: 0 ok, 1 runtime failure, 2 bad input.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <cstring>
@@ -24,6 +25,7 @@
 #include "engine/hf/hf_weights.h"
 #include "engine/comm/topology.h"
 #include "engine/plan/layout_plan.h"
+#include "engine/plan/machine_file.h"
 #include "engine/plan/memory_check.h"
 #include "engine/train/doctor.h"
 #include "engine/observe/report.h"
@@ -50,8 +52,8 @@ commands:
                                 (default 3); exits with the last attempt's status
   check SPEC.toml               validate the spec and print it fully resolved (defaults filled in)
   plan SPEC.toml                what each rank needs: memory by kind and tier, the peak; with --gpu,
-        [--world N] [--gpu h100|h200|a100|a10|l4|h100-tcp] [--device-memory 80GB] [--search] [--json]
-                                the step's time on that machine, communication included; --search
+        [--world N] [--gpu h100|h200|a100|a10|l4|h100-tcp | --machine FILE.toml] [--device-memory 80GB]
+        [--search] [--json]     the step's time on that machine, communication included; --search
                                 lists the layouts that fit, fastest first
   debug dump-state SPEC.toml --out FILE.h5 [--steps N]
                                 write initial parameters, first batch, loss and gradients (and,
@@ -93,7 +95,7 @@ struct Cli {
   bool verbose = false, help = false;
   bool resume_unchecked = false;  // train
   int world = 1;  // plan
-  std::string gpu, device_memory;
+  std::string gpu, machine, device_memory;
   bool search = false, json = false;
   std::string format, dtype = "bf16", max_file_size = "5GB";  // export
 };
@@ -125,6 +127,7 @@ Cli parse_cli(int argc, char** argv) {
     else if (a == "--steps") c.steps = int(parse_count(value(), "--steps", 0, 999999));
     else if (a == "--world") c.world = int(parse_count(value(), "--world", 1, 1 << 20));
     else if (a == "--gpu") c.gpu = value();
+    else if (a == "--machine") c.machine = value();
     else if (a == "--device-memory") c.device_memory = value();
     else if (a == "--search") c.search = true;
     else if (a == "--json") c.json = true;
@@ -200,7 +203,9 @@ nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
 
 int plan_command(const Cli& c, const RunSpec& spec) {
   std::optional<MachineProfile> machine;
+  if (!c.gpu.empty() && !c.machine.empty()) user_error("plan: --gpu and --machine both name the machine: give one");
   if (!c.gpu.empty()) machine = machine_profile(c.gpu);
+  if (!c.machine.empty()) machine = read_machine_profile(c.machine);
   const DeviceSpec* dev = machine ? &machine->gpu : nullptr;
   const DeviceKind kind = dev || spec.run.device == DeviceChoice::Cuda ? DeviceKind::CUDA : DeviceKind::CPU;
   double memory = 0;  // bytes one rank may use; 0 = unknown
@@ -291,6 +296,11 @@ int plan_command(const Cli& c, const RunSpec& spec) {
       std::printf("  predicted step: %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed); "
                   "%.0f tokens/s per GPU, MFU %.1f%%\n", p.time.step_s * 1e3, p.time.compute_s * 1e3,
                   p.time.comm_s * 1e3, p.time.exposed_s() * 1e3, p.tokens_per_s_per_gpu(), 100 * p.mfu);
+      if (machine->price_per_hour > 0) {  // the machines the job holds, per billion tokens
+        const double machines = std::ceil(double(p.world) / machine->gpus_per_machine);
+        std::printf("    %g machine(s) at %g an hour: %.2f per billion tokens\n", machines, machine->price_per_hour,
+                    machines * machine->price_per_hour / 3600 * 1e9 / (p.tokens_per_s_per_gpu() * p.world));
+      }
       for (size_t i = 0; i < p.time.stalls.size() && i < 3; ++i)
         std::printf("    waits %.1f ms for %s\n", p.time.stalls[i].seconds * 1e3, p.time.stalls[i].what.c_str());
     }

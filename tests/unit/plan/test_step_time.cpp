@@ -3,13 +3,18 @@
 // on the plan's communicators (a collective left out of the books is caught by its bytes).
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "engine/core/status.h"
 #include "engine/hf/spec_loading.h"
 #include "engine/plan/collective_cost.h"
 #include "engine/plan/layout_plan.h"
+#include "engine/plan/machine_file.h"
 #include "engine/plan/planned_job.h"
 #include "tests/unit/plan/plan_test_spec.h"
 #include "engine/plan/step_time.h"
@@ -119,4 +124,33 @@ TEST_CASE("a planned MFU stays under the peak and communication makes a layout s
   CHECK(b.time.step_s > a.time.step_s);
   CHECK(b.time.exposed_s() > 0);
   CHECK(b.time.compute_s == Approx(a.time.compute_s));
+}
+
+TEST_CASE("a machine file changes a built-in profile, and a bad key is named with its line", "[plan][machine]") {
+  const std::string dir = "/tmp/ztrain_test_machine_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  auto write = [&](const std::string& text) {
+    std::ofstream(dir + "/m.toml") << text;
+    return dir + "/m.toml";
+  };
+  const MachineProfile m = read_machine_profile(
+      write("[machine]\nbase = \"a100\"\nprice_per_hour = 32.8\n[network]\nbus_gb_per_s = 3\nstep_latency_us = 30\n"));
+  CHECK(m.gpu.tflops == 312);
+  CHECK(m.price_per_hour == 32.8);
+  CHECK(m.network.bytes_per_s == Approx(3e9));
+  CHECK(m.network.step_latency_s == Approx(30e-6));
+  CHECK(m.intra.bytes_per_s == machine_profile("a100").intra.bytes_per_s);
+  auto error = [&](const std::string& text) {
+    try {
+      read_machine_profile(write(text));
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(error("[network]\nbus_gbps = 3\n"), Catch::Contains("m.toml:2: unknown key [network] bus_gbps"));
+  CHECK_THAT(error("[gpu]\ntflops = -1\n"), Catch::Contains("[gpu] tflops must be a positive number"));
+  CHECK_THAT(error("[machine]\nbase = \"tpu\"\n"), Catch::Contains("[machine] base must be one of"));
+  CHECK_THAT(error("[machine]\nname = \"x\"\n"), Catch::Contains("a machine needs [gpu] tflops"));
+  std::filesystem::remove_all(dir);
 }

@@ -1,0 +1,99 @@
+// read_machine_profile (see machine_file.h).
+#include "engine/plan/machine_file.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include <toml++/toml.h>
+
+#include "engine/core/status.h"
+
+namespace zt {
+
+MachineProfile read_machine_profile(const std::string& path) {
+  toml::table doc;
+  try {
+    doc = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    user_error("{}:{}: {}", path, e.source().begin.line, e.description());
+  }
+  const toml::table* top = doc["machine"].as_table();
+  MachineProfile m;
+  if (top && (*top)["base"]) {
+    const auto base = (*top)["base"].value<std::string>();
+    const auto known = machine_profile_names();
+    if (!base || std::find(known.begin(), known.end(), *base) == known.end())
+      user_error("{}: [machine] base must be one of the built-in profiles ({})", path, fmt::format("{}", [&] {
+                   std::string k;
+                   for (const std::string& n : known) k += (k.empty() ? "" : ", ") + n;
+                   return k;
+                 }()));
+    m = machine_profile(*base);
+    m.source = fmt::format("{} (on {})", path, *base);
+  } else {
+    m.source = path;
+  }
+  m.name = std::filesystem::path(path).stem().string();
+  // section -> key -> what it sets, from a number; strings apart
+  using Set = std::function<void(double)>;
+  const double GB = 1e9;
+  std::map<std::string, std::map<std::string, Set>> numbers = {
+      {"machine", {{"gpus_per_machine", [&](double v) { m.gpus_per_machine = int(v); }},
+                   {"price_per_hour", [&](double v) { m.price_per_hour = v; }}}},
+      {"gpu", {{"tflops", [&](double v) { m.gpu.tflops = v; }},
+               {"vector_tflops", [&](double v) { m.gpu.vector_tflops = v; }},
+               {"memory_gb_per_s", [&](double v) { m.gpu.bytes_per_s = v * GB; }},
+               {"memory_gb", [&](double v) { m.gpu.memory_bytes = v * GB; }}}},
+      {"intra", {{"bus_gb_per_s", [&](double v) { m.intra.bytes_per_s = v * GB; }},
+                 {"step_latency_us", [&](double v) { m.intra.step_latency_s = v * 1e-6; }}}},
+      {"network", {{"bus_gb_per_s", [&](double v) { m.network.bytes_per_s = v * GB; }},
+                   {"step_latency_us", [&](double v) { m.network.step_latency_s = v * 1e-6; }}}},
+  };
+  std::map<std::string, std::string*> names = {
+      {"machine", &m.name}, {"gpu", &m.gpu.name}, {"intra", &m.intra.name}, {"network", &m.network.name}};
+  for (const auto& [sec, node] : doc) {
+    const std::string section(sec.str());
+    const int line = int(node.source().begin.line);
+    if (!numbers.count(section))
+      user_error("{}:{}: unknown section [{}] (machine, gpu, intra, network)", path, line, section);
+    const toml::table* t = node.as_table();
+    if (!t) user_error("{}:{}: [{}] must be a table", path, line, section);
+    for (const auto& [k, v] : *t) {
+      const std::string key(k.str());
+      const int kline = int(v.source().begin.line);
+      if (key == "name" || (section == "machine" && key == "base")) {
+        const auto s = v.value<std::string>();
+        if (!s) user_error("{}:{}: [{}] {} must be a string", path, kline, section, key);
+        if (key == "name") *names[section] = *s;
+        continue;
+      }
+      const auto it = numbers[section].find(key);
+      if (it == numbers[section].end()) {
+        std::string known = "name";
+        for (const auto& [n, _] : numbers[section]) known += ", " + n;
+        user_error("{}:{}: unknown key [{}] {} (known: {})", path, kline, section, key, known);
+      }
+      const auto x = v.value<double>();
+      if (!x || !std::isfinite(*x) || *x < 0 || (key != "price_per_hour" && key != "step_latency_us" && *x <= 0))
+        user_error("{}:{}: [{}] {} must be a positive number", path, kline, section, key);
+      if (key == "gpus_per_machine" && (*x != std::floor(*x) || *x > 1024))
+        user_error("{}:{}: [machine] gpus_per_machine must be a whole number up to 1024", path, kline);
+      it->second(*x);
+    }
+  }
+  if (m.gpu.tflops <= 0 || m.gpu.vector_tflops <= 0 || m.gpu.bytes_per_s <= 0 || m.intra.bytes_per_s <= 0 ||
+      m.network.bytes_per_s <= 0)
+    user_error("{}: a machine needs [gpu] tflops, vector_tflops and memory_gb_per_s, and [intra] and [network] "
+               "bus_gb_per_s (or [machine] base = a built-in profile: {})", path,
+               [] {
+                 std::string k;
+                 for (const std::string& n : machine_profile_names()) k += (k.empty() ? "" : ", ") + n;
+                 return k;
+               }());
+  return m;
+}
+
+}  // namespace zt
