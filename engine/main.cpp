@@ -24,8 +24,7 @@
 #include "engine/core/user_path.h"
 #include "engine/hf/hf_weights.h"
 #include "engine/comm/topology.h"
-#include "engine/plan/layout_plan.h"
-#include "engine/plan/machine_file.h"
+#include "engine/plan/plan_command.h"
 #include "engine/plan/memory_check.h"
 #include "engine/train/doctor.h"
 #include "engine/observe/report.h"
@@ -53,8 +52,10 @@ commands:
   check SPEC.toml               validate the spec and print it fully resolved (defaults filled in)
   plan SPEC.toml                what each rank needs: memory by kind and tier, the peak; with --gpu,
         [--world N] [--gpu h100|h200|a100|a10|l4|h100-tcp | --machine FILE.toml] [--device-memory 80GB]
-        [--search] [--json]     the step's time on that machine, communication included; --search
-                                lists the layouts that fit, fastest first
+        [--calibration FILE.json] [--search] [--compare h100,a100,FILE.toml...] [--json]
+                                the step's time on that machine, communication included; --search
+                                lists the layouts that fit, fastest first; --compare gives each
+                                machine's fastest layout, tokens/s, MFU, cost and bottleneck
   debug dump-state SPEC.toml --out FILE.h5 [--steps N]
                                 write initial parameters, first batch, loss and gradients (and,
                                 with --steps, N training steps) to HDF5 for parity tests
@@ -94,9 +95,7 @@ struct Cli {
   int steps = 0;
   bool verbose = false, help = false;
   bool resume_unchecked = false;  // train
-  int world = 1;  // plan
-  std::string gpu, machine, device_memory;
-  bool search = false, json = false;
+  PlanOptions plan;
   std::string format, dtype = "bf16", max_file_size = "5GB";  // export
 };
 
@@ -125,12 +124,20 @@ Cli parse_cli(int argc, char** argv) {
     else if (a == "--resume") c.overrides.push_back("checkpoint.resume=" + value());
     else if (a == "--resume-unchecked") c.resume_unchecked = true;
     else if (a == "--steps") c.steps = int(parse_count(value(), "--steps", 0, 999999));
-    else if (a == "--world") c.world = int(parse_count(value(), "--world", 1, 1 << 20));
-    else if (a == "--gpu") c.gpu = value();
-    else if (a == "--machine") c.machine = value();
-    else if (a == "--device-memory") c.device_memory = value();
-    else if (a == "--search") c.search = true;
-    else if (a == "--json") c.json = true;
+    else if (a == "--world") c.plan.world = int(parse_count(value(), "--world", 1, 1 << 20));
+    else if (a == "--gpu") c.plan.gpu = value();
+    else if (a == "--machine") c.plan.machine = value();
+    else if (a == "--calibration") c.plan.calibration = value();
+    else if (a == "--compare")  // names or files, comma-separated or repeated
+      for (std::string v = value(), item; !v.empty();) {
+        const size_t comma = v.find(',');
+        item = v.substr(0, comma);
+        v = comma == std::string::npos ? "" : v.substr(comma + 1);
+        if (!item.empty()) c.plan.compare.push_back(item);
+      }
+    else if (a == "--device-memory") c.plan.device_memory = value();
+    else if (a == "--search") c.plan.search = true;
+    else if (a == "--json") c.plan.json = true;
     else if (a == "--format") c.format = value();
     else if (a == "--dtype") c.dtype = value();
     else if (a == "--max-file-size") c.max_file_size = value();
@@ -171,141 +178,6 @@ int ckpt_verify(const std::string& given) {
   const TrainState s = read_train_state(path);
   std::printf("%s: ok (step %lld; every block's checksum matches; written by %lld ranks)\n", path.c_str(),
               (long long)s.step, (long long)s.world);
-  return 0;
-}
-
-// ---- ztrain plan
-std::string gib(double bytes) { return fmt::format("{:.3f} GiB", bytes / 1073741824.0); }
-
-nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
-  nlohmann::json kinds;
-  for (int t = 0; t < int(MemTag::kCount); ++t) kinds[mem_tag_name(MemTag(t))] = p.memory.peak_by_tag[t];
-  nlohmann::json j = {{"world", p.world}, {"tensor", p.tensor}, {"data", p.data}, {"zero_stage", p.zero_stage},
-                      {"micro_batch", p.micro_batch}, {"compute", dtype_name(p.compute)},
-                      {"per_rank_bytes", {{"device", kinds}, {"host", {{"pinned", p.memory.pinned_host}}}, {"nvme", p.nvme_bytes}}},
-                      {"peak_device_bytes", p.peak_device()},
-                      {"fits", device_memory <= 0 || double(p.peak_device()) <= device_memory},
-                      {"step_flops_rank0", p.work.matrix_flops + p.work.other_flops}, {"step_bytes_rank0", p.work.bytes}};
-  if (p.time.step_s > 0) {
-    j["predicted_step_ms"] = p.time.step_s * 1e3;
-    j["compute_ms"] = p.time.compute_s * 1e3;
-    j["communication_ms"] = p.time.comm_s * 1e3;
-    j["exposed_communication_ms"] = p.time.exposed_s() * 1e3;
-    nlohmann::json stalls = nlohmann::json::array();
-    for (const auto& s : p.time.stalls) stalls.push_back({{"what", s.what}, {"ms", s.seconds * 1e3}});
-    j["stalls"] = stalls;
-    j["roofline_step_ms"] = p.roofline_s * 1e3;
-    j["tokens_per_s_per_gpu"] = p.tokens_per_s_per_gpu();
-    j["predicted_mfu"] = p.mfu;
-  }
-  return j;
-}
-
-int plan_command(const Cli& c, const RunSpec& spec) {
-  std::optional<MachineProfile> machine;
-  if (!c.gpu.empty() && !c.machine.empty()) user_error("plan: --gpu and --machine both name the machine: give one");
-  if (!c.gpu.empty()) machine = machine_profile(c.gpu);
-  if (!c.machine.empty()) machine = read_machine_profile(c.machine);
-  const DeviceSpec* dev = machine ? &machine->gpu : nullptr;
-  const DeviceKind kind = dev || spec.run.device == DeviceChoice::Cuda ? DeviceKind::CUDA : DeviceKind::CPU;
-  double memory = 0;  // bytes one rank may use; 0 = unknown
-  if (!c.device_memory.empty()) memory = double(parse_byte_size(c.device_memory, "--device-memory"));
-  else if (!spec.run.device_memory_limit.empty())  // the limit the run itself would be held to
-    memory = double(parse_byte_size(spec.run.device_memory_limit, "[run] device_memory_limit"));
-  else if (dev) memory = dev->memory_bytes;
-  else if (kind == DeviceKind::CPU) memory = double(make_cpu_backend(1)->memory_available()) / c.world;
-  if (memory > 0) {  // train's first check: a spec whose footprint alone cannot fit is not planned
-    MemoryBudget budget;
-    budget.device = size_t(memory);
-    budget.where = !c.device_memory.empty()                  ? "--device-memory"
-                   : !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
-                   : dev                                    ? dev->name
-                                                            : "this machine";
-    const DType compute = compute_dtype_of(spec.precision.compute, kind);
-    if (!c.search) {
-      check_footprint_fits(spec, c.world, compute, budget);
-    } else {  // the search's smallest layouts: one sample a micro-batch, ZeRO-3, data- or tensor-parallel
-      RunSpec s = spec;
-      s.train.micro_batch = 1, s.parallel.zero_stage = 3, s.parallel.tensor = 1;
-      try {
-        check_footprint_fits(s, c.world, compute, budget);
-      } catch (const UserError&) {
-        if (c.world == 1 || spec.model.n_head % c.world || spec.model.d_ff % c.world) throw;
-        s.parallel.tensor = c.world;
-        check_footprint_fits(s, c.world, compute, budget);
-      }
-    }
-  }
-  auto describe = [&](const LayoutPlan& p) {
-    nlohmann::json j = plan_json(p, memory);
-    if (machine) j["machine"] = machine->name, j["device"] = dev->name;
-    return j;
-  };
-  const MachineProfile* on = machine ? &*machine : nullptr;
-  std::vector<LayoutPlan> plans;
-  if (!c.search) {
-    plans.push_back(plan_layout(spec, c.world, kind, on));
-  } else {  // every layout of the spec's model on --world ranks
-    for (int t = 1; t <= c.world; ++t) {
-      if (c.world % t || spec.model.n_head % t || spec.model.d_ff % t) continue;
-      const int dp = c.world / t;
-      for (int z = 0; z <= 3; ++z)
-        for (int64_t b = 1; b <= spec.train.global_batch / dp; b *= 2) {
-          if ((spec.train.global_batch / dp) % b) continue;
-          RunSpec s = spec;
-          s.parallel.tensor = t, s.parallel.zero_stage = z, s.train.micro_batch = b;
-          if (b * s.model.seq_len > (int64_t(1) << 31) - 1) continue;
-          plans.push_back(plan_layout(s, c.world, kind, on));
-        }
-    }
-    std::erase_if(plans, [&](const LayoutPlan& p) { return memory > 0 && double(p.peak_device()) > memory; });
-    std::sort(plans.begin(), plans.end(), [&](const LayoutPlan& a, const LayoutPlan& b) {
-      if (machine && a.time.step_s != b.time.step_s) return a.time.step_s < b.time.step_s;
-      return a.peak_device() < b.peak_device();
-    });
-  }
-  if (c.json) {
-    nlohmann::json out = nlohmann::json::array();
-    for (const auto& p : plans) out.push_back(describe(p));
-    std::printf("%s\n", (c.search ? out : out[0]).dump(1).c_str());
-    return 0;
-  }
-  std::printf("plan: %s on %d ranks; %s available per rank%s\n", spec.source.c_str(), c.world,
-              memory > 0 ? gib(memory).c_str() : "unknown",
-              machine ? fmt::format("\nmachine {}: {}; {} x {} ({:g} TFLOP/s bf16, {:g} TB/s); inside a machine {} "
-                                    "({:g} GB/s), across machines {} ({:g} GB/s a GPU); calibration: {}",
-                                    machine->name, machine->source, machine->gpus_per_machine, dev->name, dev->tflops,
-                                    dev->bytes_per_s / 1e12, machine->intra.name, machine->intra.bytes_per_s / 1e9,
-                                    machine->network.name, machine->network.bytes_per_s / 1e9,
-                                    default_calibration().source).c_str()
-                      : "");
-  if (plans.empty()) std::printf("no layout fits\n");
-  for (const auto& p : plans) {
-    const nlohmann::json j = describe(p);
-    std::printf("\ntensor %d x data %d, ZeRO-%d, micro_batch %d, %s:\n", p.tensor, p.data, p.zero_stage, p.micro_batch,
-                dtype_name(p.compute));
-    std::string kinds;
-    for (int t = 0; t < int(MemTag::kCount); ++t)
-      if (p.memory.peak_by_tag[t]) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", mem_tag_name(MemTag(t)), gib(double(p.memory.peak_by_tag[t])));
-    std::printf("  device, per rank (each kind at its peak): %s\n", kinds.c_str());
-    std::printf("  peak device memory: %s (%zu bytes)%s\n", gib(double(p.peak_device())).c_str(), p.peak_device(),
-                memory > 0 ? (double(p.peak_device()) <= memory ? " - fits" : " - does NOT fit") : "");
-    std::printf("  host (pinned): %s; NVMe: %s\n", gib(double(p.memory.pinned_host)).c_str(),
-                p.nvme_bytes > 0 ? gib(p.nvme_bytes).c_str() : "none");
-    if (p.time.step_s > 0) {
-      std::printf("  predicted step: %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed); "
-                  "%.0f tokens/s per GPU, MFU %.1f%%\n", p.time.step_s * 1e3, p.time.compute_s * 1e3,
-                  p.time.comm_s * 1e3, p.time.exposed_s() * 1e3, p.tokens_per_s_per_gpu(), 100 * p.mfu);
-      if (machine->price_per_hour > 0) {  // the machines the job holds, per billion tokens
-        const double machines = std::ceil(double(p.world) / machine->gpus_per_machine);
-        std::printf("    %g machine(s) at %g an hour: %.2f per billion tokens\n", machines, machine->price_per_hour,
-                    machines * machine->price_per_hour / 3600 * 1e9 / (p.tokens_per_s_per_gpu() * p.world));
-      }
-      for (size_t i = 0; i < p.time.stalls.size() && i < 3; ++i)
-        std::printf("    waits %.1f ms for %s\n", p.time.stalls[i].seconds * 1e3, p.time.stalls[i].what.c_str());
-    }
-    if (c.search && &p - plans.data() >= 9) break;
-  }
   return 0;
 }
 
@@ -390,7 +262,7 @@ int run(int argc, char** argv) {
     if (spec.comm.nccl_algo.empty()) setenv("NCCL_ALGO", "Ring", 1);
     if (spec.comm.nccl_proto.empty()) setenv("NCCL_PROTO", "Simple", 1);
   }
-  if (c.command == "plan") return plan_command(c, spec);
+  if (c.command == "plan") return plan_command(c.plan, spec);
   if (c.command == "check") {
     if (dist_world_rank() == 0) std::fputs(resolved_toml(spec).c_str(), stdout);
     return 0;

@@ -100,6 +100,8 @@ void Progress::step_done(int64_t s, const StepResult& r) {
       for (const auto& [name, tokens] : by_source.items())
         scaling += fmt::format(" {} {}", name, tokens_short(tokens.get<double>()));
     }
+    if (predicted_step_ms > 0 && mean_step_ms_ > 0)  // the planner's step beside the measured mean
+      scaling += fmt::format(" | plan {:.1f} ms, measured {:.2f}x", predicted_step_ms, mean_step_ms_ / predicted_step_ms);
     const double left_s = (mean_step_ms_ > 0 ? mean_step_ms_ : r.step_ms) * double(t.max_steps - done) / 1e3;
     std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %s | %.0f tok/s | MFU %.1f%% | %.1f ms (%s)%s | "
                 "left %s\n",
@@ -117,6 +119,7 @@ void Progress::step_done(int64_t s, const StepResult& r) {
                           {"comm_ms", r.comm_ms}, {"checkpoint_ms", r.checkpoint_ms},
                           {"offload_ms", r.offload_ms}, {"other_ms", r.other_ms}, {"eta_s", left_s}};
     if (!by_source.is_null()) rec["tokens_by_source"] = by_source;
+    if (predicted_step_ms > 0) rec["predicted_step_ms"] = predicted_step_ms;
     if (loss_scaling_) rec["loss_scale"] = r.loss_scale;
     if (loss_scaling_ || r.skipped_total > 0) {
       rec["skipped"] = r.skipped;

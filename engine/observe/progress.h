@@ -46,6 +46,9 @@ class Progress {
   // (which goes before the others: a straggler makes the rest look communication-bound). Every
   // rank then calls step_done at every step.
   StragglerWatch* stragglers = nullptr;
+  // The planner's step time for this layout on this GPU's machine profile (0: none): each log
+  // line shows it beside the measured mean, with their ratio.
+  double predicted_step_ms = 0;
 
  private:
   // No MFU above 100%: a peak below the rate a step achieved was wrong (the CPU's start-up probe

@@ -2,6 +2,7 @@
 #include "engine/plan/collective_cost.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -30,7 +31,8 @@ double bus_factor(CollectiveKind kind, int n) {
 
 double collective_seconds(CollectiveKind kind, double bytes, int n, const Link& link) {
   if (n <= 1) return 0;
-  const int steps = kind == CollectiveKind::AllReduce ? 2 * (n - 1) : n - 1;
+  const int twice = kind == CollectiveKind::AllReduce ? 2 : 1;
+  const int steps = twice * std::min(n - 1, int(std::ceil(std::log2(double(n)))));
   return steps * link.step_latency_s + bytes * bus_factor(kind, n) / link.bytes_per_s;
 }
 

@@ -1,9 +1,11 @@
 // What a collective costs on a link: the ring algorithm's alpha-beta model in nccl-tests' terms.
 // nccl-tests reports algbw = S / t and busbw = algbw x factor, factor 2(n-1)/n for all-reduce,
 // (n-1)/n for all-gather and reduce-scatter (S the whole gathered buffer), 1 for broadcast: busbw
-// is what each rank's link carries, the same figure whatever n. So t = S x factor / busbw, plus
-// the ring's steps (2(n-1) for all-reduce, n-1 for the others, 1 per pipeline hop for broadcast)
-// times the link's step latency.
+// is what each rank's link carries, the same figure whatever n. So t = S x factor / busbw, plus a
+// latency of the link's step latency times the steps: the ring's (2(n-1) for all-reduce, n-1 for
+// the others) or, fewer on large groups, a tree's (2 log2 n for all-reduce, log2 n for the others):
+// NCCL picks a tree (all-reduce) or PAT (all-gather, reduce-scatter, NCCL 2.23+) where the
+// latency would dominate, so a ring's 2(n-1) steps never stand for 512 ranks.
 #pragma once
 #include <string>
 

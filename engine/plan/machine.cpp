@@ -46,6 +46,16 @@ std::vector<std::string> machine_profile_names() {
   return out;
 }
 
+bool machine_profile_for_gpu(const std::string& device_name, MachineProfile& out) {
+  std::string best;
+  for (const MachineProfile& m : builtin()) {
+    const std::string model = m.gpu.name.substr(0, m.gpu.name.find(' '));  // "H200", "A100"
+    // the plain profile of a GPU (h100, not h100-tcp): the first one listed
+    if (device_name.find(model) != std::string::npos && model.size() > best.size()) best = model, out = m;
+  }
+  return !best.empty();
+}
+
 MachineProfile machine_profile(const std::string& name) {
   for (const MachineProfile& m : builtin())
     if (m.name == name) return m;

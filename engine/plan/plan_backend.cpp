@@ -141,6 +141,7 @@ void PlanBackend::attention_forward(void*, float*, const void*, int B, int T, in
   // causal: half of QK^T and of PV
   const double qkv = double(B) * T * C * (1.0 + 2.0 * NKV / NH);
   count(2.0 * B * double(T) * T * C, double(es()) * (qkv + double(B) * T * C) + 4.0 * B * NH * T, true);
+  ops_.back().head_size = C / NH, ops_.back().seq_len = T;
 }
 void PlanBackend::cuda_scratch_for(int64_t floats) {
   if (kind_ != DeviceKind::CUDA) return;  // the CPU backend's ops need no device scratch
@@ -163,6 +164,7 @@ void PlanBackend::attention_backward(void*, const void*, const void*, const void
   cuda_scratch_for(cuda_scratch::attention_backward(B, T, C, NH, es(), deterministic()));
   const double qkv = double(B) * T * C * (1.0 + 2.0 * NKV / NH);
   count(5.0 * B * double(T) * T * C, double(es()) * (qkv * 2 + 2.0 * B * T * C) + 4.0 * B * NH * T, true);
+  ops_.back().head_size = C / NH, ops_.back().seq_len = T;
 }
 void PlanBackend::rmsnorm_forward(void*, float*, const void*, const void*, int N, int C, float) {
   const double n = double(N) * C;

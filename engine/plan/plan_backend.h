@@ -96,6 +96,7 @@ class PlanBackend final : public Backend {
     double flops, bytes;
     bool matrix;
     const char* name;  // the op: "matmul_forward", "attention_backward", ...
+    int head_size = 0, seq_len = 0;  // attention: its shape (kernels' efficiency depends on it)
   };
   struct Collective {
     CollectiveKind kind;

@@ -2,6 +2,7 @@
 #include "engine/plan/step_time.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -11,17 +12,31 @@ namespace zt {
 
 Calibration default_calibration() {
   // bench/calibration/h200.json (tools/gpu_check.sh on an H200, 2026-12-04, datasheet 989 TFLOP/s
-  // bf16 and 4.8 TB/s): GPT-2 124M's five GEMM shapes at 605.9-725.3 TFLOP/s (mean 650.6), the
-  // attention kernels at 154.1 / 115.4 TFLOP/s forward / backward (B 8, T 1024, head size 64),
-  // device copies at 3,818 GB/s. The fp32 fraction is not measured: taken as the memory's.
+  // bf16 and 4.8 TB/s): GPT-2 124M's five GEMM shapes at 605.9-725.3 TFLOP/s (mean 650.6), ztrain's
+  // attention kernels at head size 64 and 128, T 1024 and 4096 (154.1 / 115.4 TFLOP/s forward /
+  // backward at 64, 1024), device copies at 3,818 GB/s. The fp32 fraction is not measured: taken
+  // as the memory's.
   Calibration c;
   c.gemm = 650.6 / 989;
-  c.attention_forward = 154.1 / 989;
-  c.attention_backward = 115.4 / 989;
+  c.attention = {{64, 1024, 154.09 / 989, 115.43 / 989},
+                 {128, 1024, 128.35 / 989, 108.17 / 989},
+                 {64, 4096, 191.39 / 989, 153.02 / 989},
+                 {128, 4096, 154.23 / 989, 140.27 / 989}};
   c.memory = 3818e9 / 4.8e12;
   c.vector = c.memory;
   c.source = "bench/calibration/h200.json (measured on an H200)";
   return c;
+}
+
+Calibration::Attention Calibration::attention_at(int hs, int T) const {
+  Attention best;
+  double best_score = 1e300;
+  for (const Attention& a : attention) {
+    // a head size not measured counts as a factor of 4 in T
+    const double score = std::abs(std::log(double(std::max(T, 1)) / a.seq_len)) + (a.head_size == hs ? 0 : std::log(4.0));
+    if (score < best_score || (score == best_score && a.seq_len > best.seq_len)) best = a, best_score = score;
+  }
+  return best;
 }
 
 namespace {
@@ -30,8 +45,12 @@ double op_seconds(const PlanBackend::Op& op, const DeviceSpec& gpu, const Calibr
   double rate = gpu.vector_tflops * 1e12 * c.vector;
   if (op.matrix) {
     double eff = c.gemm;
-    if (std::strncmp(op.name, "attention_forward", 17) == 0) eff = c.attention_forward;
-    if (std::strncmp(op.name, "attention_backward", 18) == 0) eff = c.attention_backward;
+    const bool forward = std::strncmp(op.name, "attention_forward", 17) == 0;
+    if (forward || std::strncmp(op.name, "attention_backward", 18) == 0) {
+      const Calibration::Attention a = c.attention_at(op.head_size, op.seq_len);
+      eff = forward ? a.forward : a.backward;
+      if (eff <= 0) eff = c.gemm;  // no attention measured: as the GEMMs
+    }
     rate = gpu.tflops * 1e12 * eff;
   }
   return std::max(op.flops / rate, op.bytes / (gpu.bytes_per_s * c.memory));
@@ -45,7 +64,8 @@ StepTime price_step(const std::vector<PlanBackend::Op>& ops, const std::vector<P
   std::vector<double> end(collectives.size());
   std::vector<std::string> what(collectives.size());
   std::map<std::string, double> stalled;
-  double now = 0, comm_free = 0;
+  double now = 0;
+  std::map<std::string, double> comm_free;  // each group's communication stream
   size_t next = 0;  // the next collective to issue
   auto issue_until = [&](size_t op) {
     for (; next < collectives.size() && collectives[next].issued_at <= op; ++next) {
@@ -53,8 +73,9 @@ StepTime price_step(const std::vector<PlanBackend::Op>& ops, const std::vector<P
       const Link link = group_link(c.size, c.stride, machine);
       const double s = collective_seconds(c.kind, c.bytes, c.size, link);
       t.comm_s += s;
-      end[next] = std::max(now, comm_free) + s;
-      comm_free = end[next];
+      double& free_at = comm_free[c.group];
+      end[next] = std::max(now, free_at) + s;
+      free_at = end[next];
       what[next] = fmt::format("{} over {} ({} ranks, {})", collective_name(c.kind), c.group, c.size, link.name);
     }
   };

@@ -8,6 +8,7 @@
 #include "engine/offload/async_io.h"
 #include "engine/offload/core_binding.h"
 #include "engine/offload/pinned_pool.h"
+#include "engine/plan/layout_plan.h"
 #include "engine/plan/memory_check.h"
 
 namespace zt {
@@ -64,6 +65,14 @@ void build_run_job(const RunSpec& spec, Topology& topo, RunJob& out) {
   run_agreed(*topo.world, [&] { check_pinned_fits(pinned, double(plan.memory.pinned_host), spec); });
   out.job = std::make_unique<Job>(spec, topo, be, ZeroPlacement(spec));
   if (topo.is_root()) log_precision(spec, *out.job);
+  MachineProfile profile;
+  if (topo.is_root() && be.kind() == DeviceKind::CUDA && machine_profile_for_gpu(be.name(), profile)) {
+    // the ranks are taken as filling 8-GPU machines of that GPU, as the built-in profiles have them
+    const LayoutPlan priced = plan_layout(spec, topo.world_size, DeviceKind::CUDA, &profile);
+    out.predicted_step_ms = priced.time.step_s * 1e3, out.predicted_on = profile.name;
+    spdlog::info("plan: a step predicted at {:.1f} ms on the {} profile ({}; calibration {})", out.predicted_step_ms,
+                 profile.name, profile.source, default_calibration().source);
+  }
   if (const NvmeFile* nvme = out.job->store->nvme(); nvme && topo.local_rank == 0) log_nvme(spec, *nvme);
   out.job->init_params(uint64_t(spec.run.seed));
 }

@@ -18,6 +18,10 @@ struct RunJob {
   std::unique_ptr<Backend> backend;
   JobComms comms;  // the order check and the flight recorder, when on
   std::unique_ptr<Job> job;
+  // rank 0 on a GPU ztrain has a machine profile of: the planner's step time for this layout on
+  // it (engine/plan/step_time.h), to print beside the measured one; 0 otherwise
+  double predicted_step_ms = 0;
+  std::string predicted_on;  // the profile's name
 };
 
 // Builds into `out` as far as it gets (what was built is destroyed in order when it throws):

@@ -298,6 +298,7 @@ void Trainer::run() {
                     job().scaler.active(), start_step_,
                     [this](int64_t step) { return memory_record(*run_.backend, store(), topo_.world_rank, step); });
   progress.tokens_by_source = [this] { return data_->tokens_by_source(); };
+  progress.predicted_step_ms = run_.predicted_step_ms;
   std::optional<StragglerWatch> stragglers;
   if (topo_.world_size > 1) progress.stragglers = &stragglers.emplace(*topo_.world, topo_.hosts, spec_.run.straggler_threshold);
   progress.slow_source = [this, last_ms = std::vector<double>(), last_drawn = std::vector<uint64_t>()]() mutable {

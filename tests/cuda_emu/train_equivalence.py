@@ -106,6 +106,21 @@ def main():
                   f"uninterrupted {saver} run (resume line: {resumed})", flush=True)
             expect(resumed and d <= LOSS_TOL, f"{saver} -> {resumer} resume: {full} vs {part} + {rest}")
 
+        # the planner's step beside the measured one: on a GPU with a machine profile (the emulated
+        # device calls itself an H200) rank 0 prints the prediction and each log line the ratio; the
+        # CPU has no profile and shows none
+        gpu_run, cpu_run = runs["cuda"], runs["cpu"]
+        rows = testlib.metrics(os.path.join(work, "cudafull"), must_exist=False)
+        print(f"prediction on the emulated device: {[l for l in gpu_run.stderr.splitlines() if 'predicted' in l][:1]}; "
+              f"{[l.split('|')[-2] for l in gpu_run.stdout.splitlines() if '| plan ' in l][-1:]}", flush=True)
+        expect("plan: a step predicted at" in gpu_run.stderr and "on the h200 profile" in gpu_run.stderr,
+               f"no prediction on the emulated H200: {gpu_run.stderr[-800:]}")
+        expect(sum("| plan " in l and "measured" in l for l in gpu_run.stdout.splitlines()) >= 4,
+               f"the log lines do not show the prediction: {gpu_run.stdout[-800:]}")
+        expect(rows and all(r.get("predicted_step_ms", 0) > 0 for r in rows), f"metrics rows lack predicted_step_ms: {rows[:2]}")
+        expect("predicted" not in cpu_run.stderr and "| plan " not in cpu_run.stdout,
+               f"the CPU run shows a prediction: {cpu_run.stdout[-400:]}")
+
         # the GEMMs: chosen by measurement among the heuristic's candidates (the emulated cuBLASLt
         # returns several), each logged once; [run] deterministic pins the first heuristic, and
         # both train alike

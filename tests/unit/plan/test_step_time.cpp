@@ -12,6 +12,7 @@
 
 #include "engine/core/status.h"
 #include "engine/hf/spec_loading.h"
+#include "engine/plan/calibration_file.h"
 #include "engine/plan/collective_cost.h"
 #include "engine/plan/layout_plan.h"
 #include "engine/plan/machine_file.h"
@@ -36,10 +37,13 @@ TEST_CASE("collective costs follow nccl-tests' bus bandwidth", "[plan][comm]") {
   CHECK(collective_seconds(CollectiveKind::AllReduce, S, 8, link) == Approx(S * 2 * 7 / 8 / 100e9));
   CHECK(collective_seconds(CollectiveKind::AllGather, S, 8, link) == Approx(S * 7 / 8 / 100e9));
   CHECK(collective_seconds(CollectiveKind::AllReduce, S, 1, link) == 0);
-  // the latency term: 2(n-1) ring steps for an all-reduce, n-1 for an all-gather
+  // the latency term: a ring's 2(n-1) steps for an all-reduce, n-1 for an all-gather, or a tree's
+  // 2 log2 n and log2 n where fewer
   const Link slow{"test", 1e30, 1e-6};
-  CHECK(collective_seconds(CollectiveKind::AllReduce, 0, 8, slow) == Approx(14e-6));
-  CHECK(collective_seconds(CollectiveKind::AllGather, 0, 8, slow) == Approx(7e-6));
+  CHECK(collective_seconds(CollectiveKind::AllReduce, 0, 2, slow) == Approx(2e-6));
+  CHECK(collective_seconds(CollectiveKind::AllReduce, 0, 8, slow) == Approx(6e-6));
+  CHECK(collective_seconds(CollectiveKind::AllGather, 0, 8, slow) == Approx(3e-6));
+  CHECK(collective_seconds(CollectiveKind::AllGather, 0, 512, slow) == Approx(9e-6));
 }
 
 TEST_CASE("a group's link: inside a machine, or the network through its members' NICs", "[plan][comm]") {
@@ -57,7 +61,7 @@ TEST_CASE("the step waits only where it waits: overlap from the recorded timelin
   MachineProfile m = machine_profile("h100");
   m.intra = {"test", 1e9, 0};  // 1 GB/s: an all-gather of 2 GB over 2 ranks takes 1 s
   Calibration c;
-  c.gemm = c.attention_forward = c.attention_backward = c.memory = c.vector = 1;
+  c.gemm = c.memory = c.vector = 1;
   // three ops of 1 s each (vector FLOPs at the GPU's fp32 peak)
   const double f = m.gpu.vector_tflops * 1e12;
   const std::vector<PlanBackend::Op> ops(3, PlanBackend::Op{f, 0, false, "add"});
@@ -74,10 +78,27 @@ TEST_CASE("the step waits only where it waits: overlap from the recorded timelin
   CHECK(t.step_s == Approx(4));
   REQUIRE(t.stalls.size() == 1);
   CHECK(t.stalls[0].what == "all-gather over dp (2 ranks, test)");
-  // never waited: the step ends when it has; two collectives share the communication stream
+  // never waited: the step ends when it has; two collectives of a group share its stream
   ag.waited_at = -1, ag.issued_at = 2;
   t = price_step(ops, {ag, ag}, m, c);
   CHECK(t.step_s == Approx(2 + 2));
+  // another group's communicator has its own stream: the two run side by side
+  PlanBackend::Collective tp = ag;
+  tp.group = "tp";
+  t = price_step(ops, {ag, tp}, m, c);
+  CHECK(t.step_s == Approx(2 + 1));
+}
+
+TEST_CASE("attention runs at the efficiency measured at the nearest shape", "[plan]") {
+  Calibration c;
+  c.attention = {{64, 1024, 0.1, 0.2}, {128, 1024, 0.3, 0.4}, {128, 4096, 0.5, 0.6}};
+  CHECK(c.attention_at(64, 1024).forward == 0.1);
+  CHECK(c.attention_at(128, 1536).forward == 0.3);  // nearer 1024 than 4096 by ratio
+  CHECK(c.attention_at(128, 2048).forward == 0.5);  // as near both: the longer
+  CHECK(c.attention_at(128, 8192).backward == 0.6); // longer than any measured: the longest
+  CHECK(c.attention_at(64, 8192).forward == 0.5);   // 64 at 1024 is 8x off in T; 128 at 4096 2x, and
+                                                    // the other head size counts as 4x: a tie, the longer
+  CHECK(default_calibration().attention.size() == 4);
 }
 
 namespace {
@@ -153,4 +174,23 @@ TEST_CASE("a machine file changes a built-in profile, and a bad key is named wit
   CHECK_THAT(error("[machine]\nbase = \"tpu\"\n"), Catch::Contains("[machine] base must be one of"));
   CHECK_THAT(error("[machine]\nname = \"x\"\n"), Catch::Contains("a machine needs [gpu] tflops"));
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the default calibration is the H200 run's calibration file", "[plan][calibration]") {
+  const Calibration file = read_calibration(std::string(ZT_SOURCE_DIR) + "/bench/calibration/h200.json");
+  const Calibration d = default_calibration();
+  CHECK(file.gemm == Approx(d.gemm).epsilon(1e-4));
+  CHECK(file.memory == Approx(d.memory).epsilon(1e-4));
+  REQUIRE(file.attention.size() == d.attention.size());
+  for (size_t i = 0; i < d.attention.size(); ++i) {
+    CHECK(file.attention[i].head_size == d.attention[i].head_size);
+    CHECK(file.attention[i].seq_len == d.attention[i].seq_len);
+    CHECK(file.attention[i].forward == Approx(d.attention[i].forward).epsilon(1e-3));
+    CHECK(file.attention[i].backward == Approx(d.attention[i].backward).epsilon(1e-3));
+  }
+  // PyTorch's cuDNN attention measured in the same run: faster than ztrain's kernels at every shape
+  const Calibration tuned =
+      read_calibration(std::string(ZT_SOURCE_DIR) + "/bench/calibration/h200-pytorch-cudnn-attention.json");
+  for (const auto& a : d.attention) CHECK(tuned.attention_at(a.head_size, a.seq_len).forward > a.forward);
+  CHECK_THROWS_AS(read_calibration(std::string(ZT_SOURCE_DIR) + "/README.md"), UserError);
 }

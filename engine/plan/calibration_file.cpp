@@ -1,0 +1,49 @@
+// read_calibration (see calibration_file.h).
+#include "engine/plan/calibration_file.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/status.h"
+
+namespace zt {
+
+Calibration read_calibration(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) user_error("--calibration {}: cannot open it", path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) user_error("--calibration {}: not a JSON object", path);
+  auto number = [&](const nlohmann::json& o, const char* key, const std::string& where) {
+    if (!o.contains(key) || !o[key].is_number() || o[key].get<double>() <= 0)
+      user_error("--calibration {}: {}{} must be a positive number", path, where, key);
+    return o[key].get<double>();
+  };
+  // the GPU it was measured on: its datasheet HBM bandwidth turns the measured copies into a fraction
+  const std::string gpu = j.contains("gpu") && j["gpu"].is_string() ? j["gpu"].get<std::string>() : "";
+  MachineProfile measured;
+  if (!machine_profile_for_gpu(gpu, measured))
+    user_error("--calibration {}: \"gpu\": '{}' is not a GPU ztrain has a profile of", path, gpu);
+  const DeviceSpec* spec = &measured.gpu;
+  const double peak = number(j, "peak_bf16_tflops_spec", "");
+  Calibration c;
+  if (!j.contains("gemm_shapes") || !j["gemm_shapes"].is_array() || j["gemm_shapes"].empty())
+    user_error("--calibration {}: gemm_shapes must list the GEMMs measured", path);
+  double sum = 0;
+  for (const auto& g : j["gemm_shapes"]) sum += number(g, "tflops", "gemm_shapes[].");
+  c.gemm = sum / double(j["gemm_shapes"].size()) / peak;
+  if (j.contains("attention") && j["attention"].is_array())
+    for (const auto& a : j["attention"]) {
+      if (!a.is_object() || a.value("precision", "") != "bf16") continue;
+      c.attention.push_back({int(number(a, "head_size", "attention[].")), int(number(a, "T", "attention[].")),
+                             number(a, "fwd_tflops", "attention[].") / peak,
+                             number(a, "bwd_tflops", "attention[].") / peak});
+    }
+  if (c.attention.empty()) user_error("--calibration {}: attention lists no bf16 shape", path);
+  c.memory = number(j, "memory_gb_per_s", "") * 1e9 / spec->bytes_per_s;
+  c.vector = c.memory;
+  c.source = path + " (" + gpu.substr(0, gpu.find(',')) + ")";
+  return c;
+}
+
+}  // namespace zt
