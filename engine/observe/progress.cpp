@@ -101,7 +101,7 @@ void Progress::step_done(int64_t s, const StepResult& r) {
         scaling += fmt::format(" {} {}", name, tokens_short(tokens.get<double>()));
     }
     if (predicted_step_ms > 0 && mean_step_ms_ > 0)  // the planner's step beside the measured mean
-      scaling += fmt::format(" | plan {:.1f} ms, measured {:.2f}x", predicted_step_ms, mean_step_ms_ / predicted_step_ms);
+      scaling += fmt::format(" | plan {:.3g} ms, measured {:.3g}x", predicted_step_ms, mean_step_ms_ / predicted_step_ms);
     const double left_s = (mean_step_ms_ > 0 ? mean_step_ms_ : r.step_ms) * double(t.max_steps - done) / 1e3;
     std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %s | %.0f tok/s | MFU %.1f%% | %.1f ms (%s)%s | "
                 "left %s\n",

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -22,6 +23,8 @@
 #include "engine/core/byte_size.h"
 #include "engine/core/status.h"
 #include "engine/config/data_options.h"
+#include "engine/observe/throughput.h"
+#include "engine/plan/layout_plan.h"
 #include "engine/train/trainer.h"
 
 namespace zt {
@@ -167,11 +170,12 @@ void host_checks(bool gpus, std::vector<Check>& out) {
   out.push_back({Level::Pass, "mpi", v, ""});
 }
 
-// The job's all-reduce bus bandwidth over MPI (host memory), as ztrain-bench-comm measures it.
-void allreduce_check(std::vector<Check>& out) {
+// The job's all-reduce bus bandwidth over MPI (host memory), as ztrain-bench-comm measures it, in
+// bytes/s; 0 on one rank.
+double allreduce_check(std::vector<Check>& out) {
   if (!dist_active()) {
     out.push_back({Level::Pass, "all-reduce", "one rank (launch under mpirun -np N to measure the job's ranks)", ""});
-    return;
+    return 0;
   }
   int n = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
@@ -186,6 +190,64 @@ void allreduce_check(std::vector<Check>& out) {
                  fmt::format("{} ranks, 32 MiB over MPI in host memory: bus bandwidth {:.2f} GB/s "
                              "(ztrain-bench-comm for every size; NCCL for GPU buffers)", n, busbw),
                  ""});
+  return busbw * 1e9;
+}
+
+// This machine's device as the planner prices it: the GPU's built-in profile (the default
+// calibration), or the CPU as measured here (the start-up GEMM probe, a memcpy's bandwidth; the
+// calibration 1: the figures are what it achieves). The links are the bus bandwidth measured
+// between the job's ranks, inside and across machines alike.
+std::pair<MachineProfile, Calibration> measured_machine(const RunSpec& spec, double busbw, int world) {
+  MachineProfile m;
+  Calibration c = default_calibration();
+  Nvml nvml;
+  if (!(spec.run.device != DeviceChoice::Cpu && nvml.ok() && machine_profile_for_gpu(nvml.info(0).name, m))) {
+    auto cpu = make_cpu_backend(int(spec.run.threads));
+    std::vector<char> a(size_t(256) << 20, 1), b(a.size());
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), a.size());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double tflops = device_peak(spec, *cpu).tflops;
+    m.gpu = {"CPU (measured)", tflops, tflops, 2.0 * double(a.size()) / s, double(cpu->memory_available())};
+    c.gemm = c.memory = c.vector = 1;
+    c.attention.clear();
+    c.source = "this machine, measured";
+  }
+  m.name = "measured";
+  m.gpus_per_machine = world;
+  m.intra = m.network = {"the job's ranks, all-reduce measured", busbw, 20e-6};
+  return {m, c};
+}
+
+// Whether this job's communication hides behind its compute on the measured network: the
+// planner's step (its collectives and waits, engine/plan/step_time.h) priced on measured_machine.
+void overlap_check(const RunSpec& spec, double busbw, std::vector<Check>& out) {
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  const auto [machine, cal] = measured_machine(spec, busbw, world);
+  const DeviceKind kind = machine.gpu.name == "CPU (measured)" ? DeviceKind::CPU : DeviceKind::CUDA;
+  LayoutPlan p;
+  try {
+    p = plan_layout(spec, world, kind, &machine, &cal);
+  } catch (const UserError& e) {
+    out.push_back({Level::Warn, "communication", fmt::format("not planned: {}", e.what()), ""});
+    return;
+  }
+  const double waiting = p.time.exposed_s() / p.time.step_s;
+  const std::string layout = fmt::format("tensor {} x data {}, ZeRO-{}, micro_batch {}: predicted step {:.3g} ms on {}, "
+                                         "collectives {:.3g} ms, {:.0f}% of the step waiting for them",
+                                         p.tensor, p.data, p.zero_stage, p.micro_batch, p.time.step_s * 1e3,
+                                         machine.gpu.name, p.time.comm_s * 1e3, 100 * waiting);
+  if (waiting <= 0.1) {
+    out.push_back({Level::Pass, "communication", layout + ": it hides behind the compute", ""});
+    return;
+  }
+  out.push_back({Level::Warn, "communication",
+                 layout + (p.time.stalls.empty() ? "" : "; most for " + p.time.stalls[0].what),
+                 fmt::format("more tokens per micro-step on each GPU (micro_batch x seq_len = {} now: the compute per "
+                             "byte moved grows with it), tensor parallelism inside a machine, or fewer ranks across "
+                             "the slow link; `ztrain plan --search --machine` ranks the layouts",
+                             int64_t(spec.train.micro_batch * spec.model.seq_len))});
 }
 
 }  // namespace
@@ -194,7 +256,8 @@ int run_doctor(const RunSpec* spec) {
   std::vector<Check> checks;
   gpu_checks(spec, checks);
   host_checks(Nvml().ok() || (spec && spec->run.device == DeviceChoice::Cuda), checks);  // GPUs pin host memory
-  allreduce_check(checks);
+  const double busbw = allreduce_check(checks);
+  if (spec && busbw > 0) overlap_check(*spec, busbw, checks);
   if (spec) {
     const data::DataOptions d = data_options(*spec);
     bool remote_data = false;

@@ -70,7 +70,7 @@ void build_run_job(const RunSpec& spec, Topology& topo, RunJob& out) {
     // the ranks are taken as filling 8-GPU machines of that GPU, as the built-in profiles have them
     const LayoutPlan priced = plan_layout(spec, topo.world_size, DeviceKind::CUDA, &profile);
     out.predicted_step_ms = priced.time.step_s * 1e3, out.predicted_on = profile.name;
-    spdlog::info("plan: a step predicted at {:.1f} ms on the {} profile ({}; calibration {})", out.predicted_step_ms,
+    spdlog::info("plan: a step predicted at {:.3g} ms on the {} profile ({}; calibration {})", out.predicted_step_ms,
                  profile.name, profile.source, default_calibration().source);
   }
   if (const NvmeFile* nvme = out.job->store->nvme(); nvme && topo.local_rank == 0) log_nvme(spec, *nvme);

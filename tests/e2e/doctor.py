@@ -61,6 +61,20 @@ def main():
             expect(p.returncode == 0 and m and float(m.group(1)) > 0, f"doctor under mpirun: {p.stdout}{p.stderr[-300:]}")
             if m:
                 print(f"doctor under mpirun -np 2: all-reduce bus bandwidth {m.group(1)} GB/s")
+            # with a spec: the planner's step on this machine and that bandwidth, and the share of it
+            # waiting for communication (PASS or WARN: the level depends on what was measured)
+            zspec = os.path.join(work, "zero3.toml")
+            testlib.write_spec(zspec, {"run": {"out_dir": os.path.join(work, "z"), "device": "cpu", "threads": 1},
+                                       "model": {"n_layer": 2, "n_head": 2, "d_model": 32, "vocab_size": 257,
+                                                 "seq_len": 16},
+                                       "train": {"micro_batch": 1, "global_batch": 2},
+                                       "parallel": {"zero_stage": 3}, "data": {"train": data}})
+            p = testlib.run([*testlib.mpirun(2), args.ztrain, "doctor", zspec], check=False)
+            m = re.search(r"(PASS|WARN)\s+communication\s+tensor 1 x data 2, ZeRO-3, micro_batch 1: predicted step "
+                          r"[\d.e+]+ ms on CPU \(measured\), collectives [\d.e+]+ ms, (\d+)% of the step waiting", p.stdout)
+            expect(m is not None, f"doctor under mpirun with a ZeRO-3 spec: no communication line: {p.stdout}")
+            if m:
+                print(f"doctor under mpirun -np 2, ZeRO-3, 16 tokens a micro-step: {m.group(1)}, {m.group(2)}% waiting")
     return testlib.report(failures, "ztrain doctor reports every check and fails what would fail the job")
 
 
