@@ -40,7 +40,8 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const Ma
   if (machine) {
     const DeviceSpec& gpu = machine->gpu;
     plan.roofline_s = be.roofline_seconds(gpu.tflops, gpu.vector_tflops, gpu.bytes_per_s);
-    plan.time = price_step(be.ops(), be.collectives(), *machine, cal ? *cal : default_calibration());
+    plan.time = price_step(be.ops(), be.collectives(), *machine,
+                           cal ? *cal : machine->calibration ? *machine->calibration : default_calibration());
     plan.mfu = plan.model_flops / world / plan.time.step_s / (gpu.tflops * 1e12);
   }
   return plan;

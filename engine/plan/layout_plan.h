@@ -33,7 +33,8 @@ struct LayoutPlan {
 
 // The plan of `spec` on `world` ranks for a `kind` backend (the spec's layout keys decide
 // tensor, ZeRO stage and micro-batch), its step priced on `machine` when given (`cal`: the
-// efficiencies; null: default_calibration()). UserError when the layout is impossible.
+// efficiencies; null: the machine's own, else default_calibration()). UserError when the layout is
+// impossible.
 LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const MachineProfile* machine,
                        const Calibration* cal = nullptr);
 

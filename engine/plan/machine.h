@@ -3,6 +3,7 @@
 // and what the machine costs. Built-in profiles for the common rented shapes (machine_profile),
 // or a user's TOML file (engine/plan/machine_file.h).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,25 @@ struct Link {
   double step_latency_s = 0; // per ring step (a collective of n ranks takes 2(n-1) or n-1 of them)
 };
 
+// What fraction of the datasheet figures each kind of op reaches (a measurement: default from the
+// H200 run of record, tools/gpu_check.sh -> bench/calibration/h200.json; --calibration FILE reads
+// another such file).
+struct Calibration {
+  double gemm = 0;    // matrix products: of the bf16 dense peak
+  // the attention kernels per measured shape: of the bf16 dense peak, forward and backward
+  struct Attention {
+    int head_size = 0, seq_len = 0;
+    double forward = 0, backward = 0;
+  };
+  std::vector<Attention> attention;
+  double memory = 0;  // memory-bound ops: of the HBM bandwidth
+  double vector = 0;  // other arithmetic: of the fp32 peak
+  std::string source;
+  // The measured shape nearest head size `hs` and `T` tokens: the same head size if measured,
+  // then the nearest T by ratio (attention's efficiency grows with T: a longer sequence than any
+  // measured takes the longest's).
+  Attention attention_at(int hs, int T) const;
+};
 struct MachineProfile {
   std::string name;              // "h100", or the file's [machine] name
   DeviceSpec gpu;
@@ -31,6 +51,9 @@ struct MachineProfile {
   Link network;                  // across machines, per GPU (the machine's NICs shared by its GPUs)
   double price_per_hour = 0;     // the whole machine, in the user's currency; 0 = not given
   std::string source;            // where the figures come from
+  // Its own efficiencies (a machine file's [calibration]: a CPU measured by `ztrain doctor`);
+  // none: step_time.h's default_calibration(), or --calibration.
+  std::optional<Calibration> calibration;
 };
 
 // "h100", "h200", "a100", "a10", "l4", "h100-tcp": built-in profiles (their figures and sources

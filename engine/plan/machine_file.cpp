@@ -10,6 +10,7 @@
 #include <toml++/toml.h>
 
 #include "engine/core/status.h"
+#include "engine/plan/step_time.h"
 
 namespace zt {
 
@@ -39,6 +40,18 @@ MachineProfile read_machine_profile(const std::string& path) {
   m.name = std::filesystem::path(path).stem().string();
   // section -> key -> what it sets, from a number; strings apart
   using Set = std::function<void(double)>;
+  auto cal = [&]() -> Calibration& {  // a [calibration] starts from the default's fractions
+    if (!m.calibration) {
+      m.calibration = default_calibration();
+      m.calibration->attention.clear();
+      m.calibration->source = path;
+    }
+    return *m.calibration;
+  };
+  auto attention = [&]() -> Calibration::Attention& {  // one figure for every shape
+    if (cal().attention.empty()) cal().attention.push_back({});
+    return cal().attention[0];
+  };
   const double GB = 1e9;
   std::map<std::string, std::map<std::string, Set>> numbers = {
       {"machine", {{"gpus_per_machine", [&](double v) { m.gpus_per_machine = int(v); }},
@@ -51,6 +64,12 @@ MachineProfile read_machine_profile(const std::string& path) {
                  {"step_latency_us", [&](double v) { m.intra.step_latency_s = v * 1e-6; }}}},
       {"network", {{"bus_gb_per_s", [&](double v) { m.network.bytes_per_s = v * GB; }},
                    {"step_latency_us", [&](double v) { m.network.step_latency_s = v * 1e-6; }}}},
+      // fractions of the [gpu] figures its ops reach (absent: the default calibration's)
+      {"calibration", {{"gemm", [&](double v) { cal().gemm = v; }},
+                       {"attention_forward", [&](double v) { attention().forward = v; }},
+                       {"attention_backward", [&](double v) { attention().backward = v; }},
+                       {"memory", [&](double v) { cal().memory = v; }},
+                       {"vector", [&](double v) { cal().vector = v; }}}},
   };
   std::map<std::string, std::string*> names = {
       {"machine", &m.name}, {"gpu", &m.gpu.name}, {"intra", &m.intra.name}, {"network", &m.network.name}};
@@ -58,13 +77,13 @@ MachineProfile read_machine_profile(const std::string& path) {
     const std::string section(sec.str());
     const int line = int(node.source().begin.line);
     if (!numbers.count(section))
-      user_error("{}:{}: unknown section [{}] (machine, gpu, intra, network)", path, line, section);
+      user_error("{}:{}: unknown section [{}] (machine, gpu, intra, network, calibration)", path, line, section);
     const toml::table* t = node.as_table();
     if (!t) user_error("{}:{}: [{}] must be a table", path, line, section);
     for (const auto& [k, v] : *t) {
       const std::string key(k.str());
       const int kline = int(v.source().begin.line);
-      if (key == "name" || (section == "machine" && key == "base")) {
+      if ((key == "name" && names.count(section)) || (section == "machine" && key == "base")) {
         const auto s = v.value<std::string>();
         if (!s) user_error("{}:{}: [{}] {} must be a string", path, kline, section, key);
         if (key == "name") *names[section] = *s;

@@ -84,9 +84,9 @@ void check_footprint(const PlanOptions& c, const RunSpec& spec, DeviceKind kind,
 // The spec's own layout, or with --search every layout of its model on c.world ranks (tensor x
 // ZeRO stage x micro-batch) that fits `memory`, fastest first on a machine (else smallest first).
 std::vector<LayoutPlan> plans_of(const PlanOptions& c, const RunSpec& spec, DeviceKind kind, const MachineProfile* machine,
-                                 const Calibration& cal, double memory) {
+                                 const Calibration* cal, double memory) {
   std::vector<LayoutPlan> plans;
-  if (!c.search) return {plan_layout(spec, c.world, kind, machine, &cal)};
+  if (!c.search) return {plan_layout(spec, c.world, kind, machine, cal)};
   for (int t = 1; t <= c.world; ++t) {
     if (c.world % t || spec.model.n_head % t || spec.model.d_ff % t) continue;
     const int dp = c.world / t;
@@ -96,7 +96,7 @@ std::vector<LayoutPlan> plans_of(const PlanOptions& c, const RunSpec& spec, Devi
         RunSpec s = spec;
         s.parallel.tensor = t, s.parallel.zero_stage = z, s.train.micro_batch = b;
         if (b * s.model.seq_len > (int64_t(1) << 31) - 1) continue;
-        plans.push_back(plan_layout(s, c.world, kind, machine, &cal));
+        plans.push_back(plan_layout(s, c.world, kind, machine, cal));
       }
   }
   std::erase_if(plans, [&](const LayoutPlan& p) { return memory > 0 && double(p.peak_device()) > memory; });
@@ -126,13 +126,13 @@ std::string bottleneck(const LayoutPlan& p) {
 }
 
 // --compare: the fastest layout that fits on each machine profile.
-int compare(const PlanOptions& c, const RunSpec& spec, const Calibration& cal) {
+int compare(const PlanOptions& c, const RunSpec& spec, const Calibration* cal) {
   PlanOptions o = c;
   o.search = true;
   nlohmann::json out = nlohmann::json::array();
   if (!c.json)
     std::printf("compare: %s on %d GPUs; calibration: %s\n\n%-12s %-34s %12s %7s %10s %14s  %s\n", spec.source.c_str(),
-                c.world, cal.source.c_str(), "machine", "fastest layout that fits", "tokens/s/GPU", "MFU", "step",
+                c.world, cal ? cal->source.c_str() : default_calibration().source.c_str(), "machine", "fastest layout that fits", "tokens/s/GPU", "MFU", "step",
                 "per 1e9 tokens", "bottleneck");
   for (const std::string& name : c.compare) {
     const MachineProfile m = profile_named(name);
@@ -174,10 +174,12 @@ int compare(const PlanOptions& c, const RunSpec& spec, const Calibration& cal) {
 }  // namespace
 
 int plan_command(const PlanOptions& c, const RunSpec& spec) {
-  const Calibration calibration = c.calibration.empty() ? default_calibration() : read_calibration(c.calibration);
+  std::optional<Calibration> given;  // --calibration; else the machine's own, else the default
+  if (!c.calibration.empty()) given = read_calibration(c.calibration);
+  const Calibration* cal = given ? &*given : nullptr;
   if (!c.compare.empty()) {
     if (!c.gpu.empty() || !c.machine.empty()) user_error("plan: --compare names the machines: drop --gpu and --machine");
-    return compare(c, spec, calibration);
+    return compare(c, spec, cal);
   }
   std::optional<MachineProfile> machine;
   if (!c.gpu.empty() && !c.machine.empty()) user_error("plan: --gpu and --machine both name the machine: give one");
@@ -195,7 +197,8 @@ int plan_command(const PlanOptions& c, const RunSpec& spec) {
     if (machine) j["machine"] = machine->name, j["device"] = dev->name;
     return j;
   };
-  const std::vector<LayoutPlan> plans = plans_of(c, spec, kind, on, calibration, memory);
+  const std::vector<LayoutPlan> plans = plans_of(c, spec, kind, on, cal, memory);
+  const Calibration calibration = cal ? *cal : on && on->calibration ? *on->calibration : default_calibration();
   if (c.json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& p : plans) out.push_back(describe(p));

@@ -32,8 +32,9 @@ Calibration::Attention Calibration::attention_at(int hs, int T) const {
   Attention best;
   double best_score = 1e300;
   for (const Attention& a : attention) {
-    // a head size not measured counts as a factor of 4 in T
-    const double score = std::abs(std::log(double(std::max(T, 1)) / a.seq_len)) + (a.head_size == hs ? 0 : std::log(4.0));
+    // a head size not measured counts as a factor of 4 in T; 0 (a figure for every shape) matches
+    const double score = (a.seq_len > 0 ? std::abs(std::log(double(std::max(T, 1)) / a.seq_len)) : 0) +
+                         (a.head_size == hs || a.head_size == 0 ? 0 : std::log(4.0));
     if (score < best_score || (score == best_score && a.seq_len > best.seq_len)) best = a, best_score = score;
   }
   return best;

@@ -14,25 +14,7 @@
 
 namespace zt {
 
-// What fraction of the datasheet figures each kind of op reaches (a measurement: default from the
-// H200 run of record, tools/gpu_check.sh -> bench/calibration/h200.json; --calibration FILE reads
-// another such file).
-struct Calibration {
-  double gemm = 0;    // matrix products: of the bf16 dense peak
-  // the attention kernels per measured shape: of the bf16 dense peak, forward and backward
-  struct Attention {
-    int head_size = 0, seq_len = 0;
-    double forward = 0, backward = 0;
-  };
-  std::vector<Attention> attention;
-  double memory = 0;  // memory-bound ops: of the HBM bandwidth
-  double vector = 0;  // other arithmetic: of the fp32 peak
-  std::string source;
-  // The measured shape nearest head size `hs` and `T` tokens: the same head size if measured,
-  // then the nearest T by ratio (attention's efficiency grows with T: a longer sequence than any
-  // measured takes the longest's).
-  Attention attention_at(int hs, int T) const;
-};
+// The H200 run of record's efficiencies (Calibration: machine.h).
 Calibration default_calibration();
 
 struct StepTime {

@@ -173,6 +173,15 @@ TEST_CASE("a machine file changes a built-in profile, and a bad key is named wit
   CHECK_THAT(error("[gpu]\ntflops = -1\n"), Catch::Contains("[gpu] tflops must be a positive number"));
   CHECK_THAT(error("[machine]\nbase = \"tpu\"\n"), Catch::Contains("[machine] base must be one of"));
   CHECK_THAT(error("[machine]\nname = \"x\"\n"), Catch::Contains("a machine needs [gpu] tflops"));
+  // its own calibration: what its ops reach, in place of the default's
+  const MachineProfile cpu = read_machine_profile(write(
+      "[machine]\nbase = \"h100\"\n[calibration]\ngemm = 0.5\nmemory = 0.25\nattention_forward = 0.1\n"));
+  REQUIRE(cpu.calibration);
+  CHECK(cpu.calibration->gemm == 0.5);
+  CHECK(cpu.calibration->memory == 0.25);
+  CHECK(cpu.calibration->attention_at(64, 1024).forward == 0.1);
+  CHECK(cpu.calibration->vector == default_calibration().vector);
+  CHECK_THAT(error("[calibration]\nname = \"x\"\n"), Catch::Contains("unknown key [calibration] name"));
   std::filesystem::remove_all(dir);
 }
 
