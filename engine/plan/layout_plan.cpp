@@ -41,7 +41,8 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const Ma
     const DeviceSpec& gpu = machine->gpu;
     plan.roofline_s = be.roofline_seconds(gpu.tflops, gpu.vector_tflops, gpu.bytes_per_s);
     plan.time = price_step(be.ops(), be.collectives(), *machine,
-                           cal ? *cal : machine->calibration ? *machine->calibration : default_calibration());
+                           cal ? *cal : machine->calibration ? *machine->calibration : default_calibration(),
+                           /*async=*/kind == DeviceKind::CUDA);  // NCCL streams; MPI progresses in waits
     plan.mfu = plan.model_flops / world / plan.time.step_s / (gpu.tflops * 1e12);
   }
   return plan;

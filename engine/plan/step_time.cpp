@@ -60,13 +60,18 @@ double op_seconds(const PlanBackend::Op& op, const DeviceSpec& gpu, const Calibr
 }  // namespace
 
 StepTime price_step(const std::vector<PlanBackend::Op>& ops, const std::vector<PlanBackend::Collective>& collectives,
-                    const MachineProfile& machine, const Calibration& cal) {
+                    const MachineProfile& machine, const Calibration& cal, bool async) {
   StepTime t;
-  std::vector<double> end(collectives.size());
+  std::vector<double> end(collectives.size()), seconds(collectives.size());
   std::vector<std::string> what(collectives.size());
   std::map<std::string, double> stalled;
   double now = 0;
   std::map<std::string, double> comm_free;  // each group's communication stream
+  auto start = [&](size_t j) {
+    double& free_at = comm_free[collectives[j].group];
+    end[j] = std::max(now, free_at) + seconds[j];
+    free_at = end[j];
+  };
   size_t next = 0;  // the next collective to issue
   auto issue_until = [&](size_t op) {
     for (; next < collectives.size() && collectives[next].issued_at <= op; ++next) {
@@ -74,18 +79,21 @@ StepTime price_step(const std::vector<PlanBackend::Op>& ops, const std::vector<P
       const Link link = group_link(c.size, c.stride, machine);
       const double s = collective_seconds(c.kind, c.bytes, c.size, link);
       t.comm_s += s;
-      double& free_at = comm_free[c.group];
-      end[next] = std::max(now, free_at) + s;
-      free_at = end[next];
+      seconds[next] = s;
+      end[next] = -1;  // started below: now, or (no progress of its own) when waited for
+      if (async) start(next);
       what[next] = fmt::format("{} over {} ({} ranks, {})", collective_name(c.kind), c.group, c.size, link.name);
     }
   };
   auto wait_at = [&](int64_t op) {
-    for (size_t j = 0; j < next; ++j)
-      if (collectives[j].waited_at == op && end[j] > now) {
+    for (size_t j = 0; j < next; ++j) {
+      if (collectives[j].waited_at != op) continue;
+      if (end[j] < 0) start(j);
+      if (end[j] > now) {
         stalled[what[j]] += end[j] - now;
         now = end[j];
       }
+    }
   };
   for (size_t i = 0; i <= ops.size(); ++i) {
     issue_until(i);
@@ -95,11 +103,14 @@ StepTime price_step(const std::vector<PlanBackend::Op>& ops, const std::vector<P
     t.compute_s += s;
     now += s;
   }
-  for (size_t j = 0; j < collectives.size(); ++j)  // the step ends when its last collective has
-    if (collectives[j].waited_at < 0 && end[j] > now) {
+  for (size_t j = 0; j < collectives.size(); ++j) {  // the step ends when its last collective has
+    if (collectives[j].waited_at >= 0) continue;
+    if (end[j] < 0) start(j);
+    if (end[j] > now) {
       stalled[what[j]] += end[j] - now;
       now = end[j];
     }
+  }
   t.step_s = now;
   for (const auto& [w, s] : stalled) t.stalls.push_back({w, s});
   std::sort(t.stalls.begin(), t.stalls.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });

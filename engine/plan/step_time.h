@@ -30,7 +30,10 @@ struct StepTime {
   double exposed_s() const { return step_s - compute_s; }
 };
 
+// `async`: collectives progress on their own while compute goes on (NCCL's streams); false for
+// MPI on host buffers (the CPU backend), whose non-blocking collectives move their data only
+// inside the wait (no progress thread), so each one starts when the step waits for it.
 StepTime price_step(const std::vector<PlanBackend::Op>& ops, const std::vector<PlanBackend::Collective>& collectives,
-                    const MachineProfile& machine, const Calibration& cal);
+                    const MachineProfile& machine, const Calibration& cal, bool async = true);
 
 }  // namespace zt

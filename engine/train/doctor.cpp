@@ -187,7 +187,7 @@ double allreduce_check(std::vector<Check>& out) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 3;
   const double busbw = double(buf.size()) * 4 / s * 2.0 * (n - 1) / n / 1e9;
   out.push_back({Level::Pass, "all-reduce",
-                 fmt::format("{} ranks, 32 MiB over MPI in host memory: bus bandwidth {:.2f} GB/s "
+                 fmt::format("{} ranks, 32 MiB over MPI in host memory: bus bandwidth {:.3g} GB/s "
                              "(ztrain-bench-comm for every size; NCCL for GPU buffers)", n, busbw),
                  ""});
   return busbw * 1e9;

@@ -87,6 +87,11 @@ TEST_CASE("the step waits only where it waits: overlap from the recorded timelin
   tp.group = "tp";
   t = price_step(ops, {ag, tp}, m, c);
   CHECK(t.step_s == Approx(2 + 1));
+  // MPI on host buffers moves the data only inside the wait: issued at op 0, waited at op 2, it
+  // starts at op 2 and all of it is exposed
+  ag.issued_at = 0, ag.waited_at = 2;
+  CHECK(price_step(ops, {ag}, m, c, /*async=*/false).step_s == Approx(4));
+  CHECK(price_step(ops, {ag}, m, c, /*async=*/true).step_s == Approx(3));
 }
 
 TEST_CASE("attention runs at the efficiency measured at the nearest shape", "[plan]") {

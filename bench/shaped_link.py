@@ -1,0 +1,135 @@
+#!/usr/bin/python3
+"""The planner's step time against measured steps over a shaped network: two "machines" (network
+namespaces, tests/multihost/netns_hosts.py) joined by a link limited by a token-bucket filter
+(tc tbf; netem is missing in this kernel), one rank each, the CPU backend, one thread a rank.
+1. This CPU as the planner sees it: the start-up GEMM probe's TFLOP/s and one efficiency, the
+   measured step of a single-rank reference run over the planned one (its compute alone);
+2. the link as the job's ranks see it: `ztrain doctor` under mpirun over the two hosts (the
+   all-reduce bus bandwidth through the filter);
+3. those two written as a machine file; three layouts of a small GPT-2 over the two hosts
+   (T1 D2 ZeRO-0, T1 D2 ZeRO-3, T2 D1: tensor parallelism across the slow link), each trained a
+   few steps, the median step time against `ztrain plan --world 2 --machine FILE`.
+Prints each layout's predicted and measured step and their ratio, and whether the planner ranks
+the layouts as measured. Needs root (namespaces, tc); exit 77 when they cannot be made.
+
+Usage: bench/shaped_link.py --ztrain build/bin/ztrain --tokenize build/bin/ztrain-tokenize [--rate 200mbit]
+"""
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "multihost"))
+import testlib  # noqa: E402
+from netns_hosts import Hosts  # noqa: E402
+
+MODEL = {"n_layer": 2, "n_head": 4, "d_model": 128, "vocab_size": 260, "seq_len": 128}
+STEPS = 10
+LAYOUTS = [("T1 D2 ZeRO-0", ["parallel.zero_stage=0"]), ("T1 D2 ZeRO-3", ["parallel.zero_stage=3"]),
+           ("T2 D1", ["parallel.tensor=2"])]
+
+
+def median_step_ms(out_dir):
+    rows = testlib.metrics(out_dir, must_exist=False)[2:]  # the first steps pay for warm-up
+    return statistics.median(r["step_ms"] for r in rows) if rows else None
+
+
+def main():
+    ap = testlib.arg_parser()
+    ap.add_argument("--rate", default="200mbit", help="the link's rate (tc tbf)")
+    args = ap.parse_args()
+    why = Hosts.unavailable() or ("" if shutil.which("tc") else "tc not found")
+    if why:
+        print(f"SKIP: {why}")
+        return testlib.SKIP
+    with testlib.workdir("zt_shaped_") as work, Hosts(work, 2) as hosts:
+        env = testlib.mpi_env()
+        data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 7)
+
+        def spec(name, global_batch):
+            return testlib.tiny_spec(os.path.join(work, name + ".toml"), os.path.join(work, "run_" + name), data,
+                                     model=MODEL, train={"micro_batch": 4, "global_batch": global_batch,
+                                                         "max_steps": STEPS, "log_every": 1,
+                                                         "eval_every": 0, "sample_tokens": 0},
+                                     seed=3, threads=1, comm__timeout_s=120)
+
+        # 1. the CPU: one rank, here (no link in its step)
+        ref = spec("reference", 4)
+        p = testlib.run([args.ztrain, "train", ref], check=False, env=env, timeout=900)
+        m = re.search(r"MFU against ([\d.]+) TFLOP/s", p.stderr)
+        ref_ms = median_step_ms(os.path.join(work, "run_reference"))
+        if p.returncode != 0 or not m or not ref_ms:
+            print(f"FAIL: the reference run: exit {p.returncode}: {p.stderr[-600:]}")
+            return 1
+        tflops = float(m.group(1))
+        cpu = os.path.join(work, "cpu.toml")
+
+        def machine_file(bus, efficiency):
+            with open(cpu, "w") as f:
+                f.write(f"[machine]\nname = \"netns\"\ngpus_per_machine = 1\n[gpu]\nname = \"CPU, 1 thread\"\n"
+                        f"tflops = {tflops}\nvector_tflops = {tflops}\nmemory_gb_per_s = 5\nmemory_gb = 8\n"
+                        f"[intra]\nbus_gb_per_s = {bus}\n[network]\nname = \"tbf {args.rate}\"\n"
+                        f"bus_gb_per_s = {bus}\nstep_latency_us = 100\n[calibration]\ngemm = {efficiency}\n"
+                        f"memory = {efficiency}\nvector = {efficiency}\nattention_forward = {efficiency}\n"
+                        f"attention_backward = {efficiency}\n")
+
+        def planned_ms(path, world, sets=()):
+            p = testlib.run([args.ztrain, "plan", path, "--world", str(world), "--machine", cpu, "--json",
+                             *[a for s in sets for a in ("--set", s)]], check=False)
+            if p.returncode != 0:
+                raise SystemExit(f"FAIL: ztrain plan: {p.stderr[-600:]}")
+            return json.loads(p.stdout)["predicted_step_ms"]
+
+        machine_file(1, 1)
+        efficiency = planned_ms(ref, 1) / ref_ms
+        print(f"this CPU: GEMM probe {tflops} TFLOP/s, reference step {ref_ms:.1f} ms measured: efficiency "
+              f"{efficiency:.3f} of the probe", flush=True)
+
+        # 2. the link, shaped both ways, as the ranks see it
+        for h in hosts.names:
+            for dev, ns in ((hosts.veth[h], None), ("eth0", hosts.netns[h])):
+                cmd = ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", args.rate, "burst", "64kb",
+                       "latency", "100ms"]
+                subprocess.run((["ip", "netns", "exec", ns] if ns else []) + cmd, check=True)
+        p = subprocess.run([*hosts.mpirun(2, 1), args.ztrain, "doctor"], env=env, capture_output=True, text=True,
+                           timeout=600)
+        m = re.search(r"bus bandwidth ([\d.]+) GB/s", p.stdout)
+        if not m:
+            print(f"FAIL: doctor over the shaped link: {p.stdout[-600:]} {p.stderr[-600:]}")
+            return 1
+        bus = float(m.group(1))
+        machine_file(bus, efficiency)
+        print(f"the link: tbf {args.rate}, all-reduce bus bandwidth {bus} GB/s measured by ztrain doctor", flush=True)
+
+        # 3. three layouts over the two hosts
+        rows = []
+        for name, sets in LAYOUTS:
+            path = spec(name.replace(" ", "_"), 8)
+            out = os.path.join(work, "run_" + name.replace(" ", "_"))
+            p = subprocess.run([*hosts.mpirun(2, 1), args.ztrain, "train", path,
+                                *[a for s in sets for a in ("--set", s)]], env=env, capture_output=True, text=True,
+                               timeout=1800)
+            measured = median_step_ms(out)
+            if p.returncode != 0 or not measured:
+                print(f"FAIL: {name}: exit {p.returncode}: {p.stderr[-600:]}")
+                return 1
+            predicted = planned_ms(path, 2, sets)
+            rows.append((name, predicted, measured))
+            print(f"{name}: predicted {predicted:.1f} ms, measured {measured:.1f} ms (median of steps 3-{STEPS}): "
+                  f"predicted/measured {predicted / measured:.2f}", flush=True)
+        rank_p = [n for n, _, _ in sorted(rows, key=lambda r: r[1])]
+        rank_m = [n for n, _, _ in sorted(rows, key=lambda r: r[2])]
+        within = all(abs(p / m - 1) <= 0.25 for _, p, m in rows)
+        print(f"ranking: predicted {rank_p}, measured {rank_m}: {'the same' if rank_p == rank_m else 'DIFFERENT'}; "
+              f"every layout within 25%: {within}")
+        return 0 if within and rank_p == rank_m else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
