@@ -90,6 +90,7 @@ bool takes_words(const SpecKey& k) {
 struct Loader {
   const ModelKeyRules& rules;
   RunSpec spec;
+  std::map<std::string, std::string> bad_choice;  // "section.key" -> its message, for validate()
   std::map<std::string, std::string> where;  // "section.key" -> "file:line" or "--set"
 
   void assign(const SpecKey& k, const toml::node& v, const std::string& loc) {
@@ -102,11 +103,14 @@ struct Loader {
             const std::string value = v.as_string()->get();
             const auto names = key_choices(k);
             const auto it = std::find(names.begin(), names.end(), value);
-            if (it == names.end()) {
+            const std::string key = std::string(k.section) + "." + k.key;
+            if (it == names.end()) {  // refused in validate() unless a later --set replaces it
               const std::string near = nearest_name(value, names);
-              user_error("{}: {}: '{}' is not one of {}{}", loc, name, value, choices_text(k),
-                         near.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", near));
+              bad_choice[key] = fmt::format("{}: {}: '{}' is not one of {}{}", loc, name, value, choices_text(k),
+                                            near.empty() ? "" : fmt::format(" (did you mean \"{}\"?)", near));
+              return;
             }
+            bad_choice.erase(key);
             field.set(field.field, int(it - names.begin()));
           } else if constexpr (std::is_same_v<T, int64_t>) {
             if (!v.is_integer())
@@ -252,6 +256,8 @@ struct Loader {
   // The whole spec, section by section (each function checks its own section's relations; the
   // table's ranges and choices come first, for every key alike).
   void validate() {
+    // a value outside a key's choices, in the file or a --set, that no later --set replaced
+    if (!bad_choice.empty()) user_error("{}", bad_choice.begin()->second);
     if (!spec.model.init_from.empty()) apply_hf_config();
     for (const auto& k : spec_schema())
       if (k.required && !where.count(std::string(k.section) + "." + k.key))

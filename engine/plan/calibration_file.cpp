@@ -41,6 +41,15 @@ Calibration read_calibration(const std::string& path) {
     }
   if (c.attention.empty()) user_error("--calibration {}: attention lists no bf16 shape", path);
   c.memory = number(j, "memory_gb_per_s", "") * 1e9 / spec->bytes_per_s;
+  // fractions above 1 would price steps faster than the datasheet allows (MFU > 100%)
+  auto fraction = [&](double f, const char* what) {
+    if (!(f > 0 && f <= 1))
+      user_error("--calibration {}: {} is {:.3g} of the {} datasheet's figure: a measurement above the peak", path,
+                 what, f, measured.gpu.name);
+  };
+  fraction(c.gemm, "gemm_shapes' mean TFLOP/s");
+  fraction(c.memory, "memory_gb_per_s");
+  for (const auto& a : c.attention) fraction(std::max(a.forward, a.backward), "an attention shape's TFLOP/s");
   c.vector = c.memory;
   c.source = path + " (" + gpu.substr(0, gpu.find(',')) + ")";
   return c;

@@ -36,9 +36,11 @@ double collective_seconds(CollectiveKind kind, double bytes, int n, const Link& 
   return steps * link.step_latency_s + bytes * bus_factor(kind, n) / link.bytes_per_s;
 }
 
-Link group_link(int size, int stride, const MachineProfile& m) {
+Link group_link(int size, int stride, const MachineProfile& m, int world) {
   const int per_machine = std::max(1, m.gpus_per_machine);
-  if (size <= 1 || int64_t(size) * stride <= per_machine) return m.intra;
+  const int64_t span = int64_t(size) * stride;
+  if (size <= 1 || (span <= per_machine && (std::max<int64_t>(world, span) <= per_machine || per_machine % span == 0)))
+    return m.intra;
   const int members = std::max(1, std::min(size, per_machine / std::min(std::max(1, stride), per_machine)));
   Link l = m.network;
   l.bytes_per_s = std::min(m.intra.bytes_per_s, members * m.network.bytes_per_s);

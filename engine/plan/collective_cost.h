@@ -27,7 +27,9 @@ double collective_seconds(CollectiveKind kind, double bytes, int n, const Link& 
 // data-parallel groups: stride = tensor degree) runs on machines of `m.gpus_per_machine` GPUs,
 // ranks filling machines in order: inside one machine (m.intra), or across machines, where its
 // ring crosses the network through the NICs of its members on each machine (k members: k x the
-// per-GPU network bandwidth, at most the machine's own link).
-Link group_link(int size, int stride, const MachineProfile& m);
+// per-GPU network bandwidth, at most the machine's own link). A group that fits a machine is
+// inside one only if every such group of the `world` ranks is: 3 tensor ranks on 8-GPU
+// machines put ranks 6-8 across two, and the job goes at its slowest group's pace.
+Link group_link(int size, int stride, const MachineProfile& m, int world = 0);
 
 }  // namespace zt

@@ -38,12 +38,18 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const Ma
   plan.tokens = double(spec.train.global_batch) * double(spec.model.seq_len);
   plan.model_flops = model_flops_per_token(spec.model) * plan.tokens;
   if (machine) {
-    const DeviceSpec& gpu = machine->gpu;
+    // matrix products at the compute precision's peak: bf16/fp16 tensor cores, fp32 the vector peak
+    // (the peak MFU is judged against, as the training log's)
+    MachineProfile m = *machine;
+    if (plan.compute == DType::F32) m.gpu.tflops = m.gpu.vector_tflops;
+    const DeviceSpec& gpu = m.gpu;
     plan.roofline_s = be.roofline_seconds(gpu.tflops, gpu.vector_tflops, gpu.bytes_per_s);
-    plan.time = price_step(be.ops(), be.collectives(), *machine,
-                           cal ? *cal : machine->calibration ? *machine->calibration : default_calibration(),
-                           /*async=*/kind == DeviceKind::CUDA);  // NCCL streams; MPI progresses in waits
-    plan.mfu = plan.model_flops / world / plan.time.step_s / (gpu.tflops * 1e12);
+    // NCCL's streams progress on their own; MPI on host buffers (the CPU backend, or [comm]
+    // backend = "mpi" staging a GPU's buffers) moves data only inside the waits
+    const bool async = kind == DeviceKind::CUDA && spec.comm.backend != CommBackendChoice::Mpi;
+    plan.time = price_step(be.ops(), be.collectives(), m,
+                           cal ? *cal : machine->calibration ? *machine->calibration : default_calibration(), async);
+    if (plan.time.step_s > 0) plan.mfu = plan.model_flops / world / plan.time.step_s / (gpu.tflops * 1e12);
   }
   return plan;
 }

@@ -7,6 +7,8 @@
 // (TCP) as bus bandwidth; not measured here: `ztrain doctor` under mpirun measures a cluster's own.
 #include "engine/plan/machine.h"
 
+#include <cctype>
+
 #include <fmt/format.h>
 
 #include "engine/core/status.h"
@@ -50,8 +52,14 @@ bool machine_profile_for_gpu(const std::string& device_name, MachineProfile& out
   std::string best;
   for (const MachineProfile& m : builtin()) {
     const std::string model = m.gpu.name.substr(0, m.gpu.name.find(' '));  // "H200", "A100"
-    // the plain profile of a GPU (h100, not h100-tcp): the first one listed
-    if (device_name.find(model) != std::string::npos && model.size() > best.size()) best = model, out = m;
+    // the plain profile of a GPU (h100, not h100-tcp): the first one listed; the model as a whole
+    // word ("L4" is not "L40S")
+    for (size_t at = device_name.find(model); at != std::string::npos; at = device_name.find(model, at + 1)) {
+      const size_t after = at + model.size();
+      const bool whole = (at == 0 || !std::isalnum(static_cast<unsigned char>(device_name[at - 1]))) &&
+                         (after == device_name.size() || !std::isalnum(static_cast<unsigned char>(device_name[after])));
+      if (whole && model.size() > best.size()) best = model, out = m;
+    }
   }
   return !best.empty();
 }
@@ -61,7 +69,7 @@ MachineProfile machine_profile(const std::string& name) {
     if (m.name == name) return m;
   std::string known;
   for (const std::string& n : machine_profile_names()) known += (known.empty() ? "" : ", ") + n;
-  user_error("--gpu {}: not one of {}", name, known);
+  user_error("machine profile '{}': not one of {} (or a .toml machine file)", name, known);
 }
 
 }  // namespace zt

@@ -43,13 +43,13 @@ MachineProfile read_machine_profile(const std::string& path) {
   auto cal = [&]() -> Calibration& {  // a [calibration] starts from the default's fractions
     if (!m.calibration) {
       m.calibration = default_calibration();
-      m.calibration->attention.clear();
       m.calibration->source = path;
     }
     return *m.calibration;
   };
-  auto attention = [&]() -> Calibration::Attention& {  // one figure for every shape
-    if (cal().attention.empty()) cal().attention.push_back({});
+  bool own_attention = false;
+  auto attention = [&]() -> Calibration::Attention& {  // given: one figure for every shape
+    if (!own_attention) cal().attention = {Calibration::Attention{}}, own_attention = true;
     return cal().attention[0];
   };
   const double GB = 1e9;
@@ -100,8 +100,19 @@ MachineProfile read_machine_profile(const std::string& path) {
         user_error("{}:{}: [{}] {} must be a positive number", path, kline, section, key);
       if (key == "gpus_per_machine" && (*x != std::floor(*x) || *x > 1024))
         user_error("{}:{}: [machine] gpus_per_machine must be a whole number up to 1024", path, kline);
+      // a fraction of a peak above 1 would price the step faster than the hardware (MFU > 100%);
+      // a figure so large it overflows once scaled is no figure
+      if (section == "calibration" && *x > 1)
+        user_error("{}:{}: [calibration] {} must be a fraction in (0, 1] of the [gpu] figure, got {}", path, kline, key, *x);
+      if (*x > 1e12) user_error("{}:{}: [{}] {} = {} is out of range", path, kline, section, key, *x);
       it->second(*x);
     }
+  }
+  // an attention figure given for one direction only stands for both
+  if (m.calibration && !m.calibration->attention.empty()) {
+    Calibration::Attention& a = m.calibration->attention[0];
+    if (a.forward <= 0) a.forward = a.backward;
+    if (a.backward <= 0) a.backward = a.forward;
   }
   if (m.gpu.tflops <= 0 || m.gpu.vector_tflops <= 0 || m.gpu.bytes_per_s <= 0 || m.intra.bytes_per_s <= 0 ||
       m.network.bytes_per_s <= 0)

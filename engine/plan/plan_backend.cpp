@@ -73,14 +73,14 @@ void PlanBackend::count(double flops, double bytes, bool matrix, const char* op)
 
 int64_t PlanBackend::record_collective(CollectiveKind kind, const std::string& group, int size, int stride,
                                        double bytes) {
-  collectives_.push_back({kind, group, size, stride, bytes, ops_.size(), -1});
+  collectives_.push_back({kind, group, size, stride, bytes, ops_.size(), -1, events_++, 0});
   return int64_t(collectives_.size());  // handles from 1: 0 is no collective
 }
 
 void PlanBackend::record_wait(int64_t handle) {
   if (handle < 1 || size_t(handle) > collectives_.size()) return;  // issued before reset_work()
   Collective& c = collectives_[size_t(handle - 1)];
-  if (c.waited_at < 0) c.waited_at = int64_t(ops_.size());
+  if (c.waited_at < 0) c.waited_at = int64_t(ops_.size()), c.wait_seq = events_++;
 }
 
 double PlanBackend::roofline_seconds(double tflops, double vector_tflops, double bytes_per_s) const {

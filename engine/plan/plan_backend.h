@@ -105,6 +105,7 @@ class PlanBackend final : public Backend {
     double bytes = 0;          // nccl-tests' size S
     size_t issued_at = 0;      // ops before it
     int64_t waited_at = -1;    // ops before the first wait for it; -1: the step's end
+    uint64_t issue_seq = 0, wait_seq = 0;  // the order of issues and waits between the same two ops
   };
   const std::vector<Op>& ops() const { return ops_; }
   const std::vector<Collective>& collectives() const { return collectives_; }
@@ -140,6 +141,7 @@ class PlanBackend final : public Backend {
   Work work_;
   std::vector<Op> ops_;
   std::vector<Collective> collectives_;
+  uint64_t events_ = 0;  // issues and waits recorded, for their order
 };
 
 }  // namespace zt

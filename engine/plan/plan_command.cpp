@@ -120,7 +120,7 @@ double cost_per_billion(const LayoutPlan& p, const MachineProfile& m) {
 
 // What bounds the step, in words.
 std::string bottleneck(const LayoutPlan& p) {
-  if (p.time.stalls.empty() || p.time.exposed_s() < 0.05 * p.time.step_s) return "compute";
+  if (p.time.stalls.empty() || p.time.step_s <= 0 || p.time.exposed_s() < 0.05 * p.time.step_s) return "compute";
   return fmt::format("communication: {:.0f}% of the step waits, most for {}", 100 * p.time.exposed_s() / p.time.step_s,
                      p.time.stalls[0].what);
 }
@@ -132,7 +132,7 @@ int compare(const PlanOptions& c, const RunSpec& spec, const Calibration* cal) {
   nlohmann::json out = nlohmann::json::array();
   if (!c.json)
     std::printf("compare: %s on %d GPUs; calibration: %s\n\n%-12s %-34s %12s %7s %10s %14s  %s\n", spec.source.c_str(),
-                c.world, cal ? cal->source.c_str() : default_calibration().source.c_str(), "machine", "fastest layout that fits", "tokens/s/GPU", "MFU", "step",
+                c.world, cal ? cal->source.c_str() : (default_calibration().source + ", or a machine file's own").c_str(), "machine", "fastest layout that fits", "tokens/s/GPU", "MFU", "step",
                 "per 1e9 tokens", "bottleneck");
   for (const std::string& name : c.compare) {
     const MachineProfile m = profile_named(name);
@@ -188,7 +188,10 @@ int plan_command(const PlanOptions& c, const RunSpec& spec) {
   if (!c.calibration.empty() && !machine) user_error("plan: --calibration prices a step on a machine: give --gpu or --machine");
   const MachineProfile* on = machine ? &*machine : nullptr;
   const DeviceSpec* dev = machine ? &machine->gpu : nullptr;
-  const DeviceKind kind = dev || spec.run.device == DeviceChoice::Cuda ? DeviceKind::CUDA : DeviceKind::CPU;
+  // a machine profile plans a GPU job unless the spec says the CPU (a CPU's own machine file)
+  const DeviceKind kind = spec.run.device == DeviceChoice::Cpu                  ? DeviceKind::CPU
+                          : dev || spec.run.device == DeviceChoice::Cuda ? DeviceKind::CUDA
+                                                                          : DeviceKind::CPU;
   std::string where;
   const double memory = memory_per_rank(c, spec, on, kind, where);
   check_footprint(c, spec, kind, memory, where);

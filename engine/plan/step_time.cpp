@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -72,44 +73,45 @@ StepTime price_step(const std::vector<PlanBackend::Op>& ops, const std::vector<P
     end[j] = std::max(now, free_at) + seconds[j];
     free_at = end[j];
   };
-  size_t next = 0;  // the next collective to issue
-  auto issue_until = [&](size_t op) {
-    for (; next < collectives.size() && collectives[next].issued_at <= op; ++next) {
-      const PlanBackend::Collective& c = collectives[next];
-      const Link link = group_link(c.size, c.stride, machine);
-      const double s = collective_seconds(c.kind, c.bytes, c.size, link);
-      t.comm_s += s;
-      seconds[next] = s;
-      end[next] = -1;  // started below: now, or (no progress of its own) when waited for
-      if (async) start(next);
-      what[next] = fmt::format("{} over {} ({} ranks, {})", collective_name(c.kind), c.group, c.size, link.name);
+  int world = 1;  // the job's ranks: its widest group's span
+  for (const PlanBackend::Collective& c : collectives) world = std::max(world, c.size * c.stride);
+  auto issue = [&](size_t j) {
+    const PlanBackend::Collective& c = collectives[j];
+    const Link link = group_link(c.size, c.stride, machine, world);
+    seconds[j] = collective_seconds(c.kind, c.bytes, c.size, link);
+    t.comm_s += seconds[j];
+    end[j] = -1;  // started below: now, or (no progress of its own) when waited for
+    if (async) start(j);
+    what[j] = fmt::format("{} over {} ({} ranks, {})", collective_name(c.kind), c.group, c.size, link.name);
+  };
+  auto wait = [&](size_t j) {
+    if (end[j] < 0) start(j);
+    if (end[j] > now) {
+      stalled[what[j]] += end[j] - now;
+      now = end[j];
     }
   };
-  auto wait_at = [&](int64_t op) {
-    for (size_t j = 0; j < next; ++j) {
-      if (collectives[j].waited_at != op) continue;
-      if (end[j] < 0) start(j);
-      if (end[j] > now) {
-        stalled[what[j]] += end[j] - now;
-        now = end[j];
-      }
-    }
+  // Between two ops, the issues and waits there in the order the step made them.
+  size_t next = 0;  // the next collective to issue
+  std::vector<std::tuple<uint64_t, bool, size_t>> events;  // (sequence, a wait, collective)
+  auto between_ops = [&](size_t op) {
+    events.clear();
+    for (; next < collectives.size() && collectives[next].issued_at <= op; ++next)
+      events.push_back({collectives[next].issue_seq, false, next});
+    for (size_t j = 0; j < next; ++j)
+      if (collectives[j].waited_at == int64_t(op)) events.push_back({collectives[j].wait_seq, true, j});
+    std::sort(events.begin(), events.end());  // a collective's issue comes before its wait
+    for (const auto& [seq, waited, j] : events) waited ? wait(j) : issue(j);
   };
   for (size_t i = 0; i <= ops.size(); ++i) {
-    issue_until(i);
-    wait_at(int64_t(i));
+    between_ops(i);
     if (i == ops.size()) break;
     const double s = op_seconds(ops[i], machine.gpu, cal);
     t.compute_s += s;
     now += s;
   }
   for (size_t j = 0; j < collectives.size(); ++j) {  // the step ends when its last collective has
-    if (collectives[j].waited_at >= 0) continue;
-    if (end[j] < 0) start(j);
-    if (end[j] > now) {
-      stalled[what[j]] += end[j] - now;
-      now = end[j];
-    }
+    if (collectives[j].waited_at < 0) wait(j);
   }
   t.step_s = now;
   for (const auto& [w, s] : stalled) t.stalls.push_back({w, s});

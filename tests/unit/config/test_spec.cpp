@@ -179,6 +179,10 @@ TEST_CASE("every value of a key with choices reads into its typed value and writ
         OffloadTier::Nvme);
   CHECK(parse_run_spec(kGood, "spec.toml", {"train.recompute=full"}).train.recompute == Recompute::Full);
   CHECK_THAT(error_of(with("lr = 1e-3", "schedule = 2")), Catch::Contains("spec.toml:13: [optim] schedule must be a string, got an integer"));
+  // a --set replaces a bad value of the file, as it replaces any value
+  CHECK(parse_run_spec(with("lr = 1e-3", "schedule = \"cos\""), "spec.toml", {"optim.schedule=linear"}).optim.schedule ==
+        LrSchedule::Linear);
+  CHECK_THAT(error_of(with("lr = 1e-3", "schedule = \"cos\"")), Catch::Contains("spec.toml:13: [optim] schedule: 'cos'"));
 }
 
 TEST_CASE("TOML syntax errors give the line", "[config][errors]") {

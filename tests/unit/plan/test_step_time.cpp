@@ -54,6 +54,10 @@ TEST_CASE("a group's link: inside a machine, or the network through its members'
   CHECK(dp_across.bytes_per_s == Approx(2 * m.network.bytes_per_s));
   CHECK(group_link(16, 8, m).bytes_per_s == Approx(m.network.bytes_per_s));  // one a machine
   CHECK(group_link(64, 1, m).bytes_per_s == Approx(std::min(m.intra.bytes_per_s, 8 * m.network.bytes_per_s)));
+  // tensor 3 on 8-GPU machines: the group of ranks 6-8 crosses machines, and the job waits for it
+  CHECK(group_link(3, 1, m, 24).name != m.intra.name);
+  CHECK(group_link(4, 1, m, 16).name == m.intra.name);
+  CHECK(group_link(3, 1, m, 3).name == m.intra.name);  // one machine holds the whole job
   CHECK_THROWS_AS(machine_profile("tpu"), UserError);
 }
 
@@ -92,6 +96,16 @@ TEST_CASE("the step waits only where it waits: overlap from the recorded timelin
   ag.issued_at = 0, ag.waited_at = 2;
   CHECK(price_step(ops, {ag}, m, c, /*async=*/false).step_s == Approx(4));
   CHECK(price_step(ops, {ag}, m, c, /*async=*/true).step_s == Approx(3));
+  // between the same two ops, in the order the step made them: a wait for dp before a world
+  // collective is issued makes the world one start after the stall, not beside it
+  PlanBackend::Collective dp = ag, world = ag;
+  dp.bytes = 4e9;  // 2 s
+  dp.issued_at = 0, dp.waited_at = 1, dp.issue_seq = 0, dp.wait_seq = 1;
+  world.group = "world", world.issued_at = 1, world.waited_at = 1, world.issue_seq = 2, world.wait_seq = 3;
+  // op 0 (1 s); the wait for dp (till 2 s); world issued then (till 3 s) and waited; ops 1, 2
+  CHECK(price_step(ops, {dp, world}, m, c).step_s == Approx(5));
+  world.issue_seq = 1, dp.wait_seq = 2;  // world issued before the wait: beside it, from 1 s to 2 s
+  CHECK(price_step(ops, {dp, world}, m, c).step_s == Approx(4));
 }
 
 TEST_CASE("attention runs at the efficiency measured at the nearest shape", "[plan]") {
@@ -187,6 +201,22 @@ TEST_CASE("a machine file changes a built-in profile, and a bad key is named wit
   CHECK(cpu.calibration->attention_at(64, 1024).forward == 0.1);
   CHECK(cpu.calibration->vector == default_calibration().vector);
   CHECK_THAT(error("[calibration]\nname = \"x\"\n"), Catch::Contains("unknown key [calibration] name"));
+  CHECK(cpu.calibration->attention_at(64, 1024).backward == 0.1);  // one direction stands for both
+  CHECK_THAT(error("[machine]\nbase = \"h100\"\n[calibration]\ngemm = 1.5\n"),
+             Catch::Contains("[calibration] gemm must be a fraction in (0, 1]"));
+  CHECK_THAT(error("[machine]\nbase = \"h100\"\n[gpu]\ntflops = 1e300\n"), Catch::Contains("out of range"));
+  // a [calibration] without attention keeps the default's measured shapes
+  const MachineProfile gemm_only = read_machine_profile(write("[machine]\nbase = \"h100\"\n[calibration]\ngemm = 0.5\n"));
+  CHECK(gemm_only.calibration->attention.size() == default_calibration().attention.size());
+  // a GPU's profile by its device name: the model as a whole word
+  MachineProfile found;
+  CHECK(machine_profile_for_gpu("NVIDIA H100 80GB HBM3", found));
+  CHECK(found.name == "h100");
+  CHECK(machine_profile_for_gpu("NVIDIA A100-SXM4-80GB", found));
+  CHECK(found.name == "a100");
+  CHECK(!machine_profile_for_gpu("NVIDIA L40S", found));  // not an L4
+  CHECK(machine_profile_for_gpu("NVIDIA L4", found));
+  CHECK(found.name == "l4");
   std::filesystem::remove_all(dir);
 }
 
