@@ -64,12 +64,16 @@ bool machine_profile_for_gpu(const std::string& device_name, MachineProfile& out
   return !best.empty();
 }
 
+std::string machine_profile_list() {
+  std::string out;
+  for (const std::string& n : machine_profile_names()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 MachineProfile machine_profile(const std::string& name) {
   for (const MachineProfile& m : builtin())
     if (m.name == name) return m;
-  std::string known;
-  for (const std::string& n : machine_profile_names()) known += (known.empty() ? "" : ", ") + n;
-  user_error("machine profile '{}': not one of {} (or a .toml machine file)", name, known);
+  user_error("machine profile '{}': not one of {} (or a .toml machine file)", name, machine_profile_list());
 }
 
 }  // namespace zt

@@ -60,6 +60,7 @@ struct MachineProfile {
 // in machine.cpp and docs/commands.md); UserError naming the known ones for another name.
 MachineProfile machine_profile(const std::string& name);
 std::vector<std::string> machine_profile_names();
+std::string machine_profile_list();  // "h100, h200, ...", for messages
 // The built-in profile of the GPU a device name names ("NVIDIA H200, 580.159.04, ..." -> h200;
 // the longest GPU model in it wins: A100 over A10); false when none.
 bool machine_profile_for_gpu(const std::string& device_name, MachineProfile& out);

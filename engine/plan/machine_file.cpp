@@ -27,11 +27,7 @@ MachineProfile read_machine_profile(const std::string& path) {
     const auto base = (*top)["base"].value<std::string>();
     const auto known = machine_profile_names();
     if (!base || std::find(known.begin(), known.end(), *base) == known.end())
-      user_error("{}: [machine] base must be one of the built-in profiles ({})", path, fmt::format("{}", [&] {
-                   std::string k;
-                   for (const std::string& n : known) k += (k.empty() ? "" : ", ") + n;
-                   return k;
-                 }()));
+      user_error("{}: [machine] base must be one of the built-in profiles ({})", path, machine_profile_list());
     m = machine_profile(*base);
     m.source = fmt::format("{} (on {})", path, *base);
   } else {
@@ -117,12 +113,7 @@ MachineProfile read_machine_profile(const std::string& path) {
   if (m.gpu.tflops <= 0 || m.gpu.vector_tflops <= 0 || m.gpu.bytes_per_s <= 0 || m.intra.bytes_per_s <= 0 ||
       m.network.bytes_per_s <= 0)
     user_error("{}: a machine needs [gpu] tflops, vector_tflops and memory_gb_per_s, and [intra] and [network] "
-               "bus_gb_per_s (or [machine] base = a built-in profile: {})", path,
-               [] {
-                 std::string k;
-                 for (const std::string& n : machine_profile_names()) k += (k.empty() ? "" : ", ") + n;
-                 return k;
-               }());
+               "bus_gb_per_s (or [machine] base = a built-in profile: {})", path, machine_profile_list());
   return m;
 }
 

@@ -69,12 +69,13 @@ void check_footprint_fits(const RunSpec& spec, int world, DType compute, const M
            "");
 }
 
-LayoutPlan check_memory_fits(const RunSpec& spec_in, int world, DeviceKind kind, DType compute, const MemoryBudget& b) {
+LayoutPlan check_memory_fits(const RunSpec& spec_in, int world, DeviceKind kind, DType compute, const MemoryBudget& b,
+                             const MachineProfile* machine) {
   RunSpec spec = spec_in;
   spec.precision.compute = precision_choice_of(compute);  // as the backend resolved it
   check_footprint_fits(spec, world, compute, b);
   const double per_rank = b.device == SIZE_MAX ? 1e300 : double(b.device) / b.sharing;
-  LayoutPlan plan = plan_layout(spec, world, kind, nullptr);
+  LayoutPlan plan = plan_layout(spec, world, kind, machine);
   const double peak = double(plan.peak_device());
   if (b.device != SIZE_MAX && peak * b.sharing > double(b.device))
     refuse(spec, b, peak, planned_needs(plan), offload_hint(spec, world, kind, per_rank));

@@ -25,11 +25,12 @@ struct MemoryBudget {
 // The plan of this spec on `world` ranks of a `kind` backend computing in `compute`; UserError
 // naming the bytes needed and available (and the offload setting that would fit) when its peak
 // does not fit `budget`. The caller checks the plan's pinned and NVMe bytes against the pool and
-// nvme_path.
+// nvme_path. With `machine`, the plan's step is also priced on it (step_time.h).
 // The footprint guard alone, which check_memory_fits runs first: UserError when the activations
 // or this rank's gradient shard alone exceed `budget` (`ztrain plan` runs it before building a
 // plan that could not fit: an absurd shape is refused at once, not after filling the host).
 void check_footprint_fits(const RunSpec& spec, int world, DType compute, const MemoryBudget& budget);
-LayoutPlan check_memory_fits(const RunSpec& spec, int world, DeviceKind kind, DType compute, const MemoryBudget& budget);
+LayoutPlan check_memory_fits(const RunSpec& spec, int world, DeviceKind kind, DType compute, const MemoryBudget& budget,
+                             const MachineProfile* machine = nullptr);
 
 }  // namespace zt

@@ -58,18 +58,20 @@ void build_run_job(const RunSpec& spec, Topology& topo, RunJob& out) {
   budget.pinned = pinned.limit;
   budget.where = !spec.run.device_memory_limit.empty() ? "[run] device_memory_limit"
                  : be.kind() == DeviceKind::CPU ? "this machine" : "the GPU";
-  const LayoutPlan plan = check_memory_fits(spec, topo.world_size, be.kind(), be.compute_dtype(), budget);
+  // on a GPU ztrain has a profile of, the same plan also prices the step there (the ranks taken as
+  // filling 8-GPU machines of that GPU, as the built-in profiles have them)
+  MachineProfile profile;
+  const bool priced = be.kind() == DeviceKind::CUDA && machine_profile_for_gpu(be.name(), profile);
+  const LayoutPlan plan =
+      check_memory_fits(spec, topo.world_size, be.kind(), be.compute_dtype(), budget, priced ? &profile : nullptr);
   if (spec.offload.optimizer == OffloadTier::Nvme)  // room for this rank's files (masters, moments, parameters on NVMe)
     run_agreed(*topo.world, [&] { check_nvme_path(spec.offload.nvme_path, uint64_t(plan.nvme_bytes)); });
   // the offloaded states, the NVMe tier's block buffers and the checkpoint staging within the pinned pool
   run_agreed(*topo.world, [&] { check_pinned_fits(pinned, double(plan.memory.pinned_host), spec); });
   out.job = std::make_unique<Job>(spec, topo, be, ZeroPlacement(spec));
   if (topo.is_root()) log_precision(spec, *out.job);
-  MachineProfile profile;
-  if (topo.is_root() && be.kind() == DeviceKind::CUDA && machine_profile_for_gpu(be.name(), profile)) {
-    // the ranks are taken as filling 8-GPU machines of that GPU, as the built-in profiles have them
-    const LayoutPlan priced = plan_layout(spec, topo.world_size, DeviceKind::CUDA, &profile);
-    out.predicted_step_ms = priced.time.step_s * 1e3, out.predicted_on = profile.name;
+  if (priced && topo.is_root()) {
+    out.predicted_step_ms = plan.time.step_s * 1e3, out.predicted_on = profile.name;
     spdlog::info("plan: a step predicted at {:.3g} ms on the {} profile ({}; calibration {})", out.predicted_step_ms,
                  profile.name, profile.source, default_calibration().source);
   }
