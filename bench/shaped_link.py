@@ -2,11 +2,11 @@
 """The planner's step time against measured steps over a shaped network: two "machines" (network
 namespaces, tests/multihost/netns_hosts.py) joined by a link limited by a token-bucket filter
 (tc tbf; netem is missing in this kernel), one rank each, the CPU backend, one thread a rank.
-1. This CPU as the planner sees it: the start-up GEMM probe's TFLOP/s and one efficiency, the
-   measured step of a single-rank reference run over the planned one (its compute alone);
-2. the link as the job's ranks see it: `ztrain doctor` under mpirun over the two hosts (the
-   all-reduce bus bandwidth through the filter);
-3. those two written as a machine file; three layouts of a small GPT-2 over the two hosts
+1. the machine as `ztrain doctor --write-machine` measures it under mpirun over the two hosts:
+   this CPU's GEMM probe, and each collective's bus bandwidth and latency through the filter;
+2. the compute's efficiency against the probe, from a single-rank reference run (its measured step
+   over the planned one), written into that file's [calibration];
+3. three layouts of a small GPT-2 over the two hosts
    (T1 D2 ZeRO-0, T1 D2 ZeRO-3, T2 D1: tensor parallelism across the slow link), each trained a
    few steps, the median step time against `ztrain plan --world 2 --machine FILE`.
 Prints each layout's predicted and measured step and their ratio, and whether the planner ranks
@@ -59,25 +59,22 @@ def main():
                                                          "eval_every": 0, "sample_tokens": 0},
                                      seed=3, threads=1, comm__timeout_s=120)
 
-        # 1. the CPU: one rank, here (no link in its step)
+        # 1. the machine as `ztrain doctor` measures it over the two hosts: this CPU (its GEMM probe
+        # with the job's one thread) and the link, shaped both ways
+        for h in hosts.names:
+            for dev, ns in ((hosts.veth[h], None), ("eth0", hosts.netns[h])):
+                cmd = ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", args.rate, "burst", "64kb",
+                       "latency", "100ms"]
+                subprocess.run((["ip", "netns", "exec", ns] if ns else []) + cmd, check=True)
         ref = spec("reference", 4)
-        p = testlib.run([args.ztrain, "train", ref], check=False, env=env, timeout=900)
-        m = re.search(r"MFU against ([\d.]+) TFLOP/s", p.stderr)
-        ref_ms = median_step_ms(os.path.join(work, "run_reference"))
-        if p.returncode != 0 or not m or not ref_ms:
-            print(f"FAIL: the reference run: exit {p.returncode}: {p.stderr[-600:]}")
+        cpu = os.path.join(work, "measured.toml")
+        p = subprocess.run([*hosts.mpirun(2, 1), args.ztrain, "doctor", ref, "--write-machine", cpu], env=env,
+                           capture_output=True, text=True, timeout=600)
+        m = re.search(r"collectives .*?: (all-reduce .*)", p.stdout)
+        if not m or not os.path.exists(cpu):
+            print(f"FAIL: doctor over the shaped link: {p.stdout[-900:]} {p.stderr[-600:]}")
             return 1
-        tflops = float(m.group(1))
-        cpu = os.path.join(work, "cpu.toml")
-
-        def machine_file(bus, efficiency):
-            with open(cpu, "w") as f:
-                f.write(f"[machine]\nname = \"netns\"\ngpus_per_machine = 1\n[gpu]\nname = \"CPU, 1 thread\"\n"
-                        f"tflops = {tflops}\nvector_tflops = {tflops}\nmemory_gb_per_s = 5\nmemory_gb = 8\n"
-                        f"[intra]\nbus_gb_per_s = {bus}\n[network]\nname = \"tbf {args.rate}\"\n"
-                        f"bus_gb_per_s = {bus}\nstep_latency_us = 100\n[calibration]\ngemm = {efficiency}\n"
-                        f"memory = {efficiency}\nvector = {efficiency}\nattention_forward = {efficiency}\n"
-                        f"attention_backward = {efficiency}\n")
+        print(f"the link: tbf {args.rate}, as ztrain doctor measured it: {m.group(1)}", flush=True)
 
         def planned_ms(path, world, sets=()):
             p = testlib.run([args.ztrain, "plan", path, "--world", str(world), "--machine", cpu, "--json",
@@ -86,26 +83,22 @@ def main():
                 raise SystemExit(f"FAIL: ztrain plan: {p.stderr[-600:]}")
             return json.loads(p.stdout)["predicted_step_ms"]
 
-        machine_file(1, 1)
-        efficiency = planned_ms(ref, 1) / ref_ms
-        print(f"this CPU: GEMM probe {tflops} TFLOP/s, reference step {ref_ms:.1f} ms measured: efficiency "
-              f"{efficiency:.3f} of the probe", flush=True)
-
-        # 2. the link, shaped both ways, as the ranks see it
-        for h in hosts.names:
-            for dev, ns in ((hosts.veth[h], None), ("eth0", hosts.netns[h])):
-                cmd = ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", args.rate, "burst", "64kb",
-                       "latency", "100ms"]
-                subprocess.run((["ip", "netns", "exec", ns] if ns else []) + cmd, check=True)
-        p = subprocess.run([*hosts.mpirun(2, 1), args.ztrain, "doctor"], env=env, capture_output=True, text=True,
-                           timeout=600)
-        m = re.search(r"bus bandwidth ([\d.]+) GB/s", p.stdout)
-        if not m:
-            print(f"FAIL: doctor over the shaped link: {p.stdout[-600:]} {p.stderr[-600:]}")
+        # 2. the compute's efficiency: one rank, here (no link in its step), against its plan on the
+        # probe's figures; written as the machine file's [calibration] (doctor's is 1: the probe)
+        p = testlib.run([args.ztrain, "train", ref], check=False, env=env, timeout=900)
+        ref_ms = median_step_ms(os.path.join(work, "run_reference"))
+        if p.returncode != 0 or not ref_ms:
+            print(f"FAIL: the reference run: exit {p.returncode}: {p.stderr[-600:]}")
             return 1
-        bus = float(m.group(1))
-        machine_file(bus, efficiency)
-        print(f"the link: tbf {args.rate}, all-reduce bus bandwidth {bus} GB/s measured by ztrain doctor", flush=True)
+        efficiency = planned_ms(ref, 1) / ref_ms
+        with open(cpu) as f:
+            text = f.read()
+        with open(cpu, "w") as f:
+            f.write(text[:text.index("[calibration]")] + "[calibration]\n" + "".join(
+                f"{k} = {min(1.0, efficiency)}\n" for k in ("gemm", "attention_forward", "attention_backward",
+                                                             "memory", "vector")))
+        print(f"this CPU: reference step {ref_ms:.1f} ms measured: efficiency {efficiency:.3f} of doctor's probe",
+              flush=True)
 
         # 3. three layouts over the two hosts
         rows = []

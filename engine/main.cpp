@@ -59,9 +59,12 @@ commands:
   debug dump-state SPEC.toml --out FILE.h5 [--steps N]
                                 write initial parameters, first batch, loss and gradients (and,
                                 with --steps, N training steps) to HDF5 for parity tests
-  doctor [SPEC.toml]            checks this machine before a job: GPUs, driver, NCCL, MPI, all-reduce
-                                bandwidth (under mpirun), memory, ulimits, and with a spec its data
-                                sources and directories; PASS / WARN / FAIL with the fix (exit 1 on FAIL)
+  doctor [SPEC.toml] [--write-machine FILE.toml]
+                                checks this machine before a job: GPUs, driver, NCCL, MPI, the
+                                collectives' bandwidth inside and across machines (under mpirun),
+                                memory, ulimits, and with a spec its data sources and directories;
+                                PASS / WARN / FAIL with the fix (exit 1 on FAIL); --write-machine:
+                                the measured machine profile, for ztrain plan --machine
   report RUN_DIR [--out F.png]  a PNG dashboard of a run (loss, tokens/s and MFU, the step breakdown,
                                 memory over time) from its metrics.jsonl, drawn by gnuplot
   export CHECKPOINT --format hf --out DIR [--dtype fp32|bf16|fp16] [--max-file-size 5GB]
@@ -91,6 +94,7 @@ before training starts (every check exits 2 with one message):
 
 struct Cli {
   std::string command, spec_path, out;
+  std::string write_machine;  // doctor
   std::vector<std::string> overrides;
   int steps = 0;
   bool verbose = false, help = false;
@@ -127,6 +131,7 @@ Cli parse_cli(int argc, char** argv) {
     else if (a == "--world") c.plan.world = int(parse_count(value(), "--world", 1, 1 << 20));
     else if (a == "--gpu") c.plan.gpu = value();
     else if (a == "--machine") c.plan.machine = value();
+    else if (a == "--write-machine") c.write_machine = value();
     else if (a == "--calibration") c.plan.calibration = value();
     else if (a == "--compare")  // names or files, comma-separated or repeated
       for (std::string v = value(), item; !v.empty();) {
@@ -238,7 +243,7 @@ int run(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return c.command.empty() && !c.help ? 2 : 0;
   }
-  if (c.command == "doctor") return run_doctor(c.spec_path.empty() ? nullptr : &spec);
+  if (c.command == "doctor") return run_doctor(c.spec_path.empty() ? nullptr : &spec, c.write_machine);
   if (c.command == "report") {
     if (c.spec_path.empty()) user_error("report: missing RUN_DIR");
     std::optional<RunSpec> resolved;

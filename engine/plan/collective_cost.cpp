@@ -29,11 +29,22 @@ double bus_factor(CollectiveKind kind, int n) {
   return 0;
 }
 
-double collective_seconds(CollectiveKind kind, double bytes, int n, const Link& link) {
+int collective_steps(CollectiveKind kind, int n) {
   if (n <= 1) return 0;
   const int twice = kind == CollectiveKind::AllReduce ? 2 : 1;
-  const int steps = twice * std::min(n - 1, int(std::ceil(std::log2(double(n)))));
-  return steps * link.step_latency_s + bytes * bus_factor(kind, n) / link.bytes_per_s;
+  return twice * std::min(n - 1, int(std::ceil(std::log2(double(n)))));
+}
+
+double link_bus_bandwidth(const Link& link, CollectiveKind kind) {
+  const double own = kind == CollectiveKind::ReduceScatter ? link.reduce_scatter_bytes_per_s
+                     : kind == CollectiveKind::AllGather   ? link.all_gather_bytes_per_s
+                                                           : 0;
+  return own > 0 ? own : link.bytes_per_s;
+}
+
+double collective_seconds(CollectiveKind kind, double bytes, int n, const Link& link) {
+  if (n <= 1) return 0;
+  return collective_steps(kind, n) * link.step_latency_s + bytes * bus_factor(kind, n) / link_bus_bandwidth(link, kind);
 }
 
 Link group_link(int size, int stride, const MachineProfile& m, int world) {
@@ -44,6 +55,10 @@ Link group_link(int size, int stride, const MachineProfile& m, int world) {
   const int members = std::max(1, std::min(size, per_machine / std::min(std::max(1, stride), per_machine)));
   Link l = m.network;
   l.bytes_per_s = std::min(m.intra.bytes_per_s, members * m.network.bytes_per_s);
+  for (const auto kind : {CollectiveKind::ReduceScatter, CollectiveKind::AllGather}) {
+    double& own = kind == CollectiveKind::ReduceScatter ? l.reduce_scatter_bytes_per_s : l.all_gather_bytes_per_s;
+    own = std::min(link_bus_bandwidth(m.intra, kind), members * link_bus_bandwidth(m.network, kind));
+  }
   l.step_latency_s = std::max(m.intra.step_latency_s, m.network.step_latency_s);
   if (members > 1) l.name = fmt::format("{}, {} GPUs a machine", m.network.name, members);
   return l;

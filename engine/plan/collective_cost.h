@@ -19,6 +19,12 @@ const char* collective_name(CollectiveKind k);  // "all-reduce", ...
 // nccl-tests' bus-bandwidth factor of `kind` over n ranks.
 double bus_factor(CollectiveKind kind, int n);
 
+// The latency steps of `kind` over n ranks: the ring's or the tree's, whichever is fewer.
+int collective_steps(CollectiveKind kind, int n);
+
+// The bus bandwidth `link` moves `kind` at (its own figure where measured, else the all-reduce's).
+double link_bus_bandwidth(const Link& link, CollectiveKind kind);
+
 // Seconds for `kind` over n ranks on `link`; `bytes`: nccl-tests' size S (the whole buffer: the
 // all-gather's output, the reduce-scatter's input). 0 for one rank.
 double collective_seconds(CollectiveKind kind, double bytes, int n, const Link& link);

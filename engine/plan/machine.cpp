@@ -31,12 +31,12 @@ Link tcp(double gbit_per_gpu) { return {fmt::format("TCP {:g} Gb/s per GPU", gbi
 
 std::vector<MachineProfile> builtin() {
   return {
-      {"h100", kH100, 8, kNvlink4, ib(400), 0, "8x H100 SXM, NVSwitch, 400 Gb/s InfiniBand per GPU"},
-      {"h200", kH200, 8, kNvlink4, ib(400), 0, "8x H200 SXM, NVSwitch, 400 Gb/s InfiniBand per GPU"},
-      {"a100", kA100, 8, kNvlink3, ib(200), 0, "8x A100 SXM 80GB, NVSwitch, 200 Gb/s InfiniBand per GPU"},
-      {"a10", kA10, 8, kPcie4, tcp(12.5), 0, "8x A10 24GB on PCIe 4.0, 100 Gb/s per machine"},
-      {"l4", kL4, 8, kPcie4, tcp(12.5), 0, "8x L4 on PCIe 4.0, 100 Gb/s per machine"},
-      {"h100-tcp", kH100, 8, kNvlink4, tcp(25), 0, "8x H100 SXM, NVSwitch, 200 Gb/s TCP per machine (no RDMA)"},
+      {"h100", kH100, 8, kNvlink4, ib(400), 0, "8x H100 SXM, NVSwitch, 400 Gb/s InfiniBand per GPU", std::nullopt},
+      {"h200", kH200, 8, kNvlink4, ib(400), 0, "8x H200 SXM, NVSwitch, 400 Gb/s InfiniBand per GPU", std::nullopt},
+      {"a100", kA100, 8, kNvlink3, ib(200), 0, "8x A100 SXM 80GB, NVSwitch, 200 Gb/s InfiniBand per GPU", std::nullopt},
+      {"a10", kA10, 8, kPcie4, tcp(12.5), 0, "8x A10 24GB on PCIe 4.0, 100 Gb/s per machine", std::nullopt},
+      {"l4", kL4, 8, kPcie4, tcp(12.5), 0, "8x L4 on PCIe 4.0, 100 Gb/s per machine", std::nullopt},
+      {"h100-tcp", kH100, 8, kNvlink4, tcp(25), 0, "8x H100 SXM, NVSwitch, 200 Gb/s TCP per machine (no RDMA)", std::nullopt},
   };
 }
 

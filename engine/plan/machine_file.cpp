@@ -57,8 +57,12 @@ MachineProfile read_machine_profile(const std::string& path) {
                {"memory_gb_per_s", [&](double v) { m.gpu.bytes_per_s = v * GB; }},
                {"memory_gb", [&](double v) { m.gpu.memory_bytes = v * GB; }}}},
       {"intra", {{"bus_gb_per_s", [&](double v) { m.intra.bytes_per_s = v * GB; }},
+               {"reduce_scatter_gb_per_s", [&](double v) { m.intra.reduce_scatter_bytes_per_s = v * GB; }},
+               {"all_gather_gb_per_s", [&](double v) { m.intra.all_gather_bytes_per_s = v * GB; }},
                  {"step_latency_us", [&](double v) { m.intra.step_latency_s = v * 1e-6; }}}},
       {"network", {{"bus_gb_per_s", [&](double v) { m.network.bytes_per_s = v * GB; }},
+               {"reduce_scatter_gb_per_s", [&](double v) { m.network.reduce_scatter_bytes_per_s = v * GB; }},
+               {"all_gather_gb_per_s", [&](double v) { m.network.all_gather_bytes_per_s = v * GB; }},
                    {"step_latency_us", [&](double v) { m.network.step_latency_s = v * 1e-6; }}}},
       // fractions of the [gpu] figures its ops reach (absent: the default calibration's)
       {"calibration", {{"gemm", [&](double v) { cal().gemm = v; }},
@@ -115,6 +119,45 @@ MachineProfile read_machine_profile(const std::string& path) {
     user_error("{}: a machine needs [gpu] tflops, vector_tflops and memory_gb_per_s, and [intra] and [network] "
                "bus_gb_per_s (or [machine] base = a built-in profile: {})", path, machine_profile_list());
   return m;
+}
+
+std::string machine_file_text(const MachineProfile& m, const std::string& base, const std::string& comment) {
+  std::string t;
+  for (size_t at = 0; at < comment.size();) {
+    const size_t nl = std::min(comment.find('\n', at), comment.size());
+    t += "# " + comment.substr(at, nl - at) + "\n";
+    at = nl + 1;
+  }
+  auto quoted = [](const std::string& s) {  // a TOML basic string
+    std::string q = "\"";
+    for (const char c : s) q += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+    return q + "\"";
+  };
+  // 17 significant digits: what is read back is the double written
+  auto num = [](double v) { return fmt::format("{:.17g}", v); };
+  t += "[machine]\n";
+  if (!base.empty()) t += "base = " + quoted(base) + "\n";
+  t += "name = " + quoted(m.name) + "\ngpus_per_machine = " + std::to_string(m.gpus_per_machine) + "\n";
+  if (m.price_per_hour > 0) t += "price_per_hour = " + num(m.price_per_hour) + "\n";
+  if (base.empty())
+    t += fmt::format("[gpu]\nname = {}\ntflops = {}\nvector_tflops = {}\nmemory_gb_per_s = {}\nmemory_gb = {}\n",
+                     quoted(m.gpu.name), num(m.gpu.tflops), num(m.gpu.vector_tflops), num(m.gpu.bytes_per_s / 1e9),
+                     num(m.gpu.memory_bytes / 1e9));
+  for (const auto& [section, l] : {std::pair<const char*, const Link&>{"intra", m.intra}, {"network", m.network}}) {
+    t += fmt::format("[{}]\nname = {}\nbus_gb_per_s = {}\nstep_latency_us = {}\n", section, quoted(l.name),
+                     num(l.bytes_per_s / 1e9), num(l.step_latency_s * 1e6));
+    if (l.reduce_scatter_bytes_per_s > 0) t += "reduce_scatter_gb_per_s = " + num(l.reduce_scatter_bytes_per_s / 1e9) + "\n";
+    if (l.all_gather_bytes_per_s > 0) t += "all_gather_gb_per_s = " + num(l.all_gather_bytes_per_s / 1e9) + "\n";
+  }
+  if (m.calibration) {
+    const Calibration& c = *m.calibration;
+    // one attention figure a direction (a file's [calibration] has no shapes): none measured is as the GEMMs
+    const Calibration::Attention a = c.attention.empty() ? Calibration::Attention{0, 0, c.gemm, c.gemm}
+                                                         : c.attention.front();
+    t += fmt::format("[calibration]\ngemm = {}\nattention_forward = {}\nattention_backward = {}\nmemory = {}\n"
+                     "vector = {}\n", num(c.gemm), num(a.forward), num(a.backward), num(c.memory), num(c.vector));
+  }
+  return t;
 }
 
 }  // namespace zt

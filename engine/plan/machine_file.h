@@ -7,9 +7,12 @@
 //   price_per_hour = 98.32   # the whole machine; prints the cost per billion tokens
 //   [gpu]                    # name, tflops (bf16 dense), vector_tflops (fp32), memory_gb_per_s, memory_gb
 //   [intra]                  # name, bus_gb_per_s, step_latency_us: between the GPUs of a machine
+//                            # (reduce_scatter_gb_per_s, all_gather_gb_per_s where they differ)
 //   [network]                # the same, across machines, per GPU
+//   [calibration]            # gemm, attention_forward, attention_backward, memory, vector:
+//                            # fractions of the [gpu] figures (default: the built-in calibration)
 //
-// `ztrain doctor` under mpirun measures the links of a cluster. Every key is checked: an unknown
+// `ztrain doctor --write-machine FILE.toml` under mpirun writes one with the links it measured. Every key is checked: an unknown
 // one, a wrong type or a value out of range is a UserError naming the file, line and key.
 #pragma once
 #include <string>
@@ -19,5 +22,10 @@
 namespace zt {
 
 MachineProfile read_machine_profile(const std::string& path);
+
+// The text of a machine file that reads back as `m` (its [calibration] too, where it has its own);
+// `base`: a built-in profile the file names for its [gpu] instead of writing it ("" for none);
+// `comment`: the file's first lines (each prefixed "# ").
+std::string machine_file_text(const MachineProfile& m, const std::string& base, const std::string& comment);
 
 }  // namespace zt

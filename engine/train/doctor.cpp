@@ -12,6 +12,7 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,11 +21,15 @@
 #include "engine/backend/nvml.h"
 #include "engine/checkpoint/remote.h"
 #include "engine/comm/topology.h"
+#include "engine/core/atomic_file.h"
 #include "engine/core/byte_size.h"
 #include "engine/core/status.h"
 #include "engine/config/data_options.h"
 #include "engine/observe/throughput.h"
 #include "engine/plan/layout_plan.h"
+#include "engine/plan/machine_file.h"
+#include "engine/plan/step_time.h"
+#include "engine/train/link_probe.h"
 #include "engine/train/trainer.h"
 
 namespace zt {
@@ -170,73 +175,113 @@ void host_checks(bool gpus, std::vector<Check>& out) {
   out.push_back({Level::Pass, "mpi", v, ""});
 }
 
-// The job's all-reduce bus bandwidth over MPI (host memory), as ztrain-bench-comm measures it, in
-// bytes/s; 0 on one rank.
-double allreduce_check(std::vector<Check>& out) {
+// The job's links, measured as its step moves data (train/link_probe.h): its ranks together, and
+// inside and across machines apart where they can be told apart. Nothing on one rank.
+std::optional<MeasuredLinks> links_check(const RunSpec* spec, std::vector<Check>& out) {
   if (!dist_active()) {
-    out.push_back({Level::Pass, "all-reduce", "one rank (launch under mpirun -np N to measure the job's ranks)", ""});
-    return 0;
+    out.push_back({Level::Pass, "collectives", "one rank (launch under mpirun -np N to measure the job's ranks)", ""});
+    return std::nullopt;
   }
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  std::vector<float> buf(size_t(8) << 20, 1.0f);  // 32 MiB
-  MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);  // warm-up
-  MPI_Barrier(MPI_COMM_WORLD);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < 3; ++i) MPI_Allreduce(MPI_IN_PLACE, buf.data(), int(buf.size()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 3;
-  const double busbw = double(buf.size()) * 4 / s * 2.0 * (n - 1) / n / 1e9;
-  out.push_back({Level::Pass, "all-reduce",
-                 fmt::format("{} ranks, 32 MiB over MPI in host memory: bus bandwidth {:.3g} GB/s "
-                             "(ztrain-bench-comm for every size; NCCL for GPU buffers)", n, busbw),
-                 ""});
-  return busbw * 1e9;
+  // a GPU job on NCCL: NCCL between the GPUs' memory, as its step; else MPI in host memory. Every
+  // rank must open its GPU, or none measures on one (a rank alone in a collective waits forever).
+  int world = 1, local = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local);
+  MPI_Comm_free(&node);
+  std::unique_ptr<Backend> gpu;
+  if (spec && spec->run.device == DeviceChoice::Cuda && spec->comm.backend != CommBackendChoice::Mpi) {
+    try {
+      gpu = make_backend(DeviceChoice::Cuda, 1, local);
+    } catch (const std::exception&) {
+    }
+    int all = gpu != nullptr;
+    MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) gpu.reset();
+  }
+  MeasuredLinks links;
+  try {
+    links = measure_links(spec ? spec->comm.timeout_s : 600, gpu.get());
+  } catch (const std::exception& e) {  // NCCL unavailable: the job would fail the same way
+    out.push_back({Level::Fail, "collectives", e.what(), "see the NCCL lines above"});
+    return std::nullopt;
+  }
+  const std::string path = gpu ? "NCCL in GPU memory" : "MPI in host memory";
+  const std::string where = links.per_machine > 0 ? fmt::format("{} machine{} of {}", links.machines,
+                                                                links.machines > 1 ? "s" : "", links.per_machine)
+                                                  : fmt::format("{} machines, unevenly filled", links.machines);
+  out.push_back({Level::Pass, "collectives", fmt::format("{} ranks ({}), {}, 16 MiB: {}", world, where,
+                                                         path, link_figures(links.world)), ""});
+  if (links.machines > 1 && links.per_machine > 1) {  // else they are the world's figures
+    out.push_back({Level::Pass, "inside machines", link_figures(*links.intra), ""});
+    out.push_back({Level::Pass, "across machines", link_figures(*links.network), ""});
+  }
+  return links;
 }
 
-// This machine's device as the planner prices it: the GPU's built-in profile (the default
-// calibration), or the CPU as measured here (the start-up GEMM probe, a memcpy's bandwidth; the
-// calibration 1: the figures are what it achieves). The links are the bus bandwidth measured
-// between the job's ranks, inside and across machines alike.
-// Nothing (an empty name) for a CUDA job on a GPU with no profile.
-std::pair<MachineProfile, Calibration> measured_machine(const RunSpec& spec, double busbw, int world) {
-  MachineProfile m;
-  Calibration c = default_calibration();
-  if (spec.run.device == DeviceChoice::Cuda) {  // "auto" runs on the CPU (make_backend)
-    Nvml nvml;
-    if (!nvml.ok() || !machine_profile_for_gpu(nvml.info(0).name, m))
-      return {};  // no profile of this GPU: not priced
+// This machine as the planner prices it: the GPU's built-in profile (its `base`; the default
+// calibration), or the CPU as measured here (the start-up GEMM probe, a memcpy's bandwidth; its own
+// calibration of 1: the figures are what it achieves); the links as measured. A GPU job's device is
+// its GPU; without a spec, a GPU if there is one. Nothing (an empty name) for a GPU with no profile.
+struct MeasuredMachine {
+  MachineProfile machine;
+  std::string base;  // the built-in profile of the GPU; "" for the CPU
+};
+MeasuredMachine measured_machine(const RunSpec* spec, const MeasuredLinks& links) {
+  MeasuredMachine out;
+  MachineProfile& m = out.machine;
+  Nvml nvml;
+  const bool gpu = spec ? spec->run.device == DeviceChoice::Cuda : nvml.ok();  // "auto" runs on the CPU
+  if (gpu) {
+    if (!nvml.ok() || !machine_profile_for_gpu(nvml.info(0).name, m)) return {};  // no profile of this GPU
+    out.base = m.name;
   } else {
-    auto cpu = make_cpu_backend(int(spec.run.threads));
+    const RunSpec plain;
+    const RunSpec& s = spec ? *spec : plain;
+    auto cpu = make_cpu_backend(int(s.run.threads));
     std::vector<char> a(size_t(256) << 20, 1), b(a.size());
     const auto t0 = std::chrono::steady_clock::now();
     std::memcpy(b.data(), a.data(), a.size());
     // read what was copied: a copy into a buffer nobody reads may be optimized away
     volatile char sink = b[b.size() / 2];
     (void)sink;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double tflops = device_peak(spec, *cpu).tflops;
-    m.gpu = {"CPU (measured)", tflops, tflops, 2.0 * double(a.size()) / s, double(cpu->memory_available())};
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // the slowest rank's figures: the job goes at its pace, and every rank prices the same machine
+    double figures[3] = {device_peak(s, *cpu).tflops, 2.0 * double(a.size()) / secs, double(cpu->memory_available())};
+    MPI_Allreduce(MPI_IN_PLACE, figures, 3, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+    m.gpu = {"CPU (measured)", figures[0], figures[0], figures[1], figures[2]};
+    Calibration c = default_calibration();
     c.gemm = c.memory = c.vector = 1;
     c.attention.clear();
-    c.source = "this machine, measured";
+    c.source = "this machine, measured by ztrain doctor";
+    m.calibration = c;
   }
   m.name = "measured";
-  m.gpus_per_machine = world;
-  m.intra = m.network = {"the job's ranks, all-reduce measured", busbw, 20e-6};
-  return {m, c};
+  m.source = "ztrain doctor";
+  int world = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  m.gpus_per_machine = links.per_machine > 0 ? links.per_machine : world;
+  const Link fallback = links.world;  // machines unevenly filled: the job's ranks together
+  m.intra = links.intra.value_or(links.network.value_or(fallback));
+  m.network = links.network.value_or(m.intra);
+  if (!links.intra) m.intra.name = "not measured (one rank a machine): as across machines";
+  if (!links.network) m.network.name = "not measured (one machine): as inside it";
+  return out;
 }
 
 // Whether this job's communication hides behind its compute on the measured network: the
 // planner's step (its collectives and waits, engine/plan/step_time.h) priced on measured_machine.
-void overlap_check(const RunSpec& spec, double busbw, std::vector<Check>& out) {
+void overlap_check(const RunSpec& spec, const MachineProfile& machine, std::vector<Check>& out) {
+  if (dist_world_rank() != 0) return;  // one verdict for the job: every rank priced the same machine
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  const auto [machine, cal] = measured_machine(spec, busbw, world);
   if (machine.name.empty()) {
     out.push_back({Level::Warn, "communication", "not priced: ztrain has no machine profile of this GPU", ""});
     return;
   }
-  const DeviceKind kind = machine.gpu.name == "CPU (measured)" ? DeviceKind::CPU : DeviceKind::CUDA;
+  const DeviceKind kind = spec.run.device == DeviceChoice::Cuda ? DeviceKind::CUDA : DeviceKind::CPU;
+  const Calibration cal = machine.calibration.value_or(default_calibration());
   LayoutPlan p;
   try {
     p = plan_layout(spec, world, kind, &machine, &cal);
@@ -261,14 +306,42 @@ void overlap_check(const RunSpec& spec, double busbw, std::vector<Check>& out) {
                              int64_t(spec.train.micro_batch * spec.model.seq_len))});
 }
 
+// Writes the measured machine for `ztrain plan --machine FILE` (rank 0).
+void machine_file_check(const MeasuredMachine& measured, const std::string& path, std::vector<Check>& out) {
+  if (measured.machine.name.empty()) {
+    out.push_back({Level::Fail, "machine file", path + ": not written: ztrain has no profile of this GPU", ""});
+    return;
+  }
+  if (dist_world_rank() != 0) return;
+  const MachineProfile& m = measured.machine;
+  const std::string text = machine_file_text(
+      m, measured.base,
+      fmt::format("A machine profile measured by `ztrain doctor`; use it with `ztrain plan SPEC --machine {}`.\n"
+                  "{} GPUs a machine; the GPU {}; inside: {}; across: {}", path, m.gpus_per_machine, measured.base.empty() ? "is this CPU as measured" : "is the built-in " + measured.base,
+                  m.intra.name, m.network.name));
+  try {
+    write_file_atomic(path, text);
+  } catch (const std::exception& e) {
+    out.push_back({Level::Fail, "machine file", e.what(), "a directory you can write to"});
+    return;
+  }
+  out.push_back({Level::Pass, "machine file", path + ": `ztrain plan SPEC --machine " + path + "` prices layouts on it", ""});
+}
+
 }  // namespace
 
-int run_doctor(const RunSpec* spec) {
+int run_doctor(const RunSpec* spec, const std::string& write_machine) {
   std::vector<Check> checks;
   gpu_checks(spec, checks);
   host_checks(Nvml().ok() || (spec && spec->run.device == DeviceChoice::Cuda), checks);  // GPUs pin host memory
-  const double busbw = allreduce_check(checks);
-  if (spec && busbw > 0) overlap_check(*spec, busbw, checks);
+  if (const auto links = links_check(spec, checks)) {
+    const MeasuredMachine measured = measured_machine(spec, *links);
+    if (spec) overlap_check(*spec, measured.machine, checks);
+    if (!write_machine.empty()) machine_file_check(measured, write_machine, checks);
+  } else if (!write_machine.empty()) {
+    checks.push_back({Level::Fail, "machine file", write_machine + ": not written: no links measured",
+                      "run under mpirun with 2 or more ranks, as the job will"});
+  }
   if (spec) {
     const data::DataOptions d = data_options(*spec);
     bool remote_data = false;

@@ -5,12 +5,15 @@
 // s3:// or http(s):// data source, the checkpoint store, and free space and write speed of
 // cache_dir, out_dir and the local checkpoint directory. Without a GPU the GPU lines say so.
 #pragma once
+#include <string>
+
 #include "engine/config/spec.h"
 
 namespace zt {
 
 // Prints the report (rank 0 everything; other ranks what is not a pass); returns 1 if any check
-// failed, else 0. `spec` may be null (machine checks only).
-int run_doctor(const RunSpec* spec);
+// failed, else 0. `spec` may be null (machine checks only). `write_machine`: a path to write the
+// measured machine profile to (engine/plan/machine_file.h), or "".
+int run_doctor(const RunSpec* spec, const std::string& write_machine);
 
 }  // namespace zt

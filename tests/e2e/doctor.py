@@ -3,8 +3,10 @@
 - on this machine without a GPU: exit 0, GPU lines say "no GPU", MPI, host memory and ulimits;
 - with a spec: an unreachable data source and an out_dir that cannot be created are FAILs (exit
   1) naming them and the fix; a reachable local dataset passes;
-- under mpirun: the job's all-reduce bus bandwidth is measured.
+- under mpirun: the collectives' bus bandwidths are measured, and written as a machine file on
+  which `ztrain plan --machine` prices the step doctor priced.
 """
+import json
 import os
 import re
 import shutil
@@ -22,7 +24,7 @@ def main():
         p = testlib.run([args.ztrain, "doctor"], check=False)
         lines = p.stdout.splitlines()
         expect(p.returncode == 0, f"doctor: exit {p.returncode}: {p.stdout}{p.stderr}")
-        for name in ("gpu", "host memory", "ulimit memlock", "ulimit nofile", "mpi", "all-reduce"):
+        for name in ("gpu", "host memory", "ulimit memlock", "ulimit nofile", "mpi", "collectives"):
             expect(any(re.match(rf"(PASS|WARN)\s+{re.escape(name)}\s", l) for l in lines), f"doctor: no {name} line: {lines}")
         print("doctor, no spec:\n  " + "\n  ".join(lines))
 
@@ -57,10 +59,13 @@ def main():
 
         if shutil.which("mpirun"):
             p = testlib.run([*testlib.mpirun(2), args.ztrain, "doctor"], check=False)
-            m = re.search(r"all-reduce\s+2 ranks, .* bus bandwidth ([\d.]+) GB/s", p.stdout)
-            expect(p.returncode == 0 and m and float(m.group(1)) > 0, f"doctor under mpirun: {p.stdout}{p.stderr[-300:]}")
+            m = re.search(r"collectives\s+2 ranks \(1 machine of 2\), MPI in host memory, 16 MiB: all-reduce ([\d.e+-]+), "
+                          r"reduce-scatter ([\d.e+-]+), all-gather ([\d.e+-]+) GB/s bus; ([\d.e+-]+) us a step", p.stdout)
+            expect(p.returncode == 0 and m and all(float(x) > 0 for x in m.groups()),
+                   f"doctor under mpirun: {p.stdout}{p.stderr[-300:]}")
             if m:
-                print(f"doctor under mpirun -np 2: all-reduce bus bandwidth {m.group(1)} GB/s")
+                print(f"doctor under mpirun -np 2: all-reduce, reduce-scatter, all-gather bus bandwidth "
+                      f"{m.group(1)}, {m.group(2)}, {m.group(3)} GB/s, {m.group(4)} us a step")
             # with a spec: the planner's step on this machine and that bandwidth, and the share of it
             # waiting for communication (PASS or WARN: the level depends on what was measured)
             zspec = os.path.join(work, "zero3.toml")
@@ -69,12 +74,24 @@ def main():
                                                  "seq_len": 16},
                                        "train": {"micro_batch": 1, "global_batch": 2},
                                        "parallel": {"zero_stage": 3}, "data": {"train": data}})
-            p = testlib.run([*testlib.mpirun(2), args.ztrain, "doctor", zspec], check=False)
+            machine = os.path.join(work, "measured.toml")
+            p = testlib.run([*testlib.mpirun(2), args.ztrain, "doctor", zspec, "--write-machine", machine], check=False)
             m = re.search(r"(PASS|WARN)\s+communication\s+tensor 1 x data 2, ZeRO-3, micro_batch 1: predicted step "
-                          r"[\d.e+]+ ms on CPU \(measured\), collectives [\d.e+]+ ms, (\d+)% of the step waiting", p.stdout)
+                          r"([\d.e+]+) ms on CPU \(measured\), collectives [\d.e+]+ ms, (\d+)% of the step waiting",
+                          p.stdout)
             expect(m is not None, f"doctor under mpirun with a ZeRO-3 spec: no communication line: {p.stdout}")
             if m:
-                print(f"doctor under mpirun -np 2, ZeRO-3, 16 tokens a micro-step: {m.group(1)}, {m.group(2)}% waiting")
+                print(f"doctor under mpirun -np 2, ZeRO-3, 16 tokens a micro-step: {m.group(1)}, {m.group(3)}% waiting")
+            # the machine it measured, written: `ztrain plan --machine` prices the same step on it
+            expect(re.search(r"PASS\s+machine file\s+", p.stdout) and os.path.exists(machine),
+                   f"doctor --write-machine: {p.stdout}")
+            if m and os.path.exists(machine):
+                q = testlib.run([args.ztrain, "plan", zspec, "--world", "2", "--machine", machine, "--json"], check=False)
+                planned = json.loads(q.stdout)["predicted_step_ms"] if q.returncode == 0 else None
+                expect(planned is not None and abs(planned / float(m.group(2)) - 1) < 0.01,
+                       f"plan --machine on doctor's file: {planned} ms vs doctor's {m.group(2)} ms: {q.stderr[-400:]}")
+                print(f"doctor --write-machine, then plan --machine on it: {planned:.3g} ms, doctor's line "
+                      f"{m.group(2)} ms")
     return testlib.report(failures, "ztrain doctor reports every check and fails what would fail the job")
 
 

@@ -16,6 +16,7 @@ Skips (exit 77) with the reason when namespaces cannot be made (not root, no ip)
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -72,6 +73,20 @@ def main():
         expect(seen == {"h1", "h2"}, f"T2 D2 over 2 hosts: the ranks report hosts {seen}")
         print(f"T2 D2 over hosts {sorted(seen)} (2 ranks each, {took:.1f} s): 12 losses equal the single "
               f"process's (relative difference <= 1e-5, float reassociation in the data-parallel sum): {same}")
+
+        # ---- ztrain doctor over 2 hosts x 2 ranks: the links inside and across machines apart, written
+        # as a machine file of 2 GPUs a machine
+        machine = os.path.join(work, "measured.toml")
+        p, _ = run([*hosts.mpirun(4, 2), args.ztrain, "doctor", spec("doctor"), "--write-machine", machine])
+        inside = re.search(r"PASS\s+inside machines\s+all-reduce ([\d.e+-]+)", p.stdout)
+        across = re.search(r"PASS\s+across machines\s+all-reduce ([\d.e+-]+)", p.stdout)
+        text = open(machine).read() if os.path.exists(machine) else ""
+        expect(inside and across and "gpus_per_machine = 2" in text and "[network]" in text
+               and re.search(r"collectives\s+4 ranks \(2 machines of 2\)", p.stdout),
+               f"doctor over 2 hosts x 2 ranks: {p.stdout[-1500:]} {p.stderr[-600:]}")
+        if inside and across:
+            print(f"doctor over 2 hosts x 2 ranks: all-reduce bus bandwidth inside {inside.group(1)} GB/s, across "
+                  f"{across.group(1)} GB/s; machine file with 2 GPUs a machine")
 
         # ---- a remote dataset: downloaded once per host, each host with its own cache_dir
         served = os.path.join(work, "served")

@@ -44,6 +44,13 @@ TEST_CASE("collective costs follow nccl-tests' bus bandwidth", "[plan][comm]") {
   CHECK(collective_seconds(CollectiveKind::AllReduce, 0, 8, slow) == Approx(6e-6));
   CHECK(collective_seconds(CollectiveKind::AllGather, 0, 8, slow) == Approx(3e-6));
   CHECK(collective_seconds(CollectiveKind::AllGather, 0, 512, slow) == Approx(9e-6));
+  // a collective measured apart moves at its own bus bandwidth (Open MPI's reduce-scatter over TCP:
+  // about half the all-gather's), the others at the all-reduce's
+  Link measured{"tcp", 100e9, 0};
+  measured.reduce_scatter_bytes_per_s = 50e9;
+  CHECK(collective_seconds(CollectiveKind::ReduceScatter, S, 8, measured) == Approx(S * 7 / 8 / 50e9));
+  CHECK(collective_seconds(CollectiveKind::AllGather, S, 8, measured) == Approx(S * 7 / 8 / 100e9));
+  CHECK(collective_seconds(CollectiveKind::AllReduce, S, 8, measured) == Approx(S * 2 * 7 / 8 / 100e9));
 }
 
 TEST_CASE("a group's link: inside a machine, or the network through its members' NICs", "[plan][comm]") {
@@ -58,6 +65,12 @@ TEST_CASE("a group's link: inside a machine, or the network through its members'
   CHECK(group_link(3, 1, m, 24).name != m.intra.name);
   CHECK(group_link(4, 1, m, 16).name == m.intra.name);
   CHECK(group_link(3, 1, m, 3).name == m.intra.name);  // one machine holds the whole job
+  // a collective's own figure crosses the network the same way: k members' NICs, at most the machine's
+  MachineProfile tcp = m;
+  tcp.network.reduce_scatter_bytes_per_s = m.network.bytes_per_s / 2;
+  const Link rs = group_link(4, 4, tcp);
+  CHECK(link_bus_bandwidth(rs, CollectiveKind::ReduceScatter) == Approx(m.network.bytes_per_s));
+  CHECK(link_bus_bandwidth(rs, CollectiveKind::AllGather) == Approx(2 * m.network.bytes_per_s));
   CHECK_THROWS_AS(machine_profile("tpu"), UserError);
 }
 
@@ -218,6 +231,42 @@ TEST_CASE("a machine file changes a built-in profile, and a bad key is named wit
   CHECK(machine_profile_for_gpu("NVIDIA L4", found));
   CHECK(found.name == "l4");
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a machine file written as doctor writes it reads back as the same machine", "[plan][machine]") {
+  const std::string path = "/tmp/ztrain_test_machine_out_" + std::to_string(::getpid()) + ".toml";
+  MachineProfile m = machine_profile("a10");
+  m.name = "measured \"lab\"";
+  m.gpus_per_machine = 3;
+  m.intra = {"inside, 3 ranks", 2.84e9, 5.3e-6, 0.115e9, 4.87e9};
+  m.network = {"across 2 machines", 0.0232e9, 35e-6, 0.0121e9, 0.024e9};
+  Calibration c = default_calibration();
+  c.gemm = 0.9;
+  c.memory = 0.8;
+  c.vector = 0.7;
+  c.attention.clear();
+  m.calibration = c;
+  for (const std::string base : {"", "a10"}) {
+    std::ofstream(path) << machine_file_text(m, base, "line one\nline two");
+    const MachineProfile back = read_machine_profile(path);
+    CHECK(back.name == m.name);
+    CHECK(back.gpus_per_machine == 3);
+    CHECK(back.gpu.tflops == m.gpu.tflops);
+    CHECK(back.gpu.bytes_per_s == Approx(m.gpu.bytes_per_s));
+    for (const auto& [got, want] : {std::pair{back.intra, m.intra}, std::pair{back.network, m.network}}) {
+      CHECK(got.name == want.name);
+      CHECK(got.bytes_per_s == Approx(want.bytes_per_s));
+      CHECK(got.step_latency_s == Approx(want.step_latency_s));
+      CHECK(got.reduce_scatter_bytes_per_s == Approx(want.reduce_scatter_bytes_per_s));
+      CHECK(got.all_gather_bytes_per_s == Approx(want.all_gather_bytes_per_s));
+    }
+    REQUIRE(back.calibration);
+    CHECK(back.calibration->gemm == 0.9);
+    CHECK(back.calibration->memory == 0.8);
+    CHECK(back.calibration->vector == 0.7);
+    CHECK(back.calibration->attention_at(64, 1024).forward == 0.9);  // none measured: as the GEMMs
+  }
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("the default calibration is the H200 run's calibration file", "[plan][calibration]") {
