@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """ztrain-bench-comm on the emulated NCCL, as a smoke test: 3 ranks (an odd size), every op and
 size from 1 KiB to 256 KiB, every result exact (#wrong = 0), over the NCCL communicator (not MPI's).
-Bandwidth figures from the emulated device mean nothing; only real hardware measures them.
+Then `ztrain doctor` with a GPU job's spec: its collectives timed over NCCL in device memory, as the
+job's step moves them. Bandwidth figures from the emulated device mean nothing; only real hardware
+measures them.
 
-usage: bench_comm_smoke.py --bench ZTRAIN_BENCH_COMM --plugin LIBZTRAIN_CUDA_EMU --nccl LIBZTRAIN_NCCL_EMU
+usage: bench_comm_smoke.py --bench ZTRAIN_BENCH_COMM --ztrain ZTRAIN --plugin LIBZTRAIN_CUDA_EMU --nccl LIBZTRAIN_NCCL_EMU
 """
 import argparse
 import os
@@ -16,6 +18,7 @@ import testlib  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True)
+    ap.add_argument("--ztrain", required=True)
     setup = testlib.emulated_gpus(ap)
     failures, expect = testlib.checks()
     if setup is None:
@@ -32,7 +35,17 @@ def main():
     expect(p.returncode == 0 and "(nccl)" in p.stdout, f"exit {p.returncode}: {p.stdout[-500:]} {p.stderr[-800:]}")
     expect(ops == set(names) and len(rows) == 15 and not wrong,
            f"rows {rows}")
-    return testlib.report(failures, "ztrain-bench-comm over the emulated NCCL: every result exact")
+    with testlib.workdir("zt_doctor_nccl_") as work:
+        spec = os.path.join(work, "gpu.toml")
+        testlib.write_spec(spec, {"run": {"out_dir": os.path.join(work, "out"), "device": "cuda"},
+                                  "model": {"n_layer": 1, "n_head": 1, "d_model": 8, "vocab_size": 257, "seq_len": 8},
+                                  "data": {"train": work}})
+        p = testlib.run(testlib.mpirun(2) + [args.ztrain, "doctor", spec], check=False, env=env, timeout=600)
+        line = next((ln for ln in p.stdout.splitlines() if "collectives" in ln), "")
+        print(f"doctor, a GPU job's spec: {line.strip()}")
+        expect("2 ranks (1 machine of 2), NCCL in GPU memory, 16 MiB: all-reduce" in line,
+               f"doctor with a GPU spec did not time NCCL: {p.stdout[-1500:]} {p.stderr[-800:]}")
+    return testlib.report(failures, "ztrain-bench-comm and doctor over the emulated NCCL: every result exact")
 
 
 if __name__ == "__main__":
