@@ -27,6 +27,9 @@
 #   sanitizer_memcheck  compute-sanitizer's memcheck over the attention ops (when present)
 #   bench_deterministic the bench under [run] deterministic: what bit-reproducibility costs
 #   pytorch_compile  the PyTorch baseline under torch.compile (the ratio's best baseline)
+#   torch_llama  two of Llama 3.1 8B's layers as a PyTorch engine (torchtitan) runs them, seq 8192,
+#              eager and compiled: what PyTorch engines get from the GPU, to price their published
+#              runs with (bench/published_runs.py; tools/gpu_check/torch_llama_layer.py)
 #   sanitizer_racecheck  compute-sanitizer's shared-memory race check over the attention ops
 #   zero3      ZeRO-3 against ZeRO-0 at world size 1 (the stage-3 machinery's own cost)
 #   bench_head_whole  the bench with the head and loss in one chunk: what the chunked head gains
@@ -320,7 +323,7 @@ fi
 # The limits: about 3x each stage's time on the H200 (bench/results/gpu_check-h200-20261204T181200Z.json,
 # binaries carried: 140 s for all of them), at least 10 s.
 PLAN="build:150 ops:20 parity:25 bench:20 pytorch:40 attention:10 sdpa:25 gemm:10 sanitizer_memcheck:15"
-PLAN="$PLAN bench_deterministic:15 pytorch_compile:75 sanitizer_racecheck:35 zero3:10"
+PLAN="$PLAN bench_deterministic:15 pytorch_compile:75 torch_llama:90 sanitizer_racecheck:35 zero3:10"
 PLAN="$PLAN bench_head_whole:15 bench_text:25 ops_wmma:10 attention_wmma:10"
 [ $DRY = 1 ] && PLAN="$PLAN hang_probe:2 crash_probe:10"  # the failure paths: a hang, a crash
 [ $EMU = 1 ] && PLAN="build:400 ops:300 ops_wmma:120 parity:300 attention:60 sdpa:60 attention_wmma:60 bench:120 bench_deterministic:120 bench_text:120 zero3:120"
@@ -344,6 +347,7 @@ run() {
     case $name in
       build) stage build "$limit" dry_build ;;
       pytorch) stage pytorch "$limit" $PYTHON tools/gpu_check/torch_gpt2.py --tiny --device cpu --steps 2 --batch 2 ;;
+      torch_llama) stage torch_llama "$limit" $PYTHON tools/gpu_check/torch_llama_layer.py --tiny --device cpu --reps 2 ;;
       hang_probe) stage hang_probe "$limit" sleep 30 ;;
       crash_probe) stage crash_probe "$limit" bash -c 'echo "{\"check\": \"crash_probe\", \"partial\": true}"; kill -SEGV $$' ;;
       *) stage "$name" "$limit" dry "$name" ;;
@@ -395,6 +399,8 @@ run() {
     zero3) stage zero3 "$limit" "$B/gpt2_cuda_check" zero3 "$((STEPS / 3 + 1))" ;;
     # the head and loss in one chunk of every row (the logits tensor whole): what the chunked head gains
     bench_head_whole) stage bench_head_whole "$limit" env ZTRAIN_HEAD_CHUNK_ROWS=1000000000 "$B/gpt2_cuda_check" bench "$((STEPS / 2 + 1))" ;;
+    # Llama 3.1 8B's layers as PyTorch engines run them, eager and compiled
+    torch_llama) stage torch_llama "$limit" $PYTHON tools/gpu_check/torch_llama_layer.py ;;
     pytorch_compile) stage pytorch_compile "$limit" $PYTHON tools/gpu_check/torch_gpt2.py --steps "$STEPS" --compile \
                        --batch "$($PYTHON tools/gpu_check/results.py get "$RESULTS" bench micro_batch 16)" ;;
   esac

@@ -20,7 +20,7 @@ import testlib  # noqa: E402
 
 # in order of value: a run cut by the deadline loses the last ones
 STAGES = ["build", "ops", "parity", "bench", "pytorch", "attention", "sdpa", "gemm", "sanitizer_memcheck",
-          "bench_deterministic", "pytorch_compile", "sanitizer_racecheck", "zero3",
+          "bench_deterministic", "pytorch_compile", "torch_llama", "sanitizer_racecheck", "zero3",
           "bench_head_whole", "bench_text", "ops_wmma", "attention_wmma", "hang_probe", "crash_probe"]
 
 
@@ -66,6 +66,9 @@ def main():
         torch_run = st.get("pytorch", {}).get("result", [{}])[0]
         if not torch_run.get("tokens_per_s", 0) > 0 or torch_run.get("device") != "cpu":
             failures.append(f"the PyTorch baseline did not train: {torch_run}")
+        layer = st.get("torch_llama", {}).get("result", [{}])[0]
+        if not layer.get("layer_ms", 0) > 0 or layer.get("mode") != "eager":
+            failures.append(f"the PyTorch Llama layer did not run: {st.get('torch_llama')}")
         if sorted(res["derived"]["not_measured"]) != ["crash_probe", "hang_probe"]:
             failures.append(f"derived not_measured: {res['derived']['not_measured']}")
         if len(os.listdir(out)) > 8:

@@ -230,6 +230,9 @@ def calibration(path, out):
                  **{k: value(res, "bench", k) for k in ("micro_batch", "seq_len", "step_ms", "tokens_per_s",
                                                          "model_tflops", "mfu_vs_989_bf16")},
                  "phases_ms": {k: v for k, v in (d.get("phases") or {}).items() if k.endswith("_ms")} or None},
+        # a PyTorch engine's Llama layer, eager and compiled (bench/published_runs.py prices the
+        # published runs of PyTorch engines with it)
+        "pytorch_llama_layer": [r for r in results(res, "torch_llama") if "layer_ms" in r] or None,
     }
     with open(out, "w") as f:
         json.dump(cal, f, indent=1)
