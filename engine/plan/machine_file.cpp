@@ -133,8 +133,7 @@ std::string machine_file_text(const MachineProfile& m, const std::string& base, 
     for (const char c : s) q += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
     return q + "\"";
   };
-  // 17 significant digits: what is read back is the double written
-  auto num = [](double v) { return fmt::format("{:.17g}", v); };
+  auto num = [](double v) { return fmt::format("{:.6g}", v); };  // measured figures: 6 digits are more than they hold
   t += "[machine]\n";
   if (!base.empty()) t += "base = " + quoted(base) + "\n";
   t += "name = " + quoted(m.name) + "\ngpus_per_machine = " + std::to_string(m.gpus_per_machine) + "\n";

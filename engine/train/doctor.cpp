@@ -317,7 +317,7 @@ void machine_file_check(const MeasuredMachine& measured, const std::string& path
   const std::string text = machine_file_text(
       m, measured.base,
       fmt::format("A machine profile measured by `ztrain doctor`; use it with `ztrain plan SPEC --machine {}`.\n"
-                  "{} GPUs a machine; the GPU {}; inside: {}; across: {}", path, m.gpus_per_machine, measured.base.empty() ? "is this CPU as measured" : "is the built-in " + measured.base,
+                  "{} GPUs (ranks) a machine; the GPU {}; inside: {}; across: {}", path, m.gpus_per_machine, measured.base.empty() ? "is this CPU as measured" : "is the built-in " + measured.base,
                   m.intra.name, m.network.name));
   try {
     write_file_atomic(path, text);
