@@ -23,7 +23,7 @@ struct Link {
   double bytes_per_s = 0;    // bus bandwidth (the all-reduce's)
   double step_latency_s = 0; // per ring step (a collective of n ranks takes 2(n-1) or n-1 of them)
   // Where a collective's bus bandwidth is not the all-reduce's, as `ztrain doctor` measures it
-  // (Open MPI over TCP moves an all-gather at the link's rate and a reduce-scatter at about half
+  // (Open MPI over TCP moves an all-gather at the link's rate and a reduce-scatter at about a third
   // of it); 0: bytes_per_s. The built-in profiles leave them 0 (NCCL's are alike on large sizes).
   double reduce_scatter_bytes_per_s = 0, all_gather_bytes_per_s = 0;
 };

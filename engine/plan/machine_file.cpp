@@ -125,12 +125,18 @@ std::string machine_file_text(const MachineProfile& m, const std::string& base, 
   std::string t;
   for (size_t at = 0; at < comment.size();) {
     const size_t nl = std::min(comment.find('\n', at), comment.size());
-    t += "# " + comment.substr(at, nl - at) + "\n";
+    t += "# ";
+    for (const char c : comment.substr(at, nl - at)) t += static_cast<unsigned char>(c) < 0x20 ? ' ' : c;
+    t += "\n";
     at = nl + 1;
   }
-  auto quoted = [](const std::string& s) {  // a TOML basic string
+  auto quoted = [](const std::string& s) {  // a TOML basic string: quotes, backslashes and controls escaped
     std::string q = "\"";
-    for (const char c : s) q += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+    for (const char c : s) {
+      if (c == '"' || c == '\\') q += std::string("\\") + c;
+      else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) q += fmt::format("\\u{:04X}", int(static_cast<unsigned char>(c)));
+      else q += c;
+    }
     return q + "\"";
   };
   auto num = [](double v) { return fmt::format("{:.6g}", v); };  // measured figures: 6 digits are more than they hold

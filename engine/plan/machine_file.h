@@ -23,7 +23,8 @@ namespace zt {
 
 MachineProfile read_machine_profile(const std::string& path);
 
-// The text of a machine file that reads back as `m` (its [calibration] too, where it has its own);
+// The text of a machine file that reads back as `m` to 6 significant digits (its [calibration]
+// too, where it has its own: one attention figure a direction, the first shape's);
 // `base`: a built-in profile the file names for its [gpu] instead of writing it ("" for none);
 // `comment`: the file's first lines (each prefixed "# ").
 std::string machine_file_text(const MachineProfile& m, const std::string& base, const std::string& comment);

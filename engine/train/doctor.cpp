@@ -23,6 +23,7 @@
 #include "engine/comm/topology.h"
 #include "engine/core/atomic_file.h"
 #include "engine/core/byte_size.h"
+#include "engine/core/plugin.h"
 #include "engine/core/status.h"
 #include "engine/config/data_options.h"
 #include "engine/observe/throughput.h"
@@ -190,16 +191,30 @@ std::optional<MeasuredLinks> links_check(const RunSpec* spec, std::vector<Check>
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
   MPI_Comm_rank(node, &local);
   MPI_Comm_free(&node);
+  // NCCL where the job's step uses it (attach_device_comms): a GPU job, a build with NCCL, [comm]
+  // backend not "mpi"; its plugin loaded by every rank before any rank waits in its set-up
   std::unique_ptr<Backend> gpu;
+  std::string why_not;
+#ifdef ZTRAIN_HAVE_NCCL
   if (spec && spec->run.device == DeviceChoice::Cuda && spec->comm.backend != CommBackendChoice::Mpi) {
     try {
       gpu = make_backend(DeviceChoice::Cuda, 1, local);
-    } catch (const std::exception&) {
+      if (Plugin& nccl = load_plugin("libztrain_nccl.so", "ZTRAIN_NCCL_PLUGIN"); !nccl.error.empty())
+        throw RuntimeFailure(nccl.error);
+    } catch (const std::exception& e) {
+      why_not = e.what();
+      gpu.reset();
     }
     int all = gpu != nullptr;
     MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (!all) gpu.reset();
+    if (!all) {
+      gpu.reset();
+      out.push_back({Level::Fail, "collectives",
+                     "NCCL between the GPUs not timed: " + (why_not.empty() ? "another rank could not set it up" : why_not),
+                     "the GPU and NCCL lines above; the links below are MPI's in host memory"});
+    }
   }
+#endif
   MeasuredLinks links;
   try {
     links = measure_links(spec ? spec->comm.timeout_s : 600, gpu.get());
@@ -232,7 +247,10 @@ MeasuredMachine measured_machine(const RunSpec* spec, const MeasuredLinks& links
   MeasuredMachine out;
   MachineProfile& m = out.machine;
   Nvml nvml;
-  const bool gpu = spec ? spec->run.device == DeviceChoice::Cuda : nvml.ok();  // "auto" runs on the CPU
+  // a GPU job's, or without a spec a GPU if every rank has one ("auto" runs on the CPU); the same
+  // on every rank: only the CPU's branch has a collective
+  int gpu = spec ? spec->run.device == DeviceChoice::Cuda : nvml.ok();
+  if (!spec) MPI_Allreduce(MPI_IN_PLACE, &gpu, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (gpu) {
     if (!nvml.ok() || !machine_profile_for_gpu(nvml.info(0).name, m)) return {};  // no profile of this GPU
     out.base = m.name;
@@ -259,11 +277,14 @@ MeasuredMachine measured_machine(const RunSpec* spec, const MeasuredLinks& links
   }
   m.name = "measured";
   m.source = "ztrain doctor";
-  int world = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  m.gpus_per_machine = links.per_machine > 0 ? links.per_machine : world;
-  const Link fallback = links.world;  // machines unevenly filled: the job's ranks together
-  m.intra = links.intra.value_or(links.network.value_or(fallback));
+  if (links.per_machine == 0) {  // machines unevenly filled: the job's ranks together, both ways
+    m.gpus_per_machine = links.most_on_one;
+    m.intra = m.network = links.world;
+    m.intra.name = m.network.name = links.world.name + " (machines unevenly filled)";
+    return out;
+  }
+  m.gpus_per_machine = links.per_machine;
+  m.intra = links.intra.value_or(links.network.value_or(links.world));
   m.network = links.network.value_or(m.intra);
   if (!links.intra) m.intra.name = "not measured (one rank a machine): as across machines";
   if (!links.network) m.network.name = "not measured (one machine): as inside it";
@@ -307,13 +328,23 @@ void overlap_check(const RunSpec& spec, const MachineProfile& machine, std::vect
 }
 
 // Writes the measured machine for `ztrain plan --machine FILE` (rank 0).
-void machine_file_check(const MeasuredMachine& measured, const std::string& path, std::vector<Check>& out) {
+void machine_file_check(const MeasuredMachine& measured, const MeasuredLinks& links, const RunSpec* spec,
+                        const std::string& path, std::vector<Check>& out) {
   if (measured.machine.name.empty()) {
     out.push_back({Level::Fail, "machine file", path + ": not written: ztrain has no profile of this GPU", ""});
     return;
   }
+  // GPUs whose job moves data over NCCL, timed over MPI in host memory: figures of another path
+  const bool gpu = !measured.base.empty();
+  if (gpu && !links.on_device && (!spec || spec->comm.backend != CommBackendChoice::Mpi)) {
+    out.push_back({Level::Fail, "machine file", path + ": not written: the links were timed over MPI in host memory, "
+                                                       "not NCCL between the GPUs",
+                   "give the GPU job's spec (ztrain doctor SPEC --write-machine FILE), on a build with NCCL"});
+    return;
+  }
   if (dist_world_rank() != 0) return;
-  const MachineProfile& m = measured.machine;
+  MachineProfile m = measured.machine;
+  m.name = std::filesystem::path(path).stem().string();  // as the file reads back without a name
   const std::string text = machine_file_text(
       m, measured.base,
       fmt::format("A machine profile measured by `ztrain doctor`; use it with `ztrain plan SPEC --machine {}`.\n"
@@ -334,10 +365,10 @@ int run_doctor(const RunSpec* spec, const std::string& write_machine) {
   std::vector<Check> checks;
   gpu_checks(spec, checks);
   host_checks(Nvml().ok() || (spec && spec->run.device == DeviceChoice::Cuda), checks);  // GPUs pin host memory
-  if (const auto links = links_check(spec, checks)) {
+  if (const auto links = links_check(spec, checks); links && (spec || !write_machine.empty())) {
     const MeasuredMachine measured = measured_machine(spec, *links);
     if (spec) overlap_check(*spec, measured.machine, checks);
-    if (!write_machine.empty()) machine_file_check(measured, write_machine, checks);
+    if (!write_machine.empty()) machine_file_check(measured, *links, spec, write_machine, checks);
   } else if (!write_machine.empty()) {
     checks.push_back({Level::Fail, "machine file", write_machine + ": not written: no links measured",
                       "run under mpirun with 2 or more ranks, as the job will"});

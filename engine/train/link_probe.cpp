@@ -14,6 +14,7 @@
 #include "engine/backend/backend.h"
 #include "engine/comm/comm_mpi.h"
 #include "engine/comm/device_comms.h"
+#include "engine/core/status.h"
 #include "engine/plan/collective_cost.h"
 
 namespace zt {
@@ -42,54 +43,84 @@ double best_seconds(Comm& comm, MPI_Comm group, int runs, Op op) {
   return best;
 }
 
+// Device buffers freed however the measurement ends.
+struct DeviceBuffer {
+  Backend* device;
+  float* p = nullptr;
+  DeviceBuffer(Backend* d, size_t floats) : device(d) {
+    if (device) p = static_cast<float*>(device->alloc(floats * sizeof(float), MemTag::CommBuffers));
+  }
+  ~DeviceBuffer() {
+    if (p) device->free(p);
+  }
+};
+
 // The figures of the group of ranks `group` (owned: freed here); every rank of the world calls this
-// at once with its own group, all groups the same size.
+// at once with its own group, all groups the same size. A rank that cannot set up its communicator
+// or buffers fails every rank's call together (a rank alone in a collective would wait forever).
 Link measure_group(MPI_Comm group, const std::string& name, double timeout_s, Backend* device) {
   int n = 1;
   MPI_Comm_size(group, &n);
   std::unique_ptr<Comm> host = make_mpi_comm(group, name, timeout_s);  // owns `group`
   std::unique_ptr<Comm> nccl;
-  if (device) nccl = make_nccl_comm(group, name, timeout_s, device->native_stream());
-  Comm& comm = nccl ? *nccl : *host;
-  const int r = comm.rank();
+  std::unique_ptr<DeviceBuffer> da, db;
   // send and receive buffers of kLarge floats each, in the memory the step's collectives use
   std::vector<float> a_host(kLarge, 1.0f), b_host(kLarge);
-  float* a = a_host.data();
-  float* b = b_host.data();
-  if (device) {
-    a = static_cast<float*>(device->alloc(kLarge * sizeof(float), MemTag::CommBuffers));
-    b = static_cast<float*>(device->alloc(kLarge * sizeof(float), MemTag::CommBuffers));
-    device->copy_to_device(a, a_host.data(), kLarge * sizeof(float));
+  std::string failed;
+  try {
+    if (device) {
+      nccl = make_nccl_comm(group, name, timeout_s, device->native_stream());
+      da = std::make_unique<DeviceBuffer>(device, kLarge);
+      db = std::make_unique<DeviceBuffer>(device, kLarge);
+      device->copy_to_device(da->p, a_host.data(), kLarge * sizeof(float));
+    }
+  } catch (const std::exception& e) {
+    failed = e.what();
   }
+  int ok = failed.empty();
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!ok) throw RuntimeFailure(failed.empty() ? "another rank could not set up its collectives" : failed);
+  Comm& comm = nccl ? *nccl : *host;
+  const int r = comm.rank();
+  float* a = device ? da->p : a_host.data();
+  float* b = device ? db->p : b_host.data();
   auto done = [&](Comm::Handle h) {
     comm.wait(h);
     if (device) device->synchronize();  // NCCL's wait orders the device's stream: the time is the stream's
   };
   const size_t per = kLarge / size_t(n);  // a rank's share of the reduce-scatter's input, the all-gather's output
-  const double small = best_seconds(comm, group, kSmallRuns, [&] { done(comm.all_reduce(a, kSmall, ReduceOp::Max)); });
-  const double all_reduce = best_seconds(comm, group, kRuns, [&] { done(comm.all_reduce(a, kLarge, ReduceOp::Max)); });
-  const double reduce_scatter = best_seconds(comm, group, kRuns, [&] { done(comm.reduce_scatter(a, b, per)); });
-  const double all_gather =
-      best_seconds(comm, group, kRuns, [&] { done(comm.all_gather(b + size_t(r) * per, a, per)); });
-  if (device) {
-    device->free(a);
-    device->free(b);
-  }
-  // nccl-tests' bus bandwidth (collective_cost.h) of the time past the latency of its steps
-  Link l;
+  const double t_small = best_seconds(comm, group, kSmallRuns, [&] { done(comm.all_reduce(a, kSmall, ReduceOp::Max)); });
+  const double t_large = best_seconds(comm, group, kRuns, [&] { done(comm.all_reduce(a, kLarge, ReduceOp::Max)); });
+  const double t_rs = best_seconds(comm, group, kRuns, [&] { done(comm.reduce_scatter(a, b, per)); });
+  const double t_ag = best_seconds(comm, group, kRuns, [&] { done(comm.all_gather(b + size_t(r) * per, a, per)); });
+  Link l = link_from_times(n, kSmall * sizeof(float), t_small, double(per * size_t(n)) * sizeof(float), t_large, t_rs,
+                           t_ag);
   l.name = name;
-  l.step_latency_s = small / collective_steps(CollectiveKind::AllReduce, n);
-  auto bus = [&](CollectiveKind kind, double s, size_t floats) {
-    const double moving = std::max(s - collective_steps(kind, n) * l.step_latency_s, s / 2);
-    return double(floats) * sizeof(float) * bus_factor(kind, n) / moving;
-  };
-  l.bytes_per_s = bus(CollectiveKind::AllReduce, all_reduce, kLarge);
-  l.reduce_scatter_bytes_per_s = bus(CollectiveKind::ReduceScatter, reduce_scatter, per * size_t(n));
-  l.all_gather_bytes_per_s = bus(CollectiveKind::AllGather, all_gather, per * size_t(n));
   return l;
 }
 
 }  // namespace
+
+Link link_from_times(int n, double small, double t_small, double large, double t_large, double t_reduce_scatter,
+                     double t_all_gather) {
+  Link l;
+  if (n <= 1) return l;
+  const double ar = bus_factor(CollectiveKind::AllReduce, n);
+  const int ar_steps = collective_steps(CollectiveKind::AllReduce, n);
+  // the all-reduce's bandwidth from the difference of the two sizes, its latency from what is left
+  const double moving = t_large > t_small ? t_large - t_small : t_large / 2;
+  const double bus = (large - small) * ar / moving;
+  l.step_latency_s = std::max(0.0, t_small - small * ar / bus) / ar_steps;
+  auto past_latency = [&](CollectiveKind kind, double t) {
+    return std::max(t - collective_steps(kind, n) * l.step_latency_s, t / 2);
+  };
+  l.bytes_per_s = large * ar / past_latency(CollectiveKind::AllReduce, t_large);
+  l.reduce_scatter_bytes_per_s =
+      large * bus_factor(CollectiveKind::ReduceScatter, n) / past_latency(CollectiveKind::ReduceScatter, t_reduce_scatter);
+  l.all_gather_bytes_per_s =
+      large * bus_factor(CollectiveKind::AllGather, n) / past_latency(CollectiveKind::AllGather, t_all_gather);
+  return l;
+}
 
 MeasuredLinks measure_links(double timeout_s, Backend* device) {
   MeasuredLinks out;
@@ -107,6 +138,8 @@ MeasuredLinks measure_links(double timeout_s, Backend* device) {
   MPI_Allreduce(MPI_IN_PLACE, &leaders, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   out.machines = leaders;
   out.per_machine = least == most ? local_size : 0;
+  out.most_on_one = most;
+  out.on_device = device != nullptr;
   MPI_Comm world_dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &world_dup);
   out.world = measure_group(world_dup, fmt::format("the job's {} ranks", world), timeout_s, device);

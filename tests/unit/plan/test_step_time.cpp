@@ -19,6 +19,7 @@
 #include "engine/plan/planned_job.h"
 #include "tests/unit/plan/plan_test_spec.h"
 #include "engine/plan/step_time.h"
+#include "engine/train/link_probe.h"
 
 using namespace zt;
 
@@ -45,12 +46,33 @@ TEST_CASE("collective costs follow nccl-tests' bus bandwidth", "[plan][comm]") {
   CHECK(collective_seconds(CollectiveKind::AllGather, 0, 8, slow) == Approx(3e-6));
   CHECK(collective_seconds(CollectiveKind::AllGather, 0, 512, slow) == Approx(9e-6));
   // a collective measured apart moves at its own bus bandwidth (Open MPI's reduce-scatter over TCP:
-  // about half the all-gather's), the others at the all-reduce's
+  // about a third of the all-gather's), the others at the all-reduce's
   Link measured{"tcp", 100e9, 0};
   measured.reduce_scatter_bytes_per_s = 50e9;
   CHECK(collective_seconds(CollectiveKind::ReduceScatter, S, 8, measured) == Approx(S * 7 / 8 / 50e9));
   CHECK(collective_seconds(CollectiveKind::AllGather, S, 8, measured) == Approx(S * 7 / 8 / 100e9));
   CHECK(collective_seconds(CollectiveKind::AllReduce, S, 8, measured) == Approx(S * 2 * 7 / 8 / 100e9));
+}
+
+TEST_CASE("doctor's link arithmetic recovers the latency and each collective's bus bandwidth", "[plan][comm]") {
+  // times made from a known link by nccl-tests' model: t = steps x latency + S x factor / busbw
+  const int n = 4;
+  const double L = 10e-6, ar = 2e9, rs = 0.7e9, ag = 3e9, small = 4096, large = 16 << 20;
+  auto t = [&](CollectiveKind k, double S, double bw) { return collective_steps(k, n) * L + S * bus_factor(k, n) / bw; };
+  const Link l = link_from_times(n, small, t(CollectiveKind::AllReduce, small, ar), large,
+                                 t(CollectiveKind::AllReduce, large, ar), t(CollectiveKind::ReduceScatter, large, rs),
+                                 t(CollectiveKind::AllGather, large, ag));
+  CHECK(l.step_latency_s == Approx(L));
+  CHECK(l.bytes_per_s == Approx(ar));
+  CHECK(l.reduce_scatter_bytes_per_s == Approx(rs));
+  CHECK(l.all_gather_bytes_per_s == Approx(ag));
+  // priced back, the measured sizes take the measured times
+  CHECK(collective_seconds(CollectiveKind::ReduceScatter, large, n, l) == Approx(t(CollectiveKind::ReduceScatter, large, rs)));
+  // a small run slowed by noise (slower than the large one): finite figures, the latency at most its time
+  const Link noisy = link_from_times(n, small, 1.0, large, 0.5, 0.5, 0.5);
+  CHECK(std::isfinite(noisy.bytes_per_s));
+  CHECK(noisy.bytes_per_s > 0);
+  CHECK(noisy.step_latency_s * collective_steps(CollectiveKind::AllReduce, n) <= 1.0);
 }
 
 TEST_CASE("a group's link: inside a machine, or the network through its members' NICs", "[plan][comm]") {
@@ -236,7 +258,7 @@ TEST_CASE("a machine file changes a built-in profile, and a bad key is named wit
 TEST_CASE("a machine file written as doctor writes it reads back as the same machine", "[plan][machine]") {
   const std::string path = "/tmp/ztrain_test_machine_out_" + std::to_string(::getpid()) + ".toml";
   MachineProfile m = machine_profile("a10");
-  m.name = "measured \"lab\"";
+  m.name = "measured \"lab\"\t1";  // quotes and a control character, escaped
   m.gpus_per_machine = 3;
   m.intra = {"inside, 3 ranks", 2.84e9, 5.3e-6, 0.115e9, 4.87e9};
   m.network = {"across 2 machines", 0.0232e9, 35e-6, 0.0121e9, 0.024e9};
