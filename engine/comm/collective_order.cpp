@@ -83,7 +83,7 @@ void CollectiveOrder::end_step() {
 namespace {
 
 int group_index(const char* group) {
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i < int(std::size(CollectiveOrder::kGroups)); ++i)
     if (std::string(CollectiveOrder::kGroups[i]) == group) return i;
   return 0;
 }

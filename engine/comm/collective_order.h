@@ -45,7 +45,7 @@ class CollectiveOrder {
     bool done = false;         // swapped (once per process)
   } held;
 
-  static constexpr const char* kGroups[] = {"world", "tp", "dp"};
+  static constexpr const char* kGroups[] = {"world", "tp", "dp", "shard", "replica"};
   static constexpr const char* kOps[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast",
                                          "all_reduce(double)", "barrier"};
 

@@ -1,6 +1,8 @@
 // NCCL (a plugin) or host-staged MPI communicators for device buffers (see device_comms.h).
 #include "engine/comm/device_comms.h"
 
+#include <vector>
+
 #include "engine/backend/backend.h"
 #include "engine/comm/comm_staged.h"
 #include "engine/core/plugin.h"
@@ -24,12 +26,23 @@ void attach_device_comms(Topology& t, CommBackendChoice backend, Backend& device
   // rank): with the backend's copy, never a host memmove of device pointers.
   if (t.tp == 1) t.tp_group = make_device_self_comm("tp", device);
   if (t.dp == 1) t.dp_group = make_device_self_comm("dp", device);
+  if (t.shard_group && t.shard_size() == 1) t.shard_group = make_device_self_comm("shard", device);
+  // the groups over several ranks, with the MPI communicators behind them
+  struct Group {
+    std::unique_ptr<Comm>& comm;
+    void*& mpi;
+    const char* name;
+  };
+  std::vector<Group> groups;
+  if (t.tp > 1) groups.push_back({t.tp_group, t.mpi_tp, "tp"});
+  if (t.dp > 1) groups.push_back({t.dp_group, t.mpi_dp, "dp"});
+  if (t.shard_group && t.shard_size() > 1) groups.push_back({t.shard_group, t.mpi_shard, "shard"});
+  if (t.replica_group) groups.push_back({t.replica_group, t.mpi_replica, "replica"});
   if (device.kind() == DeviceKind::CPU) {
     // the MPI communicator is the one sanctioned host access to the CPU backend's memory
     if (t.world_size > 1) {
       t.world = make_host_access_comm(std::move(t.world), device);
-      if (t.tp > 1) t.tp_group = make_host_access_comm(std::move(t.tp_group), device);
-      if (t.dp > 1) t.dp_group = make_host_access_comm(std::move(t.dp_group), device);
+      for (Group& g : groups) g.comm = make_host_access_comm(std::move(g.comm), device);
     }
     return;
   }
@@ -40,17 +53,17 @@ void attach_device_comms(Topology& t, CommBackendChoice backend, Backend& device
     // All-reduces of host doubles (loss, norms) stay on MPI's world communicator: cheap and
     // independent of device memory. Device buffers go over NCCL.
     // (The MPI communicator only bootstraps NCCL's unique id; the MpiComm that owns it goes.)
-    if (t.mpi_tp) t.tp_group = make_nccl_comm(t.mpi_tp, "tp", timeout_s, stream);
-    if (t.mpi_dp) t.dp_group = make_nccl_comm(t.mpi_dp, "dp", timeout_s, stream);
-    t.mpi_tp = t.mpi_dp = nullptr;
+    for (Group& g : groups) {
+      g.comm = make_nccl_comm(g.mpi, g.name, timeout_s, stream);
+      g.mpi = nullptr;
+    }
     return;
   }
 #else
   if (backend == CommBackendChoice::Nccl) user_error("[comm] backend = \"nccl\": this ztrain was built without NCCL");
 #endif
   // mpi (or no NCCL): host-staged MPI for the device buffers
-  if (t.tp > 1) t.tp_group = make_host_staged_comm(std::move(t.tp_group), device);
-  if (t.dp > 1) t.dp_group = make_host_staged_comm(std::move(t.dp_group), device);
+  for (Group& g : groups) g.comm = make_host_staged_comm(std::move(g.comm), device);
 }
 
 }  // namespace zt

@@ -28,7 +28,7 @@ namespace {
 
 constexpr int kQuestion = 7101, kAnswer = 7102;  // tags on the recorder's own communicator
 constexpr double kAnswerWait_s = 5;              // a rank inside a collective answers in milliseconds
-constexpr int kGroupCount = 3;                   // world, tp, dp
+constexpr int kGroupCount = 5;                   // world, tp, dp, shard, replica (CollectiveOrder::kGroups)
 
 double unix_ms() {
   return std::chrono::duration<double, std::milli>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -90,7 +90,7 @@ class FlightRecorder {
   FlightRecorder(const Topology& topo, const std::string& out_dir, size_t entries)
       : ring_(std::max<size_t>(entries, 1)), side_owner_(topo.mpi_side),
         side_(*static_cast<MPI_Comm*>(topo.mpi_side.get())), rank_(topo.world_rank), size_(topo.world_size),
-        tensor_(std::max(topo.tp, 1)), hosts_(topo.hosts) {
+        tensor_(std::max(topo.tp, 1)), shard_(std::max(topo.shard_size(), 1)), hosts_(topo.hosts) {
     int level = 0;
     MPI_Query_thread(&level);
     any_thread_ = level == MPI_THREAD_MULTIPLE;
@@ -294,6 +294,9 @@ class FlightRecorder {
   bool same_group(int g, int a, int b) const {
     if (g == 1) return a / tensor_ == b / tensor_;
     if (g == 2) return a % tensor_ == b % tensor_;
+    // hybrid sharding: data-parallel ranks a / T in replicas of shard_ consecutive ones
+    if (g == 3) return a % tensor_ == b % tensor_ && a / tensor_ / shard_ == b / tensor_ / shard_;
+    if (g == 4) return a % tensor_ == b % tensor_ && a / tensor_ % shard_ == b / tensor_ % shard_;
     return true;
   }
   // MPI from this thread: the main thread always; another (a device communicator's watchdog)
@@ -396,7 +399,7 @@ class FlightRecorder {
   int64_t step_ = 0;
   std::shared_ptr<void> side_owner_;  // the topology's duplicate of the world
   MPI_Comm side_;
-  int rank_ = 0, size_ = 1, tensor_ = 1;
+  int rank_ = 0, size_ = 1, tensor_ = 1, shard_ = 1;
   std::vector<std::string> hosts_;
   bool any_thread_ = false, asked_ = false;
   std::string path_, tmp_path_;

@@ -14,12 +14,20 @@ JobComms finish_communicators(Topology& topo, Backend& device, CommBackendChoice
     out.order = std::make_shared<CollectiveOrder>(*topo.world, topo.world_rank);
     if (topo.tp > 1) topo.tp_group = make_order_checked_comm(std::move(topo.tp_group), "tp", out.order);
     if (topo.dp > 1) topo.dp_group = make_order_checked_comm(std::move(topo.dp_group), "dp", out.order);
+    if (topo.shard_group && topo.shard_size() > 1)
+      topo.shard_group = make_order_checked_comm(std::move(topo.shard_group), "shard", out.order);
+    if (topo.replica_group)
+      topo.replica_group = make_order_checked_comm(std::move(topo.replica_group), "replica", out.order);
   }
   if (flight_entries > 0 && topo.world_size > 1) {  // no collective: make_topology made its parts
     out.flight = make_flight_recorder(topo, out_dir, flight_entries);
     topo.world = make_flight_recorded_comm(std::move(topo.world), "world", *out.flight);
     if (topo.tp > 1) topo.tp_group = make_flight_recorded_comm(std::move(topo.tp_group), "tp", *out.flight);
     if (topo.dp > 1) topo.dp_group = make_flight_recorded_comm(std::move(topo.dp_group), "dp", *out.flight);
+    if (topo.shard_group && topo.shard_size() > 1)
+      topo.shard_group = make_flight_recorded_comm(std::move(topo.shard_group), "shard", *out.flight);
+    if (topo.replica_group)
+      topo.replica_group = make_flight_recorded_comm(std::move(topo.replica_group), "replica", *out.flight);
   }
   return out;
 }

@@ -87,7 +87,7 @@ std::unique_ptr<Comm> make_world_comm(double timeout_s) {
   return make_mpi_comm(MPI_COMM_WORLD, "world", timeout_s);
 }
 
-Topology make_topology(int tensor, double timeout_s) {
+Topology make_topology(int tensor, double timeout_s, int replicate) {
   Topology t;
   const Deadline deadline(timeout_s, [timeout_s] { end_if_stuck("make process groups", timeout_s); });
   if (g_mpi) {
@@ -115,6 +115,10 @@ Topology make_topology(int tensor, double timeout_s) {
   t.dp = t.world_size / tensor;
   t.tp_rank = t.world_rank % tensor;  // tensor-parallel ranks are consecutive
   t.dp_rank = t.world_rank / tensor;
+  if (replicate < 1 || t.dp % replicate != 0)
+    user_error("[parallel] replicate = {} does not divide the data-parallel degree {} (world {} / tensor {})",
+               replicate, t.dp, t.world_size, tensor);
+  t.replicas = replicate;
   if (!g_mpi || t.world_size == 1) {
     t.world = make_self_comm("world");
     t.tp_group = make_self_comm("tp");
@@ -140,6 +144,18 @@ Topology make_topology(int tensor, double timeout_s) {
   t.mpi_dp = t.dp > 1 ? dp_comm : nullptr;
   if (t.tp == 1) MPI_Comm_free(&tp_comm);
   if (t.dp == 1) MPI_Comm_free(&dp_comm);
+  if (t.replicas > 1) {
+    // shard: this replica's ranks of this tensor rank; replica: this shard index's in every replica
+    const int S = t.shard_size();
+    MPI_Comm shard_comm, replica_comm;
+    MPI_Comm_split(MPI_COMM_WORLD, t.replica_rank() * t.tp + t.tp_rank, t.shard_rank(), &shard_comm);
+    MPI_Comm_split(MPI_COMM_WORLD, t.shard_rank() * t.tp + t.tp_rank, t.replica_rank(), &replica_comm);
+    t.shard_group = S > 1 ? make_mpi_comm(shard_comm, "shard", timeout_s) : make_self_comm("shard");
+    t.replica_group = make_mpi_comm(replica_comm, "replica", timeout_s);
+    t.mpi_shard = S > 1 ? shard_comm : nullptr;
+    t.mpi_replica = replica_comm;
+    if (S == 1) MPI_Comm_free(&shard_comm);
+  }
   return t;
 }
 

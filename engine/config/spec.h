@@ -90,6 +90,9 @@ struct RunSpec {
     int64_t zero_stage = 0;   // 0: replicate; 1: shard optimizer states; 2: + gradients; 3: + parameters
     double bucket_mb = 25.0;  // gradient reduce-scatter bucket size (MiB)
     int64_t prefetch = 1;     // ZeRO-3: layers whose parameters are gathered ahead of use
+    // Hybrid sharding: the data-parallel group as R replicas of D / R consecutive data-parallel
+    // ranks; ZeRO shards within a replica, gradients are then all-reduced across replicas.
+    int64_t replicate = 1;
   } parallel;
   // ZeRO-Infinity: where the model states live when the device is not enough.
   struct Offload {

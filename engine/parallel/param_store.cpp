@@ -21,16 +21,17 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
     : model_(model),
       be_(be),
       topo_(topo),
-      dp_(*topo.dp_group),
+      zero_(topo.zero_group()),
       stage_(place.stage),
       prefetch_(place.prefetch),
       ct_(be.compute_dtype()),
       esize_(dtype_size(ct_)),
       mixed_(ct_ != DType::F32 || place.offloads_optimizer()),
       // Units padded to a multiple of 2P in mixed precision: whole 32-bit words per 16-bit shard.
-      layout_(group_sizes(model), stage_ == 0 ? 1 : topo.dp, stage_ == 0 ? 0 : topo.dp_rank,
+      // ZeRO's parts: the data-parallel ranks, or with replicas the ranks of one replica
+      layout_(group_sizes(model), stage_ == 0 ? 1 : topo.shard_size(), stage_ == 0 ? 0 : topo.shard_rank(),
               size_t(place.bucket_mb * 1048576.0 / sizeof(float)),
-              size_t(stage_ == 0 ? 1 : topo.dp) * (mixed_ ? 2 : 1)),
+              size_t(stage_ == 0 ? 1 : topo.shard_size()) * (mixed_ ? 2 : 1)),
       units_(layout_.units()) {
   offload_params_ = place.offloads_optimizer() && place.offloads_params();
   flat_n_ = stage_ == 0 ? layout_.total_full() : layout_.total_shard();  // masters and moments alike
@@ -135,16 +136,16 @@ void ParamStore::upload_compute_copy() {
 Comm::Handle ParamStore::all_gather_compute(const void* send, void* recv, size_t elems) {
   // Compute-precision elements travel as 32-bit words (16-bit shards have even lengths): an
   // all-gather only moves bytes.
-  return dp_.all_gather(static_cast<const float*>(send), static_cast<float*>(recv), elems * esize_ / sizeof(float));
+  return zero_.all_gather(static_cast<const float*>(send), static_cast<float*>(recv), elems * esize_ / sizeof(float));
 }
 
 void ParamStore::gather_compute_copy() {
   // Each rank's part of the compute copy was written by its AdamW.
   std::vector<Comm::Handle> hs;
-  dp_.group_begin();
+  zero_.group_begin();
   for (const Unit& u : units_) hs.push_back(all_gather_compute(compute_copy(u), cbyte(full_compute_, u.full_off), u.shard));
-  dp_.group_end();
-  for (auto h : hs) dp_.wait(h);
+  zero_.group_end();
+  for (auto h : hs) zero_.wait(h);
 }
 
 float* ParamStore::shard_grads(const Unit& u) {
@@ -235,7 +236,7 @@ void ParamStore::gather_group(int g) {
     }
   }
   size_t off = 0;
-  dp_.group_begin();  // the group's units: one launch
+  zero_.group_begin();  // the group's units: one launch
   for (int ui : us) {
     const Unit& u = units_[ui];
     const void* src = offload_params_ ? cbyte(gb.staging, off)
@@ -244,7 +245,7 @@ void ParamStore::gather_group(int g) {
     gb.handles.push_back(all_gather_compute(src, cbyte(gb.buf, u.full_off - layout_.group_full_off(g)), u.shard));
     off += u.shard;
   }
-  dp_.group_end();
+  zero_.group_end();
 }
 
 void* ParamStore::params(int g) {
@@ -258,7 +259,7 @@ void* ParamStore::params(int g) {
   if (order_pos_ + size_t(prefetch_) + 1 < order_.size()) read_ahead(order_[order_pos_ + size_t(prefetch_) + 1]);
   if (order_pos_ < order_.size()) ++order_pos_;
   Gathered& gb = gathered_[g];
-  for (auto h : gb.handles) dp_.wait(h);
+  for (auto h : gb.handles) zero_.wait(h);
   gb.handles.clear();
   if (gb.staging) {
     be_.free(gb.staging);
@@ -269,7 +270,7 @@ void* ParamStore::params(int g) {
 
 void ParamStore::drop_gathered(std::map<int, Gathered>::iterator it) {
   Gathered& gb = it->second;
-  for (auto h : gb.handles) dp_.wait(h);
+  for (auto h : gb.handles) zero_.wait(h);
   if (gb.buf) be_.free(gb.buf);
   if (gb.staging) be_.free(gb.staging);
   gathered_.erase(it);
@@ -304,30 +305,45 @@ void ParamStore::grads_done(int g) {
     for (int ui : layout_.group_units(g)) shards += units_[ui].shard;
     p.recv = static_cast<float*>(be_.alloc(shards * sizeof(float), MemTag::CommBuffers));
   }
-  dp_.group_begin();  // the group's units (one bucket each): one launch
+  zero_.group_begin();  // the group's units (one bucket each): one launch
   if (stage_ == 0) {
     for (int ui : layout_.group_units(g))
-      p.handles.push_back(dp_.all_reduce(full_grads_ + units_[ui].full_off, units_[ui].padded, ReduceOp::Sum));
+      p.handles.push_back(zero_.all_reduce(full_grads_ + units_[ui].full_off, units_[ui].padded, ReduceOp::Sum));
   } else if (stage_ == 1) {
     for (int ui : layout_.group_units(g)) {
       const Unit& u = units_[ui];
-      p.handles.push_back(dp_.reduce_scatter(full_grads_ + u.full_off, grad_shard_ + u.shard_off, u.shard));
+      p.handles.push_back(zero_.reduce_scatter(full_grads_ + u.full_off, grad_shard_ + u.shard_off, u.shard));
     }
   } else {
     float* tmp = grad_tmp_.at(g);
     size_t off = 0;
     for (int ui : layout_.group_units(g)) {
       const Unit& u = units_[ui];
-      p.handles.push_back(dp_.reduce_scatter(tmp + (u.full_off - layout_.group_full_off(g)), p.recv + off, u.shard));
+      p.handles.push_back(zero_.reduce_scatter(tmp + (u.full_off - layout_.group_full_off(g)), p.recv + off, u.shard));
       off += u.shard;
     }
   }
-  dp_.group_end();
+  zero_.group_end();
   pending_.push_back(std::move(p));
 }
 
+// Hybrid sharding: a group's reduced shard summed over the replicas (each holds the same shard of
+// its own ranks' gradients), `n` floats at `shard`.
+void ParamStore::reduce_across_replicas(float* shard, size_t n) {
+  if (!topo_.replica_group || n == 0) return;
+  topo_.replica_group->wait(topo_.replica_group->all_reduce(shard, n, ReduceOp::Sum));
+}
+
 void ParamStore::complete(Pending& p) {
-  for (auto h : p.handles) dp_.wait(h);
+  for (auto h : p.handles) zero_.wait(h);
+  size_t group_shard = 0;  // the group's units are consecutive in the flat shard
+  for (int ui : layout_.group_units(p.group)) group_shard += units_[ui].shard;
+  const size_t group_off = units_[layout_.group_units(p.group).front()].shard_off;
+  // Across replicas once the step's gradient is whole: stage 1 reduces on the last micro-batch
+  // only, stages 2-3 accumulate on the device; an offloaded shard goes to the host at once, so
+  // each micro-batch's is summed first.
+  if (stage_ == 1) reduce_across_replicas(grad_shard_ + group_off, group_shard);
+  if (p.recv && tier_->offloaded()) reduce_across_replicas(p.recv, group_shard);
   if (p.recv) {  // stages 2-3: add this micro-batch's reduced shard, free the group's buffers
     size_t off = 0;
     for (int ui : layout_.group_units(p.group)) {
@@ -346,6 +362,7 @@ void ParamStore::complete(Pending& p) {
     be_.free(p.recv);
     be_.free(grad_tmp_.at(p.group));
     grad_tmp_.erase(p.group);
+    if (p.last && !tier_->offloaded()) reduce_across_replicas(grad_shard_ + group_off, group_shard);
     if (p.last && units_final_ && tier_->offloaded()) {  // the group's gradient is final on the host
       be_.wait_upload(last_upload_);  // its update rewrites the pinned compute copy earlier uploads read
       units_final_(layout_.group_units(p.group));
@@ -374,7 +391,9 @@ void ParamStore::finish_backward() {
 void ParamStore::build_spans() {
   // Replicated tensors (norms, row-parallel biases, positions) are the same on every
   // tensor-parallel rank and count in the gradient norm on rank 0 of the group only.
-  const bool count_replicated = topo_.tp_rank == 0;
+  // With replicas every shard is held once in each: only the first's count.
+  const bool first_replica = topo_.replica_rank() == 0;
+  const bool count_replicated = topo_.tp_rank == 0 && first_replica;
   for (const Unit& u : units_) {
     StateSpan s;
     const size_t flat = stage_ == 0 ? u.full_off : u.shard_off;  // in the flat state arrays
@@ -389,7 +408,7 @@ void ParamStore::build_spans() {
     s.all_counted = count_replicated;
     layout_.for_each_tensor_piece(model_.table(), u, [&](size_t param, size_t off, size_t n) {
       const ParamInfo& info = model_.params()[param];
-      s.pieces.push_back({off, n, info.decay, info.tp_primary(topo_.tp_rank)});
+      s.pieces.push_back({off, n, info.decay, info.tp_primary(topo_.tp_rank) && first_replica});
       // Runs of consecutive elements in the full tensor (a column-split tensor: one per row).
       const size_t local0 = off + (model_.groups()[size_t(u.group)].offset + u.begin + my_begin(u)) - info.offset;
       // A local row is contiguous in the full tensor; extend a run row by row while it stays so.
@@ -400,7 +419,9 @@ void ParamStore::build_spans() {
         const size_t g0 = gidx(local0 + k);
         size_t len = std::min(n - k, cols - (local0 + k) % cols);
         while (k + len < n && gidx(local0 + k + len) == g0 + len) len += std::min(n - k - len, cols);
-        const bool owner = (stage_ != 0 || topo_.dp_rank == 0) && info.tp_primary(topo_.tp_rank);
+        // one writer of each element: the first data-parallel rank's whole copy (stage 0), or the
+        // shards of the first replica
+        const bool owner = (stage_ != 0 ? first_replica : topo_.dp_rank == 0) && info.tp_primary(topo_.tp_rank);
         runs_.push_back({int(param), g0, len, int(spans_.size()), off + k, owner});
         k += len;
       }
@@ -422,11 +443,11 @@ void ParamStore::publish_params() {
     return;
   }
   std::vector<Comm::Handle> hs;
-  dp_.group_begin();
+  zero_.group_begin();
   for (const Unit& u : units_)
-    hs.push_back(dp_.all_gather(full_params_ + u.full_off + my_begin(u), full_params_ + u.full_off, u.shard));
-  dp_.group_end();
-  for (auto h : hs) dp_.wait(h);
+    hs.push_back(zero_.all_gather(full_params_ + u.full_off + my_begin(u), full_params_ + u.full_off, u.shard));
+  zero_.group_end();
+  for (auto h : hs) zero_.wait(h);
 }
 
 }  // namespace zt

@@ -92,7 +92,8 @@ class ParamStore final : public ParamProvider, public ModelStates {
 
   // This rank's states for the optimizer: one span per unit (its shard; the whole unit at stage 0).
   const std::vector<StateSpan>& spans() const { return spans_; }
-  // The ranks whose spans together hold every gradient once: the tensor-parallel group at stage 0
+  // The ranks whose spans together hold every gradient once (with replicas, the first one's spans
+  // count): the tensor-parallel group at stage 0
   // (data-parallel ranks hold copies), the world at stages 1-3.
   Comm& norm_group() const;
   // After the optimizer wrote the masters (and compute copy) of this rank's spans: with optimizer
@@ -146,6 +147,7 @@ class ParamStore final : public ParamProvider, public ModelStates {
   float* shard_grads(const Unit& u);
   void gather_group(int group);  // stage 3: launch the all-gather of a group's shards
   void complete(Pending& p);
+  void reduce_across_replicas(float* shard, size_t n);
   std::vector<float> to_global(const std::vector<float>& local);
   // The full tensors from `full` (a padded full-layout buffer) or, when it is null, from every
   // rank's fp32 `shards` (collective), in the unsharded model's layout.
@@ -159,7 +161,7 @@ class ParamStore final : public ParamProvider, public ModelStates {
   const Model& model_;
   Backend& be_;
   const Topology& topo_;
-  Comm& dp_;
+  Comm& zero_;         // what ZeRO shards over: the data-parallel group, or one replica of it
   int stage_, prefetch_;
   DType ct_;            // the backend's compute dtype
   size_t esize_;        // its element size

@@ -30,7 +30,7 @@
 namespace zt {
 
 Trainer::Trainer(const RunSpec& spec)
-    : spec_(spec), topo_(make_topology(int(spec.parallel.tensor), spec.comm.timeout_s)) {
+    : spec_(spec), topo_(make_topology(int(spec.parallel.tensor), spec.comm.timeout_s, int(spec.parallel.replicate))) {
   // Start-up can fail on some ranks only (a missing file on one machine). The ranks agree on
   // the outcome before any training collective, so that every rank exits cleanly with the
   // failing rank's status and only that rank prints its message.
