@@ -138,7 +138,7 @@ std::vector<float> ParamStore::full_view(const float* full, const float* shards_
   float* owned = nullptr;
   const float* shards = device_copy(shards_in, layout_.total_shard(), &owned);
   float* buf = static_cast<float*>(be_.alloc(layout_.total_full() * sizeof(float), MemTag::CommBuffers));
-  for (const Unit& u : units_) dp_.wait(dp_.all_gather(shards + u.shard_off, buf + u.full_off, u.shard));
+  for (const Unit& u : units_) zero_.wait(zero_.all_gather(shards + u.shard_off, buf + u.full_off, u.shard));
   if (owned) be_.free(owned);
   for (const Unit& u : units_)
     be_.copy_to_host(out.data() + groups[u.group].offset + u.begin, buf + u.full_off, u.len * sizeof(float));

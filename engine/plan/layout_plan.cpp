@@ -17,6 +17,7 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const Ma
   plan.world = world;
   plan.tensor = int(spec.parallel.tensor);
   plan.zero_stage = int(spec.parallel.zero_stage);
+  plan.replicate = int(spec.parallel.replicate);
   plan.micro_batch = int(spec.train.micro_batch);
   PlannedJob planned(spec, world, kind);
   plan.data = planned.topology().dp;
@@ -52,6 +53,11 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const Ma
     if (plan.time.step_s > 0) plan.mfu = plan.model_flops / world / plan.time.step_s / (gpu.tflops * 1e12);
   }
   return plan;
+}
+
+std::string LayoutPlan::layout() const {
+  return fmt::format("tensor {} x data {}, ZeRO-{}{}", tensor, data, zero_stage,
+                     replicate > 1 ? fmt::format(" in {} replicas", replicate) : "");
 }
 
 }  // namespace zt

@@ -60,7 +60,8 @@ void check_footprint_fits(const RunSpec& spec, int world, DType compute, const M
   const int tp = int(spec.parallel.tensor), dp = world / tp;
   const ModelFootprint f = model_footprint(spec.model, int(spec.train.micro_batch), tp, dtype_size(compute),
                                            spec.train.recompute);
-  const double grad_shard = f.params / (spec.parallel.zero_stage == 0 ? 1.0 : double(dp)) * 4;
+  const double shards = double(dp / std::max<int64_t>(1, spec.parallel.replicate));  // a replica's ranks
+  const double grad_shard = f.params / (spec.parallel.zero_stage == 0 ? 1.0 : shards) * 4;
   if (f.activation_bytes > per_rank || grad_shard > per_rank + b.pinned)
     refuse(spec, b, f.activation_bytes + grad_shard,
            fmt::format("{:.3g} GiB per rank (activations {:.3g} GiB, and a gradient shard of {:.3g} GiB in device or "

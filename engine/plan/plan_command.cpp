@@ -27,7 +27,7 @@ nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
   nlohmann::json kinds;
   for (int t = 0; t < int(MemTag::kCount); ++t) kinds[mem_tag_name(MemTag(t))] = p.memory.peak_by_tag[t];
   nlohmann::json j = {{"world", p.world}, {"tensor", p.tensor}, {"data", p.data}, {"zero_stage", p.zero_stage},
-                      {"micro_batch", p.micro_batch}, {"compute", dtype_name(p.compute)},
+                      {"replicate", p.replicate}, {"micro_batch", p.micro_batch}, {"compute", dtype_name(p.compute)},
                       {"per_rank_bytes", {{"device", kinds}, {"host", {{"pinned", p.memory.pinned_host}}}, {"nvme", p.nvme_bytes}}},
                       {"peak_device_bytes", p.peak_device()},
                       {"fits", device_memory <= 0 || double(p.peak_device()) <= device_memory},
@@ -81,6 +81,17 @@ void check_footprint(const PlanOptions& c, const RunSpec& spec, DeviceKind kind,
   }
 }
 
+// Hybrid sharding's replica counts worth a plan: 1, and on a machine profile those whose replicas
+// are whole machines (a replica's S x tensor ranks a multiple of the GPUs a machine), so that
+// ZeRO's gathers stay inside machines and only the replicas' all-reduce crosses the network.
+std::vector<int> replicas_to_search(int dp, int tensor, int zero_stage, const MachineProfile* machine) {
+  std::vector<int> out{1};
+  if (zero_stage == 0 || !machine) return out;
+  for (int r = 2; r <= dp; ++r)
+    if (dp % r == 0 && (dp / r) * tensor % std::max(1, machine->gpus_per_machine) == 0) out.push_back(r);
+  return out;
+}
+
 // The spec's own layout, or with --search every layout of its model on c.world ranks (tensor x
 // ZeRO stage x micro-batch) that fits `memory`, fastest first on a machine (else smallest first).
 std::vector<LayoutPlan> plans_of(const PlanOptions& c, const RunSpec& spec, DeviceKind kind, const MachineProfile* machine,
@@ -91,13 +102,14 @@ std::vector<LayoutPlan> plans_of(const PlanOptions& c, const RunSpec& spec, Devi
     if (c.world % t || spec.model.n_head % t || spec.model.d_ff % t) continue;
     const int dp = c.world / t;
     for (int z = 0; z <= 3; ++z)
-      for (int64_t b = 1; b <= spec.train.global_batch / dp; b *= 2) {
-        if ((spec.train.global_batch / dp) % b) continue;
-        RunSpec s = spec;
-        s.parallel.tensor = t, s.parallel.zero_stage = z, s.train.micro_batch = b;
-        if (b * s.model.seq_len > (int64_t(1) << 31) - 1) continue;
-        plans.push_back(plan_layout(s, c.world, kind, machine, cal));
-      }
+      for (const int r : replicas_to_search(dp, t, z, machine))
+        for (int64_t b = 1; b <= spec.train.global_batch / dp; b *= 2) {
+          if ((spec.train.global_batch / dp) % b) continue;
+          RunSpec s = spec;
+          s.parallel.tensor = t, s.parallel.zero_stage = z, s.parallel.replicate = r, s.train.micro_batch = b;
+          if (b * s.model.seq_len > (int64_t(1) << 31) - 1) continue;
+          plans.push_back(plan_layout(s, c.world, kind, machine, cal));
+        }
   }
   std::erase_if(plans, [&](const LayoutPlan& p) { return memory > 0 && double(p.peak_device()) > memory; });
   std::sort(plans.begin(), plans.end(), [&](const LayoutPlan& a, const LayoutPlan& b) {
@@ -161,8 +173,7 @@ int compare(const PlanOptions& c, const RunSpec& spec, const Calibration* cal) {
       out.push_back(j);
       continue;
     }
-    const std::string layout = fmt::format("tensor {} x data {}, ZeRO-{}, micro {}", p.tensor, p.data, p.zero_stage,
-                                           p.micro_batch);
+    const std::string layout = fmt::format("{}, micro {}", p.layout(), p.micro_batch);
     std::printf("%-12s %-34s %12.0f %6.1f%% %8.0f ms %14s  %s\n", m.name.c_str(), layout.c_str(),
                 p.tokens_per_s_per_gpu(), 100 * p.mfu, p.time.step_s * 1e3,
                 cost > 0 ? fmt::format("{:.2f}", cost).c_str() : "(no price)", bottleneck(p).c_str());
@@ -220,8 +231,7 @@ int plan_command(const PlanOptions& c, const RunSpec& spec) {
   if (plans.empty()) std::printf("no layout fits\n");
   for (const auto& p : plans) {
     const nlohmann::json j = describe(p);
-    std::printf("\ntensor %d x data %d, ZeRO-%d, micro_batch %d, %s:\n", p.tensor, p.data, p.zero_stage, p.micro_batch,
-                dtype_name(p.compute));
+    std::printf("\n%s, micro_batch %d, %s:\n", p.layout().c_str(), p.micro_batch, dtype_name(p.compute));
     std::string kinds;
     for (int t = 0; t < int(MemTag::kCount); ++t)
       if (p.memory.peak_by_tag[t]) kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", mem_tag_name(MemTag(t)), gib(double(p.memory.peak_by_tag[t])));

@@ -61,6 +61,14 @@ PlannedJob::PlannedJob(const RunSpec& spec, int world, DeviceKind kind) : be_(ki
   topo_.world = make_shape_only_comm(world, "world", be_);
   topo_.tp_group = make_shape_only_comm(topo_.tp, "tp", be_);
   topo_.dp_group = make_shape_only_comm(topo_.dp, "dp", be_, topo_.tp);  // ranks tensor apart
+  const int replicas = int(spec.parallel.replicate);
+  if (replicas < 1 || topo_.dp % replicas != 0)
+    user_error("[parallel] replicate = {} does not divide the data-parallel degree {}", replicas, topo_.dp);
+  topo_.replicas = replicas;
+  if (replicas > 1) {  // hybrid sharding: a replica's S ranks, tensor apart; a shard's R, S x tensor apart
+    topo_.shard_group = make_shape_only_comm(topo_.shard_size(), "shard", be_, topo_.tp);
+    topo_.replica_group = make_shape_only_comm(replicas, "replica", be_, topo_.tp * topo_.shard_size());
+  }
   ZeroPlacement placement(spec);
   placement.count_only = true;  // tiers in the books, no files
   job_ = std::make_unique<Job>(spec, topo_, be_, placement);  // not initialized: values do not matter here

@@ -311,9 +311,9 @@ void overlap_check(const RunSpec& spec, const MachineProfile& machine, std::vect
     return;
   }
   const double waiting = p.time.step_s > 0 ? p.time.exposed_s() / p.time.step_s : 0;
-  const std::string layout = fmt::format("tensor {} x data {}, ZeRO-{}, micro_batch {}: predicted step {:.3g} ms on {}, "
+  const std::string layout = fmt::format("{}, micro_batch {}: predicted step {:.3g} ms on {}, "
                                          "collectives {:.3g} ms, {:.0f}% of the step waiting for them",
-                                         p.tensor, p.data, p.zero_stage, p.micro_batch, p.time.step_s * 1e3,
+                                         p.layout(), p.micro_batch, p.time.step_s * 1e3,
                                          machine.gpu.name, p.time.comm_s * 1e3, 100 * waiting);
   if (waiting <= 0.1) {
     out.push_back({Level::Pass, "communication", layout + ": it hides behind the compute", ""});

@@ -169,8 +169,9 @@ void Trainer::init_from_hf() {
 }
 
 std::string Trainer::computed_on() const {
-  return fmt::format("{}, {}, tensor {} x data {}, ZeRO-{}", run_.backend->name(), dtype_name(run_.backend->compute_dtype()),
-                     topo_.tp, topo_.dp, spec_.parallel.zero_stage);
+  return fmt::format("{}, {}, tensor {} x data {}, ZeRO-{}{}", run_.backend->name(),
+                     dtype_name(run_.backend->compute_dtype()), topo_.tp, topo_.dp, spec_.parallel.zero_stage,
+                     topo_.replicas > 1 ? fmt::format(" in {} replicas", topo_.replicas) : "");
 }
 
 TrainState Trainer::train_state(int64_t steps_done) {
@@ -195,8 +196,11 @@ void Trainer::build() {
   trace_ = std::make_unique<StepTrace>(spec_.run.trace_steps, topo_.world_rank,
                                        (std::filesystem::path(spec_.run.out_dir) /
                                         fmt::format("trace.rank{}.json", topo_.world_rank)).string());
+  std::vector<Comm*> groups{topo_.world.get(), topo_.tp_group.get(), topo_.dp_group.get()};
+  for (Comm* g : {topo_.shard_group.get(), topo_.replica_group.get()})  // hybrid sharding's
+    if (g) groups.push_back(g);
   breakdown_ = std::make_unique<StepBreakdown>(
-      *run_.backend, std::vector<Comm*>{topo_.world.get(), topo_.tp_group.get(), topo_.dp_group.get()},
+      *run_.backend, std::move(groups),
       store().offload_clock(), trace_.get());
   faults_ = std::make_unique<FaultHooks>(topo_, *run_.backend, store());
   marks_ = std::make_unique<CollectiveStepMarks>(run_.comms.order.get());

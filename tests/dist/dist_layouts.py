@@ -69,10 +69,11 @@ def main():
                                  # small buckets: every group is cut into several units, exercising the padding
                                  parallel__bucket_mb=0.004, parallel__prefetch=2)
 
-        def dump(name, np_, stage, tensor=1):
+        def dump(name, np_, stage, tensor=1, replicate=1):
             out = os.path.join(work, name + ".h5")
             argv = [args.ztrain, "debug", "dump-state", spec, "--out", out, "--steps", "10",
-                    "--set", f"parallel.zero_stage={stage}", "--set", f"parallel.tensor={tensor}"]
+                    "--set", f"parallel.zero_stage={stage}", "--set", f"parallel.tensor={tensor}",
+                    "--set", f"parallel.replicate={replicate}"]
             p = testlib.run(argv, check=False) if np_ == 1 else mpirun(np_, argv)
             if p.returncode != 0:
                 failures.append(f"{name}: exit {p.returncode}: {p.stderr[-2000:]}")
@@ -84,11 +85,15 @@ def main():
             print("FAIL:\n  " + "\n  ".join(failures))
             return 1
         ref_loss = ref["train"]["loss"][()]
-        layouts = ([(2, 1, 0), (4, 1, 0), (1, 2, 0), (1, 2, 1), (1, 2, 2), (1, 2, 3), (2, 2, 3), (1, 4, 3)]
-                   if args.arch == "gpt2" else [(2, 1, 0), (4, 1, 0), (4, 1, 2), (2, 2, 3), (1, 2, 1)])
-        for (t, d, z) in layouts:
-            name = f"T{t}_D{d}_zero{z}"
-            f = dump(name, t * d, z, t)
+        # (tensor, data, ZeRO stage[, replicas]): hybrid sharding shards within each replica of the
+        # data-parallel ranks and all-reduces across them (R2 of D2: replicas of one rank)
+        layouts = ([(2, 1, 0), (4, 1, 0), (1, 2, 0), (1, 2, 1), (1, 2, 2), (1, 2, 3), (2, 2, 3), (1, 4, 3),
+                    (1, 4, 1, 2), (1, 4, 2, 2), (1, 4, 3, 2), (2, 2, 3, 2)]
+                   if args.arch == "gpt2" else [(2, 1, 0), (4, 1, 0), (4, 1, 2), (2, 2, 3), (1, 2, 1), (1, 4, 3, 2)])
+        for (t, d, z, *r) in layouts:
+            r = r[0] if r else 1
+            name = f"T{t}_D{d}_zero{z}" + (f"_R{r}" if r > 1 else "")
+            f = dump(name, t * d, z, t, r)
             if f is None:
                 continue
             loss = f["train"]["loss"][()]
