@@ -103,8 +103,21 @@ def main():
         for name, (np_w, sets_w), (np_r, sets_r) in [
                 ("T2D2Z3_to_1", (4, ["parallel.tensor=2", "parallel.zero_stage=3"]), (1, [])),
                 ("D4Z2_to_D2Z1", (4, ["parallel.zero_stage=2"]), (2, ["parallel.zero_stage=1"])),
-                ("1_to_T2D2", (1, []), (4, ["parallel.tensor=2"]))]:
-            train(f"reshard_{name}", np_w, sets_w + ["checkpoint.exit_after=4"])
+                ("1_to_T2D2", (1, []), (4, ["parallel.tensor=2"])),
+                # hybrid sharding: the first replica writes the shards; any layout reads them
+                ("D4Z3R2_to_D2Z3", (4, ["parallel.zero_stage=3", "parallel.replicate=2"]), (2, ["parallel.zero_stage=3"])),
+                ("D2Z1_to_D4Z2R2", (2, ["parallel.zero_stage=1"]), (4, ["parallel.zero_stage=2", "parallel.replicate=2"]))]:
+            _, written = train(f"reshard_{name}", np_w, sets_w + ["checkpoint.exit_after=4"])
+            if "R2" in name.split("_to_")[0]:  # each element written once: by the first replica's ranks
+                held = []
+                for r in range(np_w):
+                    with h5py.File(os.path.join(written, "ckpt", "step_00000004", f"rank_{r:05d}.h5"), "r") as f:
+                        n = [0]
+                        f.visititems(lambda _, o: n.__setitem__(0, n[0] + o.size) if isinstance(o, h5py.Dataset) else None)
+                        held.append(n[0])
+                expect(held[0] > 0 and held[1] > 0 and held[2:] == [0, 0],
+                       f"{name}: elements in each rank's file {held}: the second replica wrote too")
+                print(f"{name}: elements written by each rank {held} (the second replica's ranks write none)")
             t0 = time.time()
             p, out = train(f"reshard_{name}", np_r, sets_r, resume="auto")
             losses = [x["loss"] for x in records(out)]
