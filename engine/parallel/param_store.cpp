@@ -328,10 +328,13 @@ void ParamStore::grads_done(int g) {
 }
 
 // Hybrid sharding: a group's reduced shard summed over the replicas (each holds the same shard of
-// its own ranks' gradients), `n` floats at `shard`.
-void ParamStore::reduce_across_replicas(float* shard, size_t n) {
+// its own ranks' gradients), `n` floats at `shard`. Waited for at once when the host reads it next,
+// else by finish_backward: the replicas' all-reduce overlaps the rest of the backward.
+void ParamStore::reduce_across_replicas(float* shard, size_t n, bool wait_now) {
   if (!topo_.replica_group || n == 0) return;
-  topo_.replica_group->wait(topo_.replica_group->all_reduce(shard, n, ReduceOp::Sum));
+  const Comm::Handle h = topo_.replica_group->all_reduce(shard, n, ReduceOp::Sum);
+  if (wait_now) topo_.replica_group->wait(h);
+  else across_replicas_.push_back(h);
 }
 
 void ParamStore::complete(Pending& p) {
@@ -342,8 +345,8 @@ void ParamStore::complete(Pending& p) {
   // Across replicas once the step's gradient is whole: stage 1 reduces on the last micro-batch
   // only, stages 2-3 accumulate on the device; an offloaded shard goes to the host at once, so
   // each micro-batch's is summed first.
-  if (stage_ == 1) reduce_across_replicas(grad_shard_ + group_off, group_shard);
-  if (p.recv && tier_->offloaded()) reduce_across_replicas(p.recv, group_shard);
+  if (stage_ == 1) reduce_across_replicas(grad_shard_ + group_off, group_shard, false);
+  if (p.recv && tier_->offloaded()) reduce_across_replicas(p.recv, group_shard, true);
   if (p.recv) {  // stages 2-3: add this micro-batch's reduced shard, free the group's buffers
     size_t off = 0;
     for (int ui : layout_.group_units(p.group)) {
@@ -362,7 +365,7 @@ void ParamStore::complete(Pending& p) {
     be_.free(p.recv);
     be_.free(grad_tmp_.at(p.group));
     grad_tmp_.erase(p.group);
-    if (p.last && !tier_->offloaded()) reduce_across_replicas(grad_shard_ + group_off, group_shard);
+    if (p.last && !tier_->offloaded()) reduce_across_replicas(grad_shard_ + group_off, group_shard, false);
     if (p.last && units_final_ && tier_->offloaded()) {  // the group's gradient is final on the host
       be_.wait_upload(last_upload_);  // its update rewrites the pinned compute copy earlier uploads read
       units_final_(layout_.group_units(p.group));
@@ -377,6 +380,8 @@ void ParamStore::complete_all() {
 
 void ParamStore::finish_backward() {
   complete_all();
+  for (const Comm::Handle h : across_replicas_) topo_.replica_group->wait(h);
+  across_replicas_.clear();
   if (!tier_->offloaded() || stage_ >= 2) return;
   // Stages 0-1 reduce on the device after the last micro-batch; the optimizer's part goes to the host.
   be_.synchronize();  // backward and the reductions: not offload time

@@ -147,7 +147,7 @@ class ParamStore final : public ParamProvider, public ModelStates {
   float* shard_grads(const Unit& u);
   void gather_group(int group);  // stage 3: launch the all-gather of a group's shards
   void complete(Pending& p);
-  void reduce_across_replicas(float* shard, size_t n);
+  void reduce_across_replicas(float* shard, size_t n, bool wait_now);
   std::vector<float> to_global(const std::vector<float>& local);
   // The full tensors from `full` (a padded full-layout buffer) or, when it is null, from every
   // rank's fp32 `shards` (collective), in the unsharded model's layout.
@@ -186,6 +186,7 @@ class ParamStore final : public ParamProvider, public ModelStates {
   float* grad_shard_ = nullptr;    // stages 1-3 (on the device)
   bool last_micro_ = true;
   std::vector<Pending> pending_;
+  std::vector<Comm::Handle> across_replicas_;  // hybrid sharding's all-reduces, waited by finish_backward
   struct Gathered {
     void* buf = nullptr;      // compute precision
     void* staging = nullptr;  // params offload: this rank's shards, uploaded for the gather

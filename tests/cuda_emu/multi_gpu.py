@@ -43,6 +43,8 @@ LAYOUTS = [
     ("T2_D1", 2, ["parallel.tensor=2"], "fp32"),
     ("T1_D2_zero1", 2, ["parallel.zero_stage=1"], "fp32"),
     ("T1_D2_zero3", 2, ["parallel.zero_stage=3"], "fp32"),
+    # hybrid sharding: 2 replicas of one GPU (its shards a copy on the device; NCCL across replicas)
+    ("T1_D2_zero3_R2", 2, ["parallel.zero_stage=3", "parallel.replicate=2"], "fp32"),
     ("T2_D2_zero3", 4, ["parallel.tensor=2", "parallel.zero_stage=3"], "fp32"),
     ("T1_D2_zero3_offload_cpu", 2, ["parallel.zero_stage=3", "offload.optimizer=cpu", "offload.params=cpu"], "fp32"),
     ("T2_D2_zero3_bf16", 4, ["parallel.tensor=2", "parallel.zero_stage=3", "precision.compute=bf16"], "bf16"),

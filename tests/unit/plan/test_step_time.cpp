@@ -188,6 +188,29 @@ TEST_CASE("the planned step records the collectives the layout issues, with thei
   CHECK(z0[{CollectiveKind::AllReduce, "world"}] > 0);
 }
 
+TEST_CASE("hybrid sharding plans ZeRO inside a replica and one all-reduce of the shard across replicas", "[plan][comm]") {
+  const RunSpec s = parse_run_spec(kPlanSpec, "plan.toml");
+  PlannedJob one(s, 1, DeviceKind::CPU);
+  const double params = double(one.job().model->num_params());  // fp32 on the CPU: 4 bytes each
+  // 4 data-parallel ranks in 2 replicas of 2, one micro-batch a rank (8 / 4 / 2)
+  auto h = recorded({"parallel.zero_stage=3", "parallel.replicate=2", "train.micro_batch=2"}, 4);
+  CHECK(h[{CollectiveKind::AllGather, "shard"}] == Approx(2 * 4 * params).epsilon(0.01));  // forward and backward
+  CHECK(h[{CollectiveKind::ReduceScatter, "shard"}] >= 4 * params);
+  // nccl-tests' S of an all-reduce is the buffer: each rank's shard, half the parameters
+  CHECK(h[{CollectiveKind::AllReduce, "replica"}] == Approx(4 * params / 2).epsilon(0.01));
+  CHECK(h[{CollectiveKind::AllGather, "dp"}] == 0);
+  CHECK_THROWS_AS(recorded({"parallel.zero_stage=3", "parallel.replicate=3"}, 4), UserError);
+  // on two 8-GPU machines over TCP, replicas of a machine keep ZeRO's gathers on NVLink: faster
+  const RunSpec z3 = parse_run_spec(kPlanSpec, "plan.toml", {"parallel.zero_stage=3", "train.micro_batch=1",
+                                                             "train.global_batch=16"});
+  RunSpec hsdp = z3;
+  hsdp.parallel.replicate = 2;
+  const MachineProfile tcp = machine_profile("h100-tcp");
+  const LayoutPlan plain = plan_layout(z3, 16, DeviceKind::CUDA, &tcp), hybrid = plan_layout(hsdp, 16, DeviceKind::CUDA, &tcp);
+  CHECK(hybrid.time.step_s < plain.time.step_s);
+  CHECK(hybrid.layout() == "tensor 1 x data 16, ZeRO-3 in 2 replicas");
+}
+
 TEST_CASE("a planned MFU stays under the peak and communication makes a layout slower", "[plan][comm]") {
   const RunSpec s = parse_run_spec(kPlanSpec, "plan.toml", {"parallel.zero_stage=3"});
   const MachineProfile fast = machine_profile("h100");
