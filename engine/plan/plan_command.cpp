@@ -143,9 +143,9 @@ int compare(const PlanOptions& c, const RunSpec& spec, const Calibration* cal) {
   o.search = true;
   nlohmann::json out = nlohmann::json::array();
   if (!c.json)
-    std::printf("compare: %s on %d GPUs; calibration: %s\n\n%-12s %-34s %12s %7s %10s %14s  %s\n", spec.source.c_str(),
-                c.world, cal ? cal->source.c_str() : (default_calibration().source + ", or a machine file's own").c_str(), "machine", "fastest layout that fits", "tokens/s/GPU", "MFU", "step",
-                "per 1e9 tokens", "bottleneck");
+    std::printf("compare: %s on %d GPUs; calibration: %s\n\n%-12s %-48s %12s %7s %10s %14s  %s\n", spec.source.c_str(),
+                c.world, cal ? cal->source.c_str() : (default_calibration().source + ", or a machine file's own").c_str(),
+                "machine", "fastest layout that fits", "tokens/s/GPU", "MFU", "step", "per 1e9 tokens", "bottleneck");
   for (const std::string& name : c.compare) {
     const MachineProfile m = profile_named(name);
     std::string where;
@@ -174,7 +174,7 @@ int compare(const PlanOptions& c, const RunSpec& spec, const Calibration* cal) {
       continue;
     }
     const std::string layout = fmt::format("{}, micro {}", p.layout(), p.micro_batch);
-    std::printf("%-12s %-34s %12.0f %6.1f%% %8.0f ms %14s  %s\n", m.name.c_str(), layout.c_str(),
+    std::printf("%-12s %-48s %12.0f %6.1f%% %8.0f ms %14s  %s\n", m.name.c_str(), layout.c_str(),
                 p.tokens_per_s_per_gpu(), 100 * p.mfu, p.time.step_s * 1e3,
                 cost > 0 ? fmt::format("{:.2f}", cost).c_str() : "(no price)", bottleneck(p).c_str());
   }
