@@ -106,6 +106,7 @@ def main():
                 ("1_to_T2D2", (1, []), (4, ["parallel.tensor=2"])),
                 # hybrid sharding: the first replica writes the shards; any layout reads them
                 ("D4Z3R2_to_D2Z3", (4, ["parallel.zero_stage=3", "parallel.replicate=2"]), (2, ["parallel.zero_stage=3"])),
+                ("T2D2Z2R2_to_1", (4, ["parallel.tensor=2", "parallel.zero_stage=2", "parallel.replicate=2"]), (1, [])),
                 ("D2Z1_to_D4Z2R2", (2, ["parallel.zero_stage=1"]), (4, ["parallel.zero_stage=2", "parallel.replicate=2"]))]:
             _, written = train(f"reshard_{name}", np_w, sets_w + ["checkpoint.exit_after=4"])
             if "R2" in name.split("_to_")[0]:  # each element written once: by the first replica's ranks

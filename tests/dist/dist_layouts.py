@@ -88,8 +88,9 @@ def main():
         # (tensor, data, ZeRO stage[, replicas]): hybrid sharding shards within each replica of the
         # data-parallel ranks and all-reduces across them (R2 of D2: replicas of one rank)
         layouts = ([(2, 1, 0), (4, 1, 0), (1, 2, 0), (1, 2, 1), (1, 2, 2), (1, 2, 3), (2, 2, 3), (1, 4, 3),
-                    (1, 4, 1, 2), (1, 4, 2, 2), (1, 4, 3, 2), (2, 2, 3, 2)]
-                   if args.arch == "gpt2" else [(2, 1, 0), (4, 1, 0), (4, 1, 2), (2, 2, 3), (1, 2, 1), (1, 4, 3, 2)])
+                    (1, 4, 1, 2), (1, 4, 2, 2), (1, 4, 3, 2), (2, 2, 1, 2), (2, 2, 2, 2), (2, 2, 3, 2)]
+                   if args.arch == "gpt2" else [(2, 1, 0), (4, 1, 0), (4, 1, 2), (2, 2, 3), (1, 2, 1), (1, 4, 3, 2),
+                                                (2, 2, 2, 2)])
         for (t, d, z, *r) in layouts:
             r = r[0] if r else 1
             name = f"T{t}_D{d}_zero{z}" + (f"_R{r}" if r > 1 else "")
