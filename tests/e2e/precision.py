@@ -137,6 +137,8 @@ def main():
             for name, sets, np_ in (("bf16_zero1_D2", ["parallel.zero_stage=1"], 2),
                                     ("bf16_zero2_D2", ["parallel.zero_stage=2"], 2),
                                     ("bf16_zero3_D2", ["parallel.zero_stage=3"], 2),
+                                    # hybrid sharding: 2 replicas of one rank, the same sum once
+                                    ("bf16_zero3_D2_R2", ["parallel.zero_stage=3", "parallel.replicate=2"], 2),
                                     ("bf16_tp2", ["parallel.tensor=2"], 2),
                                     ("fp16_zero2_D2", ["parallel.zero_stage=2", "precision.compute=fp16"], 2)):
                 recs, _ = train(name, "precision.compute=bf16", "train.max_steps=10", *sets, np_=np_)
