@@ -119,6 +119,7 @@ void Progress::step_done(int64_t s, const StepResult& r) {
                           {"comm_ms", r.comm_ms}, {"checkpoint_ms", r.checkpoint_ms},
                           {"offload_ms", r.offload_ms}, {"other_ms", r.other_ms}, {"eta_s", left_s}};
     if (!by_source.is_null()) rec["tokens_by_source"] = by_source;
+    if (r.comm_ms > 0) rec["comm_ms_by_group"] = r.comm_ms_by_group;
     if (predicted_step_ms > 0) rec["predicted_step_ms"] = predicted_step_ms;
     if (loss_scaling_) rec["loss_scale"] = r.loss_scale;
     if (loss_scaling_ || r.skipped_total > 0) {

@@ -108,6 +108,10 @@ void StepBreakdown::step_end(int64_t step, StepResult& r) {
   // never negative: on a GPU the host's blocked time and the device's phase times are different
   // clocks).
   auto net = [&](const Phase& x) {
+    for (size_t i = 0; i < groups_.size(); ++i) {  // by group, named as made ("dp", not "dp(nccl)")
+      const std::string name = groups_[i]->name();
+      r.comm_ms_by_group[name.substr(0, name.find('('))] += groups_[i]->exposed_ms(x.from.comm[i], x.to.comm[i]);
+    }
     const double comm = comm_between(x.from, x.to), offload = x.to.offload - x.from.offload;
     r.comm_ms += comm, r.offload_ms += offload;
     return std::max(0.0, be_.timing_ms(x.from.point, x.to.point) - comm - offload);

@@ -1,5 +1,6 @@
 // One optimizer step as the run reports it: its loss and where its time went.
 #pragma once
+#include <map>
 #include <cstdint>
 #include <string>
 
@@ -17,6 +18,9 @@ struct StepResult {
   // I/O, taken out of the phases like communication), and the rest.
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0, comm_ms = 0, checkpoint_ms = 0, offload_ms = 0,
          other_ms = 0;
+  // comm_ms by group ("world", "tp", "dp"; with hybrid sharding "shard" and "replica"): which link
+  // the step waited on
+  std::map<std::string, double> comm_ms_by_group;
   double loss_scale = 1;    // fp16 loss scale this step used
   bool skipped = false;     // the update was not applied: fp16 overflow, or skip_reason
   std::string skip_reason;  // a non-finite loss or norm, a loss spike (engine/job/skip_policy.h)

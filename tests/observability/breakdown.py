@@ -147,6 +147,22 @@ def main():
                            f"trace rank {rank}: compute events overlap")
                     expect(not any(e["args"]["step"] not in (5, 6) for e in ev), f"trace rank {rank}: other steps traced")
                 print("trace: steps 5-6 on both ranks, each micro-batch's phases in order")
+            # hybrid sharding: the exposed communication by group, and the replicas' all-reduce traced
+            p = testlib.run([*testlib.mpirun(2), args.ztrain, "train",
+                             spec(work, data, "hybrid", parallel__zero_stage=3, parallel__replicate=2,
+                                  run__trace_steps="3", train__global_batch=16)], check=False)
+            expect(p.returncode == 0, f"hybrid: exit {p.returncode}: {p.stderr[-500:]}")
+            if p.returncode == 0:
+                recs = [r for r in testlib.metrics(os.path.join(work, "hybrid")) if r.get("comm_ms", 0) > 0]
+                by = recs[-1].get("comm_ms_by_group", {}) if recs else {}
+                expect(set(by) == {"world", "tp", "dp", "shard", "replica"}
+                       and abs(sum(by.values()) - recs[-1]["comm_ms"]) <= 1e-3 * max(1.0, recs[-1]["comm_ms"]),
+                       f"hybrid: comm_ms_by_group {by} against comm_ms {recs[-1]['comm_ms'] if recs else None}")
+                ev = json.load(open(os.path.join(work, "hybrid", "trace.rank0.json")))["traceEvents"]
+                waits = sorted({e["name"] for e in ev if e.get("tid") == 2})
+                expect(any(n.startswith("replica") and "all_reduce" in n for n in waits),
+                       f"hybrid: no wait on the replicas' all-reduce traced: {waits}")
+                print(f"hybrid sharding, 2 replicas: exposed communication by group {by}; traced waits {waits}")
         else:
             print("SKIP (multi-rank part): mpirun not found")
     return testlib.report(failures, "the step breakdown adds up and names where the time went")
