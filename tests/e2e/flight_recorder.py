@@ -47,10 +47,13 @@ def main():
 
         # ---- a rank that never enters: named by the others
         host = os.uname().nodename
-        for hung in (3, 1):
-            name = f"hang{hung}"
+        # (the layout: tensor 2 x data 2; hybrid sharding, whose shard and replica groups the
+        # recorder tells apart by rank)
+        for hung, layout in ((3, ["parallel.tensor=2"]), (1, ["parallel.tensor=2"]),
+                             (2, ["parallel.zero_stage=3", "parallel.replicate=2"])):
+            name = f"hang{hung}" + ("_hybrid" if len(layout) > 1 else "")
             t0 = time.monotonic()
-            p = testlib.run(cmd(name, 4, ["ZTRAIN_FAULT_HANG"], ["parallel.tensor=2", "comm.timeout_s=10"]),
+            p = testlib.run(cmd(name, 4, ["ZTRAIN_FAULT_HANG"], layout + ["comm.timeout_s=10"]),
                             check=False, env=testlib.mpi_env(ZTRAIN_FAULT_HANG=f"{hung}:2"), timeout=300)
             took = time.monotonic() - t0
             named = f"The job waits for rank {hung} (host {host}): it did not answer within 5 s" in p.stderr
@@ -70,7 +73,8 @@ def main():
                 if open_:
                     stuck[r] = (open_[0]["group"], open_[0]["op"], open_[0]["seq"], open_[0]["step"])
             line = next((ln for ln in p.stderr.splitlines() if "flight recorder: stuck in" in ln), "")
-            print(f"rank {hung} hung in step 3: ended in {took:.1f} s (timeout 10 s); {line.strip()[:400]}")
+            print(f"rank {hung} hung in step 3 ({', '.join(layout)}): ended in {took:.1f} s (timeout 10 s); "
+                  f"{line.strip()[:400]}")
             print(f"  files: ranks {sorted(fl)}; open collective per rank: {stuck}")
             expect(bool(stuck) and all(s[3] == 3 for s in stuck.values()),
                    f"rank {hung} hung: the files' open collectives are not step 3's: {stuck}")
