@@ -56,8 +56,11 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
 
 ParamStore::~ParamStore() {
   units_final_ = nullptr;  // an early update still scheduled (a step that failed midway) gets no more
+  closing_ = true;         // and no new collective across replicas: its peers may be gone
   try {
     complete_all();
+    // the all-reduces across replicas in flight write grad_shard_: done before it is freed
+    for (const Comm::Handle h : across_replicas_) topo_.replica_group->wait(h);
   } catch (...) {
   }
   try {
@@ -329,9 +332,10 @@ void ParamStore::grads_done(int g) {
 
 // Hybrid sharding: a group's reduced shard summed over the replicas (each holds the same shard of
 // its own ranks' gradients), `n` floats at `shard`. Waited for at once when the host reads it next,
-// else by finish_backward: the replicas' all-reduce overlaps the rest of the backward.
+// else by finish_backward: at stages 2-3 the replicas' all-reduce overlaps the rest of the backward
+// (stage 1 reduces after it).
 void ParamStore::reduce_across_replicas(float* shard, size_t n, bool wait_now) {
-  if (!topo_.replica_group || n == 0) return;
+  if (!topo_.replica_group || n == 0 || closing_) return;
   const Comm::Handle h = topo_.replica_group->all_reduce(shard, n, ReduceOp::Sum);
   if (wait_now) topo_.replica_group->wait(h);
   else across_replicas_.push_back(h);

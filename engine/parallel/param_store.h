@@ -4,8 +4,9 @@
 // optimizer (engine/optim/) and as pieces in global coordinates (checkpoints).
 //
 // The flat parameter layout is cut into units (engine/parallel/shard_layout.h): chunks of at most
-// [parallel] bucket_mb of each parameter group, cut into P shards (P = D for stages 1-3, 1 for
-// stage 0); rank r owns shard r of every unit. Per stage:
+// [parallel] bucket_mb of each parameter group, cut into P shards (P = D for stages 1-3, or with
+// hybrid sharding the S = D / R ranks of a replica; 1 for stage 0); rank r owns shard r of every
+// unit. Per stage:
 //   0: full params, grads, moments on every rank; grads all-reduced per unit as backward finishes.
 //   1: full params and grads; moments sharded; grads reduce-scattered after the last micro-batch;
 //      after the update, params all-gathered.
@@ -187,6 +188,7 @@ class ParamStore final : public ParamProvider, public ModelStates {
   bool last_micro_ = true;
   std::vector<Pending> pending_;
   std::vector<Comm::Handle> across_replicas_;  // hybrid sharding's all-reduces, waited by finish_backward
+  bool closing_ = false;  // the destructor: no new collectives
   struct Gathered {
     void* buf = nullptr;      // compute precision
     void* staging = nullptr;  // params offload: this rank's shards, uploaded for the gather

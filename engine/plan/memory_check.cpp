@@ -60,7 +60,9 @@ void check_footprint_fits(const RunSpec& spec, int world, DType compute, const M
   const int tp = int(spec.parallel.tensor), dp = world / tp;
   const ModelFootprint f = model_footprint(spec.model, int(spec.train.micro_batch), tp, dtype_size(compute),
                                            spec.train.recompute);
-  const double shards = double(dp / std::max<int64_t>(1, spec.parallel.replicate));  // a replica's ranks
+  // a replica's ranks (a replica count that does not divide the ranks is refused by the plan itself)
+  const int64_t replicas = spec.parallel.replicate;
+  const double shards = double(replicas >= 1 && dp % replicas == 0 ? dp / replicas : dp);
   const double grad_shard = f.params / (spec.parallel.zero_stage == 0 ? 1.0 : shards) * 4;
   if (f.activation_bytes > per_rank || grad_shard > per_rank + b.pinned)
     refuse(spec, b, f.activation_bytes + grad_shard,

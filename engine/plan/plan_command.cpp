@@ -71,7 +71,7 @@ void check_footprint(const PlanOptions& c, const RunSpec& spec, DeviceKind kind,
   const DType compute = compute_dtype_of(spec.precision.compute, kind);
   if (!c.search) return check_footprint_fits(spec, c.world, compute, budget);
   RunSpec s = spec;
-  s.train.micro_batch = 1, s.parallel.zero_stage = 3, s.parallel.tensor = 1;
+  s.train.micro_batch = 1, s.parallel.zero_stage = 3, s.parallel.tensor = 1, s.parallel.replicate = 1;
   try {
     check_footprint_fits(s, c.world, compute, budget);
   } catch (const UserError&) {

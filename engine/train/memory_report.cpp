@@ -26,9 +26,10 @@ void log_memory(const Backend& be, const ParamStore& store, const Topology& topo
   const MemoryStats s = be.memory_stats();
   auto mib = [&](MemTag t) { return s.by_tag[size_t(t)] / 1048576.0; };
   spdlog::info("rank {} memory: params {:.3f} MiB, grads {:.3f} MiB, optimizer {:.3f} MiB, "
-               "activations {:.3f} MiB (tensor-parallel {}, ZeRO-{} over {} data-parallel ranks)",
+               "activations {:.3f} MiB (tensor-parallel {}, ZeRO-{} over {} data-parallel ranks{})",
                topo.world_rank, mib(MemTag::Params), mib(MemTag::Grads), mib(MemTag::OptimStates),
-               mib(MemTag::Activations), topo.tp, spec.parallel.zero_stage, topo.dp);
+               mib(MemTag::Activations), topo.tp, spec.parallel.zero_stage, topo.shard_size(),
+               topo.replicas > 1 ? fmt::format(", in each of {} replicas", topo.replicas) : "");
   if (!store.offloads_optimizer()) return;
   const ParamStore::TierBytes t = store.tier_bytes();  // the other tiers, per kind of state
   auto m = [](double b) { return b / 1048576.0; };

@@ -37,14 +37,16 @@ failures, expect = testlib.checks(echo=True)
 LOSS_TOL, GRAD_TOL, PARAM_TOL = 1e-4, 1e-4, 1e-3
 GPT2 = {"n_layer": 2, "n_head": 2, "d_model": 32, "d_ff": 128, "vocab_size": 260, "seq_len": 16}
 BF16_TOL = 2e-2  # bf16: the layouts' partial sums round differently
-# name, ranks, --set overrides, reference: "fp32" the CPU's single process, "bf16" the emulated GPU's
+# name, ranks, --set overrides, reference: "fp32" the CPU's single process ("fp32_micro1": with
+# micro-batches of one sequence), "bf16" the emulated GPU's
 # (bf16 on the CPU rounds other sums: zero-initialized biases then move apart by a whole step of Adam)
 LAYOUTS = [
     ("T2_D1", 2, ["parallel.tensor=2"], "fp32"),
     ("T1_D2_zero1", 2, ["parallel.zero_stage=1"], "fp32"),
     ("T1_D2_zero3", 2, ["parallel.zero_stage=3"], "fp32"),
-    # hybrid sharding: 2 replicas of one GPU (its shards a copy on the device; NCCL across replicas)
-    ("T1_D2_zero3_R2", 2, ["parallel.zero_stage=3", "parallel.replicate=2"], "fp32"),
+    # hybrid sharding: 2 replicas of 2 GPUs (NCCL inside a replica and across replicas)
+    # (micro-batches of one sequence: the first one's loss and gradients against the CPU's likewise)
+    ("T1_D4_zero3_R2", 4, ["parallel.zero_stage=3", "parallel.replicate=2", "train.micro_batch=1"], "fp32_micro1"),
     ("T2_D2_zero3", 4, ["parallel.tensor=2", "parallel.zero_stage=3"], "fp32"),
     ("T1_D2_zero3_offload_cpu", 2, ["parallel.zero_stage=3", "offload.optimizer=cpu", "offload.params=cpu"], "fp32"),
     ("T2_D2_zero3_bf16", 4, ["parallel.tensor=2", "parallel.zero_stage=3", "precision.compute=bf16"], "bf16"),
@@ -74,12 +76,13 @@ def main():
                 return None
             return h5py.File(out + ".h5", "r")
 
-        refs = {"fp32": dump("single", 1, [], "cpu"), "bf16": dump("single_bf16", 1, ["precision.compute=bf16"], "cuda")}
+        refs = {"fp32": dump("single", 1, [], "cpu"), "fp32_micro1": dump("single_micro1", 1, ["train.micro_batch=1"], "cpu"),
+                "bf16": dump("single_bf16", 1, ["precision.compute=bf16"], "cuda")}
         for name, ranks, sets, kind in LAYOUTS:
             g, ref = dump(name, ranks, sets, "cuda"), refs[kind]
             if ref is None or g is None:
                 continue
-            tol = (LOSS_TOL, GRAD_TOL, PARAM_TOL) if kind == "fp32" else (BF16_TOL,) * 3
+            tol = (LOSS_TOL, GRAD_TOL, PARAM_TOL) if kind.startswith("fp32") else (BF16_TOL,) * 3
             loss, steps, grads, finals = testlib.dump_differences(g, ref)
             if kind == "bf16":  # zero-initialized biases with bf16-rounded gradients near zero: Adam moves
                 # each element a whole step either way, so the parameters are compared as one vector

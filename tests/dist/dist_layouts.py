@@ -74,6 +74,8 @@ def main():
             argv = [args.ztrain, "debug", "dump-state", spec, "--out", out, "--steps", "10",
                     "--set", f"parallel.zero_stage={stage}", "--set", f"parallel.tensor={tensor}",
                     "--set", f"parallel.replicate={replicate}"]
+            if replicate > 1 and np_ // tensor >= 4:  # 2 micro-batches a rank: accumulation within a replica
+                argv += ["--set", "train.micro_batch=1"]
             p = testlib.run(argv, check=False) if np_ == 1 else mpirun(np_, argv)
             if p.returncode != 0:
                 failures.append(f"{name}: exit {p.returncode}: {p.stderr[-2000:]}")
@@ -86,7 +88,8 @@ def main():
             return 1
         ref_loss = ref["train"]["loss"][()]
         # (tensor, data, ZeRO stage[, replicas]): hybrid sharding shards within each replica of the
-        # data-parallel ranks and all-reduces across them (R2 of D2: replicas of one rank)
+        # data-parallel ranks and all-reduces across them (R2 of D2: replicas of one rank; D4 in 2
+        # replicas of 2 with micro-batches of 1, so that each rank accumulates 2)
         layouts = ([(2, 1, 0), (4, 1, 0), (1, 2, 0), (1, 2, 1), (1, 2, 2), (1, 2, 3), (2, 2, 3), (1, 4, 3),
                     (1, 4, 1, 2), (1, 4, 2, 2), (1, 4, 3, 2), (2, 2, 1, 2), (2, 2, 2, 2), (2, 2, 3, 2)]
                    if args.arch == "gpt2" else [(2, 1, 0), (4, 1, 0), (4, 1, 2), (2, 2, 3), (1, 2, 1), (1, 4, 3, 2),

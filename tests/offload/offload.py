@@ -118,22 +118,22 @@ def main():
                 d = same(f, ref)
                 expect(not d, f"T2D2 optimizer {opt} params {params}: differs in {d[:4]}")
                 print(f"T2 D2 ZeRO-3 optimizer {opt} params {params}: bit-identical to on-device: {not d}")
-        # hybrid sharding with offload: 2 replicas of one rank, 2 micro-batches a step. An offloaded
-        # shard is summed across replicas each micro-batch (it goes to the host at once), the
-        # device's once a step: the same sums in another order, so close, not bit-identical
-        hybrid = ["parallel.replicate=2", "train.micro_batch=1"]
+        # hybrid sharding with offload: 4 ranks in 2 replicas of 2, 2 micro-batches a step. An
+        # offloaded shard is summed across replicas each micro-batch (it goes to the host at once),
+        # the device's once a step: the same sums in another order, so close, not bit-identical
+        hybrid = ["parallel.replicate=2", "train.micro_batch=1", "train.global_batch=8"]
         for z in (1, 3):
-            on_device = dump(f"D2R2_zero{z}", hybrid + [f"parallel.zero_stage={z}"], 2)
-            offloaded = dump(f"D2R2_zero{z}_opt-cpu", hybrid + [f"parallel.zero_stage={z}", "offload.optimizer=cpu"]
-                             + (["offload.params=cpu"] if z == 3 else []), 2)
+            on_device = dump(f"D4R2_zero{z}", hybrid + [f"parallel.zero_stage={z}"], 4)
+            offloaded = dump(f"D4R2_zero{z}_opt-cpu", hybrid + [f"parallel.zero_stage={z}", "offload.optimizer=cpu"]
+                             + (["offload.params=cpu"] if z == 3 else []), 4)
             if on_device is not None and offloaded is not None:
                 # not the attention's bias: its key part's gradient is float noise that Adam turns
                 # into full steps (tests/dist/dist_layouts.py compares its q and v parts)
                 worst = max(float(np.max(np.abs(offloaded[g][k][()] - on_device[g][k][()])
                                          / (np.abs(on_device[g][k][()]) + 1e-3)))
                             for g in ("train", "final") for k in on_device[g] if not k.endswith("attn.c_attn.bias"))
-                expect(worst <= 1e-4, f"D2 in 2 replicas ZeRO-{z}, offloaded: differs from on-device by {worst:.2e}")
-                print(f"D2 in 2 replicas, ZeRO-{z}, optimizer{' and parameters' if z == 3 else ''} on the CPU: "
+                expect(worst <= 1e-4, f"D4 in 2 replicas ZeRO-{z}, offloaded: differs from on-device by {worst:.2e}")
+                print(f"D4 in 2 replicas, ZeRO-{z}, optimizer{' and parameters' if z == 3 else ''} on the CPU: "
                       f"losses and final parameters within {worst:.1e} of on-device")
         # the NVMe tier's other I/O path (a thread per request, where io_uring is not available)
         f = dump("T2D2_nvme_threads", sets + ["offload.optimizer=nvme", "offload.params=nvme"], 4,
