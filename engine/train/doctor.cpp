@@ -322,9 +322,13 @@ void overlap_check(const RunSpec& spec, const MachineProfile& machine, std::vect
   out.push_back({Level::Warn, "communication",
                  layout + (p.time.stalls.empty() ? "" : "; most for " + p.time.stalls[0].what),
                  fmt::format("more tokens per micro-step on each GPU (micro_batch x seq_len = {} now: the compute per "
-                             "byte moved grows with it), tensor parallelism inside a machine, or fewer ranks across "
+                             "byte moved grows with it), tensor parallelism inside a machine, {}or fewer ranks across "
                              "the slow link; `ztrain plan --search --machine` ranks the layouts",
-                             int64_t(spec.train.micro_batch * spec.model.seq_len))});
+                             int64_t(spec.train.micro_batch * spec.model.seq_len),
+                             p.zero_stage > 0 && p.replicate == 1
+                                 ? "hybrid sharding ([parallel] replicate = the machines: ZeRO's traffic stays inside "
+                                   "each, one all-reduce a step crosses the network), "
+                                 : "")});
 }
 
 // Writes the measured machine for `ztrain plan --machine FILE` (rank 0).
