@@ -108,11 +108,14 @@ void StepBreakdown::step_end(int64_t step, StepResult& r) {
   // never negative: on a GPU the host's blocked time and the device's phase times are different
   // clocks).
   auto net = [&](const Phase& x) {
+    double comm = 0;
     for (size_t i = 0; i < groups_.size(); ++i) {  // by group, named as made ("dp", not "dp(nccl)")
+      const double ms = groups_[i]->exposed_ms(x.from.comm[i], x.to.comm[i]);
       const std::string name = groups_[i]->name();
-      r.comm_ms_by_group[name.substr(0, name.find('('))] += groups_[i]->exposed_ms(x.from.comm[i], x.to.comm[i]);
+      r.comm_ms_by_group[name.substr(0, name.find('('))] += ms;
+      comm += ms;
     }
-    const double comm = comm_between(x.from, x.to), offload = x.to.offload - x.from.offload;
+    const double offload = x.to.offload - x.from.offload;
     r.comm_ms += comm, r.offload_ms += offload;
     return std::max(0.0, be_.timing_ms(x.from.point, x.to.point) - comm - offload);
   };

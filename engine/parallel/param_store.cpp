@@ -204,16 +204,18 @@ void ParamStore::begin_pass(const std::vector<int>& order) {
   order_pos_ = 0;
 }
 
-size_t ParamStore::group_shard_bytes(int g) const {
-  // a group's units are consecutive in the flat shard: one range of the compute copy
+// A group's units are consecutive in the flat shard: one range of it (and of the compute copy).
+size_t ParamStore::group_shard_len(int g) const {
   size_t n = 0;
   for (int ui : layout_.group_units(g)) n += units_[ui].shard;
-  return n * esize_;
+  return n;
 }
 
-uint64_t ParamStore::group_shard_begin(int g) const {
-  return uint64_t(units_[layout_.group_units(g).front()].shard_off) * esize_;
-}
+size_t ParamStore::group_shard_off(int g) const { return units_[layout_.group_units(g).front()].shard_off; }
+
+size_t ParamStore::group_shard_bytes(int g) const { return group_shard_len(g) * esize_; }
+
+uint64_t ParamStore::group_shard_begin(int g) const { return uint64_t(group_shard_off(g)) * esize_; }
 
 void ParamStore::read_ahead(int g) {
   // Parameters on NVMe: the group's compute shards read into a pinned buffer of the tier, in
@@ -303,11 +305,7 @@ void ParamStore::grads_done(int g) {
   Pending p;
   p.group = g;
   p.last = last_micro_;
-  if (stage_ >= 2) {
-    size_t shards = 0;
-    for (int ui : layout_.group_units(g)) shards += units_[ui].shard;
-    p.recv = static_cast<float*>(be_.alloc(shards * sizeof(float), MemTag::CommBuffers));
-  }
+  if (stage_ >= 2) p.recv = static_cast<float*>(be_.alloc(group_shard_len(g) * sizeof(float), MemTag::CommBuffers));
   zero_.group_begin();  // the group's units (one bucket each): one launch
   if (stage_ == 0) {
     for (int ui : layout_.group_units(g))
@@ -343,9 +341,7 @@ void ParamStore::reduce_across_replicas(float* shard, size_t n, bool wait_now) {
 
 void ParamStore::complete(Pending& p) {
   for (auto h : p.handles) zero_.wait(h);
-  size_t group_shard = 0;  // the group's units are consecutive in the flat shard
-  for (int ui : layout_.group_units(p.group)) group_shard += units_[ui].shard;
-  const size_t group_off = units_[layout_.group_units(p.group).front()].shard_off;
+  const size_t group_shard = group_shard_len(p.group), group_off = group_shard_off(p.group);
   // Across replicas once the step's gradient is whole: stage 1 reduces on the last micro-batch
   // only, stages 2-3 accumulate on the device; an offloaded shard goes to the host at once, so
   // each micro-batch's is summed first.

@@ -195,6 +195,8 @@ class ParamStore final : public ParamProvider, public ModelStates {
     std::vector<Comm::Handle> handles;
   };
   uint64_t last_upload_ = 0;  // the latest upload_pinned_async from pinned states (wait_upload)
+  size_t group_shard_len(int g) const;    // this rank's shard of a group, in elements
+  size_t group_shard_off(int g) const;    // its first element in the flat shard
   size_t group_shard_bytes(int g) const;  // this rank's compute shards of a group
   uint64_t group_shard_begin(int g) const;  // their first byte in the flat compute shards
   void read_ahead(int g);                 // params on NVMe: start reading a group's shards
