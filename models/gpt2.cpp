@@ -12,7 +12,9 @@
 namespace zt {
 
 GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
-    : DecoderLM(backend, max_batch, tp, cfg.seq_len, cfg.d_model, cfg.vocab_size, cfg.vocab_held()), cfg_(cfg) {
+    : DecoderLM(backend, max_batch, tp, cfg.seq_len, cfg.d_model, cfg.vocab_size, cfg.vocab_held(),
+                cfg.sequence_parallel),
+      cfg_(cfg) {
   const int TP = tp_.size();
   ZT_CHECK(cfg.n_head % TP == 0 && cfg.d_ff % TP == 0 && cfg.vocab_held() % TP == 0 &&
                cfg.vocab_held() >= cfg.vocab_size,
@@ -57,23 +59,27 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
 
 std::vector<ActSlot> GPT2::activation_slots(const GPT2Config& cfg, int max_batch, int tp, Acts& a) {
   // Activations for the largest batch, carved from one allocation. With tensor parallelism the
-  // attention (Ca = C/TP), MLP (Fl = F/TP) and logits (Vl = V/TP) activations are this rank's part.
+  // attention (Ca = C/TP), MLP (Fl = F/TP) and logits (Vl = V/TP) activations are this rank's part,
+  // and with sequence parallelism the sequence region's (B,T,C) ones R = BT/TP rows of it.
   const double C = cfg.d_model, T = cfg.seq_len, L = cfg.n_layer, B = max_batch, BT = B * T, TP = tp;
+  const double R = double(seq_rows_of(cfg.sequence_parallel, tp, int64_t(max_batch) * cfg.seq_len));
   const double Ca = C / TP, Fl = double(cfg.d_ff) / TP, Vl = double(cfg.vocab_held()) / TP, NH = cfg.n_head / TP;
   // layers of slots: Lw for what full recompute drops, Ln for the norms selective drops too
   const double Lw = cfg.recompute == Recompute::Full ? 1 : L, Ln = cfg.recompute == Recompute::None ? L : 1;
   std::vector<ActSlot> slots = {
-      {&a.encoded, nullptr, BT * C},
-      {&a.ln1, nullptr, Ln * BT * C},      {nullptr, &a.ln1_mean, Ln * BT},  {nullptr, &a.ln1_rstd, Ln * BT},
+      {&a.encoded, nullptr, R * C},
+      {&a.ln1, nullptr, Ln * R * C},       {nullptr, &a.ln1_mean, Ln * R},   {nullptr, &a.ln1_rstd, Ln * R},
       {&a.qkv, nullptr, Lw * BT * 3 * Ca}, {&a.atty, nullptr, Lw * BT * Ca}, {nullptr, &a.att_lse, Lw * B * NH * T},
-      {&a.attproj, nullptr, Lw * BT * C},  {&a.res2, nullptr, Lw * BT * C},
-      {&a.ln2, nullptr, Ln * BT * C},      {nullptr, &a.ln2_mean, Ln * BT},  {nullptr, &a.ln2_rstd, Ln * BT},
+      {&a.attproj, nullptr, Lw * R * C},   {&a.res2, nullptr, Lw * R * C},
+      {&a.ln2, nullptr, Ln * R * C},       {nullptr, &a.ln2_mean, Ln * R},   {nullptr, &a.ln2_rstd, Ln * R},
       {&a.fch, nullptr, Lw * BT * Fl},     {&a.fch_gelu, nullptr, Lw * BT * Fl},
-      {&a.fcproj, nullptr, Lw * BT * C},   {&a.res3, nullptr, L * BT * C},
-      {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_mean, BT},       {nullptr, &a.lnf_rstd, BT},
-      {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * 3 * Ca},
+      {&a.fcproj, nullptr, Lw * R * C},    {&a.res3, nullptr, L * R * C},
+      {&a.lnf, nullptr, R * C},            {nullptr, &a.lnf_mean, R},        {nullptr, &a.lnf_rstd, R},
+      {&a.dres, nullptr, R * C},           {&a.dln, nullptr, R * C},         {&a.dqkv, nullptr, BT * 3 * Ca},
       {&a.datty, nullptr, BT * Ca},        {&a.dfch, nullptr, BT * Fl}};
   for (const ActSlot& h : head_slots(a.head, max_batch, cfg.seq_len, cfg.d_model, int64_t(Vl))) slots.push_back(h);
+  for (const ActSlot& q : sequence_slots(a.seq, cfg.sequence_parallel, tp, int64_t(max_batch) * cfg.seq_len, cfg.d_model))
+    slots.push_back(q);
   return slots;
 }
 
@@ -83,10 +89,10 @@ double GPT2::activation_footprint(const GPT2Config& cfg, int max_batch, int tp, 
 }
 
 std::string GPT2::describe() const {
-  return fmt::format("gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}{}{}", cfg_.n_layer, cfg_.d_model,
+  return fmt::format("gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}{}{}{}", cfg_.n_layer, cfg_.d_model,
                      cfg_.n_head, cfg_.seq_len, cfg_.vocab_size,
                      cfg_.vocab_held() > cfg_.vocab_size ? fmt::format(" (held as {})", cfg_.vocab_held()) : "",
-                     recompute_note(cfg_.recompute));
+                     recompute_note(cfg_.recompute), tp_.sequence_parallel() ? ", sequence-parallel" : "");
 }
 
 template <typename P>
@@ -98,55 +104,60 @@ GPT2::BlockParams<P> GPT2::block_params(P g, int l) const {
 
 GPT2::BlockActs GPT2::block_acts(int l) const {
   const Acts& a = acts_;
-  const int64_t BT = int64_t(cur_B_) * cur_T_, C = cfg_.d_model, Ca = C_l_, Fl = F_l_;
+  const int64_t BT = int64_t(cur_B_) * cur_T_, R = tp_.seq_rows(BT), C = cfg_.d_model, Ca = C_l_, Fl = F_l_;
   const int64_t w = cfg_.recompute == Recompute::Full ? 0 : l;  // the slot of what full recompute drops
   const int64_t n = cfg_.recompute == Recompute::None ? l : 0;  // and of the norms selective drops
-  return {el(a.ln1, n * BT * C),        a.ln1_mean + n * BT,           a.ln1_rstd + n * BT,
+  return {el(a.ln1, n * R * C),         a.ln1_mean + n * R,            a.ln1_rstd + n * R,
           el(a.qkv, w * BT * 3 * Ca),   el(a.atty, w * BT * Ca),       a.att_lse + w * BT * NH_l_,
-          el(a.attproj, w * BT * C),    el(a.res2, w * BT * C),        el(a.ln2, n * BT * C),
-          a.ln2_mean + n * BT,          a.ln2_rstd + n * BT,           el(a.fch, w * BT * Fl),
-          el(a.fch_gelu, w * BT * Fl),  el(a.fcproj, w * BT * C),      el(a.res3, l * BT * C)};
+          el(a.attproj, w * R * C),     el(a.res2, w * R * C),         el(a.ln2, n * R * C),
+          a.ln2_mean + n * R,           a.ln2_rstd + n * R,            el(a.fch, w * BT * Fl),
+          el(a.fch_gelu, w * BT * Fl),  el(a.fcproj, w * R * C),       el(a.res3, l * R * C)};
 }
 
 void GPT2::recompute_block(int l, const BlockParams<void*>& w, const void* in) {
   // The same ops on the same inputs: the same values, bit for bit (a fused residual norm and a
   // plain norm of its stored sum compute alike).
-  const int64_t BT = int64_t(cur_B_) * cur_T_;
+  const int64_t R = tp_.seq_real_rows(int64_t(cur_B_) * cur_T_);  // the norms' rows on this rank
   const int C = cfg_.d_model;
   const BlockActs x = block_acts(l);
   if (cfg_.recompute == Recompute::Full) {
     block_forward(l, w, in, nullptr, nullptr);
   } else if (cfg_.recompute == Recompute::Selective) {
-    be_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, in, w.ln1w, w.ln1b, BT, C, cfg_.norm_eps);
-    be_.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2w, w.ln2b, BT, C, cfg_.norm_eps);
+    be_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, in, w.ln1w, w.ln1b, R, C, cfg_.norm_eps);
+    be_.layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.res2, w.ln2w, w.ln2b, R, C, cfg_.norm_eps);
   }
 }
 
 void GPT2::block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum) {
   const int B = cur_B_, T = cur_T_, C = cfg_.d_model, Ca = C_l_, Fl = F_l_, NH = NH_l_;
-  const int64_t BT = int64_t(B) * T;
+  const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);  // all rows; the sequence region's here
   const BlockActs x = block_acts(l);
+  const SequenceActs& sq = acts_.seq;
   // The residual add that ends the previous block is fused with this block's ln_1.
-  if (!in_b) be_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, in_a, w.ln1w, w.ln1b, BT, C, cfg_.norm_eps);
+  if (!in_b) be_.layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, in_a, w.ln1w, w.ln1b, R, C, cfg_.norm_eps);
   else
-    be_.residual_layernorm_forward(in_sum, x.ln1, x.ln1_mean, x.ln1_rstd, in_a, in_b, w.ln1w, w.ln1b, BT, C,
+    be_.residual_layernorm_forward(in_sum, x.ln1, x.ln1_mean, x.ln1_rstd, in_a, in_b, w.ln1w, w.ln1b, R, C,
                                    cfg_.norm_eps);
   const void* residual = in_b ? in_sum : in_a;
-  be_.matmul_forward(x.qkv, x.ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca);  // (B,T,3Ca) this rank's heads
+  const void* ln1 = tp_.gather_from_sequence_region(x.ln1, sq.full, BT, C);  // (B,T,C)
+  be_.matmul_forward(x.qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca);        // (B,T,3Ca) this rank's heads
   be_.attention_forward(x.atty, x.att_lse, x.qkv, B, T, Ca, NH, NH);   // (B,T,Ca)
-  be_.matmul_forward(x.attproj, x.atty, w.attprojw, tp_.once(w.attprojb), BT, Ca, C);  // row-parallel
-  tp_.reduce_from_region(x.attproj, BT * C);
-  be_.residual_layernorm_forward(x.res2, x.ln2, x.ln2_mean, x.ln2_rstd, residual, x.attproj, w.ln2w, w.ln2b, BT,
-                                 C, cfg_.norm_eps);
-  be_.matmul_gelu_forward(x.fch_gelu, x.fch, x.ln2, w.fcw, w.fcb, BT, C, Fl);  // (B,T,Fl) column-parallel
-  be_.matmul_forward(x.fcproj, x.fch_gelu, w.fcprojw, tp_.once(w.fcprojb), BT, Fl, C);  // row-parallel
-  tp_.reduce_from_region(x.fcproj, BT * C);
+  void* attproj = tp_.partial_sums(x.attproj, sq.partial);
+  be_.matmul_forward(attproj, x.atty, w.attprojw, tp_.once(w.attprojb), BT, Ca, C);  // row-parallel
+  tp_.reduce_to_sequence_region(attproj, x.attproj, BT, C);
+  be_.residual_layernorm_forward(x.res2, x.ln2, x.ln2_mean, x.ln2_rstd, residual, x.attproj, w.ln2w, w.ln2b, R, C,
+                                 cfg_.norm_eps);
+  const void* ln2 = tp_.gather_from_sequence_region(x.ln2, sq.full, BT, C);
+  be_.matmul_gelu_forward(x.fch_gelu, x.fch, ln2, w.fcw, w.fcb, BT, C, Fl);  // (B,T,Fl) column-parallel
+  void* fcproj = tp_.partial_sums(x.fcproj, sq.partial);
+  be_.matmul_forward(fcproj, x.fch_gelu, w.fcprojw, tp_.once(w.fcprojb), BT, Fl, C);  // row-parallel
+  tp_.reduce_to_sequence_region(fcproj, x.fcproj, BT, C);
 }
 
 void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
   begin_batch(B, T, cfg_.seq_len, "GPT2");
   const int C = cfg_.d_model, Vl = V_l_;
-  const int64_t BT = int64_t(B) * T;
+  const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);
   // Token ids as this rank's embedding rows (-1: another rank's slice); targets stay global.
   std::vector<int32_t> local_ids(BT);
   tp_.vocab_local_ids(inputs, BT, Vl, local_ids.data());
@@ -156,8 +167,11 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
   const size_t wte_i = 0, wpe_i = 1, lnfw_i = table_.params().size() - 2, lnfb_i = table_.params().size() - 1;
   DecoderPass{*prov_, L, head_group(), /*tied=*/true}.forward({
       // Vocabulary-parallel embedding: each rank adds its rows (and rank 0 the positions), then sum.
-      [&](void* emb) { be_.embedding_forward(a.encoded, tok.inputs, at(emb, wte_i), tp_.once(at(emb, wpe_i)), B, T, C); },
-      [&] { tp_.reduce_from_region(a.encoded, BT * C); },  // (B,T,C)
+      [&](void* emb) {
+        be_.embedding_forward(tp_.partial_sums(a.encoded, a.seq.partial), tok.inputs, at(emb, wte_i),
+                              tp_.once(at(emb, wpe_i)), B, T, C);
+      },
+      [&] { tp_.reduce_to_sequence_region(tp_.partial_sums(a.encoded, a.seq.partial), a.encoded, BT, C); },
       // Each residual add is fused with the LayerNorm that reads its result: block l's attention
       // residual with its ln_2, block l's MLP residual with block l+1's ln_1 (or ln_f), which runs
       // at the start of block l+1 so that only that block's parameters are needed.
@@ -172,18 +186,19 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
       },
       [&](void* lnf) {
         if (L == 0) {
-          be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.encoded, at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C,
+          be_.layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.encoded, at(lnf, lnfw_i), at(lnf, lnfb_i), R, C,
                                 cfg_.norm_eps);
         } else {
           const BlockActs last = block_acts(L - 1);
           be_.residual_layernorm_forward(last.res3, a.lnf, a.lnf_mean, a.lnf_rstd, last.res2, last.fcproj,
-                                         at(lnf, lnfw_i), at(lnf, lnfb_i), BT, C, cfg_.norm_eps);
+                                         at(lnf, lnfw_i), at(lnf, lnfb_i), R, C, cfg_.norm_eps);
         }
       },
       // the tied head and the loss, a chunk of rows at a time (with grad_scale: dln and the
-      // head's part of dwte too)
+      // head's part of dwte too; dx, this rank's part of it over all rows, stays for backward)
       [&](void* emb) {
-        head_forward(a.head, a.lnf, at(emb, wte_i), targets ? tok.targets : nullptr, C, Vl, grad_scale, a.dln);
+        head_forward(a.head, tp_.gather_from_sequence_region(a.lnf, a.seq.full, BT, C), at(emb, wte_i),
+                     targets ? tok.targets : nullptr, C, Vl, grad_scale, tp_.partial_sums(a.dln, a.seq.partial));
       }});
   grads_ready_ = targets && grad_scale != 0.0f;
   tokens_.mark_read();  // the token slot's last reader so far (backward moves it)
@@ -191,28 +206,35 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
 
 void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* residual) {
   const int B = cur_B_, T = cur_T_, C = cfg_.d_model, Ca = C_l_, Fl = F_l_, NH = NH_l_;
-  const int64_t BT = int64_t(B) * T;
+  const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);
   Acts& a = acts_;
   const BlockActs x = block_acts(l);
+  float* const* norm_g = seq_grads_.begin({g.ln2w, g.ln2b, g.ln1w, g.ln1b}, C);  // a part per rank with SP
   // MLP branch: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   // (activation gradients with one writer are written, not zero-filled and accumulated)
-  be_.matmul_gelu_backward(a.dfch, g.fcprojw, g.fcprojb, a.dres, x.fch_gelu, w.fcprojw, x.fch, BT, Fl, C);
-  be_.matmul_backward(a.dln, g.fcw, g.fcb, a.dfch, x.ln2, w.fcw, BT, C, Fl);
-  tp_.reduce_from_region(a.dln, BT * C);  // column-parallel input: sum of the ranks' parts
-  be_.layernorm_backward(a.dres, g.ln2w, g.ln2b, a.dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, BT, C);
+  const void* dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);  // (B,T,C)
+  be_.matmul_gelu_backward(a.dfch, g.fcprojw, g.fcprojb, dres, x.fch_gelu, w.fcprojw, x.fch, BT, Fl, C);
+  void* dln = tp_.partial_sums(a.dln, a.seq.partial);  // column-parallel input: the ranks' parts
+  be_.matmul_backward(dln, g.fcw, g.fcb, a.dfch, tp_.gather_from_sequence_region(x.ln2, a.seq.full, BT, C), w.fcw,
+                      BT, C, Fl);
+  tp_.reduce_to_sequence_region(dln, a.dln, BT, C);
+  be_.layernorm_backward(a.dres, norm_g[0], norm_g[1], a.dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, R, C);
   // Attention branch: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
-  be_.matmul_backward(a.datty, g.attprojw, g.attprojb, a.dres, x.atty, w.attprojw, BT, Ca, C);
+  dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);
+  be_.matmul_backward(a.datty, g.attprojw, g.attprojb, dres, x.atty, w.attprojw, BT, Ca, C);
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.att_lse, B, T, Ca, NH, NH);
-  be_.matmul_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, x.ln1, w.qkvw, BT, C, 3 * Ca);
-  tp_.reduce_from_region(a.dln, BT * C);
-  be_.layernorm_backward(a.dres, g.ln1w, g.ln1b, a.dln, residual, w.ln1w, x.ln1_mean, x.ln1_rstd, BT, C);
+  be_.matmul_backward(dln, g.qkvw, g.qkvb, a.dqkv, tp_.gather_from_sequence_region(x.ln1, a.seq.full, BT, C), w.qkvw,
+                      BT, C, 3 * Ca);
+  tp_.reduce_to_sequence_region(dln, a.dln, BT, C);
+  be_.layernorm_backward(a.dres, norm_g[2], norm_g[3], a.dln, residual, w.ln1w, x.ln1_mean, x.ln1_rstd, R, C);
+  seq_grads_.end();
 }
 
 void GPT2::backward() {
   ZT_CHECK(grads_ready_, "backward() needs a forward() with targets and grad_scale != 0");
   const int B = cur_B_, T = cur_T_;
   const int C = cfg_.d_model, Vl = V_l_;
-  const int64_t BT = int64_t(B) * T;
+  const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);
   Acts& a = acts_;
   const size_t wte_i = 0, wpe_i = 1, lnfw_i = table_.params().size() - 2, lnfb_i = table_.params().size() - 1;
   const size_t cs = esize_;
@@ -221,14 +243,17 @@ void GPT2::backward() {
       // embedding's part at the very end (the pass keeps group 0's gradient open until then).
       [&](float* emb_g) { head_backward(a.head, at(emb_g, wte_i), C, Vl); },
       [&](void* lnf, float* lnf_g) {
-        tp_.reduce_from_region(a.dln, BT * C);  // each rank's vocabulary slice contributed a part
-        be_.fill_zero(a.dres, BT * C * cs);
+        float* const* norm_g = seq_grads_.begin({at(lnf_g, lnfw_i), at(lnf_g, lnfb_i)}, C);
+        // each rank's vocabulary slice contributed a part
+        tp_.reduce_to_sequence_region(tp_.partial_sums(a.dln, a.seq.partial), a.dln, BT, C);
+        be_.fill_zero(a.dres, size_t(tp_.seq_rows(BT) * C) * cs);
         const void* last = cfg_.n_layer > 0 ? block_acts(cfg_.n_layer - 1).res3 : a.encoded;
-        be_.layernorm_backward(a.dres, at(lnf_g, lnfw_i), at(lnf_g, lnfb_i), a.dln, last, at(lnf, lnfw_i),
-                               a.lnf_mean, a.lnf_rstd, BT, C);
+        be_.layernorm_backward(a.dres, norm_g[0], norm_g[1], a.dln, last, at(lnf, lnfw_i), a.lnf_mean, a.lnf_rstd, R,
+                               C);
+        seq_grads_.end();
       },
-      // dres is the gradient w.r.t. the residual stream (the same on every tensor-parallel rank);
-      // each block adds its branches into it.
+      // dres is the gradient w.r.t. the residual stream (the same on every tensor-parallel rank, or
+      // with sequence parallelism this rank's rows of it); each block adds its branches into it.
       [&](int l, void* block, float* grads) {
         const BlockParams<void*> w = block_params(block, l);
         const BlockParams<float*> g = block_params(grads, l);
@@ -237,7 +262,8 @@ void GPT2::backward() {
         block_backward(l, w, g, in);
       },
       [&](float* emb_g) {
-        be_.embedding_backward(at(emb_g, wte_i), at(emb_g, wpe_i), a.dres, tokens_.current().inputs, B, T, C);
+        be_.embedding_backward(at(emb_g, wte_i), at(emb_g, wpe_i), tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C),
+                               tokens_.current().inputs, B, T, C);
         tokens_.mark_read();  // the token slot's last reader
       }});
   grads_ready_ = false;

@@ -35,6 +35,7 @@ struct GPT2Config {
   int vocab_padded = 0;
   float norm_eps = 1e-5f;  // LayerNorm epsilon
   Recompute recompute = Recompute::None;
+  bool sequence_parallel = false;  // the norms' and residuals' rows split across the tensor group
   int vocab_held() const { return vocab_padded > 0 ? vocab_padded : vocab_size; }
 };
 
@@ -67,7 +68,8 @@ class GPT2 final : public DecoderLM {
     P ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
   };
   // One block's activations for the current (B, T): void* in the compute dtype, float* for fp32
-  // statistics. Ca/Fl = this rank's attention and MLP width.
+  // statistics. Ca/Fl = this rank's attention and MLP width. The (B,T,C) tensors and their
+  // statistics are the sequence region's: with sequence parallelism, this rank's seq_rows of them.
   struct BlockActs {
     void* ln1;                   // (B,T,C)
     float *ln1_mean, *ln1_rstd;  // (B,T)
@@ -96,6 +98,7 @@ class GPT2 final : public DecoderLM {
     HeadActs head;               // the output head's chunk of logits, last rows, weight gradient
     // backward scratch
     void *dres, *dln, *dqkv, *datty, *dfch;  // (B,T,C) x2, (B,T,3Ca), (B,T,Ca), (B,T,Fl)
+    SequenceActs seq;                        // sequence parallelism's gathered rows and partial sums
   };
   // Every activation slot, in carve order, pointing into `a`: the one list of the activations.
   static std::vector<ActSlot> activation_slots(const GPT2Config& cfg, int max_batch, int tp, Acts& a);

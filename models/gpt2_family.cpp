@@ -12,9 +12,9 @@ namespace zt {
 
 namespace {
 
-GPT2Config gpt2_config(const RunSpec::Model& m, int tp, Recompute rc) {
+GPT2Config gpt2_config(const RunSpec::Model& m, int tp, Recompute rc, bool sequence_parallel) {
   return GPT2Config{int(m.n_layer),    int(m.n_head),  int(m.d_model),         int(m.d_ff), int(m.vocab_size),
-                    int(m.seq_len),    int(held_vocab(m, tp)), float(m.norm_eps), rc};
+                    int(m.seq_len),    int(held_vocab(m, tp)), float(m.norm_eps), rc, sequence_parallel};
 }
 
 // GPT-2's Conv1D weights (Hugging Face keeps OpenAI's (in, out) layout).
@@ -41,8 +41,8 @@ class Gpt2Family final : public ModelFamily {
   }
 
   std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp,
-                              Recompute rc) const override {
-    return std::make_unique<GPT2>(gpt2_config(m, tp ? tp->size() : 1, rc), backend, max_batch, tp);
+                              Recompute rc, bool sequence_parallel) const override {
+    return std::make_unique<GPT2>(gpt2_config(m, tp ? tp->size() : 1, rc, sequence_parallel), backend, max_batch, tp);
   }
 
   std::vector<Backend::OpRequest> ops(const RunSpec::Model& m, DType compute) const override {
@@ -56,7 +56,7 @@ class Gpt2Family final : public ModelFamily {
   }
 
   ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size,
-                           Recompute rc) const override {
+                           Recompute rc, bool sequence_parallel) const override {
     // doubles throughout: the shapes' products overflow int64 for absurd specs (the point of asking);
     // the sizes themselves are int32 (the spec checks d_ff and the padded vocabulary)
     const double L = double(m.n_layer), C = double(m.d_model), F = double(m.d_ff), V = double(held_vocab(m, tp));
@@ -66,7 +66,8 @@ class Gpt2Family final : public ModelFamily {
     // column-parallel c_attn and c_fc, row-parallel projections (their biases replicated)
     f.params = V * C / P + T * C + L * (4 * C + 3 * C * C / P + 3 * C / P + C * C / P + C + 2 * F * C / P + F / P + C) +
                2 * C;
-    f.activation_bytes = GPT2::activation_footprint(gpt2_config(m, tp, rc), max_batch, tp, compute_size);
+    f.activation_bytes = GPT2::activation_footprint(gpt2_config(m, tp, rc, sequence_parallel), max_batch, tp,
+                                                compute_size);
     return f;
   }
 

@@ -22,7 +22,9 @@ Llama::Widths Llama::widths(const LlamaConfig& cfg, int tp) {
 }
 
 Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
-    : DecoderLM(backend, max_batch, tp, cfg.seq_len, cfg.d_model, cfg.vocab_size, cfg.vocab_held()), cfg_(cfg) {
+    : DecoderLM(backend, max_batch, tp, cfg.seq_len, cfg.d_model, cfg.vocab_size, cfg.vocab_held(),
+                cfg.sequence_parallel),
+      cfg_(cfg) {
   const int TP = tp_.size();
   ZT_CHECK(cfg.n_head % cfg.n_kv_head == 0 && cfg.n_head % TP == 0 && cfg.d_ff % TP == 0 &&
                (cfg.n_kv_head % TP == 0 || TP % cfg.n_kv_head == 0) && cfg.vocab_held() % TP == 0 &&
@@ -70,21 +72,25 @@ std::vector<ActSlot> Llama::activation_slots(const LlamaConfig& cfg, int max_bat
   const Widths w = widths(cfg, tp);
   const double C = cfg.d_model, T = cfg.seq_len, L = cfg.n_layer, B = max_batch, BT = B * T;
   const double Wq = double(w.q), Wqkv = double(w.qkv), Fl = double(w.f), NH = cfg.n_head / tp;
+  // the sequence region's (B,T,C) tensors: R = BT/TP rows of them with sequence parallelism
+  const double R = double(seq_rows_of(cfg.sequence_parallel, tp, int64_t(max_batch) * cfg.seq_len));
   // layers of slots: Lw for what full recompute drops, Ln for what selective drops too (the
   // norm outputs and the SwiGLU output)
   const double Lw = cfg.recompute == Recompute::Full ? 1 : L, Ln = cfg.recompute == Recompute::None ? L : 1;
   std::vector<ActSlot> slots = {
-      {&a.encoded, nullptr, BT * C},
-      {&a.ln1, nullptr, Ln * BT * C},      {nullptr, &a.rstd1, Ln * BT},
+      {&a.encoded, nullptr, R * C},
+      {&a.ln1, nullptr, Ln * R * C},       {nullptr, &a.rstd1, Ln * R},
       {&a.qkv, nullptr, Lw * BT * Wqkv},   {&a.atty, nullptr, Lw * BT * Wq}, {nullptr, &a.lse, Lw * B * NH * T},
-      {&a.attproj, nullptr, Lw * BT * C},  {&a.res2, nullptr, Lw * BT * C},
-      {&a.ln2, nullptr, Ln * BT * C},      {nullptr, &a.rstd2, Ln * BT},
+      {&a.attproj, nullptr, Lw * R * C},   {&a.res2, nullptr, Lw * R * C},
+      {&a.ln2, nullptr, Ln * R * C},       {nullptr, &a.rstd2, Ln * R},
       {&a.gate_up, nullptr, Lw * BT * 2 * Fl}, {&a.act, nullptr, Ln * BT * Fl},
-      {&a.mlp, nullptr, Lw * BT * C},      {&a.res3, nullptr, L * BT * C},
-      {&a.lnf, nullptr, BT * C},           {nullptr, &a.lnf_rstd, BT},
-      {&a.dres, nullptr, BT * C},          {&a.dln, nullptr, BT * C},        {&a.dqkv, nullptr, BT * Wqkv},
+      {&a.mlp, nullptr, Lw * R * C},       {&a.res3, nullptr, L * R * C},
+      {&a.lnf, nullptr, R * C},            {nullptr, &a.lnf_rstd, R},
+      {&a.dres, nullptr, R * C},           {&a.dln, nullptr, R * C},         {&a.dqkv, nullptr, BT * Wqkv},
       {&a.datty, nullptr, BT * Wq},        {&a.dgate_up, nullptr, BT * 2 * Fl}, {&a.dact, nullptr, BT * Fl}};
   for (const ActSlot& h : head_slots(a.head, max_batch, cfg.seq_len, cfg.d_model, w.v)) slots.push_back(h);
+  for (const ActSlot& q : sequence_slots(a.seq, cfg.sequence_parallel, tp, int64_t(max_batch) * cfg.seq_len, cfg.d_model))
+    slots.push_back(q);
   return slots;
 }
 
@@ -99,11 +105,12 @@ Llama::~Llama() {
 }
 
 std::string Llama::describe() const {
-  return fmt::format("llama {} layers, d_model {}, {} heads ({} key/value), d_ff {}, seq_len {}, vocab {}{}{}{}",
+  return fmt::format("llama {} layers, d_model {}, {} heads ({} key/value), d_ff {}, seq_len {}, vocab {}{}{}{}{}",
                      cfg_.n_layer, cfg_.d_model, cfg_.n_head, cfg_.n_kv_head, cfg_.d_ff, cfg_.seq_len,
                      cfg_.vocab_size,
                      cfg_.vocab_held() > cfg_.vocab_size ? fmt::format(" (held as {})", cfg_.vocab_held()) : "",
-                     cfg_.tie_embeddings ? ", tied head" : "", recompute_note(cfg_.recompute));
+                     cfg_.tie_embeddings ? ", tied head" : "", recompute_note(cfg_.recompute),
+                     tp_.sequence_parallel() ? ", sequence-parallel" : "");
 }
 
 template <typename P>
@@ -115,56 +122,61 @@ Llama::BlockParams<P> Llama::block_params(P g, int l) const {
 
 Llama::BlockActs Llama::block_acts(int l) const {
   const Acts& a = acts_;
-  const int64_t BT = int64_t(cur_B_) * cur_T_, C = cfg_.d_model, Fl = w_.f;
+  const int64_t BT = int64_t(cur_B_) * cur_T_, R = tp_.seq_rows(BT), C = cfg_.d_model, Fl = w_.f;
   const int64_t w = cfg_.recompute == Recompute::Full ? 0 : l;  // the slot of what full recompute drops
   const int64_t n = cfg_.recompute == Recompute::None ? l : 0;  // and of what selective drops
-  return {el(a.ln1, n * BT * C),         a.rstd1 + n * BT,
+  return {el(a.ln1, n * R * C),          a.rstd1 + n * R,
           el(a.qkv, w * BT * w_.qkv),    el(a.atty, w * BT * w_.q),   a.lse + w * BT * NH_l_,
-          el(a.attproj, w * BT * C),     el(a.res2, w * BT * C),      el(a.ln2, n * BT * C),
-          a.rstd2 + n * BT,              el(a.gate_up, w * BT * 2 * Fl), el(a.act, n * BT * Fl),
-          el(a.mlp, w * BT * C),         el(a.res3, l * BT * C)};
+          el(a.attproj, w * R * C),      el(a.res2, w * R * C),       el(a.ln2, n * R * C),
+          a.rstd2 + n * R,               el(a.gate_up, w * BT * 2 * Fl), el(a.act, n * BT * Fl),
+          el(a.mlp, w * R * C),          el(a.res3, l * R * C)};
 }
 
 void Llama::recompute_block(int l, const BlockParams<void*>& w, const void* in) {
   // The same ops on the same inputs: the same values, bit for bit.
-  const int64_t BT = int64_t(cur_B_) * cur_T_;
+  const int64_t BT = int64_t(cur_B_) * cur_T_, R = tp_.seq_real_rows(BT);  // R: the norms' rows here
   const int C = cfg_.d_model;
   const BlockActs x = block_acts(l);
   if (cfg_.recompute == Recompute::Full) {
     block_forward(l, w, in, nullptr, nullptr);
   } else if (cfg_.recompute == Recompute::Selective) {
-    be_.rmsnorm_forward(x.ln1, x.rstd1, in, w.norm1, BT, C, cfg_.norm_eps);
-    be_.rmsnorm_forward(x.ln2, x.rstd2, x.res2, w.norm2, BT, C, cfg_.norm_eps);
+    be_.rmsnorm_forward(x.ln1, x.rstd1, in, w.norm1, R, C, cfg_.norm_eps);
+    be_.rmsnorm_forward(x.ln2, x.rstd2, x.res2, w.norm2, R, C, cfg_.norm_eps);
     be_.swiglu_forward(x.act, x.gate_up, BT, int(w_.f));
   }
 }
 
 void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum) {
   const int B = cur_B_, T = cur_T_, C = cfg_.d_model, hs = cfg_.head_size();
-  const int64_t BT = int64_t(B) * T;
+  const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);  // all rows; the sequence region's here
   const float eps = cfg_.norm_eps;
   const BlockActs x = block_acts(l);
+  const SequenceActs& sq = acts_.seq;
   // The residual add that ends the previous block is fused with this block's first norm.
-  if (!in_b) be_.rmsnorm_forward(x.ln1, x.rstd1, in_a, w.norm1, BT, C, eps);
-  else be_.residual_rmsnorm_forward(in_sum, x.ln1, x.rstd1, in_a, in_b, w.norm1, BT, C, eps);
+  if (!in_b) be_.rmsnorm_forward(x.ln1, x.rstd1, in_a, w.norm1, R, C, eps);
+  else be_.residual_rmsnorm_forward(in_sum, x.ln1, x.rstd1, in_a, in_b, w.norm1, R, C, eps);
   const void* residual = in_b ? in_sum : in_a;
-  be_.matmul_forward(x.qkv, x.ln1, w.qkv, nullptr, BT, C, int(w_.qkv));  // (B,T,Wqkv) this rank's heads
+  const void* ln1 = tp_.gather_from_sequence_region(x.ln1, sq.full, BT, C);  // (B,T,C)
+  be_.matmul_forward(x.qkv, ln1, w.qkv, nullptr, BT, C, int(w_.qkv));  // (B,T,Wqkv) this rank's heads
   // q and k heads are adjacent in each row: one rotation covers both
   be_.rope(x.qkv, B, T, NH_l_ + NKV_l_, hs, w_.qkv, cfg_.rope_theta, false);
   be_.attention_forward(x.atty, x.lse, x.qkv, B, T, int(w_.q), NH_l_, NKV_l_);  // (B,T,Wq)
-  be_.matmul_forward(x.attproj, x.atty, w.o, nullptr, BT, int(w_.q), C);       // row-parallel
-  tp_.reduce_from_region(x.attproj, BT * C);
-  be_.residual_rmsnorm_forward(x.res2, x.ln2, x.rstd2, residual, x.attproj, w.norm2, BT, C, eps);
-  be_.matmul_forward(x.gate_up, x.ln2, w.gate_up, nullptr, BT, C, int(2 * w_.f));  // (B,T,2Fl) column-parallel
+  void* attproj = tp_.partial_sums(x.attproj, sq.partial);
+  be_.matmul_forward(attproj, x.atty, w.o, nullptr, BT, int(w_.q), C);  // row-parallel
+  tp_.reduce_to_sequence_region(attproj, x.attproj, BT, C);
+  be_.residual_rmsnorm_forward(x.res2, x.ln2, x.rstd2, residual, x.attproj, w.norm2, R, C, eps);
+  const void* ln2 = tp_.gather_from_sequence_region(x.ln2, sq.full, BT, C);
+  be_.matmul_forward(x.gate_up, ln2, w.gate_up, nullptr, BT, C, int(2 * w_.f));  // (B,T,2Fl) column-parallel
   be_.swiglu_forward(x.act, x.gate_up, BT, int(w_.f));
-  be_.matmul_forward(x.mlp, x.act, w.down, nullptr, BT, int(w_.f), C);  // row-parallel
-  tp_.reduce_from_region(x.mlp, BT * C);
+  void* mlp = tp_.partial_sums(x.mlp, sq.partial);
+  be_.matmul_forward(mlp, x.act, w.down, nullptr, BT, int(w_.f), C);  // row-parallel
+  tp_.reduce_to_sequence_region(mlp, x.mlp, BT, C);
 }
 
 void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
   begin_batch(B, T, cfg_.seq_len, "Llama");
   const int C = cfg_.d_model, Vl = int(w_.v), L = cfg_.n_layer, head = head_group();
-  const int64_t BT = int64_t(B) * T;
+  const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);
   std::vector<int32_t> local_ids(BT);
   tp_.vocab_local_ids(inputs, BT, Vl, local_ids.data());
   const TokenSlots::Tokens tok = tokens_.upload(local_ids.data(), targets, BT);
@@ -172,8 +184,10 @@ void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, int 
   const bool tied = cfg_.tie_embeddings;
   const size_t norm_i = tied ? table_.params().size() - 1 : table_.params().size() - 2;
   DecoderPass{*prov_, L, head, tied}.forward({
-      [&](void* emb) { be_.embedding_forward(a.encoded, tok.inputs, emb, nullptr, B, T, C); },  // no positions: RoPE
-      [&] { tp_.reduce_from_region(a.encoded, BT * C); },
+      [&](void* emb) {  // no positions: RoPE
+        be_.embedding_forward(tp_.partial_sums(a.encoded, a.seq.partial), tok.inputs, emb, nullptr, B, T, C);
+      },
+      [&] { tp_.reduce_to_sequence_region(tp_.partial_sums(a.encoded, a.seq.partial), a.encoded, BT, C); },
       [&](int l, void* block) {
         const BlockParams<void*> w = block_params(block, l);
         if (l == 0) {
@@ -185,16 +199,18 @@ void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, int 
       },
       [&](void* hp) {
         if (L == 0) {
-          be_.rmsnorm_forward(a.lnf, a.lnf_rstd, a.encoded, at(hp, norm_i), BT, C, cfg_.norm_eps);
+          be_.rmsnorm_forward(a.lnf, a.lnf_rstd, a.encoded, at(hp, norm_i), R, C, cfg_.norm_eps);
         } else {
           const BlockActs last = block_acts(L - 1);
-          be_.residual_rmsnorm_forward(last.res3, a.lnf, a.lnf_rstd, last.res2, last.mlp, at(hp, norm_i), BT, C,
+          be_.residual_rmsnorm_forward(last.res3, a.lnf, a.lnf_rstd, last.res2, last.mlp, at(hp, norm_i), R, C,
                                        cfg_.norm_eps);
         }
       },
       [&](void* weights) {  // the embedding itself, or the head's own matrix after its norm; and the loss
-        head_forward(a.head, a.lnf, tied ? weights : at(weights, norm_i + 1), targets ? tok.targets : nullptr, C, Vl,
-                     grad_scale, a.dln);
+        // dx: this rank's part over all rows, kept for backward
+        head_forward(a.head, tp_.gather_from_sequence_region(a.lnf, a.seq.full, BT, C),
+                     tied ? weights : at(weights, norm_i + 1), targets ? tok.targets : nullptr, C, Vl, grad_scale,
+                     tp_.partial_sums(a.dln, a.seq.partial));
       }});
   grads_ready_ = targets && grad_scale != 0.0f;
   tokens_.mark_read();
@@ -216,18 +232,23 @@ void Llama::sum_replicated_kv_grads(float* kv_grad) {
 
 void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* residual) {
   const int B = cur_B_, T = cur_T_, C = cfg_.d_model, hs = cfg_.head_size();
-  const int64_t BT = int64_t(B) * T, Fl = w_.f, Wq = w_.q, Wqkv = w_.qkv;
+  const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT), Fl = w_.f, Wq = w_.q, Wqkv = w_.qkv;
   Acts& a = acts_;
   const BlockActs x = block_acts(l);
+  float* const* norm_g = seq_grads_.begin({g.norm2, g.norm1}, C);  // a part per rank with SP
   // MLP branch: res3 = res2 + down(silu(gate(ln2)) * up(ln2))
   // (activation gradients with one writer are written, not zero-filled and accumulated)
-  be_.matmul_backward(a.dact, g.down, nullptr, a.dres, x.act, w.down, BT, int(Fl), C);
+  const void* dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);  // (B,T,C)
+  be_.matmul_backward(a.dact, g.down, nullptr, dres, x.act, w.down, BT, int(Fl), C);
   be_.swiglu_backward(a.dgate_up, x.gate_up, a.dact, BT, int(Fl));
-  be_.matmul_backward(a.dln, g.gate_up, nullptr, a.dgate_up, x.ln2, w.gate_up, BT, C, int(2 * Fl));
-  tp_.reduce_from_region(a.dln, BT * C);
-  be_.rmsnorm_backward(a.dres, g.norm2, a.dln, x.res2, w.norm2, x.rstd2, BT, C);
+  void* dln = tp_.partial_sums(a.dln, a.seq.partial);  // column-parallel input: the ranks' parts
+  be_.matmul_backward(dln, g.gate_up, nullptr, a.dgate_up, tp_.gather_from_sequence_region(x.ln2, a.seq.full, BT, C),
+                      w.gate_up, BT, C, int(2 * Fl));
+  tp_.reduce_to_sequence_region(dln, a.dln, BT, C);
+  be_.rmsnorm_backward(a.dres, norm_g[0], a.dln, x.res2, w.norm2, x.rstd2, R, C);
   // Attention branch: res2 = residual + o(attn(rope(qkv(ln1))))
-  be_.matmul_backward(a.datty, g.o, nullptr, a.dres, x.atty, w.o, BT, int(Wq), C);
+  dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);
+  be_.matmul_backward(a.datty, g.o, nullptr, dres, x.atty, w.o, BT, int(Wq), C);
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.lse, B, T, int(Wq), NH_l_, NKV_l_);
   be_.rope(a.dqkv, B, T, NH_l_ + NKV_l_, hs, Wqkv, cfg_.rope_theta, true);  // through the rotation
   float* kv_grad = g.qkv + Wq * C;  // k_proj then v_proj rows follow q_proj's
@@ -235,16 +256,18 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
     be_.copy_device(kv_saved_, kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
     be_.fill_zero(kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
   }
-  be_.matmul_backward(a.dln, g.qkv, nullptr, a.dqkv, x.ln1, w.qkv, BT, C, int(Wqkv));
+  be_.matmul_backward(dln, g.qkv, nullptr, a.dqkv, tp_.gather_from_sequence_region(x.ln1, a.seq.full, BT, C), w.qkv,
+                      BT, C, int(Wqkv));
   if (kv_replicas_ > 1) sum_replicated_kv_grads(kv_grad);
-  tp_.reduce_from_region(a.dln, BT * C);
-  be_.rmsnorm_backward(a.dres, g.norm1, a.dln, residual, w.norm1, x.rstd1, BT, C);
+  tp_.reduce_to_sequence_region(dln, a.dln, BT, C);
+  be_.rmsnorm_backward(a.dres, norm_g[1], a.dln, residual, w.norm1, x.rstd1, R, C);
+  seq_grads_.end();
 }
 
 void Llama::backward() {
   ZT_CHECK(grads_ready_, "backward() needs a forward() with targets and grad_scale != 0");
   const int B = cur_B_, T = cur_T_, C = cfg_.d_model, Vl = int(w_.v), head = head_group();
-  const int64_t BT = int64_t(B) * T;
+  const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);
   const size_t cs = esize_;
   Acts& a = acts_;
   const bool tied = cfg_.tie_embeddings;
@@ -253,10 +276,13 @@ void Llama::backward() {
       // Head: forward left dln and the head's weight gradient; into the embedding's, or the head matrix's
       [&](float* g) { head_backward(a.head, tied ? g : at(g, norm_i + 1), C, Vl); },
       [&](void* hp, float* hg) {
-        tp_.reduce_from_region(a.dln, BT * C);  // each rank's vocabulary slice contributed a part
-        be_.fill_zero(a.dres, BT * C * cs);
+        float* const* norm_g = seq_grads_.begin({at(hg, norm_i)}, C);
+        // each rank's vocabulary slice contributed a part
+        tp_.reduce_to_sequence_region(tp_.partial_sums(a.dln, a.seq.partial), a.dln, BT, C);
+        be_.fill_zero(a.dres, size_t(tp_.seq_rows(BT) * C) * cs);
         const void* last = cfg_.n_layer > 0 ? block_acts(cfg_.n_layer - 1).res3 : a.encoded;
-        be_.rmsnorm_backward(a.dres, at(hg, norm_i), a.dln, last, at(hp, norm_i), a.lnf_rstd, BT, C);
+        be_.rmsnorm_backward(a.dres, norm_g[0], a.dln, last, at(hp, norm_i), a.lnf_rstd, R, C);
+        seq_grads_.end();
       },
       [&](int l, void* block, float* grads) {
         const BlockParams<void*> w = block_params(block, l);
@@ -266,7 +292,8 @@ void Llama::backward() {
         block_backward(l, w, g, in);
       },
       [&](float* emb_g) {
-        be_.embedding_backward(emb_g, nullptr, a.dres, tokens_.current().inputs, B, T, C);
+        be_.embedding_backward(emb_g, nullptr, tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C),
+                               tokens_.current().inputs, B, T, C);
         tokens_.mark_read();
       }});
   grads_ready_ = false;

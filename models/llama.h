@@ -39,6 +39,7 @@ struct LlamaConfig {
   float rope_theta = 10000.0f, norm_eps = 1e-5f;
   bool tie_embeddings = false;
   Recompute recompute = Recompute::None;
+  bool sequence_parallel = false;  // the norms' and residuals' rows split across the tensor group
   int vocab_held() const { return vocab_padded > 0 ? vocab_padded : vocab_size; }
   int head_size() const { return d_model / n_head; }
 };
@@ -75,6 +76,8 @@ class Llama final : public DecoderLM {
   struct BlockParams {
     P norm1, qkv, o, norm2, gate_up, down;  // q|k|v and gate|up are packed (adjacent rows)
   };
+  // (B,T,C) tensors and their statistics are the sequence region's: with sequence parallelism,
+  // this rank's seq_rows of them.
   struct BlockActs {
     void* ln1;         // (B,T,C)
     float* rstd1;      // (B,T)
@@ -98,6 +101,7 @@ class Llama final : public DecoderLM {
     float* lnf_rstd;  // (B,T)
     HeadActs head;   // the output head's chunk of logits, last rows, weight gradient
     void *dres, *dln, *dqkv, *datty, *dgate_up, *dact;  // backward scratch
+    SequenceActs seq;  // sequence parallelism's gathered rows and partial sums
   };
   // Every activation slot, in carve order, pointing into `a`: the one list of the activations.
   static std::vector<ActSlot> activation_slots(const LlamaConfig& cfg, int max_batch, int tp, Acts& a);

@@ -14,8 +14,9 @@ namespace zt {
 
 namespace {
 
-LlamaConfig llama_config(const RunSpec::Model& m, int tp, Recompute rc) {
+LlamaConfig llama_config(const RunSpec::Model& m, int tp, Recompute rc, bool sequence_parallel) {
   LlamaConfig c;
+  c.sequence_parallel = sequence_parallel;
   c.n_layer = int(m.n_layer);
   c.n_head = int(m.n_head);
   c.n_kv_head = int(m.n_kv_head);
@@ -46,8 +47,8 @@ class LlamaFamily final : public ModelFamily {
   }
 
   std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp,
-                              Recompute rc) const override {
-    return std::make_unique<Llama>(llama_config(m, tp ? tp->size() : 1, rc), backend, max_batch, tp);
+                              Recompute rc, bool sequence_parallel) const override {
+    return std::make_unique<Llama>(llama_config(m, tp ? tp->size() : 1, rc, sequence_parallel), backend, max_batch, tp);
   }
 
   std::vector<Backend::OpRequest> ops(const RunSpec::Model& m, DType compute) const override {
@@ -61,7 +62,7 @@ class LlamaFamily final : public ModelFamily {
   }
 
   ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size,
-                           Recompute rc) const override {
+                           Recompute rc, bool sequence_parallel) const override {
     const double L = double(m.n_layer), C = double(m.d_model), F = double(m.d_ff), V = double(held_vocab(m, tp));
     const double P = double(tp), hs = C / double(m.n_head);
     const double KVl = std::max(1.0, double(m.n_kv_head) / P) * hs;  // replicated when tp > n_kv_head
@@ -70,7 +71,8 @@ class LlamaFamily final : public ModelFamily {
     // untied), replicated norms, column-parallel q/k/v and gate/up, row-parallel o and down
     f.params = V * C / P * (m.tie_embeddings ? 1 : 2) + C +
                L * (2 * C + C * C / P + 2 * KVl * C + C * C / P + 3 * F * C / P);
-    f.activation_bytes = Llama::activation_footprint(llama_config(m, tp, rc), max_batch, tp, compute_size);
+    f.activation_bytes = Llama::activation_footprint(llama_config(m, tp, rc, sequence_parallel), max_batch, tp,
+                                                compute_size);
     return f;
   }
 

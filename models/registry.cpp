@@ -34,8 +34,9 @@ const ModelFamily& model_family(const std::string& arch) {
                               model_family_names()));
 }
 
-std::unique_ptr<Model> make_model(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp, Recompute rc) {
-  return model_family(m.arch).make(m, backend, max_batch, tp, rc);
+std::unique_ptr<Model> make_model(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp, Recompute rc,
+                                  bool sequence_parallel) {
+  return model_family(m.arch).make(m, backend, max_batch, tp, rc, sequence_parallel);
 }
 
 std::vector<Backend::OpRequest> run_ops(const RunSpec::Model& m, DType compute) {
@@ -55,8 +56,9 @@ std::string unsupported_op(const Backend& backend, const RunSpec::Model& m, DTyp
   return "";
 }
 
-ModelFootprint model_footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size, Recompute rc) {
-  return model_family(m.arch).footprint(m, max_batch, tp, compute_size, rc);
+ModelFootprint model_footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size, Recompute rc,
+                               bool sequence_parallel) {
+  return model_family(m.arch).footprint(m, max_batch, tp, compute_size, rc, sequence_parallel);
 }
 
 }  // namespace zt

@@ -93,6 +93,10 @@ struct RunSpec {
     // Hybrid sharding: the data-parallel group as R replicas of D / R consecutive data-parallel
     // ranks; ZeRO shards within a replica, gradients are then all-reduced across replicas.
     int64_t replicate = 1;
+    // Megatron sequence parallelism (tensor >= 2): the norms, residual adds and the embedding's
+    // sum hold B*T / tensor rows per rank; the tensor group's all-reduces become all-gathers before
+    // the column-parallel matmuls and reduce-scatters after the row-parallel ones.
+    bool sequence_parallel = false;
   } parallel;
   // ZeRO-Infinity: where the model states live when the device is not enough.
   struct Offload {

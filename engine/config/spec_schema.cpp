@@ -85,6 +85,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_RANGED(parallel, bucket_mb, false, above(0), "gradient reduce-scatter bucket size in MiB"),
       ZT_KEY(parallel, prefetch, false, "ZeRO-3 layers gathered ahead of use"),
       ZT_RANGED(parallel, replicate, false, at_least(1), "hybrid sharding: the data-parallel group as this many replicas of consecutive ranks; ZeRO shards within each, gradients all-reduced across them (1: shard over all)"),
+      ZT_KEY(parallel, sequence_parallel, false, "Megatron sequence parallelism: the norm and residual activations split by rows across the tensor group (tensor >= 2; tensor = 1: nothing to split)"),
       ZT_CHOICE(offload, optimizer, "\"none\", \"cpu\" or \"nvme\": masters, AdamW moments (and gradient shard) off the device; AdamW on the CPU"),
       ZT_CHOICE(offload, params, "\"none\", \"cpu\" or \"nvme\": ZeRO-3 parameter shards in pinned host memory (cpu) or on the SSD (nvme, with optimizer = \"nvme\"), uploaded per layer"),
       ZT_KEY(offload, nvme_path, false, "directory on a local SSD for optimizer = \"nvme\""),

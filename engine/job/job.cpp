@@ -32,7 +32,8 @@ namespace {
 std::unique_ptr<Model> build_model(const RunSpec& spec, Topology& topo, Backend& backend, std::unique_ptr<Model> given) {
   configure_backend(spec, backend);
   if (given) return given;
-  return make_model(spec.model, backend, int(spec.train.micro_batch), topo.tp_group.get(), spec.train.recompute);
+  return make_model(spec.model, backend, int(spec.train.micro_batch), topo.tp_group.get(), spec.train.recompute,
+                    spec.parallel.sequence_parallel);
 }
 }  // namespace
 

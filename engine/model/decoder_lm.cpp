@@ -14,10 +14,11 @@ int tp_rank_of(Comm* tp) { return tp && tp->size() > 1 ? tp->rank() : 0; }
 }  // namespace
 
 DecoderLM::DecoderLM(Backend& backend, int max_batch, Comm* tp, int seq_len, int d_model, int vocab_size,
-                     int vocab_held)
+                     int vocab_held, bool sequence_parallel)
     : be_(backend),
       max_batch_(max_batch),
-      tp_(backend, tp, int64_t(max_batch) * seq_len * d_model),  // every reduction is of (B,T,C)
+      tp_(backend, tp, int64_t(max_batch) * seq_len, d_model, sequence_parallel),  // every reduction is of (B,T,C)
+      seq_grads_(backend, tp_, d_model),
       table_(tp_size_of(tp), tp_rank_of(tp)),
       esize_(backend.compute_size()),
       tokens_(backend, int64_t(max_batch) * seq_len),
@@ -32,6 +33,12 @@ void DecoderLM::begin_batch(int B, int T, int seq_len, const char* model) {
   ZT_CHECK(prov_ != nullptr, "{} has no ParamProvider", model);
   cur_B_ = B;
   cur_T_ = T;
+}
+
+std::vector<ActSlot> DecoderLM::sequence_slots(SequenceActs& s, bool sequence_parallel, int tp, int64_t max_rows,
+                                               int64_t C) {
+  const double n = sequence_parallel && tp > 1 ? double(tp) * double(seq_rows_of(true, tp, max_rows)) * double(C) : 0;
+  return {{&s.full, nullptr, n}, {&s.partial, nullptr, n}};
 }
 
 std::vector<ActSlot> DecoderLM::head_slots(HeadActs& h, int64_t max_batch, int64_t seq_len, int64_t C, int64_t Vl) {

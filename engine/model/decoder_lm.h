@@ -28,8 +28,10 @@ class DecoderLM : public Model {
 
  protected:
   // Buffers for batches of up to max_batch sequences of seq_len tokens, d_model wide, a
-  // vocabulary of vocab_size held as vocab_held rows (padded for tensor parallelism).
-  DecoderLM(Backend& backend, int max_batch, Comm* tp, int seq_len, int d_model, int vocab_size, int vocab_held);
+  // vocabulary of vocab_size held as vocab_held rows (padded for tensor parallelism), the sequence
+  // region's rows split across the tensor group with `sequence_parallel`.
+  DecoderLM(Backend& backend, int max_batch, Comm* tp, int seq_len, int d_model, int vocab_size, int vocab_held,
+            bool sequence_parallel);
   int deferred_losses() const override { return loss_.pending(); }
   // A forward of (B, T) begins: within the buffers' bounds, with a provider (`model` names it).
   void begin_batch(int B, int T, int seq_len, const char* model);
@@ -52,6 +54,19 @@ class DecoderLM : public Model {
   };
   // The head's activation slots for batches of up to max_batch x seq_len, width C, Vl local ids.
   static std::vector<ActSlot> head_slots(HeadActs& h, int64_t max_batch, int64_t seq_len, int64_t C, int64_t Vl);
+  // The sequence region's activations with sequence parallelism: the gathered input of a
+  // column-parallel matmul and the partial sums of a row-parallel one, (size * seq_rows, C) each;
+  // empty without it. `partial` also carries the head's input gradient from forward to backward.
+  struct SequenceActs {
+    void* full = nullptr;
+    void* partial = nullptr;
+  };
+  // Rows of the sequence region per rank for `rows` rows (TensorParallel::seq_rows, before one exists).
+  static int64_t seq_rows_of(bool sequence_parallel, int tp, int64_t rows) {
+    return sequence_parallel && tp > 1 ? (rows + tp - 1) / tp : rows;
+  }
+  static std::vector<ActSlot> sequence_slots(SequenceActs& s, bool sequence_parallel, int tp, int64_t max_rows,
+                                             int64_t C);
   // Rows per logits chunk for BT rows: as many as make a chunk about the size of one (BT, C)
   // activation (BT / ceil(Vl / C), rounded up to 64) but at least 1024, at most BT;
   // ZTRAIN_HEAD_CHUNK_ROWS=N sets N (tests, experiments).
@@ -69,6 +84,7 @@ class DecoderLM : public Model {
   Backend& be_;
   int max_batch_;
   TensorParallel tp_;
+  SequenceGrads seq_grads_;  // the norms' gradients (a part per rank with sequence parallelism)
   ParamTable table_;
   ParamProvider* prov_ = nullptr;
   size_t esize_;  // bytes per compute-precision element

@@ -61,15 +61,16 @@ class ModelFamily {
   virtual void resolve(RunSpec::Model& m, const ModelKeyChecks& c) const = 0;
 
   // The model [model] m describes, with activations for micro-batches of up to max_batch
-  // sequences; `tp` is the tensor-parallel group (null: the whole model on this rank).
+  // sequences; `tp` is the tensor-parallel group (null: the whole model on this rank), the
+  // sequence region split across it with `sequence_parallel`.
   virtual std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp,
-                                      Recompute recompute) const = 0;
+                                      Recompute recompute, bool sequence_parallel) const = 0;
   // The backend ops that model calls in forward and backward, in compute dtype `compute`
   // (the loss and optimizer ops are the engine's: registry.h's unsupported_op adds them).
   virtual std::vector<Backend::OpRequest> ops(const RunSpec::Model& m, DType compute) const = 0;
   // What that model holds on one rank of a tensor-parallel group of `tp` (nothing built).
   virtual ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size,
-                                   Recompute recompute) const = 0;
+                                   Recompute recompute, bool sequence_parallel) const = 0;
 
   // The weights of the matrix products one token passes through in the full model: every linear
   // layer and the output head over the real vocabulary; not the embedding lookups, positions,

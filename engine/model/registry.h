@@ -23,9 +23,10 @@ const ModelFamily& model_family(const std::string& arch);
 std::string model_family_names(bool quoted = true);
 
 // The model [model] describes (its family's make), for micro-batches of up to max_batch
-// sequences; `tp` is the tensor-parallel group (null: the whole model on this rank).
+// sequences; `tp` is the tensor-parallel group (null: the whole model on this rank), with
+// Megatron sequence parallelism over it when `sequence_parallel`.
 std::unique_ptr<Model> make_model(const RunSpec::Model& spec, Backend& backend, int max_batch, Comm* tp,
-                                  Recompute recompute = Recompute::None);
+                                  Recompute recompute = Recompute::None, bool sequence_parallel = false);
 
 // The first op a run of [model] m in `compute` needs that `backend` cannot run, as a message
 // ("op: why"); "" when it runs them all. The model's ops (its family's), the vocabulary-parallel
@@ -36,6 +37,6 @@ std::vector<Backend::OpRequest> run_ops(const RunSpec::Model& m, DType compute);
 
 // What that model holds on one rank of a tensor-parallel group of `tp` (its family's footprint).
 ModelFootprint model_footprint(const RunSpec::Model& spec, int max_batch, int tp, size_t compute_size,
-                               Recompute recompute = Recompute::None);
+                               Recompute recompute = Recompute::None, bool sequence_parallel = false);
 
 }  // namespace zt

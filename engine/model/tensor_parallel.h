@@ -7,9 +7,15 @@
 //   vocab_local_ids      vocabulary-parallel embedding: token ids -> rows of this rank's slice
 //   gather_vocab_row     a full-vocabulary logits row from every rank's slice
 //   VocabParallelCrossEntropy  the loss over logits split by vocabulary, never gathered
+// and, with sequence parallelism (Megatron's), the sequence region's mappings:
+//   gather_from_sequence_region   the (N, C) input of a column-parallel Linear from every rank's rows
+//   reduce_to_sequence_region     a row-parallel Linear's partial sums to this rank's rows
+//   SequenceGrads                 the gradient of a parameter applied to the region's rows (a norm)
+// Without it the region holds all N rows: the gather is the identity and the reduce an all-reduce.
 // With a group of one (or none) every helper is the identity.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 
 #include "engine/backend/backend.h"
 #include "engine/comm/comm.h"
@@ -19,9 +25,10 @@ namespace zt {
 class TensorParallel {
  public:
   // `group`: the tensor-parallel communicator (null or size 1: no tensor parallelism).
-  // `max_reduce`: the most elements reduce_from_region() is asked for (16-bit activations are
-  // reduced in an fp32 scratch of that size).
-  TensorParallel(Backend& be, Comm* group, int64_t max_reduce);
+  // `max_rows` x `width`: the largest (N, C) activation reduced (16-bit activations are reduced
+  // in an fp32 scratch). `sequence_parallel`: split the sequence region's rows across the group
+  // (no effect with a group of one).
+  TensorParallel(Backend& be, Comm* group, int64_t max_rows, int64_t width, bool sequence_parallel = false);
   ~TensorParallel();
   TensorParallel(const TensorParallel&) = delete;
   TensorParallel& operator=(const TensorParallel&) = delete;
@@ -42,11 +49,63 @@ class TensorParallel {
   // fp32, in rank (= vocabulary) order. Collective.
   void gather_vocab_row(const void* row, int64_t vocab_local, float* out_host) const;
 
+  // ---- The sequence region: the rows between the tensor-parallel regions (norms, residual adds,
+  // the embedding's sum, the final norm). With sequence parallelism rank r holds rows
+  // [r * seq_rows(N), + seq_rows(N)) of the N = B*T rows: ceil(N / size) each, the last ranks'
+  // tails padding (never read) when size does not divide N.
+  bool sequence_parallel() const { return sp_; }
+  int64_t seq_rows(int64_t N) const { return sp_ ? (N + size_ - 1) / size_ : N; }
+  // Of them, the rows holding tokens on this rank (0 for a rank past the end when N < size).
+  int64_t seq_real_rows(int64_t N) const;
+  // The (N, C) input of a column-parallel Linear: `local` (seq_rows(N), C) itself, or every
+  // rank's rows gathered into `full` (size * seq_rows(N), C) and returned. Collective.
+  const void* gather_from_sequence_region(const void* local, void* full, int64_t N, int64_t C) const;
+  // Where a row-parallel Linear (or the vocabulary-parallel embedding) writes its (N, C) partial
+  // sums: `local` itself (summed in place), or `full` (size * seq_rows(N), C).
+  void* partial_sums(void* local, void* full) const { return sp_ ? full : local; }
+  // local (seq_rows(N), C) <- this rank's rows of the group's sum of `partial` (N, C) from
+  // partial_sums(local, full): the all-reduce, or with sequence parallelism its reduce-scatter
+  // (the padding rows of `full` are zeroed first). Reduced in fp32. Collective.
+  void reduce_to_sequence_region(void* partial, void* local, int64_t N, int64_t C) const;
+
  private:
   Backend& be_;
   Comm* group_;
   int size_ = 1, rank_ = 0;
-  float* scratch_ = nullptr;  // (max_reduce) fp32, for 16-bit compute
+  bool sp_ = false;
+  // fp32, for 16-bit compute: (max_rows x width), or with sequence parallelism a padded
+  // (size x seq_rows, width) send buffer and a (seq_rows, width) receive buffer
+  float* scratch_ = nullptr;
+};
+
+// The gradients of the parameters applied to the sequence region's rows (the norms' weights and
+// biases). Without sequence parallelism every rank sees every row and computes the whole
+// gradient; with it each rank's rows give a part, and the gradient is the group's sum.
+//   float* const* g = grads.begin({dw1, db1, dw2}, C);  // where this micro-batch's part goes
+//   ... the norms' backward accumulate into g[0..2] ...
+//   grads.end();  // sequence parallel: one all-reduce of the parts, added into dw1, db1, dw2
+// Without sequence parallelism begin() hands back the gradients themselves and end() does nothing.
+class SequenceGrads {
+ public:
+  static constexpr int kMax = 4;  // tensors per begin()
+  // `width`: the most elements of one tensor.
+  SequenceGrads(Backend& be, const TensorParallel& tp, int64_t width);
+  ~SequenceGrads();
+  SequenceGrads(const SequenceGrads&) = delete;
+  SequenceGrads& operator=(const SequenceGrads&) = delete;
+
+  float* const* begin(std::initializer_list<float*> grads, int64_t n);
+  void end();
+
+ private:
+  Backend& be_;
+  const TensorParallel& tp_;
+  int64_t width_;
+  float* parts_ = nullptr;  // (kMax, width) fp32, sequence parallel only
+  float* grads_[kMax] = {};
+  float* slots_[kMax] = {};
+  int count_ = 0;
+  int64_t n_ = 0;
 };
 
 // Softmax cross-entropy over logits split by vocabulary across the group: the row max, the sum

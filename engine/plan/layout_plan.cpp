@@ -18,6 +18,7 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const Ma
   plan.tensor = int(spec.parallel.tensor);
   plan.zero_stage = int(spec.parallel.zero_stage);
   plan.replicate = int(spec.parallel.replicate);
+  plan.sequence_parallel = spec.parallel.sequence_parallel && spec.parallel.tensor > 1;
   plan.micro_batch = int(spec.train.micro_batch);
   PlannedJob planned(spec, world, kind);
   plan.data = planned.topology().dp;
@@ -56,8 +57,9 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const Ma
 }
 
 std::string LayoutPlan::layout() const {
-  return fmt::format("tensor {} x data {}, ZeRO-{}{}", tensor, data, zero_stage,
-                     replicate > 1 ? fmt::format(" in {} replicas", replicate) : "");
+  return fmt::format("tensor {} x data {}, ZeRO-{}{}{}", tensor, data, zero_stage,
+                     replicate > 1 ? fmt::format(" in {} replicas", replicate) : "",
+                     sequence_parallel ? ", sequence-parallel" : "");
 }
 
 }  // namespace zt

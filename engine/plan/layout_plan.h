@@ -18,7 +18,8 @@ namespace zt {
 struct LayoutPlan {
   int world = 1, tensor = 1, data = 1, zero_stage = 0, micro_batch = 1;
   int replicate = 1;  // hybrid sharding: ZeRO within each of this many replicas of the data-parallel ranks
-  // "tensor 2 x data 4, ZeRO-3" (", in 2 replicas" with hybrid sharding)
+  bool sequence_parallel = false;  // Megatron sequence parallelism over the tensor group (tensor >= 2)
+  // "tensor 2 x data 4, ZeRO-3" (" in 2 replicas" with hybrid sharding, ", sequence-parallel")
   std::string layout() const;
   DType compute = DType::F32;
   MemoryStats memory;       // of rank 0 after the step: peak, peak_by_tag, pinned_host

@@ -59,7 +59,7 @@ void check_footprint_fits(const RunSpec& spec, int world, DType compute, const M
   // data-parallel ranks, and every tier keeps that shard in device or pinned host memory.
   const int tp = int(spec.parallel.tensor), dp = world / tp;
   const ModelFootprint f = model_footprint(spec.model, int(spec.train.micro_batch), tp, dtype_size(compute),
-                                           spec.train.recompute);
+                                           spec.train.recompute, spec.parallel.sequence_parallel);
   // a replica's ranks (a replica count that does not divide the ranks is refused by the plan itself)
   const int64_t replicas = spec.parallel.replicate;
   const double shards = double(replicas >= 1 && dp % replicas == 0 ? dp / replicas : dp);

@@ -27,7 +27,8 @@ nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
   nlohmann::json kinds;
   for (int t = 0; t < int(MemTag::kCount); ++t) kinds[mem_tag_name(MemTag(t))] = p.memory.peak_by_tag[t];
   nlohmann::json j = {{"world", p.world}, {"tensor", p.tensor}, {"data", p.data}, {"zero_stage", p.zero_stage},
-                      {"replicate", p.replicate}, {"micro_batch", p.micro_batch}, {"compute", dtype_name(p.compute)},
+                      {"replicate", p.replicate}, {"sequence_parallel", p.sequence_parallel},
+                      {"micro_batch", p.micro_batch}, {"compute", dtype_name(p.compute)},
                       {"per_rank_bytes", {{"device", kinds}, {"host", {{"pinned", p.memory.pinned_host}}}, {"nvme", p.nvme_bytes}}},
                       {"peak_device_bytes", p.peak_device()},
                       {"fits", device_memory <= 0 || double(p.peak_device()) <= device_memory},
@@ -93,7 +94,8 @@ std::vector<int> replicas_to_search(int dp, int tensor, int zero_stage, const Ma
 }
 
 // The spec's own layout, or with --search every layout of its model on c.world ranks (tensor x
-// ZeRO stage x micro-batch) that fits `memory`, fastest first on a machine (else smallest first).
+// ZeRO stage x replicas x micro-batch, with tensor >= 2 sequence parallelism off and on) that fits
+// `memory`, fastest first on a machine (else smallest first).
 std::vector<LayoutPlan> plans_of(const PlanOptions& c, const RunSpec& spec, DeviceKind kind, const MachineProfile* machine,
                                  const Calibration* cal, double memory) {
   std::vector<LayoutPlan> plans;
@@ -103,13 +105,15 @@ std::vector<LayoutPlan> plans_of(const PlanOptions& c, const RunSpec& spec, Devi
     const int dp = c.world / t;
     for (int z = 0; z <= 3; ++z)
       for (const int r : replicas_to_search(dp, t, z, machine))
-        for (int64_t b = 1; b <= spec.train.global_batch / dp; b *= 2) {
-          if ((spec.train.global_batch / dp) % b) continue;
-          RunSpec s = spec;
-          s.parallel.tensor = t, s.parallel.zero_stage = z, s.parallel.replicate = r, s.train.micro_batch = b;
-          if (b * s.model.seq_len > (int64_t(1) << 31) - 1) continue;
-          plans.push_back(plan_layout(s, c.world, kind, machine, cal));
-        }
+        for (const bool sp : t > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})
+          for (int64_t b = 1; b <= spec.train.global_batch / dp; b *= 2) {
+            if ((spec.train.global_batch / dp) % b) continue;
+            RunSpec s = spec;
+            s.parallel.tensor = t, s.parallel.zero_stage = z, s.parallel.replicate = r, s.train.micro_batch = b;
+            s.parallel.sequence_parallel = sp;
+            if (b * s.model.seq_len > (int64_t(1) << 31) - 1) continue;
+            plans.push_back(plan_layout(s, c.world, kind, machine, cal));
+          }
   }
   std::erase_if(plans, [&](const LayoutPlan& p) { return memory > 0 && double(p.peak_device()) > memory; });
   std::sort(plans.begin(), plans.end(), [&](const LayoutPlan& a, const LayoutPlan& b) {

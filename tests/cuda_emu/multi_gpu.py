@@ -50,6 +50,10 @@ LAYOUTS = [
     ("T2_D2_zero3", 4, ["parallel.tensor=2", "parallel.zero_stage=3"], "fp32"),
     ("T1_D2_zero3_offload_cpu", 2, ["parallel.zero_stage=3", "offload.optimizer=cpu", "offload.params=cpu"], "fp32"),
     ("T2_D2_zero3_bf16", 4, ["parallel.tensor=2", "parallel.zero_stage=3", "precision.compute=bf16"], "bf16"),
+    # sequence parallelism: all-gathers and reduce-scatters over the tensor group's NCCL
+    ("T2_D2_zero3_R2_sp", 4, ["parallel.tensor=2", "parallel.zero_stage=3", "parallel.replicate=2",
+                              "parallel.sequence_parallel=true"], "fp32"),
+    ("T2_D1_sp_bf16", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true", "precision.compute=bf16"], "bf16"),
 ]
 
 

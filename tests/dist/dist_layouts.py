@@ -69,11 +69,13 @@ def main():
                                  # small buckets: every group is cut into several units, exercising the padding
                                  parallel__bucket_mb=0.004, parallel__prefetch=2)
 
-        def dump(name, np_, stage, tensor=1, replicate=1):
+        def dump(name, np_, stage, tensor=1, replicate=1, sp=False, recompute="none"):
             out = os.path.join(work, name + ".h5")
             argv = [args.ztrain, "debug", "dump-state", spec, "--out", out, "--steps", "10",
                     "--set", f"parallel.zero_stage={stage}", "--set", f"parallel.tensor={tensor}",
-                    "--set", f"parallel.replicate={replicate}"]
+                    "--set", f"parallel.replicate={replicate}",
+                    "--set", f"parallel.sequence_parallel={'true' if sp else 'false'}",
+                    "--set", f"train.recompute={recompute}"]
             if replicate > 1 and np_ // tensor >= 4:  # 2 micro-batches a rank: accumulation within a replica
                 argv += ["--set", "train.micro_batch=1"]
             p = testlib.run(argv, check=False) if np_ == 1 else mpirun(np_, argv)
@@ -87,17 +89,25 @@ def main():
             print("FAIL:\n  " + "\n  ".join(failures))
             return 1
         ref_loss = ref["train"]["loss"][()]
-        # (tensor, data, ZeRO stage[, replicas]): hybrid sharding shards within each replica of the
-        # data-parallel ranks and all-reduces across them (R2 of D2: replicas of one rank; D4 in 2
-        # replicas of 2 with micro-batches of 1, so that each rank accumulates 2)
+        # (tensor, data, ZeRO stage[, replicas[, "sp"[, recompute]]]): hybrid sharding shards within each replica
+        # of the data-parallel ranks and all-reduces across them (R2 of D2: replicas of one rank; D4
+        # in 2 replicas of 2 with micro-batches of 1, so that each rank accumulates 2); "sp":
+        # Megatron sequence parallelism (the norms' and residuals' rows split across the tensor
+        # group, their gradients summed over it; Llama's T4 with replicated key/value heads), with
+        # recompute too (its collectives run again in backward)
         layouts = ([(2, 1, 0), (4, 1, 0), (1, 2, 0), (1, 2, 1), (1, 2, 2), (1, 2, 3), (2, 2, 3), (1, 4, 3),
-                    (1, 4, 1, 2), (1, 4, 2, 2), (1, 4, 3, 2), (2, 2, 1, 2), (2, 2, 2, 2), (2, 2, 3, 2)]
+                    (1, 4, 1, 2), (1, 4, 2, 2), (1, 4, 3, 2), (2, 2, 1, 2), (2, 2, 2, 2), (2, 2, 3, 2),
+                    (2, 1, 0, 1, "sp"), (4, 1, 0, 1, "sp"), (2, 2, 1, 2, "sp"), (2, 2, 3, 2, "sp", "selective")]
                    if args.arch == "gpt2" else [(2, 1, 0), (4, 1, 0), (4, 1, 2), (2, 2, 3), (1, 2, 1), (1, 4, 3, 2),
-                                                (2, 2, 2, 2)])
-        for (t, d, z, *r) in layouts:
-            r = r[0] if r else 1
-            name = f"T{t}_D{d}_zero{z}" + (f"_R{r}" if r > 1 else "")
-            f = dump(name, t * d, z, t, r)
+                                                (2, 2, 2, 2), (2, 1, 0, 1, "sp", "full"), (4, 1, 2, 1, "sp"),
+                                                (2, 2, 3, 2, "sp")])
+        for (t, d, z, *rest) in layouts:
+            r = rest[0] if rest else 1
+            sp = "sp" in rest
+            rc = rest[2] if len(rest) > 2 else "none"
+            name = (f"T{t}_D{d}_zero{z}" + (f"_R{r}" if r > 1 else "") + ("_SP" if sp else "") +
+                    (f"_{rc}" if rc != "none" else ""))
+            f = dump(name, t * d, z, t, r, sp, rc)
             if f is None:
                 continue
             loss = f["train"]["loss"][()]

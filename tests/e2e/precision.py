@@ -140,6 +140,8 @@ def main():
                                     # hybrid sharding: 2 replicas of one rank, the same sum once
                                     ("bf16_zero3_D2_R2", ["parallel.zero_stage=3", "parallel.replicate=2"], 2),
                                     ("bf16_tp2", ["parallel.tensor=2"], 2),
+                                    # sequence parallelism: 16-bit rows gathered two to a float
+                                    ("bf16_tp2_sp", ["parallel.tensor=2", "parallel.sequence_parallel=true"], 2),
                                     ("fp16_zero2_D2", ["parallel.zero_stage=2", "precision.compute=fp16"], 2)):
                 recs, _ = train(name, "precision.compute=bf16", "train.max_steps=10", *sets, np_=np_)
                 if recs is None or bf16 is None or fp32_10 is None:
