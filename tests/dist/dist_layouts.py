@@ -18,8 +18,10 @@
   a rank that stops
   responding makes the others abort after [comm] timeout_s with a message naming the collective
   and the rank;
-- bad layouts exit with status 2 and a message that names the numbers.
-With --arch llama only the layout equivalence runs, for a Llama with 4 query and 2 key/value heads:
+- bad layouts exit with status 2 and a message that names the numbers;
+- sequence parallelism with rows the tensor group does not divide (sampling's 1..13-row
+  forwards at T4): the same sample as without it.
+With --arch llama only the layout equivalence and the sample run, for a Llama with 4 query and 2 key/value heads:
 T = 2 splits the key/value heads, T = 4 replicates each on 2 ranks (their gradients summed across
 them), under ZeRO stages 0-3.
 """
@@ -135,6 +137,21 @@ def main():
                   f"worst final-param diff {worst_param:.1e} ({worst_name})")
             expect(worst_loss <= TOL, f"{name}: loss differs from single process by {worst_loss:.2e}")
             expect(worst_param <= PARAM_TOL, f"{name}: final {worst_name} differs by {worst_param:.2e}")
+
+        # Sequence parallelism pads a row count the tensor group does not divide: sampling forwards
+        # 1, 2, ... 13 rows (the prompt is one token), so at T4 some ranks hold 1 row, some none.
+        # The sample must be the one without sequence parallelism.
+        samples = {}
+        for sp in ("false", "true"):
+            p = testlib.run([*testlib.mpirun(4), args.ztrain, "train", spec, "--set", "parallel.tensor=4",
+                             "--set", "train.max_steps=2", "--set", "train.sample_tokens=12",
+                             "--set", f"parallel.sequence_parallel={sp}"],
+                            check=False, env=testlib.mpi_env(), timeout=300, errors="replace")  # the sample: any bytes
+            m = re.search(r"---- sample .*", p.stdout, re.S)
+            samples[sp] = m.group(0) if p.returncode == 0 and m else f"exit {p.returncode}: {p.stderr[-600:]}"
+        print(f"T4 sample, sequence parallelism off / on: {samples['false'][:80]!r} / {samples['true'][:80]!r}")
+        expect(samples["false"].startswith("---- sample") and samples["true"] == samples["false"],
+               f"T4 samples differ with sequence parallelism: {samples}")
 
         if args.arch != "gpt2":
             return testlib.report(failures, f"{args.arch}: tensor/data-parallel layouts with ZeRO 0-3 match the "

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""`ztrain plan` against measurement: for 15 layouts on the CPU backend (ZeRO 0-3, tensor
-parallelism, fp32/bf16/fp16, async checkpoints, recompute, Llama, optimizer and parameter offload,
+"""`ztrain plan` against measurement: for 18 layouts on the CPU backend (ZeRO 0-3, tensor
+parallelism, sequence parallelism, fp32/bf16/fp16, async checkpoints, recompute, Llama, optimizer and parameter offload,
 the early host AdamW), the planner's predicted peak device bytes on rank 0 must equal, to the
 byte, the backend allocator's measured peak of a real 2-step run ("rank 0 peak memory ... (N
 bytes)"): the plan builds the trainer's job and runs its step (engine/plan/planned_job.h), so any
@@ -32,6 +32,11 @@ LAYOUTS = [
     (1, ["train.recompute=full"]),
     (2, ["train.recompute=selective", "parallel.zero_stage=2", "precision.compute=bf16"]),
     (2, ["model.arch=llama", "model.n_kv_head=2", "parallel.tensor=2"]),
+    # sequence parallelism: the norms' rows split, the gathered and partial (B*T, C) buffers
+    (2, ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
+    (4, ["parallel.tensor=4", "parallel.sequence_parallel=true", "precision.compute=bf16", "train.recompute=selective"]),
+    (2, ["model.arch=llama", "model.n_kv_head=2", "parallel.tensor=2", "parallel.sequence_parallel=true",
+         "precision.compute=bf16"]),
     (2, ["parallel.zero_stage=1", "offload.optimizer=cpu"]),
     (2, ["parallel.zero_stage=2", "offload.optimizer=cpu", "optim.grad_clip=0"]),  # the early host AdamW
     (2, ["parallel.zero_stage=3", "precision.compute=bf16", "offload.optimizer=nvme", "offload.params=nvme",

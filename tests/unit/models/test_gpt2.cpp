@@ -86,6 +86,13 @@ TEST_CASE("the footprint computed from the spec matches what the model allocates
         auto half = make_model(m, *be, B, pair.get(), rc);
         REQUIRE(model_footprint(m, B, 2, dtype_size(dt), rc).params == double(half->num_params()));
         REQUIRE(half->num_params() < model->num_params());
+        // with sequence parallelism: the activation slots the model carves, counted by the footprint
+        const size_t at = be->memory_stats().by_tag[size_t(MemTag::Activations)];
+        auto sp = make_model(m, *be, B, pair.get(), rc, true);
+        const double sp_measured = double(be->memory_stats().by_tag[size_t(MemTag::Activations)] - at);
+        const double sp_slots = model_footprint(m, B, 2, dtype_size(dt), rc, true).activation_bytes;
+        REQUIRE(sp_slots <= sp_measured);
+        REQUIRE(sp_slots >= 0.5 * sp_measured);  // and the fp32 scratch of its reduce-scatter (16-bit)
       }
       // the activation buffer; the rest of the tag is token and loss scratch plus 64-byte alignment
       REQUIRE(f.activation_bytes <= measured);

@@ -188,6 +188,20 @@ TEST_CASE("the planned step records the collectives the layout issues, with thei
   CHECK(z0[{CollectiveKind::AllReduce, "world"}] > 0);
 }
 
+TEST_CASE("sequence parallelism plans the tensor group's all-reduces as all-gathers and reduce-scatters", "[plan][comm]") {
+  // Each (B*T, C) all-reduce of the blocks, the embedding and the head becomes a reduce-scatter
+  // of the same buffer and, before the next column-parallel matmul, an all-gather of it: what
+  // remains all-reduced over tp is the loss's rows and the norms' gradients, a few hundredths.
+  auto t2 = recorded({"parallel.tensor=2"}, 2);
+  auto sp = recorded({"parallel.tensor=2", "parallel.sequence_parallel=true"}, 2);
+  CHECK(sp[{CollectiveKind::AllReduce, "tp"}] < 0.1 * t2[{CollectiveKind::AllReduce, "tp"}]);
+  CHECK(sp[{CollectiveKind::ReduceScatter, "tp"}] > 0.9 * t2[{CollectiveKind::AllReduce, "tp"}]);
+  CHECK(sp[{CollectiveKind::AllGather, "tp"}] > sp[{CollectiveKind::ReduceScatter, "tp"}]);  // backward gathers again
+  CHECK(t2[{CollectiveKind::ReduceScatter, "tp"}] == 0);
+  const RunSpec spec = parse_run_spec(kPlanSpec, "plan.toml", {"parallel.tensor=2", "parallel.sequence_parallel=true"});
+  CHECK(plan_layout(spec, 2, DeviceKind::CPU, nullptr).layout() == "tensor 2 x data 1, ZeRO-0, sequence-parallel");
+}
+
 TEST_CASE("hybrid sharding plans ZeRO inside a replica and one all-reduce of the shard across replicas", "[plan][comm]") {
   const RunSpec s = parse_run_spec(kPlanSpec, "plan.toml");
   PlannedJob one(s, 1, DeviceKind::CPU);
