@@ -214,18 +214,14 @@ void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<
   // (activation gradients with one writer are written, not zero-filled and accumulated)
   const void* dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);  // (B,T,C)
   be_.matmul_gelu_backward(a.dfch, g.fcprojw, g.fcprojb, dres, x.fch_gelu, w.fcprojw, x.fch, BT, Fl, C);
-  void* dln = tp_.partial_sums(a.dln, a.seq.partial);  // column-parallel input: the ranks' parts
-  be_.matmul_backward(dln, g.fcw, g.fcb, a.dfch, tp_.gather_from_sequence_region(x.ln2, a.seq.full, BT, C), w.fcw,
-                      BT, C, Fl);
-  tp_.reduce_to_sequence_region(dln, a.dln, BT, C);
+  // column-parallel: the input gradient is the sum of the ranks' parts
+  column_parallel_backward(a.dln, g.fcw, g.fcb, a.dfch, x.ln2, w.fcw, a.seq, BT, C, Fl);
   be_.layernorm_backward(a.dres, norm_g[0], norm_g[1], a.dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, R, C);
   // Attention branch: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);
   be_.matmul_backward(a.datty, g.attprojw, g.attprojb, dres, x.atty, w.attprojw, BT, Ca, C);
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.att_lse, B, T, Ca, NH, NH);
-  be_.matmul_backward(dln, g.qkvw, g.qkvb, a.dqkv, tp_.gather_from_sequence_region(x.ln1, a.seq.full, BT, C), w.qkvw,
-                      BT, C, 3 * Ca);
-  tp_.reduce_to_sequence_region(dln, a.dln, BT, C);
+  column_parallel_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, x.ln1, w.qkvw, a.seq, BT, C, 3 * Ca);
   be_.layernorm_backward(a.dres, norm_g[2], norm_g[3], a.dln, residual, w.ln1w, x.ln1_mean, x.ln1_rstd, R, C);
   seq_grads_.end();
 }

@@ -241,10 +241,8 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
   const void* dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);  // (B,T,C)
   be_.matmul_backward(a.dact, g.down, nullptr, dres, x.act, w.down, BT, int(Fl), C);
   be_.swiglu_backward(a.dgate_up, x.gate_up, a.dact, BT, int(Fl));
-  void* dln = tp_.partial_sums(a.dln, a.seq.partial);  // column-parallel input: the ranks' parts
-  be_.matmul_backward(dln, g.gate_up, nullptr, a.dgate_up, tp_.gather_from_sequence_region(x.ln2, a.seq.full, BT, C),
-                      w.gate_up, BT, C, int(2 * Fl));
-  tp_.reduce_to_sequence_region(dln, a.dln, BT, C);
+  // column-parallel: the input gradient is the sum of the ranks' parts
+  column_parallel_backward(a.dln, g.gate_up, nullptr, a.dgate_up, x.ln2, w.gate_up, a.seq, BT, C, int(2 * Fl));
   be_.rmsnorm_backward(a.dres, norm_g[0], a.dln, x.res2, w.norm2, x.rstd2, R, C);
   // Attention branch: res2 = residual + o(attn(rope(qkv(ln1))))
   dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);
@@ -252,14 +250,15 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.lse, B, T, int(Wq), NH_l_, NKV_l_);
   be_.rope(a.dqkv, B, T, NH_l_ + NKV_l_, hs, Wqkv, cfg_.rope_theta, true);  // through the rotation
   float* kv_grad = g.qkv + Wq * C;  // k_proj then v_proj rows follow q_proj's
-  if (kv_replicas_ > 1) {  // the qkv backward then accumulates exactly this rank's part
-    be_.copy_device(kv_saved_, kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
-    be_.fill_zero(kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
+  std::function<void()> kv_begin, kv_end;
+  if (kv_replicas_ > 1) {  // the weight gradient's GEMM then accumulates exactly this rank's part
+    kv_begin = [&] {
+      be_.copy_device(kv_saved_, kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
+      be_.fill_zero(kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
+    };
+    kv_end = [&] { sum_replicated_kv_grads(kv_grad); };
   }
-  be_.matmul_backward(dln, g.qkv, nullptr, a.dqkv, tp_.gather_from_sequence_region(x.ln1, a.seq.full, BT, C), w.qkv,
-                      BT, C, int(Wqkv));
-  if (kv_replicas_ > 1) sum_replicated_kv_grads(kv_grad);
-  tp_.reduce_to_sequence_region(dln, a.dln, BT, C);
+  column_parallel_backward(a.dln, g.qkv, nullptr, a.dqkv, x.ln1, w.qkv, a.seq, BT, C, int(Wqkv), kv_begin, kv_end);
   be_.rmsnorm_backward(a.dres, norm_g[1], a.dln, residual, w.norm1, x.rstd1, R, C);
   seq_grads_.end();
 }

@@ -41,6 +41,20 @@ std::vector<ActSlot> DecoderLM::sequence_slots(SequenceActs& s, bool sequence_pa
   return {{&s.full, nullptr, n}, {&s.partial, nullptr, n}};
 }
 
+void DecoderLM::column_parallel_backward(void* dx_local, float* dw, float* db, const void* dout, const void* x_local,
+                                         const void* w, const SequenceActs& sq, int64_t N, int C, int OC,
+                                         const std::function<void()>& dw_begin, const std::function<void()>& dw_end) {
+  const TensorParallel::Pending gather = tp_.start_gather_from_sequence_region(x_local, sq.full, N, C);
+  void* dx = tp_.partial_sums(dx_local, sq.partial);  // (N, C) this rank's part
+  be_.matmul_backward(dx, nullptr, nullptr, dout, nullptr, w, int(N), C, OC);
+  const TensorParallel::Pending reduce = tp_.start_reduce_to_sequence_region(dx, dx_local, N, C);
+  const void* x = tp_.finish(gather);  // (N, C)
+  if (dw_begin) dw_begin();
+  be_.matmul_backward(nullptr, dw, db, dout, x, w, int(N), C, OC);
+  if (dw_end) dw_end();
+  tp_.finish(reduce);
+}
+
 std::vector<ActSlot> DecoderLM::head_slots(HeadActs& h, int64_t max_batch, int64_t seq_len, int64_t C, int64_t Vl) {
   const double R = double(head_chunk_rows(max_batch * seq_len, C, Vl)), B = double(max_batch);
   return {{&h.logits, nullptr, R * double(Vl)},

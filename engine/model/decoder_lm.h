@@ -4,6 +4,7 @@
 // and the shape of the batch in flight. The group walk of a pass is engine/model/decoder_pass.h.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -61,6 +62,15 @@ class DecoderLM : public Model {
     void* full = nullptr;
     void* partial = nullptr;
   };
+  // The backward of a column-parallel Linear y (N, OC) = x W^T (W: this rank's (OC, C) rows) whose
+  // input x is the sequence region's x_local: dx_local (the region's rows) <- dL/dx summed over the
+  // tensor group; dw, db (may be null) += this rank's parts. Megatron's overlap: the input's
+  // all-gather (sequence parallel) runs during the input gradient's GEMM, and that gradient's
+  // reduction during the weight gradient's GEMM. `dw_begin` / `dw_end` (may be empty) run just
+  // before and after the weight gradient's GEMM (Llama's replicated key/value rows).
+  void column_parallel_backward(void* dx_local, float* dw, float* db, const void* dout, const void* x_local,
+                                const void* w, const SequenceActs& sq, int64_t N, int C, int OC,
+                                const std::function<void()>& dw_begin = {}, const std::function<void()>& dw_end = {});
   // Rows of the sequence region per rank for `rows` rows (TensorParallel::seq_rows, before one exists).
   static int64_t seq_rows_of(bool sequence_parallel, int tp, int64_t rows) {
     return sequence_parallel && tp > 1 ? (rows + tp - 1) / tp : rows;

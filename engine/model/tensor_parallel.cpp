@@ -26,53 +26,43 @@ TensorParallel::TensorParallel(Backend& be, Comm* group, int64_t max_rows, int64
 
 TensorParallel::~TensorParallel() { be_.free(scratch_); }
 
-void TensorParallel::reduce_from_region(void* x, int64_t n) const {
-  if (size_ == 1) return;
-  const DType ct = be_.compute_dtype();
-  if (ct == DType::F32) {
-    group_->all_reduce_sync(static_cast<float*>(x), size_t(n));
-    return;
-  }
-  be_.convert(scratch_, DType::F32, x, ct, n);
-  group_->all_reduce_sync(scratch_, size_t(n));
-  be_.convert(x, ct, scratch_, DType::F32, n);
-}
-
 int64_t TensorParallel::seq_real_rows(int64_t N) const {
   if (!sp_) return N;
   const int64_t R = seq_rows(N);
   return std::clamp<int64_t>(N - int64_t(rank_) * R, 0, R);
 }
 
-const void* TensorParallel::gather_from_sequence_region(const void* local, void* full, int64_t N, int64_t C) const {
-  if (!sp_) return local;
-  const int64_t n = seq_rows(N) * C;
-  const size_t es = be_.compute_size();
-  // A copy: 16-bit elements travel two to a float (the width is even, so n is).
-  const size_t floats = size_t(n) * es / sizeof(float);
-  group_->wait(group_->all_gather(static_cast<const float*>(local), static_cast<float*>(full), floats));
-  return full;
+TensorParallel::Pending TensorParallel::start_gather_from_sequence_region(const void* local, void* full, int64_t N,
+                                                                          int64_t C) const {
+  if (!sp_) return {-1, local};
+  // A copy: 16-bit elements travel two to a float (the width is even, so every count is).
+  const size_t floats = size_t(seq_rows(N) * C) * be_.compute_size() / sizeof(float);
+  return {group_->all_gather(static_cast<const float*>(local), static_cast<float*>(full), floats), full};
 }
 
-void TensorParallel::reduce_to_sequence_region(void* partial, void* local, int64_t N, int64_t C) const {
-  if (!sp_) {
-    reduce_from_region(local, N * C);
-    return;
+TensorParallel::Pending TensorParallel::start_reduce_to_sequence_region(void* partial, void* local, int64_t N,
+                                                                        int64_t C) const {
+  if (size_ == 1) return {};
+  const DType ct = be_.compute_dtype();
+  const bool f32 = ct == DType::F32;
+  if (!sp_) {  // the all-reduce, in place (16-bit: in the fp32 scratch)
+    if (!f32) be_.convert(scratch_, DType::F32, local, ct, N * C);
+    return {group_->all_reduce(f32 ? static_cast<float*>(local) : scratch_, size_t(N * C), ReduceOp::Sum), nullptr,
+            f32 ? nullptr : local, scratch_, N * C};
   }
   const int64_t R = seq_rows(N), padded = int64_t(size_) * R * C, real = N * C;
-  const DType ct = be_.compute_dtype();
-  if (ct == DType::F32) {
-    float* send = static_cast<float*>(partial);
-    if (padded > real) be_.fill_zero(send + real, size_t(padded - real) * sizeof(float));
-    group_->wait(group_->reduce_scatter(send, static_cast<float*>(local), size_t(R * C)));
-    return;
-  }
-  float* send = scratch_;
-  float* recv = scratch_ + padded;
-  be_.convert(send, DType::F32, partial, ct, real);
+  float* send = f32 ? static_cast<float*>(partial) : scratch_;
+  float* recv = f32 ? static_cast<float*>(local) : scratch_ + padded;
+  if (!f32) be_.convert(send, DType::F32, partial, ct, real);
   if (padded > real) be_.fill_zero(send + real, size_t(padded - real) * sizeof(float));
-  group_->wait(group_->reduce_scatter(send, recv, size_t(R * C)));
-  be_.convert(local, ct, recv, DType::F32, R * C);
+  return {group_->reduce_scatter(send, recv, size_t(R * C)), nullptr, f32 ? nullptr : local, recv, R * C};
+}
+
+const void* TensorParallel::finish(const Pending& p) const {
+  if (p.handle < 0) return p.result;
+  group_->wait(p.handle);
+  if (p.local) be_.convert(p.local, be_.compute_dtype(), p.reduced, DType::F32, p.n);  // 16-bit: back from fp32
+  return p.result;
 }
 
 void TensorParallel::vocab_local_ids(const int32_t* ids, int64_t n, int vocab_local, int32_t* out) const {

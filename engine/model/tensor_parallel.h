@@ -1,17 +1,19 @@
 // Tensor parallelism as operations on tensors (Megatron-Core's mappings), so that a model's
-// blocks read like the paper and never call a communicator themselves:
-//   reduce_from_region   sum of the group's partial results (row-parallel Linear output,
-//                        column-parallel Linear input gradient)
+// blocks read like the paper and never call a communicator themselves. The (N, C) activations
+// between the parallel regions (norms, residual adds, the embedding's sum: the "sequence region")
+// are whole on every rank, or with sequence parallelism (Megatron's) split by rows:
+//   reduce_to_sequence_region     the group's sum of partial results (row-parallel Linear output,
+//                                 column-parallel Linear input gradient): an all-reduce, or with
+//                                 sequence parallelism a reduce-scatter to this rank's rows
+//   gather_from_sequence_region   the input of a column-parallel Linear: the identity, or with
+//                                 sequence parallelism an all-gather of every rank's rows
+//   SequenceGrads                 the gradient of a parameter applied to the region's rows (a norm)
 //   once                 a replicated addend (bias of a row-parallel Linear, position embedding)
 //                        that must enter such a sum once: rank 0 adds it
 //   vocab_local_ids      vocabulary-parallel embedding: token ids -> rows of this rank's slice
 //   gather_vocab_row     a full-vocabulary logits row from every rank's slice
 //   VocabParallelCrossEntropy  the loss over logits split by vocabulary, never gathered
-// and, with sequence parallelism (Megatron's), the sequence region's mappings:
-//   gather_from_sequence_region   the (N, C) input of a column-parallel Linear from every rank's rows
-//   reduce_to_sequence_region     a row-parallel Linear's partial sums to this rank's rows
-//   SequenceGrads                 the gradient of a parameter applied to the region's rows (a norm)
-// Without it the region holds all N rows: the gather is the identity and the reduce an all-reduce.
+// The two mappings also start and finish apart, so that a GEMM runs while they are in flight.
 // With a group of one (or none) every helper is the identity.
 #pragma once
 #include <cstdint>
@@ -37,8 +39,6 @@ class TensorParallel {
   int rank() const { return rank_; }
   Comm& group() const { return *group_; }
 
-  // x (n, compute dtype, device) <- sum over the group of x, reduced in fp32.
-  void reduce_from_region(void* x, int64_t n) const;
   // `replicated` on rank 0, null on the others.
   template <typename P>
   P* once(P* replicated) const { return rank_ == 0 ? replicated : nullptr; }
@@ -59,14 +59,33 @@ class TensorParallel {
   int64_t seq_real_rows(int64_t N) const;
   // The (N, C) input of a column-parallel Linear: `local` (seq_rows(N), C) itself, or every
   // rank's rows gathered into `full` (size * seq_rows(N), C) and returned. Collective.
-  const void* gather_from_sequence_region(const void* local, void* full, int64_t N, int64_t C) const;
+  const void* gather_from_sequence_region(const void* local, void* full, int64_t N, int64_t C) const {
+    return finish(start_gather_from_sequence_region(local, full, N, C));
+  }
   // Where a row-parallel Linear (or the vocabulary-parallel embedding) writes its (N, C) partial
   // sums: `local` itself (summed in place), or `full` (size * seq_rows(N), C).
   void* partial_sums(void* local, void* full) const { return sp_ ? full : local; }
   // local (seq_rows(N), C) <- this rank's rows of the group's sum of `partial` (N, C) from
   // partial_sums(local, full): the all-reduce, or with sequence parallelism its reduce-scatter
   // (the padding rows of `full` are zeroed first). Reduced in fp32. Collective.
-  void reduce_to_sequence_region(void* partial, void* local, int64_t N, int64_t C) const;
+  void reduce_to_sequence_region(void* partial, void* local, int64_t N, int64_t C) const {
+    finish(start_reduce_to_sequence_region(partial, local, N, C));
+  }
+  // The same two mappings started, to be finished after other work (the weight gradient's GEMM:
+  // Megatron's overlap of the tensor group's communication). Between start and finish the
+  // buffers belong to the collective: `full` (gather), `partial` and `local` (reduce), and the
+  // fp32 scratch of 16-bit reductions (one reduction in flight at a time).
+  struct Pending {
+    Comm::Handle handle = -1;  // -1: nothing in flight (no tensor parallelism, or the identity)
+    const void* result = nullptr;  // a gather's rows
+    void* local = nullptr;         // a 16-bit reduction's destination, converted from
+    const float* reduced = nullptr;  // its fp32 result in the scratch
+    int64_t n = 0;                   // of n elements
+  };
+  Pending start_gather_from_sequence_region(const void* local, void* full, int64_t N, int64_t C) const;
+  Pending start_reduce_to_sequence_region(void* partial, void* local, int64_t N, int64_t C) const;
+  // Waits for it (a gather: returns the gathered rows, or `local` itself without sequence parallelism).
+  const void* finish(const Pending& p) const;
 
  private:
   Backend& be_;

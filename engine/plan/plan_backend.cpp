@@ -121,13 +121,16 @@ void PlanBackend::matmul_forward(void*, const void*, const void*, const void* bi
 void PlanBackend::matmul_gelu_forward(void*, void*, const void*, const void*, const void*, int N, int C, int OC) {
   count(2.0 * N * C * OC, double(es()) * (double(N) * C + double(OC) * C + 2.0 * N * OC + OC), true);
 }
-void PlanBackend::matmul_backward(void*, float*, float* dbias, const void*, const void*, const void*, int N, int C,
-                                  int OC) {
-  // dinp = dout W (written), dweight += dout^T inp in fp32, dbias += column sums (in the weight GEMM)
+void PlanBackend::matmul_backward(void* dinp, float* dweight, float* dbias, const void*, const void*, const void*,
+                                  int N, int C, int OC) {
+  // dinp = dout W (written), dweight += dout^T inp in fp32, dbias += column sums (in the weight
+  // GEMM); either part alone is its own op (the step may run collectives between them)
+  if (dinp) count(2.0 * N * C * OC, double(es()) * (double(N) * OC + double(OC) * C + double(N) * C), true);
+  if (!dweight) return;
   cuda_scratch_for(cuda_scratch::matmul_backward(OC, dbias != nullptr));
   autotune_scratch(N, C, OC, dbias);
-  count(4.0 * N * C * OC,
-        double(es()) * (2.0 * N * OC + double(OC) * C + 2.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
+  count(2.0 * N * C * OC, double(es()) * (double(N) * OC + double(N) * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0),
+        true);
 }
 void PlanBackend::matmul_gelu_backward(void*, float*, float* dbias, const void*, const void*, const void*,
                                        const void*, int N, int C, int OC) {

@@ -275,7 +275,8 @@ class CpuBackend final : public Backend {
     Out d(dinp, int64_t(N) * C, dt(), false);
     d.zero();  // written: the reference op accumulates into zeros
     cpu::matmul_backward(d.get(), dweight, dbias, In(dout, int64_t(N) * OC, dt()).get(),
-                         In(inp, int64_t(N) * C, dt()).get(), In(weight, int64_t(OC) * C, dt()).get(), N, C, OC);
+                         In(dweight ? inp : nullptr, int64_t(N) * C, dt()).get(),
+                         In(weight, int64_t(OC) * C, dt()).get(), N, C, OC);
   }
   void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int NKV) override {
     const Access access(*this);

@@ -394,6 +394,7 @@ void Gemm::linear_backward(void* dinp, float* dw, float* dbias, const void* dout
     else
       unfused();
   }
+  if (!dw) return;  // the input gradient alone
   Args a;  // fp32 weight gradient from compute-type inputs (cuBLASLt's mixed A/B -> D types)
   a.tb = true;
   a.m = C, a.n = OC, a.k = N;

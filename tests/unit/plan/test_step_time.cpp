@@ -202,6 +202,33 @@ TEST_CASE("sequence parallelism plans the tensor group's all-reduces as all-gath
   CHECK(plan_layout(spec, 2, DeviceKind::CPU, nullptr).layout() == "tensor 2 x data 1, ZeRO-0, sequence-parallel");
 }
 
+TEST_CASE("the tensor group's backward reductions are in flight during the weight-gradient GEMMs", "[plan][comm]") {
+  // Megatron's overlap: a column-parallel Linear's input gradient is reduced while its weight
+  // gradient is computed (and with sequence parallelism its input is gathered while the input
+  // gradient is): one op between the collective's issue and its wait, at least, for each of the
+  // 2 column-parallel Linears of each of the 2 layers, in each of the 2 micro-batches.
+  for (const bool sp : {false, true}) {
+    CAPTURE(sp);
+    PlannedJob planned(parse_run_spec(kPlanSpec, "plan.toml", {"parallel.tensor=2",
+                                                               sp ? "parallel.sequence_parallel=true" : "parallel.sequence_parallel=false"}),
+                       2, DeviceKind::CPU);
+    planned.backend().reset_work();
+    planned.step();
+    const auto& ops = planned.backend().ops();
+    int overlapped_reductions = 0, overlapped_gathers = 0;
+    for (const auto& c : planned.backend().collectives()) {
+      if (c.group != "tp" || c.waited_at <= int64_t(c.issued_at)) continue;
+      // what ran in between is a matrix product: the weight gradient's (or the input gradient's) GEMM
+      bool gemm = false;
+      for (int64_t i = int64_t(c.issued_at); i < c.waited_at; ++i) gemm |= ops[size_t(i)].matrix;
+      CHECK(gemm);
+      (c.kind == CollectiveKind::AllGather ? overlapped_gathers : overlapped_reductions) += 1;
+    }
+    CHECK(overlapped_reductions >= 2 * 2 * 2);
+    CHECK(overlapped_gathers >= (sp ? 2 * 2 * 2 : 0));
+  }
+}
+
 TEST_CASE("hybrid sharding plans ZeRO inside a replica and one all-reduce of the shard across replicas", "[plan][comm]") {
   const RunSpec s = parse_run_spec(kPlanSpec, "plan.toml");
   PlannedJob one(s, 1, DeviceKind::CPU);
