@@ -40,6 +40,11 @@ TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, 
     manifest_ = parse_manifest(store_->get(kManifestName), store_->describe(kManifestName));
     cache_ = std::make_unique<ShardCache>(*store_, manifest_, uri, o.cache_dir, o.cache_limit);
   }
+  // The token-stream reader would drop the documents' boundaries and the loss mask: refused.
+  if (manifest_.version == kShardVersionDocuments)
+    user_error("{}: a fine-tuning dataset (version 2 shards: documents with a loss mask, `ztrain-tokenize chat`); "
+               "this build trains only on token streams (version 1: `ztrain-tokenize shards`), and reading it as "
+               "one would train on every token across the documents' boundaries", uri);
   if (manifest_.tokenizer.n_vocab > uint32_t(vocab_size))
     user_error("{}: the dataset's tokenizer '{}' has {} tokens but [model] vocab_size is {}", uri,
                manifest_.tokenizer.name, manifest_.tokenizer.n_vocab, vocab_size);
@@ -85,9 +90,11 @@ TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, 
     auto sh = std::make_unique<OpenShard>();
     sh->view = std::make_unique<ShardView>(path);
     const ShardHeader& h = sh->view->header();
-    if (sh->view->size() != e.bytes || h.n_tokens != e.tokens || h.token_bytes != manifest_.token_bytes)
-      user_error("{}: file has {} bytes / {} tokens of {} bytes, the manifest says {} / {} / {}", path,
-                 sh->view->size(), h.n_tokens, h.token_bytes, e.bytes, e.tokens, manifest_.token_bytes);
+    if (sh->view->size() != e.bytes || h.n_tokens != e.tokens || h.token_bytes != manifest_.token_bytes ||
+        h.version != manifest_.version)
+      user_error("{}: file has {} bytes / {} tokens of {} bytes / version {}, the manifest says {} / {} / {} / {}",
+                 path, sh->view->size(), h.n_tokens, h.token_bytes, h.version, e.bytes, e.tokens,
+                 manifest_.token_bytes, manifest_.version);
     if (crc32_of(sh->view->bytes(), sh->view->size()) != e.crc32)
       user_error("{}: CRC-32 does not match the manifest (corrupt shard)", path);
     check_tokens(*sh->view, vocab_size);

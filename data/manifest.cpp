@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/shard.h"
 #include "engine/core/atomic_file.h"
 #include "engine/core/status.h"
 
@@ -69,8 +70,12 @@ Manifest parse_manifest(const std::string& text, const std::string& name) {
   if (!j.is_object()) user_error("{}: expected a JSON object", name);
   if (get_string(j, "format", name) != "ztrain-shards")
     user_error("{}: field \"format\" must be \"ztrain-shards\"", name);
-  if (get_uint(j, "version", name) != 1) user_error("{}: manifest version must be 1", name);
   Manifest m;
+  const uint64_t version = get_uint(j, "version", name);
+  if (version != kShardVersion && version != kShardVersionDocuments)
+    user_error("{}: manifest version {} is not supported (this build reads {} and {}: a newer ztrain wrote it?)",
+               name, version, kShardVersion, kShardVersionDocuments);
+  m.version = uint32_t(version);
   const uint64_t tb = get_uint(j, "token_bytes", name);
   if (tb != 2 && tb != 4) user_error("{}: token_bytes must be 2 or 4, got {}", name, tb);
   m.token_bytes = uint32_t(tb);
@@ -87,6 +92,15 @@ Manifest parse_manifest(const std::string& text, const std::string& name) {
   m.tokenizer.n_vocab = uint32_t(nv);
   m.tokenizer.eot = uint32_t(eot);
   if (tok.contains("vocab_file")) m.tokenizer.vocab_file = get_string(tok, "vocab_file", tw);
+  if (tok.contains("added_tokens")) {
+    const json& added = tok["added_tokens"];
+    if (!added.is_object()) user_error("{}: added_tokens must be an object of text -> id", tw);
+    for (const auto& [text, id] : added.items()) {
+      if (!id.is_number_unsigned() || id.get<uint64_t>() >= nv || text.empty())
+        user_error("{}: added_tokens[\"{}\"] must be an id below n_vocab {}", tw, text, nv);
+      m.tokenizer.added_tokens.emplace_back(text, uint32_t(id.get<uint64_t>()));
+    }
+  }
   const json& shards = field(j, "shards", name);
   if (!shards.is_array() || shards.empty()) user_error("{}: \"shards\" must be a non-empty array", name);
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -102,9 +116,11 @@ Manifest parse_manifest(const std::string& text, const std::string& name) {
     const uint64_t crc = get_uint(shards[i], "crc32", sw);
     if (crc > 0xffffffffull) user_error("{}: crc32 does not fit 32 bits", sw);
     e.crc32 = uint32_t(crc);
-    if (e.tokens > (UINT64_MAX - 64) / m.token_bytes || e.bytes != 64 + e.tokens * m.token_bytes)
-      user_error("{}: bytes = {} does not equal the 64-byte header + {} tokens x {} bytes", sw,
-                 e.bytes, e.tokens, m.token_bytes);
+    if (e.tokens > (UINT64_MAX - 64) / 8 / m.token_bytes || e.documents > UINT64_MAX / 64 ||
+        e.bytes != shard_file_bytes(m.version, m.token_bytes, e.tokens, e.documents))
+      user_error("{}: bytes = {} is not the size of a version {} shard of {} tokens x {} bytes{}", sw, e.bytes,
+                 m.version, e.tokens, m.token_bytes,
+                 m.version == kShardVersion ? "" : fmt::format(" and {} documents", e.documents));
     m.shards.push_back(std::move(e));
   }
   return m;
@@ -127,7 +143,12 @@ void write_manifest(const std::string& dir, const Manifest& m) {
   json tok = {{"kind", m.tokenizer.kind}, {"name", m.tokenizer.name},
               {"n_vocab", m.tokenizer.n_vocab}, {"eot", m.tokenizer.eot}};
   if (!m.tokenizer.vocab_file.empty()) tok["vocab_file"] = m.tokenizer.vocab_file;
-  json j = {{"format", "ztrain-shards"}, {"version", 1},      {"token_bytes", m.token_bytes},
+  if (!m.tokenizer.added_tokens.empty()) {
+    json added = json::object();
+    for (const auto& [text, id] : m.tokenizer.added_tokens) added[text] = id;
+    tok["added_tokens"] = added;
+  }
+  json j = {{"format", "ztrain-shards"}, {"version", m.version}, {"token_bytes", m.token_bytes},
             {"tokenizer", tok},          {"total_tokens", m.total_tokens()},
             {"total_documents", m.total_documents()}, {"shards", shards}};
   const std::string path = (std::filesystem::path(dir) / kManifestName).string();

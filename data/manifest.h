@@ -13,6 +13,8 @@ struct TokenizerInfo {
   uint32_t n_vocab = 0;    // every token id is < n_vocab
   uint32_t eot = 0;        // end-of-text id that separates documents
   std::string vocab_file;  // for "bpe": the .tiktoken file used (informational, for decoding)
+  // Special tokens added after the vocabulary (a chat template's markup, `ztrain-tokenize chat`): text -> id.
+  std::vector<std::pair<std::string, uint32_t>> added_tokens;
 };
 
 struct ShardEntry {
@@ -22,6 +24,8 @@ struct ShardEntry {
 };
 
 struct Manifest {
+  // 1: a token stream; 2: fine-tuning shards with document starts and a loss mask (FORMAT.md)
+  uint32_t version = 1;
   uint32_t token_bytes = 2;
   TokenizerInfo tokenizer;
   std::vector<ShardEntry> shards;

@@ -24,9 +24,11 @@ bool dataset_file(const std::string& name) {
 }
 }  // namespace
 
-ShardWriter::ShardWriter(const std::string& dir, const TokenizerInfo& tokenizer,
-                         uint64_t shard_tokens)
+ShardWriter::ShardWriter(const std::string& dir, const TokenizerInfo& tokenizer, uint64_t shard_tokens,
+                         uint32_t version)
     : dir_(dir), shard_tokens_(shard_tokens) {
+  ZT_CHECK(version == kShardVersion || version == kShardVersionDocuments, "shard version {}", version);
+  manifest_.version = version;
   ZT_CHECK(shard_tokens > 0, "shard_tokens must be > 0");
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   if (fs::exists(dir_) && !fs::is_directory(dir_)) user_error("--out {}: is a file, not a directory", dir_);
@@ -44,6 +46,7 @@ ShardWriter::ShardWriter(const std::string& dir, const TokenizerInfo& tokenizer,
 }
 
 void ShardWriter::add_document(const std::vector<uint32_t>& tokens) {
+  ZT_CHECK(manifest_.version == kShardVersion, "a version 2 dataset's documents come with their loss mask");
   buf_.push_back(manifest_.tokenizer.eot);
   buf_docs_++;
   for (const uint32_t t : tokens) {
@@ -53,17 +56,32 @@ void ShardWriter::add_document(const std::vector<uint32_t>& tokens) {
   if (buf_.size() == shard_tokens_) flush();
 }
 
+void ShardWriter::add_document(const std::vector<uint32_t>& tokens, const std::vector<uint8_t>& loss) {
+  ZT_CHECK(manifest_.version == kShardVersionDocuments && loss.size() == tokens.size(),
+           "a loss mask goes with a version 2 dataset, one flag a token");
+  if (tokens.empty()) return;
+  if (!buf_.empty() && buf_.size() + tokens.size() > shard_tokens_) flush();
+  doc_starts_.push_back(buf_.size());
+  buf_.insert(buf_.end(), tokens.begin(), tokens.end());
+  loss_.insert(loss_.end(), loss.begin(), loss.end());
+  buf_docs_++;
+}
+
 void ShardWriter::flush() {
   if (buf_.empty()) return;
   ShardEntry e;
   e.file = fmt::format("shard_{:05d}.ztok", manifest_.shards.size());
   e.tokens = buf_.size();
   e.documents = buf_docs_;
-  e.bytes = kShardHeaderBytes + buf_.size() * manifest_.token_bytes;
-  e.crc32 = write_shard((fs::path(building_) / e.file).string(), buf_, buf_docs_,
-                        manifest_.token_bytes);
+  e.bytes = shard_file_bytes(manifest_.version, manifest_.token_bytes, e.tokens, e.documents);
+  const std::string path = (fs::path(building_) / e.file).string();
+  e.crc32 = manifest_.version == kShardVersion
+                ? write_shard(path, buf_, buf_docs_, manifest_.token_bytes)
+                : write_document_shard(path, buf_, doc_starts_, loss_, manifest_.token_bytes);
   manifest_.shards.push_back(e);
   buf_.clear();
+  doc_starts_.clear();
+  loss_.clear();
   buf_docs_ = 0;
 }
 

@@ -1,7 +1,9 @@
 // ztrain-tokenize: encode / decode text with a tiktoken-format BPE or the byte-level tokenizer,
-// and turn text or JSONL files into token shards plus a manifest (data/FORMAT.md).
+// and turn text or JSONL files into token shards plus a manifest (data/FORMAT.md), or chat
+// conversations into fine-tuning shards with a loss mask.
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/chat_template.h"
+#include "data/shard.h"
 #include "data/shard_writer.h"
 #include "data/tokenizer/tokenizer.h"
 #include "engine/core/byte_size.h"
@@ -36,6 +40,20 @@ const char* kUsage = R"(usage:
       document; a .jsonl file (or --format jsonl) holds one document per line in its "text" field.
       The dataset is built beside DIR and replaces it only when complete: a failure leaves a
       previous dataset in DIR whole. DIR must be new or hold a dataset only.
+
+  ztrain-tokenize chat --vocab VOCAB --template T --out DIR [--train-roles R,...]
+                       [--train-end-of-turn true|false] [--max-tokens N] [--overlong drop|truncate]
+                       [--shard-tokens N] INPUT.jsonl...
+      conversations into fine-tuning shards (data/FORMAT.md version 2: whole documents with a loss
+      mask). Each line: {"messages": [{"role": ..., "content": ...}, ...]}, or {"prompt": ...,
+      "completion": ...} (a user turn, then an assistant turn). T: llama3, chatml or a template
+      file (docs/data.md); its markup tokens absent from VOCAB are added after it. Only the turns
+      of the --train-roles (default assistant) carry loss, with their end-of-turn token unless
+      --train-end-of-turn false. A conversation over --max-tokens is dropped, or with --overlong
+      truncate cut to them (dropped if nothing that trains is left). Prints the counts.
+  ztrain-tokenize render --template T [--train-roles R,...] [--train-end-of-turn true|false] INPUT.jsonl
+      prints each conversation as T renders it, one JSON line each: {"text": ..., "trained":
+      [[begin, end], ...]} (the byte ranges that carry loss)
 
 VOCAB is "byte" (256 byte tokens + <|endoftext|> = 256) or a .tiktoken file with a .meta.json
 beside it (split regex and special tokens), e.g. gpt2.tiktoken or cl100k_base.tiktoken. The
@@ -70,6 +88,9 @@ auto in_file(const std::string& where, F&& f) {
 
 struct Args {
   std::string command, vocab, out, format = "auto";
+  std::string chat_template, overlong = "drop";
+  LossPolicy loss;
+  uint64_t max_tokens = 0;  // 0: no limit
   bool allow_special = false;
   uint64_t shard_tokens = 100'000'000;
   int repeats = 3;
@@ -77,12 +98,28 @@ struct Args {
   std::vector<std::string> inputs;
 };
 
+std::vector<std::string> split_roles(const std::string& list) {
+  std::vector<std::string> roles;
+  std::stringstream in(list);
+  for (std::string r; std::getline(in, r, ',');)
+    if (!r.empty()) roles.push_back(r);
+  if (roles.empty()) user_error("--train-roles needs at least one role, e.g. assistant");
+  return roles;
+}
+
+bool parse_bool(const std::string& v, const std::string& option) {
+  if (v == "true") return true;
+  if (v == "false") return false;
+  user_error("{} must be true or false, got '{}'", option, v);
+}
+
 Args parse_args(int argc, char** argv) {
   Args a;
   if (argc < 2) user_error("missing command\n{}", kUsage);
   a.command = argv[1];
-  if (a.command != "encode" && a.command != "decode" && a.command != "shards" && a.command != "bench")
-    user_error("unknown command '{}' (commands: encode, decode, bench, shards)\n{}", a.command, kUsage);
+  if (a.command != "encode" && a.command != "decode" && a.command != "shards" && a.command != "bench" &&
+      a.command != "chat" && a.command != "render")
+    user_error("unknown command '{}' (commands: encode, decode, bench, shards, chat, render)\n{}", a.command, kUsage);
   for (int i = 2; i < argc; ++i) {
     const std::string s = argv[i];
     auto value = [&]() -> std::string {
@@ -96,10 +133,20 @@ Args parse_args(int argc, char** argv) {
     else if (s == "--shard-tokens") a.shard_tokens = uint64_t(parse_count(value(), s));
     else if (s == "--threads") a.threads = int(parse_count(value(), s, 1, 4096));
     else if (s == "--repeats") a.repeats = int(parse_count(value(), s, 1, 1000));
+    else if (s == "--template") a.chat_template = value();
+    else if (s == "--train-roles") a.loss.roles = split_roles(value());
+    else if (s == "--train-end-of-turn") a.loss.train_end_of_turn = parse_bool(value(), s);
+    else if (s == "--max-tokens") a.max_tokens = uint64_t(parse_count(value(), s));
+    else if (s == "--overlong") a.overlong = value();
     else if (s.size() > 1 && s[0] == '-' && s != "-") user_error("unknown option {}\n{}", s, kUsage);
     else a.inputs.push_back(s);
   }
-  if (a.vocab.empty()) user_error("{}: --vocab is required (a .tiktoken file or \"byte\")", a.command);
+  if (a.vocab.empty() && a.command != "render")
+    user_error("{}: --vocab is required (a .tiktoken file or \"byte\")", a.command);
+  if ((a.command == "chat" || a.command == "render") && a.chat_template.empty())
+    user_error("{}: --template is required ({} or a template file)", a.command, fmt::join(ChatTemplate::builtin_names(), ", "));
+  if (a.overlong != "drop" && a.overlong != "truncate")
+    user_error("--overlong must be drop or truncate, got '{}'", a.overlong);
   if (a.threads <= 0) a.threads = omp_get_num_procs();
   return a;
 }
@@ -181,7 +228,7 @@ int cmd_shards(const Args& a) {
   if (a.format != "auto" && a.format != "text" && a.format != "jsonl")
     user_error("--format must be auto, text or jsonl, got '{}'", a.format);
   const Tokenizer tok = Tokenizer::load(a.vocab);
-  TokenizerInfo info{tok.kind(), tok.name(), tok.n_vocab(), tok.eot(), tok.vocab_file()};
+  TokenizerInfo info{tok.kind(), tok.name(), tok.n_vocab(), tok.eot(), tok.vocab_file(), {}};
   ShardWriter writer(a.out, info, a.shard_tokens);
   for (const auto& path : a.inputs) {
     const std::vector<std::string> docs = read_documents(path, a.format);
@@ -213,6 +260,77 @@ int cmd_shards(const Args& a) {
   return 0;
 }
 
+int cmd_render(const Args& a) {
+  if (a.inputs.size() != 1) user_error("render takes one INPUT.jsonl");
+  const ChatTemplate t = ChatTemplate::named(a.chat_template);
+  for (const auto& conv : parse_conversations(read_input(a.inputs[0]), a.inputs[0])) {
+    const RenderedChat r = render_chat(t, conv, a.loss);
+    nlohmann::json j = {{"text", r.text}, {"trained", r.trained}};
+    // ASCII lines (a line separator in a content, U+2028, must not split one); invalid UTF-8 in
+    // a content shows as U+FFFD
+    const std::string line = j.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace) + "\n";
+    std::fwrite(line.data(), 1, line.size(), stdout);
+  }
+  return 0;
+}
+
+int cmd_chat(const Args& a) {
+  if (a.out.empty()) user_error("chat: --out DIR is required");
+  if (a.inputs.empty()) user_error("chat: no INPUT.jsonl files");
+  const ChatTemplate t = ChatTemplate::named(a.chat_template);
+  Tokenizer tok = Tokenizer::load(a.vocab);
+  for (const std::string& s : t.special_tokens) tok.add_special(s);
+  TokenizerInfo info{tok.kind(), tok.name(), tok.n_vocab(), tok.eot(), tok.vocab_file(), tok.added_specials()};
+  ShardWriter writer(a.out, info, a.shard_tokens, kShardVersionDocuments);
+  uint64_t kept = 0, truncated = 0, dropped_long = 0, dropped_untrained = 0, trained_tokens = 0;
+  for (const auto& path : a.inputs) {
+    const auto convs = parse_conversations(read_input(path), path);
+    std::vector<ChatTokens> encoded(convs.size());
+    std::string error;  // the first bad conversation's; thrown after the loop (never out of a thread)
+#pragma omp parallel for schedule(dynamic, 16) num_threads(a.threads)
+    for (size_t i = 0; i < convs.size(); ++i) {
+      try {
+        encoded[i] = tokenize_chat(tok, render_chat(t, convs[i], a.loss));
+      } catch (const UserError& e) {
+#pragma omp critical
+        if (error.empty()) error = fmt::format("{}: conversation {}: {}", path, i + 1, e.what());
+      }
+    }
+    if (!error.empty()) throw UserError(error);
+    for (ChatTokens& c : encoded) {
+      if (a.max_tokens > 0 && c.tokens.size() > a.max_tokens) {
+        if (a.overlong == "drop") {
+          ++dropped_long;
+          continue;
+        }
+        c.tokens.resize(a.max_tokens);
+        c.loss.resize(a.max_tokens);
+        ++truncated;
+      }
+      const uint64_t trains = uint64_t(std::count(c.loss.begin(), c.loss.end(), uint8_t(1)));
+      if (trains == 0) {  // nothing to learn from: no role of --train-roles (left)
+        ++dropped_untrained;
+        continue;
+      }
+      trained_tokens += trains;
+      writer.add_document(c.tokens, c.loss);
+      ++kept;
+    }
+  }
+  if (kept == 0)
+    user_error("chat: no conversation left to write ({} over --max-tokens dropped, {} with no turn of {} to train on)",
+               dropped_long, dropped_untrained, fmt::join(a.loss.roles, ", "));
+  const Manifest m = writer.finish();
+  std::fprintf(stderr,
+               "ztrain-tokenize: %llu conversations kept (%llu of them truncated), %llu dropped over --max-tokens, "
+               "%llu dropped with nothing to train on; %zu shard(s), %llu tokens, %llu with loss, template %s, "
+               "vocabulary %u to %s\n",
+               (unsigned long long)kept, (unsigned long long)truncated, (unsigned long long)dropped_long,
+               (unsigned long long)dropped_untrained, m.shards.size(), (unsigned long long)m.total_tokens(),
+               (unsigned long long)trained_tokens, t.name.c_str(), tok.n_vocab(), a.out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -232,6 +350,8 @@ int main(int argc, char** argv) {
     if (a.command == "decode") return cmd_decode(a);
     if (a.command == "shards") return cmd_shards(a);
     if (a.command == "bench") return cmd_bench(a);
+    if (a.command == "chat") return cmd_chat(a);
+    if (a.command == "render") return cmd_render(a);
     user_error("unknown command '{}'\n{}", a.command, kUsage);
   } catch (const UserError& e) {
     std::fprintf(stderr, "ztrain-tokenize: error: %s\n", e.what());

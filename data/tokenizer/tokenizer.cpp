@@ -152,6 +152,16 @@ std::vector<uint32_t> Tokenizer::encode_with_special(std::string_view text, int 
   return out;
 }
 
+uint32_t Tokenizer::add_special(const std::string& text) {
+  ZT_CHECK(!text.empty(), "an empty special token");
+  for (const auto& [s, id] : specials_)
+    if (s == text) return id;
+  const uint32_t id = n_vocab_++;
+  specials_.emplace_back(text, id);
+  added_.emplace_back(text, id);
+  return id;
+}
+
 std::string Tokenizer::decode(const std::vector<uint32_t>& tokens) const {
   std::string out;
   for (const uint32_t t : tokens) {

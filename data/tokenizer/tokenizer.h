@@ -35,6 +35,12 @@ class Tokenizer {
   // Concatenated bytes of the tokens; UserError on an id outside the vocabulary.
   std::string decode(const std::vector<uint32_t>& tokens) const;
 
+  // The id of special token `text`: the vocabulary's own, or a new id after the vocabulary
+  // (n_vocab grows by one), as fine-tuning adds a chat template's markup tokens.
+  uint32_t add_special(const std::string& text);
+  // The special tokens past the ranks' and the base vocabulary's (added by add_special), text -> id.
+  const std::vector<std::pair<std::string, uint32_t>>& added_specials() const { return added_; }
+
   const std::string& kind() const { return kind_; }  // "byte" | "bpe"
   const std::string& name() const { return name_; }
   uint32_t n_vocab() const { return n_vocab_; }
@@ -47,6 +53,7 @@ class Tokenizer {
   uint32_t n_vocab_ = 0, eot_ = 0;
   std::unique_ptr<BpeRanks> bpe_;  // null for byte-level
   std::vector<std::pair<std::string, uint32_t>> specials_;  // text -> id, e.g. <|endoftext|>
+  std::vector<std::pair<std::string, uint32_t>> added_;     // of them, those add_special made
 };
 
 }  // namespace zt::data

@@ -124,13 +124,17 @@ void PlanBackend::matmul_gelu_forward(void*, void*, const void*, const void*, co
 void PlanBackend::matmul_backward(void* dinp, float* dweight, float* dbias, const void*, const void*, const void*,
                                   int N, int C, int OC) {
   // dinp = dout W (written), dweight += dout^T inp in fp32, dbias += column sums (in the weight
-  // GEMM); either part alone is its own op (the step may run collectives between them)
-  if (dinp) count(2.0 * N * C * OC, double(es()) * (double(N) * OC + double(OC) * C + double(N) * C), true);
-  if (!dweight) return;
-  cuda_scratch_for(cuda_scratch::matmul_backward(OC, dbias != nullptr));
-  autotune_scratch(N, C, OC, dbias);
-  count(2.0 * N * C * OC, double(es()) * (double(N) * OC + double(N) * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0),
-        true);
+  // GEMM): one op when both are asked for, each its own when asked apart (the step then runs
+  // collectives between them)
+  const double dx_bytes = double(es()) * (double(N) * OC + double(OC) * C + double(N) * C);
+  const double dw_bytes = double(es()) * (double(N) * OC + double(N) * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0);
+  if (dweight) {
+    cuda_scratch_for(cuda_scratch::matmul_backward(OC, dbias != nullptr));
+    autotune_scratch(N, C, OC, dbias);
+  }
+  if (dinp && dweight) return count(4.0 * N * C * OC, dx_bytes + dw_bytes, true);
+  if (dinp) count(2.0 * N * C * OC, dx_bytes, true);
+  if (dweight) count(2.0 * N * C * OC, dw_bytes, true);
 }
 void PlanBackend::matmul_gelu_backward(void*, float*, float* dbias, const void*, const void*, const void*,
                                        const void*, int N, int C, int OC) {

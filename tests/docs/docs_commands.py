@@ -174,6 +174,9 @@ def runs_each_command(z, tokenize, bindir, work, data):
     text = os.path.join(work, "text.txt")
     open(text, "w").write(testlib.generated_text(300, 3))
     ids = os.path.join(work, "ids.txt")
+    chats = os.path.join(work, "chats.jsonl")
+    open(chats, "w").write('{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}\n'
+                           '{"prompt": "2+2?", "completion": "4"}\n')
     runs = {
         "ztrain train": [[z, "train", spec], [z, "train", spec, "--resume", "auto", "--set", "train.max_steps=3"],
                          [z, "train", spec, "--resume-unchecked", "--set", "train.max_steps=4"]],
@@ -192,6 +195,9 @@ def runs_each_command(z, tokenize, bindir, work, data):
         "ztrain-tokenize decode": [[tokenize, "decode", "--vocab", "byte", ids]],
         "ztrain-tokenize shards": [[tokenize, "shards", "--vocab", "byte", "--out", os.path.join(work, "sh"), text]],
         "ztrain-tokenize bench": [[tokenize, "bench", "--vocab", "byte", "--repeats", "1", text]],
+        "ztrain-tokenize chat": [[tokenize, "chat", "--vocab", "byte", "--template", "chatml", "--out",
+                                  os.path.join(work, "sft"), chats]],
+        "ztrain-tokenize render": [[tokenize, "render", "--template", "llama3", chats]],
         "mpirun": [["mpirun", "--oversubscribe", "-np", "2", os.path.join(bindir, "ztrain-bench-comm"),
                     "--max", "4K", "--iters", "2"]],
         "ztrain-bench-data": [[os.path.join(bindir, "ztrain-bench-data"), spec, "--batches", "5"]],

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <set>
 
 #include "data/loader.h"
@@ -29,7 +30,7 @@ fs::path temp_dir(const std::string& name) {
 
 // A byte-level dataset of `docs` documents with known contents.
 Manifest make_dataset(const fs::path& dir, int docs, int doc_len, uint64_t shard_tokens) {
-  ShardWriter w(dir.string(), TokenizerInfo{"byte", "byte", 257, 256, ""}, shard_tokens);
+  ShardWriter w(dir.string(), TokenizerInfo{"byte", "byte", 257, 256, "", {}}, shard_tokens);
   for (int d = 0; d < docs; ++d) {
     std::vector<uint32_t> t(doc_len);
     for (int i = 0; i < doc_len; ++i) t[i] = uint32_t((d * 31 + i) % 256);
@@ -91,6 +92,76 @@ TEST_CASE("malformed shard headers are named, never read out of bounds", "[data]
   CHECK_THAT(user_error_of([&] { parse_shard_header(bad.data(), bad.size(), "s"); }), Catch::Contains("version 9"));
 }
 
+TEST_CASE("fine-tuning shards (version 2) keep whole documents, their starts and loss masks", "[data]") {
+  const fs::path dir = temp_dir("v2");
+  TokenizerInfo tok{"byte", "byte", 259, 256, "", {{"<|a|>", 257}, {"<|b|>", 258}}};
+  ShardWriter w(dir.string(), tok, 100, kShardVersionDocuments);
+  std::vector<std::vector<uint32_t>> docs;
+  for (int d = 0; d < 7; ++d) {
+    std::vector<uint32_t> t(size_t(20 + 13 * d));  // 20 .. 98 tokens: never split, some shards of one
+    std::vector<uint8_t> loss(t.size());
+    for (size_t i = 0; i < t.size(); ++i) t[i] = uint32_t((d * 7 + i) % 259), loss[i] = (i + d) % 3 == 0;
+    w.add_document(t, loss);
+    docs.push_back(t);
+  }
+  const Manifest m = w.finish();
+  const Manifest r = read_manifest(dir.string());
+  REQUIRE(r.version == 2);
+  REQUIRE(r.tokenizer.added_tokens == tok.added_tokens);
+  REQUIRE(r.total_documents() == 7);
+  size_t d = 0;
+  for (const ShardEntry& e : r.shards) {
+    ShardView v((dir / e.file).string());
+    REQUIRE(v.header().version == 2);
+    REQUIRE(v.size() == e.bytes);
+    REQUIRE((v.header().n_tokens <= 100 || v.header().n_documents == 1));
+    for (uint64_t k = 0; k < v.header().n_documents; ++k, ++d) {
+      const uint64_t a = v.document_start(k), b = k + 1 < v.header().n_documents ? v.document_start(k + 1) : e.tokens;
+      REQUIRE(b - a == docs[d].size());
+      std::vector<int32_t> got(b - a);
+      std::vector<uint8_t> loss(b - a);
+      v.read(a, b - a, got.data());
+      v.read_loss_mask(a, b - a, loss.data());
+      for (size_t i = 0; i < got.size(); ++i) {
+        REQUIRE(uint32_t(got[i]) == docs[d][i]);
+        REQUIRE(loss[i] == ((i + d) % 3 == 0 ? 1 : 0));
+      }
+    }
+  }
+  REQUIRE(d == 7);
+  // corrupt document starts are refused when the shard opens; a truncated file by its size
+  const std::string first = (dir / r.shards[0].file).string();
+  std::string bytes;
+  {
+    std::ifstream f(first, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const ShardView ok(first);
+  REQUIRE(ok.header().n_documents == 3);  // 20 + 33 + 46 tokens
+  const uint64_t starts = ok.header().documents_offset();
+  // (document, start): the first not at 0, the second not after the first, the second past the end
+  for (const auto& [doc, bad_start] : {std::pair<int, uint64_t>{0, 3}, {1, 0}, {1, ok.header().n_tokens}}) {
+    std::string bad = bytes;
+    std::memcpy(&bad[starts + 8 * doc], &bad_start, 8);
+    const std::string path = (dir / "bad.ztok").string();
+    std::ofstream(path, std::ios::binary) << bad;
+    CHECK_THAT(user_error_of([&] { ShardView v(path); }), Catch::Contains("starts at token"));
+  }
+  CHECK_THAT(user_error_of([&] { parse_shard_header(bytes.data(), bytes.size() - 1, "s"); }),
+             Catch::Contains("truncated or corrupt"));
+  // the manifest's sizes are version 2's
+  std::string text;
+  {
+    std::ifstream f(dir / "manifest.json");
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const std::string v1 = std::regex_replace(text, std::regex("\"version\": 2"), "\"version\": 1");
+  CHECK_THAT(user_error_of([&] { parse_manifest(v1, "m"); }), Catch::Contains("is not the size of a version 1 shard"));
+  const std::string v3 = std::regex_replace(text, std::regex("\"version\": 2"), "\"version\": 3");
+  CHECK_THAT(user_error_of([&] { parse_manifest(v3, "m"); }), Catch::Contains("manifest version 3 is not supported"));
+  (void)m;
+}
+
 TEST_CASE("malformed manifests are named with the field", "[data][errors]") {
   const std::string good = R"({"format":"ztrain-shards","version":1,"token_bytes":2,
     "tokenizer":{"kind":"byte","name":"byte","n_vocab":257,"eot":256},
@@ -101,7 +172,7 @@ TEST_CASE("malformed manifests are named with the field", "[data][errors]") {
     s.replace(s.find(from), from.size(), to);
     return user_error_of([&] { parse_manifest(s, "m.json"); });
   };
-  CHECK_THAT(edit("\"bytes\":84", "\"bytes\":85"), Catch::Contains("bytes = 85 does not equal"));
+  CHECK_THAT(edit("\"bytes\":84", "\"bytes\":85"), Catch::Contains("bytes = 85 is not the size of a version 1 shard"));
   CHECK_THAT(edit("\"a.ztok\"", "\"../etc/passwd\""), Catch::Contains("must be a plain name"));
   // hardening round 4, item 8: escapes a server decodes, and names under a subdirectory
   for (const char* bad : {"%2e%2e/%2e%2e/secret.ztok", "%2e%2e%2fsecret.ztok", "sub/shard.ztok", ".hidden.ztok", "..",
