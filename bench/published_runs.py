@@ -74,7 +74,8 @@ def spec_of(row, path):
         "train": {"micro_batch": micro, "global_batch": global_batch,
                   "recompute": row.get("recompute") or "none"},
         "precision": {"compute": "bf16"},
-        "parallel": {"tensor": tensor, "zero_stage": zero},
+        # torchtitan's tensor-parallel plan shards the norms with SequenceParallel
+        "parallel": {"tensor": tensor, "zero_stage": zero, "sequence_parallel": bool(row.get("sequence_parallel"))},
         "data": {"train": "unused"},
     })
 
