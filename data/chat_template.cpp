@@ -135,9 +135,9 @@ RenderedChat render_chat(const ChatTemplate& t, const std::vector<ChatMessage>& 
   if (!messages.empty()) r.text = t.begin;
   // The end of turn that trains: the suffix's leading special token (ChatML's <|im_end|>, not the
   // newline after it), or the whole suffix when it starts with none.
-  size_t end_of_turn = t.message_suffix.size();
+  size_t end_of_turn = t.message_suffix.size(), longest = 0;
   for (const std::string& s : t.special_tokens)
-    if (t.message_suffix.rfind(s, 0) == 0) end_of_turn = s.size();
+    if (s.size() > longest && t.message_suffix.rfind(s, 0) == 0) end_of_turn = longest = s.size();
   for (const ChatMessage& m : messages) {
     r.text += replace_role(t.message_prefix, m.role);
     const size_t content = r.text.size();

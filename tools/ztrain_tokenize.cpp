@@ -286,7 +286,7 @@ int cmd_chat(const Args& a) {
   for (const auto& path : a.inputs) {
     const auto convs = parse_conversations(read_input(path), path);
     std::vector<ChatTokens> encoded(convs.size());
-    std::string error;  // the first bad conversation's; thrown after the loop (never out of a thread)
+    std::string error, failure;  // the first bad conversation's; thrown after the loop (never out of a thread)
 #pragma omp parallel for schedule(dynamic, 16) num_threads(a.threads)
     for (size_t i = 0; i < convs.size(); ++i) {
       try {
@@ -294,9 +294,13 @@ int cmd_chat(const Args& a) {
       } catch (const UserError& e) {
 #pragma omp critical
         if (error.empty()) error = fmt::format("{}: conversation {}: {}", path, i + 1, e.what());
+      } catch (const std::exception& e) {
+#pragma omp critical
+        if (failure.empty()) failure = fmt::format("{}: conversation {}: {}", path, i + 1, e.what());
       }
     }
     if (!error.empty()) throw UserError(error);
+    if (!failure.empty()) throw RuntimeFailure(failure);
     for (ChatTokens& c : encoded) {
       if (a.max_tokens > 0 && c.tokens.size() > a.max_tokens) {
         if (a.overlong == "drop") {

@@ -196,9 +196,10 @@ class DeviceOps {
   // out = gelu(inp @ weight^T + bias), keeping the pre-activation in `pre` for backward.
   virtual void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* weight,
                                    const void* bias, int N, int C, int OC) { unsupported("matmul_gelu_forward"); }
-  // dinp is written; dweight and dbias accumulate. Each part may be left out (null): the input
-  // gradient alone (dweight and dbias null; `inp` unread), or the weight gradient alone (dinp null),
-  // so that the weight gradient's GEMM runs while the input gradient's reduction is in flight.
+  // dinp is written; dweight and dbias accumulate (dbias only with dweight). Each part may be left
+  // out (null): the input gradient alone (dweight and dbias null; `inp` unread), or the weight
+  // gradient alone (dinp null), so that the weight gradient's GEMM runs while the input gradient's
+  // reduction is in flight.
   virtual void matmul_backward(void* dinp, float* dweight, float* dbias, const void* dout,
                                const void* inp, const void* weight, int N, int C,
                                int OC) { unsupported("matmul_backward"); }

@@ -378,6 +378,9 @@ struct Loader {
           fmt::format("n_kv_head = {} and tensor = {}: one must divide the other", m.n_kv_head, p.tensor));
     check(m.d_ff % p.tensor == 0, "parallel", "tensor",
           fmt::format("d_ff = {} is not divisible by tensor = {}", m.d_ff, p.tensor));
+    // 16-bit rows are gathered two to a float
+    check(!p.sequence_parallel || p.tensor == 1 || m.d_model % 2 == 0, "parallel", "sequence_parallel",
+          fmt::format("sequence parallelism needs an even d_model, got {}", m.d_model));
     check(p.replicate == 1 || p.zero_stage > 0, "parallel", "replicate",
           fmt::format("replicate = {} needs ZeRO ([parallel] zero_stage 1-3): at stage 0 every rank already holds "
                       "everything", p.replicate));

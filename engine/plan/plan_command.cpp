@@ -105,7 +105,7 @@ std::vector<LayoutPlan> plans_of(const PlanOptions& c, const RunSpec& spec, Devi
     const int dp = c.world / t;
     for (int z = 0; z <= 3; ++z)
       for (const int r : replicas_to_search(dp, t, z, machine))
-        for (const bool sp : t > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false})
+        for (const bool sp : t > 1 && spec.model.d_model % 2 == 0 ? std::vector<bool>{false, true} : std::vector<bool>{false})
           for (int64_t b = 1; b <= spec.train.global_batch / dp; b *= 2) {
             if ((spec.train.global_batch / dp) % b) continue;
             RunSpec s = spec;

@@ -24,7 +24,8 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
   // dinp (N,C) += dout (N,OC) @ weight (OC,C)
   if (dinp) gemm<F>(false, false, N, C, OC, F(1), dout, OC, weight, C, F(1), dinp, C);
   // dweight (OC,C) += dout^T (OC,N) @ inp (N,C)
-  if (dweight) gemm<F>(true, false, OC, C, N, F(1), dout, OC, inp, C, F(1), dweight, C);
+  if (!dweight) return;  // the input gradient alone (the bias gradient goes with the weight's)
+  gemm<F>(true, false, OC, C, N, F(1), dout, OC, inp, C, F(1), dweight, C);
   if (!dbias) return;
   // dbias: threads own column slices, rows summed in order.
   constexpr int kSlice = 64;
