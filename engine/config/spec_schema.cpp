@@ -32,6 +32,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(run, seed, false, "seed for initialization and data order"),
       ZT_CHOICE(run, device, "where the model runs (auto: a GPU when one is visible, else the CPU)"),
       ZT_KEY(run, threads, false, "CPU threads (0 = all cores)"),
+      ZT_KEY(run, tensorboard, false, "also write every metrics.jsonl scalar as TensorBoard event files in out_dir (events.out.tfevents.*), against steps and consumed tokens"),
       ZT_KEY(run, deterministic, false, "bitwise-reproducible GPU runs: ordered reductions, NCCL Ring/Simple, the first heuristic GEMM"),
       ZT_KEY(run, device_memory_limit, false, "the backend never holds more device memory (e.g. \"40GB\"; empty = none)"),
       ZT_RANGED(run, telemetry_s, false, between(0, 3600), "seconds between device telemetry rows in metrics.jsonl (0 = none, else at least 0.05)"),

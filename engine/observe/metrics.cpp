@@ -8,10 +8,12 @@
 #include "engine/core/log.h"
 #include "engine/core/atomic_file.h"
 #include "engine/core/status.h"
+#include "engine/observe/tensorboard.h"
 
 namespace zt {
 
-MetricsWriter::MetricsWriter(const std::string& out_dir, int64_t resumed_step) {
+MetricsWriter::MetricsWriter(const std::string& out_dir, int64_t resumed_step)
+    : out_dir_(out_dir), resumed_step_(resumed_step) {
   namespace fs = std::filesystem;
   path_ = (fs::path(out_dir) / "metrics.jsonl").string();
   if (resumed_step > 0 && fs::exists(path_)) {
@@ -43,6 +45,12 @@ MetricsWriter::MetricsWriter(const std::string& out_dir, int64_t resumed_step) {
   if (!f_) throw RuntimeFailure(fmt::format("{}: cannot create: {}", path_, std::strerror(errno)));
 }
 
+std::string MetricsWriter::enable_tensorboard(const std::string& spec_toml) {
+  std::lock_guard lock(mu_);
+  tensorboard_ = std::make_unique<TensorBoardWriter>(out_dir_, resumed_step_, spec_toml);
+  return tensorboard_->path();
+}
+
 MetricsWriter::~MetricsWriter() {
   if (f_) std::fclose(f_);
 }
@@ -52,6 +60,7 @@ void MetricsWriter::write(const nlohmann::json& record) {
   std::lock_guard lock(mu_);
   if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
     throw RuntimeFailure(fmt::format("{}: write failed: {}", path_, std::strerror(errno)));
+  if (tensorboard_) tensorboard_->write(record);
 }
 
 }  // namespace zt

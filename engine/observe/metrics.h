@@ -1,12 +1,15 @@
 // metrics.jsonl: one JSON object per line, flushed as written so a crash keeps what was logged.
 #pragma once
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace zt {
+
+class TensorBoardWriter;
 
 class MetricsWriter {
  public:
@@ -15,16 +18,23 @@ class MetricsWriter {
   // continues the file instead: its rows up to that step stay, later ones (written after the
   // checkpoint by the run that stopped) are dropped, so no step appears twice.
   explicit MetricsWriter(const std::string& out_dir, int64_t resumed_step = 0);
-  ~MetricsWriter();
+  ~MetricsWriter();  // (out of line: TensorBoardWriter is complete there)
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
+  // Writes the row (and into the TensorBoard files, when enabled).
   void write(const nlohmann::json& record);
+  // Every row from now on also into TensorBoard event files beside metrics.jsonl
+  // (engine/observe/tensorboard.h), the resolved spec as their text summary; returns their path.
+  std::string enable_tensorboard(const std::string& spec_toml);
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
   FILE* f_ = nullptr;
   std::mutex mu_;  // rows come from the training loop and the telemetry thread
+  std::string out_dir_;
+  int64_t resumed_step_ = 0;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace zt
