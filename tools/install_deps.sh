@@ -8,11 +8,12 @@ cd "$(dirname "$0")/.."
 # (state dumps, checkpoints), Open MPI (launch), OpenBLAS (CPU GEMM), PCRE2 (tokenizer regex),
 # zlib (CRC-32). Tests: Catch2, Debian's PyTorch + h5py (parity reference), Node.js + npm
 # (tiktoken reference), Jinja2 (the chat templates as Hugging Face renders them), protobuf's
-# compiler and Python runtime (the TensorBoard event files' independent reader), gnuplot (ztrain report draws its PNG with it), shellcheck (the shipped
-# scripts), iproute2 + util-linux (the multi-host tests' network namespaces: ip, tc, unshare).
+# compiler and Python runtime (the TensorBoard event files' independent reader), PyYAML (the
+# Kubernetes manifests' checks), gnuplot (ztrain report draws its PNG with it), shellcheck (the
+# shipped scripts), iproute2 + util-linux (the multi-host tests' network namespaces: ip, tc, unshare).
 PKGS=(build-essential cmake pkg-config git libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
       libhdf5-dev libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcurl4-openssl-dev libssl-dev
-      liburing-dev libboost-context-dev catch2 python3 python3-torch python3-h5py python3-numpy python3-jinja2 python3-protobuf protobuf-compiler curl gnuplot-nox shellcheck
+      liburing-dev libboost-context-dev catch2 python3 python3-torch python3-h5py python3-numpy python3-jinja2 python3-protobuf protobuf-compiler python3-yaml curl gnuplot-nox shellcheck
       iproute2 util-linux)
 if [ "${ZTRAIN_SKIP_TEST_DEPS:-0}" = 1 ]; then
   PKGS=(build-essential cmake pkg-config libtomlplusplus-dev libspdlog-dev nlohmann-json3-dev
