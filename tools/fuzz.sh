@@ -27,7 +27,7 @@ build() {  # name sources... -- libs...
   "$CXX" "${flags[@]}" "$@" -o "$out/$name"
 }
 build fuzz_shard_header tests/fuzz/fuzz_shard_header.cpp data/shard.cpp "${common[@]}" -lz "${libs[@]}"
-build fuzz_manifest tests/fuzz/fuzz_manifest.cpp data/manifest.cpp "${common[@]}" "${libs[@]}"
+build fuzz_manifest tests/fuzz/fuzz_manifest.cpp data/manifest.cpp data/shard.cpp "${common[@]}" -lz "${libs[@]}"
 build fuzz_safetensors tests/fuzz/fuzz_safetensors.cpp engine/hf/safetensors.cpp "${common[@]}" "${libs[@]}"
 # toml++ 3.3 asserts an internal precondition (parse_key) just before it reports some syntax errors
 # (input: a table header "[" followed by a carriage return); release builds report the error

@@ -4,7 +4,8 @@ before they reach a cluster.
 
   tools/mpijob.py check MANIFEST...
       the MPIJob v2beta1 schema's checks (written from the MPI Operator's published CRD: required
-      fields, types, enums; unknown fields, which the API server would prune silently, refused)
+      fields, types, enums; checked against its v0.8.2 CRD, manifests/base/kubeflow.org_mpijobs.yaml;
+      unknown fields, which the API server would prune silently, refused)
       and ztrain's: the launcher names the operator's hostfile itself (Open MPI 5 ignores the
       injected OMPI_MCA_orte_* variables, mpi-operator #842), -np = workers x slotsPerWorker, a
       worker's GPUs = its slots, a termination grace period for the preemption save.
@@ -72,7 +73,10 @@ def problems(job):
     for k in spec:
         need(k in SPEC_KEYS, f"spec.{k} is not an MPIJob v2beta1 field (the API server would drop it)")
     slots = spec.get("slotsPerWorker", 1)
-    need(isinstance(slots, int) and not isinstance(slots, bool) and slots >= 1, "spec.slotsPerWorker must be an integer >= 1")
+    need(isinstance(slots, int) and not isinstance(slots, bool) and 1 <= slots < 2 ** 31,
+         "spec.slotsPerWorker must be an integer >= 1 (int32)")
+    need(isinstance(spec.get("sshAuthMountPath", ""), str), "spec.sshAuthMountPath must be a string")
+    need(isinstance(spec.get("runLauncherAsWorker", False), bool), "spec.runLauncherAsWorker must be true or false")
     for k in ("mpiImplementation", "launcherCreationPolicy"):
         if k in spec:
             need(spec[k] in ENUMS[k], f"spec.{k} must be one of {', '.join(ENUMS[k])}")
@@ -121,10 +125,11 @@ def problems(job):
         need(hf == HOSTFILE, f"the launcher's mpirun must name the operator's hostfile (--hostfile {HOSTFILE}): "
              "Open MPI 5 ignores the OMPI_MCA_orte_default_hostfile the operator sets (mpi-operator #842) and "
              "would start every rank on the launcher")
-        workers = reps["Worker"].get("replicas", 1)
+        # the launcher is a host of the hostfile too with runLauncherAsWorker
+        hosts = reps["Worker"].get("replicas", 1) + (1 if spec.get("runLauncherAsWorker") is True else 0)
         np_ = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("-np", "-n", "--np")), None)
-        need(np_ is not None and np_.isdigit() and int(np_) == workers * slots,
-             f"the launcher's -np {np_} must be Worker replicas x slotsPerWorker = {workers * slots}")
+        need(np_ is not None and np_.isdigit() and int(np_) == hosts * slots,
+             f"the launcher's -np {np_} must be the hostfile's hosts x slotsPerWorker = {hosts * slots}")
         need("ztrain" in " ".join(argv), "the launcher's mpirun does not run ztrain")
     for c in reps["Worker"]["template"]["spec"]["containers"]:
         gpus = ((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")
@@ -138,14 +143,19 @@ def render(job, out_dir, namespace="default", hosts=None):
     """The hostfile and environment the operator gives the launcher; returns the mpirun argv."""
     name, spec = job["metadata"]["name"], job["spec"]
     workers, slots = spec["mpiReplicaSpecs"]["Worker"].get("replicas", 1), spec.get("slotsPerWorker", 1)
-    if hosts and len(hosts) != workers:
-        raise SystemExit(f"--hosts: {len(hosts)} hosts for {workers} workers")
+    # as the operator's controller writes them (pkg/controller/mpi_job_controller.go, v0.8): each
+    # pod by its DNS name under the job's headless service, the launcher first when it is a worker
+    pods = ([f"{name}-launcher"] if spec.get("runLauncherAsWorker") is True else []) + \
+        [f"{name}-worker-{i}" for i in range(workers)]
+    if hosts and len(hosts) != len(pods):
+        raise SystemExit(f"--hosts: {len(hosts)} hosts for {len(pods)} hostfile entries")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "hostfile"), "w") as f:
-        for i in range(workers):  # each worker by its DNS name under the job's headless service
-            f.write(f"{hosts[i] if hosts else f'{name}-worker-{i}.{name}.{namespace}.svc'} slots={slots}\n")
+        for i, pod in enumerate(pods):
+            f.write(f"{hosts[i] if hosts else f'{pod}.{name}.{namespace}.svc'} slots={slots}\n")
     env = {"OMPI_MCA_orte_keep_fqdn_hostnames": "true", "OMPI_MCA_orte_default_hostfile": HOSTFILE,
-           "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10", "K_MPI_JOB_ROLE": "launcher"}
+           "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10", "OMPI_MCA_orte_set_default_slots": str(slots),
+           "K_MPI_JOB_ROLE": "launcher"}
     with open(os.path.join(out_dir, "env"), "w") as f:
         f.write("".join(f"{k}={v}\n" for k, v in env.items()))
     return launcher_mpirun(job), env

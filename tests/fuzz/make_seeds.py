@@ -151,11 +151,20 @@ def shard(token_bytes, tokens, documents, version=1, magic=b"ZTOKSHRD", n_tokens
     return head + body
 
 
+def document_shard(token_bytes, tokens, starts, loss):
+    """Version 2 (fine-tuning): the tokens padded to 8 bytes, the document starts, the loss bits."""
+    data = shard(token_bytes, tokens, len(starts), version=2)
+    data += bytes(-len(data) % 8) + b"".join(struct.pack("<Q", s) for s in starts)
+    return data + bytes(sum(loss[i] << (i % 8) for i in range(j, min(j + 8, len(loss)))) for j in range(0, len(loss), 8))
+
+
 def shard_seeds():
     write("shard_header", "four_byte_tokens.bin", shard(4, [100257, 7, 99999], 2))
     write("shard_header", "empty_body.bin", shard(2, [], 0))
     write("shard_header", "wrong_magic.bin", shard(2, [1], 1, magic=b"ZTOKSHRX"))
-    write("shard_header", "wrong_version.bin", shard(2, [1], 1, version=2))
+    write("shard_header", "wrong_version.bin", shard(2, [1], 1, version=3))
+    write("shard_header", "documents_v2.bin", document_shard(2, [5, 6, 7, 8, 9], [0, 3], [0, 1, 1, 0, 1]))
+    write("shard_header", "documents_v2_cut.bin", document_shard(2, [5, 6, 7], [0], [0, 1, 1])[:-1])
     write("shard_header", "width_three.bin", shard(3, [], 1))
     write("shard_header", "count_overflow.bin", shard(4, [1, 2], 1, n_tokens=(1 << 62) + 2))
     write("shard_header", "short.bin", b"ZTOKSHRD\x01\x00")
