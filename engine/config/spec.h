@@ -21,7 +21,8 @@ struct RunSpec {
     DeviceChoice device = DeviceChoice::Auto;  // auto: a GPU when one is visible (see make_backend)
     int64_t threads = 0;          // CPU threads; 0 = all cores
     bool deterministic = false;   // bitwise-reproducible GPU runs (fixed reduction orders)
-    bool tensorboard = false;     // metrics also as TensorBoard event files in out_dir
+    bool tensorboard = false;     // metrics also as TensorBoard event files
+    std::string tensorboard_dir;  // where (created if missing); empty = out_dir
     double peak_tflops = 0;       // MFU's peak per device; 0 = known GPUs' table / CPU probe
     std::string device_memory_limit;  // the backend never holds more ("40GB"); empty = no limit
     std::string trace_steps;          // "5-7": a Chrome trace of those steps per rank; empty = none

@@ -23,9 +23,10 @@ class MetricsWriter {
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   // Writes the row (and into the TensorBoard files, when enabled).
   void write(const nlohmann::json& record);
-  // Every row from now on also into TensorBoard event files beside metrics.jsonl
-  // (engine/observe/tensorboard.h), the resolved spec as their text summary; returns their path.
-  std::string enable_tensorboard(const std::string& spec_toml);
+  // Every row from now on also into TensorBoard event files in `dir` (empty: beside
+  // metrics.jsonl; engine/observe/tensorboard.h), the resolved spec as their text summary;
+  // returns their path.
+  std::string enable_tensorboard(const std::string& dir, const std::string& spec_toml);
   const std::string& path() const { return path_; }
 
  private:

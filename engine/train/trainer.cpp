@@ -255,7 +255,8 @@ void Trainer::run() {
     if (!root) return;
     out_lock_ = claim_out_dir(spec_);  // and config.resolved.toml
     metrics = std::make_unique<MetricsWriter>(spec_.run.out_dir, start_step_);
-    if (spec_.run.tensorboard) spdlog::info("tensorboard: {}", metrics->enable_tensorboard(resolved_toml(spec_)));
+    if (spec_.run.tensorboard)
+      spdlog::info("tensorboard: {}", metrics->enable_tensorboard(spec_.run.tensorboard_dir, resolved_toml(spec_)));
   });
   std::unique_ptr<Telemetry> telemetry;  // rank 0's devices (or process), into metrics.jsonl
   if (root && spec_.run.telemetry_s > 0) {

@@ -162,6 +162,18 @@ def main():
         want_loss = {r["step"]: r["loss"] for r in rows if r.get("kind") == "train"}
         expect(got_loss.keys() == want_loss.keys() and all(abs(got_loss[s] - want_loss[s]) < 1e-5 * want_loss[s]
                                                              for s in want_loss), f"{got_loss} vs {want_loss}")
+        # [run] tensorboard_dir: another directory (one logdir for several runs), created
+        tb = os.path.join(work, "tb", "runA")
+        p = testlib.run([args.ztrain, "train", spec, "--set", "train.max_steps=2", "--set", f"run.tensorboard_dir={tb}",
+                         "--set", f"run.out_dir={os.path.join(work, 'run2')}", "--set", "checkpoint.dir=", "--set", "checkpoint.every_steps=0"], check=False)
+        there = glob.glob(os.path.join(tb, "events.out.tfevents.*"))
+        expect(p.returncode == 0 and len(there) == 1 and
+               [e.step for e in events(pb, there) for v in e.summary.value if v.tag == "train/loss"] == [1, 2],
+               f"tensorboard_dir: {p.returncode} {there} {p.stderr[-300:]}")
+        p = testlib.run([args.ztrain, "train", spec, "--set", "train.max_steps=1",
+                         "--set", f"run.tensorboard_dir={os.path.join(work, 'spec.toml', 'x')}",
+                         "--set", f"run.out_dir={os.path.join(work, 'run3')}", "--set", "checkpoint.dir=", "--set", "checkpoint.every_steps=0"], check=False)
+        expect(p.returncode == 2 and "tensorboard_dir" in p.stderr, f"uncreatable tensorboard_dir: {p.returncode} {p.stderr[-300:]}")
     return testlib.report(failures, "TensorBoard event files hold every metrics.jsonl scalar, framed and checksummed "
                                     "as TFRecord, and a resumed run continues them without a step twice")
 
