@@ -45,13 +45,14 @@ MetricsWriter::MetricsWriter(const std::string& out_dir, int64_t resumed_step)
   if (!f_) throw RuntimeFailure(fmt::format("{}: cannot create: {}", path_, std::strerror(errno)));
 }
 
-std::string MetricsWriter::enable_tensorboard(const std::string& dir, const std::string& spec_toml) {
+std::string MetricsWriter::enable_tensorboard(const std::string& dir, const std::string& run,
+                                             const std::string& spec_toml) {
   std::lock_guard lock(mu_);
   const std::string where = dir.empty() ? out_dir_ : dir;
   std::error_code ec;
   std::filesystem::create_directories(where, ec);
   if (ec) user_error("[run] tensorboard_dir = \"{}\": cannot create it: {}", where, ec.message());
-  tensorboard_ = std::make_unique<TensorBoardWriter>(where, resumed_step_, spec_toml);
+  tensorboard_ = std::make_unique<TensorBoardWriter>(where, run, resumed_step_, spec_toml);
   return tensorboard_->path();
 }
 

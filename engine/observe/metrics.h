@@ -23,10 +23,10 @@ class MetricsWriter {
   MetricsWriter& operator=(const MetricsWriter&) = delete;
   // Writes the row (and into the TensorBoard files, when enabled).
   void write(const nlohmann::json& record);
-  // Every row from now on also into TensorBoard event files in `dir` (empty: beside
+  // Every row from now on also into TensorBoard event files of run `run` in `dir` (empty: beside
   // metrics.jsonl; engine/observe/tensorboard.h), the resolved spec as their text summary;
   // returns their path.
-  std::string enable_tensorboard(const std::string& dir, const std::string& spec_toml);
+  std::string enable_tensorboard(const std::string& dir, const std::string& run, const std::string& spec_toml);
   const std::string& path() const { return path_; }
 
  private:

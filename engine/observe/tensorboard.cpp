@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -173,13 +174,19 @@ uint32_t masked_crc32c(const void* data, size_t n) {
   return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
 
-TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t resumed_step, const std::string& spec_toml)
+TensorBoardWriter::TensorBoardWriter(const std::string& dir, const std::string& run, int64_t resumed_step,
+                                     const std::string& spec_toml)
     : spec_toml_(spec_toml) {
   namespace fs = std::filesystem;
+  std::string suffix = "." + run;  // the run's name as a file-name suffix: letters, digits, - and _
+  for (char& c : suffix)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') c = '_';
   if (resumed_step > 0)
     for (const auto& entry : fs::directory_iterator(dir)) {
       const std::string name = entry.path().filename().string();
-      if (name.rfind("events.out.tfevents.", 0) != 0 || !entry.is_regular_file()) continue;
+      if (name.rfind("events.out.tfevents.", 0) != 0 || !entry.is_regular_file() || name.size() < suffix.size() ||
+          name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
       // Records are in the order the rows came: everything from the first row after the
       // checkpoint on (its scalars and their twins against tokens) goes.
       std::string kept;
@@ -191,7 +198,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t resumed_ste
     }
   char host[256] = "host";
   ::gethostname(host, sizeof host - 1);
-  path_ = (fs::path(dir) / fmt::format("events.out.tfevents.{}.{}.{}", int64_t(now_s()), host, ::getpid())).string();
+  path_ = (fs::path(dir) / fmt::format("events.out.tfevents.{}.{}.{}{}", int64_t(now_s()), host, ::getpid(), suffix))
+              .string();
   f_ = std::fopen(path_.c_str(), "ab");
   if (!f_) throw RuntimeFailure(fmt::format("{}: cannot create: {}", path_, std::strerror(errno)));
   std::string version;

@@ -26,10 +26,11 @@ uint32_t masked_crc32c(const void* data, size_t n);
 
 class TensorBoardWriter {
  public:
-  // A new events.out.tfevents.<time>.<host>.<pid> file in `dir`. A run resumed after
-  // `resumed_step` (> 0) first drops the events after that step from the earlier files there
-  // (written after the checkpoint by the run that stopped), so no step appears twice.
-  TensorBoardWriter(const std::string& dir, int64_t resumed_step, const std::string& spec_toml);
+  // A new events.out.tfevents.<time>.<host>.<pid>.<run> file in `dir`. A run resumed after
+  // `resumed_step` (> 0) first drops the events after that step from its own earlier files there
+  // (those ending in .<run>, written after the checkpoint by the run that stopped), so no step
+  // appears twice; other runs' files in a shared directory are left alone.
+  TensorBoardWriter(const std::string& dir, const std::string& run, int64_t resumed_step, const std::string& spec_toml);
   ~TensorBoardWriter();
   TensorBoardWriter(const TensorBoardWriter&) = delete;
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;

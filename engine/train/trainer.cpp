@@ -256,7 +256,8 @@ void Trainer::run() {
     out_lock_ = claim_out_dir(spec_);  // and config.resolved.toml
     metrics = std::make_unique<MetricsWriter>(spec_.run.out_dir, start_step_);
     if (spec_.run.tensorboard)
-      spdlog::info("tensorboard: {}", metrics->enable_tensorboard(spec_.run.tensorboard_dir, resolved_toml(spec_)));
+      spdlog::info("tensorboard: {}",
+                   metrics->enable_tensorboard(spec_.run.tensorboard_dir, spec_.run.name, resolved_toml(spec_)));
   });
   std::unique_ptr<Telemetry> telemetry;  // rank 0's devices (or process), into metrics.jsonl
   if (root && spec_.run.telemetry_s > 0) {

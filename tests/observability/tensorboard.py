@@ -149,9 +149,15 @@ def main():
             print(f"planted bit flip: {e}")
         expect(detected, "a flipped bit was not detected")
 
-        # resumed from the step-4 checkpoint: steps 5 and 6 again, and no step twice
+        # resumed from the step-4 checkpoint: steps 5 and 6 again, and no step twice; another run's
+        # file in the same directory is left as it was
+        other = os.path.join(run, "events.out.tfevents.1.otherhost.1.other_run")
+        shutil.copyfile(files[0], other)
+        raw_before = open(other, "rb").read()
         p = testlib.run([args.ztrain, "train", spec, "--resume", "auto"], check=False)
         expect(p.returncode == 0, f"resume: {p.returncode} {p.stderr[-500:]}")
+        expect(open(other, "rb").read() == raw_before, "the resume changed another run's event file")
+        os.remove(other)
         files = sorted(glob.glob(os.path.join(run, "events.out.tfevents.*")))
         ev = events(pb, files)
         loss_steps = [e.step for e in ev for v in e.summary.value if v.tag == "train/loss"]
