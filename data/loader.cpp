@@ -40,11 +40,12 @@ TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, 
     manifest_ = parse_manifest(store_->get(kManifestName), store_->describe(kManifestName));
     cache_ = std::make_unique<ShardCache>(*store_, manifest_, uri, o.cache_dir, o.cache_limit);
   }
-  // The token-stream reader would drop the documents' boundaries and the loss mask: refused.
-  if (manifest_.version == kShardVersionDocuments)
-    user_error("{}: a fine-tuning dataset (version 2 shards: documents with a loss mask, `ztrain-tokenize chat`); "
-               "this build trains only on token streams (version 1: `ztrain-tokenize shards`), and reading it as "
-               "one would train on every token across the documents' boundaries", uri);
+  // Read as a token stream it would train on every token, across the documents' boundaries.
+  const bool documents = manifest_.version == kShardVersionDocuments;
+  if (documents && o.packing == Packing::None)
+    user_error("{}: a fine-tuning dataset (version 2 shards: documents with a loss mask, `ztrain-tokenize chat`) "
+               "needs [data] packing = \"documents\" (or \"padded\"): read as a token stream ([data] packing = "
+               "\"none\") it would train on every token, across the documents' boundaries", uri);
   if (manifest_.tokenizer.n_vocab > uint32_t(vocab_size))
     user_error("{}: the dataset's tokenizer '{}' has {} tokens but [model] vocab_size is {}", uri,
                manifest_.tokenizer.name, manifest_.tokenizer.n_vocab, vocab_size);
@@ -63,14 +64,27 @@ TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, 
       user_error("{}: the manifest declares {} bytes ({} tokens), but the object has {} bytes", store_->describe(e.file),
                  e.bytes, e.tokens, real);
   }
-  window_start_.push_back(0);
-  for (const auto& e : manifest_.shards) {
-    const uint64_t n = e.tokens > uint64_t(seq_len) ? (e.tokens - 1) / seq_len : 0;
-    window_start_.push_back(window_start_.back() + n);
+  if (!documents) {
+    window_start_.push_back(0);
+    for (const auto& e : manifest_.shards) {
+      const uint64_t n = e.tokens > uint64_t(seq_len) ? (e.tokens - 1) / seq_len : 0;
+      window_start_.push_back(window_start_.back() + n);
+    }
+    if (n_windows() == 0)
+      user_error("{}: no shard holds more than seq_len = {} tokens, so there is no sample to train on",
+                 uri, seq_len);
   }
-  if (n_windows() == 0)
-    user_error("{}: no shard holds more than seq_len = {} tokens, so there is no sample to train on",
-               uri, seq_len);
+  // Documents: the rows come from every shard's document table, read once here (a remote
+  // dataset's shards pass through the cache for it).
+  auto plan_all = [&] {
+    window_start_.assign(1, 0);
+    row_first_.assign(1, 0);
+    uint64_t used = 0;
+    for (size_t s = 0; s < manifest_.shards.size(); ++s) window_start_.push_back(window_start_.back() + plan_rows(s, shard(s)));
+    for (const Piece& p : pieces_) used += p.len - 1;
+    fill_rate_ = n_windows() ? double(used) / (double(n_windows()) * seq_len) : 0.0;
+    if (n_windows() == 0) user_error("{}: no document has two tokens or more, so there is no sample to train on", uri);
+  };
   // Pinned at once: the block being read and the one before it (batches straddle blocks).
   max_open_ = size_t(2 * o.shuffle_block);
   if (cache_) {
@@ -80,6 +94,7 @@ TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, 
       user_error("[data] cache_limit = {} bytes is smaller than what must be cached at once for {}: "
                  "(2 + prefetch {}) blocks x shuffle_block {} shards x {} bytes = {} bytes",
                  o.cache_limit, uri, o.prefetch, o.shuffle_block, max_bytes, need);
+    if (documents) plan_all();
     return;
   }
   // Local: check every shard now against the manifest and the vocabulary.
@@ -100,6 +115,48 @@ TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, 
     check_tokens(*sh->view, vocab_size);
     open_[s] = std::move(sh);
   }
+  if (documents) plan_all();
+}
+
+uint64_t TokenDataset::plan_rows(size_t s, const ShardView& view) {
+  (void)s;
+  const ShardHeader& h = view.header();
+  const uint32_t T = uint32_t(seq_len_);
+  std::vector<Piece> pieces;  // the shard's documents, cut to at most T + 1 tokens
+  for (uint64_t d = 0; d < h.n_documents; ++d) {
+    const uint64_t a = view.document_start(d), e = d + 1 < h.n_documents ? view.document_start(d + 1) : h.n_tokens;
+    if (e - a > uint64_t(T) + 1) ++documents_split_;
+    for (uint64_t p = a; p + 1 < e; p += T)  // pieces of T + 1 tokens overlapping by one: each token a target once
+      pieces.push_back({p, uint32_t(std::min<uint64_t>(uint64_t(T) + 1, e - p))});
+  }
+  std::vector<std::vector<uint32_t>> rows;  // each row's pieces (indices into `pieces`)
+  if (options_.packing == Packing::Padded) {
+    for (uint32_t i = 0; i < pieces.size(); ++i) rows.push_back({i});
+  } else {  // best-fit decreasing: longest first (ties in document order), each into the fullest row it fits
+    std::vector<uint32_t> order(pieces.size());
+    std::iota(order.begin(), order.end(), 0u);
+    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return pieces[a].len > pieces[b].len; });
+    std::multimap<uint32_t, uint32_t> room;  // free positions -> row (equal keys in the rows' order)
+    for (uint32_t i : order) {
+      const uint32_t need = pieces[i].len - 1;
+      auto it = room.lower_bound(need);
+      uint32_t row, free;
+      if (it == room.end()) {
+        row = uint32_t(rows.size()), free = T - need;
+        rows.emplace_back();
+      } else {
+        row = it->second, free = it->first - need;
+        room.erase(it);
+      }
+      if (free > 0) room.emplace(free, row);
+      rows[row].push_back(i);
+    }
+  }
+  for (const auto& r : rows) {
+    for (uint32_t i : r) pieces_.push_back(pieces[i]);
+    row_first_.push_back(pieces_.size());
+  }
+  return rows.size();
 }
 
 TokenDataset::~TokenDataset() = default;
@@ -136,14 +193,35 @@ void TokenDataset::prefetch_shard(size_t s) {
   if (cache_) cache_->ensure(s, /*best_effort=*/true);
 }
 
-void TokenDataset::window(uint64_t w, int32_t* inputs, int32_t* targets) {
+int TokenDataset::window(uint64_t w, int32_t* inputs, int32_t* targets, int32_t* positions) {
   ZT_CHECK(w < n_windows(), "window {} of {}", w, n_windows());
   const size_t s = shard_of_window(w);
-  const uint64_t start = (w - window_start_[s]) * seq_len_;
   const ShardView& sh = shard(s);
-  sh.read(start, uint64_t(seq_len_), inputs);       // tokens [start, start + T)
-  std::copy(inputs + 1, inputs + seq_len_, targets);  // targets are inputs shifted by one
-  sh.read(start + seq_len_, 1, targets + seq_len_ - 1);
+  if (!packed()) {
+    const uint64_t start = (w - window_start_[s]) * seq_len_;
+    sh.read(start, uint64_t(seq_len_), inputs);         // tokens [start, start + T)
+    std::copy(inputs + 1, inputs + seq_len_, targets);  // targets are inputs shifted by one
+    sh.read(start + seq_len_, 1, targets + seq_len_ - 1);
+    if (positions) std::iota(positions, positions + seq_len_, 0);
+    return 1;
+  }
+  int j = 0;  // the row's next position
+  for (uint64_t i = row_first_[w]; i < row_first_[w + 1]; ++i) {
+    const Piece& p = pieces_[i];
+    const int n = int(p.len) - 1;  // its last token is only a target
+    sh.read(p.start, uint64_t(n), inputs + j);
+    sh.read(p.start + 1, uint64_t(n), targets + j);
+    mask_.resize(size_t(n));
+    sh.read_loss_mask(p.start + 1, uint64_t(n), mask_.data());
+    for (int k = 0; k < n; ++k)
+      if (!mask_[size_t(k)]) targets[j + k] = -1;
+    if (positions) std::iota(positions + j, positions + j + n, 0);
+    j += n;
+  }
+  std::fill(inputs + j, inputs + seq_len_, 0);  // padding: no loss, attending only to itself
+  std::fill(targets + j, targets + seq_len_, -1);
+  if (positions) std::iota(positions + j, positions + seq_len_, 0);
+  return int(row_first_[w + 1] - row_first_[w]);
 }
 
 // ---- sample order ----
@@ -212,11 +290,14 @@ std::vector<size_t> SampleOrder::upcoming_shards(uint64_t g, int ahead) {
   return out;
 }
 
-void SampleOrder::fill(TokenDataset& ds, uint64_t first, int B, int32_t* inputs, int32_t* targets) {
+int64_t SampleOrder::fill(TokenDataset& ds, uint64_t first, int B, int32_t* inputs, int32_t* targets,
+                          int32_t* positions) {
+  int64_t documents = 0;
   for (int b = 0; b < B; ++b) {
     const size_t row = size_t(b) * size_t(ds.seq_len());
-    ds.window(window_for(first + b), inputs + row, targets + row);
+    documents += ds.window(window_for(first + b), inputs + row, targets + row, positions ? positions + row : nullptr);
   }
+  return documents;
 }
 
 uint64_t micro_batch_first_sample(uint64_t k, int64_t global_batch, int dp, int rank, int B) {
@@ -258,19 +339,25 @@ void naming_source(const MixedData& data, size_t src, F&& f) {
 MixReader::MixReader(MixedData& data, MixState start)
     : data_(data), orders_(data.orders), state_(std::move(start)), read_ms_(data.sets.size(), 0.0) {}
 
-void MixReader::fill(uint64_t first, int B, int32_t* inputs, int32_t* targets, SampleOrigin* origins) {
+int64_t MixReader::fill(uint64_t first, int B, int32_t* inputs, int32_t* targets, SampleOrigin* origins,
+                        int32_t* positions) {
   data_.schedule.advance_to(state_, first);
   const size_t T = size_t(data_.sets[0]->seq_len());
+  int64_t documents = 0;
   for (int b = 0; b < B; ++b) {
     const size_t src = data_.schedule.next(state_);
     const uint64_t k = state_.drawn[src] - 1;
     const uint64_t w = orders_[src].window_for(k);
     const auto t0 = std::chrono::steady_clock::now();
     if (faults().slow_source_ms > 0 && data_.names[src] == faults().slow_source) injected_delay(faults().slow_source_ms);
-    naming_source(data_, src, [&] { data_.sets[src]->window(w, inputs + size_t(b) * T, targets + size_t(b) * T); });
+    naming_source(data_, src, [&] {
+      documents += data_.sets[src]->window(w, inputs + size_t(b) * T, targets + size_t(b) * T,
+                                           positions ? positions + size_t(b) * T : nullptr);
+    });
     read_ms_[src] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (origins) origins[b] = {uint32_t(src), k, w};
   }
+  return documents;
 }
 
 std::vector<std::pair<size_t, size_t>> MixReader::upcoming_shards(uint64_t g, int ahead) {
@@ -326,9 +413,11 @@ void BatchLoader::produce() {
       }
       b.inputs.resize(size_t(B_) * T_);
       b.targets.resize(b.inputs.size());
+      b.positions.resize(b.inputs.size());
       b.origins.resize(size_t(B_));
       injected_delay(faults().slow_data_ms);  // the data-bound verdict's test: a slow source or disk
-      reader_.fill(first_of_(k), B_, b.inputs.data(), b.targets.data(), b.origins.data());
+      b.documents = reader_.fill(first_of_(k), B_, b.inputs.data(), b.targets.data(), b.origins.data(),
+                                 b.positions.data());
       {
         std::lock_guard g(mu_);
         ready_.push_back(std::move(b));
@@ -400,7 +489,8 @@ std::vector<double> BatchLoader::source_read_ms() {
   return source_ms_.empty() ? std::vector<double>(data_.sets.size(), 0.0) : source_ms_;
 }
 
-void BatchLoader::next(int32_t* inputs, int32_t* targets, double* wait_ms, SampleOrigin* origins) {
+int64_t BatchLoader::next(int32_t* inputs, int32_t* targets, double* wait_ms, SampleOrigin* origins,
+                          int32_t* positions) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock lock(mu_);
   consumer_cv_.wait(lock, [&] { return !ready_.empty() || error_; });
@@ -414,11 +504,14 @@ void BatchLoader::next(int32_t* inputs, int32_t* targets, double* wait_ms, Sampl
   std::copy(b.inputs.begin(), b.inputs.end(), inputs);
   std::copy(b.targets.begin(), b.targets.end(), targets);
   if (origins) std::copy(b.origins.begin(), b.origins.end(), origins);
+  if (positions) std::copy(b.positions.begin(), b.positions.end(), positions);
+  const int64_t documents = b.documents;
   {
     std::lock_guard g(mu_);
     spare_.push_back(std::move(b));
   }
   if (wait_ms) *wait_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return documents;
 }
 
 }  // namespace zt::data

@@ -2,7 +2,16 @@
 // deterministic sample order over it.
 //
 // A sample is a window of seq_len + 1 consecutive tokens inside one shard (inputs = first T,
-// targets = last T); windows start every seq_len tokens. The order of an epoch: the shards in a
+// targets = last T); windows start every seq_len tokens. A fine-tuning dataset (version 2
+// shards: documents and a loss mask) is read as rows of whole documents instead ([data]
+// packing): a document of L tokens fills L - 1 positions of a row (its last token is only a
+// target), its targets are -1 where the loss mask says no loss, and its positions restart at 0.
+// "documents" packs each shard's documents into rows by best-fit decreasing (the row with the
+// least room that still holds it; a new row when none does): it leaves the fewest rows, so the
+// least padding, and the order it takes does not matter because rows are shuffled anyway.
+// "padded" puts one document in each row. A document longer than seq_len + 1 tokens is cut into
+// pieces of seq_len + 1 tokens that overlap by one, each attending within itself. The end of a
+// row is padding: token 0, no loss, its own positions. The order of an epoch: the shards in a
 // seeded permutation, cut into blocks of `shuffle_block` shards, and the windows of each block in a
 // seeded permutation. It depends only on (seed, epoch, dataset), never on the number of ranks, so a
 // data-parallel rank takes its slice of each global batch without changing the math; and a few
@@ -26,11 +35,13 @@
 #include "data/shard.h"
 #include "data/shard_cache.h"
 #include "data/store/object_store.h"
+#include "engine/core/run_choices.h"
 
 namespace zt::data {
 
 struct DataOptions {
   StoreOptions store;
+  Packing packing = Packing::None;  // how version 2 (fine-tuning) shards become rows
   std::string cache_dir = "/tmp/ztrain-cache";
   uint64_t cache_limit = 200ull << 30;
   int prefetch = 1;       // blocks of shards downloaded ahead of use
@@ -51,8 +62,16 @@ class TokenDataset {
   uint64_t shard_first_window(size_t s) const { return window_start_[s]; }
   uint64_t shard_windows(size_t s) const { return window_start_[s + 1] - window_start_[s]; }
   size_t shard_of_window(uint64_t w) const;
-  // inputs (T), targets (T) of window `w` < n_windows(). Not thread-safe (one reader thread).
-  void window(uint64_t w, int32_t* inputs, int32_t* targets);
+  // inputs (T), targets (T) of window `w` < n_windows(), and its positions (T) when `positions`
+  // is given (each token's position in its document); returns the documents in it (1 for a
+  // token stream's window). Not thread-safe (one reader thread).
+  int window(uint64_t w, int32_t* inputs, int32_t* targets, int32_t* positions = nullptr);
+  // Rows of whole documents (a version 2 dataset, packed); windows of the token stream otherwise.
+  bool packed() const { return !row_first_.empty(); }
+  // Packed: the documents cut into pieces (longer than seq_len + 1 tokens), and the rows' filled
+  // share of their positions.
+  uint64_t documents_split() const { return documents_split_; }
+  double fill_rate() const { return fill_rate_; }
   // Brings shard `s` into the cache ahead of use (thread-safe; no-op for local datasets).
   void prefetch_shard(size_t s);
   const Manifest& manifest() const { return manifest_; }
@@ -64,6 +83,8 @@ class TokenDataset {
 
  private:
   const ShardView& shard(size_t s);
+  // Packed: shard s's documents as rows, appended to pieces_ and row_first_; returns its rows.
+  uint64_t plan_rows(size_t s, const ShardView& view);
 
   std::string uri_;
   int seq_len_, vocab_size_;
@@ -72,6 +93,15 @@ class TokenDataset {
   Manifest manifest_;
   std::unique_ptr<ShardCache> cache_;
   std::vector<uint64_t> window_start_;  // prefix sums of windows per shard (n_shards + 1)
+  struct Piece {     // tokens [start, start + len) of a shard: one document, or a piece of one
+    uint64_t start;
+    uint32_t len;
+  };
+  std::vector<Piece> pieces_;         // packed: every row's pieces, row after row, shard after shard
+  std::vector<uint64_t> row_first_;   // packed: row r's pieces are [row_first_[r], row_first_[r + 1])
+  uint64_t documents_split_ = 0;
+  double fill_rate_ = 0;
+  std::vector<uint8_t> mask_;  // window()'s loss-mask buffer
   // Open shards, most recently used last; local datasets keep all of them.
   std::map<size_t, std::unique_ptr<OpenShard>> open_;
   std::list<size_t> lru_;
@@ -87,8 +117,10 @@ class SampleOrder {
   uint64_t window_for(uint64_t g);
   // The shards of the block holding global sample g, and of the `ahead` blocks after it.
   std::vector<size_t> upcoming_shards(uint64_t g, int ahead);
-  // Fills a (B, T) batch with global samples first, first+1, ..., first+B-1.
-  void fill(TokenDataset& ds, uint64_t first, int B, int32_t* inputs, int32_t* targets);
+  // Fills a (B, T) batch with global samples first, first+1, ..., first+B-1 (and their positions,
+  // when given); returns the documents in it.
+  int64_t fill(TokenDataset& ds, uint64_t first, int B, int32_t* inputs, int32_t* targets,
+               int32_t* positions = nullptr);
 
  private:
   void plan_epoch(uint64_t epoch);
@@ -147,8 +179,10 @@ class MixReader {
  public:
   MixReader(MixedData& data, MixState start);
   // B samples from global sample `first` on (first >= every sample read before): (B, T) inputs
-  // and targets, and each row's origin when `origins` is given.
-  void fill(uint64_t first, int B, int32_t* inputs, int32_t* targets, SampleOrigin* origins = nullptr);
+  // and targets, each row's origin when `origins` is given and its positions when `positions` is;
+  // returns the documents in them.
+  int64_t fill(uint64_t first, int B, int32_t* inputs, int32_t* targets, SampleOrigin* origins = nullptr,
+               int32_t* positions = nullptr);
   // The shards the sources in use read from sample g on, `ahead` blocks of each: (source, shard).
   std::vector<std::pair<size_t, size_t>> upcoming_shards(uint64_t g, int ahead);
   const MixState& state() const { return state_; }
@@ -172,9 +206,11 @@ class BatchLoader {
   BatchLoader(MixedData& data, const MixState& at, int B, std::function<uint64_t(uint64_t)> first_of,
               uint64_t start_k, int depth, int prefetch_blocks);
   ~BatchLoader();
-  // The k-th micro-batch (k must be the next one): copies (B, T) inputs and targets, and the
-  // B rows' origins when `origins` is given.
-  void next(int32_t* inputs, int32_t* targets, double* wait_ms, SampleOrigin* origins = nullptr);
+  // The k-th micro-batch (k must be the next one): copies (B, T) inputs and targets, the B rows'
+  // origins when `origins` is given, and their positions when `positions` is; returns the
+  // documents in it.
+  int64_t next(int32_t* inputs, int32_t* targets, double* wait_ms, SampleOrigin* origins = nullptr,
+               int32_t* positions = nullptr);
   // Waits until the next n micro-batches (at most the queue's depth) are ready or one of them
   // failed, and adds the wait to `wait_ms`: the trainer calls it before the step's agreement, so
   // that every rank knows at the same step boundary whether its next step's data exists.
@@ -197,8 +233,9 @@ class BatchLoader {
   std::function<uint64_t(uint64_t)> first_of_;
   int depth_, prefetch_blocks_;
   struct Batch {
-    std::vector<int32_t> inputs, targets;
+    std::vector<int32_t> inputs, targets, positions;
     std::vector<SampleOrigin> origins;
+    int64_t documents = 0;
   };
   std::mutex mu_;
   // Separate wake-ups for the three threads: a step should not wake the prefetcher, and the

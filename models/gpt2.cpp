@@ -141,7 +141,8 @@ void GPT2::block_forward(int l, const BlockParams<void*>& w, const void* in_a, c
   const void* residual = in_b ? in_sum : in_a;
   const void* ln1 = tp_.gather_from_sequence_region(x.ln1, sq.full, BT, C);  // (B,T,C)
   be_.matmul_forward(x.qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca);        // (B,T,3Ca) this rank's heads
-  be_.attention_forward(x.atty, x.att_lse, x.qkv, B, T, Ca, NH, NH);   // (B,T,Ca)
+  // (B,T,Ca); with packed documents each attends within itself
+  be_.attention_forward(x.atty, x.att_lse, x.qkv, B, T, Ca, NH, NH, tokens_.current().positions);
   void* attproj = tp_.partial_sums(x.attproj, sq.partial);
   be_.matmul_forward(attproj, x.atty, w.attprojw, tp_.once(w.attprojb), BT, Ca, C);  // row-parallel
   tp_.reduce_to_sequence_region(attproj, x.attproj, BT, C);
@@ -154,14 +155,15 @@ void GPT2::block_forward(int l, const BlockParams<void*>& w, const void* in_a, c
   tp_.reduce_to_sequence_region(fcproj, x.fcproj, BT, C);
 }
 
-void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
+void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, const int32_t* positions, int B, int T,
+                            float grad_scale) {
   begin_batch(B, T, cfg_.seq_len, "GPT2");
   const int C = cfg_.d_model, Vl = V_l_;
   const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);
   // Token ids as this rank's embedding rows (-1: another rank's slice); targets stay global.
   std::vector<int32_t> local_ids(BT);
   tp_.vocab_local_ids(inputs, BT, Vl, local_ids.data());
-  const TokenSlots::Tokens tok = tokens_.upload(local_ids.data(), targets, BT);
+  const TokenSlots::Tokens tok = tokens_.upload(local_ids.data(), targets, positions, BT);
   Acts& a = acts_;
   const int L = cfg_.n_layer;
   const size_t wte_i = 0, wpe_i = 1, lnfw_i = table_.params().size() - 2, lnfb_i = table_.params().size() - 1;
@@ -169,7 +171,7 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, int B
       // Vocabulary-parallel embedding: each rank adds its rows (and rank 0 the positions), then sum.
       [&](void* emb) {
         be_.embedding_forward(tp_.partial_sums(a.encoded, a.seq.partial), tok.inputs, at(emb, wte_i),
-                              tp_.once(at(emb, wpe_i)), B, T, C);
+                              tp_.once(at(emb, wpe_i)), B, T, C, tok.positions);
       },
       [&] { tp_.reduce_to_sequence_region(tp_.partial_sums(a.encoded, a.seq.partial), a.encoded, BT, C); },
       // Each residual add is fused with the LayerNorm that reads its result: block l's attention
@@ -220,7 +222,7 @@ void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<
   // Attention branch: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);
   be_.matmul_backward(a.datty, g.attprojw, g.attprojb, dres, x.atty, w.attprojw, BT, Ca, C);
-  be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.att_lse, B, T, Ca, NH, NH);
+  be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.att_lse, B, T, Ca, NH, NH, tokens_.current().positions);
   column_parallel_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, x.ln1, w.qkvw, a.seq, BT, C, 3 * Ca);
   be_.layernorm_backward(a.dres, norm_g[2], norm_g[3], a.dln, residual, w.ln1w, x.ln1_mean, x.ln1_rstd, R, C);
   seq_grads_.end();
@@ -259,7 +261,7 @@ void GPT2::backward() {
       },
       [&](float* emb_g) {
         be_.embedding_backward(at(emb_g, wte_i), at(emb_g, wpe_i), tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C),
-                               tokens_.current().inputs, B, T, C);
+                               tokens_.current().inputs, B, T, C, tokens_.current().positions);
         tokens_.mark_read();  // the token slot's last reader
       }});
   grads_ready_ = false;

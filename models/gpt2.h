@@ -56,7 +56,8 @@ class GPT2 final : public DecoderLM {
   int vocab_size() const override { return cfg_.vocab_size; }
   std::string describe() const override;
 
-  void forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) override;
+  void forward_deferred(const int32_t* inputs, const int32_t* targets, const int32_t* positions, int B, int T,
+                        float grad_scale) override;
   void backward() override;
   void logits_row(int b, int t, float* out_host) const override {
     last_logits_row(acts_.head, V_l_, b, t, out_host);

@@ -159,8 +159,9 @@ void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, 
   const void* ln1 = tp_.gather_from_sequence_region(x.ln1, sq.full, BT, C);  // (B,T,C)
   be_.matmul_forward(x.qkv, ln1, w.qkv, nullptr, BT, C, int(w_.qkv));  // (B,T,Wqkv) this rank's heads
   // q and k heads are adjacent in each row: one rotation covers both
-  be_.rope(x.qkv, B, T, NH_l_ + NKV_l_, hs, w_.qkv, cfg_.rope_theta, false);
-  be_.attention_forward(x.atty, x.lse, x.qkv, B, T, int(w_.q), NH_l_, NKV_l_);  // (B,T,Wq)
+  const int32_t* pos = tokens_.current().positions;  // packed documents: each attends within itself
+  be_.rope(x.qkv, B, T, NH_l_ + NKV_l_, hs, w_.qkv, cfg_.rope_theta, false, pos);
+  be_.attention_forward(x.atty, x.lse, x.qkv, B, T, int(w_.q), NH_l_, NKV_l_, pos);  // (B,T,Wq)
   void* attproj = tp_.partial_sums(x.attproj, sq.partial);
   be_.matmul_forward(attproj, x.atty, w.o, nullptr, BT, int(w_.q), C);  // row-parallel
   tp_.reduce_to_sequence_region(attproj, x.attproj, BT, C);
@@ -173,13 +174,14 @@ void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, 
   tp_.reduce_to_sequence_region(mlp, x.mlp, BT, C);
 }
 
-void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) {
+void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, const int32_t* positions, int B, int T,
+                             float grad_scale) {
   begin_batch(B, T, cfg_.seq_len, "Llama");
   const int C = cfg_.d_model, Vl = int(w_.v), L = cfg_.n_layer, head = head_group();
   const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);
   std::vector<int32_t> local_ids(BT);
   tp_.vocab_local_ids(inputs, BT, Vl, local_ids.data());
-  const TokenSlots::Tokens tok = tokens_.upload(local_ids.data(), targets, BT);
+  const TokenSlots::Tokens tok = tokens_.upload(local_ids.data(), targets, positions, BT);
   Acts& a = acts_;
   const bool tied = cfg_.tie_embeddings;
   const size_t norm_i = tied ? table_.params().size() - 1 : table_.params().size() - 2;
@@ -247,8 +249,9 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
   // Attention branch: res2 = residual + o(attn(rope(qkv(ln1))))
   dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);
   be_.matmul_backward(a.datty, g.o, nullptr, dres, x.atty, w.o, BT, int(Wq), C);
-  be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.lse, B, T, int(Wq), NH_l_, NKV_l_);
-  be_.rope(a.dqkv, B, T, NH_l_ + NKV_l_, hs, Wqkv, cfg_.rope_theta, true);  // through the rotation
+  const int32_t* pos = tokens_.current().positions;
+  be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.lse, B, T, int(Wq), NH_l_, NKV_l_, pos);
+  be_.rope(a.dqkv, B, T, NH_l_ + NKV_l_, hs, Wqkv, cfg_.rope_theta, true, pos);  // through the rotation
   float* kv_grad = g.qkv + Wq * C;  // k_proj then v_proj rows follow q_proj's
   std::function<void()> kv_begin, kv_end;
   if (kv_replicas_ > 1) {  // the weight gradient's GEMM then accumulates exactly this rank's part

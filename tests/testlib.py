@@ -77,6 +77,33 @@ def make_byte_dataset(tokenize, out_dir, n_words, seed):
     return os.path.join(out_dir, "shards")
 
 
+CHAT_WORDS = ["the", "king", "été", "naïve", "日本語", "🙂", "sword", "crown", "why?", "answer:", "ok"]
+
+
+def make_chat_dataset(tokenize, out_dir, seed, n=20, long_answer=30):
+    """A fine-tuning dataset (version 2 shards: `ztrain-tokenize chat`, byte vocabulary, ChatML,
+    loss on the assistant turns) of n generated conversations of 1-3 exchanges: every fourth with a
+    system prompt, one empty user content, non-ASCII words, and conversation 7's answer
+    `long_answer` words long (over 64 tokens). Returns the dataset's directory."""
+    rng = random.Random(seed)
+    os.makedirs(out_dir, exist_ok=True)
+
+    def text(k):
+        return " ".join(rng.choice(CHAT_WORDS) for _ in range(k))
+    lines = []
+    for i in range(n):
+        msgs = [{"role": "system", "content": text(3)}] if i % 4 == 0 else []
+        for k in range(1 + i % 3):
+            msgs.append({"role": "user", "content": "" if i == 5 and k == 0 else text(rng.randint(1, 4))})
+            msgs.append({"role": "assistant", "content": text(long_answer if i == 7 else rng.randint(1, 5))})
+        lines.append(json.dumps({"messages": msgs}, ensure_ascii=False))
+    jsonl = os.path.join(out_dir, "chat.jsonl")
+    with open(jsonl, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    run([tokenize, "chat", "--vocab", "byte", "--template", "chatml", "--out", os.path.join(out_dir, "sft"), jsonl])
+    return os.path.join(out_dir, "sft")
+
+
 def free_port():
     """A TCP port on loopback that is free right now (for the test servers)."""
     s = socket.socket()

@@ -9,6 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from torch_gpt import attention_mask  # causal, or block-diagonal causal for packed documents
+
 
 class RMSNorm(nn.Module):
     def __init__(self, C, eps):
@@ -42,21 +44,22 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(C, NKV * self.hs, bias=False)
         self.o_proj = nn.Linear(NH * self.hs, C, bias=False)
 
-    def forward(self, x):
+    def forward(self, x, positions=None):
         B, T, C = x.shape
         hs = self.hs
         q = self.q_proj(x).view(B, T, self.NH, hs).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.NKV, hs).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.NKV, hs).transpose(1, 2)
         cos, sin = rope_cos_sin(T, hs, self.theta)
+        if positions is not None:  # each token's angle at its position in its document: (B, 1, T, hs)
+            cos, sin = cos[positions.long()][:, None], sin[positions.long()][:, None]
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         rep = self.NH // self.NKV  # Hugging Face's repeat_kv
         k = k[:, :, None].expand(B, self.NKV, rep, T, hs).reshape(B, self.NH, T, hs)
         v = v[:, :, None].expand(B, self.NKV, rep, T, hs).reshape(B, self.NH, T, hs)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        att = att.masked_fill(~attention_mask(T, positions), float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, self.NH * hs)
         return self.o_proj(y)
 
@@ -80,8 +83,8 @@ class Layer(nn.Module):
         self.post_attention_layernorm = RMSNorm(C, eps)
         self.mlp = MLP(C, FF)
 
-    def forward(self, x):
-        x = x + self.self_attn(self.input_layernorm(x))
+    def forward(self, x, positions=None):
+        x = x + self.self_attn(self.input_layernorm(x), positions)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -96,13 +99,14 @@ class Llama(nn.Module):
         if not tie:
             self.lm_head = nn.Linear(C, V, bias=False)
 
-    def forward(self, idx, targets=None):
-        """The mean cross-entropy over every position; the logits (B, T, V) without targets."""
+    def forward(self, idx, targets=None, positions=None):
+        """The mean cross-entropy over the positions with a target (>= 0); the logits (B, T, V)
+        without targets. positions: as in torch_gpt.py (packed documents)."""
         x = self.model.embed_tokens(idx)
         for layer in self.model.layers:
-            x = layer(x)
+            x = layer(x, positions)
         x = self.model.norm(x)
         logits = x @ self.model.embed_tokens.weight.t() if self.tie else self.lm_head(x)
         if targets is None:
             return logits
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1).long())
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1).long(), ignore_index=-1)

@@ -177,10 +177,14 @@ class DeviceOps {
   // ---- ops (shapes as in engine/backend/cpu/ops.h, which documents each one). Optional: an op a
   // backend does not implement answers "op X is not supported on backend Y" (RuntimeFailure);
   // supports() says so first.
+  // `pos` (device (B,T) int32, or null): each token's position in its document, for rows packed
+  // with several documents (cpu/ops.h): the position embedding's row, RoPE's angle, and the first
+  // key a token attends to (t - pos[t]). Null: one document a row. Taken by the embedding, rope and
+  // attention ops; the default argument is the base's alone (overrides declare none).
   virtual void embedding_forward(void* out, const int32_t* inp, const void* wte, const void* wpe,
-                                 int B, int T, int C) { unsupported("embedding_forward"); }
+                                 int B, int T, int C, const int32_t* pos = nullptr) { unsupported("embedding_forward"); }
   virtual void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp,
-                                  int B, int T, int C) { unsupported("embedding_backward"); }  // (accumulates)
+                                  int B, int T, int C, const int32_t* pos = nullptr) { unsupported("embedding_backward"); }  // (accumulates)
   virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
                                  const void* weight, const void* bias, int N, int C,
                                  float eps) { unsupported("layernorm_forward"); }
@@ -212,12 +216,12 @@ class DeviceOps {
   // Grouped-query attention: qkv (B,T,(NH + 2 NKV) hs) holds NH query heads then NKV key and NKV
   // value heads (NKV = NH: multi-head, qkv (B,T,3C)); C = NH hs.
   virtual void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
-                                 int NKV) { unsupported("attention_forward"); }
+                                 int NKV, const int32_t* pos = nullptr) { unsupported("attention_forward"); }
   // `out` is the forward's output (the GPU kernel takes rowsum(dout * out) from it; the CPU
   // reference recomputes it).
   virtual void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv,
-                                  const float* lse, int B, int T, int C, int NH,
-                                  int NKV) { unsupported("attention_backward"); }  // (dqkv written)
+                                  const float* lse, int B, int T, int C, int NH, int NKV,
+                                  const int32_t* pos = nullptr) { unsupported("attention_backward"); }  // (dqkv written)
   virtual void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
                                float eps) { unsupported("rmsnorm_forward"); }
   // Residual add fused with the RMSNorm that follows it: res = a + b; out = rmsnorm(res).
@@ -229,7 +233,7 @@ class DeviceOps {
                                 int C) { unsupported("rmsnorm_backward"); }  // (accumulates)
   // Rotary embedding in place (forward; inverse = true: its backward), see cpu/ops.h.
   virtual void rope(void* x, int B, int T, int n_heads, int hs, int64_t stride, float theta,
-                    bool inverse) { unsupported("rope"); }
+                    bool inverse, const int32_t* pos = nullptr) { unsupported("rope"); }
   virtual void swiglu_forward(void* out, const void* inp, int64_t N, int F) { unsupported("swiglu_forward"); }
   virtual void swiglu_backward(void* dinp, const void* inp, const void* dout, int64_t N,
                                int F) { unsupported("swiglu_backward"); }  // (dinp written)
@@ -237,7 +241,8 @@ class DeviceOps {
   virtual void gelu_backward(void* dinp, const void* inp, const void* dout,
                              int64_t n) { unsupported("gelu_backward"); }
   // The loss over logits (N, V), see cpu/ops.h: columns [Vr, V) of each row are padding, left
-  // out of the softmax, their gradient written 0.
+  // out of the softmax, their gradient written 0; a negative target carries no loss (loss 0,
+  // gradient row 0).
   virtual void softmax_crossentropy(float* losses, void* logits, const int32_t* targets, int N, int V, int Vr,
                                     float grad_scale) { unsupported("softmax_crossentropy"); }
   virtual void logits_row_max(float* out_max, const void* logits, int N, int V, int Vr) { unsupported("logits_row_max"); }

@@ -20,6 +20,7 @@ data::DataOptions data_options(const RunSpec& spec) {
   o.cache_limit = parse_byte_size(d.cache_limit, "[data] cache_limit");
   o.prefetch = int(d.prefetch);
   o.shuffle_block = int(d.shuffle_block);
+  o.packing = d.packing;
   return o;
 }
 

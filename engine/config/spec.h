@@ -145,6 +145,10 @@ struct RunSpec {
     std::vector<Stage> stages;
     bool allow_mixture_change = false;  // a resumed run may change sources, weights and stages
     bool sample_log = false;            // out_dir/samples.rankNNNNN.tsv: every sample's source and index
+    // How a fine-tuning dataset's documents become rows (data/loader.h): none (a token stream),
+    // documents (whole documents packed by best-fit decreasing, attending within themselves),
+    // padded (one document a row).
+    Packing packing = Packing::None;
     std::vector<Source> of_split(const std::string& split) const {
       std::vector<Source> out;
       for (const Source& s : sources)

@@ -102,6 +102,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(data, train, false, "training shards: a directory with manifest.json (or [[data.sources]])"),
       ZT_KEY(data, val, false, "validation shards (optional; or [[data.sources]] with split = \"val\")"),
       ZT_KEY(data, allow_mixture_change, false, "a resumed run may change [[data.sources]] and [[data.stages]] (new weights apply from the resume step)"),
+      ZT_CHOICE(data, packing, "fine-tuning datasets' rows: \"documents\" (whole documents packed best-fit into each row; attention stays inside each document, positions restart, the loss covers the tokens the dataset marks), \"padded\" (one document a row, padded) or \"none\" (the token stream of pre-training)"),
       ZT_KEY(data, sample_log, false, "write out_dir/samples.rankNNNNN.tsv: each sample's step, global index, source and index in it"),
       ZT_KEY(data, cache_dir, false, "local SSD cache of remote shards"),
       ZT_KEY(data, cache_limit, false, "cache size: bytes or e.g. \"200GB\""),

@@ -19,6 +19,7 @@ enum class LrSchedule { Cosine, Linear, Constant };     // [optim] schedule
 enum class PrecisionChoice { Auto, Fp32, Bf16, Fp16 };  // [precision] compute
 enum class OffloadTier { None, Cpu, Nvme };             // [offload] optimizer, params
 enum class CommBackendChoice { Auto, Mpi, Nccl };       // [comm] backend
+enum class Packing { None, Documents, Padded };         // [data] packing
 
 // ChoiceNames<E>::names[i] is the spec's name of E(i).
 template <class E>
@@ -50,6 +51,11 @@ struct ChoiceNames<OffloadTier> {
 template <>
 struct ChoiceNames<CommBackendChoice> {
   static constexpr std::array<std::string_view, 3> names{"auto", "mpi", "nccl"};
+};
+
+template <>
+struct ChoiceNames<Packing> {
+  static constexpr std::array<std::string_view, 3> names{"none", "documents", "padded"};
 };
 
 // "cuda" for DeviceChoice::Cuda.

@@ -1,7 +1,9 @@
 // The training step (see step.h).
 #include "engine/job/step.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "engine/core/status.h"
 #include "engine/optim/optimizer_step.h"
@@ -14,15 +16,38 @@ StepResult train_step(Job& job, int64_t step, const MicroBatchSource& next, Step
   ParamStore& store = *job.store;
   Model& model = *job.model;
   const int B = int(spec.train.micro_batch), T = int(spec.model.seq_len);
-  const int64_t accum = job.micro_batches;
+  const int64_t accum = job.micro_batches, BT = int64_t(B) * T;
   StepResult r;
   r.step = step;
   r.lr = lr_at(spec.optim, step, spec.train.max_steps);
   r.loss_scale = job.scaler.scale();
-  // Every micro-batch contributes its mean loss / (micro-batches in the global batch), so the
-  // summed (reduced) gradient is that of the mean over the global batch.
-  const int64_t global_micro = spec.train.global_batch / B;
-  const float grad_scale = float(r.loss_scale / double(int64_t(B) * T * global_micro));
+  // The loss is the mean over the global batch's tokens with loss, and each token's loss gradient
+  // is scaled by 1 / their count on every rank and micro-batch alike, so gradient accumulation and
+  // data parallelism give the mean over the same tokens whatever the layout. Without packing every
+  // position carries loss and the count is the global batch's. With packing (prompt tokens, padding
+  // and documents' ends carry none) the step's micro-batches are read first and counted, and one
+  // all-reduce over the data-parallel ranks sums the counts (Hugging Face's num_items_in_batch).
+  const bool ahead = spec.data.packing != Packing::None;
+  job.batches.resize(size_t((ahead ? accum : 1) * 3 * BT));
+  auto batch_at = [&](int64_t i) {
+    int32_t* p = job.batches.data() + i * 3 * BT;
+    return MicroBatch{p, p + BT, p + 2 * BT};
+  };
+  std::vector<MicroBatch> read;
+  double counts[2] = {double(spec.train.global_batch) * T, 0};  // tokens with loss, documents
+  if (ahead) {
+    counts[0] = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      read.push_back(batch_at(micro));
+      next(micro, read.back());
+      counts[0] += double(loss_tokens(read.back().targets, BT));
+      counts[1] += double(read.back().documents);
+    }
+    job.topo.dp_group->all_reduce_doubles(counts, 2);
+    r.loss_tokens = int64_t(counts[0]), r.documents = int64_t(counts[1]);
+  }
+  const double tokens = std::max(counts[0], 1.0);  // a batch without loss: no gradient, loss 0
+  const float grad_scale = float(r.loss_scale / tokens);
   hooks.step_begin(step);
   store.zero_grad();
   // With optimizer offload to CPU memory, each group's host AdamW may run while backward goes on,
@@ -31,11 +56,12 @@ StepResult train_step(Job& job, int64_t step, const MicroBatchSource& next, Step
   r.early_update = spec.optim.grad_clip == 0 && !job.scaler.active() && spec.train.spike_policy == SpikePolicy::Off &&
                    schedule_early_adamw(job.early, *job.optimizer, r.lr, job.adam_steps + 1);
   for (int64_t micro = 0; micro < accum; ++micro) {
-    next(micro, job.inputs.data(), job.targets.data());
+    MicroBatch mb = ahead ? read[size_t(micro)] : batch_at(0);
+    if (!ahead) next(micro, mb);
     store.set_last_micro_batch(micro == accum - 1);
     if (micro == accum - 1) store.prefetch_optimizer_states();  // NVMe: the step's first reads, now
     hooks.forward_begin(step, micro);
-    model.forward_deferred(job.inputs.data(), job.targets.data(), B, T, grad_scale);
+    model.forward_deferred(mb.inputs, mb.targets, mb.positions, B, T, grad_scale);
     hooks.backward_begin(step, micro);
     model.backward();
     hooks.backward_end(step, micro);
@@ -43,8 +69,9 @@ StepResult train_step(Job& job, int64_t step, const MicroBatchSource& next, Step
   hooks.reduction_begin(step);
   store.finish_backward();  // the last gradient reductions: backward's tail
   hooks.gradients_final(step);
-  double loss = model.take_losses() / double(global_micro);
+  double loss = model.take_losses();  // this rank's sum
   job.topo.dp_group->all_reduce_doubles(&loss, 1);
+  loss /= tokens;
   hooks.loss_reduced(step, loss);
   hooks.optimizer_begin(step);
   r.loss = float(loss);

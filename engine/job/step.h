@@ -14,9 +14,15 @@
 
 namespace zt {
 
-// Fills micro-batch `micro` (0-based within the step) of this rank: inputs and targets, each
-// (micro_batch, seq_len).
-using MicroBatchSource = std::function<void(int64_t micro, int32_t* inputs, int32_t* targets)>;
+// A micro-batch on the host: (micro_batch, seq_len) each.
+struct MicroBatch {
+  int32_t* inputs;
+  int32_t* targets;    // -1: no loss at that position
+  int32_t* positions;  // each token's position in its document; a source whose rows are one document each sets it null
+  int64_t documents = 0;  // documents in it ([data] packing; 0 otherwise)
+};
+// Fills micro-batch `micro` (0-based within the step) of this rank.
+using MicroBatchSource = std::function<void(int64_t micro, MicroBatch& batch)>;
 
 // Step `step` (0-based; it sets the learning rate) over job.micro_batches micro-batches from
 // `next`. Every rank calls it; every rank returns the same loss, norm and decision.

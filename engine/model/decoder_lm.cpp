@@ -95,7 +95,7 @@ void DecoderLM::head_forward(const HeadActs& h, const void* x, const void* W, co
     const int n = int(std::min(R, BT - r0));
     const void* xr = el(const_cast<void*>(x), r0 * C);
     be_.matmul_forward(h.logits, xr, W, nullptr, n, C, Vl);                          // (n, Vl)
-    loss_.forward(h.logits, targets + r0, n, Vl, vocab_.real_local(), grad_scale, BT);  // now dlogits, with grads
+    loss_.forward(h.logits, targets + r0, n, Vl, vocab_.real_local(), grad_scale);  // now dlogits, with grads
     if (grads) be_.matmul_backward(el(dx, r0 * C), h.dw, nullptr, h.logits, xr, W, n, C, Vl);
   }
 }

@@ -31,6 +31,9 @@ class ParamProvider {
   virtual void grads_done(int group) {}  // no more gradient for this group in this micro-batch
 };
 
+// The positions of `targets` (n) that carry loss (target >= 0).
+int64_t loss_tokens(const int32_t* targets, int64_t n);
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -52,15 +55,21 @@ class Model {
 
   virtual void set_provider(ParamProvider* p) = 0;
 
-  // inputs, targets: host (B, T) int32; B <= max_batch, T <= seq_len. The batch's mean loss over
-  // the B*T positions is added to a sum that take_losses() reads (once per step, so the host runs
-  // ahead of the GPU); targets may be null (logits only). With grad_scale != 0 the logits are
-  // replaced by dloss/dlogits scaled by grad_scale, ready for backward().
-  virtual void forward_deferred(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale) = 0;
-  virtual double take_losses() = 0;  // sum of the deferred mean losses since the last call; resets it
-  // The same as forward_deferred, returning this batch's mean loss (0 without targets); no
-  // deferred losses may be pending.
-  float forward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale);
+  // inputs, targets: host (B, T) int32; B <= max_batch, T <= seq_len. A target of -1 carries no
+  // loss (a prompt token, padding, a document's last token). The batch's loss summed over the
+  // positions with a target is added to a sum that take_losses() reads (once per step, so the host
+  // runs ahead of the GPU); targets may be null (logits only). With grad_scale != 0 the logits are
+  // replaced by dloss/dlogits of each position's loss scaled by grad_scale, ready for backward().
+  // positions: host (B, T), each token's position in its document (rows packed with several
+  // documents: attention stays inside each, positions restart; engine/backend/cpu/ops.h), or null
+  // (one document a row).
+  virtual void forward_deferred(const int32_t* inputs, const int32_t* targets, const int32_t* positions, int B, int T,
+                                float grad_scale) = 0;
+  virtual double take_losses() = 0;  // sum of the deferred losses since the last call; resets it
+  // The same as forward_deferred, returning this batch's mean loss over its positions with a target
+  // (0 without targets or with none); no deferred losses may be pending.
+  float forward(const int32_t* inputs, const int32_t* targets, int B, int T, float grad_scale,
+                const int32_t* positions = nullptr);
   // Accumulates gradients of the last forward (which must have had grad_scale != 0) into the
   // provider's gradient buffers.
   virtual void backward() = 0;

@@ -125,10 +125,10 @@ VocabParallelCrossEntropy::~VocabParallelCrossEntropy() {
 }
 
 void VocabParallelCrossEntropy::forward(void* logits, const int32_t* targets, int64_t N, int Vl, int Vr,
-                                        float grad_scale, int64_t mean_rows) {
+                                        float grad_scale) {
   if (tp_.size() == 1) {
-    be_.softmax_crossentropy(losses_, logits, targets, int(N), Vl, Vr, grad_scale);
-    be_.sum_accumulate(device_sum_, losses_, N, 1.0 / double(mean_rows));
+    be_.softmax_crossentropy(losses_, logits, targets, int(N), Vl, Vr, grad_scale);  // 0 where no loss
+    be_.sum_accumulate(device_sum_, losses_, N, 1.0);
     return;
   }
   const int v0 = tp_.rank() * Vl;  // this rank's vocabulary slice [v0, v0 + Vl)
@@ -141,16 +141,18 @@ void VocabParallelCrossEntropy::forward(void* logits, const int32_t* targets, in
   group.all_reduce_sync(row_sum_, size_t(N));
   group.all_reduce_sync(target_logit_, size_t(N));
   std::vector<float> mx(N), sum(N), tgt(N);
+  std::vector<int32_t> ids(N);
   be_.copy_to_host(mx.data(), d_max, size_t(N) * sizeof(float));
   be_.copy_to_host(sum.data(), row_sum_, size_t(N) * sizeof(float));
   be_.copy_to_host(tgt.data(), target_logit_, size_t(N) * sizeof(float));
+  be_.copy_to_host(ids.data(), targets, size_t(N) * sizeof(int32_t));
   double total = 0;
   for (int64_t i = 0; i < N; ++i) {
     const float lse = mx[i] + std::log(sum[i]);
-    total += lse - tgt[i];
+    if (ids[i] >= 0) total += lse - tgt[i];  // -1: no loss
     mx[i] = lse;
   }
-  host_sum_ += total / double(mean_rows);
+  host_sum_ += total;
   if (grad_scale != 0.0f) {
     be_.copy_to_device(d_max, mx.data(), size_t(N) * sizeof(float));
     be_.crossentropy_grad_from_lse(logits, d_max, targets, int(N), Vl, Vr, v0, grad_scale);

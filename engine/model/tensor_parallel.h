@@ -141,13 +141,11 @@ class VocabParallelCrossEntropy {
   // A micro-batch's loss begins: its rows come in one or more forward() calls (chunks).
   void begin() { ++pending_; }
   // logits (N, vocab_local) of this rank's slice, its first vocab_real columns real ids (the rest
-  // padding, left out of the softmax), targets (N) global ids (device): N rows of a micro-batch of
-  // mean_rows. Adds their losses / mean_rows to the pending sum (the micro-batch's mean, once
-  // every chunk is in); with grad_scale != 0 the logits are replaced by dloss/dlogits *
-  // grad_scale (0 on the padding).
-  void forward(void* logits, const int32_t* targets, int64_t N, int vocab_local, int vocab_real, float grad_scale,
-               int64_t mean_rows);
-  double take();  // the pending sum of mean losses; resets it
+  // padding, left out of the softmax), targets (N) global ids (device; -1: no loss): N rows of a
+  // micro-batch. Adds their losses to the pending sum; with grad_scale != 0 the logits are
+  // replaced by dloss/dlogits * grad_scale (0 on the padding, and on the rows without loss).
+  void forward(void* logits, const int32_t* targets, int64_t N, int vocab_local, int vocab_real, float grad_scale);
+  double take();  // the pending sum of losses; resets it
   int pending() const { return pending_; }
 
  private:

@@ -16,11 +16,12 @@ class TokenSlots {
   TokenSlots& operator=(const TokenSlots&) = delete;
 
   struct Tokens {
-    int32_t* inputs;   // (n) device
-    int32_t* targets;  // (n) device; unset when uploaded without targets
+    int32_t* inputs;     // (n) device
+    int32_t* targets;    // (n) device; unset when uploaded without targets
+    int32_t* positions;  // (n) device; null when uploaded without positions (one document a row)
   };
-  // Uploads n inputs (and targets, when not null) into the next slot.
-  Tokens upload(const int32_t* inputs, const int32_t* targets, int64_t n);
+  // Uploads n inputs (and targets, positions, when not null) into the next slot.
+  Tokens upload(const int32_t* inputs, const int32_t* targets, const int32_t* positions, int64_t n);
   Tokens current() const { return current_; }
   // Records that the ops enqueued so far are the current slot's last readers.
   void mark_read() { free_after_[slot_] = be_.mark(); }
@@ -28,10 +29,10 @@ class TokenSlots {
  private:
   Backend& be_;
   int64_t max_tokens_;
-  int32_t* buf_;  // 2 slots of: inputs (max_tokens) then targets (max_tokens)
+  int32_t* buf_;  // 2 slots of: inputs, targets, positions (max_tokens each)
   int slot_ = 0;
   uint64_t free_after_[2] = {0, 0};
-  Tokens current_{nullptr, nullptr};
+  Tokens current_{nullptr, nullptr, nullptr};
 };
 
 }  // namespace zt

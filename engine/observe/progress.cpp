@@ -100,6 +100,9 @@ void Progress::step_done(int64_t s, const StepResult& r) {
       for (const auto& [name, tokens] : by_source.items())
         scaling += fmt::format(" {} {}", name, tokens_short(tokens.get<double>()));
     }
+    if (spec_.data.packing != Packing::None)  // fine-tuning: what the step trained on
+      scaling += fmt::format(" | {} docs, {} loss tokens ({:.2f} loss tok/s)", r.documents, tokens_short(double(r.loss_tokens)),
+                             r.step_ms > 0 ? double(r.loss_tokens) / (r.step_ms / 1e3) : 0.0);
     if (predicted_step_ms > 0 && mean_step_ms_ > 0)  // the planner's step beside the measured mean
       scaling += fmt::format(" | plan {:.3g} ms, measured {:.3g}x", predicted_step_ms, mean_step_ms_ / predicted_step_ms);
     const double left_s = (mean_step_ms_ > 0 ? mean_step_ms_ : r.step_ms) * double(t.max_steps - done) / 1e3;
@@ -119,6 +122,11 @@ void Progress::step_done(int64_t s, const StepResult& r) {
                           {"comm_ms", r.comm_ms}, {"checkpoint_ms", r.checkpoint_ms},
                           {"offload_ms", r.offload_ms}, {"other_ms", r.other_ms}, {"eta_s", left_s}};
     if (!by_source.is_null()) rec["tokens_by_source"] = by_source;
+    if (spec_.data.packing != Packing::None) {
+      rec["loss_tokens"] = r.loss_tokens;
+      rec["documents"] = r.documents;
+      rec["loss_tokens_per_s"] = r.step_ms > 0 ? double(r.loss_tokens) / (r.step_ms / 1e3) : 0.0;
+    }
     if (r.comm_ms > 0) rec["comm_ms_by_group"] = r.comm_ms_by_group;
     if (predicted_step_ms > 0) rec["predicted_step_ms"] = predicted_step_ms;
     if (loss_scaling_) rec["loss_scale"] = r.loss_scale;

@@ -8,7 +8,10 @@ namespace zt {
 
 struct StepResult {
   int64_t step = 0;  // 0-based optimizer step
-  float loss = 0;    // mean over the global batch
+  float loss = 0;    // mean over the global batch's tokens with loss
+  // [data] packing: the global batch's tokens with loss and its documents (0 without packing,
+  // where every position carries loss)
+  int64_t loss_tokens = 0, documents = 0;
   double lr = 0, grad_norm = 0, step_ms = 0, tokens_per_s = 0;
   double data_wait_ms = 0;  // time this step waited for its batches
   // Where step_ms went (they add up to it): waiting for data, forward and backward compute,

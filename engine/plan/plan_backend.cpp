@@ -90,11 +90,13 @@ double PlanBackend::roofline_seconds(double tflops, double vector_tflops, double
   return s;
 }
 
-void PlanBackend::embedding_forward(void*, const int32_t*, const void*, const void*, int B, int T, int C) {
+void PlanBackend::embedding_forward(void*, const int32_t*, const void*, const void*, int B, int T, int C,
+                                    const int32_t*) {
   const double n = double(B) * T * C;
   count(n, n * double(2 * es() + es()));
 }
-void PlanBackend::embedding_backward(float*, float*, const void*, const int32_t*, int B, int T, int C) {
+void PlanBackend::embedding_backward(float*, float*, const void*, const int32_t*, int B, int T, int C,
+                                     const int32_t*) {
   cuda_scratch_for(cuda_scratch::embedding_backward(int64_t(B) * T, deterministic()));
   const double n = double(B) * T * C;
   count(n, n * double(es() + 2 * 4 + 2 * 4));
@@ -144,7 +146,8 @@ void PlanBackend::matmul_gelu_backward(void*, float*, float* dbias, const void*,
   count(4.0 * N * C * OC + 12.0 * N * C,
         double(es()) * (2.0 * N * OC + double(OC) * C + 3.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
 }
-void PlanBackend::attention_forward(void*, float*, const void*, int B, int T, int C, int NH, int NKV) {
+void PlanBackend::attention_forward(void*, float*, const void*, int B, int T, int C, int NH, int NKV,
+                                    const int32_t*) {
   // causal: half of QK^T and of PV
   const double qkv = double(B) * T * C * (1.0 + 2.0 * NKV / NH);
   count(2.0 * B * double(T) * T * C, double(es()) * (qkv + double(B) * T * C) + 4.0 * B * NH * T, true);
@@ -167,7 +170,7 @@ void PlanBackend::autotune_scratch(int N, int C, int OC, bool bias) {
 }
 
 void PlanBackend::attention_backward(void*, const void*, const void*, const void*, const float*, int B, int T,
-                                     int C, int NH, int NKV) {
+                                     int C, int NH, int NKV, const int32_t*) {
   cuda_scratch_for(cuda_scratch::attention_backward(B, T, C, NH, es(), deterministic()));
   const double qkv = double(B) * T * C * (1.0 + 2.0 * NKV / NH);
   count(5.0 * B * double(T) * T * C, double(es()) * (qkv * 2 + 2.0 * B * T * C) + 4.0 * B * NH * T, true);
@@ -187,7 +190,7 @@ void PlanBackend::rmsnorm_backward(void*, float*, const void*, const void*, cons
   const double n = double(N) * C;
   count(8 * n, n * double(4 * es()) + 4.0 * N + 8.0 * C);
 }
-void PlanBackend::rope(void*, int B, int T, int n_heads, int hs, int64_t, float, bool) {
+void PlanBackend::rope(void*, int B, int T, int n_heads, int hs, int64_t, float, bool, const int32_t*) {
   const double n = double(B) * T * n_heads * hs;
   count(3 * n, n * double(2 * es()));
 }

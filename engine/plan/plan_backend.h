@@ -40,8 +40,9 @@ class PlanBackend final : public Backend {
     count(0, double(n) * double(dtype_size(dt) + dtype_size(st)));
   }
 
-  void embedding_forward(void*, const int32_t*, const void*, const void*, int B, int T, int C) override;
-  void embedding_backward(float*, float*, const void*, const int32_t*, int B, int T, int C) override;
+  void embedding_forward(void*, const int32_t*, const void*, const void*, int B, int T, int C,
+                         const int32_t*) override;
+  void embedding_backward(float*, float*, const void*, const int32_t*, int B, int T, int C, const int32_t*) override;
   void layernorm_forward(void*, float*, float*, const void*, const void*, const void*, int N, int C, float) override;
   void residual_layernorm_forward(void*, void*, float*, float*, const void*, const void*, const void*, const void*,
                                   int N, int C, float) override;
@@ -52,14 +53,15 @@ class PlanBackend final : public Backend {
   void matmul_backward(void*, float*, float*, const void*, const void*, const void*, int N, int C, int OC) override;
   void matmul_gelu_backward(void* dpre, float* dweight, float* dbias, const void* dout, const void* inp,
                             const void* weight, const void* pre, int N, int C, int OC) override;
-  void attention_forward(void*, float*, const void*, int B, int T, int C, int NH, int NKV) override;
+  // Attention is priced causal over whole rows: packed documents (positions) cost less, never more.
+  void attention_forward(void*, float*, const void*, int B, int T, int C, int NH, int NKV, const int32_t*) override;
   void attention_backward(void*, const void*, const void*, const void*, const float*, int B, int T, int C,
-                          int NH, int NKV) override;
+                          int NH, int NKV, const int32_t*) override;
   void rmsnorm_forward(void*, float*, const void*, const void*, int N, int C, float) override;
   void residual_rmsnorm_forward(void*, void*, float*, const void*, const void*, const void*, int N, int C,
                                 float) override;
   void rmsnorm_backward(void*, float*, const void*, const void*, const void*, const float*, int N, int C) override;
-  void rope(void*, int B, int T, int n_heads, int hs, int64_t, float, bool) override;
+  void rope(void*, int B, int T, int n_heads, int hs, int64_t, float, bool, const int32_t*) override;
   void swiglu_forward(void*, const void*, int64_t N, int F) override;
   void swiglu_backward(void*, const void*, const void*, int64_t N, int F) override;
   void gelu_backward(void*, const void*, const void*, int64_t n) override;

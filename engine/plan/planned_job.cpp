@@ -79,8 +79,9 @@ PlannedJob::~PlannedJob() = default;
 void PlannedJob::step() {
   const size_t vocab = size_t(job_->spec.model.vocab_size);
   CountedValues values;
-  const StepResult r = train_step(*job_, 0, [&](int64_t, int32_t* in, int32_t* tgt) {
-    for (size_t i = 0; i < job_->inputs.size(); ++i) in[i] = tgt[i] = int32_t(i % vocab);
+  const StepResult r = train_step(*job_, 0, [&](int64_t, MicroBatch& mb) {
+    for (size_t i = 0; i < job_->inputs.size(); ++i) mb.inputs[i] = mb.targets[i] = int32_t(i % vocab);
+    mb.positions = nullptr;  // one document a row: attention priced over whole rows, its most
   }, values);
   ZT_CHECK(!r.skipped, "the plan's step skipped its update ({}): the optimizer's memory would be missing",
            r.skip_reason);

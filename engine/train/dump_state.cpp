@@ -1,6 +1,7 @@
 // dump-state for parity tests (layout in dump_state.h).
 #include "engine/train/dump_state.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,7 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
   if (trainer.topology().is_root()) file = std::make_unique<H5File>(out_path, H5File::Mode::Create);
   H5File* f = file.get();
 
+  if (trainer.topology().is_root()) spdlog::info("dump-state: data {}", trainer.data().describe());
   const auto& m = spec.model;
   const auto& o = spec.optim;
   const double schedule = double(o.schedule);  // 0 cosine, 1 linear, 2 constant
@@ -50,21 +52,24 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
   // Mixed precision: the compute copy, as the model reads it (evidence that it is 16-bit).
   const std::vector<float> compute = store.full_compute_params();
   if (!compute.empty()) write_tensors(f, "/compute", model, compute);
-  std::vector<int32_t> inputs(size_t(B) * T), targets(inputs.size());
+  std::vector<int32_t> inputs(size_t(B) * T), targets(inputs.size()), positions(inputs.size());
   data::MixedData& mixed = trainer.data().mixed();
-  data::MixReader(mixed, mixed.schedule.start()).fill(0, B, inputs.data(), targets.data());
+  data::MixReader(mixed, mixed.schedule.start()).fill(0, B, inputs.data(), targets.data(), nullptr, positions.data());
+  const bool packed = spec.data.packing != Packing::None;
+  const int32_t* pos = packed ? positions.data() : nullptr;
   if (f) f->write("/batch/inputs", inputs.data(), {B, T});
   if (f) f->write("/batch/targets", targets.data(), {B, T});
+  if (f && packed) f->write("/batch/positions", positions.data(), {B, T});
   // Every data-parallel rank computes the same batch; scaling by 1/D makes the reduced gradient
-  // that of one process.
+  // that of one process. The loss is the mean over the tokens with loss (targets >= 0).
   // fp16 scales the loss gradient as training does (the loss scaler's starting scale), so that
   // small gradients survive fp16's range, and divides the fp32 gradients by it again.
   const int D = trainer.topology().dp;
   const LossScaler scaler(spec.precision, trainer.backend().compute_dtype());
   store.zero_grad();
   store.set_last_micro_batch(true);
-  const float loss =
-      model.forward(inputs.data(), targets.data(), B, T, float(scaler.scale() / double(B * T * D)));
+  const double counted = double(std::max<int64_t>(1, loss_tokens(targets.data(), int64_t(B) * T)));
+  const float loss = model.forward(inputs.data(), targets.data(), B, T, float(scaler.scale() / (counted * D)), pos);
   model.backward();
   store.finish_backward();
   if (f) f->write("/out/loss", &loss, {});
@@ -73,7 +78,7 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
   write_tensors(f, "/grads", model, grads);
   // The logits of the last position of each sequence, as the model stores them (compute
   // precision), from a forward without targets (the one above replaced them by their gradient).
-  model.forward(inputs.data(), nullptr, B, T, 0.0f);
+  model.forward(inputs.data(), nullptr, B, T, 0.0f, pos);
   const int V = model.vocab_size();
   std::vector<float> logits(size_t(B) * V);
   for (int b = 0; b < B; ++b) model.logits_row(b, T - 1, logits.data() + size_t(b) * V);
@@ -82,10 +87,11 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
 
   if (train_steps > 0) {
     const int64_t GB = spec.train.global_batch;
-    std::vector<int32_t> all_in, all_tgt;
-    trainer.on_batch = [&](const int32_t* in, const int32_t* tgt) {
-      all_in.insert(all_in.end(), in, in + size_t(B) * T);
-      all_tgt.insert(all_tgt.end(), tgt, tgt + size_t(B) * T);
+    std::vector<int32_t> all_in, all_tgt, all_pos;
+    trainer.on_batch = [&](const MicroBatch& mb) {
+      all_in.insert(all_in.end(), mb.inputs, mb.inputs + size_t(B) * T);
+      all_tgt.insert(all_tgt.end(), mb.targets, mb.targets + size_t(B) * T);
+      if (mb.positions) all_pos.insert(all_pos.end(), mb.positions, mb.positions + size_t(B) * T);
     };
     std::vector<double> losses, lrs, norms;
     for (int s = 0; s < train_steps; ++s) {
@@ -99,6 +105,7 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
     if (f && D == 1) {
       f->write("/train/inputs", all_in.data(), {train_steps, GB, T});
       f->write("/train/targets", all_tgt.data(), {train_steps, GB, T});
+      if (!all_pos.empty()) f->write("/train/positions", all_pos.data(), {train_steps, GB, T});
     }
     if (f) f->write("/train/loss", losses.data(), {train_steps});
     if (f) f->write("/train/lr", lrs.data(), {train_steps});

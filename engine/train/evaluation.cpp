@@ -17,9 +17,11 @@ float evaluate(Job& job, TrainingData& data, bool stoppable, std::vector<float>*
   ZT_CHECK(data.n_val() > 0, "evaluate() without validation data");
   const int B = int(spec.train.micro_batch), T = int(spec.model.seq_len);
   // Micro-batch i is evaluated by data-parallel rank i mod D; every rank runs the same number of
-  // forwards (possibly with zero weight) so that ZeRO-3's collectives stay matched.
+  // forwards (possibly with zero weight) so that ZeRO-3's collectives stay matched. A set's loss is
+  // the mean over its tokens with loss (a fine-tuning set's: the answers' tokens only).
   const int64_t n = spec.train.eval_steps, rounds = (n + topo.dp - 1) / topo.dp;
-  std::vector<double> sums(data.n_val(), 0.0);
+  std::vector<double> sums(2 * data.n_val(), 0.0);  // each set's loss sum, then each set's token count
+  std::vector<int32_t> positions(size_t(B) * T);
   for (size_t v = 0; v < data.n_val(); ++v) {
     data::TokenDataset& val = data.val(v);
     data::SampleOrder order(val, 0, /*shuffle=*/false);
@@ -33,17 +35,20 @@ float evaluate(Job& job, TrainingData& data, bool stoppable, std::vector<float>*
         }
       }
       const int64_t i = r * topo.dp + topo.dp_rank;
-      order.fill(val, uint64_t(std::min(i, n - 1) * B), B, job.inputs.data(), job.targets.data());
-      const float l = job.model->forward(job.inputs.data(), job.targets.data(), B, T, 0.0f);
-      if (i < n) sums[v] += l;
+      order.fill(val, uint64_t(std::min(i, n - 1) * B), B, job.inputs.data(), job.targets.data(), positions.data());
+      const float l = job.model->forward(job.inputs.data(), job.targets.data(), B, T, 0.0f,
+                                         val.packed() ? positions.data() : nullptr);
+      const double counted = double(loss_tokens(job.targets.data(), int64_t(B) * T));
+      if (i < n) sums[v] += double(l) * counted, sums[data.n_val() + v] += counted;
     }
   }
   topo.dp_group->all_reduce_doubles(sums.data(), sums.size());
   double mean = 0;
   if (each) each->clear();
-  for (double s : sums) {
-    mean += s / double(n) / double(sums.size());
-    if (each) each->push_back(float(s / double(n)));
+  for (size_t v = 0; v < data.n_val(); ++v) {
+    const double loss = sums[data.n_val() + v] > 0 ? sums[v] / sums[data.n_val() + v] : 0.0;
+    mean += loss / double(data.n_val());
+    if (each) each->push_back(float(loss));
   }
   return float(mean);
 }

@@ -17,7 +17,6 @@
 #include "engine/core/timer.h"
 #include "engine/hf/hf_weights.h"
 #include "engine/hf/spec_loading.h"
-#include "engine/job/step.h"
 #include "engine/observe/metrics.h"
 #include "engine/observe/progress.h"
 #include "engine/observe/telemetry.h"
@@ -215,15 +214,16 @@ uint64_t Trainer::first_sample(uint64_t k) const {
   return data::micro_batch_first_sample(k, spec_.train.global_batch, topo_.dp, topo_.dp_rank, int(spec_.train.micro_batch));
 }
 
-void Trainer::next_batch(int64_t step, int64_t micro, int32_t* inputs, int32_t* targets) {
+void Trainer::next_batch(int64_t step, int64_t micro, MicroBatch& mb) {
   const int B = int(spec_.train.micro_batch);
   const auto start = std::chrono::steady_clock::now();
   double blocked_ms = 0;
-  loader_->next(inputs, targets, &blocked_ms, origins_.data());
+  mb.documents = loader_->next(mb.inputs, mb.targets, &blocked_ms, origins_.data(), mb.positions);
+  if (spec_.data.packing == Packing::None) mb.positions = nullptr, mb.documents = 0;  // one window a row
   breakdown_->data_wait(start, std::chrono::steady_clock::now(), blocked_ms);
   if (topo_.tp_rank == 0)
     data_->log_samples(step, first_sample(uint64_t(step * job().micro_batches + micro)), origins_.data(), B);
-  if (on_batch) on_batch(inputs, targets);
+  if (on_batch) on_batch(mb);
 }
 
 StepResult Trainer::step(int64_t step) {
@@ -236,7 +236,7 @@ StepResult Trainer::step(int64_t step) {
                                                   int(spec_.data.prefetch));
   }
   loader_step_ = step + 1;
-  auto next = [&](int64_t micro, int32_t* in, int32_t* tgt) { next_batch(step, micro, in, tgt); };
+  auto next = [&](int64_t micro, MicroBatch& mb) { next_batch(step, micro, mb); };
   StepResult r = train_step(job(), step, next, hooks_);
   data_->step_done(step);
   r.tokens_per_s = double(spec_.train.global_batch) * double(spec_.model.seq_len) / (r.step_ms / 1e3);

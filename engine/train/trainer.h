@@ -10,6 +10,7 @@
 #include "data/loader.h"
 #include "engine/checkpoint/checkpoint_manager.h"
 #include "engine/core/dir_lock.h"
+#include "engine/job/step.h"
 #include "engine/observe/step_breakdown.h"
 #include "engine/observe/throughput.h"
 #include "engine/train/run_hooks.h"
@@ -44,8 +45,8 @@ class Trainer {
   const Topology& topology() const { return topo_; }
   TrainingData& data() { return *data_; }
 
-  // Called with each micro-batch (inputs, targets: (micro_batch, seq_len)) before it is used.
-  std::function<void(const int32_t*, const int32_t*)> on_batch;
+  // Called with each micro-batch before it is used.
+  std::function<void(const MicroBatch&)> on_batch;
 
  private:
   void build();  // everything after the topology (the part that may fail on one rank only)
@@ -63,7 +64,7 @@ class Trainer {
   int64_t roll_back(int64_t step);
   std::string computed_on() const;   // the backend, precision and layout, for the resume check
   // The step's micro-batch `micro` from the background loader (started at `step` when needed).
-  void next_batch(int64_t step, int64_t micro, int32_t* inputs, int32_t* targets);
+  void next_batch(int64_t step, int64_t micro, MicroBatch& batch);
   uint64_t first_sample(uint64_t k) const;  // the first global sample of this rank's micro-batch k
 
   RunSpec spec_;

@@ -104,11 +104,18 @@ TrainingData::~TrainingData() {
 std::string TrainingData::describe() const {
   std::vector<std::string> parts;
   const auto specs = spec_.data.of_split("train");
-  for (size_t i = 0; i < train_.size(); ++i)
-    parts.push_back(fmt::format("{}{} ({} tokens, {} samples{})", train_.size() > 1 ? specs[i].name + " = " : "",
-                                redact_url_passwords(specs[i].uri), train_[i]->manifest().total_tokens(),
-                                train_[i]->n_windows(),
+  for (size_t i = 0; i < train_.size(); ++i) {
+    const data::TokenDataset& ds = *train_[i];
+    // a fine-tuning set: its documents as rows (packed or padded), and how full they are
+    const std::string rows =
+        ds.packed() ? fmt::format(" of {} documents{}, {:.1f}% of positions filled", ds.manifest().total_documents(),
+                                  ds.documents_split() ? fmt::format(" ({} cut into pieces)", ds.documents_split()) : "",
+                                  100.0 * ds.fill_rate())
+                    : "";
+    parts.push_back(fmt::format("{}{} ({} tokens, {} samples{}{})", train_.size() > 1 ? specs[i].name + " = " : "",
+                                redact_url_passwords(specs[i].uri), ds.manifest().total_tokens(), ds.n_windows(), rows,
                                 train_.size() > 1 ? fmt::format(", weight {:g}", specs[i].weight) : ""));
+  }
   std::string out = fmt::format("{}", fmt::join(parts, "; "));
   std::vector<int64_t> steps;
   for (const auto& st : spec_.data.stages) steps.push_back(st.step);

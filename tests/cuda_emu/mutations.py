@@ -40,16 +40,22 @@ MUTATIONS = {
                               OPS_ATTENTION, r"bf16 attention_forward .*FAIL"),
     # the causal mask skipped on tiles that cross the diagonal (tested against the warp's last row,
     # not its first)
-    "fa2_mask_off_diagonal": (FA2, "    if (k0 + kKeys - 1 > w0) {  // (warp-uniform) a tile on or past this warp's diagonal",
-                              "    if (k0 + kKeys - 1 > warp_last) {",
+    "fa2_mask_off_diagonal": (FA2, "    } else if (k0 + kKeys - 1 > w0 || k0 < warp_first_last) {  // on the diagonal or a document's start",
+                              "    } else if (k0 + kKeys - 1 > warp_last || k0 < warp_first_last) {",
                               OPS_ATTENTION, r"bf16 attention_forward .*FAIL"),
+    # packed documents: the forward's mask keeps the causal bound but drops the document's start, so
+    # a row attends to the documents before its own
+    "fa2_docs_mask_off": (FA2, "              v = key <= (i < 2 ? r0 : r1) && key >= rf[m][i / 2] ? v * scale_log2 : -INFINITY;",
+                          "              v = key <= (i < 2 ? r0 : r1) ? v * scale_log2 : -INFINITY;",
+                          ("ops", {"ZTRAIN_OPS_SECTIONS": "documents", "ZTRAIN_OPS_DTYPES": "bf16"}),
+                          r"bf16 attention_forward B2 T200 C128 NH2 NKV1 documents .*FAIL"),
     # no barrier between the dS^T tile's stores and the 5-unit backward's dQ reads of it: warps read
     # keys other warps have not written yet
     "fa2_dq_no_barrier": (FA2, "      __syncthreads();  // the whole tile's dS^T, all 64 keys, before any warp's dQ reads it\n",
                           "", OPS_ATTENTION_WARPS, r"bf16 attention_backward B.*FAIL"),
     # the forward launched over 48 KB of dynamic shared memory without raising the attribute
-    "fa2_no_shared_attribute": (FA2, "  auto kernel = attention_forward_fa2_kernel<T, HS>;\n  allow_smem(kernel, smem);\n",
-                                "  auto kernel = attention_forward_fa2_kernel<T, HS>;\n",
+    "fa2_no_shared_attribute": (FA2, "  auto kernel = attention_forward_fa2_kernel<T, HS, kDocs>;\n  allow_smem(kernel, smem);\n",
+                                "  auto kernel = attention_forward_fa2_kernel<T, HS, kDocs>;\n",
                                 OPS_ATTENTION, r"asks \d+ bytes of dynamic shared memory; its "
                                 r"cudaFuncAttributeMaxDynamicSharedMemorySize allows 49152"),
     # an off-by-one bound in add: the thread at i == n reads and writes one vector past the end

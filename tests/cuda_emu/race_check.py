@@ -10,7 +10,8 @@ use atomics by design may differ: the non-deterministic embedding backward (atom
 the attention backward's dQ in FlashAttention-2's 5 units (summed with atomics; its deterministic
 7-unit plan is compared).
 Runs: every op with the default attention (FlashAttention-2 where it applies), the first
-generation of the FlashAttention-2 kernels, the WMMA and the SIMT attention kernels, the GEMMs
+generation of the FlashAttention-2 kernels, the WMMA and the SIMT attention kernels (and with
+packed documents' offsets), the GEMMs
 with cuBLASLt's fused epilogues off, and the GEMMs with the heuristic's first algorithm failing at
 run time (the next must take its place).
 
@@ -42,6 +43,11 @@ RUNS = [  # (label, extra environment, schedules compared)
                                  "ZTRAIN_OPS_DTYPES": "bf16"}, ["forward", "random:7"]),
     ("attention, SIMT kernels", {"ZTRAIN_ATTENTION": "simt", "ZTRAIN_OPS_SECTIONS": "attention",
                                  "ZTRAIN_OPS_DTYPES": "fp16"}, ["forward", "reverse"]),
+    # packed documents on the other kernel families at head sizes 64 and 128 too
+    ("documents, WMMA kernels", {"ZTRAIN_ATTENTION": "wmma", "ZTRAIN_OPS_SECTIONS": "documents",
+                                 "ZTRAIN_OPS_DTYPES": "bf16"}, ["forward"]),
+    ("documents, SIMT kernels", {"ZTRAIN_ATTENTION": "simt", "ZTRAIN_OPS_SECTIONS": "documents",
+                                 "ZTRAIN_OPS_DTYPES": "fp16"}, ["forward"]),
     ("GEMMs, fused epilogues off", {"ZTRAIN_GEMM_EPILOGUES": "off", "ZTRAIN_OPS_SECTIONS": "matmul", **PINNED},
      ["forward", "random:3"]),
     # the first heuristic algorithm of every GEMM fails at run time (a planted fault of the emulated

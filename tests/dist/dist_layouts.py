@@ -20,7 +20,10 @@
   and the rank;
 - bad layouts exit with status 2 and a message that names the numbers;
 - sequence parallelism with rows the tensor group does not divide (sampling's 1..13-row
-  forwards at T4): the same sample as without it.
+  forwards at T4): the same sample as without it;
+- packed fine-tuning documents (loss on some tokens only, the documents' attention mask) under
+  (T, D, zero_stage) = (2,2,3), (2,1,0) with sequence parallelism, (1,4,3): the single process's
+  losses (relative difference <= 1e-5).
 With --arch llama only the layout equivalence and the sample run, for a Llama with 4 query and 2 key/value heads:
 T = 2 splits the key/value heads, T = 4 replicates each on 2 ranks (their gradients summed across
 them), under ZeRO stages 0-3.
@@ -71,9 +74,9 @@ def main():
                                  # small buckets: every group is cut into several units, exercising the padding
                                  parallel__bucket_mb=0.004, parallel__prefetch=2)
 
-        def dump(name, np_, stage, tensor=1, replicate=1, sp=False, recompute="none"):
+        def dump(name, np_, stage, tensor=1, replicate=1, sp=False, recompute="none", extra=()):
             out = os.path.join(work, name + ".h5")
-            argv = [args.ztrain, "debug", "dump-state", spec, "--out", out, "--steps", "10",
+            argv = [args.ztrain, "debug", "dump-state", spec, "--out", out, "--steps", "10", *extra,
                     "--set", f"parallel.zero_stage={stage}", "--set", f"parallel.tensor={tensor}",
                     "--set", f"parallel.replicate={replicate}",
                     "--set", f"parallel.sequence_parallel={'true' if sp else 'false'}",
@@ -138,6 +141,23 @@ def main():
                   f"worst final-param diff {worst_param:.1e} ({worst_name})")
             expect(worst_loss <= TOL, f"{name}: loss differs from single process by {worst_loss:.2e}")
             expect(worst_param <= PARAM_TOL, f"{name}: final {worst_name} differs by {worst_param:.2e}")
+
+        # Packed fine-tuning documents ([data] packing = "documents"): prompt tokens and padding carry
+        # no loss, so the loss is the mean over the global batch's tokens with loss, counted across
+        # the data-parallel ranks before the step's gradients are scaled; each document attends
+        # within itself under tensor and sequence parallelism and ZeRO-3.
+        sft = testlib.make_chat_dataset(args.tokenize, os.path.join(work, "chat"), 5, n=40)
+        packed = ["--set", f"data.train={sft}", "--set", "data.packing=documents"]
+        packed_ref = dump("packed_single", 1, 0, extra=packed)
+        for (t, d, z, *rest) in [(2, 2, 3), (2, 1, 0, "sp"), (1, 4, 3)] if packed_ref else []:
+            name = f"packed_T{t}_D{d}_zero{z}" + ("_SP" if rest else "")
+            f = dump(name, t * d, z, t, 1, bool(rest), extra=packed)
+            if f is None:
+                continue
+            loss, want = f["train"]["loss"][()], packed_ref["train"]["loss"][()]
+            worst = float(np.max(np.abs(loss - want) / np.abs(want))) if loss.shape == want.shape else float("inf")
+            print(f"{name}: losses {loss[0]:.6f} -> {loss[-1]:.6f}, worst loss rel diff {worst:.1e}")
+            expect(worst <= TOL, f"{name}: packed documents' loss differs from the single process by {worst:.2e}")
 
         # Sequence parallelism pads a row count the tensor group does not divide: sampling forwards
         # 1, 2, ... 13 rows (the prompt is one token), so at T4 some ranks hold 1 row, some none.

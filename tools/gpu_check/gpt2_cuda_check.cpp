@@ -54,9 +54,10 @@ struct SingleRank {
     job->init_params(uint64_t(spec.run.seed));
   }
   StepResult step(int64_t s, const std::vector<int32_t>& in, const std::vector<int32_t>& tg, StepHook& hooks) {
-    return train_step(*job, s, [&](int64_t, int32_t* i, int32_t* t) {
-      std::copy(in.begin(), in.end(), i);
-      std::copy(tg.begin(), tg.end(), t);
+    return train_step(*job, s, [&](int64_t, MicroBatch& mb) {
+      std::copy(in.begin(), in.end(), mb.inputs);
+      std::copy(tg.begin(), tg.end(), mb.targets);
+      mb.positions = nullptr;
     }, hooks);
   }
 };

@@ -28,7 +28,7 @@ inline void axpy(F* y, F a, const F* x, int n) {
 }  // namespace
 
 template <typename F>
-void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH, int NKV) {
+void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH, int NKV, const int32_t* pos) {
   const int hs = C / NH, C3 = (NH + 2 * NKV) * hs, group = NH / NKV;
   const F scale = F(1) / std::sqrt(F(hs));
 #pragma omp parallel
@@ -41,21 +41,22 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
           const F* base = qkv + int64_t(b) * T * C3;
           const F* q = base + int64_t(t) * C3 + h * hs;
           const int kh = C + (h / group) * hs, vh = kh + NKV * hs;  // this head's k and v columns
+          const int first = pos ? t - pos[int64_t(b) * T + t] : 0;  // the first key of t's document
           F mx = -std::numeric_limits<F>::infinity();
-          for (int t2 = 0; t2 <= t; ++t2) {
+          for (int t2 = first; t2 <= t; ++t2) {
             score[t2] = dot(q, base + int64_t(t2) * C3 + kh, hs) * scale;
             mx = std::max(mx, score[t2]);
           }
           F sum = 0;
 #pragma omp simd reduction(+ : sum)
-          for (int t2 = 0; t2 <= t; ++t2) {
+          for (int t2 = first; t2 <= t; ++t2) {
             score[t2] = vexp(score[t2] - mx);
             sum += score[t2];
           }
           F* o = out + (int64_t(b) * T + t) * C + h * hs;
           std::fill(o, o + hs, F(0));
           const F inv = F(1) / sum;
-          for (int t2 = 0; t2 <= t; ++t2)
+          for (int t2 = first; t2 <= t; ++t2)
             axpy(o, score[t2] * inv, base + int64_t(t2) * C3 + vh, hs);
           lse[(int64_t(b) * NH + h) * T + t] = mx + std::log(sum);
         }
@@ -64,7 +65,7 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
 
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int B, int T, int C,
-                        int NH, int NKV) {
+                        int NH, int NKV, const int32_t* pos) {
   const int hs = C / NH, C3 = (NH + 2 * NKV) * hs, group = NH / NKV;
   const F scale = F(1) / std::sqrt(F(hs));
   // One (b, key/value head) per task: its dk and dv collect contributions from every query row of
@@ -83,18 +84,19 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int 
           const F* q = base + int64_t(t) * C3 + h * hs;
           const F* d = dout + (int64_t(b) * T + t) * C + h * hs;
           const F l = lse[(int64_t(b) * NH + h) * T + t];
-          for (int t2 = 0; t2 <= t; ++t2) {
+          const int first = pos ? t - pos[int64_t(b) * T + t] : 0;
+          for (int t2 = first; t2 <= t; ++t2) {
             p[t2] = dot(q, base + int64_t(t2) * C3 + kh, hs) * scale - l;
             dp[t2] = dot(d, base + int64_t(t2) * C3 + vh, hs);
           }
           F D = 0;  // sum_t2 p * dp  (= dout . out)
 #pragma omp simd reduction(+ : D)
-          for (int t2 = 0; t2 <= t; ++t2) {
+          for (int t2 = first; t2 <= t; ++t2) {
             p[t2] = vexp(p[t2]);
             D += p[t2] * dp[t2];
           }
           F* dq = dbase + int64_t(t) * C3 + h * hs;
-          for (int t2 = 0; t2 <= t; ++t2) {
+          for (int t2 = first; t2 <= t; ++t2) {
             const F ds = p[t2] * (dp[t2] - D) * scale;  // d(score before scaling)
             const F* k = base + int64_t(t2) * C3 + kh;
             F* dk = dbase + int64_t(t2) * C3 + kh;
@@ -108,9 +110,11 @@ void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int 
   }
 }
 
-template void attention_forward<float>(float*, float*, const float*, int, int, int, int, int);
-template void attention_forward<double>(double*, double*, const double*, int, int, int, int, int);
-template void attention_backward<float>(float*, const float*, const float*, const float*, int, int, int, int, int);
-template void attention_backward<double>(double*, const double*, const double*, const double*, int, int, int, int, int);
+template void attention_forward<float>(float*, float*, const float*, int, int, int, int, int, const int32_t*);
+template void attention_forward<double>(double*, double*, const double*, int, int, int, int, int, const int32_t*);
+template void attention_backward<float>(float*, const float*, const float*, const float*, int, int, int, int, int,
+                                        const int32_t*);
+template void attention_backward<double>(double*, const double*, const double*, const double*, int, int, int, int, int,
+                                         const int32_t*);
 
 }  // namespace zt::cpu

@@ -215,17 +215,17 @@ class CpuBackend final : public Backend {
   }
 
   void embedding_forward(void* out, const int32_t* inp, const void* wte, const void* wpe, int B,
-                         int T, int C) override {
+                         int T, int C, const int32_t* pos) override {
     const Access access(*this);
     const int64_t V = dt() == DType::F32 ? 0 : embedding_rows_hint(inp, int64_t(B) * T);  // fp32: no copy
     Out o(out, int64_t(B) * T * C, dt(), false);
     cpu::embedding_forward(o.get(), inp, In(wte, V * C, dt()).get(), In(wpe, int64_t(T) * C, dt()).get(),
-                           B, T, C);
+                           B, T, C, pos);
   }
   void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp, int B,
-                          int T, int C) override {
+                          int T, int C, const int32_t* pos) override {
     const Access access(*this);
-    cpu::embedding_backward(dwte, dwpe, In(dout, int64_t(B) * T * C, dt()).get(), inp, B, T, C);
+    cpu::embedding_backward(dwte, dwpe, In(dout, int64_t(B) * T * C, dt()).get(), inp, B, T, C, pos);
   }
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                          const void* bias, int N, int C, float eps) override {
@@ -278,20 +278,21 @@ class CpuBackend final : public Backend {
                          In(dweight ? inp : nullptr, int64_t(N) * C, dt()).get(),
                          In(weight, int64_t(OC) * C, dt()).get(), N, C, OC);
   }
-  void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int NKV) override {
+  void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int NKV,
+                         const int32_t* pos) override {
     const Access access(*this);
     const int64_t BT = int64_t(B) * T, C3 = int64_t(NH + 2 * NKV) * (C / NH);
     Out o(out, BT * C, dt(), false);
-    cpu::attention_forward(o.get(), lse, In(qkv, BT * C3, dt()).get(), B, T, C, NH, NKV);
+    cpu::attention_forward(o.get(), lse, In(qkv, BT * C3, dt()).get(), B, T, C, NH, NKV, pos);
   }
   void attention_backward(void* dqkv, const void* dout, const void* /*out*/, const void* qkv, const float* lse,
-                          int B, int T, int C, int NH, int NKV) override {
+                          int B, int T, int C, int NH, int NKV, const int32_t* pos) override {
     const Access access(*this);
     const int64_t BT = int64_t(B) * T, C3 = int64_t(NH + 2 * NKV) * (C / NH);
     Out d(dqkv, BT * C3, dt(), false);
     d.zero();  // written: the reference op accumulates into zeros
     cpu::attention_backward(d.get(), In(dout, BT * C, dt()).get(), In(qkv, BT * C3, dt()).get(), lse, B, T, C,
-                            NH, NKV);
+                            NH, NKV, pos);
   }
   void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
                        float eps) override {
@@ -317,10 +318,11 @@ class CpuBackend final : public Backend {
     cpu::rmsnorm_backward(d.get(), dweight, In(dout, n, dt()).get(), In(inp, n, dt()).get(),
                           In(weight, C, dt()).get(), rstd, N, C);
   }
-  void rope(void* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse) override {
+  void rope(void* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse,
+            const int32_t* pos) override {
     const Access access(*this);
     Out o(x, int64_t(B) * T * stride, dt(), true);
-    cpu::rope(o.get(), B, T, n_heads, hs, stride, theta, inverse);
+    cpu::rope(o.get(), B, T, n_heads, hs, stride, theta, inverse, pos);
   }
   void swiglu_forward(void* out, const void* inp, int64_t N, int F) override {
     const Access access(*this);

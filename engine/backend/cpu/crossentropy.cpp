@@ -24,6 +24,11 @@ void softmax_crossentropy(F* losses, F* logits, const int32_t* targets, int N, i
     for (int i = 0; i < Vr; ++i) sum += vexp(row[i] - mx);
     const F lse = mx + std::log(sum);
     const int tgt = targets[n];
+    if (tgt < 0) {  // no loss on this token
+      losses[n] = 0;
+      if (grad_scale != F(0)) std::fill(row, row + V, F(0));
+      continue;
+    }
     losses[n] = lse - row[tgt];
     if (grad_scale != F(0)) {
 #pragma omp simd
@@ -73,6 +78,10 @@ void crossentropy_grad_from_lse(F* logits, const F* lse, const int32_t* targets,
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     F* row = logits + int64_t(n) * V;
+    if (targets[n] < 0) {  // no loss on this token
+      std::fill(row, row + V, F(0));
+      continue;
+    }
     const F l = lse[n];
 #pragma omp simd
     for (int i = 0; i < Vr; ++i) row[i] = vexp(row[i] - l) * grad_scale;

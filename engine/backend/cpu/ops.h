@@ -18,15 +18,23 @@ template <typename F>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, F alpha, const F* A, int lda,
           const F* B, int ldb, F beta, F* C, int ldc);
 
-// out (B,T,C) = wte[inp[b,t], :] + wpe[t, :]. A negative id contributes no token row and a null
-// wpe no position row (vocabulary-parallel embedding: ids outside this rank's slice are -1, and
-// one rank adds positions).
+// Positions (pos below): (B,T) int32, each token's position in its document (0 at a document's
+// first token, counting up), for rows packed with several documents; null means one document a
+// row (position t). Token t of a row then attends to keys [t - pos[t], t] only (its document),
+// and the position embedding / rotation uses pos[t] (GPT-2: row pos[t] of wpe; Llama: RoPE's
+// angle pos[t] * inv_freq).
+
+// out (B,T,C) = wte[inp[b,t], :] + wpe[pos[b,t] or t, :]. A negative id contributes no token row
+// and a null wpe no position row (vocabulary-parallel embedding: ids outside this rank's slice are
+// -1, and one rank adds positions).
 template <typename F>
-void embedding_forward(F* out, const int32_t* inp, const F* wte, const F* wpe, int B, int T, int C);
-// dwte (V,C) += scatter of dout by token (negative ids skipped); dwpe (maxT,C) += sum over b
-// (skipped when null)
+void embedding_forward(F* out, const int32_t* inp, const F* wte, const F* wpe, int B, int T, int C,
+                       const int32_t* pos = nullptr);
+// dwte (V,C) += scatter of dout by token (negative ids skipped); dwpe (maxT,C) += scatter by
+// position (skipped when null); both in (b, t) order
 template <typename F>
-void embedding_backward(F* dwte, F* dwpe, const F* dout, const int32_t* inp, int B, int T, int C);
+void embedding_backward(F* dwte, F* dwpe, const F* dout, const int32_t* inp, int B, int T, int C,
+                        const int32_t* pos = nullptr);
 
 // out (N,C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) saved for backward.
 template <typename F>
@@ -50,11 +58,13 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
 // NKV = NH is multi-head attention, where qkv is (B,T,3C)), each head hs = C/NH channels.
 // out (B,T,C); lse (B,NH,T) = log-sum-exp of each score row, saved so backward recomputes
 // probabilities instead of storing (T,T) per head.
+// With positions (pos, above), row t's keys are [t - pos[t], t]: documents never attend across.
 template <typename F>
-void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH, int NKV);
+void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH, int NKV,
+                       const int32_t* pos = nullptr);
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int B, int T, int C,
-                        int NH, int NKV);
+                        int NH, int NKV, const int32_t* pos = nullptr);
 
 // RMSNorm (Llama): out (N,C) = inp * rstd * weight, rstd (N) = 1 / sqrt(mean(inp^2) + eps),
 // saved for backward.
@@ -70,9 +80,11 @@ void rmsnorm_backward(F* dinp, F* dweight, const F* dout, const F* inp, const F*
 // that rotates the two halves of each head; Meta's original Llama code rotates adjacent pairs
 // (2i, 2i+1) instead, which Hugging Face's conversion script absorbs by permuting the rows of
 // q_proj and k_proj. We follow Hugging Face, so its weights load unpermuted. inverse = true
-// rotates by the negative angle: the backward of the rotation, which is orthogonal.
+// rotates by the negative angle: the backward of the rotation, which is orthogonal. With
+// positions (pos, above) the angle is pos[b,t] * theta^(-2i/hs).
 template <typename F>
-void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse);
+void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse,
+          const int32_t* pos = nullptr);
 
 // SwiGLU (Llama's MLP): inp (N, 2F) holds [gate | up] per row; out (N,F) = silu(gate) * up.
 template <typename F>
@@ -87,6 +99,8 @@ template <typename F>
 void gelu_backward(F* dinp, const F* inp, const F* dout, int64_t n);  // (dinp written; may be dout)
 
 // Fused softmax cross-entropy over logits (N,V): losses (N) = logsumexp(row) - row[target].
+// A negative target (-1: a prompt token, padding, a document's end) carries no loss: its loss is
+// 0 and its gradient row 0, in this op and in the vocabulary-parallel ones below.
 // When grad_scale != 0, overwrites logits with dlogits = (softmax - onehot(target)) * grad_scale,
 // so the probability tensor never exists separately. Columns [Vr, V) of each row are padding
 // (the vocabulary padded for tensor parallelism and vector access): they take no part in the

@@ -7,10 +7,11 @@
 namespace zt::cpu {
 
 template <typename F>
-void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse) {
+void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse, const int32_t* pos) {
   const int half = hs / 2;
-  // cos and sin (T, half): the frequency in fp32 as Hugging Face computes it
-  // (inv_freq = 1 / theta^(2i/hs), angle = t * inv_freq), the trigonometry in double.
+  // cos and sin (T, half) of positions 0..T-1 (with positions, pos[b,t] <= t < T picks the row):
+  // the frequency in fp32 as Hugging Face computes it (inv_freq = 1 / theta^(2i/hs), angle =
+  // position * inv_freq), the trigonometry in double.
   std::vector<F> cs(size_t(T) * half), sn(size_t(T) * half);
   for (int i = 0; i < half; ++i) {
     const float inv_freq = 1.0f / std::pow(theta, float(2 * i) / float(hs));
@@ -23,8 +24,9 @@ void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, 
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t) {
-      const F* c = cs.data() + size_t(t) * half;
-      const F* s = sn.data() + size_t(t) * half;
+      const int p = pos ? pos[int64_t(b) * T + t] : t;
+      const F* c = cs.data() + size_t(p) * half;
+      const F* s = sn.data() + size_t(p) * half;
       F* row = x + (int64_t(b) * T + t) * stride;
       for (int h = 0; h < n_heads; ++h) {
         F* lo = row + int64_t(h) * hs;
@@ -39,7 +41,7 @@ void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, 
     }
 }
 
-template void rope<float>(float*, int, int, int, int, int64_t, float, bool);
-template void rope<double>(double*, int, int, int, int, int64_t, float, bool);
+template void rope<float>(float*, int, int, int, int, int64_t, float, bool, const int32_t*);
+template void rope<double>(double*, int, int, int, int, int64_t, float, bool, const int32_t*);
 
 }  // namespace zt::cpu

@@ -8,6 +8,10 @@
 // kernel) and computes its whole dot product from shared memory (rows padded to hs + 1 floats so
 // the 32 lanes hit 32 banks); for outputs, lane owns dims c = lane + 32 k and takes each
 // probability from its lane with a shuffle. Maths in fp32; q, k, v, dout in T.
+// Packed documents (pos, cpu/ops.h): each row's keys start at its document's first token; every
+// kernel starts its key loop at the tile holding the block's first query's document start, skips
+// a row's tiles wholly before its document, and the dK/dV kernels stop at the first query tile
+// whose documents all start after their keys.
 // Head size up to 128 (KD = ceil(hs / 32) <= 4 dims per lane). For bf16/fp16 and head sizes that
 // are multiples of 16, the forward runs on tensor cores instead (attention_forward_tc_kernel).
 // Grouped-query attention (NKV key/value heads, each read by NH / NKV query heads): the forward
@@ -71,7 +75,8 @@ __device__ inline float dot_rows(const float* a, const float* b, int hs) {
 
 template <typename T, int KD>
 __global__ void __launch_bounds__(32 * kWarps)
-    attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
+    attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale,
+                             const int32_t* pos) {
   const Geo g(T_, C, NH, NKV, blockIdx.y);
   const int q0 = blockIdx.x * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   extern __shared__ float sm[];
@@ -80,15 +85,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   float* Vs = Ks + kTile * g.ld;
   load_tile(Qs, qkv, q0, g, scale, [&](int t) { return g.q(t); });
   float acc[kRowsPerWarp][KD], m[kRowsPerWarp], l[kRowsPerWarp];
+  int first[kRowsPerWarp];  // each row's first key (its document's start)
   #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int t = q0 + warp * kRowsPerWarp + i;
+    first[i] = t < g.T ? doc_first(pos, g.b, g.T, t) : 0;
     m[i] = -INFINITY;
     l[i] = 0;
     #pragma unroll
     for (int k = 0; k < KD; ++k) acc[i][k] = 0;
   }
   const int last_q = min(q0 + kTile, g.T) - 1;
-  for (int k0 = 0; k0 <= last_q; k0 += kTile) {
+  for (int k0 = doc_first(pos, g.b, g.T, q0) / kTile * kTile; k0 <= last_q; k0 += kTile) {
     __syncthreads();  // the previous tile is consumed (and Q is loaded, on the first pass)
     load_tile(Ks, qkv, k0, g, 1.0f, [&](int t) { return g.k(t); });
     load_tile(Vs, qkv, k0, g, 1.0f, [&](int t) { return g.v(t); });
@@ -96,8 +104,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int r = warp * kRowsPerWarp + i, t = q0 + r;
-      if (t >= g.T || k0 > t) continue;  // warp-uniform
-      const bool valid = k0 + lane <= t;
+      if (t >= g.T || k0 > t || k0 + kTile <= first[i]) continue;  // warp-uniform
+      const bool valid = k0 + lane <= t && k0 + lane >= first[i];
       const float s = valid ? dot_rows(Qs + r * g.ld, Ks + lane * g.ld, g.hs) : -INFINITY;
       const float m_new = fmaxf(m[i], warp_max(s));
       const float p = valid ? expf(s - m_new) : 0.0f;
@@ -149,7 +157,8 @@ __global__ void __launch_bounds__(32 * kWarps)
 template <typename T, int KD>
 __global__ void __launch_bounds__(32 * kWarps, 1)
     attention_backward_dkdv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                                               const float* D, int T_, int C, int NH, int NKV, float scale) {
+                                               const float* D, int T_, int C, int NH, int NKV, float scale,
+                                               const int32_t* pos) {
   // blockIdx.y = (b, key/value head); g is the group's first query head, gq each in turn
   const int group = NH / NKV;
   const Geo g(T_, C, NH, NKV, (blockIdx.y / NKV) * NH + (blockIdx.y % NKV) * group);
@@ -161,6 +170,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
   float* dOs = Qs + kTile * g.ld;
   float* Ls = dOs + kTile * g.ld;  // (kTile) lse of the query tile
   float* Ds = Ls + kTile;          // (kTile)
+  int* Fs = reinterpret_cast<int*>(Ds + kTile);  // (kTile) each query's first key
   load_tile(Ks, qkv, k0, g, 1.0f, [&](int t) { return g.k(t); });
   load_tile(Vs, qkv, k0, g, 1.0f, [&](int t) { return g.v(t); });
   float dk[kRowsPerWarp][KD], dv[kRowsPerWarp][KD];
@@ -170,6 +180,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     for (int k = 0; k < KD; ++k) dk[i][k] = dv[i][k] = 0;
   for (int hq = 0; hq < group; ++hq)
   for (int q0 = k0; q0 < g.T; q0 += kTile) {
+    if (doc_first(pos, g.b, g.T, q0) >= k0 + kTile) break;  // (block-uniform) these queries' documents start later
     const Geo gq(T_, C, NH, NKV, (blockIdx.y / NKV) * NH + (blockIdx.y % NKV) * group + hq);
     __syncthreads();
     load_tile(Qs, qkv, q0, gq, 1.0f, [&](int t) { return gq.q(t); });
@@ -178,6 +189,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
       const int t = q0 + r;
       Ls[r] = t < g.T ? lse[gq.stat(t)] : 0.0f;
       Ds[r] = t < g.T ? D[gq.stat(t)] : 0.0f;
+      Fs[r] = t < g.T ? doc_first(pos, g.b, g.T, t) : 0;
     }
     __syncthreads();
     const int t = q0 + lane;  // this lane's query
@@ -185,7 +197,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int j = warp * kRowsPerWarp + i, t2 = k0 + j;
       if (t2 >= g.T) continue;  // warp-uniform
-      const bool valid = t < g.T && t >= t2;
+      const bool valid = t < g.T && t >= t2 && t2 >= Fs[lane];
       float p = 0, ds = 0;
       if (valid) {
         p = expf(dot_rows(Qs + lane * g.ld, Ks + j * g.ld, g.hs) * scale - Ls[lane]);
@@ -225,7 +237,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1)
 template <typename T, int KD>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_backward_dq_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
-                                             int T_, int C, int NH, int NKV, float scale) {
+                                             int T_, int C, int NH, int NKV, float scale, const int32_t* pos) {
   const Geo g(T_, C, NH, NKV, blockIdx.y);
   const int q0 = blockIdx.x * kTile, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   extern __shared__ float sm[];
@@ -236,16 +248,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   load_tile(Qs, qkv, q0, g, 1.0f, [&](int t) { return g.q(t); });
   load_tile(dOs, dout, q0, g, 1.0f, [&](int t) { return g.o(t); });
   float dq[kRowsPerWarp][KD], L[kRowsPerWarp], Dr[kRowsPerWarp];
+  int first[kRowsPerWarp];
   #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int t = q0 + warp * kRowsPerWarp + i;
+    first[i] = t < g.T ? doc_first(pos, g.b, g.T, t) : 0;
     L[i] = t < g.T ? lse[g.stat(t)] : 0.0f;
     Dr[i] = t < g.T ? D[g.stat(t)] : 0.0f;
     #pragma unroll
     for (int k = 0; k < KD; ++k) dq[i][k] = 0;
   }
   const int last_q = min(q0 + kTile, g.T) - 1;
-  for (int k0 = 0; k0 <= last_q; k0 += kTile) {
+  for (int k0 = doc_first(pos, g.b, g.T, q0) / kTile * kTile; k0 <= last_q; k0 += kTile) {
     __syncthreads();
     load_tile(Ks, qkv, k0, g, 1.0f, [&](int t) { return g.k(t); });
     load_tile(Vs, qkv, k0, g, 1.0f, [&](int t) { return g.v(t); });
@@ -253,10 +267,10 @@ __global__ void __launch_bounds__(32 * kWarps)
     #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int r = warp * kRowsPerWarp + i, t = q0 + r;
-      if (t >= g.T || k0 > t) continue;  // warp-uniform
+      if (t >= g.T || k0 > t || k0 + kTile <= first[i]) continue;  // warp-uniform
       const int t2 = k0 + lane;
       float ds = 0;
-      if (t2 <= t) {
+      if (t2 <= t && t2 >= first[i]) {
         const float p = expf(dot_rows(Qs + r * g.ld, Ks + lane * g.ld, g.hs) * scale - L[i]);
         const float dp = dot_rows(dOs + r * g.ld, Vs + lane * g.ld, g.hs);
         ds = p * (dp - Dr[i]) * scale;
@@ -323,7 +337,8 @@ __device__ void load_tile_raw(T* tile, int ld, const T* src, int t0, const Geo& 
 
 template <typename T>
 __global__ void __launch_bounds__(32 * kTcWarps)
-    attention_forward_tc_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
+    attention_forward_tc_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale,
+                                const int32_t* pos) {
   using namespace nvcuda;
   const Geo g(T_, C, NH, NKV, blockIdx.y);
   const TcLayout L(g.hs);
@@ -340,9 +355,10 @@ __global__ void __launch_bounds__(32 * kTcWarps)
   for (int idx = lane; idx < 16 * hs; idx += 32) Os[(idx / hs) * L.ldo + idx % hs] = 0.0f;
   // softmax bookkeeping: lane owns row r = lane / 2 of the warp's 16, columns half * 32 ..
   const int r = lane / 2, half = lane % 2, t = q0 + warp * 16 + r;
+  const int first = t < g.T ? doc_first(pos, g.b, g.T, t) : 0;  // row t's first key
   float m = -INFINITY, l = 0.0f;
   const int last_q = min(q0 + kTcRows, g.T) - 1;
-  for (int k0 = 0; k0 <= last_q; k0 += kTcRows) {
+  for (int k0 = doc_first(pos, g.b, g.T, q0) / kTcRows * kTcRows; k0 <= last_q; k0 += kTcRows) {
     __syncthreads();  // every warp is done with the previous K/V tile
     load_tile_raw(Ks, L.ldq, qkv, k0, g, [&](int t) { return g.k(t); });
     load_tile_raw(Vs, L.ldq, qkv, k0, g, [&](int t) { return g.v(t); });
@@ -364,20 +380,21 @@ __global__ void __launch_bounds__(32 * kTcWarps)
     // online softmax over this tile's 64 keys for row r (two lanes, 32 keys each)
     float mx = -INFINITY;
     for (int j = half * 32; j < half * 32 + 32; ++j) {
-      const float sc = k0 + j <= t ? Ss[r * L.lds + j] * scale : -INFINITY;
+      const float sc = k0 + j <= t && k0 + j >= first ? Ss[r * L.lds + j] * scale : -INFINITY;
       Ss[r * L.lds + j] = sc;
       mx = fmaxf(mx, sc);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float m_new = fmaxf(m, mx);  // finite: key k0 <= t is always in the tile
+    const float m_new = fmaxf(m, mx);  // -inf while row t's document has not begun (packed documents)
+    const float base = m_new == -INFINITY ? 0.0f : m_new;  // then every p and the correction are 0, not NaN
     float sum = 0;
     for (int j = half * 32; j < half * 32 + 32; ++j) {
-      const float pj = expf(Ss[r * L.lds + j] - m_new);
+      const float pj = expf(Ss[r * L.lds + j] - base);
       Ps[r * L.ldp + j] = from_float<T>(pj);
       sum += pj;
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    const float corr = expf(m - m_new);
+    const float corr = expf(m - base);
     l = l * corr + sum;
     m = m_new;
     for (int c = half; c < hs; c += 2) Os[r * L.ldo + c] *= corr;
@@ -410,7 +427,7 @@ __global__ void __launch_bounds__(32 * kTcWarps)
 // does), and dK, dV or dQ accumulate in fp32 shared tiles through tensor-core products.
 struct TcBwdLayout {
   int ldq, lds, ldp, ldo;
-  size_t a, b, c, d, l, dv, s, dp, p, ds, acc0, acc1, total;
+  size_t a, b, c, d, l, dv, fq, s, dp, p, ds, acc0, acc1, total;
   __host__ __device__ explicit TcBwdLayout(int hs) {
     ldq = hs + 8;
     lds = kTcRows + 4;
@@ -424,9 +441,10 @@ struct TcBwdLayout {
     b = a + tile;
     c = b + tile;
     d = c + tile;
-    l = d + tile;     // (64) lse and (64) D of the query tile
+    l = d + tile;     // (64) lse, (64) D and (64) first keys of the query tile
     dv = l + 256;
-    s = dv + 256;
+    fq = dv + 256;
+    s = fq + 256;
     dp = s + wf;
     p = dp + wf;
     ds = p + wt;
@@ -441,6 +459,7 @@ template <typename T>
 struct TcBwdShared {
   T* tile[4];           // (64, ldq) each
   float *lse, *D;       // (64) of the query tile
+  int* first;           // (64) each query's first key
   float *S, *dP;        // (16, lds)
   T *P, *dS;            // (16, ldp)
   float* acc[2];        // (16, ldo)
@@ -449,6 +468,7 @@ struct TcBwdShared {
     for (int i = 0; i < 4; ++i) tile[i] = reinterpret_cast<T*>(smem + tiles[i]);
     lse = reinterpret_cast<float*>(smem + L.l);
     D = reinterpret_cast<float*>(smem + L.dv);
+    first = reinterpret_cast<int*>(smem + L.fq);
     S = reinterpret_cast<float*>(smem + L.s) + warp * 16 * L.lds;
     dP = reinterpret_cast<float*>(smem + L.dp) + warp * 16 * L.lds;
     P = reinterpret_cast<T*>(smem + L.p) + warp * 16 * L.ldp;
@@ -495,11 +515,13 @@ __device__ void tc_accumulate(float* Acc, int ldo, const T* P, int ldp, const T*
 }
 
 template <typename T>
-__device__ void tc_load_stats(float* Ls, float* Ds, const float* lse, const float* D, int t0, const Geo& g) {
+__device__ void tc_load_stats(float* Ls, float* Ds, int* Fs, const float* lse, const float* D, const int32_t* pos,
+                              int t0, const Geo& g) {
   for (int r = threadIdx.x; r < kTcRows; r += blockDim.x) {
     const int t = t0 + r;
     Ls[r] = t < g.T ? lse[g.stat(t)] : 0.0f;
     Ds[r] = t < g.T ? D[g.stat(t)] : 0.0f;
+    Fs[r] = t < g.T ? doc_first(pos, g.b, g.T, t) : 0;
   }
 }
 
@@ -507,7 +529,8 @@ __device__ void tc_load_stats(float* Ls, float* Ds, const float* lse, const floa
 template <typename T>
 __global__ void __launch_bounds__(32 * kTcWarps, 1)
     attention_backward_dkdv_tc_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                                                  const float* D, int T_, int C, int NH, int NKV, float scale) {
+                                                  const float* D, int T_, int C, int NH, int NKV, float scale,
+                                                  const int32_t* pos) {
   // blockIdx.y = (b, key/value head); g is the group's first query head, gq each in turn
   const int group = NH / NKV;
   const Geo g(T_, C, NH, NKV, (blockIdx.y / NKV) * NH + (blockIdx.y % NKV) * group);
@@ -527,18 +550,19 @@ __global__ void __launch_bounds__(32 * kTcWarps, 1)
   const int r = lane / 2, half = lane % 2, key = k0 + warp * 16 + r;  // lane's row for the elementwise step
   for (int hq = 0; hq < group; ++hq)
   for (int q0 = k0; q0 < g.T; q0 += kTcRows) {
+    if (doc_first(pos, g.b, g.T, q0) >= k0 + kTcRows) break;  // (block-uniform) these queries' documents start later
     const Geo gq(T_, C, NH, NKV, (blockIdx.y / NKV) * NH + (blockIdx.y % NKV) * group + hq);
     __syncthreads();
     load_tile_raw(Qs, L.ldq, qkv, q0, gq, [&](int t) { return gq.q(t); });
     load_tile_raw(dOs, L.ldq, dout, q0, gq, [&](int t) { return gq.o(t); });
-    tc_load_stats<T>(Ls, Dq, lse, D, q0, gq);
+    tc_load_stats<T>(Ls, Dq, sh.first, lse, D, pos, q0, gq);
     __syncthreads();
     tc_rows_times_cols(S, L.lds, Ks + warp * 16 * L.ldq, Qs, L.ldq, hs);   // K_w Q^T
     tc_rows_times_cols(dP, L.lds, Vs + warp * 16 * L.ldq, dOs, L.ldq, hs);  // V_w dO^T
     __syncwarp();
     for (int i = half * 32; i < half * 32 + 32; ++i) {
       const int t = q0 + i;
-      const bool valid = key < g.T && t < g.T && t >= key;
+      const bool valid = key < g.T && t < g.T && t >= key && key >= sh.first[i];
       const float p = valid ? expf(S[r * L.lds + i] * scale - Ls[i]) : 0.0f;
       P[r * L.ldp + i] = from_float<T>(p);
       dS[r * L.ldp + i] = from_float<T>(p * (dP[r * L.lds + i] - Dq[i]) * scale);
@@ -561,7 +585,7 @@ __global__ void __launch_bounds__(32 * kTcWarps, 1)
 template <typename T>
 __global__ void __launch_bounds__(32 * kTcWarps)
     attention_backward_dq_tc_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D,
-                                                int T_, int C, int NH, int NKV, float scale) {
+                                                int T_, int C, int NH, int NKV, float scale, const int32_t* pos) {
   const Geo g(T_, C, NH, NKV, blockIdx.y);
   const TcBwdLayout L(g.hs);
   extern __shared__ __align__(128) unsigned char smem[];
@@ -573,11 +597,11 @@ __global__ void __launch_bounds__(32 * kTcWarps)
   const int q0 = blockIdx.x * kTcRows;
   load_tile_raw(Qs, L.ldq, qkv, q0, g, [&](int t) { return g.q(t); });
   load_tile_raw(dOs, L.ldq, dout, q0, g, [&](int t) { return g.o(t); });
-  tc_load_stats<T>(Ls, Dq, lse, D, q0, g);
+  tc_load_stats<T>(Ls, Dq, sh.first, lse, D, pos, q0, g);
   for (int idx = lane; idx < 16 * hs; idx += 32) dQ[(idx / hs) * L.ldo + idx % hs] = 0;
   const int r = lane / 2, half = lane % 2, row = warp * 16 + r, t = q0 + row;
   const int last_q = min(q0 + kTcRows, g.T) - 1;
-  for (int k0 = 0; k0 <= last_q; k0 += kTcRows) {
+  for (int k0 = doc_first(pos, g.b, g.T, q0) / kTcRows * kTcRows; k0 <= last_q; k0 += kTcRows) {
     __syncthreads();
     load_tile_raw(Ks, L.ldq, qkv, k0, g, [&](int t) { return g.k(t); });
     load_tile_raw(Vs, L.ldq, qkv, k0, g, [&](int t) { return g.v(t); });
@@ -586,7 +610,7 @@ __global__ void __launch_bounds__(32 * kTcWarps)
     tc_rows_times_cols(dP, L.lds, dOs + warp * 16 * L.ldq, Vs, L.ldq, hs);  // dO_w V^T
     __syncwarp();
     for (int j = half * 32; j < half * 32 + 32; ++j) {
-      const bool valid = t < g.T && k0 + j <= t;
+      const bool valid = t < g.T && k0 + j <= t && k0 + j >= sh.first[row];
       const float p = valid ? expf(S[r * L.lds + j] * scale - Ls[row]) : 0.0f;
       dS[r * L.ldp + j] = from_float<T>(p * (dP[r * L.lds + j] - Dq[row]) * scale);
     }
@@ -647,16 +671,17 @@ bool fa2_refused(bool ran, int hs, bool backward, int B, int T_, int NH) {
 }
 
 template <typename T>
-bool forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
+bool forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, const int32_t* pos,
+                 cudaStream_t s) {
   if (!use_fa2()) return false;
-  return fa2_refused(attention_forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, s), C / NH, /*backward=*/false, B,
+  return fa2_refused(attention_forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, pos, s), C / NH, /*backward=*/false, B,
                      T_, NH);
 }
 template <typename T>
 bool backward_fa2(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D, int B, int T_,
-                  int C, int NH, int NKV, cudaStream_t s) {
+                  int C, int NH, int NKV, const int32_t* pos, cudaStream_t s) {
   if (!use_fa2()) return false;
-  return fa2_refused(attention_backward_fa2(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s), C / NH,
+  return fa2_refused(attention_backward_fa2(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, pos, s), C / NH,
                      /*backward=*/true, B, T_, NH);
 }
 
@@ -687,17 +712,18 @@ void allow_smem(K kernel, size_t bytes) {
 }  // namespace
 
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, const int32_t* pos,
+                       cudaStream_t s) {
   if (B * T_ <= 0) return;
   const int hs = C / NH;
   if constexpr (sizeof(T) == 2) {
-    if (forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, s)) return;
+    if (forward_fa2(out, lse, qkv, B, T_, C, NH, NKV, pos, s)) return;
     const TcLayout L(hs);
     if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
       auto kernel = attention_forward_tc_kernel<T>;
       allow_smem(kernel, L.total);
       launch(kernel, dim3(blocks_for(T_, kTcRows), unsigned(B * NH)), 32 * kTcWarps, L.total, s, out, lse, qkv, T_, C,
-             NH, NKV, 1.0f / std::sqrt(float(hs)));
+             NH, NKV, 1.0f / std::sqrt(float(hs)), pos);
       ZT_CUDA_LAUNCH_CHECK();
       return;
     }
@@ -707,14 +733,14 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
   with_kd(hs, "attention_forward", [&](auto kd) {
     auto kernel = attention_forward_kernel<T, decltype(kd)::value>;
     allow_smem(kernel, smem);
-    launch(kernel, grid, 32 * kWarps, smem, s, out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(hs)));
+    launch(kernel, grid, 32 * kWarps, smem, s, out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(hs)), pos);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
-                        int NH, int NKV, float* scratch, bool deterministic, cudaStream_t s) {
+                        int NH, int NKV, const int32_t* pos, float* scratch, bool deterministic, cudaStream_t s) {
   if (B * T_ <= 0) return;
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
@@ -725,17 +751,17 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
          C, NH);
   ZT_CUDA_LAUNCH_CHECK();
   if constexpr (sizeof(T) == 2) {
-    if (backward_fa2(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s)) return;
+    if (backward_fa2(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, pos, s)) return;
     const TcBwdLayout L(hs);
     if (use_tensor_cores<T>(hs) && L.total <= smem_optin_limit()) {
       const dim3 tc_grid(blocks_for(T_, kTcRows), unsigned(B * NH)), kv_grid(tc_grid.x, unsigned(B * NKV));
       auto dkdv = attention_backward_dkdv_tc_kernel<T>;
       allow_smem(dkdv, L.total);
-      launch(dkdv, kv_grid, 32 * kTcWarps, L.total, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+      launch(dkdv, kv_grid, 32 * kTcWarps, L.total, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale, pos);
       ZT_CUDA_LAUNCH_CHECK();
       auto dq = attention_backward_dq_tc_kernel<T>;
       allow_smem(dq, L.total);
-      launch(dq, tc_grid, 32 * kTcWarps, L.total, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+      launch(dq, tc_grid, 32 * kTcWarps, L.total, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale, pos);
       ZT_CUDA_LAUNCH_CHECK();
       return;
     }
@@ -744,21 +770,22 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
   const size_t tiles = size_t(4) * kTile * (hs + 1) * sizeof(float);
   with_kd(hs, "attention_backward", [&](auto kd) {
     auto dkdv = attention_backward_dkdv_kernel<T, decltype(kd)::value>;
-    allow_smem(dkdv, tiles + 2 * kTile * sizeof(float));
-    launch(dkdv, kv_grid, 32 * kWarps, tiles + 2 * kTile * sizeof(float), s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV,
-                                                                         scale);
+    const size_t dkdv_smem = tiles + 3 * kTile * sizeof(float);  // + lse, D and first keys of the query tile
+    allow_smem(dkdv, dkdv_smem);
+    launch(dkdv, kv_grid, 32 * kWarps, dkdv_smem, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale, pos);
     ZT_CUDA_LAUNCH_CHECK();
     auto dq = attention_backward_dq_kernel<T, decltype(kd)::value>;
     allow_smem(dq, tiles);
-    launch(dq, grid, 32 * kWarps, tiles, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+    launch(dq, grid, 32 * kWarps, tiles, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale, pos);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
 #define ZT_INSTANTIATE(T)                                                                             \
-  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, int, cudaStream_t);   \
+  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, int, const int32_t*,  \
+                                     cudaStream_t);                                                   \
   template void attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, \
-                                      int, int, float*, bool, cudaStream_t);
+                                      int, int, const int32_t*, float*, bool, cudaStream_t);
 ZT_INSTANTIATE(float)
 ZT_INSTANTIATE(__nv_bfloat16)
 ZT_INSTANTIATE(__half)

@@ -17,6 +17,10 @@
 // at a time); P and dS rounded to T before their products, as in FlashAttention. The backward is
 // FlashAttention-2's 5 matrix-product units (S, dP, dV, dK and dQ in the dK/dV pass, dQ summed in
 // fp32 with atomics), or under [run] deterministic 7 (a dQ pass recomputes S and dP, no atomics).
+// Packed documents (pos, cpu/ops.h; cu_seqlens in FlashAttention's terms) compile a second
+// instance of each kernel (kDocs): a row attends to keys [first, row], `first` its document's
+// start. Tiles wholly before a block's or a warp's documents are skipped, as tiles past the
+// diagonal are, and the mask's compare runs only on tiles that cross a boundary or the diagonal.
 // Fragment layouts: attention_fa2_tiles.cuh; ldmatrix's: ptx.cuh.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -55,6 +59,8 @@ template <int HS>
 constexpr int kForwardRowsOf = fa2::forward_rows(HS);
 template <int HS>
 constexpr int kDkdvRowsOf = fa2::dkdv_query_rows(HS);
+template <bool kDocs>
+constexpr int kStatsOf = fa2::dkdv_stat_rows(kDocs);
 
 // B fragments of two k-steps for n-block rows [n0, n0 + 8) of a shared (n, kLd) tile that holds
 // B transposed (row n = column n of B, as K in Q K^T): b[0], b[1] = k-step k0, b[2], b[3] = k0 + 16.
@@ -150,9 +156,10 @@ __device__ void load_kv(T* Ks, T* Vs, const T* qkv, const Heads& H, int t0, int 
 
 // ---- Forward. A block of 4 warps takes fa2::forward_rows(HS) queries, 16 M per warp (M m-tiles);
 // each warp's rows are [w0, w0 + 16 M), a thread's are w0 + 16 m + g and + 8.
-template <typename T, int HS>
+template <typename T, int HS, bool kDocs>
 __global__ void __launch_bounds__(32 * kWarps)
-    attention_forward_fa2_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale) {
+    attention_forward_fa2_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, int NKV, float scale,
+                                 const int32_t* pos) {
   constexpr int kLd = kLdOf<HS>, kM = kMTilesOf<HS>, kWarpRows = 16 * kM;
   constexpr int kBlockRows = kForwardRowsOf<HS>, kTile = kKeys * kLd;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -163,6 +170,14 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int q0 = int(gridDim.x - 1 - blockIdx.x) * kBlockRows, w0 = q0 + warp * kWarpRows;
   const int warp_last = w0 + kWarpRows - 1;
   const float scale_log2 = scale * kLog2e;  // softmax in base 2: exp2_ftz
+  // the first key of row t (rows past T take the last row's): non-decreasing in t
+  const int b = blockIdx.y / NH;
+  auto first_of = [&](int t) { return kDocs ? doc_first(pos, b, T_, min(t, T_ - 1)) : 0; };
+  [[maybe_unused]] int rf[kM][2];  // kDocs: the first key of each of the thread's rows
+  if constexpr (kDocs)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) rf[m][0] = first_of(w0 + 16 * m + g), rf[m][1] = first_of(w0 + 16 * m + g + 8);
+  const int warp_first = first_of(w0), warp_first_last = first_of(warp_last);
 
   uint32_t qa[kM][HS / 16][4];  // this warp's Q rows as A fragments
 #pragma unroll
@@ -173,9 +188,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int m = 0; m < kM; ++m) mx[m][0] = mx[m][1] = -INFINITY, l[m][0] = l[m][1] = 0;
 
   const int last_q = min(q0 + kBlockRows, T_) - 1, n_tiles = last_q / kKeys + 1;
-  load_kv<T, HS>(tiles, tiles + kTile, qkv, H, 0, T_);
+  const int j0 = first_of(q0) / kKeys;  // the tile of the block's first document start
+  load_kv<T, HS>(tiles + (j0 % 2) * 2 * kTile, tiles + (j0 % 2) * 2 * kTile + kTile, qkv, H, j0 * kKeys, T_);
   cp_async_commit();
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j0; j < n_tiles; ++j) {
     const T* Ks = tiles + (j % 2) * 2 * kTile;
     const T* Vs = Ks + kTile;
     if (j + 1 < n_tiles) {  // the next tile into the other buffer while this one computes
@@ -188,7 +204,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     const int k0 = j * kKeys;
     // One tile of keys: S (16 M x 64) = Q K^T in 8 n-blocks of 8 keys, the online softmax, O += P V.
     // Compiled twice: the causal mask's compare and select only in the tiles that cross this warp's
-    // diagonal (some key after some row), at most 1 + kWarpRows / 64 of them per warp.
+    // diagonal (some key after some row), at most 1 + kWarpRows / 64 of them per warp, or (kDocs)
+    // the start of one of its rows' documents.
     auto tile = [&](auto masked) {
       constexpr bool diagonal = decltype(masked)::value;
       float s[kM][kKeys / 8][4] = {};
@@ -203,7 +220,9 @@ __global__ void __launch_bounds__(32 * kWarps)
           for (int i = 0; i < 4; ++i) {
             [[maybe_unused]] const int key = k0 + nb * 8 + 2 * q + (i % 2);
             float& v = s[m][nb][i];
-            if constexpr (diagonal) v = key <= (i < 2 ? r0 : r1) ? v * scale_log2 : -INFINITY;
+            if constexpr (diagonal && kDocs)
+              v = key <= (i < 2 ? r0 : r1) && key >= rf[m][i / 2] ? v * scale_log2 : -INFINITY;
+            else if constexpr (diagonal) v = key <= (i < 2 ? r0 : r1) ? v * scale_log2 : -INFINITY;
             else v *= scale_log2;
             if (i < 2) mx0 = fmaxf(mx0, v);
             else mx1 = fmaxf(mx1, v);
@@ -212,15 +231,19 @@ __global__ void __launch_bounds__(32 * kWarps)
           mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
           mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
         }
-        // tile 0 holds key 0 <= every row, and every warp computes it: the maxima are finite from it on
+        // tile 0 holds key 0 <= every row, and every warp computes it: the maxima are finite from it on.
+        // With documents a row's first tiles may hold none of its keys: its maximum stays -inf, and
+        // the exponentials are taken from 0 instead (all 0, where -inf - -inf would be NaN).
         const float n0 = fmaxf(mx[m][0], mx0), n1 = fmaxf(mx[m][1], mx1);
-        const float c0 = exp2_ftz(mx[m][0] - n0), c1 = exp2_ftz(mx[m][1] - n1);  // 0 on the first tile (m = -inf)
+        float e0 = n0, e1 = n1;  // the exponentials' base
+        if constexpr (kDocs && diagonal) e0 = n0 == -INFINITY ? 0.0f : n0, e1 = n1 == -INFINITY ? 0.0f : n1;
+        const float c0 = exp2_ftz(mx[m][0] - e0), c1 = exp2_ftz(mx[m][1] - e1);  // 0 on the first tile (m = -inf)
         mx[m][0] = n0, mx[m][1] = n1;
         float sum0 = 0, sum1 = 0;
 #pragma unroll
         for (int nb = 0; nb < kKeys / 8; ++nb) {
-          s[m][nb][0] = exp2_ftz(s[m][nb][0] - n0), s[m][nb][1] = exp2_ftz(s[m][nb][1] - n0);
-          s[m][nb][2] = exp2_ftz(s[m][nb][2] - n1), s[m][nb][3] = exp2_ftz(s[m][nb][3] - n1);
+          s[m][nb][0] = exp2_ftz(s[m][nb][0] - e0), s[m][nb][1] = exp2_ftz(s[m][nb][1] - e0);
+          s[m][nb][2] = exp2_ftz(s[m][nb][2] - e1), s[m][nb][3] = exp2_ftz(s[m][nb][3] - e1);
           sum0 += s[m][nb][0] + s[m][nb][1], sum1 += s[m][nb][2] + s[m][nb][3];
         }
         l[m][0] = l[m][0] * c0 + sum0, l[m][1] = l[m][1] * c1 + sum1;
@@ -231,8 +254,10 @@ __global__ void __launch_bounds__(32 * kWarps)
       // O += P V: P's accumulators of n-blocks 2 kk and 2 kk + 1 are the A fragment of key step kk
       c_times_tile<T, HS, kLd>(o, s, Vs, lane);
     };
-    if (k0 + kKeys - 1 > w0) {  // (warp-uniform) a tile on or past this warp's diagonal
-      if (k0 <= warp_last) tile(std::true_type{});  // keys all after this warp's rows add nothing
+    // (warp-uniform) keys all after this warp's rows, or all before its rows' documents, add nothing
+    if (k0 > warp_last || k0 + kKeys - 1 < warp_first) {
+    } else if (k0 + kKeys - 1 > w0 || k0 < warp_first_last) {  // on the diagonal or a document's start
+      tile(std::true_type{});
     } else {
       tile(std::false_type{});
     }
@@ -319,17 +344,19 @@ __global__ void __launch_bounds__(256)
 // kDq: the same pass also makes dQ (FlashAttention-2's 5 units): each query tile's dS^T goes to
 // shared memory, and after a barrier the 4 warps split the tile's dQ += dS K (kQ x HS over the 64
 // keys, 16 rows x 64 columns a warp), added into dq_acc (B, T, C) fp32 with atomics.
-template <typename T, int HS, bool kDq>
+template <typename T, int HS, bool kDq, bool kDocs>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_backward_dkdv_fa2_kernel(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse,
-                                       const float* D, int T_, int C, int NH, int NKV, float scale) {
+                                       const float* D, int T_, int C, int NH, int NKV, float scale,
+                                       const int32_t* pos) {
   constexpr int kLd = kLdOf<HS>, kQ = kDkdvRowsOf<HS>, kTile = kQ * kLd, kKvTile = kKeys * kLd;
   constexpr bool kSharedKV = HS > 64;  // K and V rows in shared memory rather than registers
   constexpr int kLdS = kQ + 8;         // dS^T's padded rows
+  constexpr int kStats = kStatsOf<kDocs>;  // lse2, D (and kDocs: the first keys) of each query
   extern __shared__ __align__(16) unsigned char smem[];
   T* tiles = reinterpret_cast<T*>(smem);                                          // [2][Q, dO][kQ][kLd]
-  float* stats = reinterpret_cast<float*>(smem + size_t(4) * kTile * sizeof(T));  // [2][lse2, D][kQ]
-  T* kv = reinterpret_cast<T*>(stats + 4 * kQ);  // kSharedKV: [K, V][64][kLd]; else with kDq: K [64][kLd]
+  float* stats = reinterpret_cast<float*>(smem + size_t(4) * kTile * sizeof(T));  // [2][kStats][kQ]
+  T* kv = reinterpret_cast<T*>(stats + 2 * kStats * kQ);  // kSharedKV: [K, V][64][kLd]; else with kDq: K [64][kLd]
   T* dst_tile = kv + (kSharedKV ? 2 : kDq ? 1 : 0) * kKvTile;                    // kDq: dS^T [64 keys][kLdS]
   const int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, group = NH / NKV;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
@@ -346,7 +373,20 @@ __global__ void __launch_bounds__(32 * kWarps)
     load_a_rows<T, HS>(va[0], qkv + H0.v, H0.row, kr0, T_, qd);
   }
   float dk[1][HS / 8][4] = {}, dv[1][HS / 8][4] = {};
-  const int first = k0 / kQ, n_tiles = (T_ + kQ - 1) / kQ - first;  // query tiles at or after the keys
+  // the first key of query t, non-decreasing in t
+  auto first_of = [&](int t) { return kDocs ? doc_first(pos, b, T_, min(t, T_ - 1)) : 0; };
+  // queries past the last whose document starts at or before these keys see none of them
+  int t_end = T_;
+  if constexpr (kDocs) {
+    int lo = k0, hi = T_;  // the first query whose document starts after key k0 + 63
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      if (first_of(mid) > k0 + kKeys - 1) hi = mid;
+      else lo = mid + 1;
+    }
+    t_end = lo;
+  }
+  const int first = k0 / kQ, n_tiles = max(0, (t_end + kQ - 1) / kQ - first);  // query tiles at or after the keys
   const int total = group * n_tiles;  // (query head, query tile) pairs, streamed in that order
   auto load = [&](int i, int buf) {
     const Heads H(T_, C, NH, NKV, HS, b, kvh * group + i / n_tiles);
@@ -354,11 +394,12 @@ __global__ void __launch_bounds__(32 * kWarps)
     T* Qs = tiles + buf * 2 * kTile;
     load_rows<T, HS, kQ>(Qs, qkv + H.q, H.row, t0, T_);
     load_rows<T, HS, kQ>(Qs + kTile, dout + H.o, C, t0, T_);
-    float* st = stats + buf * 2 * kQ;
+    float* st = stats + buf * kStats * kQ;
     for (int r = threadIdx.x; r < kQ; r += blockDim.x) {
       const int t = t0 + r;
       st[r] = t < T_ ? lse[H.stat + t] * kLog2e : INFINITY;  // past T: P = 0
       st[kQ + r] = t < T_ ? D[H.stat + t] : 0.0f;
+      if constexpr (kDocs) reinterpret_cast<int*>(st)[2 * kQ + r] = first_of(t);
     }
   };
   load(0, 0);
@@ -371,8 +412,9 @@ __global__ void __launch_bounds__(32 * kWarps)
     __syncthreads();
     const T* Qs = tiles + buf * 2 * kTile;
     const T* dOs = Qs + kTile;
-    const float* L2 = stats + buf * 2 * kQ;
+    const float* L2 = stats + buf * kStats * kQ;
     const float* Dq = L2 + kQ;
+    [[maybe_unused]] const int* Fq = reinterpret_cast<const int*>(L2 + 2 * kQ);  // kDocs: the queries' first keys
     const int t0 = (first + i % n_tiles) * kQ;
     const int qh = kvh * group + i / n_tiles;  // this tile's query head
     // S^T (16 keys x kQ queries) = K Q^T and dP^T = V dO^T
@@ -385,8 +427,8 @@ __global__ void __launch_bounds__(32 * kWarps)
       a_times_tile_t<T, HS, kLd>(dpt, va, dOs, lane);
     }
     // P^T = exp(S scale - lse), masked only where some query of the tile precedes some key of the
-    // warp; dS^T = P^T (dP^T - D) scale
-    const bool diagonal = t0 < kw0 + 15;
+    // warp, or (kDocs) some query's document starts after some key of the warp; dS^T = P^T (dP^T - D) scale
+    const bool diagonal = t0 < kw0 + 15 || (kDocs && first_of(t0 + kQ - 1) > kw0);
 #pragma unroll
     for (int nb = 0; nb < kQ / 8; ++nb) {
       const int col = nb * 8 + 2 * qd;
@@ -395,7 +437,9 @@ __global__ void __launch_bounds__(32 * kWarps)
       for (int i2 = 0; i2 < 4; ++i2) {
         const int key = i2 < 2 ? kr0 : kr1;
         const float lv = i2 % 2 ? l2.y : l2.x, dv_ = i2 % 2 ? dq.y : dq.x;
-        const float p = !diagonal || key <= t0 + col + i2 % 2 ? exp2_ftz(st[0][nb][i2] * scale_log2 - lv) : 0.0f;
+        bool keep = !diagonal || key <= t0 + col + i2 % 2;
+        if constexpr (kDocs) keep = keep && (!diagonal || key >= Fq[col + i2 % 2]);
+        const float p = keep ? exp2_ftz(st[0][nb][i2] * scale_log2 - lv) : 0.0f;
         st[0][nb][i2] = p;
         dpt[0][nb][i2] = p * (dpt[0][nb][i2] - dv_) * scale;
       }
@@ -430,10 +474,10 @@ __global__ void __launch_bounds__(32 * kWarps)
   }
 }
 
-template <typename T, int HS>
+template <typename T, int HS, bool kDocs>
 __global__ void __launch_bounds__(32 * kWarps)
     attention_backward_dq_fa2_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* D, int T_,
-                                     int C, int NH, int NKV, float scale) {
+                                     int C, int NH, int NKV, float scale, const int32_t* pos) {
   constexpr int kLd = kLdOf<HS>, kTile = kKeys * kLd;
   extern __shared__ __align__(16) unsigned char smem[];
   T* tiles = reinterpret_cast<T*>(smem);  // [2][K, V][64][kLd]
@@ -449,10 +493,14 @@ __global__ void __launch_bounds__(32 * kWarps)
   const float l1 = row1 < T_ ? lse[H.stat + row1] * kLog2e : 0.0f;
   const float d0 = row0 < T_ ? D[H.stat + row0] : 0.0f, d1 = row1 < T_ ? D[H.stat + row1] : 0.0f;
   float dq[1][HS / 8][4] = {};
+  const int b = blockIdx.y / NH;
+  auto first_of = [&](int t) { return kDocs ? doc_first(pos, b, T_, min(t, T_ - 1)) : 0; };
+  const int f0 = first_of(row0), f1 = first_of(row1), warp_first = first_of(w0), warp_first_last = first_of(w0 + 15);
   const int last_q = min(q0 + kRows, T_) - 1, n_tiles = last_q / kKeys + 1;
-  load_kv<T, HS>(tiles, tiles + kTile, qkv, H, 0, T_);
+  const int j0 = first_of(q0) / kKeys;  // the tile of the block's first document start
+  load_kv<T, HS>(tiles + (j0 % 2) * 2 * kTile, tiles + (j0 % 2) * 2 * kTile + kTile, qkv, H, j0 * kKeys, T_);
   cp_async_commit();
-  for (int j = 0; j < n_tiles; ++j) {
+  for (int j = j0; j < n_tiles; ++j) {
     const T* Ks = tiles + (j % 2) * 2 * kTile;
     const T* Vs = Ks + kTile;
     if (j + 1 < n_tiles) {
@@ -463,13 +511,14 @@ __global__ void __launch_bounds__(32 * kWarps)
     cp_async_wait<1>();
     __syncthreads();
     const int k0 = j * kKeys;
-    if (k0 <= w0 + 15) {  // (warp-uniform) keys all after this warp's rows add nothing
+    // (warp-uniform) keys all after this warp's rows, or all before its rows' documents, add nothing
+    if (k0 <= w0 + 15 && k0 + kKeys - 1 >= warp_first) {
       // S = Q K^T and dP = dO V^T (16 queries x 64 keys)
       float s[1][kKeys / 8][4] = {}, dp[1][kKeys / 8][4] = {};
       a_times_tile_t<T, HS, kLd>(s, qa, Ks, lane);
       a_times_tile_t<T, HS, kLd>(dp, oa, Vs, lane);
       // P = exp(S scale - lse), masked only on the diagonal; dS = P (dP - D) scale
-      const bool diagonal = k0 + kKeys - 1 > w0;
+      const bool diagonal = k0 + kKeys - 1 > w0 || k0 < warp_first_last;
 #pragma unroll
       for (int nb = 0; nb < kKeys / 8; ++nb)
 #pragma unroll
@@ -477,7 +526,8 @@ __global__ void __launch_bounds__(32 * kWarps)
           const int key = k0 + nb * 8 + 2 * qd + (i % 2), r = i < 2 ? row0 : row1;
           // exp2f, not exp2_ftz: at head size 128 this kernel sits at 255 registers, and the ftz form's
           // schedule spills 40 bytes there (tools/kernel_report.py)
-          const float p = (!diagonal || key <= r) && r < T_ ? exp2f(s[0][nb][i] * scale_log2 - (i < 2 ? l0 : l1)) : 0.0f;
+          const bool keep = !diagonal || (key <= r && key >= (i < 2 ? f0 : f1));
+          const float p = keep && r < T_ ? exp2f(s[0][nb][i] * scale_log2 - (i < 2 ? l0 : l1)) : 0.0f;
           dp[0][nb][i] = p * (dp[0][nb][i] - (i < 2 ? d0 : d1)) * scale;
         }
       // dQ += dS K (K's tile is k-major here: the transposed reads)
@@ -502,30 +552,31 @@ void allow_smem(K kernel, size_t bytes) {
     ZT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
-template <typename T, int HS>
-void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
+template <typename T, int HS, bool kDocs>
+void launch_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, const int32_t* pos,
+                    cudaStream_t s) {
   const size_t smem = fa2::forward_smem(HS, sizeof(T));
-  auto kernel = attention_forward_fa2_kernel<T, HS>;
+  auto kernel = attention_forward_fa2_kernel<T, HS, kDocs>;
   allow_smem(kernel, smem);
   const int rows = fa2::forward_rows(HS);
   const dim3 grid(unsigned((T_ + rows - 1) / rows), unsigned(B * NH));
-  launch(kernel, grid, 32 * kWarps, smem, s, out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(HS)));
+  launch(kernel, grid, 32 * kWarps, smem, s, out, lse, qkv, T_, C, NH, NKV, 1.0f / std::sqrt(float(HS)), pos);
   ZT_CUDA_LAUNCH_CHECK();
 }
 
 // dq_acc: (B, T, C) fp32 scratch for the 5-unit backward; null: the 7-unit one (no atomics)
-template <typename T, int HS>
+template <typename T, int HS, bool kDocs>
 void launch_backward(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D, int B,
-                     int T_, int C, int NH, int NKV, cudaStream_t s) {
+                     int T_, int C, int NH, int NKV, const int32_t* pos, cudaStream_t s) {
   const float scale = 1.0f / std::sqrt(float(HS));
   const unsigned blocks = unsigned((T_ + kRows - 1) / kRows);  // key tiles (dK/dV), query tiles (dQ): both 64
   const dim3 kv_grid(blocks, unsigned(B * NKV));
   if (dq_acc) {
     ZT_CUDA_CHECK(cudaMemsetAsync(dq_acc, 0, size_t(B) * T_ * C * sizeof(float), s));
-    auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS, true>;
-    const size_t smem = fa2::dkdv_smem(HS, sizeof(T), /*dq=*/true);
+    auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS, true, kDocs>;
+    const size_t smem = fa2::dkdv_smem(HS, sizeof(T), /*dq=*/true, kDocs);
     allow_smem(dkdv, smem);
-    launch(dkdv, kv_grid, 32 * kWarps, smem, s, dqkv, dq_acc, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+    launch(dkdv, kv_grid, 32 * kWarps, smem, s, dqkv, dq_acc, dout, qkv, lse, D, T_, C, NH, NKV, scale, pos);
     ZT_CUDA_LAUNCH_CHECK();
     const int64_t rows = int64_t(B) * T_;
     launch(dq_from_accumulator_kernel<T>, blocks_for(rows * (C / 2), 256), 256, 0, s, dqkv, (const float*)dq_acc, rows,
@@ -533,49 +584,56 @@ void launch_backward(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const 
     ZT_CUDA_LAUNCH_CHECK();
     return;
   }
-  auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS, false>;
-  const size_t dkdv_smem = fa2::dkdv_smem(HS, sizeof(T));
+  auto dkdv = attention_backward_dkdv_fa2_kernel<T, HS, false, kDocs>;
+  const size_t dkdv_smem = fa2::dkdv_smem(HS, sizeof(T), /*dq=*/false, kDocs);
   allow_smem(dkdv, dkdv_smem);
-  launch(dkdv, kv_grid, 32 * kWarps, dkdv_smem, s, dqkv, dq_acc, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+  launch(dkdv, kv_grid, 32 * kWarps, dkdv_smem, s, dqkv, dq_acc, dout, qkv, lse, D, T_, C, NH, NKV, scale, pos);
   ZT_CUDA_LAUNCH_CHECK();
-  auto dq = attention_backward_dq_fa2_kernel<T, HS>;
+  auto dq = attention_backward_dq_fa2_kernel<T, HS, kDocs>;
   const size_t dq_smem = fa2::dq_smem(HS, sizeof(T));
   allow_smem(dq, dq_smem);
-  launch(dq, dim3(blocks, unsigned(B * NH)), 32 * kWarps, dq_smem, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale);
+  launch(dq, dim3(blocks, unsigned(B * NH)), 32 * kWarps, dq_smem, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale,
+         pos);
   ZT_CUDA_LAUNCH_CHECK();
 }
 }  // namespace
 
 template <typename T>
-bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
+bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, const int32_t* pos,
+                           cudaStream_t s) {
   const int hs = C / NH;
   // 16-byte copies need 16-byte aligned rows: the base, and every row and head offset
   const bool aligned = reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 4 == 0;
   if (!aligned || (hs != 64 && hs != 128) || B * T_ <= 0) return false;
-  if (hs == 64) launch_forward<T, 64>(out, lse, qkv, B, T_, C, NH, NKV, s);
-  else launch_forward<T, 128>(out, lse, qkv, B, T_, C, NH, NKV, s);
+  if (pos && hs == 64) launch_forward<T, 64, true>(out, lse, qkv, B, T_, C, NH, NKV, pos, s);
+  else if (pos) launch_forward<T, 128, true>(out, lse, qkv, B, T_, C, NH, NKV, pos, s);
+  else if (hs == 64) launch_forward<T, 64, false>(out, lse, qkv, B, T_, C, NH, NKV, nullptr, s);
+  else launch_forward<T, 128, false>(out, lse, qkv, B, T_, C, NH, NKV, nullptr, s);
   return true;
 }
 
 template <typename T>
 bool attention_backward_fa2(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D,
-                            int B, int T_, int C, int NH, int NKV, cudaStream_t s) {
+                            int B, int T_, int C, int NH, int NKV, const int32_t* pos, cudaStream_t s) {
   const int hs = C / NH;
   const bool aligned = reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0 &&
                        reinterpret_cast<uintptr_t>(dqkv) % 4 == 0 && reinterpret_cast<uintptr_t>(dq_acc) % 8 == 0;
   if (!aligned || (hs != 64 && hs != 128) || B * T_ <= 0) return false;
-  if (hs == 64) launch_backward<T, 64>(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
-  else launch_backward<T, 128>(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, s);
+  if (pos && hs == 64) launch_backward<T, 64, true>(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, pos, s);
+  else if (pos) launch_backward<T, 128, true>(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, pos, s);
+  else if (hs == 64) launch_backward<T, 64, false>(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, nullptr, s);
+  else launch_backward<T, 128, false>(dqkv, dq_acc, dout, qkv, lse, D, B, T_, C, NH, NKV, nullptr, s);
   return true;
 }
 
 template bool attention_backward_fa2<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*,
                                                     const __nv_bfloat16*, const float*, const float*, int, int, int,
-                                                    int, int, cudaStream_t);
+                                                    int, int, const int32_t*, cudaStream_t);
 template bool attention_backward_fa2<__half>(__half*, float*, const __half*, const __half*, const float*, const float*,
-                                             int, int, int, int, int, cudaStream_t);
+                                             int, int, int, int, int, const int32_t*, cudaStream_t);
 template bool attention_forward_fa2<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int, int, int,
-                                                   int, cudaStream_t);
-template bool attention_forward_fa2<__half>(__half*, float*, const __half*, int, int, int, int, int, cudaStream_t);
+                                                   int, const int32_t*, cudaStream_t);
+template bool attention_forward_fa2<__half>(__half*, float*, const __half*, int, int, int, int, int, const int32_t*,
+                                            cudaStream_t);
 
 }  // namespace zt::cuda

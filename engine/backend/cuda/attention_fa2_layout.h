@@ -45,12 +45,15 @@ constexpr size_t padded_row(int hs) { return size_t(hs) + 8; }
 // forward and dQ: [2 buffers][K, V][kKeys][hs + 8]
 constexpr size_t forward_smem(int hs, size_t elem) { return size_t(2) * 2 * kKeys * padded_row(hs) * elem; }
 constexpr size_t dq_smem(int hs, size_t elem) { return forward_smem(hs, elem); }
-// dK/dV: [2][Q, dO][q rows][hs + 8], [2][lse2, D][q rows] floats, and at 128 the K, V rows; with
+// The dK/dV kernel's per-query statistics: lse2 and D, and with packed documents each query's
+// first key.
+constexpr int dkdv_stat_rows(bool docs) { return docs ? 3 : 2; }
+// dK/dV: [2][Q, dO][q rows][hs + 8], [2][stat rows][q rows] floats, and at 128 the K, V rows; with
 // dQ (`dq`) also K's rows at 64 (dQ's B operand) and the tile's dS^T [kKeys][q rows + 8]
-constexpr size_t dkdv_smem(int hs, size_t elem, bool dq = false) {
+constexpr size_t dkdv_smem(int hs, size_t elem, bool dq = false, bool docs = false) {
   const size_t q = size_t(dkdv_query_rows(hs));
   const size_t kv_rows = hs > 64 ? 2 * kKeys : dq ? kKeys : 0;
-  return size_t(2) * 2 * q * padded_row(hs) * elem + size_t(2) * 2 * q * sizeof(float) +
+  return size_t(2) * 2 * q * padded_row(hs) * elem + size_t(2) * dkdv_stat_rows(docs) * q * sizeof(float) +
          kv_rows * padded_row(hs) * elem + (dq ? size_t(kKeys) * (q + 8) * elem : 0);
 }
 

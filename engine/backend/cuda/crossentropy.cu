@@ -40,7 +40,7 @@ __device__ float row_logsumexp(const T* row, int n, int real) {
   return bmx + logf(block_sum(scaled));
 }
 // row (n) = (softmax(row) - onehot(target)) * grad_scale, softmax from the row's log-sum-exp;
-// 0 on the padding
+// 0 on the padding (and everywhere with grad_scale 0: a token without loss)
 template <int V, typename T>
 __device__ void write_grad(T* row, int n, int real, float lse, int target, float grad_scale) {
   for (int i = threadIdx.x * V; i < n; i += blockDim.x * V) {
@@ -60,9 +60,9 @@ __global__ void __launch_bounds__(kThreads)
   const float lse = row_logsumexp<V>(row, n, real);
   const int tgt = targets[blockIdx.x];
   __syncthreads();
-  if (threadIdx.x == 0) losses[blockIdx.x] = lse - to_float(row[tgt]);
+  if (threadIdx.x == 0) losses[blockIdx.x] = tgt < 0 ? 0.0f : lse - to_float(row[tgt]);  // -1: no loss
   __syncthreads();  // the target logit is read before it is overwritten
-  if (grad_scale != 0.0f) write_grad<V>(row, n, real, lse, tgt, grad_scale);
+  if (grad_scale != 0.0f) write_grad<V>(row, n, real, lse, tgt, tgt < 0 ? 0.0f : grad_scale);
 }
 template <int V, typename T>
 __global__ void __launch_bounds__(kThreads) row_max_kernel(float* out, const T* logits, int n, int real) {
@@ -106,7 +106,8 @@ template <int V, typename T>
 __global__ void __launch_bounds__(kThreads)
     grad_from_lse_kernel(T* logits, const float* lse, const int32_t* targets, int n, int real, int v0,
                                      float grad_scale) {
-  write_grad<V>(logits + int64_t(blockIdx.x) * n, n, real, lse[blockIdx.x], targets[blockIdx.x] - v0, grad_scale);
+  const int tgt = targets[blockIdx.x];  // -1: no loss, a zero row
+  write_grad<V>(logits + int64_t(blockIdx.x) * n, n, real, lse[blockIdx.x], tgt - v0, tgt < 0 ? 0.0f : grad_scale);
 }
 }  // namespace
 

@@ -215,16 +215,17 @@ class CudaBackend final : public Backend {
   }
 
   void embedding_forward(void* out, const int32_t* inp, const void* wte, const void* wpe, int B, int T_,
-                         int C) override {
-    ZT_DISPATCH(dt(), T, cuda::embedding_forward(tp<T>(out), inp, tp<T>(wte), tp<T>(wpe), B, T_, C, stream_));
+                         int C, const int32_t* pos) override {
+    ZT_DISPATCH(dt(), T, cuda::embedding_forward(tp<T>(out), inp, tp<T>(wte), tp<T>(wpe), B, T_, C, pos, stream_));
   }
   void embedding_backward(float* dwte, float* dwpe, const void* dout, const int32_t* inp, int B, int T_,
-                          int C) override {
+                          int C, const int32_t* pos) override {
     if (deterministic()) {
       float* sc = scratch(cuda_scratch::embedding_backward(int64_t(B) * T_, true));
-      ZT_DISPATCH(dt(), T, cuda::embedding_backward_deterministic(dwte, dwpe, tp<T>(dout), inp, B, T_, C, sc, stream_));
+      ZT_DISPATCH(dt(), T,
+                  cuda::embedding_backward_deterministic(dwte, dwpe, tp<T>(dout), inp, B, T_, C, pos, sc, stream_));
     } else {
-      ZT_DISPATCH(dt(), T, cuda::embedding_backward(dwte, dwpe, tp<T>(dout), inp, B, T_, C, stream_));
+      ZT_DISPATCH(dt(), T, cuda::embedding_backward(dwte, dwpe, tp<T>(dout), inp, B, T_, C, pos, stream_));
     }
   }
   void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* w, const void* b, int N,
@@ -265,15 +266,16 @@ class CudaBackend final : public Backend {
                             const void* pre, int N, int C, int OC) override {
     gemm().linear_backward(dpre, dw, dbias, dout, inp, w, pre, N, C, OC, dt(), bias_scratch(dbias, OC), stream_);
   }
-  void attention_forward(void* out, float* lse, const void* qkv, int B, int T_, int C, int NH, int NKV) override {
-    ZT_DISPATCH(dt(), T, cuda::attention_forward(tp<T>(out), lse, tp<T>(qkv), B, T_, C, NH, NKV, stream_));
+  void attention_forward(void* out, float* lse, const void* qkv, int B, int T_, int C, int NH, int NKV,
+                         const int32_t* pos) override {
+    ZT_DISPATCH(dt(), T, cuda::attention_forward(tp<T>(out), lse, tp<T>(qkv), B, T_, C, NH, NKV, pos, stream_));
   }
   void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv, const float* lse, int B,
-                          int T_, int C, int NH, int NKV) override {
+                          int T_, int C, int NH, int NKV, const int32_t* pos) override {
     float* sc = scratch(cuda_scratch::attention_backward(B, T_, C, NH, dtype_size(dt()), deterministic()));
     ZT_DISPATCH(dt(), T,
-                cuda::attention_backward(tp<T>(dqkv), tp<T>(dout), tp<T>(out), tp<T>(qkv), lse, B, T_, C, NH, NKV, sc,
-                                         deterministic(), stream_));
+                cuda::attention_backward(tp<T>(dqkv), tp<T>(dout), tp<T>(out), tp<T>(qkv), lse, B, T_, C, NH, NKV, pos,
+                                         sc, deterministic(), stream_));
   }
   void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* w, int N, int C, float eps) override {
     ZT_DISPATCH(dt(), T, cuda::rmsnorm_forward(tp<T>(out), rstd, tp<T>(inp), tp<T>(w), N, C, eps, stream_));
@@ -290,8 +292,9 @@ class CudaBackend final : public Backend {
     ZT_DISPATCH(dt(), T,
                 cuda::rmsnorm_backward(tp<T>(dinp), dw, tp<T>(dout), tp<T>(inp), tp<T>(w), rstd, N, C, sc, stream_));
   }
-  void rope(void* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse) override {
-    ZT_DISPATCH(dt(), T, cuda::rope(tp<T>(x), B, T_, n_heads, hs, stride, theta, inverse, stream_));
+  void rope(void* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse,
+            const int32_t* pos) override {
+    ZT_DISPATCH(dt(), T, cuda::rope(tp<T>(x), B, T_, n_heads, hs, stride, theta, inverse, pos, stream_));
   }
   void swiglu_forward(void* out, const void* inp, int64_t N, int F) override {
     ZT_DISPATCH(dt(), T, cuda::swiglu_forward(tp<T>(out), tp<T>(inp), N, F, stream_));

@@ -66,6 +66,12 @@ __device__ inline float block_max(float v) {
   return warp_max(m);
 }
 
+// The first key row t of sequence b attends to: the first token of its document, t - pos[b, t]
+// (pos: each token's position in its document, (B, T); null: one document a row, key 0).
+__device__ __forceinline__ int doc_first(const int32_t* pos, int b, int T, int t) {
+  return pos ? t - pos[int64_t(b) * T + t] : 0;
+}
+
 inline unsigned blocks_for(long long n, int threads) { return unsigned((n + threads - 1) / threads); }
 
 // ---- storage types: activations and compute weights are float, __nv_bfloat16 or __half; every

@@ -13,8 +13,9 @@ namespace {
 // One block per token row, V channels per access (128 bits where the rows allow).
 template <int V, typename T>
 __global__ void __launch_bounds__(256)
-    embedding_forward_kernel(T* out, const int32_t* inp, const T* wte, const T* wpe, int T_, int C) {
-  const int bt = blockIdx.x, t = bt % T_;
+    embedding_forward_kernel(T* out, const int32_t* inp, const T* wte, const T* wpe, int T_, int C,
+                             const int32_t* pos) {
+  const int bt = blockIdx.x, t = pos ? pos[bt] : bt % T_;
   const int tok = inp[bt];
   for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
     float v[V] = {}, p[V];
@@ -32,8 +33,9 @@ __global__ void __launch_bounds__(256)
 // dout is read V channels per access; the atomics stay scalar.
 template <int V, typename T>
 __global__ void __launch_bounds__(256)
-    embedding_backward_kernel(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int T_, int C) {
-  const int bt = blockIdx.x, t = bt % T_;
+    embedding_backward_kernel(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int T_, int C,
+                              const int32_t* pos) {
+  const int bt = blockIdx.x, t = pos ? pos[bt] : bt % T_;
   const int tok = inp[bt];
   for (int c = threadIdx.x * V; c < C; c += blockDim.x * V) {
     float d[V];
@@ -110,7 +112,8 @@ __global__ void __launch_bounds__(128)
     for (int k = 0; k < V; ++k) row[c + k] = acc[k];
   }
 }
-// dwpe (T, C): thread (t, c) adds dout[b, t, c] for b ascending
+// dwpe (T, C): thread (t, c) adds dout[b, t, c] for b ascending (one document a row; with
+// positions the rows are sorted by position and summed as the tokens' are)
 template <typename T>
 __global__ void __launch_bounds__(256)
     embedding_position_sums_kernel(float* dwpe, const T* dout, int B, int T_, int C) {
@@ -124,20 +127,26 @@ __global__ void __launch_bounds__(256)
 
 template <typename T>
 void embedding_backward_deterministic(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_,
-                                      int C, void* scratch, cudaStream_t s) {
+                                      int C, const int32_t* pos, void* scratch, cudaStream_t s) {
   const int64_t BT = int64_t(B) * T_;
   if (BT <= 0) return;
   if (BT > (int64_t(1) << 30))  // the keys' count, padded to a power of two, must fit an int
     throw std::runtime_error("deterministic embedding backward: " + std::to_string(BT) + " token rows, more than 2^30");
   const int n = int(embedding_sort_keys(BT));
   uint64_t* keys = static_cast<uint64_t*>(scratch);
-  launch(embedding_sort_keys_kernel, (n + 255) / 256, 256, 0, s, keys, inp, int(BT), n);
-  for (int k = 2; k <= n; k <<= 1)
-    for (int j = k >> 1; j > 0; j >>= 1) launch(bitonic_pass_kernel, (n + 255) / 256, 256, 0, s, keys, n, j, k);
-  with_vec<T>(C, {dout}, [&](auto v) {
-    launch(embedding_token_sums_kernel<decltype(v)::value, T>, n, 128, 0, s, dwte, dout, keys, n, C);
-  });
-  if (dwpe) {
+  // the rows of `ids` grouped by id, each group summed into its row of `dst` in (b, t) order
+  auto sums_by_id = [&](float* dst, const int32_t* ids) {
+    launch(embedding_sort_keys_kernel, (n + 255) / 256, 256, 0, s, keys, ids, int(BT), n);
+    for (int k = 2; k <= n; k <<= 1)
+      for (int j = k >> 1; j > 0; j >>= 1) launch(bitonic_pass_kernel, (n + 255) / 256, 256, 0, s, keys, n, j, k);
+    with_vec<T>(C, {dout}, [&](auto v) {
+      launch(embedding_token_sums_kernel<decltype(v)::value, T>, n, 128, 0, s, dst, dout, keys, n, C);
+    });
+  };
+  sums_by_id(dwte, inp);
+  if (dwpe && pos) {
+    sums_by_id(dwpe, pos);  // the keys' scratch again, after the token sums that read it (one stream)
+  } else if (dwpe) {
     const int64_t tc = int64_t(T_) * C;
     launch(embedding_position_sums_kernel<T>, int((tc + 255) / 256), 256, 0, s, dwpe, dout, B, T_, C);
   }
@@ -145,29 +154,32 @@ void embedding_backward_deterministic(float* dwte, float* dwpe, const T* dout, c
 }
 
 template <typename T>
-void embedding_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C, cudaStream_t s) {
+void embedding_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C, const int32_t* pos,
+                       cudaStream_t s) {
   if (B * T_ <= 0) return;
   with_vec<T>(C, {out, wte, wpe}, [&](auto v) {
-    launch(embedding_forward_kernel<decltype(v)::value, T>, B * T_, 256, 0, s, out, inp, wte, wpe, T_, C);
+    launch(embedding_forward_kernel<decltype(v)::value, T>, B * T_, 256, 0, s, out, inp, wte, wpe, T_, C, pos);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
 void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_, int C,
-                        cudaStream_t s) {
+                        const int32_t* pos, cudaStream_t s) {
   if (B * T_ <= 0) return;
   with_vec<T>(C, {dout}, [&](auto v) {
-    launch(embedding_backward_kernel<decltype(v)::value, T>, B * T_, 256, 0, s, dwte, dwpe, dout, inp, T_, C);
+    launch(embedding_backward_kernel<decltype(v)::value, T>, B * T_, 256, 0, s, dwte, dwpe, dout, inp, T_, C, pos);
   });
   ZT_CUDA_LAUNCH_CHECK();
 }
 
 #define ZT_INSTANTIATE(T)                                                                                    \
-  template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, cudaStream_t); \
-  template void embedding_backward<T>(float*, float*, const T*, const int32_t*, int, int, int, cudaStream_t); \
-  template void embedding_backward_deterministic<T>(float*, float*, const T*, const int32_t*, int, int, int,     \
-                                                    void*, cudaStream_t);
+  template void embedding_forward<T>(T*, const int32_t*, const T*, const T*, int, int, int, const int32_t*,   \
+                                     cudaStream_t);                                                          \
+  template void embedding_backward<T>(float*, float*, const T*, const int32_t*, int, int, int, const int32_t*, \
+                                      cudaStream_t);                                                         \
+  template void embedding_backward_deterministic<T>(float*, float*, const T*, const int32_t*, int, int, int,   \
+                                                    const int32_t*, void*, cudaStream_t);
 ZT_INSTANTIATE(float)
 ZT_INSTANTIATE(__nv_bfloat16)
 ZT_INSTANTIATE(__half)

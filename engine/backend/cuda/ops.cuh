@@ -14,16 +14,19 @@
 
 namespace zt::cuda {
 
+// pos: each token's position in its document, (B,T) device int32 or null (cpu/ops.h)
 template <typename T>
-void embedding_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C, cudaStream_t s);
+void embedding_forward(T* out, const int32_t* inp, const T* wte, const T* wpe, int B, int T_, int C,
+                       const int32_t* pos, cudaStream_t s);
 template <typename T>
-void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_, int C, cudaStream_t s);
+void embedding_backward(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_, int C,
+                        const int32_t* pos, cudaStream_t s);
 // The same in a fixed order, the CPU backend's (no atomics): the rows sorted by token, each
 // token's rows summed by one block. scratch: embedding_sort_scratch_floats(B T) floats
 // (embedding_sort.h).
 template <typename T>
 void embedding_backward_deterministic(float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int T_,
-                                      int C, void* scratch, cudaStream_t s);
+                                      int C, const int32_t* pos, void* scratch, cudaStream_t s);
 
 // Column sums over rows are split into this many row chunks, summed in chunk order at the end
 // (their scratch: engine/backend/cuda_scratch.h).
@@ -42,23 +45,27 @@ void bias_backward(float* dbias, const T* dout, int N, int OC, float* scratch, c
 template <typename T>
 void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s);  // out (N,OC) += bias
 
+// pos (null or (B,T) device int32): row t attends to keys [t - pos[t], t], its document (cpu/ops.h);
+// every attention kernel skips the key tiles that lie wholly before a row's document.
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, const int32_t* pos,
+                       cudaStream_t s);
 // The FlashAttention-2-structured forward (attention_fa2.cu; 16-bit types, head size 64 or 128,
 // 16-byte aligned qkv); false where it does not apply. attention_forward takes it unless
 // ZTRAIN_ATTENTION names other kernels (attention.cu).
 template <typename T>
-bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, cudaStream_t s);
+bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, const int32_t* pos,
+                           cudaStream_t s);
 // Its backward (head size 64 or 128), given D = rowsum(dout * out) (B,NH,T); false where it does not
 // apply. dq_acc: an fp32 (B,T,C) scratch for FlashAttention-2's 5 units (dQ summed with atomics);
 // null: 7 units, deterministic (attention_fa2_layout.h, backward_accumulates_dq).
 template <typename T>
 bool attention_backward_fa2(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D,
-                            int B, int T_, int C, int NH, int NKV, cudaStream_t s);
+                            int B, int T_, int C, int NH, int NKV, const int32_t* pos, cudaStream_t s);
 // scratch: fa2::backward_scratch_floats(B, T_, C, NH, sizeof(T), deterministic) floats
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
-                        int NH, int NKV, float* scratch, bool deterministic, cudaStream_t s);
+                        int NH, int NKV, const int32_t* pos, float* scratch, bool deterministic, cudaStream_t s);
 
 template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps, cudaStream_t s);
@@ -69,7 +76,8 @@ template <typename T>
 void rmsnorm_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* w, const float* rstd, int N, int C,
                       float* scratch, cudaStream_t s);  // scratch: cuda_scratch::rmsnorm_backward(C)
 template <typename T>
-void rope(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse, cudaStream_t s);
+void rope(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse, const int32_t* pos,
+          cudaStream_t s);
 template <typename T>
 void swiglu_forward(T* out, const T* inp, int64_t N, int F, cudaStream_t s);
 template <typename T>

@@ -155,8 +155,9 @@ TEST_CASE("a padded vocabulary trains exactly like the real one; its padding sta
       }
     } padding(store, padded);
     for (int step = 1; step <= 4; ++step) {
-      const StepResult r = train_step(job, step - 1, [&](int64_t, int32_t* in, int32_t* tg) {
-        for (int i = 0; i < B * T; ++i) in[i] = (i * 7 + step) % V, tg[i] = (i * 11 + 3 * step) % V;
+      const StepResult r = train_step(job, step - 1, [&](int64_t, MicroBatch& mb) {
+        for (int i = 0; i < B * T; ++i) mb.inputs[i] = (i * 7 + step) % V, mb.targets[i] = (i * 11 + 3 * step) % V;
+        mb.positions = nullptr;
       }, padding);
       losses[padded].push_back(r.loss);
       REQUIRE(padding.zero);

@@ -57,8 +57,9 @@ Trained train(const ZeroPlacement& place, bool early_update = false) {
     }
   } last_grads(job, &out.grads);
   for (int64_t step = 0; step < 3; ++step) {
-    const StepResult r = train_step(job, step, [](int64_t, int32_t* in, int32_t* tgt) {
-      for (int i = 0; i < 16; ++i) in[i] = (i * 7) % 50, tgt[i] = (i * 11 + 3) % 50;
+    const StepResult r = train_step(job, step, [](int64_t, MicroBatch& mb) {
+      for (int i = 0; i < 16; ++i) mb.inputs[i] = (i * 7) % 50, mb.targets[i] = (i * 11 + 3) % 50;
+      mb.positions = nullptr;
     }, last_grads);
     REQUIRE(!r.skipped);
     REQUIRE(r.early_update == early_update);  // it applies where asked for here (offload to pinned memory, ZeRO >= 2)
