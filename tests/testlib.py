@@ -9,6 +9,7 @@ import random
 import shutil
 import socket
 import subprocess
+import struct
 import sys
 import tempfile
 import threading
@@ -102,6 +103,20 @@ def make_chat_dataset(tokenize, out_dir, seed, n=20, long_answer=30):
         f.write("\n".join(lines) + "\n")
     run([tokenize, "chat", "--vocab", "byte", "--template", "chatml", "--out", os.path.join(out_dir, "sft"), jsonl])
     return os.path.join(out_dir, "sft")
+
+
+def read_v2_shard(path):
+    """An independent reader of data/FORMAT.md's version 2: (tokens, document starts, loss flags)."""
+    data = open(path, "rb").read()
+    magic, version, tb, n, docs = struct.unpack_from("<8sIIQQ", data, 0)
+    assert magic == b"ZTOKSHRD" and version == 2, (magic, version)
+    tokens = list(struct.unpack_from("<%d%s" % (n, "H" if tb == 2 else "I"), data, 64))
+    d = (64 + n * tb + 7) // 8 * 8
+    starts = list(struct.unpack_from("<%dQ" % docs, data, d))
+    mask = data[d + 8 * docs:]
+    assert len(mask) == (n + 7) // 8, (len(mask), n)
+    loss = [(mask[i // 8] >> (i % 8)) & 1 for i in range(n)]
+    return tokens, starts, loss
 
 
 def free_port():

@@ -101,7 +101,7 @@ void Progress::step_done(int64_t s, const StepResult& r) {
         scaling += fmt::format(" {} {}", name, tokens_short(tokens.get<double>()));
     }
     if (spec_.data.packing != Packing::None)  // fine-tuning: what the step trained on
-      scaling += fmt::format(" | {} docs, {} loss tokens ({:.2f} loss tok/s)", r.documents, tokens_short(double(r.loss_tokens)),
+      scaling += fmt::format(" | {} docs, {} loss tokens ({:.0f} loss tok/s)", r.documents, tokens_short(double(r.loss_tokens)),
                              r.step_ms > 0 ? double(r.loss_tokens) / (r.step_ms / 1e3) : 0.0);
     if (predicted_step_ms > 0 && mean_step_ms_ > 0)  // the planner's step beside the measured mean
       scaling += fmt::format(" | plan {:.3g} ms, measured {:.3g}x", predicted_step_ms, mean_step_ms_ / predicted_step_ms);

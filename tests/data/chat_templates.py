@@ -12,12 +12,12 @@ renders them:
 - `ztrain-tokenize chat` writes version 2 shards that an independent reader here parses: every
   document decodes to its rendered text, the tokens with loss decode to the trained bytes, the
   manifest lists the template's added tokens; --max-tokens drops or truncates with the counts
-  printed; training on the dataset is refused (exit 2), not read as a token stream.
+  printed; training on the dataset without [data] packing is refused (exit 2), not read as a token
+  stream, and with packing = "documents" it trains.
 """
 import json
 import os
 import random
-import struct
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -72,20 +72,6 @@ def expected_trained(name, conv):
     eot = TEMPLATES[name][1]
     return b"".join(((m["content"].strip() if name == "llama3" else m["content"]) + eot).encode()
                     for m in conv if m["role"] == "assistant")
-
-
-def read_v2_shard(path):
-    """An independent reader of data/FORMAT.md's version 2: (tokens, document starts, loss flags)."""
-    data = open(path, "rb").read()
-    magic, version, tb, n, docs = struct.unpack_from("<8sIIQQ", data, 0)
-    assert magic == b"ZTOKSHRD" and version == 2, (magic, version)
-    tokens = list(struct.unpack_from("<%d%s" % (n, "H" if tb == 2 else "I"), data, 64))
-    d = (64 + n * tb + 7) // 8 * 8
-    starts = list(struct.unpack_from("<%dQ" % docs, data, d))
-    mask = data[d + 8 * docs:]
-    assert len(mask) == (n + 7) // 8, (len(mask), n)
-    loss = [(mask[i // 8] >> (i % 8)) & 1 for i in range(n)]
-    return tokens, starts, loss
 
 
 def main():
@@ -151,7 +137,7 @@ def main():
         decode = lambda ids: b"".join(bytes([t]) if t < 256 else special[t] for t in ids)  # noqa: E731
         docs, trained = [], []
         for s in manifest["shards"]:
-            tokens, starts, loss = read_v2_shard(os.path.join(out, s["file"]))
+            tokens, starts, loss = testlib.read_v2_shard(os.path.join(out, s["file"]))
             expect(len(tokens) <= 4000 or len(starts) == 1, f"{s['file']}: {len(tokens)} tokens in {len(starts)} docs")
             for a, b in zip(starts, starts[1:] + [len(tokens)]):
                 docs.append(decode(tokens[a:b]))
@@ -172,11 +158,14 @@ def main():
                              src], check=False)
             print(f"--max-tokens {longest // 2} --overlong {mode}: {p.stderr.strip()}")
             expect(p.returncode == 0 and (" 0 dropped over" in p.stderr) == (mode == "truncate"), p.stderr)
-        # training reads token streams only: a fine-tuning dataset is refused, not misread
+        # without [data] packing a fine-tuning dataset is refused, not read as a token stream; with it, it trains
         spec = testlib.tiny_spec(os.path.join(work, "spec.toml"), os.path.join(work, "run"), out,
                                  dict(testlib.TINY_MODEL, vocab_size=261), {"max_steps": 1})
         p = testlib.run([args.ztrain, "train", spec], check=False)
-        expect(p.returncode == 2 and "fine-tuning dataset" in p.stderr, f"train on v2: {p.returncode} {p.stderr[-300:]}")
+        expect(p.returncode == 2 and "fine-tuning dataset" in p.stderr and "packing" in p.stderr,
+               f"train on v2: {p.returncode} {p.stderr[-300:]}")
+        p = testlib.run([args.ztrain, "train", spec, "--set", "data.packing=documents"], check=False)
+        expect(p.returncode == 0 and "loss tokens" in p.stdout, f"train on v2, packed: {p.returncode} {p.stderr[-300:]}")
         # a real BPE: the documents decode to the rendered text (tokenized whole, markup as single tokens)
         vocab = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data",
                              "gpt2.tiktoken")
@@ -188,7 +177,7 @@ def main():
             man = json.load(open(os.path.join(out, "manifest.json")))
             expect(man["tokenizer"]["added_tokens"] == {"<|im_start|>": 50257, "<|im_end|>": 50258},
                    f"gpt2 added tokens {man['tokenizer'].get('added_tokens')}")
-            tokens, starts, loss = read_v2_shard(os.path.join(out, man["shards"][0]["file"]))
+            tokens, starts, loss = testlib.read_v2_shard(os.path.join(out, man["shards"][0]["file"]))
             first, first_loss = (tokens[:starts[1]], loss[:starts[1]]) if len(starts) > 1 else (tokens, loss)
             ends_trained = sum(1 for t, l in zip(first, first_loss) if t == 50258 and l)
             turns = sum(m["role"] == "assistant" for m in pairs[0])

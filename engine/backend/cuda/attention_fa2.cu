@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     }
     // P^T = exp(S scale - lse), masked only where some query of the tile precedes some key of the
     // warp, or (kDocs) some query's document starts after some key of the warp; dS^T = P^T (dP^T - D) scale
-    const bool diagonal = t0 < kw0 + 15 || (kDocs && first_of(t0 + kQ - 1) > kw0);
+    const bool diagonal = t0 < kw0 + 15 || (kDocs && Fq[kQ - 1] > kw0);  // the tile's last query's document
 #pragma unroll
     for (int nb = 0; nb < kQ / 8; ++nb) {
       const int col = nb * 8 + 2 * qd;
@@ -481,10 +481,15 @@ __global__ void __launch_bounds__(32 * kWarps)
   constexpr int kLd = kLdOf<HS>, kTile = kKeys * kLd;
   extern __shared__ __align__(16) unsigned char smem[];
   T* tiles = reinterpret_cast<T*>(smem);  // [2][K, V][64][kLd]
+  // kDocs: each of the block's rows' first key, in shared memory rather than registers (at head
+  // size 128 this kernel is at 255 registers)
+  [[maybe_unused]] int* firsts = reinterpret_cast<int*>(tiles + 4 * kTile);  // [kRows]
   const Heads H(T_, C, NH, NKV, HS, blockIdx.y);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
   // heavy blocks first, as in the forward
   const int q0 = int(gridDim.x - 1 - blockIdx.x) * kRows, w0 = q0 + warp * 16, row0 = w0 + g, row1 = row0 + 8;
+  if constexpr (kDocs)  // seen by every warp after the first tile's barrier
+    for (int r = threadIdx.x; r < kRows; r += blockDim.x) firsts[r] = doc_first(pos, blockIdx.y / NH, T_, min(q0 + r, T_ - 1));
   const float scale_log2 = scale * kLog2e;
   uint32_t qa[1][HS / 16][4], oa[1][HS / 16][4];
   load_a_rows<T, HS>(qa[0], qkv + H.q, H.row, row0, T_, qd);
@@ -493,11 +498,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   const float l1 = row1 < T_ ? lse[H.stat + row1] * kLog2e : 0.0f;
   const float d0 = row0 < T_ ? D[H.stat + row0] : 0.0f, d1 = row1 < T_ ? D[H.stat + row1] : 0.0f;
   float dq[1][HS / 8][4] = {};
-  const int b = blockIdx.y / NH;
-  auto first_of = [&](int t) { return kDocs ? doc_first(pos, b, T_, min(t, T_ - 1)) : 0; };
-  const int f0 = first_of(row0), f1 = first_of(row1), warp_first = first_of(w0), warp_first_last = first_of(w0 + 15);
   const int last_q = min(q0 + kRows, T_) - 1, n_tiles = last_q / kKeys + 1;
-  const int j0 = first_of(q0) / kKeys;  // the tile of the block's first document start
+  const int j0 = kDocs ? doc_first(pos, blockIdx.y / NH, T_, q0) / kKeys : 0;  // the tile of the block's first document start
   load_kv<T, HS>(tiles + (j0 % 2) * 2 * kTile, tiles + (j0 % 2) * 2 * kTile + kTile, qkv, H, j0 * kKeys, T_);
   cp_async_commit();
   for (int j = j0; j < n_tiles; ++j) {
@@ -512,13 +514,13 @@ __global__ void __launch_bounds__(32 * kWarps)
     __syncthreads();
     const int k0 = j * kKeys;
     // (warp-uniform) keys all after this warp's rows, or all before its rows' documents, add nothing
-    if (k0 <= w0 + 15 && k0 + kKeys - 1 >= warp_first) {
+    if (k0 <= w0 + 15 && (!kDocs || k0 + kKeys - 1 >= firsts[warp * 16])) {
       // S = Q K^T and dP = dO V^T (16 queries x 64 keys)
       float s[1][kKeys / 8][4] = {}, dp[1][kKeys / 8][4] = {};
       a_times_tile_t<T, HS, kLd>(s, qa, Ks, lane);
       a_times_tile_t<T, HS, kLd>(dp, oa, Vs, lane);
       // P = exp(S scale - lse), masked only on the diagonal; dS = P (dP - D) scale
-      const bool diagonal = k0 + kKeys - 1 > w0 || k0 < warp_first_last;
+      const bool diagonal = k0 + kKeys - 1 > w0 || (kDocs && k0 < firsts[warp * 16 + 15]);
 #pragma unroll
       for (int nb = 0; nb < kKeys / 8; ++nb)
 #pragma unroll
@@ -526,7 +528,8 @@ __global__ void __launch_bounds__(32 * kWarps)
           const int key = k0 + nb * 8 + 2 * qd + (i % 2), r = i < 2 ? row0 : row1;
           // exp2f, not exp2_ftz: at head size 128 this kernel sits at 255 registers, and the ftz form's
           // schedule spills 40 bytes there (tools/kernel_report.py)
-          const bool keep = !diagonal || (key <= r && key >= (i < 2 ? f0 : f1));
+          bool keep = !diagonal || key <= r;
+          if constexpr (kDocs) keep = keep && (!diagonal || key >= firsts[r - q0]);
           const float p = keep && r < T_ ? exp2f(s[0][nb][i] * scale_log2 - (i < 2 ? l0 : l1)) : 0.0f;
           dp[0][nb][i] = p * (dp[0][nb][i] - (i < 2 ? d0 : d1)) * scale;
         }
@@ -590,7 +593,7 @@ void launch_backward(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const 
   launch(dkdv, kv_grid, 32 * kWarps, dkdv_smem, s, dqkv, dq_acc, dout, qkv, lse, D, T_, C, NH, NKV, scale, pos);
   ZT_CUDA_LAUNCH_CHECK();
   auto dq = attention_backward_dq_fa2_kernel<T, HS, kDocs>;
-  const size_t dq_smem = fa2::dq_smem(HS, sizeof(T));
+  const size_t dq_smem = fa2::dq_smem(HS, sizeof(T), kDocs);
   allow_smem(dq, dq_smem);
   launch(dq, dim3(blocks, unsigned(B * NH)), 32 * kWarps, dq_smem, s, dqkv, dout, qkv, lse, D, T_, C, NH, NKV, scale,
          pos);

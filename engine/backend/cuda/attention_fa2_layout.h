@@ -44,7 +44,8 @@ constexpr size_t padded_row(int hs) { return size_t(hs) + 8; }
 // Bytes of dynamic shared memory, for element size `elem` (2: bf16, fp16).
 // forward and dQ: [2 buffers][K, V][kKeys][hs + 8]
 constexpr size_t forward_smem(int hs, size_t elem) { return size_t(2) * 2 * kKeys * padded_row(hs) * elem; }
-constexpr size_t dq_smem(int hs, size_t elem) { return forward_smem(hs, elem); }
+// dQ with packed documents: + the block's rows' first keys [kRows] int32
+constexpr size_t dq_smem(int hs, size_t elem, bool docs = false) { return forward_smem(hs, elem) + (docs ? kRows * 4 : 0); }
 // The dK/dV kernel's per-query statistics: lse2 and D, and with packed documents each query's
 // first key.
 constexpr int dkdv_stat_rows(bool docs) { return docs ? 3 : 2; }
