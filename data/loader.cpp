@@ -218,9 +218,11 @@ int TokenDataset::window(uint64_t w, int32_t* inputs, int32_t* targets, int32_t*
     if (positions) std::iota(positions + j, positions + j + n, 0);
     j += n;
   }
-  std::fill(inputs + j, inputs + seq_len_, 0);  // padding: no loss, attending only to itself
+  // padding: token 0 without loss, each at position 0 (a document of its own: it attends to itself
+  // only, so the padding costs attention no more than its length)
+  std::fill(inputs + j, inputs + seq_len_, 0);
   std::fill(targets + j, targets + seq_len_, -1);
-  if (positions) std::iota(positions + j, positions + seq_len_, 0);
+  if (positions) std::fill(positions + j, positions + seq_len_, 0);
   return int(row_first_[w + 1] - row_first_[w]);
 }
 

@@ -11,7 +11,7 @@
 // least padding, and the order it takes does not matter because rows are shuffled anyway.
 // "padded" puts one document in each row. A document longer than seq_len + 1 tokens is cut into
 // pieces of seq_len + 1 tokens that overlap by one, each attending within itself. The end of a
-// row is padding: token 0, no loss, its own positions. The order of an epoch: the shards in a
+// row is padding: token 0, no loss, each at position 0 (attending only to itself). The order of an epoch: the shards in a
 // seeded permutation, cut into blocks of `shuffle_block` shards, and the windows of each block in a
 // seeded permutation. It depends only on (seed, epoch, dataset), never on the number of ranks, so a
 // data-parallel rank takes its slice of each global batch without changing the math; and a few
