@@ -6,7 +6,8 @@
 2. conversations: questions about the play with fixed answers, in ChatML, each asked many times
    -> `ztrain-tokenize chat` (loss on the answers); the same conversations with the loss on the
    questions instead (--train-roles user), to measure the prompts' loss;
-3. fine-tune from the export ([model] init_from) with [data] packing = "documents";
+3. fine-tune from the export ([model] init_from) with [data] packing = "documents"; resumed from
+   its step-60 checkpoint, it gives the same losses;
 4. the fine-tuned model answers every question with its answer: greedy decoding in PyTorch
    (tests/torch_gpt.py) from the fine-tuned checkpoint's weights, the prompt rendered as ChatML
    renders a user turn followed by the assistant's header;
@@ -124,9 +125,9 @@ def main():
         special = json.load(open(os.path.join(answers, "manifest.json")))["tokenizer"]["added_tokens"]
         # 3. fine-tuning from the export, packed
         ft_ck = os.path.join(work, "ft_ckpt")
-        ft = spec(work, "ft", answers, {"micro_batch": 8, "global_batch": 8, "max_steps": 120, "log_every": 40},
-                  {"lr": 2e-3, "warmup_steps": 10}, checkpoint__dir=ft_ck, model__init_from=hf,
-                  data__packing="documents")
+        ft = spec(work, "ft", answers, {"micro_batch": 8, "global_batch": 8, "max_steps": 120, "log_every": 20},
+                  {"lr": 2e-3, "warmup_steps": 10}, checkpoint__dir=ft_ck, checkpoint__every_steps=60,
+                  model__init_from=hf, data__packing="documents")
         p = ztrain(args, ["train", ft])
         lines = [ln for ln in p.stdout.splitlines() if ln.startswith("step ")]
         print("fine-tuning:", lines[0], "\n            ", lines[-1])
@@ -134,6 +135,13 @@ def main():
         train_rows = testlib.metrics(os.path.join(work, "ft"))
         expect(all(r.get("loss_tokens", 0) > 0 and r.get("documents", 0) > 0 for r in train_rows),
                f"metrics.jsonl train rows without loss_tokens / documents: {train_rows[:1]}")
+        # exact resume of a packed run: from step 60, in a directory of its own, the same losses
+        ztrain(args, ["train", ft, "--resume", os.path.join(ft_ck, "step_00000060"), "--set",
+                      f"run.out_dir={os.path.join(work, 'ft_resumed')}", "--set",
+                      f"checkpoint.dir={os.path.join(work, 'ft_resumed_ckpt')}"])
+        resumed = {r["step"]: r["loss"] for r in testlib.metrics(os.path.join(work, "ft_resumed"))}
+        whole = {r["step"]: r["loss"] for r in train_rows if r["step"] > 60}
+        expect(resumed == whole and len(whole) == 3, f"resumed at step 60: losses {resumed}, uninterrupted {whole}")
         before, after = load(pre_step), load(os.path.join(ft_ck, "step_00000120"))
         # 4. the answers
         right = 0
