@@ -11,44 +11,70 @@
 
 namespace zt {
 
+namespace {
+// The step's micro-batches, and the global batch's tokens with loss. The loss is the mean over
+// those tokens, and each token's loss gradient is scaled by 1 / their count on every rank and
+// micro-batch alike, so gradient accumulation and data parallelism give the mean over the same
+// tokens whatever the layout. Without packing every position carries loss and the count is the
+// global batch's: micro-batches are read as the step needs them. With packing (prompt tokens,
+// padding and documents' ends carry none) they are all read first and counted, and one all-reduce
+// over the data-parallel ranks sums the counts (Hugging Face's num_items_in_batch).
+class StepBatches {
+ public:
+  StepBatches(Job& job, const MicroBatchSource& next, StepResult& r)
+      : next_(next), ahead_(job.spec.data.packing != Packing::None),
+        bt_(job.spec.train.micro_batch * job.spec.model.seq_len) {
+    const int64_t accum = job.micro_batches;
+    job.batches.resize(size_t((ahead_ ? accum : 1) * 3 * bt_));
+    buf_ = job.batches.data();
+    loss_tokens = double(job.spec.train.global_batch) * double(job.spec.model.seq_len);
+    if (!ahead_) return;
+    double counts[2] = {0, 0};  // tokens with loss, documents
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      read_.push_back(at(micro));
+      next_(micro, read_.back());
+      counts[0] += double(zt::loss_tokens(read_.back().targets, bt_));
+      counts[1] += double(read_.back().documents);
+    }
+    job.topo.dp_group->all_reduce_doubles(counts, 2);
+    loss_tokens = counts[0];
+    r.loss_tokens = int64_t(counts[0]), r.documents = int64_t(counts[1]);
+  }
+  MicroBatch get(int64_t micro) {
+    if (ahead_) return read_[size_t(micro)];
+    MicroBatch mb = at(0);
+    next_(micro, mb);
+    return mb;
+  }
+  double loss_tokens;  // in the global batch
+
+ private:
+  MicroBatch at(int64_t i) const {
+    int32_t* p = buf_ + i * 3 * bt_;
+    return MicroBatch{p, p + bt_, p + 2 * bt_};
+  }
+  const MicroBatchSource& next_;
+  const bool ahead_;
+  const int64_t bt_;
+  int32_t* buf_;
+  std::vector<MicroBatch> read_;
+};
+}  // namespace
+
 StepResult train_step(Job& job, int64_t step, const MicroBatchSource& next, StepHook& hooks) {
   const RunSpec& spec = job.spec;
   ParamStore& store = *job.store;
   Model& model = *job.model;
   const int B = int(spec.train.micro_batch), T = int(spec.model.seq_len);
-  const int64_t accum = job.micro_batches, BT = int64_t(B) * T;
+  const int64_t accum = job.micro_batches;
   StepResult r;
   r.step = step;
   r.lr = lr_at(spec.optim, step, spec.train.max_steps);
   r.loss_scale = job.scaler.scale();
-  // The loss is the mean over the global batch's tokens with loss, and each token's loss gradient
-  // is scaled by 1 / their count on every rank and micro-batch alike, so gradient accumulation and
-  // data parallelism give the mean over the same tokens whatever the layout. Without packing every
-  // position carries loss and the count is the global batch's. With packing (prompt tokens, padding
-  // and documents' ends carry none) the step's micro-batches are read first and counted, and one
-  // all-reduce over the data-parallel ranks sums the counts (Hugging Face's num_items_in_batch).
-  const bool ahead = spec.data.packing != Packing::None;
-  job.batches.resize(size_t((ahead ? accum : 1) * 3 * BT));
-  auto batch_at = [&](int64_t i) {
-    int32_t* p = job.batches.data() + i * 3 * BT;
-    return MicroBatch{p, p + BT, p + 2 * BT};
-  };
-  std::vector<MicroBatch> read;
-  double counts[2] = {double(spec.train.global_batch) * T, 0};  // tokens with loss, documents
-  if (ahead) {
-    counts[0] = 0;
-    for (int64_t micro = 0; micro < accum; ++micro) {
-      read.push_back(batch_at(micro));
-      next(micro, read.back());
-      counts[0] += double(loss_tokens(read.back().targets, BT));
-      counts[1] += double(read.back().documents);
-    }
-    job.topo.dp_group->all_reduce_doubles(counts, 2);
-    r.loss_tokens = int64_t(counts[0]), r.documents = int64_t(counts[1]);
-  }
-  const double tokens = std::max(counts[0], 1.0);  // a batch without loss: no gradient, loss 0
-  const float grad_scale = float(r.loss_scale / tokens);
   hooks.step_begin(step);
+  StepBatches batches(job, next, r);
+  const double tokens = std::max(batches.loss_tokens, 1.0);  // a batch without loss: no gradient, loss 0
+  const float grad_scale = float(r.loss_scale / tokens);
   store.zero_grad();
   // With optimizer offload to CPU memory, each group's host AdamW may run while backward goes on,
   // where nothing global (clipping by the norm, fp16 unscaling) must first touch the gradients.
@@ -56,8 +82,7 @@ StepResult train_step(Job& job, int64_t step, const MicroBatchSource& next, Step
   r.early_update = spec.optim.grad_clip == 0 && !job.scaler.active() && spec.train.spike_policy == SpikePolicy::Off &&
                    schedule_early_adamw(job.early, *job.optimizer, r.lr, job.adam_steps + 1);
   for (int64_t micro = 0; micro < accum; ++micro) {
-    MicroBatch mb = ahead ? read[size_t(micro)] : batch_at(0);
-    if (!ahead) next(micro, mb);
+    MicroBatch mb = batches.get(micro);
     store.set_last_micro_batch(micro == accum - 1);
     if (micro == accum - 1) store.prefetch_optimizer_states();  // NVMe: the step's first reads, now
     hooks.forward_begin(step, micro);

@@ -1,3 +1,6 @@
+// One file over 600 lines on purpose: the forward, the two backward passes and their launches
+// share the tile walk and its classes (skipped, masked, clean; by the diagonal and by the
+// documents' starts), which must change together.
 // Causal attention in FlashAttention-2's structure on mma.sync tensor cores, with the fragments
 // read from shared memory by ldmatrix (bf16 / fp16, head size 64 or 128); the default attention
 // where it applies. What changed from the first generation (attention_fa2_v1.cu until b76f2b9;
