@@ -105,9 +105,14 @@ Llama::~Llama() {
 }
 
 std::string Llama::describe() const {
-  return fmt::format("llama {} layers, d_model {}, {} heads ({} key/value), d_ff {}, seq_len {}, vocab {}{}{}{}{}",
+  const RopeScaling& r = cfg_.rope_scaling;
+  return fmt::format("llama {} layers, d_model {}, {} heads ({} key/value), d_ff {}, seq_len {}, vocab {}{}{}{}{}{}",
                      cfg_.n_layer, cfg_.d_model, cfg_.n_head, cfg_.n_kv_head, cfg_.d_ff, cfg_.seq_len,
                      cfg_.vocab_size,
+                     r.factor > 0 ? fmt::format(", RoPE scaled (llama3: factor {:g}, frequency factors {:g}/{:g}, "
+                                                "original {:g} positions)", r.factor, r.low_freq_factor,
+                                                r.high_freq_factor, r.original_positions)
+                                  : "",
                      cfg_.vocab_held() > cfg_.vocab_size ? fmt::format(" (held as {})", cfg_.vocab_held()) : "",
                      cfg_.tie_embeddings ? ", tied head" : "", recompute_note(cfg_.recompute),
                      tp_.sequence_parallel() ? ", sequence-parallel" : "");
@@ -160,7 +165,7 @@ void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, 
   be_.matmul_forward(x.qkv, ln1, w.qkv, nullptr, BT, C, int(w_.qkv));  // (B,T,Wqkv) this rank's heads
   // q and k heads are adjacent in each row: one rotation covers both
   const int32_t* pos = tokens_.current().positions;  // packed documents: each attends within itself
-  be_.rope(x.qkv, B, T, NH_l_ + NKV_l_, hs, w_.qkv, cfg_.rope_theta, false, pos);
+  be_.rope(x.qkv, B, T, NH_l_ + NKV_l_, hs, w_.qkv, cfg_.rope_theta, false, pos, cfg_.rope_scaling);
   be_.attention_forward(x.atty, x.lse, x.qkv, B, T, int(w_.q), NH_l_, NKV_l_, pos);  // (B,T,Wq)
   void* attproj = tp_.partial_sums(x.attproj, sq.partial);
   be_.matmul_forward(attproj, x.atty, w.o, nullptr, BT, int(w_.q), C);  // row-parallel
@@ -251,7 +256,7 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
   be_.matmul_backward(a.datty, g.o, nullptr, dres, x.atty, w.o, BT, int(Wq), C);
   const int32_t* pos = tokens_.current().positions;
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.lse, B, T, int(Wq), NH_l_, NKV_l_, pos);
-  be_.rope(a.dqkv, B, T, NH_l_ + NKV_l_, hs, Wqkv, cfg_.rope_theta, true, pos);  // through the rotation
+  be_.rope(a.dqkv, B, T, NH_l_ + NKV_l_, hs, Wqkv, cfg_.rope_theta, true, pos, cfg_.rope_scaling);  // through the rotation
   float* kv_grad = g.qkv + Wq * C;  // k_proj then v_proj rows follow q_proj's
   std::function<void()> kv_begin, kv_end;
   if (kv_replicas_ > 1) {  // the weight gradient's GEMM then accumulates exactly this rank's part

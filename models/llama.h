@@ -37,6 +37,7 @@ struct LlamaConfig {
   int n_layer = 0, n_head = 0, n_kv_head = 0, d_model = 0, d_ff = 0, vocab_size = 0, seq_len = 0;
   int vocab_padded = 0;  // the vocabulary as held (0 = not padded), as in GPT2Config
   float rope_theta = 10000.0f, norm_eps = 1e-5f;
+  RopeScaling rope_scaling;  // Llama 3.1's frequency rule; plain RoPE by default
   bool tie_embeddings = false;
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;  // the norms' and residuals' rows split across the tensor group

@@ -26,6 +26,9 @@ LlamaConfig llama_config(const RunSpec::Model& m, int tp, Recompute rc, bool seq
   c.seq_len = int(m.seq_len);
   c.vocab_padded = int(held_vocab(m, tp));
   c.rope_theta = float(m.rope_theta);
+  if (m.rope_scaling == "llama3")
+    c.rope_scaling = {float(m.rope_scaling_factor), float(m.rope_scaling_low_freq_factor),
+                      float(m.rope_scaling_high_freq_factor), float(m.rope_scaling_original_max_positions)};
   c.norm_eps = float(m.norm_eps);
   c.tie_embeddings = m.tie_embeddings;
   c.recompute = rc;
@@ -44,6 +47,18 @@ class LlamaFamily final : public ModelFamily {
             fmt::format("the rotary embedding needs an even head size; d_model / n_head = {} / {} = {}", m.d_model,
                         m.n_head, m.d_model / m.n_head));
     if (!c.given("tie_embeddings")) m.tie_embeddings = false;  // Llama's default
+    // RoPE scaling: Llama 3.1's rule, or none; its parameters only with it (a factor given alone
+    // would be silently unused)
+    c.check(m.rope_scaling.empty() || m.rope_scaling == "llama3", "rope_scaling",
+            fmt::format("\"{}\" is not a scaling ztrain builds: \"llama3\" (Llama 3.1-3.3), or \"\" for none "
+                        "(linear, dynamic, yarn and longrope are not implemented)", m.rope_scaling));
+    for (const char* k : {"rope_scaling_factor", "rope_scaling_low_freq_factor", "rope_scaling_high_freq_factor",
+                          "rope_scaling_original_max_positions"})
+      c.check(!m.rope_scaling.empty() || !c.given(k), k, "applies only with rope_scaling = \"llama3\"");
+    c.check(m.rope_scaling.empty() || m.rope_scaling_low_freq_factor < m.rope_scaling_high_freq_factor,
+            "rope_scaling_low_freq_factor",
+            fmt::format("{} must be below rope_scaling_high_freq_factor = {} (the band between them is interpolated)",
+                        m.rope_scaling_low_freq_factor, m.rope_scaling_high_freq_factor));
   }
 
   std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp,
@@ -84,28 +99,57 @@ class LlamaFamily final : public ModelFamily {
 
   bool reads_hf_model_type(const std::string& type) const override { return type == "llama" || type == "mistral"; }
 
-  // The rotary base in either spelling: transformers v4's top-level rope_theta (with rope_scaling,
-  // refused above), or v5's rope_parameters = {rope_type, rope_theta, and the scaling's fields}.
-  // Only plain RoPE is built: any other rope_type is refused, and so is any field of
-  // rope_parameters not read here (left for read_hf_config's caller to name).
+  // The rotary base in either spelling: transformers v4's top-level rope_theta, or v5's
+  // rope_parameters = {rope_type, rope_theta, and the scaling's fields}.
   static double rope_theta(const HfConfigView& c) {
     const double top = c.number("rope_theta", 10000.0);
     if (!c.has("rope_parameters")) return top;
-    const std::string type = c.string("rope_parameters.rope_type", "default");
-    if (type != "default")
-      c.reject(fmt::format("rope_parameters.rope_type = \"{}\" is not supported (plain rotary embedding only): "
-                           "rope_parameters = {}", type, c.json("rope_parameters")));
     const double inner = c.number("rope_parameters.rope_theta", top);
     if (c.has("rope_theta") && inner != top)
       c.reject(fmt::format("rope_theta = {} and rope_parameters.rope_theta = {} disagree", top, inner));
     return inner;
   }
+  // RoPE scaling in either spelling: v4's rope_scaling = {rope_type (or the older "type"), factor,
+  // low_freq_factor, high_freq_factor, original_max_position_embeddings}, or the same fields in
+  // v5's rope_parameters. "default" is none; "llama3" is built; any other type is refused by name,
+  // and so is any field of the object not read here (read_hf_config's caller names it).
+  static void rope_scaling(const HfConfigView& c, std::vector<HfModelKey>& keys) {
+    const bool v5 = c.has("rope_parameters");
+    const std::string at = v5 ? "rope_parameters" : "rope_scaling";
+    if (v5 && c.has("rope_scaling"))
+      c.reject(fmt::format("both rope_scaling = {} and rope_parameters = {}: one spelling only", c.json("rope_scaling"),
+                           c.json("rope_parameters")));
+    auto field = [&](const char* f) { return at + "." + f; };
+    std::string type = "default";
+    if (c.has(at.c_str())) {
+      type = c.string(field("rope_type").c_str(), "");
+      const std::string older = c.string(field("type").c_str(), "");
+      if (!older.empty() && !type.empty() && older != type)
+        c.reject(fmt::format("{}.rope_type = \"{}\" and {}.type = \"{}\" disagree", at, type, at, older));
+      if (type.empty()) type = older.empty() ? "default" : older;
+    }
+    if (type == "default") {
+      keys.push_back({"rope_scaling", std::string(), at});
+      return;
+    }
+    if (type != "llama3")
+      c.reject(fmt::format("{}.rope_type = \"{}\" is not supported: ztrain builds plain RoPE and Llama 3.1's "
+                           "\"llama3\" scaling ({} = {})", at, type, at, c.json(at.c_str())));
+    auto number = [&](const char* f) {
+      if (!c.has(field(f).c_str())) c.reject(fmt::format("{}: rope_type \"llama3\" without {}", at, field(f)));
+      return c.number(field(f).c_str(), 0);
+    };
+    keys.push_back({"rope_scaling", std::string("llama3"), field("rope_type")});
+    keys.push_back({"rope_scaling_factor", number("factor"), field("factor")});
+    keys.push_back({"rope_scaling_low_freq_factor", number("low_freq_factor"), field("low_freq_factor")});
+    keys.push_back({"rope_scaling_high_freq_factor", number("high_freq_factor"), field("high_freq_factor")});
+    keys.push_back({"rope_scaling_original_max_positions", c.integer(field("original_max_position_embeddings").c_str()),
+                    field("original_max_position_embeddings")});
+  }
 
   std::vector<HfModelKey> read_hf_config(const HfConfigView& c) const override {
     const std::string act = c.string("hidden_act", "silu");
     if (act != "silu") c.reject(fmt::format("hidden_act = \"{}\": ztrain's Llama uses SwiGLU (silu)", act));
-    if (c.has("rope_scaling"))
-      c.reject(fmt::format("rope_scaling = {} is not supported (plain rotary embedding only)", c.json("rope_scaling")));
     c.ignore("attention_dropout");  // dropout in training only: ztrain trains without it
     c.ignore("pretraining_tp");     // transformers splits the same products into slices
     if (c.boolean("attention_bias", false) || c.boolean("mlp_bias", false))
@@ -117,7 +161,7 @@ class LlamaFamily final : public ModelFamily {
     if (c.has("head_dim") && NH > 0 && c.integer("head_dim") * NH != C)
       c.reject(fmt::format("head_dim = {} is not hidden_size / num_attention_heads = {}", c.integer("head_dim"),
                            C / NH));
-    return {{"arch", std::string(name()), "model_type"},
+    std::vector<HfModelKey> keys = {{"arch", std::string(name()), "model_type"},
             {"n_layer", c.integer("num_hidden_layers"), "num_hidden_layers"},
             {"n_head", NH, "num_attention_heads"},
             {"n_kv_head", c.contains("num_key_value_heads") ? c.integer("num_key_value_heads") : NH,
@@ -129,10 +173,13 @@ class LlamaFamily final : public ModelFamily {
             {"norm_eps", c.number("rms_norm_eps", 1e-6), "rms_norm_eps"},
             {"rope_theta", rope_theta(c), "rope_theta"},
             {"tie_embeddings", c.boolean("tie_word_embeddings", false), "tie_word_embeddings"}};
+    rope_scaling(c, keys);
+    return keys;
   }
 
   HfConfigFields hf_config(const RunSpec::Model& m, const char* torch_dtype) const override {
-    return {{"architectures", std::vector<std::string>{"LlamaForCausalLM"}},
+    HfConfigFields out = hf_rope_scaling(m);
+    HfConfigFields rest = {{"architectures", std::vector<std::string>{"LlamaForCausalLM"}},
             {"model_type", std::string(name())},
             {"num_hidden_layers", m.n_layer},
             {"num_attention_heads", m.n_head},
@@ -147,8 +194,19 @@ class LlamaFamily final : public ModelFamily {
             {"hidden_act", std::string("silu")},
             {"attention_bias", false},
             {"mlp_bias", false},
-            {"rope_scaling", nullptr},
             {"torch_dtype", std::string(torch_dtype)}};
+    out.insert(out.begin(), rest.begin(), rest.end());
+    return out;
+  }
+  // config.json's rope_scaling as Meta's Llama 3.1-3.3 files on the Hub spell it (transformers
+  // v4: an object with rope_type), or null.
+  static HfConfigFields hf_rope_scaling(const RunSpec::Model& m) {
+    if (m.rope_scaling.empty()) return {{"rope_scaling", nullptr}};
+    return {{"rope_scaling.rope_type", m.rope_scaling},
+            {"rope_scaling.factor", m.rope_scaling_factor},
+            {"rope_scaling.low_freq_factor", m.rope_scaling_low_freq_factor},
+            {"rope_scaling.high_freq_factor", m.rope_scaling_high_freq_factor},
+            {"rope_scaling.original_max_position_embeddings", m.rope_scaling_original_max_positions}};
   }
 };
 

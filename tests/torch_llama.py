@@ -28,17 +28,38 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def rope_cos_sin(T, hs, theta):
+def llama3_inv_freq(inv_freq, s):
+    """Llama 3.1's frequency rule, as transformers' _compute_llama3_parameters publishes it: wavelengths
+    below original / high_freq_factor kept, above original / low_freq_factor divided by the factor,
+    the band between interpolated. s: {factor, low_freq_factor, high_freq_factor,
+    original_max_position_embeddings} (and "plant": a bug to show the parity test catches it)."""
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old = s["original_max_position_embeddings"]
+    if s.get("plant") == "smooth band off by one":  # the interpolation's context one position long
+        old_smooth = old + 1
+    else:
+        old_smooth = old
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+    smooth = (old_smooth / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / high) * ~(wavelen > old / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_cos_sin(T, hs, theta, scaling=None):
     inv_freq = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.int64).float() / hs))
+    if scaling is not None and scaling.get("plant") != "scaling ignored":
+        inv_freq = llama3_inv_freq(inv_freq, scaling)
     freqs = torch.outer(torch.arange(T).float(), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)  # (T, hs)
     return emb.cos(), emb.sin()
 
 
 class Attention(nn.Module):
-    def __init__(self, C, NH, NKV, theta):
+    def __init__(self, C, NH, NKV, theta, scaling=None):
         super().__init__()
-        self.NH, self.NKV, self.hs, self.theta = NH, NKV, C // NH, theta
+        self.NH, self.NKV, self.hs, self.theta, self.scaling = NH, NKV, C // NH, theta, scaling
         self.q_proj = nn.Linear(C, NH * self.hs, bias=False)
         self.k_proj = nn.Linear(C, NKV * self.hs, bias=False)
         self.v_proj = nn.Linear(C, NKV * self.hs, bias=False)
@@ -50,7 +71,7 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(B, T, self.NH, hs).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.NKV, hs).transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.NKV, hs).transpose(1, 2)
-        cos, sin = rope_cos_sin(T, hs, self.theta)
+        cos, sin = rope_cos_sin(T, hs, self.theta, self.scaling)
         if positions is not None:  # each token's angle at its position in its document: (B, 1, T, hs)
             cos, sin = cos[positions.long()][:, None], sin[positions.long()][:, None]
         q = q * cos + rotate_half(q) * sin
@@ -76,10 +97,10 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, C, NH, NKV, FF, theta, eps):
+    def __init__(self, C, NH, NKV, FF, theta, eps, scaling=None):
         super().__init__()
         self.input_layernorm = RMSNorm(C, eps)
-        self.self_attn = Attention(C, NH, NKV, theta)
+        self.self_attn = Attention(C, NH, NKV, theta, scaling)
         self.post_attention_layernorm = RMSNorm(C, eps)
         self.mlp = MLP(C, FF)
 
@@ -89,11 +110,12 @@ class Layer(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, L, NH, NKV, C, FF, V, theta=10000.0, eps=1e-5, tie=False):
+    def __init__(self, L, NH, NKV, C, FF, V, theta=10000.0, eps=1e-5, tie=False, rope_scaling=None):
+        """rope_scaling: None (plain RoPE) or Llama 3.1's rule's parameters (llama3_inv_freq)."""
         super().__init__()
         self.model = nn.Module()
         self.model.embed_tokens = nn.Embedding(V, C)
-        self.model.layers = nn.ModuleList([Layer(C, NH, NKV, FF, theta, eps) for _ in range(L)])
+        self.model.layers = nn.ModuleList([Layer(C, NH, NKV, FF, theta, eps, rope_scaling) for _ in range(L)])
         self.model.norm = RMSNorm(C, eps)
         self.tie = tie
         if not tie:

@@ -5,7 +5,12 @@ echo "docker_selftest: running as $(id -un) (uid $(id -u)) in $(pwd)"
 [ "$(id -u)" != 0 ] || { echo "docker_selftest: the image runs as root" >&2; exit 1; }
 ztrain --help > /dev/null
 for cfg in /opt/ztrain/configs/*.toml; do
-  ztrain check "$cfg" > /dev/null
+  # a config that starts from another run's export ([model] init_from) is checked without it
+  if grep -q '^init_from = ' "$cfg"; then
+    ztrain check "$cfg" --set model.init_from= > /dev/null
+  else
+    ztrain check "$cfg" > /dev/null
+  fi
   echo "docker_selftest: ztrain check $cfg: ok"
 done
 # the demo: byte-level shards of the shipped text, a short training run, a sample

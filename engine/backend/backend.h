@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/rope_scaling.h"
 #include "engine/core/dtype.h"
 #include "engine/core/run_choices.h"
 
@@ -231,9 +232,10 @@ class DeviceOps {
   virtual void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
                                 const void* weight, const float* rstd, int N,
                                 int C) { unsupported("rmsnorm_backward"); }  // (accumulates)
-  // Rotary embedding in place (forward; inverse = true: its backward), see cpu/ops.h.
+  // Rotary embedding in place (forward; inverse = true: its backward), see cpu/ops.h; `scaling`:
+  // Llama 3.1's frequency rule (rope_scaling.h), plain RoPE by default.
   virtual void rope(void* x, int B, int T, int n_heads, int hs, int64_t stride, float theta,
-                    bool inverse, const int32_t* pos = nullptr) { unsupported("rope"); }
+                    bool inverse, const int32_t* pos = nullptr, const RopeScaling& scaling = {}) { unsupported("rope"); }
   virtual void swiglu_forward(void* out, const void* inp, int64_t N, int F) { unsupported("swiglu_forward"); }
   virtual void swiglu_backward(void* dinp, const void* inp, const void* dout, int64_t N,
                                int F) { unsupported("swiglu_backward"); }  // (dinp written)

@@ -41,6 +41,10 @@ struct RunSpec {
     // default, resolved after loading); which families use them: models/*_family.cpp.
     int64_t n_kv_head = 0;
     double rope_theta = 10000.0;
+    // RoPE frequency scaling: "" none, "llama3" Llama 3.1's rule (engine/backend/rope_scaling.h)
+    std::string rope_scaling;
+    double rope_scaling_factor = 8.0, rope_scaling_low_freq_factor = 1.0, rope_scaling_high_freq_factor = 4.0;
+    int64_t rope_scaling_original_max_positions = 8192;
     double norm_eps = 1e-5;  // the family's normalization epsilon (LayerNorm, RMSNorm)
     bool tie_embeddings = true;
     // A Hugging Face model directory (config.json + safetensors) whose weights start a fresh run;

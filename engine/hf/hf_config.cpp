@@ -184,8 +184,12 @@ std::vector<HfModelKey> read_hf_config(const std::string& dir) {
 std::string hf_config_json(const RunSpec::Model& m, DType dtype) {
   const char* torch_dtype = dtype == DType::F32 ? "float32" : dtype == DType::BF16 ? "bfloat16" : "float16";
   json c = json::object();
-  for (const auto& [field, value] : model_family(m.arch).hf_config(m, torch_dtype))
-    std::visit([&, &field = field](const auto& v) { c[field] = v; }, value);
+  // a dotted field is one inside an object ("rope_scaling.factor")
+  for (const auto& [field, value] : model_family(m.arch).hf_config(m, torch_dtype)) {
+    std::string pointer = "/" + field;
+    std::replace(pointer.begin(), pointer.end(), '.', '/');
+    std::visit([&](const auto& v) { c[json::json_pointer(pointer)] = v; }, value);
+  }
   return c.dump(2) + "\n";
 }
 

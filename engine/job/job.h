@@ -60,8 +60,8 @@ class Job {
   LossScaler scaler;
   SkipPolicy skips;           // non-finite steps and loss spikes
   int adam_steps = 0;         // applied updates (AdamW's t; skipped steps excluded)
-  std::vector<int32_t> inputs, targets;  // (micro_batch, seq_len): a micro-batch on the host
-  std::vector<int32_t> batches;          // the step's micro-batches as the step reads them (step.cpp)
+  std::vector<int32_t> inputs, targets;  // (micro_batch, seq_len): the step's last micro-batch on the host
+  std::vector<int32_t> batches;          // the step's micro-batches read ahead, or positions (step.cpp)
 };
 
 }  // namespace zt

@@ -18,14 +18,16 @@ namespace {
 // tokens whatever the layout. Without packing every position carries loss and the count is the
 // global batch's: micro-batches are read as the step needs them. With packing (prompt tokens,
 // padding and documents' ends carry none) they are all read first and counted, and one all-reduce
-// over the data-parallel ranks sums the counts (Hugging Face's num_items_in_batch).
+// over the data-parallel ranks sums the counts (Hugging Face's num_items_in_batch). Either way
+// job.inputs and job.targets end up holding the step's last micro-batch (the checkpoint's resume
+// probe is taken from them).
 class StepBatches {
  public:
   StepBatches(Job& job, const MicroBatchSource& next, StepResult& r)
-      : next_(next), ahead_(job.spec.data.packing != Packing::None),
+      : job_(job), next_(next), ahead_(job.spec.data.packing != Packing::None),
         bt_(job.spec.train.micro_batch * job.spec.model.seq_len) {
     const int64_t accum = job.micro_batches;
-    job.batches.resize(size_t((ahead_ ? accum : 1) * 3 * bt_));
+    job.batches.resize(size_t((ahead_ ? accum * 3 : 1) * bt_));
     buf_ = job.batches.data();
     loss_tokens = double(job.spec.train.global_batch) * double(job.spec.model.seq_len);
     if (!ahead_) return;
@@ -37,12 +39,14 @@ class StepBatches {
       counts[1] += double(read_.back().documents);
     }
     job.topo.dp_group->all_reduce_doubles(counts, 2);
+    std::copy(read_.back().inputs, read_.back().inputs + bt_, job.inputs.begin());
+    std::copy(read_.back().targets, read_.back().targets + bt_, job.targets.begin());
     loss_tokens = counts[0];
     r.loss_tokens = int64_t(counts[0]), r.documents = int64_t(counts[1]);
   }
   MicroBatch get(int64_t micro) {
     if (ahead_) return read_[size_t(micro)];
-    MicroBatch mb = at(0);
+    MicroBatch mb{job_.inputs.data(), job_.targets.data(), buf_};  // positions in job.batches
     next_(micro, mb);
     return mb;
   }
@@ -53,6 +57,7 @@ class StepBatches {
     int32_t* p = buf_ + i * 3 * bt_;
     return MicroBatch{p, p + bt_, p + 2 * bt_};
   }
+  Job& job_;
   const MicroBatchSource& next_;
   const bool ahead_;
   const int64_t bt_;

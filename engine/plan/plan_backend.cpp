@@ -190,7 +190,8 @@ void PlanBackend::rmsnorm_backward(void*, float*, const void*, const void*, cons
   const double n = double(N) * C;
   count(8 * n, n * double(4 * es()) + 4.0 * N + 8.0 * C);
 }
-void PlanBackend::rope(void*, int B, int T, int n_heads, int hs, int64_t, float, bool, const int32_t*) {
+void PlanBackend::rope(void*, int B, int T, int n_heads, int hs, int64_t, float, bool, const int32_t*,
+                       const RopeScaling&) {
   const double n = double(B) * T * n_heads * hs;
   count(3 * n, n * double(2 * es()));
 }

@@ -24,6 +24,12 @@ class TrainingData {
   data::MixedData& mixed() { return *mixed_; }
   const data::TokenizerInfo& tokenizer() const { return train_[0]->manifest().tokenizer; }
   size_t n_sources() const { return train_.size(); }
+  // Some training source is read as rows of documents ([data] packing over a fine-tuning set).
+  bool packed() const {
+    for (const auto& ds : train_)
+      if (ds->packed()) return true;
+    return false;
+  }
   const std::vector<std::string>& val_names() const { return val_names_; }
   data::TokenDataset& val(size_t i) { return *val_[i]; }
   size_t n_val() const { return val_.size(); }

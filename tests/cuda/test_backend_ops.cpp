@@ -404,6 +404,11 @@ int main() {
     C.rope(x.c, B, T, H, hs, stride, 500000.0f, true);
     G.rope(x.g, B, T, H, hs, stride, 500000.0f, true);
     x.check("rope inverse" + tag, tol(kTol));
+    // Llama 3.1's frequencies: kept, interpolated and scaled bands at theta 500, original context 16
+    const RopeScaling llama31{8.0f, 1.0f, 4.0f, 16.0f};
+    C.rope(x.c, B, T, H, hs, stride, 500.0f, false, nullptr, llama31);
+    G.rope(x.g, B, T, H, hs, stride, 500.0f, false, nullptr, llama31);
+    x.check("rope llama3 scaling" + tag, tol(kTol));
   }
   if (wanted("llama"))
   for (auto [N, Fd] : {std::pair{1, 1}, {7, 33}, {255, 1376}}) {

@@ -66,7 +66,10 @@ def main():
 
     with tempfile.TemporaryDirectory() as work:
         data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 9)
-        llama = dict(testlib.TINY_MODEL, arch="llama", n_kv_head=2, d_ff=40)  # 4 query, 2 key/value heads
+        # 4 query, 2 key/value heads; Llama 3.1's RoPE scaling (head size 6: wavelengths 6.3, 135 and
+        # 2920 positions, one in each band of an original context of 256)
+        llama = dict(testlib.TINY_MODEL, arch="llama", n_kv_head=2, d_ff=40, rope_scaling="llama3",
+                     rope_scaling_original_max_positions=256)
         model = testlib.TINY_MODEL if args.arch == "gpt2" else llama
         spec = testlib.tiny_spec(os.path.join(work, "spec.toml"), os.path.join(work, "run"), data, model, seed=11,
                                  train={"micro_batch": 2, "global_batch": 8, "max_steps": 10, "log_every": 1},

@@ -90,8 +90,11 @@ def read_dir(d):
 
 MODELS = {
     "gpt2": {"n_layer": 2, "n_head": 2, "d_model": 16, "vocab_size": 260, "seq_len": 24},
+    # with Llama 3.1's RoPE scaling: the export writes it as the Hub's files spell it, and init_from
+    # reads it back
     "llama": {"arch": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 24, "d_ff": 40,
-              "vocab_size": 260, "seq_len": 24},
+              "vocab_size": 260, "seq_len": 24, "rope_scaling": "llama3", "rope_scaling_factor": 8.0,
+              "rope_scaling_original_max_positions": 64},
 }
 
 
@@ -132,6 +135,9 @@ def export_and_reload(args, work, data, arch):
     if arch == "llama":
         expect(config["num_key_value_heads"] == 2 and config["tie_word_embeddings"] is False
                and config["architectures"] == ["LlamaForCausalLM"], f"[llama] config.json: {config}")
+        expect(config.get("rope_scaling") == {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+               f"[llama] config.json's rope_scaling: {config.get('rope_scaling')}")
     else:
         expect(config["n_embd"] == 16 and config["architectures"] == ["GPT2LMHeadModel"], f"[gpt2] config.json: {config}")
     # bf16, split into files of at most 16 KiB
@@ -181,12 +187,19 @@ def export_and_reload(args, work, data, arch):
               f"the export")
 
 
-def own_writer(args, work, data, arch, hub_layout=False):
+# Llama 3.1's RoPE scaling as its Hub files give it (head size 6 at theta 500: wavelengths 6.3,
+# 49.8 and 395 positions, one in each band for an original context of 64)
+LLAMA31_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+
+
+def own_writer(args, work, data, arch, hub_layout=False, rope=None):
     """Weights from this test's writer with Hugging Face names: ztrain's first loss = PyTorch's.
     hub_layout (GPT-2): the names of the Hub's published `gpt2` (no `transformer.` prefix) with its
-    causal-mask buffers `h.N.attn.bias` and `h.N.attn.masked_bias`, in one file."""
+    causal-mask buffers `h.N.attn.bias` and `h.N.attn.masked_bias`, in one file. rope (Llama):
+    Llama 3.1's scaling in transformers v4's spelling ("v4": rope_scaling with rope_type) or v5's
+    ("v5": rope_parameters holding rope_theta too)."""
     rng = np.random.default_rng(7)
-    arch_dir = arch + ("_hub" if hub_layout else "")
+    arch_dir = arch + ("_hub" if hub_layout else "") + (f"_rope_{rope}" if rope else "")
     d = os.path.join(work, arch_dir + "_own")
     os.makedirs(d)
     if arch == "gpt2":
@@ -199,7 +212,12 @@ def own_writer(args, work, data, arch, hub_layout=False):
         config = {"model_type": "llama", "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NKV,
                   "hidden_size": C, "intermediate_size": F, "vocab_size": V, "max_position_embeddings": 64,
                   "rms_norm_eps": 1e-6, "rope_theta": 500.0, "tie_word_embeddings": False, "hidden_act": "silu"}
-        ref = Llama(L, NH, NKV, C, F, V, 500.0, 1e-6, False)
+        if rope == "v4":
+            config["rope_scaling"] = {"rope_type": "llama3", **LLAMA31_SCALING}
+        elif rope == "v5":
+            del config["rope_theta"]
+            config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500.0, **LLAMA31_SCALING}
+        ref = Llama(L, NH, NKV, C, F, V, 500.0, 1e-6, False, LLAMA31_SCALING if rope else None)
     tensors = {}
     with torch.no_grad():
         for n, p in ref.named_parameters():
@@ -274,7 +292,13 @@ def bad_inputs(args, work, data, good, good_gpt2):
     cases.append(("a wrong shape", variant("shape", reshape=q), f"tensor {q} has shape (35, 36), this model's is (36, 36)"))
     cases.append(("a missing tensor", variant("missing", drop="model.norm.weight"), "no tensor model.norm.weight"))
     cases.append(("rope scaling", variant("rope", config_patch={"rope_scaling": {"type": "linear", "factor": 2.0}}),
-                  "rope_scaling"))
+                  'rope_scaling.rope_type = "linear" is not supported'))
+    cases.append(("yarn rope scaling", variant("yarn", config_patch={"rope_scaling": {
+        "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}}),
+        'rope_scaling.rope_type = "yarn" is not supported'))
+    cases.append(("llama3 scaling with a field ztrain does not read", variant("rope_extra", config_patch={
+        "rope_scaling": {"rope_type": "llama3", **LLAMA31_SCALING, "attention_factor": 2.0}}),
+        "rope_scaling.attention_factor = 2.0 is not a field"))
     # a GPT-2 with its own head (tie_word_embeddings false): refused, never loaded with the tied head
     untied = os.path.join(work, "bad_untied_gpt2")
     shutil.copytree(good_gpt2, untied)
@@ -324,6 +348,8 @@ def main():
             export_and_reload(args, work, data, arch)
             own[arch] = own_writer(args, work, data, arch)
         own_writer(args, work, data, "gpt2", hub_layout=True)  # the Hub's published GPT-2 layout
+        for rope in ("v4", "v5"):  # Llama 3.1's RoPE scaling in both spellings
+            own_writer(args, work, data, "llama", rope=rope)
         bad_inputs(args, work, data, own["llama"], own["gpt2"])
     return testlib.report(failures, "Hugging Face safetensors out (fp32, bf16, fp16, split) and in (resharded, "
                                     "sharded files), "

@@ -123,14 +123,30 @@ def tolerances(compute, arch, n_layer, loss, max_logit):
     return {"loss": 2 * grad * max_logit / loss, "grad": grad, "grad_floor": u / 16, "final": 0.5}
 
 
-def reference(model):
-    """The PyTorch model for a [model] table (the defaults docs/run-spec.md gives for keys it leaves out)."""
+def reference(model, plant=None):
+    """The PyTorch model for a [model] table (the defaults docs/run-spec.md gives for keys it leaves out);
+    `plant`: a bug in its RoPE scaling (torch_llama.llama3_inv_freq)."""
     if model.get("arch", "gpt2") == "gpt2":
         return GPT(model["n_layer"], model["n_head"], model["d_model"], model.get("d_ff", 4 * model["d_model"]),
                    model["vocab_size"], model["seq_len"])
+    scaling = None
+    if model.get("rope_scaling") == "llama3":
+        scaling = {"factor": model["rope_scaling_factor"], "low_freq_factor": model["rope_scaling_low_freq_factor"],
+                   "high_freq_factor": model["rope_scaling_high_freq_factor"],
+                   "original_max_position_embeddings": model["rope_scaling_original_max_positions"], "plant": plant}
     return Llama(model["n_layer"], model["n_head"], model.get("n_kv_head", model["n_head"]), model["d_model"],
                  model["d_ff"], model["vocab_size"], model.get("rope_theta", 10000.0), model.get("norm_eps", 1e-5),
-                 model.get("tie_embeddings", False))
+                 model.get("tie_embeddings", False), scaling)
+
+
+def planted_rope(f, model, x, y, plant):
+    """The worst gradient error of the reference with its RoPE scaling planted wrong, against ztrain's."""
+    m = reference(model, plant)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            p.copy_(torch.from_numpy(f["params"][n][()]))
+    m(x, y).backward()
+    return max(rel(torch.from_numpy(f["grads"][n][()]), p.grad) for n, p in m.named_parameters())
 
 
 def check_case(args, work, name, model, train, optim, device="cpu", compute="fp32"):
@@ -182,6 +198,12 @@ def check_case(args, work, name, model, train, optim, device="cpu", compute="fp3
             failures.append(f"grad {n}: rel err {err:.2e} > {tol['grad']:.1e}")
     print(f"  [{name}] worst gradient rel err {worst[0]:.2e} ({worst[1]}; bound {tol['grad']:.1e}"
           + (f", floor {tol['grad_floor']:.1e}" if "grad_floor" in tol else "") + f"), {len(names)} tensors")
+    if compute == "fp32" and model.get("rope_scaling") == "llama3":  # the check can tell a wrong scaling
+        for plant in ("scaling ignored", "smooth band off by one"):
+            e = planted_rope(f, model, x, y, plant)
+            print(f"  [{name}] planted in the reference, {plant}: worst gradient rel err {e:.2e}")
+            if e <= 10 * tol["grad"]:
+                failures.append(f"planted '{plant}': gradient error only {e:.2e}: the check cannot tell it")
     if "grad_floor" in tol and worst[0] < tol["grad_floor"]:
         failures.append(f"worst gradient rel err {worst[0]:.2e} is below the {compute} rounding floor "
                         f"{tol['grad_floor']:.1e}: the compute is not {compute}")
@@ -274,6 +296,16 @@ LLAMA_CASES = [
                   "vocab_size": 257, "seq_len": 19, "tie_embeddings": True, "norm_eps": 1e-6},
      {"micro_batch": 3, "global_batch": 3, "max_steps": 10},
      {"lr": 4e-3, "min_lr": 1e-3, "warmup_steps": 2, "schedule": "cosine"}),
+    # Llama 3.1's RoPE scaling: head size 12 at theta 500 has wavelengths 6.3, 17.7, 49.8, 140, 395
+    # and 1113 positions; an original context of 64 (high band below 16, low band above 64) puts
+    # one frequency in each band's keep, two in the interpolated one and three scaled, and the run's
+    # 80 positions go past the original context
+    ("llama31", {"arch": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 48, "d_ff": 64,
+                 "vocab_size": 260, "seq_len": 80, "rope_theta": 500.0, "rope_scaling": "llama3",
+                 "rope_scaling_factor": 8.0, "rope_scaling_low_freq_factor": 1.0,
+                 "rope_scaling_high_freq_factor": 4.0, "rope_scaling_original_max_positions": 64},
+     {"micro_batch": 2, "global_batch": 2, "max_steps": 10},
+     {"lr": 3e-3, "warmup_steps": 2}),
     ("mha", {"arch": "llama", "n_layer": 3, "n_head": 3, "d_model": 12, "d_ff": 20, "vocab_size": 301,
              "seq_len": 17},
      {"micro_batch": 5, "global_batch": 5, "max_steps": 20},

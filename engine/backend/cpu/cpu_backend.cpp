@@ -319,10 +319,10 @@ class CpuBackend final : public Backend {
                           In(weight, C, dt()).get(), rstd, N, C);
   }
   void rope(void* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse,
-            const int32_t* pos) override {
+            const int32_t* pos, const RopeScaling& scaling) override {
     const Access access(*this);
     Out o(x, int64_t(B) * T * stride, dt(), true);
-    cpu::rope(o.get(), B, T, n_heads, hs, stride, theta, inverse, pos);
+    cpu::rope(o.get(), B, T, n_heads, hs, stride, theta, inverse, pos, scaling);
   }
   void swiglu_forward(void* out, const void* inp, int64_t N, int F) override {
     const Access access(*this);

@@ -9,6 +9,8 @@
 #pragma once
 #include <cstdint>
 
+#include "engine/backend/rope_scaling.h"
+
 #include "engine/core/dtype.h"
 
 namespace zt::cpu {
@@ -81,10 +83,11 @@ void rmsnorm_backward(F* dinp, F* dweight, const F* dout, const F* inp, const F*
 // (2i, 2i+1) instead, which Hugging Face's conversion script absorbs by permuting the rows of
 // q_proj and k_proj. We follow Hugging Face, so its weights load unpermuted. inverse = true
 // rotates by the negative angle: the backward of the rotation, which is orthogonal. With
-// positions (pos, above) the angle is pos[b,t] * theta^(-2i/hs).
+// positions (pos, above) the angle is pos[b,t] * theta^(-2i/hs). `scaling`: the frequencies of
+// Llama 3.1's rule instead (engine/backend/rope_scaling.h).
 template <typename F>
 void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse,
-          const int32_t* pos = nullptr);
+          const int32_t* pos = nullptr, const RopeScaling& scaling = {});
 
 // SwiGLU (Llama's MLP): inp (N, 2F) holds [gate | up] per row; out (N,F) = silu(gate) * up.
 template <typename F>

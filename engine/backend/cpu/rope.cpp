@@ -7,14 +7,15 @@
 namespace zt::cpu {
 
 template <typename F>
-void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse, const int32_t* pos) {
+void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse, const int32_t* pos,
+          const RopeScaling& scaling) {
   const int half = hs / 2;
   // cos and sin (T, half) of positions 0..T-1 (with positions, pos[b,t] <= t < T picks the row):
   // the frequency in fp32 as Hugging Face computes it (inv_freq = 1 / theta^(2i/hs), angle =
   // position * inv_freq), the trigonometry in double.
   std::vector<F> cs(size_t(T) * half), sn(size_t(T) * half);
   for (int i = 0; i < half; ++i) {
-    const float inv_freq = 1.0f / std::pow(theta, float(2 * i) / float(hs));
+    const float inv_freq = rope_inv_freq(theta, i, hs, scaling);  // plain or Llama 3.1's rule
     for (int t = 0; t < T; ++t) {
       const float angle = float(t) * inv_freq;
       cs[size_t(t) * half + i] = F(std::cos(double(angle)));
@@ -41,7 +42,7 @@ void rope(F* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, 
     }
 }
 
-template void rope<float>(float*, int, int, int, int, int64_t, float, bool, const int32_t*);
-template void rope<double>(double*, int, int, int, int, int64_t, float, bool, const int32_t*);
+template void rope<float>(float*, int, int, int, int, int64_t, float, bool, const int32_t*, const RopeScaling&);
+template void rope<double>(double*, int, int, int, int, int64_t, float, bool, const int32_t*, const RopeScaling&);
 
 }  // namespace zt::cpu

@@ -293,8 +293,8 @@ class CudaBackend final : public Backend {
                 cuda::rmsnorm_backward(tp<T>(dinp), dw, tp<T>(dout), tp<T>(inp), tp<T>(w), rstd, N, C, sc, stream_));
   }
   void rope(void* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse,
-            const int32_t* pos) override {
-    ZT_DISPATCH(dt(), T, cuda::rope(tp<T>(x), B, T_, n_heads, hs, stride, theta, inverse, pos, stream_));
+            const int32_t* pos, const RopeScaling& scaling) override {
+    ZT_DISPATCH(dt(), T, cuda::rope(tp<T>(x), B, T_, n_heads, hs, stride, theta, inverse, pos, scaling, stream_));
   }
   void swiglu_forward(void* out, const void* inp, int64_t N, int F) override {
     ZT_DISPATCH(dt(), T, cuda::swiglu_forward(tp<T>(out), tp<T>(inp), N, F, stream_));

@@ -108,14 +108,14 @@ __global__ void __launch_bounds__(256) rmsnorm_weight_finish_kernel(float* dw, c
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse,
-                const int32_t* pos) {
+                const int32_t* pos, RopeScaling scaling) {
   const int half = hs / 2;
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= int64_t(B) * T_ * n_heads * half) return;
   const int i = int(idx % half), h = int(idx / half % n_heads);
   const int64_t bt = idx / half / n_heads;
   const int t = pos ? pos[bt] : int(bt % T_);  // the position in its document
-  const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(hs));
+  const float inv_freq = rope_inv_freq(theta, i, hs, scaling);  // plain or Llama 3.1's rule
   float sn, cs;
   sincosf(float(t) * inv_freq, &sn, &cs);
   if (inverse) sn = -sn;
@@ -185,10 +185,10 @@ void rmsnorm_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* 
 
 template <typename T>
 void rope(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse, const int32_t* pos,
-          cudaStream_t s) {
+          RopeScaling scaling, cudaStream_t s) {
   const int64_t n = int64_t(B) * T_ * n_heads * (hs / 2);
   if (n <= 0) return;
-  launch(rope_kernel<T>, blocks_for(n, kThreads), kThreads, 0, s, x, B, T_, n_heads, hs, stride, theta, inverse, pos);
+  launch(rope_kernel<T>, blocks_for(n, kThreads), kThreads, 0, s, x, B, T_, n_heads, hs, stride, theta, inverse, pos, scaling);
   ZT_CUDA_LAUNCH_CHECK();
 }
 
@@ -212,7 +212,7 @@ void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t N, int F, cud
                                             cudaStream_t);                                                       \
   template void rmsnorm_backward<T>(T*, float*, const T*, const T*, const T*, const float*, int, int, float*,    \
                                     cudaStream_t);                                                               \
-  template void rope<T>(T*, int, int, int, int, int64_t, float, bool, const int32_t*, cudaStream_t);            \
+  template void rope<T>(T*, int, int, int, int, int64_t, float, bool, const int32_t*, RopeScaling, cudaStream_t); \
   template void swiglu_forward<T>(T*, const T*, int64_t, int, cudaStream_t);                                     \
   template void swiglu_backward<T>(T*, const T*, const T*, int64_t, int, cudaStream_t);
 ZT_INSTANTIATE(float)

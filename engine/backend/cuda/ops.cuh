@@ -11,6 +11,7 @@
 
 #include "engine/backend/cuda/attention_fa2_layout.h"
 #include "engine/backend/cuda_scratch.h"
+#include "engine/backend/rope_scaling.h"
 
 namespace zt::cuda {
 
@@ -77,7 +78,7 @@ void rmsnorm_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* 
                       float* scratch, cudaStream_t s);  // scratch: cuda_scratch::rmsnorm_backward(C)
 template <typename T>
 void rope(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse, const int32_t* pos,
-          cudaStream_t s);
+          RopeScaling scaling, cudaStream_t s);
 template <typename T>
 void swiglu_forward(T* out, const T* inp, int64_t N, int F, cudaStream_t s);
 template <typename T>
