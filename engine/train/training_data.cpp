@@ -20,10 +20,24 @@ namespace zt {
 
 namespace {
 
+// Two datasets' ids mean the same: one vocabulary and end-of-text, and where one adds tokens after
+// the vocabulary (a chat template's markup), the other adds none of them or the same at the same
+// ids (a pre-training set beside a fine-tuning set, or two fine-tuning sets of one template).
 std::string same_tokenizer_problem(const data::TokenizerInfo& a, const data::TokenizerInfo& b) {
-  if (a.kind == b.kind && a.name == b.name && a.n_vocab == b.n_vocab && a.eot == b.eot) return "";
-  return fmt::format("{} ({} ids, end-of-text {}) vs {} ({} ids, end-of-text {})", a.name, a.n_vocab, a.eot, b.name,
-                     b.n_vocab, b.eot);
+  const auto& fewer = a.added_tokens.size() <= b.added_tokens.size() ? a : b;
+  const auto& more = &fewer == &a ? b : a;
+  bool same = a.kind == b.kind && a.name == b.name && a.eot == b.eot &&
+              a.n_vocab - a.added_tokens.size() == b.n_vocab - b.added_tokens.size();
+  for (const auto& t : fewer.added_tokens)
+    same = same && std::find(more.added_tokens.begin(), more.added_tokens.end(), t) != more.added_tokens.end();
+  if (same) return "";
+  auto added = [](const data::TokenizerInfo& t) {
+    std::string out;
+    for (const auto& [text, id] : t.added_tokens) out += fmt::format("{}{} = {}", out.empty() ? "; added " : ", ", text, id);
+    return out;
+  };
+  return fmt::format("{} ({} ids, end-of-text {}{}) vs {} ({} ids, end-of-text {}{})", a.name, a.n_vocab, a.eot, added(a),
+                     b.name, b.n_vocab, b.eot, added(b));
 }
 
 std::string hex(uint64_t v) { return fmt::format("{:016x}", v); }
@@ -99,6 +113,13 @@ TrainingData::TrainingData(const RunSpec& spec) : spec_(spec) {
 
 TrainingData::~TrainingData() {
   if (sample_log_) std::fclose(sample_log_);
+}
+
+const data::TokenizerInfo& TrainingData::tokenizer() const {
+  const data::TokenizerInfo* best = &train_[0]->manifest().tokenizer;
+  for (const auto& ds : train_)
+    if (ds->manifest().tokenizer.n_vocab > best->n_vocab) best = &ds->manifest().tokenizer;
+  return *best;
 }
 
 std::string TrainingData::describe() const {

@@ -22,7 +22,8 @@ class TrainingData {
   ~TrainingData();
 
   data::MixedData& mixed() { return *mixed_; }
-  const data::TokenizerInfo& tokenizer() const { return train_[0]->manifest().tokenizer; }
+  // The sources' tokenizer: the one with the most added tokens (the others' ids are its subset).
+  const data::TokenizerInfo& tokenizer() const;
   size_t n_sources() const { return train_.size(); }
   // Some training source is read as rows of documents ([data] packing over a fine-tuning set).
   bool packed() const {

@@ -166,6 +166,23 @@ def main():
                f"train on v2: {p.returncode} {p.stderr[-300:]}")
         p = testlib.run([args.ztrain, "train", spec, "--set", "data.packing=documents"], check=False)
         expect(p.returncode == 0 and "loss tokens" in p.stdout, f"train on v2, packed: {p.returncode} {p.stderr[-300:]}")
+        # mixtures: a pre-training stream beside the fine-tuning set (its ids a subset of the set's)
+        # trains; two templates' markup at the same ids (llama3's and ChatML's) is refused
+        stream = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "stream"), 3000, 4)
+        chatml = os.path.join(work, "sft_chatml")
+        testlib.run([args.tokenize, "chat", "--vocab", "byte", "--template", "chatml", "--out", chatml, src])
+        for other, ok in ((stream, True), (chatml, False)):
+            mix = os.path.join(work, "mix.toml")
+            with open(mix, "w") as f:
+                f.write(f'[run]\nout_dir = "{work}/mix"\nthreads = 1\n[model]\nn_layer = 1\nn_head = 2\nd_model = 16\n'
+                        f'vocab_size = 261\nseq_len = 32\n[train]\nmicro_batch = 2\nglobal_batch = 2\nmax_steps = 1\n'
+                        f'[data]\npacking = "documents"\n[[data.sources]]\nname = "chat"\nuri = "{out}"\nweight = 0.8\n'
+                        f'[[data.sources]]\nname = "other"\nuri = "{other}"\nweight = 0.2\n')
+            p = testlib.run([args.ztrain, "train", mix], check=False)
+            print(f"mixture with {os.path.basename(other)}: exit {p.returncode}"
+                  + ("" if ok else f": {p.stderr.strip().splitlines()[-1]}"))
+            expect(p.returncode == 0 if ok else p.returncode == 2 and "tokenized differently" in p.stderr,
+                   f"mixture with {other}: exit {p.returncode}: {p.stderr[-400:]}")
         # a real BPE: the documents decode to the rendered text (tokenized whole, markup as single tokens)
         vocab = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data",
                              "gpt2.tiktoken")
