@@ -37,6 +37,9 @@ class Gpt2Family final : public ModelFamily {
             fmt::format("grouped-query attention (n_kv_head = {} < n_head = {}) needs arch = \"llama\"", m.n_kv_head,
                         m.n_head));
     c.check(m.rope_theta == 10000.0, "rope_theta", "applies to arch = \"llama\" (gpt2 learns its position embeddings)");
+    c.check(m.rope_scaling.empty(), "rope_scaling", "applies to arch = \"llama\" (gpt2 learns its position embeddings)");
+    if (const char* k = m.rope_scaling_parameter_set())
+      c.check(false, k, "applies to arch = \"llama\" with rope_scaling = \"llama3\"");
     c.check(m.tie_embeddings, "tie_embeddings", "gpt2's output head is its token embedding; false needs arch = \"llama\"");
   }
 

@@ -52,9 +52,8 @@ class LlamaFamily final : public ModelFamily {
     c.check(m.rope_scaling.empty() || m.rope_scaling == "llama3", "rope_scaling",
             fmt::format("\"{}\" is not a scaling ztrain builds: \"llama3\" (Llama 3.1-3.3), or \"\" for none "
                         "(linear, dynamic, yarn and longrope are not implemented)", m.rope_scaling));
-    for (const char* k : {"rope_scaling_factor", "rope_scaling_low_freq_factor", "rope_scaling_high_freq_factor",
-                          "rope_scaling_original_max_positions"})
-      c.check(!m.rope_scaling.empty() || !c.given(k), k, "applies only with rope_scaling = \"llama3\"");
+    if (const char* k = m.rope_scaling_parameter_set())
+      c.check(!m.rope_scaling.empty(), k, "applies only with rope_scaling = \"llama3\"");
     c.check(m.rope_scaling.empty() || m.rope_scaling_low_freq_factor < m.rope_scaling_high_freq_factor,
             "rope_scaling_low_freq_factor",
             fmt::format("{} must be below rope_scaling_high_freq_factor = {} (the band between them is interpolated)",

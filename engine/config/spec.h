@@ -45,6 +45,17 @@ struct RunSpec {
     std::string rope_scaling;
     double rope_scaling_factor = 8.0, rope_scaling_low_freq_factor = 1.0, rope_scaling_high_freq_factor = 4.0;
     int64_t rope_scaling_original_max_positions = 8192;
+    // The first rope_scaling_* key whose value is not its default, or null: what means something
+    // only with rope_scaling = "llama3" (a resolved spec writes the defaults back, and they pass).
+    const char* rope_scaling_parameter_set() const {
+      const Model d;
+      if (rope_scaling_factor != d.rope_scaling_factor) return "rope_scaling_factor";
+      if (rope_scaling_low_freq_factor != d.rope_scaling_low_freq_factor) return "rope_scaling_low_freq_factor";
+      if (rope_scaling_high_freq_factor != d.rope_scaling_high_freq_factor) return "rope_scaling_high_freq_factor";
+      if (rope_scaling_original_max_positions != d.rope_scaling_original_max_positions)
+        return "rope_scaling_original_max_positions";
+      return nullptr;
+    }
     double norm_eps = 1e-5;  // the family's normalization epsilon (LayerNorm, RMSNorm)
     bool tie_embeddings = true;
     // A Hugging Face model directory (config.json + safetensors) whose weights start a fresh run;

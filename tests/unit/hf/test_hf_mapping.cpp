@@ -4,7 +4,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <variant>
+
+#include <fmt/format.h>
 
 #include "engine/core/status.h"
 #include "engine/hf/hf_config.h"
@@ -81,7 +85,7 @@ TEST_CASE("config.json a family cannot build is refused, naming the file and the
   REQUIRE(refusal(write_config(root + "/t5", R"({"model_type": "t5"})")) ==
           root + "/t5/config.json: model_type = \"t5\" is not one ztrain builds (gpt2, llama)");
   REQUIRE(refusal(write_config(root + "/scaled", llama + R"(, "rope_scaling": {"type": "linear"}})"))
-              .find("config.json: rope_scaling = {\"type\":\"linear\"} is not supported") != std::string::npos);
+              .find("config.json: rope_scaling.rope_type = \"linear\" is not supported") != std::string::npos);
   REQUIRE(refusal(write_config(root + "/gelu", R"({"model_type": "gpt2", "activation_function": "relu"})"))
               .find("activation_function = \"relu\"") != std::string::npos);
   REQUIRE(refusal(write_config(root + "/nolayers", R"({"model_type": "gpt2", "n_embd": 64})")) ==
@@ -104,8 +108,21 @@ TEST_CASE("config.json fields that change the math are read or refused, never ig
   };
   const std::string v5_llama3 = llama + R"(, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3",
     "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})";
-  REQUIRE(refusal(write_config(root + "/v5_llama3", v5_llama3)).find("rope_parameters.rope_type = \"llama3\" is not "
-                                                                     "supported") != std::string::npos);
+  // Llama 3.1's scaling in v5's spelling: read whole (theta and the rule's four fields)
+  const std::string v5_dir = write_config(root + "/v5_llama3", v5_llama3);
+  REQUIRE(rope_theta_of(v5_dir) == 500000.0);
+  std::map<std::string, std::string> scaling;
+  for (const HfModelKey& k : read_hf_config(v5_dir))
+    if (k.key.rfind("rope_scaling", 0) == 0) std::visit([&](const auto& v) { scaling[k.key] = fmt::format("{}", v); }, k.value);
+  REQUIRE(scaling == std::map<std::string, std::string>{{"rope_scaling", "llama3"},
+                                                        {"rope_scaling_factor", "8"},
+                                                        {"rope_scaling_low_freq_factor", "1"},
+                                                        {"rope_scaling_high_freq_factor", "4"},
+                                                        {"rope_scaling_original_max_positions", "8192"}});
+  // another scaling in v5's spelling is refused by name
+  REQUIRE(refusal(write_config(root + "/v5_yarn", llama + R"(, "rope_parameters": {"rope_theta": 500000.0,
+    "rope_type": "yarn", "factor": 4.0}})")).find("rope_parameters.rope_type = \"yarn\" is not supported") !=
+          std::string::npos);
   // plain RoPE in v5's spelling is read from it
   REQUIRE(rope_theta_of(write_config(root + "/v5_plain", llama + R"(, "rope_parameters": {"rope_theta": 500000.0,
     "rope_type": "default"}})")) == 500000.0);
