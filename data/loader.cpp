@@ -80,7 +80,7 @@ TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, 
     window_start_.assign(1, 0);
     row_first_.assign(1, 0);
     uint64_t used = 0;
-    for (size_t s = 0; s < manifest_.shards.size(); ++s) window_start_.push_back(window_start_.back() + plan_rows(s, shard(s)));
+    for (size_t s = 0; s < manifest_.shards.size(); ++s) window_start_.push_back(window_start_.back() + plan_rows(shard(s)));
     for (const Piece& p : pieces_) used += p.len - 1;
     fill_rate_ = n_windows() ? double(used) / (double(n_windows()) * seq_len) : 0.0;
     if (n_windows() == 0) user_error("{}: no document has two tokens or more, so there is no sample to train on", uri);
@@ -118,8 +118,7 @@ TokenDataset::TokenDataset(const std::string& uri, int seq_len, int vocab_size, 
   if (documents) plan_all();
 }
 
-uint64_t TokenDataset::plan_rows(size_t s, const ShardView& view) {
-  (void)s;
+uint64_t TokenDataset::plan_rows(const ShardView& view) {
   const ShardHeader& h = view.header();
   const uint32_t T = uint32_t(seq_len_);
   std::vector<Piece> pieces;  // the shard's documents, cut to at most T + 1 tokens

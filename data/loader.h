@@ -83,8 +83,8 @@ class TokenDataset {
 
  private:
   const ShardView& shard(size_t s);
-  // Packed: shard s's documents as rows, appended to pieces_ and row_first_; returns its rows.
-  uint64_t plan_rows(size_t s, const ShardView& view);
+  // Packed: a shard's documents as rows, appended to pieces_ and row_first_; returns its rows.
+  uint64_t plan_rows(const ShardView& view);
 
   std::string uri_;
   int seq_len_, vocab_size_;

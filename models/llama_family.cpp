@@ -177,8 +177,7 @@ class LlamaFamily final : public ModelFamily {
   }
 
   HfConfigFields hf_config(const RunSpec::Model& m, const char* torch_dtype) const override {
-    HfConfigFields out = hf_rope_scaling(m);
-    HfConfigFields rest = {{"architectures", std::vector<std::string>{"LlamaForCausalLM"}},
+    HfConfigFields out = {{"architectures", std::vector<std::string>{"LlamaForCausalLM"}},
             {"model_type", std::string(name())},
             {"num_hidden_layers", m.n_layer},
             {"num_attention_heads", m.n_head},
@@ -194,7 +193,8 @@ class LlamaFamily final : public ModelFamily {
             {"attention_bias", false},
             {"mlp_bias", false},
             {"torch_dtype", std::string(torch_dtype)}};
-    out.insert(out.begin(), rest.begin(), rest.end());
+    const HfConfigFields scaling = hf_rope_scaling(m);
+    out.insert(out.end(), scaling.begin(), scaling.end());
     return out;
   }
   // config.json's rope_scaling as Meta's Llama 3.1-3.3 files on the Hub spell it (transformers

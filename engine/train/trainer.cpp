@@ -218,9 +218,9 @@ void Trainer::next_batch(int64_t step, int64_t micro, MicroBatch& mb) {
   const int B = int(spec_.train.micro_batch);
   const auto start = std::chrono::steady_clock::now();
   double blocked_ms = 0;
-  mb.documents = loader_->next(mb.inputs, mb.targets, &blocked_ms, origins_.data(), mb.positions);
   // token streams only: one window a row, no positions (the attention kernels' plain instances)
   if (spec_.data.packing == Packing::None || !data_->packed()) mb.positions = nullptr;
+  mb.documents = loader_->next(mb.inputs, mb.targets, &blocked_ms, origins_.data(), mb.positions);
   if (spec_.data.packing == Packing::None) mb.documents = 0;
   breakdown_->data_wait(start, std::chrono::steady_clock::now(), blocked_ms);
   if (topo_.tp_rank == 0)

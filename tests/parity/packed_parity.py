@@ -73,13 +73,13 @@ def reference(model):
                              model["vocab_size"])
 
 
-def torch_run(f, model, inputs, targets, positions):
-    """(loss, {name: grad}) of the reference from the dump's parameters."""
+def torch_run(f, model, forward):
+    """(loss, {name: grad}) of the reference from the dump's parameters; forward(m) gives the loss."""
     m = reference(model)
     with torch.no_grad():
         for n, p in m.named_parameters():
             p.copy_(torch.from_numpy(f["params"][n][()]))
-    loss = m(inputs, targets, positions)
+    loss = forward(m)
     loss.backward()
     return loss.item(), {n: p.grad.clone() for n, p in m.named_parameters()}
 
@@ -125,7 +125,7 @@ def main():
         x = torch.from_numpy(packed["batch"]["inputs"][()]).long()
         y = torch.from_numpy(packed["batch"]["targets"][()]).long()
         positions = torch.from_numpy(pos).long()
-        ref_loss, ref_grads = torch_run(packed, model, x, y, positions)
+        ref_loss, ref_grads = torch_run(packed, model, lambda m: m(x, y, positions))
         compare(failures, "packed rows vs PyTorch", float(packed["out"]["loss"][()]), grads(packed), ref_loss,
                 ref_grads, TOL_TORCH)
         # 4. each mask planted wrong in the reference: the comparison must fail
@@ -133,25 +133,16 @@ def main():
         # a target of -1 whose next position continues the document (not its end, not padding)
         prompt_in_loss = torch.where((y < 0) & (positions.roll(-1, dims=1) > 0) & (shifted != 0), shifted, y)
         plants = {
-            "attention across the documents (a plain causal mask)": (x, y, None),
-            "prompt tokens in the loss": (x, prompt_in_loss, positions),
+            "attention across the documents (a plain causal mask)": lambda m: m(x, y, None),
+            "prompt tokens in the loss": lambda m: m(x, prompt_in_loss, positions),
         }
         if args.arch == "gpt2":  # RoPE scores depend on position differences only: a document's
             # positions shifted by a constant change nothing under its own mask (nothing to catch)
-            plants["positions not restarted (0..T-1 along the row)"] = (x, y, "causal-positions")
-        for what, (xi, yi, pi) in plants.items():
-            if pi == "causal-positions":  # the documents' mask, but positions running on
-                ref = reference(model)
-                with torch.no_grad():
-                    for n, p in ref.named_parameters():
-                        p.copy_(torch.from_numpy(packed["params"][n][()]))
-                loss = planted_positions(ref, model, xi, yi, positions)
-                loss.backward()
-                got = (loss.item(), {n: p.grad.clone() for n, p in ref.named_parameters()})
-            else:
-                got = torch_run(packed, model, xi, yi, pi)
-            sub = []
-            err = compare(sub, f"planted: {what}", float(packed["out"]["loss"][()]), grads(packed), got[0], got[1],
+            plants["positions not restarted (0..T-1 along the row)"] = lambda m: gpt2_running_positions(
+                m, x, y, positions)
+        for what, forward in plants.items():
+            got = torch_run(packed, model, forward)
+            err = compare([], f"planted: {what}", float(packed["out"]["loss"][()]), grads(packed), got[0], got[1],
                           TOL_TORCH)
             if err <= 10 * TOL_TORCH:
                 failures.append(f"planted '{what}': relative error only {err:.2e}: the check cannot tell it")
@@ -164,29 +155,13 @@ def main():
     return 0
 
 
-def planted_positions(m, model, x, y, positions):
-    """The reference with the documents' attention mask but the positions running on along the row
-    (GPT-2: wpe(0..T-1); Llama: RoPE at 0..T-1)."""
-    running = torch.arange(x.shape[1])[None, :].expand_as(x)
-    if model["arch"] == "gpt2":
-        h = m.transformer.wte(x) + m.transformer.wpe(running)
-        for blk in m.transformer.h:
-            h = blk(h, positions)
-        logits = m.transformer.ln_f(h) @ m.transformer.wte.weight.t()
-    else:
-        # RoPE angles at 0..T-1 (positions = running) but the mask of the documents: the layers take
-        # one positions argument, so the mask is applied through a patched attention_mask
-        mask = torch_gpt.attention_mask(x.shape[1], positions)
-        saved = torch_llama.attention_mask
-        torch_llama.attention_mask = lambda T_, p=None: mask
-        try:
-            h = m.model.embed_tokens(x)
-            for layer in m.model.layers:
-                h = layer(h, running)
-            h = m.model.norm(h)
-        finally:
-            torch_llama.attention_mask = saved
-        logits = h @ m.model.embed_tokens.weight.t() if m.tie else m.lm_head(h)
+def gpt2_running_positions(m, x, y, positions):
+    """The GPT-2 reference's loss with the documents' attention mask but the position embedding's rows
+    running on along the row (0..T-1)."""
+    h = m.transformer.wte(x) + m.transformer.wpe(torch.arange(x.shape[1]))
+    for blk in m.transformer.h:
+        h = blk(h, positions)
+    logits = m.transformer.ln_f(h) @ m.transformer.wte.weight.t()
     return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1), ignore_index=-1)
 
 
