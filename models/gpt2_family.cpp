@@ -40,6 +40,8 @@ class Gpt2Family final : public ModelFamily {
     c.check(m.rope_scaling.empty(), "rope_scaling", "applies to arch = \"llama\" (gpt2 learns its position embeddings)");
     if (const char* k = m.rope_scaling_parameter_set())
       c.check(false, k, "applies to arch = \"llama\" with rope_scaling = \"llama3\"");
+    c.check(m.head_dim == 0 || m.head_dim * m.n_head == m.d_model, "head_dim",
+            fmt::format("gpt2's heads are d_model / n_head = {} wide", m.d_model / m.n_head));
     c.check(m.tie_embeddings, "tie_embeddings", "gpt2's output head is its token embedding; false needs arch = \"llama\"");
   }
 

@@ -24,7 +24,8 @@ Llama::Widths Llama::widths(const LlamaConfig& cfg, int tp) {
 Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
     : DecoderLM(backend, max_batch, tp, cfg.seq_len, cfg.d_model, cfg.vocab_size, cfg.vocab_held(),
                 cfg.sequence_parallel),
-      cfg_(cfg) {
+      cfg_(cfg),
+      head_norm_grads_(backend, tp_, cfg.head_size(), /*per_head=*/true) {
   const int TP = tp_.size();
   ZT_CHECK(cfg.n_head % cfg.n_kv_head == 0 && cfg.n_head % TP == 0 && cfg.d_ff % TP == 0 &&
                (cfg.n_kv_head % TP == 0 || TP % cfg.n_kv_head == 0) && cfg.vocab_held() % TP == 0 &&
@@ -32,7 +33,7 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
            "llama: heads {} / {}, d_ff {}, vocab {}, head size {} do not fit tensor parallelism {}", cfg.n_head,
            cfg.n_kv_head, cfg.d_ff, cfg.vocab_held(), cfg.head_size(), TP);
   const int64_t C = cfg.d_model, V = cfg.vocab_held(), F = cfg.d_ff;
-  const int64_t hs = cfg.head_size(), KV = int64_t(cfg.n_kv_head) * hs;
+  const int64_t hs = cfg.head_size(), Q = int64_t(cfg.n_head) * hs, KV = int64_t(cfg.n_kv_head) * hs;
   w_ = widths(cfg, TP);
   NH_l_ = cfg.n_head / TP;
   NKV_l_ = std::max(1, cfg.n_kv_head / TP);
@@ -45,10 +46,19 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
   for (int l = 0; l < cfg.n_layer; ++l) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
     t.add(h + "input_layernorm.weight", {C}, None, 1, false, 0, 1);
-    t.add(h + "self_attn.q_proj.weight", {C, C}, Rows, 1, true, std0, 0);  // column-parallel by heads
+    t.add(h + "self_attn.q_proj.weight", {Q, C}, Rows, 1, true, std0, 0);  // column-parallel by heads
     t.add(h + "self_attn.k_proj.weight", {KV, C}, Rows, 1, true, std0, 0, -1, kv_replicas_);
     t.add(h + "self_attn.v_proj.weight", {KV, C}, Rows, 1, true, std0, 0, -1, kv_replicas_);
-    t.add(h + "self_attn.o_proj.weight", {C, C}, Cols, 1, true, std0, 0);  // row-parallel
+    if (cfg.qkv_bias) {  // split as their weights' rows
+      t.add(h + "self_attn.q_proj.bias", {Q}, Rows, 1, false, 0, 0);
+      t.add(h + "self_attn.k_proj.bias", {KV}, Rows, 1, false, 0, 0, -1, kv_replicas_);
+      t.add(h + "self_attn.v_proj.bias", {KV}, Rows, 1, false, 0, 0, -1, kv_replicas_);
+    }
+    t.add(h + "self_attn.o_proj.weight", {C, Q}, Cols, 1, true, std0, 0);  // row-parallel
+    if (cfg.qk_norm) {  // replicated: every rank's heads use the whole weight
+      t.add(h + "self_attn.q_norm.weight", {hs}, None, 1, false, 0, 1);
+      t.add(h + "self_attn.k_norm.weight", {hs}, None, 1, false, 0, 1);
+    }
     t.add(h + "post_attention_layernorm.weight", {C}, None, 1, false, 0, 1);
     t.add(h + "mlp.gate_proj.weight", {F, C}, Rows, 1, true, std0, 0);  // column-parallel
     t.add(h + "mlp.up_proj.weight", {F, C}, Rows, 1, true, std0, 0);
@@ -61,7 +71,7 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
 
   act_buf_ = carve_activations(be_, activation_slots(cfg, max_batch, TP, acts_));
   if (kv_replicas_ > 1) {
-    const int64_t n = 2 * w_.kv * C, pieces = TP / kv_replicas_;
+    const int64_t n = kv_grad_numel(), pieces = TP / kv_replicas_;
     kv_saved_ = static_cast<float*>(be_.alloc(size_t(n) * sizeof(float), MemTag::Grads));
     kv_sum_ = static_cast<float*>(be_.alloc(size_t(n * pieces) * sizeof(float), MemTag::CommBuffers));
   }
@@ -77,10 +87,13 @@ std::vector<ActSlot> Llama::activation_slots(const LlamaConfig& cfg, int max_bat
   // layers of slots: Lw for what full recompute drops, Ln for what selective drops too (the
   // norm outputs and the SwiGLU output)
   const double Lw = cfg.recompute == Recompute::Full ? 1 : L, Ln = cfg.recompute == Recompute::None ? L : 1;
+  // qk_norm keeps the projection before the norm and each head's rstd (none without it)
+  const double Lq = cfg.qk_norm ? Lw : 0, NQK = NH + std::max(1, cfg.n_kv_head / tp);
   std::vector<ActSlot> slots = {
       {&a.encoded, nullptr, R * C},
       {&a.ln1, nullptr, Ln * R * C},       {nullptr, &a.rstd1, Ln * R},
-      {&a.qkv, nullptr, Lw * BT * Wqkv},   {&a.atty, nullptr, Lw * BT * Wq}, {nullptr, &a.lse, Lw * B * NH * T},
+      {&a.qkv, nullptr, Lw * BT * Wqkv},   {&a.qkv_raw, nullptr, Lq * BT * Wqkv}, {nullptr, &a.qk_rstd, Lq * BT * NQK},
+      {&a.atty, nullptr, Lw * BT * Wq},    {nullptr, &a.lse, Lw * B * NH * T},
       {&a.attproj, nullptr, Lw * R * C},   {&a.res2, nullptr, Lw * R * C},
       {&a.ln2, nullptr, Ln * R * C},       {nullptr, &a.rstd2, Ln * R},
       {&a.gate_up, nullptr, Lw * BT * 2 * Fl}, {&a.act, nullptr, Ln * BT * Fl},
@@ -106,9 +119,10 @@ Llama::~Llama() {
 
 std::string Llama::describe() const {
   const RopeScaling& r = cfg_.rope_scaling;
-  return fmt::format("llama {} layers, d_model {}, {} heads ({} key/value), d_ff {}, seq_len {}, vocab {}{}{}{}{}{}",
-                     cfg_.n_layer, cfg_.d_model, cfg_.n_head, cfg_.n_kv_head, cfg_.d_ff, cfg_.seq_len,
-                     cfg_.vocab_size,
+  return fmt::format("{} {} layers, d_model {}, {} heads ({} key/value){}, d_ff {}, seq_len {}, vocab {}{}{}{}{}{}{}",
+                     cfg_.family, cfg_.n_layer, cfg_.d_model, cfg_.n_head, cfg_.n_kv_head,
+                     cfg_.head_dim > 0 ? fmt::format(" of width {}", cfg_.head_dim) : "", cfg_.d_ff, cfg_.seq_len,
+                     cfg_.vocab_size, cfg_.qkv_bias ? ", q/k/v biases" : "", cfg_.qk_norm ? ", q/k norms" : "",
                      r.factor > 0 ? fmt::format(", RoPE scaled (llama3: factor {:g}, frequency factors {:g}/{:g}, "
                                                 "original {:g} positions)", r.factor, r.low_freq_factor,
                                                 r.high_freq_factor, r.original_positions)
@@ -120,9 +134,12 @@ std::string Llama::describe() const {
 
 template <typename P>
 Llama::BlockParams<P> Llama::block_params(P g, int l) const {
-  const size_t first = table_.groups()[1 + l].first_param;  // the block's 9 tensors, in table order
+  const size_t first = table_.groups()[1 + l].first_param;  // the block's tensors, in table order
   auto p = [&](size_t k) { return at(g, first + k); };
-  return {p(0), p(1), p(4), p(5), p(6), p(8)};  // q (k, v follow), o, norm2, gate (up follows), down
+  const size_t o = cfg_.qkv_bias ? 7 : 4, norm2 = o + (cfg_.qk_norm ? 3 : 1);
+  // q (k, v follow), o, norm2, gate (up follows), down; the q bias (k's and v's follow), the norms
+  return {p(0), p(1), p(o), p(norm2), p(norm2 + 1), p(norm2 + 3),
+          cfg_.qkv_bias ? p(4) : P{}, cfg_.qk_norm ? p(o + 1) : P{}, cfg_.qk_norm ? p(o + 2) : P{}};
 }
 
 Llama::BlockActs Llama::block_acts(int l) const {
@@ -130,8 +147,10 @@ Llama::BlockActs Llama::block_acts(int l) const {
   const int64_t BT = int64_t(cur_B_) * cur_T_, R = tp_.seq_rows(BT), C = cfg_.d_model, Fl = w_.f;
   const int64_t w = cfg_.recompute == Recompute::Full ? 0 : l;  // the slot of what full recompute drops
   const int64_t n = cfg_.recompute == Recompute::None ? l : 0;  // and of what selective drops
+  const int64_t q = cfg_.qk_norm ? w : 0;  // the slots of qk_norm's layers, empty without it
   return {el(a.ln1, n * R * C),          a.rstd1 + n * R,
-          el(a.qkv, w * BT * w_.qkv),    el(a.atty, w * BT * w_.q),   a.lse + w * BT * NH_l_,
+          el(a.qkv, w * BT * w_.qkv),    el(a.qkv_raw, q * BT * w_.qkv), a.qk_rstd + q * BT * (NH_l_ + NKV_l_),
+          el(a.atty, w * BT * w_.q),     a.lse + w * BT * NH_l_,
           el(a.attproj, w * R * C),      el(a.res2, w * R * C),       el(a.ln2, n * R * C),
           a.rstd2 + n * R,               el(a.gate_up, w * BT * 2 * Fl), el(a.act, n * BT * Fl),
           el(a.mlp, w * R * C),          el(a.res3, l * R * C)};
@@ -162,7 +181,14 @@ void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, 
   else be_.residual_rmsnorm_forward(in_sum, x.ln1, x.rstd1, in_a, in_b, w.norm1, R, C, eps);
   const void* residual = in_b ? in_sum : in_a;
   const void* ln1 = tp_.gather_from_sequence_region(x.ln1, sq.full, BT, C);  // (B,T,C)
-  be_.matmul_forward(x.qkv, ln1, w.qkv, nullptr, BT, C, int(w_.qkv));  // (B,T,Wqkv) this rank's heads
+  // (B,T,Wqkv) this rank's heads
+  be_.matmul_forward(cfg_.qk_norm ? x.qkv_raw : x.qkv, ln1, w.qkv, w.qkv_bias, BT, C, int(w_.qkv));
+  if (cfg_.qk_norm) {  // each q and k head normed before the rotation; v as projected
+    be_.copy_device(x.qkv, x.qkv_raw, size_t(BT * w_.qkv) * esize_);
+    be_.head_rmsnorm_forward(x.qkv, x.qk_rstd, x.qkv_raw, w.q_norm, BT, NH_l_, hs, w_.qkv, eps);
+    be_.head_rmsnorm_forward(el(x.qkv, w_.q), x.qk_rstd + BT * NH_l_, el(x.qkv_raw, w_.q), w.k_norm, BT, NKV_l_, hs,
+                             w_.qkv, eps);
+  }
   // q and k heads are adjacent in each row: one rotation covers both
   const int32_t* pos = tokens_.current().positions;  // packed documents: each attends within itself
   be_.rope(x.qkv, B, T, NH_l_ + NKV_l_, hs, w_.qkv, cfg_.rope_theta, false, pos, cfg_.rope_scaling);
@@ -223,18 +249,22 @@ void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, cons
   tokens_.mark_read();
 }
 
-void Llama::sum_replicated_kv_grads(float* kv_grad) {
-  // kv_grad holds exactly this rank's part (it was zeroed before the qkv backward, its earlier
-  // contents saved in kv_saved_); the true gradient adds the parts of every rank holding the same
-  // heads. Each rank puts its part in its piece's slot of kv_sum_ (zero elsewhere), one
-  // all-reduce over the tensor-parallel group sums each slot over its replicas, and the saved
-  // accumulation is added back.
-  const int64_t n = 2 * w_.kv * cfg_.d_model, pieces = tp_.size() / kv_replicas_;
+int64_t Llama::kv_grad_numel() const { return 2 * w_.kv * cfg_.d_model + (cfg_.qkv_bias ? 2 * w_.kv : 0); }
+
+void Llama::sum_replicated_kv_grads(float* kv_weight_grad, float* kv_bias_grad) {
+  // The gradients hold exactly this rank's part (they were zeroed before the qkv backward, their
+  // earlier contents saved in kv_saved_: weights then biases); the true gradient adds the parts
+  // of every rank holding the same heads. Each rank puts its part in its piece's slot of kv_sum_
+  // (zero elsewhere), one all-reduce over the tensor-parallel group sums each slot over its
+  // replicas, and the saved accumulation is added back.
+  const int64_t nw = 2 * w_.kv * cfg_.d_model, n = kv_grad_numel(), pieces = tp_.size() / kv_replicas_;
   const int64_t slot = int64_t(tp_.rank() / kv_replicas_) * n;
   be_.fill_zero(kv_sum_, size_t(n * pieces) * sizeof(float));
-  be_.copy_device(kv_sum_ + slot, kv_grad, size_t(n) * sizeof(float));
+  be_.copy_device(kv_sum_ + slot, kv_weight_grad, size_t(nw) * sizeof(float));
+  if (kv_bias_grad) be_.copy_device(kv_sum_ + slot + nw, kv_bias_grad, size_t(n - nw) * sizeof(float));
   tp_.group().all_reduce_sync(kv_sum_, size_t(n * pieces));
-  be_.add(kv_grad, kv_saved_, kv_sum_ + slot, n);
+  be_.add(kv_weight_grad, kv_saved_, kv_sum_ + slot, nw);
+  if (kv_bias_grad) be_.add(kv_bias_grad, kv_saved_ + nw, kv_sum_ + slot + nw, n - nw);
 }
 
 void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* residual) {
@@ -257,16 +287,29 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
   const int32_t* pos = tokens_.current().positions;
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.lse, B, T, int(Wq), NH_l_, NKV_l_, pos);
   be_.rope(a.dqkv, B, T, NH_l_ + NKV_l_, hs, Wqkv, cfg_.rope_theta, true, pos, cfg_.rope_scaling);  // through the rotation
+  if (cfg_.qk_norm) {  // through each head's norm, in place; the weights' gradients a part per rank
+    float* const* ng = head_norm_grads_.begin({g.q_norm, g.k_norm}, hs);
+    be_.head_rmsnorm_backward(a.dqkv, ng[0], a.dqkv, x.qkv_raw, w.q_norm, x.qk_rstd, BT, NH_l_, hs, Wqkv);
+    be_.head_rmsnorm_backward(el(a.dqkv, Wq), ng[1], el(a.dqkv, Wq), el(x.qkv_raw, Wq), w.k_norm,
+                              x.qk_rstd + BT * NH_l_, BT, NKV_l_, hs, Wqkv);
+    head_norm_grads_.end();
+  }
   float* kv_grad = g.qkv + Wq * C;  // k_proj then v_proj rows follow q_proj's
+  float* kv_bias_grad = g.qkv_bias ? g.qkv_bias + Wq : nullptr;  // and their biases q_proj's bias
   std::function<void()> kv_begin, kv_end;
   if (kv_replicas_ > 1) {  // the weight gradient's GEMM then accumulates exactly this rank's part
     kv_begin = [&] {
-      be_.copy_device(kv_saved_, kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
-      be_.fill_zero(kv_grad, size_t(2 * w_.kv * C) * sizeof(float));
+      const int64_t nw = 2 * w_.kv * C;
+      be_.copy_device(kv_saved_, kv_grad, size_t(nw) * sizeof(float));
+      be_.fill_zero(kv_grad, size_t(nw) * sizeof(float));
+      if (kv_bias_grad) {
+        be_.copy_device(kv_saved_ + nw, kv_bias_grad, size_t(2 * w_.kv) * sizeof(float));
+        be_.fill_zero(kv_bias_grad, size_t(2 * w_.kv) * sizeof(float));
+      }
     };
-    kv_end = [&] { sum_replicated_kv_grads(kv_grad); };
+    kv_end = [&] { sum_replicated_kv_grads(kv_grad, kv_bias_grad); };
   }
-  column_parallel_backward(a.dln, g.qkv, nullptr, a.dqkv, x.ln1, w.qkv, a.seq, BT, C, int(Wqkv), kv_begin, kv_end);
+  column_parallel_backward(a.dln, g.qkv, g.qkv_bias, a.dqkv, x.ln1, w.qkv, a.seq, BT, C, int(Wqkv), kv_begin, kv_end);
   be_.rmsnorm_backward(a.dres, norm_g[1], a.dln, residual, w.norm1, x.rstd1, R, C);
   seq_grads_.end();
 }

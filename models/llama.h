@@ -1,16 +1,21 @@
-// Llama family model on the op interface (Llama 2/3, Mistral-style dense models): RMSNorm
-// pre-norm blocks, rotary position embeddings (Hugging Face's half-rotation convention, see
-// engine/backend/cpu/ops.h), grouped-query causal attention, SwiGLU MLP, no biases, final RMSNorm,
-// an output head that is its own matrix or (tie_embeddings) the token embedding.
+// The Llama-shaped decoder on the op interface (Llama 2/3, Mistral, Qwen2/2.5, Qwen3; the
+// families in models/*_family.cpp set its options): RMSNorm pre-norm blocks, rotary position
+// embeddings (Hugging Face's half-rotation convention, see engine/backend/cpu/ops.h),
+// grouped-query causal attention, SwiGLU MLP, final RMSNorm, an output head that is its own
+// matrix or (tie_embeddings) the token embedding. Options: biases on q, k and v (Qwen2; never on
+// o or the MLP), an RMSNorm of each q and k head before RoPE (Qwen3), and a head width other
+// than d_model / n_head (Qwen3, Mistral Nemo).
 //
 // Parameters, in buffer order, with Hugging Face (LlamaForCausalLM) names and nn.Linear layouts
-// (out, in); hs = d_model / n_head, KV = n_kv_head * hs, F = d_ff:
+// (out, in); hs = the head width, Q = n_head * hs, KV = n_kv_head * hs, F = d_ff:
 //   model.embed_tokens.weight                       (V, C)
 //   model.layers.{i}.input_layernorm.weight         (C)
-//   model.layers.{i}.self_attn.q_proj.weight        (C, C)   head h: rows h*hs..+hs
+//   model.layers.{i}.self_attn.q_proj.weight        (Q, C)   head h: rows h*hs..+hs
 //   model.layers.{i}.self_attn.k_proj.weight        (KV, C)  query head h reads key/value head
 //   model.layers.{i}.self_attn.v_proj.weight        (KV, C)  h / (n_head / n_kv_head)
-//   model.layers.{i}.self_attn.o_proj.weight        (C, C)
+//   model.layers.{i}.self_attn.{q,k,v}_proj.bias    (Q), (KV), (KV)   qkv_bias only
+//   model.layers.{i}.self_attn.o_proj.weight        (C, Q)
+//   model.layers.{i}.self_attn.{q,k}_norm.weight    (hs), (hs)  qk_norm only: every head's
 //   model.layers.{i}.post_attention_layernorm.weight (C)
 //   model.layers.{i}.mlp.gate_proj.weight           (F, C)
 //   model.layers.{i}.mlp.up_proj.weight             (F, C)
@@ -18,10 +23,13 @@
 //   model.norm.weight                               (C)
 //   lm_head.weight                                  (V, C)   absent when tied
 // q, k and v (and gate and up) are column-parallel and adjacent in the table, so this rank's
-// rows of them form one packed matrix and one GEMM computes [q | k | v] (and [gate | up]).
+// rows of them form one packed matrix and one GEMM computes [q | k | v] (and [gate | up]); the
+// three biases likewise form one packed bias.
 // With more tensor-parallel ranks T than key/value heads, each key/value head is replicated on
 // the T / n_kv_head ranks whose query heads read it (ParamInfo::tp_replicas); their gradients
-// are summed across those ranks in backward.
+// (weights and biases) are summed across those ranks in backward. The q/k norms' weights are
+// replicated on every rank and applied to that rank's heads: each rank's gradient is a part,
+// summed over the tensor group in backward, so every rank applies the same update.
 // Groups: 0 = embeddings, 1 + l = block l, last = model.norm (+ lm_head).
 #pragma once
 #include <cstdint>
@@ -34,15 +42,19 @@
 namespace zt {
 
 struct LlamaConfig {
+  const char* family = "llama";  // the [model] arch, for describe()
   int n_layer = 0, n_head = 0, n_kv_head = 0, d_model = 0, d_ff = 0, vocab_size = 0, seq_len = 0;
   int vocab_padded = 0;  // the vocabulary as held (0 = not padded), as in GPT2Config
+  int head_dim = 0;       // 0: d_model / n_head
+  bool qkv_bias = false;  // Qwen2: biases on q, k and v
+  bool qk_norm = false;   // Qwen3: RMSNorm of each q and k head, before RoPE
   float rope_theta = 10000.0f, norm_eps = 1e-5f;
   RopeScaling rope_scaling;  // Llama 3.1's frequency rule; plain RoPE by default
   bool tie_embeddings = false;
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;  // the norms' and residuals' rows split across the tensor group
   int vocab_held() const { return vocab_padded > 0 ? vocab_padded : vocab_size; }
-  int head_size() const { return d_model / n_head; }
+  int head_size() const { return head_dim > 0 ? head_dim : d_model / n_head; }
 };
 
 class Comm;
@@ -77,13 +89,16 @@ class Llama final : public DecoderLM {
   template <typename P>  // void* for compute-precision parameters, float* for gradients
   struct BlockParams {
     P norm1, qkv, o, norm2, gate_up, down;  // q|k|v and gate|up are packed (adjacent rows)
+    P qkv_bias, q_norm, k_norm;             // null without the option
   };
   // (B,T,C) tensors and their statistics are the sequence region's: with sequence parallelism,
   // this rank's seq_rows of them.
   struct BlockActs {
     void* ln1;         // (B,T,C)
     float* rstd1;      // (B,T)
-    void* qkv;         // (B,T,Wqkv) q and k rotated
+    void* qkv;         // (B,T,Wqkv) q and k (normed and) rotated
+    void* qkv_raw;     // (B,T,Wqkv) qk_norm: the projection before the norm
+    float* qk_rstd;    // (B,T,NHl+NKVl) qk_norm: q heads' then k heads' rstd
     void* atty;        // (B,T,Wq)
     float* lse;        // (B,NHl,T)
     void* attproj;     // (B,T,C)
@@ -97,8 +112,8 @@ class Llama final : public DecoderLM {
   };
   struct Acts {
     void* encoded;  // (B,T,C)
-    void *ln1, *qkv, *atty, *attproj, *res2, *ln2, *gate_up, *act, *mlp, *res3;  // (L, ...)
-    float *rstd1, *lse, *rstd2;                                                 // (L, ...)
+    void *ln1, *qkv, *qkv_raw, *atty, *attproj, *res2, *ln2, *gate_up, *act, *mlp, *res3;  // (L, ...)
+    float *rstd1, *qk_rstd, *lse, *rstd2;                                                 // (L, ...)
     void* lnf;       // (B,T,C)
     float* lnf_rstd;  // (B,T)
     HeadActs head;   // the output head's chunk of logits, last rows, weight gradient
@@ -115,16 +130,19 @@ class Llama final : public DecoderLM {
 
   void block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum);
   void block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* in);
-  // Sums this micro-batch's gradient of the replicated key/value rows (kv_grad: this rank's part,
-  // the earlier accumulation in kv_saved_) across the ranks that hold them.
-  void sum_replicated_kv_grads(float* kv_grad);
+  // Sums this micro-batch's gradient of the replicated key/value rows (their weights' and, with
+  // qkv_bias, their biases'; this rank's part in place, the earlier accumulation in kv_saved_)
+  // across the ranks that hold them.
+  void sum_replicated_kv_grads(float* kv_weight_grad, float* kv_bias_grad);
+  int64_t kv_grad_numel() const;  // the replicated key/value gradient elements: weights, biases
 
   LlamaConfig cfg_;
   Widths w_{};
   int NH_l_ = 0, NKV_l_ = 0, kv_replicas_ = 1;
   Acts acts_{};
-  float* kv_saved_ = nullptr;  // (2 KVl C) fp32, replicated key/value heads only
-  float* kv_sum_ = nullptr;    // (pieces, 2 KVl C) fp32
+  float* kv_saved_ = nullptr;  // (kv_grad_numel) fp32, replicated key/value heads only
+  float* kv_sum_ = nullptr;    // (pieces, kv_grad_numel) fp32
+  SequenceGrads head_norm_grads_;  // the q/k norms': a part per tensor-parallel rank
 };
 
 }  // namespace zt

@@ -6,12 +6,16 @@
 namespace zt {
 
 const ModelFamily& gpt2_family();   // models/gpt2_family.cpp
-const ModelFamily& llama_family();  // models/llama_family.cpp
+const ModelFamily& llama_family();    // models/llama_family.cpp
+const ModelFamily& mistral_family();  // models/mistral_family.cpp
+const ModelFamily& qwen2_family();    // models/qwen_families.cpp
+const ModelFamily& qwen3_family();
 
 const char* default_model_family() { return "gpt2"; }
 
 const std::vector<const ModelFamily*>& model_families() {
-  static const std::vector<const ModelFamily*> all = {&gpt2_family(), &llama_family()};
+  static const std::vector<const ModelFamily*> all = {&gpt2_family(), &llama_family(), &mistral_family(),
+                                                              &qwen2_family(), &qwen3_family()};
   return all;
 }
 

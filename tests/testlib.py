@@ -362,18 +362,19 @@ def gpt2_roundings(n_layer):
     return 17 * n_layer + 4
 
 
-def llama_roundings(n_layer):
+def llama_roundings(n_layer, qk_norm=False):
     """The same for Llama: per block the forward stores 11 (norm, qkv, qkv rotated, attention output,
     its projection, residual, norm, gate|up, SwiGLU, MLP output, block output) and the backward
     rounds 8 (the residual gradient twice, d norm, d qkv, its rotation back, d attention,
-    d gate|up, d SwiGLU); the head 4."""
-    return 19 * n_layer + 4
+    d gate|up, d SwiGLU); the head 4. Qwen3's q/k norms (qk_norm) add 3 per block: the projection
+    kept before them, their output, and the gradient through them."""
+    return (22 if qk_norm else 19) * n_layer + 4
 
 
 def rounding_bound(compute, n_layer, arch="gpt2"):
     """Relative error bound of a gradient computed in `compute` against the exact (fp32) one:
     independent roundings add in quadrature, sqrt(k) u, each counted at its worst."""
-    k = gpt2_roundings(n_layer) if arch == "gpt2" else llama_roundings(n_layer)
+    k = gpt2_roundings(n_layer) if arch == "gpt2" else llama_roundings(n_layer, qk_norm=arch == "qwen3")
     return math.sqrt(k) * UNIT_ROUNDOFF[compute]
 
 

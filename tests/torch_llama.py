@@ -2,7 +2,19 @@
 parameter names and nn.Linear layouts; RMSNorm in fp32; rotary embedding on the two halves of each
 head, rotate_half; grouped-query attention repeating each key/value head for n_head / n_kv_head
 consecutive query heads; SwiGLU MLP; no biases), independent of ztrain's code. Used by the parity
-test."""
+test.
+
+The Llama-shaped families, from their published modeling files (transformers' modeling_qwen2.py,
+modeling_qwen3.py, modeling_mistral.py):
+- Qwen2/2.5 (qkv_bias): q_proj, k_proj and v_proj are nn.Linear(bias=True); o_proj has no bias.
+- Qwen3 (qk_norm, head_dim): q_norm and k_norm are RMSNorm(head_dim) applied to each head of the
+  projected q and k (`self.q_norm(self.q_proj(x).view(*shape, -1, head_dim))`) before the rotary
+  embedding; heads are head_dim wide, so q_proj is (n_head * head_dim, C) and o_proj
+  (C, n_head * head_dim); the attention scale is head_dim ** -0.5.
+- Mistral v0.2+ (sliding_window null): Llama's computation.
+`plant` puts a known bug in the reference, to show that the parity checks can tell it:
+"qk norm after rope" (Qwen3's norms applied to the rotated heads), "bias on o" (Qwen2 with a
+bias added to o_proj's output too)."""
 import math
 
 import torch
@@ -57,31 +69,44 @@ def rope_cos_sin(T, hs, theta, scaling=None):
 
 
 class Attention(nn.Module):
-    def __init__(self, C, NH, NKV, theta, scaling=None):
+    def __init__(self, C, NH, NKV, theta, scaling=None, head_dim=None, qkv_bias=False, qk_norm=False, eps=1e-6,
+                 plant=None):
         super().__init__()
-        self.NH, self.NKV, self.hs, self.theta, self.scaling = NH, NKV, C // NH, theta, scaling
-        self.q_proj = nn.Linear(C, NH * self.hs, bias=False)
-        self.k_proj = nn.Linear(C, NKV * self.hs, bias=False)
-        self.v_proj = nn.Linear(C, NKV * self.hs, bias=False)
+        self.NH, self.NKV, self.theta, self.scaling, self.plant = NH, NKV, theta, scaling, plant
+        self.hs = head_dim or C // NH
+        self.q_proj = nn.Linear(C, NH * self.hs, bias=qkv_bias)
+        self.k_proj = nn.Linear(C, NKV * self.hs, bias=qkv_bias)
+        self.v_proj = nn.Linear(C, NKV * self.hs, bias=qkv_bias)
         self.o_proj = nn.Linear(NH * self.hs, C, bias=False)
+        self.qk_norm = qk_norm
+        if qk_norm:
+            self.q_norm = RMSNorm(self.hs, eps)
+            self.k_norm = RMSNorm(self.hs, eps)
 
     def forward(self, x, positions=None):
         B, T, C = x.shape
         hs = self.hs
-        q = self.q_proj(x).view(B, T, self.NH, hs).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.NKV, hs).transpose(1, 2)
+        q = self.q_proj(x).view(B, T, self.NH, hs)
+        k = self.k_proj(x).view(B, T, self.NKV, hs)
+        if self.qk_norm and self.plant != "qk norm after rope":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = self.v_proj(x).view(B, T, self.NKV, hs).transpose(1, 2)
         cos, sin = rope_cos_sin(T, hs, self.theta, self.scaling)
         if positions is not None:  # each token's angle at its position in its document: (B, 1, T, hs)
             cos, sin = cos[positions.long()][:, None], sin[positions.long()][:, None]
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
+        if self.qk_norm and self.plant == "qk norm after rope":
+            q, k = self.q_norm(q), self.k_norm(k)
         rep = self.NH // self.NKV  # Hugging Face's repeat_kv
         k = k[:, :, None].expand(B, self.NKV, rep, T, hs).reshape(B, self.NH, T, hs)
         v = v[:, :, None].expand(B, self.NKV, rep, T, hs).reshape(B, self.NH, T, hs)
         att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         att = att.masked_fill(~attention_mask(T, positions), float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, self.NH * hs)
+        if self.plant == "bias on o":  # v's bias (repeated to C) where Qwen2 has none
+            return self.o_proj(y) + self.v_proj.bias.repeat(C // self.v_proj.bias.numel() + 1)[:C]
         return self.o_proj(y)
 
 
@@ -97,10 +122,10 @@ class MLP(nn.Module):
 
 
 class Layer(nn.Module):
-    def __init__(self, C, NH, NKV, FF, theta, eps, scaling=None):
+    def __init__(self, C, NH, NKV, FF, theta, eps, scaling=None, **attn):
         super().__init__()
         self.input_layernorm = RMSNorm(C, eps)
-        self.self_attn = Attention(C, NH, NKV, theta, scaling)
+        self.self_attn = Attention(C, NH, NKV, theta, scaling, eps=eps, **attn)
         self.post_attention_layernorm = RMSNorm(C, eps)
         self.mlp = MLP(C, FF)
 
@@ -110,12 +135,13 @@ class Layer(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, L, NH, NKV, C, FF, V, theta=10000.0, eps=1e-5, tie=False, rope_scaling=None):
-        """rope_scaling: None (plain RoPE) or Llama 3.1's rule's parameters (llama3_inv_freq)."""
+    def __init__(self, L, NH, NKV, C, FF, V, theta=10000.0, eps=1e-5, tie=False, rope_scaling=None, **attn):
+        """rope_scaling: None (plain RoPE) or Llama 3.1's rule's parameters (llama3_inv_freq).
+        attn: the families' options (head_dim, qkv_bias, qk_norm) and a planted bug (plant)."""
         super().__init__()
         self.model = nn.Module()
         self.model.embed_tokens = nn.Embedding(V, C)
-        self.model.layers = nn.ModuleList([Layer(C, NH, NKV, FF, theta, eps, rope_scaling) for _ in range(L)])
+        self.model.layers = nn.ModuleList([Layer(C, NH, NKV, FF, theta, eps, rope_scaling, **attn) for _ in range(L)])
         self.model.norm = RMSNorm(C, eps)
         self.tie = tie
         if not tie:

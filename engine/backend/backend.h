@@ -232,6 +232,17 @@ class DeviceOps {
   virtual void rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
                                 const void* weight, const float* rstd, int N,
                                 int C) { unsupported("rmsnorm_backward"); }  // (accumulates)
+  // RMSNorm of each attention head (Qwen3's q_norm and k_norm): the first `heads` heads of hs
+  // channels of each of N rows `stride` elements apart (the q or k heads of the packed qkv), one
+  // weight (hs) for all of them; rstd (N, heads). out has inp's layout and may be inp (in place);
+  // the elements after the heads are left alone.
+  virtual void head_rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int64_t N,
+                                    int heads, int hs, int64_t stride,
+                                    float eps) { unsupported("head_rmsnorm_forward"); }
+  // Its backward over the same layout: dinp written (it may be dout: in place), dweight accumulates.
+  virtual void head_rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp,
+                                     const void* weight, const float* rstd, int64_t N, int heads, int hs,
+                                     int64_t stride) { unsupported("head_rmsnorm_backward"); }
   // Rotary embedding in place (forward; inverse = true: its backward), see cpu/ops.h; `scaling`:
   // Llama 3.1's frequency rule (rope_scaling.h), plain RoPE by default.
   virtual void rope(void* x, int B, int T, int n_heads, int hs, int64_t stride, float theta,

@@ -318,8 +318,10 @@ struct Loader {
     auto& m = spec.model;
     check(rules.has_family(m.arch), "model", "arch",
           fmt::format("'{}' is not a supported architecture (supported: {})", m.arch, rules.family_names()));
-    check(m.d_model % m.n_head == 0, "model", "d_model",
+    check(m.head_dim > 0 || m.d_model % m.n_head == 0, "model", "d_model",
           fmt::format("d_model = {} is not divisible by n_head = {}", m.d_model, m.n_head));
+    check(m.head_dim <= kMaxInt / m.n_head, "model", "head_dim",
+          fmt::format("n_head x head_dim = {} x {} is too large", m.n_head, m.head_dim));
     if (m.n_kv_head == 0) m.n_kv_head = m.n_head;
     check(m.n_kv_head >= 1 && m.n_head % m.n_kv_head == 0, "model", "n_kv_head",
           fmt::format("n_head = {} is not a multiple of n_kv_head = {}", m.n_head, m.n_kv_head));

@@ -40,6 +40,10 @@ struct RunSpec {
     // embedding's base, and whether the output head is the token embedding (the family's
     // default, resolved after loading); which families use them: models/*_family.cpp.
     int64_t n_kv_head = 0;
+    // Each attention head's width: 0 in the file means d_model / n_head; a family may allow
+    // another (Qwen3: n_head x head_dim differs from d_model). head_size() is the one to read.
+    int64_t head_dim = 0;
+    int64_t head_size() const { return head_dim > 0 ? head_dim : d_model / n_head; }
     double rope_theta = 10000.0;
     // RoPE frequency scaling: "" none, "llama3" Llama 3.1's rule (engine/backend/rope_scaling.h)
     std::string rope_scaling;

@@ -80,9 +80,9 @@ void TensorParallel::gather_vocab_row(const void* row, int64_t Vl, float* out) c
   be_.free(all);
 }
 
-SequenceGrads::SequenceGrads(Backend& be, const TensorParallel& tp, int64_t width)
+SequenceGrads::SequenceGrads(Backend& be, const TensorParallel& tp, int64_t width, bool per_head)
     : be_(be), tp_(tp), width_(width) {
-  if (tp_.sequence_parallel())
+  if (per_head ? tp_.size() > 1 : tp_.sequence_parallel())
     parts_ = static_cast<float*>(be_.alloc(size_t(kMax * width) * sizeof(float), MemTag::Grads));
 }
 

@@ -107,8 +107,10 @@ class TensorParallel {
 class SequenceGrads {
  public:
   static constexpr int kMax = 4;  // tensors per begin()
-  // `width`: the most elements of one tensor.
-  SequenceGrads(Backend& be, const TensorParallel& tp, int64_t width);
+  // `width`: the most elements of one tensor. `per_head`: the parameters apply to this rank's
+  // attention heads (Qwen3's q/k norms), so each rank's gradient is a part whenever the group is
+  // larger than one, sequence parallel or not.
+  SequenceGrads(Backend& be, const TensorParallel& tp, int64_t width, bool per_head = false);
   ~SequenceGrads();
   SequenceGrads(const SequenceGrads&) = delete;
   SequenceGrads& operator=(const SequenceGrads&) = delete;

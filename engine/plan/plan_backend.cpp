@@ -190,6 +190,17 @@ void PlanBackend::rmsnorm_backward(void*, float*, const void*, const void*, cons
   const double n = double(N) * C;
   count(8 * n, n * double(4 * es()) + 4.0 * N + 8.0 * C);
 }
+void PlanBackend::head_rmsnorm_forward(void*, float*, const void*, const void*, int64_t N, int heads, int hs, int64_t,
+                                       float) {
+  const double n = double(N) * heads * hs;  // the plain norm's work on N x heads rows
+  count(4 * n, n * double(2 * es()) + 4.0 * N * heads);
+}
+void PlanBackend::head_rmsnorm_backward(void*, float*, const void*, const void*, const void*, const float*, int64_t N,
+                                        int heads, int hs, int64_t) {
+  cuda_scratch_for(cuda_scratch::rmsnorm_backward(hs));
+  const double n = double(N) * heads * hs;
+  count(8 * n, n * double(3 * es()) + 4.0 * N * heads + 8.0 * hs);  // written in place: dout read, dinp written
+}
 void PlanBackend::rope(void*, int B, int T, int n_heads, int hs, int64_t, float, bool, const int32_t*,
                        const RopeScaling&) {
   const double n = double(B) * T * n_heads * hs;

@@ -61,6 +61,10 @@ class PlanBackend final : public Backend {
   void residual_rmsnorm_forward(void*, void*, float*, const void*, const void*, const void*, int N, int C,
                                 float) override;
   void rmsnorm_backward(void*, float*, const void*, const void*, const void*, const float*, int N, int C) override;
+  void head_rmsnorm_forward(void*, float*, const void*, const void*, int64_t N, int heads, int hs, int64_t,
+                            float) override;
+  void head_rmsnorm_backward(void*, float*, const void*, const void*, const void*, const float*, int64_t N, int heads,
+                             int hs, int64_t) override;
   void rope(void*, int B, int T, int n_heads, int hs, int64_t, float, bool, const int32_t*,
             const RopeScaling&) override;
   void swiglu_forward(void*, const void*, int64_t N, int F) override;

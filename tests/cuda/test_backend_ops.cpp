@@ -410,6 +410,34 @@ int main() {
     G.rope(x.g, B, T, H, hs, stride, 500.0f, false, nullptr, llama31);
     x.check("rope llama3 scaling" + tag, tol(kTol));
   }
+  // Qwen3's per-head q/k norm on strided heads: the elements after the heads (k, v) keep their
+  // values; odd widths take the scalar path, 64 and 128 the 128-bit one; backward in place as
+  // the model calls it, and into another buffer.
+  if (wanted("llama"))
+  for (auto [N, H, hs, extra] : {std::tuple{1, 1, 2, 0}, {37, 7, 64, 96}, {129, 3, 10, 17}, {5, 16, 128, 512}}) {
+    const int64_t stride = int64_t(H) * hs + extra, n = int64_t(N) * stride;
+    const std::string tag = " N" + std::to_string(N) + " H" + std::to_string(H) + " hs" + std::to_string(hs) +
+                            " stride" + std::to_string(stride);
+    Pair x(C, G, randn(size_t(n), 90, 2.f), dt), w(C, G, randn(size_t(hs), 91), dt),
+        out(C, G, randn(size_t(n), 92), dt), rstd(C, G, std::vector<float>(size_t(N) * H));
+    C.head_rmsnorm_forward(out.c, rstd.fc(), x.c, w.c, N, H, hs, stride, 1e-6f);
+    G.head_rmsnorm_forward(out.g, rstd.fg(), x.g, w.g, N, H, hs, stride, 1e-6f);
+    out.check("head_rmsnorm_forward" + tag, tol(kTol));
+    rstd.check("head_rmsnorm_forward rstd" + tag, kTol);
+    Pair y(C, G, randn(size_t(n), 90, 2.f), dt);  // x's values, normed in place
+    C.head_rmsnorm_forward(y.c, rstd.fc(), y.c, w.c, N, H, hs, stride, 1e-6f);
+    G.head_rmsnorm_forward(y.g, rstd.fg(), y.g, w.g, N, H, hs, stride, 1e-6f);
+    y.check("head_rmsnorm_forward in place" + tag, tol(kTol));
+    Pair d(C, G, randn(size_t(n), 93), dt), dw(C, G, randn(size_t(hs), 94)), dx(C, G, randn(size_t(n), 95), dt);
+    C.head_rmsnorm_backward(dx.c, dw.fc(), d.c, x.c, w.c, rstd.fc(), N, H, hs, stride);
+    G.head_rmsnorm_backward(dx.g, dw.fg(), d.g, x.g, w.g, rstd.fg(), N, H, hs, stride);
+    dx.check("head_rmsnorm_backward dinp" + tag, tol(1e-4));
+    dw.check("head_rmsnorm_backward dweight" + tag, 1e-4);
+    C.head_rmsnorm_backward(d.c, dw.fc(), d.c, x.c, w.c, rstd.fc(), N, H, hs, stride);
+    G.head_rmsnorm_backward(d.g, dw.fg(), d.g, x.g, w.g, rstd.fg(), N, H, hs, stride);
+    d.check("head_rmsnorm_backward in place" + tag, tol(1e-4));
+    dw.check("head_rmsnorm_backward dweight, accumulated" + tag, 1e-4);
+  }
   if (wanted("llama"))
   for (auto [N, Fd] : {std::pair{1, 1}, {7, 33}, {255, 1376}}) {
     const std::string tag = " " + std::to_string(N) + "x" + std::to_string(Fd);

@@ -318,6 +318,23 @@ class CpuBackend final : public Backend {
     cpu::rmsnorm_backward(d.get(), dweight, In(dout, n, dt()).get(), In(inp, n, dt()).get(),
                           In(weight, C, dt()).get(), rstd, N, C);
   }
+  void head_rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int64_t N, int heads, int hs,
+                            int64_t stride, float eps) override {
+    const Access access(*this);
+    const int64_t n = N > 0 ? (N - 1) * stride + int64_t(heads) * hs : 0;  // the span the heads cover
+    Out o(out, n, dt(), true);  // what lies between the heads is kept
+    cpu::head_rmsnorm_forward(o.get(), rstd, In(inp, n, dt()).get(), In(weight, hs, dt()).get(), N, heads, hs,
+                              stride, eps);
+  }
+  void head_rmsnorm_backward(void* dinp, float* dweight, const void* dout, const void* inp, const void* weight,
+                             const float* rstd, int64_t N, int heads, int hs, int64_t stride) override {
+    const Access access(*this);
+    const int64_t n = N > 0 ? (N - 1) * stride + int64_t(heads) * hs : 0;
+    const In d(dout, n, dt());  // converted before dinp (which may be dout) is
+    Out o(dinp, n, dt(), true);
+    cpu::head_rmsnorm_backward(o.get(), dweight, d.get(), In(inp, n, dt()).get(), In(weight, hs, dt()).get(), rstd,
+                               N, heads, hs, stride);
+  }
   void rope(void* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse,
             const int32_t* pos, const RopeScaling& scaling) override {
     const Access access(*this);

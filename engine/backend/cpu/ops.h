@@ -76,6 +76,16 @@ template <typename F>
 void rmsnorm_backward(F* dinp, F* dweight, const F* dout, const F* inp, const F* weight,
                       const F* rstd, int N, int C);
 
+// RMSNorm of each head (Qwen3's q_norm, k_norm): rows of hs channels, the first `heads` of each
+// of N rows `stride` elements apart, one weight (hs) shared by the heads; rstd (N, heads). out
+// may be inp and dinp may be dout (in place); dinp is written, dweight accumulates.
+template <typename F>
+void head_rmsnorm_forward(F* out, F* rstd, const F* inp, const F* weight, int64_t N, int heads, int hs,
+                          int64_t stride, float eps);
+template <typename F>
+void head_rmsnorm_backward(F* dinp, F* dweight, const F* dout, const F* inp, const F* weight, const F* rstd,
+                           int64_t N, int heads, int hs, int64_t stride);
+
 // Rotary position embedding, in place, on the first n_heads heads (hs channels each) of every
 // (b, t) row of x, rows `stride` elements apart: position t rotates channel pairs (i, i + hs/2)
 // by the angle t * theta^(-2i/hs), i < hs/2. This is the Hugging Face (GPT-NeoX) convention

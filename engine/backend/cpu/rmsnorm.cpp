@@ -1,6 +1,7 @@
 // RMSNorm over the last dim (Llama), forward and backward.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "engine/backend/cpu/ops.h"
 
@@ -57,6 +58,52 @@ void rmsnorm_backward(F* dinp, F* dweight, const F* dout, const F* inp, const F*
   }
 }
 
+template <typename F>
+void head_rmsnorm_forward(F* out, F* rstd, const F* inp, const F* weight, int64_t N, int heads, int hs,
+                          int64_t stride, float eps) {
+  // Each head is a row of its own: the row norm above, on rows found by (token, head).
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N * heads; ++r) {
+    const int64_t off = r / heads * stride + r % heads * hs;
+    const F* x = inp + off;
+    F ss = 0;
+    for (int c = 0; c < hs; ++c) ss += x[c] * x[c];
+    const F s = F(1) / std::sqrt(ss / hs + F(eps));
+    F* o = out + off;
+    for (int c = 0; c < hs; ++c) o[c] = x[c] * s * weight[c];
+    rstd[r] = s;
+  }
+}
+
+template <typename F>
+void head_rmsnorm_backward(F* dinp, F* dweight, const F* dout, const F* inp, const F* weight, const F* rstd,
+                           int64_t N, int heads, int hs, int64_t stride) {
+  // dweight first: dinp may be dout. dweight[c] = sum over rows (in order) of x s dy.
+  std::vector<F> dw(size_t(hs), F(0));
+  for (int64_t r = 0; r < N * heads; ++r) {
+    const int64_t off = r / heads * stride + r % heads * hs;
+    for (int c = 0; c < hs; ++c) dw[size_t(c)] += inp[off + c] * rstd[r] * dout[off + c];
+  }
+  for (int c = 0; c < hs; ++c) dweight[c] += dw[size_t(c)];
+  // dx = s (w dy) - x s^3 mean(w dy x), each row read whole before it is written
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < N * heads; ++r) {
+    const int64_t off = r / heads * stride + r % heads * hs;
+    const F* x = inp + off;
+    const F* d = dout + off;
+    const F s = rstd[r];
+    F dot = 0;
+    for (int c = 0; c < hs; ++c) dot += weight[c] * d[c] * x[c];
+    const F k = dot / hs * s * s * s;
+    F* di = dinp + off;
+    for (int c = 0; c < hs; ++c) di[c] = weight[c] * d[c] * s - x[c] * k;
+  }
+}
+
+template void head_rmsnorm_forward<float>(float*, float*, const float*, const float*, int64_t, int, int, int64_t,
+                                          float);
+template void head_rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*,
+                                           int64_t, int, int, int64_t);
 template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int, int, float);
 template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int, int, float);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*, int, int);

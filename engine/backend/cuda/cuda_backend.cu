@@ -292,6 +292,18 @@ class CudaBackend final : public Backend {
     ZT_DISPATCH(dt(), T,
                 cuda::rmsnorm_backward(tp<T>(dinp), dw, tp<T>(dout), tp<T>(inp), tp<T>(w), rstd, N, C, sc, stream_));
   }
+  void head_rmsnorm_forward(void* out, float* rstd, const void* inp, const void* w, int64_t N, int heads, int hs,
+                            int64_t stride, float eps) override {
+    ZT_DISPATCH(dt(), T,
+                cuda::head_rmsnorm_forward(tp<T>(out), rstd, tp<T>(inp), tp<T>(w), N, heads, hs, stride, eps, stream_));
+  }
+  void head_rmsnorm_backward(void* dinp, float* dw, const void* dout, const void* inp, const void* w, const float* rstd,
+                             int64_t N, int heads, int hs, int64_t stride) override {
+    float* sc = scratch(cuda_scratch::rmsnorm_backward(hs));
+    ZT_DISPATCH(dt(), T,
+                cuda::head_rmsnorm_backward(tp<T>(dinp), dw, tp<T>(dout), tp<T>(inp), tp<T>(w), rstd, N, heads, hs,
+                                            stride, sc, stream_));
+  }
   void rope(void* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse,
             const int32_t* pos, const RopeScaling& scaling) override {
     ZT_DISPATCH(dt(), T, cuda::rope(tp<T>(x), B, T_, n_heads, hs, stride, theta, inverse, pos, scaling, stream_));

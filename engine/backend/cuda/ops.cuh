@@ -77,6 +77,13 @@ template <typename T>
 void rmsnorm_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* w, const float* rstd, int N, int C,
                       float* scratch, cudaStream_t s);  // scratch: cuda_scratch::rmsnorm_backward(C)
 template <typename T>
+void head_rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int64_t N, int heads, int hs, int64_t stride,
+                          float eps, cudaStream_t s);
+template <typename T>
+void head_rmsnorm_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* w, const float* rstd, int64_t N,
+                           int heads, int hs, int64_t stride, float* scratch,
+                           cudaStream_t s);  // scratch: cuda_scratch::rmsnorm_backward(hs)
+template <typename T>
 void rope(T* x, int B, int T_, int n_heads, int hs, int64_t stride, float theta, bool inverse, const int32_t* pos,
           RopeScaling scaling, cudaStream_t s);
 template <typename T>
