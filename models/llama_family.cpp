@@ -173,7 +173,7 @@ void LlamaShapedFamily::full_attention_only(const HfConfigView& c, bool has_use_
     c.ignore("sliding_window");     // its size, unused while use_sliding_window is false
     c.ignore("max_window_layers");  // the layers it would apply to
   }
-  if (c.has("sliding_window"))
+  if ((!has_use_flag || used) && c.has("sliding_window"))
     c.reject(fmt::format("sliding_window = {}{} is not supported (full causal attention only)",
                          c.json("sliding_window"), used ? " with use_sliding_window = true" : ""));
   if (c.has("layer_types")) {  // transformers v5: each layer's attention, all "full_attention" here

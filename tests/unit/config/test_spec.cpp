@@ -261,5 +261,20 @@ TEST_CASE("llama keys resolve their defaults and impossible combinations name th
   CHECK_THAT(error_of(llama, {"model.n_head=4", "model.n_kv_head=2", "parallel.tensor=4", "model.n_kv_head=3"}),
              Catch::Contains("n_kv_head"));
   CHECK_THAT(error_of(with("n_layer = 2", "arch = \"lama\"\nn_layer = 2")),
-             Catch::Contains("[model] arch: 'lama' is not a supported architecture (supported: \"gpt2\", \"llama\")"));
+             Catch::Contains("[model] arch: 'lama' is not a supported architecture (supported: \"gpt2\", \"llama\", "
+                             "\"mistral\", \"qwen2\", \"qwen3\")"));
+}
+
+TEST_CASE("head_dim sets the head width of the Llama-shaped families and nothing else", "[config][llama]") {
+  const std::string qwen3 = with("n_layer = 2", "arch = \"qwen3\"\nn_layer = 2");
+  // Qwen3's shape: 3 heads of 10 over d_model 16 (not a multiple of n_head: head_dim stands in)
+  const RunSpec s = parse_run_spec(qwen3, "spec.toml", {"model.n_head=3", "model.n_kv_head=1", "model.head_dim=10"});
+  REQUIRE(s.model.head_size() == 10);
+  REQUIRE(parse_run_spec(qwen3, "spec.toml").model.head_size() == 8);  // 0: d_model / n_head
+  CHECK_THAT(error_of(qwen3, {"model.n_head=3"}), Catch::Contains("[model] d_model: d_model = 16 is not divisible by n_head = 3"));
+  CHECK_THAT(error_of(qwen3, {"model.head_dim=9"}),
+             Catch::Contains("[model] head_dim: the rotary embedding needs an even head size; head_dim = 9"));
+  CHECK_THAT(error_of(kGood, {"model.head_dim=4"}), Catch::Contains("[model] head_dim: gpt2's heads are d_model / n_head = 8 wide"));
+  REQUIRE(parse_run_spec(kGood, "spec.toml", {"model.head_dim=8"}).model.head_size() == 8);  // the same width: fine
+  CHECK_THAT(error_of(qwen3, {"model.head_dim=-1"}), Catch::Contains("[model] head_dim"));
 }

@@ -61,8 +61,10 @@ TEST_CASE("every parameter element comes from (seed, name, index)", "[model][ini
   REQUIRE(a.params()[4].shape == std::vector<int64_t>{24, 8});
 }
 
+// Every family: Qwen2's biases, Qwen3's q/k norms and (with Mistral's) a head width that is not
+// d_model / n_head (6 for every shape below) are in the one parameter formula and activation slots.
 TEST_CASE("the footprint computed from the spec matches what the model allocates", "[model][plan]") {
-  for (const char* arch : {"gpt2", "llama"})
+  for (const char* arch : {"gpt2", "llama", "mistral", "qwen2", "qwen3"})
   for (const Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full})
   for (const DType dt : {DType::F32, DType::BF16}) {
     for (const auto& [L, NH, C, V, T, B, multiple] :
@@ -76,6 +78,7 @@ TEST_CASE("the footprint computed from the spec matches what the model allocates
       m.arch = arch;
       m.n_layer = L, m.n_head = NH, m.n_kv_head = NH > 2 ? 2 : NH, m.d_model = C, m.d_ff = 4 * C, m.vocab_size = V;
       m.seq_len = T, m.vocab_multiple = multiple, m.tie_embeddings = std::string(arch) == "gpt2" || L == 1;
+      m.head_dim = std::string(arch) == "qwen3" || std::string(arch) == "mistral" ? 6 : 0;
       auto model = make_model(m, *be, B, nullptr, rc);
       const double measured = double(be->memory_stats().by_tag[size_t(MemTag::Activations)] - before);
       const ModelFootprint f = model_footprint(m, B, 1, dtype_size(dt), rc);
@@ -105,7 +108,7 @@ TEST_CASE("the footprint computed from the spec matches what the model allocates
 // embedding lookup as a matrix product, and the plan printed MFU 103.2%): the family's count
 // against the built model's 2-D weights, the lookup-only tables left out.
 TEST_CASE("the matrix-product parameters are the built model's linear weights and head", "[model][plan]") {
-  for (const char* arch : {"gpt2", "llama"})
+  for (const char* arch : {"gpt2", "llama", "mistral", "qwen2", "qwen3"})
     for (const bool tied : {false, true}) {
       if (std::string(arch) == "gpt2" && !tied) continue;  // GPT-2 always ties
       CAPTURE(arch, tied);
@@ -113,6 +116,7 @@ TEST_CASE("the matrix-product parameters are the built model's linear weights an
       m.arch = arch;
       m.n_layer = 3, m.n_head = 4, m.n_kv_head = 2, m.d_model = 32, m.d_ff = 80, m.vocab_size = 61;
       m.seq_len = 16, m.vocab_multiple = 1, m.tie_embeddings = tied;
+      m.head_dim = std::string(arch) == "qwen3" ? 10 : 0;  // 4 heads of 10 over d_model 32
       auto be = make_cpu_backend(1);
       auto model = make_model(m, *be, 1, nullptr);
       // the position table and an untied token embedding are only looked up
