@@ -276,9 +276,9 @@ def check_case(args, work, name, model, train, optim, device="cpu", compute="fp3
             a, b, a0 = (torch.cat([t[:c], t[2 * c:]]) for t in (a, b, a0))
         if n.endswith("self_attn.k_proj.bias"):
             # Qwen2's key bias moves a row of scores by q . R_t b_k: a constant across the keys (which
-            # softmax ignores) but for RoPE's rotation R_t. At rope_theta 1e6 over 21 positions most
-            # pairs barely turn, so its gradient is a small remainder (compared above with every
-            # gradient), which Adam normalizes into full-size steps that the rounding steers.
+            # softmax ignores) but for RoPE's rotation R_t. Over 21 positions the slow pairs barely
+            # turn, so its gradient is a small remainder (compared above with every gradient), which
+            # Adam normalizes into full-size steps that the rounding steers.
             continue
         # fp32: relative to the parameter; 16-bit: relative to how far it moved (see the bounds)
         err = rel(a, b) if compute == "fp32" else ((a - b).norm() / max((b - a0).norm().item(), 1e-30)).item()
@@ -331,12 +331,15 @@ LLAMA_CASES = [
 
 # The families people fine-tune, at awkward sizes (one case each: the Llama cases above cover the
 # shared machinery). Qwen2: q/k/v biases, 6 heads over 2 key/value heads, tied head as its small
-# sizes, Qwen's rope_theta and norm_eps. Qwen3: per-head q/k norms, head_dim 10 with 3 heads
+# sizes, Qwen's norm_eps; rope_theta 500, not Qwen's 1e6 (tests/e2e/hf_families.py loads that):
+# the key bias's gradient is only what RoPE's rotation leaves of a constant shift of each row of
+# scores, which a slow rotation over 21 positions makes a small, cancellation-dominated remainder
+# (bf16 on the emulated device: 2.4e-2 against the bound 2.5e-2 at 1e6). Qwen3: per-head q/k norms, head_dim 10 with 3 heads
 # (30 != d_model 20), multi-query. Mistral: Nemo's shape in small, head_dim 12 with 4 heads (48 !=
 # d_model 32), untied.
 QWEN2_CASES = [
     ("qwen2", {"arch": "qwen2", "n_layer": 2, "n_head": 6, "n_kv_head": 2, "d_model": 36, "d_ff": 50,
-               "vocab_size": 263, "seq_len": 21, "rope_theta": 1000000.0, "norm_eps": 1e-6, "tie_embeddings": True},
+               "vocab_size": 263, "seq_len": 21, "rope_theta": 500.0, "norm_eps": 1e-6, "tie_embeddings": True},
      {"micro_batch": 2, "global_batch": 4, "max_steps": 10},
      {"lr": 3e-3, "min_lr": 0.0, "warmup_steps": 3, "schedule": "linear", "grad_clip": 0.5}),
 ]
