@@ -25,9 +25,9 @@ import testlib  # noqa: E402
 
 h5py, np, torch, torch_llama = testlib.require("h5py", "numpy", "torch", "torch_llama",
                                                what="PyTorch/h5py", hint="install python3-torch python3-h5py")
-import hf_weights  # noqa: E402  (its own safetensors reader and writer)
+import hf_weights  # noqa: E402  (its safetensors reader and writer, spec and ztrain runner, and failure list)
 
-failures, expect = testlib.checks()
+failures, expect, ztrain, spec_for = hf_weights.failures, hf_weights.expect, hf_weights.ztrain, hf_weights.spec_for
 
 # Each family at a small shape in its Hub layout: config.json's fields as the published files
 # carry them (Qwen2.5-0.5B, Qwen3-0.6B, Mistral-7B-v0.3 / Nemo), the sizes made small and awkward.
@@ -73,18 +73,6 @@ def reference(family, c):
                              float(c.get("rope_theta", c.get("rope_parameters", {}).get("rope_theta"))),
                              c["rms_norm_eps"], c["tie_word_embeddings"], None, head_dim=c.get("head_dim"),
                              qkv_bias=family == "qwen2", qk_norm=family == "qwen3")
-
-
-def spec_for(work, name, data, model, **over):
-    return hf_weights.spec_for(work, name, data, model, **over)
-
-
-def ztrain(args, argv, np_=1, check=True):
-    env = testlib.mpi_env() if np_ > 1 else None
-    p = testlib.run([*testlib.mpirun(np_), args.ztrain, *argv], check=False, env=env)
-    if check and p.returncode != 0:
-        failures.append(f"ztrain {' '.join(argv)}: exit {p.returncode}: {p.stderr[-1500:]}")
-    return p
 
 
 def own_writer(args, work, data, family, config, tag):
