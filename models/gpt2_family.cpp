@@ -34,15 +34,17 @@ class Gpt2Family final : public ModelFamily {
   void resolve(RunSpec::Model& m, const ModelKeyChecks& c) const override {
     if (m.d_ff == 0) m.d_ff = 4 * m.d_model;
     c.check(!c.given("n_kv_head") || m.n_kv_head == m.n_head, "n_kv_head",
-            fmt::format("grouped-query attention (n_kv_head = {} < n_head = {}) needs arch = \"llama\"", m.n_kv_head,
-                        m.n_head));
-    c.check(m.rope_theta == 10000.0, "rope_theta", "applies to arch = \"llama\" (gpt2 learns its position embeddings)");
-    c.check(m.rope_scaling.empty(), "rope_scaling", "applies to arch = \"llama\" (gpt2 learns its position embeddings)");
+            fmt::format("grouped-query attention (n_kv_head = {} < n_head = {}) needs a Llama-shaped arch "
+                        "(\"llama\", \"mistral\", \"qwen2\", \"qwen3\")", m.n_kv_head, m.n_head));
+    c.check(m.rope_theta == 10000.0, "rope_theta", "applies to the Llama-shaped archs (gpt2 learns its position embeddings)");
+    c.check(m.rope_scaling.empty(), "rope_scaling", "applies to the Llama-shaped archs (gpt2 learns its position embeddings)");
     if (const char* k = m.rope_scaling_parameter_set())
-      c.check(false, k, "applies to arch = \"llama\" with rope_scaling = \"llama3\"");
+      c.check(false, k, "applies to the Llama-shaped archs with rope_scaling = \"llama3\"");
     c.check(m.head_dim == 0 || m.head_dim * m.n_head == m.d_model, "head_dim",
             fmt::format("gpt2's heads are d_model / n_head = {} wide", m.d_model / m.n_head));
-    c.check(m.tie_embeddings, "tie_embeddings", "gpt2's output head is its token embedding; false needs arch = \"llama\"");
+    c.check(m.tie_embeddings, "tie_embeddings",
+            "gpt2's output head is its token embedding; false needs a Llama-shaped arch (\"llama\", \"mistral\", "
+            "\"qwen2\", \"qwen3\")");
   }
 
   std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp,

@@ -203,9 +203,7 @@ std::vector<HfModelKey> LlamaShapedFamily::read_hf_config(const HfConfigView& c)
           {"norm_eps", c.number("rms_norm_eps", 1e-6), "rms_norm_eps"},
           {"rope_theta", read_rope_theta(c), "rope_theta"},
           {"tie_embeddings", c.boolean("tie_word_embeddings", false), "tie_word_embeddings"}};
-  // an explicit head width only where it is not the one hidden_size / num_attention_heads gives
-  if (c.has("head_dim") && (NH == 0 || c.integer("head_dim") * NH != C))
-    keys.push_back({"head_dim", c.integer("head_dim"), "head_dim"});
+  if (c.has("head_dim")) keys.push_back({"head_dim", c.integer("head_dim"), "head_dim"});
   read_rope_scaling(c, keys);
   read_family_fields(c);
   return keys;

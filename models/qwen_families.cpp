@@ -21,7 +21,11 @@ class Qwen2Family final : public LlamaShapedFamily {
   Qwen2Family() : LlamaShapedFamily({"qwen2", "Qwen2ForCausalLM", /*qkv_bias=*/true, /*qk_norm=*/false}) {}
 
  protected:
-  void read_family_fields(const HfConfigView& c) const override { full_attention_only(c, true); }
+  void read_family_fields(const HfConfigView& c) const override {
+    full_attention_only(c, true);
+    // Qwen2-VL's multimodal RoPE; false in some text models' files (DeepSeek-R1-Distill-Qwen)
+    if (c.boolean("use_mrope", false)) c.reject("use_mrope = true: ztrain builds text RoPE (Qwen2-VL's is not)");
+  }
   void write_family_fields(const RunSpec::Model& m, HfConfigFields& out) const override { write_full_attention(m, out); }
 };
 

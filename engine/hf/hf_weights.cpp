@@ -148,15 +148,19 @@ std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, D
       if (ec) fs::copy(e.path(), fs::path(building) / n, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
     }
   const auto files = write_safetensors(building, tensors, dtype, max_file_bytes);
-  write_file_atomic((fs::path(building) / "config.json").string(), hf_config_json(spec.model, dtype), /*durable=*/true);
+  const std::string config = hf_config_json(spec.model, dtype);
+  write_file_atomic((fs::path(building) / "config.json").string(), config, /*durable=*/true);
   uint64_t bytes = 0;
   for (const auto& p : files) bytes += fs::file_size(p), fsync_path(p);
   fsync_path(building);
   replace_dir_atomic(building, out);
   discard.path.clear();
-  return fmt::format("{}: {} tensors of {} (step {}) as {} in {} file{} ({:.1f} MiB) with config.json", out_dir,
-                     tensors.size(), arch, st.step, safetensors_dtype_name(dtype), files.size(),
-                     files.size() == 1 ? "" : "s", double(bytes) / 1048576.0);
+  // the class the family's published files name: the spelling config.json follows (docs/models.md)
+  const std::string hf_class = nlohmann::json::parse(config).value("architectures", nlohmann::json::array({""}))[0];
+  return fmt::format("{}: {} tensors of {} (step {}) as {} in {} file{} ({:.1f} MiB) with config.json as {}'s "
+                     "published files spell it", out_dir, tensors.size(), arch, st.step,
+                     safetensors_dtype_name(dtype), files.size(), files.size() == 1 ? "" : "s",
+                     double(bytes) / 1048576.0, hf_class);
 }
 
 std::string hf_mismatch(const std::string& dir, const std::string& arch, const Model& model) {

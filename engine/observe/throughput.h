@@ -11,14 +11,15 @@ namespace zt {
 
 // Training FLOPs per token (forward + backward) the model needs: 6 N for the matrix products,
 // N = `matmul_params` (the family's count: the linear layers and the head, not the embedding
-// lookups, norms or biases), plus 6 L C T for causal attention's scores and weighted sums (half
-// of the 12 L C T of all T x T pairs: the causal half is all the model needs). The one formula of
+// lookups, norms or biases), plus 6 L Q T for causal attention's scores and weighted sums (half
+// of the 12 L Q T of all T x T pairs: the causal half is all the model needs; Q = n_head x the
+// head width, which is d_model but where head_dim says otherwise: Qwen3, Mistral Nemo). The one formula of
 // every MFU ztrain prints, measured or planned: the plan counts at least these FLOPs on the
 // device (the masked tiles on the diagonal, recompute), so a planned MFU stays under 100%.
 // nanoGPT, llm.c and PaLM's appendix B count 6 N (all parameters) + 12 L C T: about 7% more
 // for GPT-2 124M at T = 1024 (docs/observability.md). Inline: the job (model library) uses it.
 inline double flops_per_token(const RunSpec::Model& m, double matmul_params) {
-  return 6.0 * matmul_params + 6.0 * double(m.n_layer) * double(m.d_model) * double(m.seq_len);
+  return 6.0 * matmul_params + 6.0 * double(m.n_layer) * double(m.n_head) * double(m.head_size()) * double(m.seq_len);
 }
 
 // Dense peak TFLOP/s of one device of `backend` in the run's compute precision, and where the

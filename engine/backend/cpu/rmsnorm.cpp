@@ -104,6 +104,10 @@ template void head_rmsnorm_forward<float>(float*, float*, const float*, const fl
                                           float);
 template void head_rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*,
                                            int64_t, int, int, int64_t);
+template void head_rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t, int, int, int64_t,
+                                           float);
+template void head_rmsnorm_backward<double>(double*, double*, const double*, const double*, const double*,
+                                            const double*, int64_t, int, int, int64_t);
 template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int, int, float);
 template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int, int, float);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*, int, int);

@@ -56,6 +56,57 @@ TEST_CASE("rmsnorm backward matches finite differences and float matches double"
   }
 }
 
+// Qwen3's q/k norm: each of the first H heads (hs wide) of rows `stride` apart is a row of the norm
+// above with one shared weight; what lies after the heads is left alone.
+TEST_CASE("head rmsnorm is the row norm on each strided head and its backward matches finite differences", "[ops][rmsnorm]") {
+  for (auto [N, H, hs, extra] : {std::tuple{1, 1, 2, 0}, {5, 3, 6, 7}, {4, 2, 10, 21}}) {
+    CAPTURE(N, H, hs, extra);
+    const int64_t stride = int64_t(H) * hs + extra, n = int64_t(N) * stride;
+    auto x = randn(size_t(n), 31, 2.0), w = randn(size_t(hs), 32);
+    const auto R = randn(size_t(n), 33);
+    std::vector<double> out = randn(size_t(n), 34), rstd(size_t(N) * H);
+    const std::vector<double> out0 = out;
+    auto loss = [&] {
+      cpu::head_rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, H, hs, stride, 1e-6f);
+      return dot(out, R);
+    };
+    loss();
+    for (int64_t r = 0; r < N; ++r) {
+      for (int h = 0; h < H; ++h) {  // each head: the row norm's output on it
+        std::vector<double> head(x.begin() + r * stride + h * hs, x.begin() + r * stride + (h + 1) * hs), want(hs);
+        double s = 0;
+        cpu::rmsnorm_forward(want.data(), &s, head.data(), w.data(), 1, hs, 1e-6f);
+        for (int c = 0; c < hs; ++c) REQUIRE(out[size_t(r * stride + h * hs + c)] == Approx(want[size_t(c)]).epsilon(1e-12));
+        REQUIRE(rstd[size_t(r * H + h)] == Approx(s).epsilon(1e-12));
+      }
+      for (int64_t c = int64_t(H) * hs; c < stride; ++c) REQUIRE(out[size_t(r * stride + c)] == out0[size_t(r * stride + c)]);
+    }
+    std::vector<double> dx(static_cast<size_t>(n), 7.0), dw(static_cast<size_t>(hs));
+    cpu::head_rmsnorm_backward(dx.data(), dw.data(), R.data(), x.data(), w.data(), rstd.data(), N, H, hs, stride);
+    std::vector<double> dx_heads, rest;  // finite differences see only the heads (the rest is not an input)
+    for (int64_t i = 0; i < n; ++i) (i % stride < int64_t(H) * hs ? dx_heads : rest).push_back(dx[size_t(i)]);
+    for (double v : rest) REQUIRE(v == 7.0);  // left alone
+    {
+      auto [idx, num] = numeric_grad(x, loss);
+      std::vector<double> got, want;
+      for (size_t k = 0; k < idx.size(); ++k)
+        if (int64_t(idx[k]) % stride < int64_t(H) * hs) got.push_back(dx[idx[k]]), want.push_back(num[k]);
+      REQUIRE(rel_err(got, want) < kFdTol);
+    }
+    {
+      auto [idx, num] = numeric_grad(w, loss);
+      REQUIRE(rel_err(gather(dw, idx), num) < kFdTol);
+    }
+    // in place (the model's use): the heads of dout become dinp's, what follows them stays
+    std::vector<double> d = R, dw2(static_cast<size_t>(hs));
+    loss();
+    cpu::head_rmsnorm_backward(d.data(), dw2.data(), d.data(), x.data(), w.data(), rstd.data(), N, H, hs, stride);
+    for (int64_t i = 0; i < n; ++i)
+      REQUIRE(d[size_t(i)] == (i % stride < int64_t(H) * hs ? dx[size_t(i)] : R[size_t(i)]));
+    REQUIRE(dw2 == dw);
+  }
+}
+
 TEST_CASE("rope rotates the two halves of each head as Hugging Face does, and inverse undoes it", "[ops][rope]") {
   // B 2, T 5, 3 rotated heads of hs 6 in rows of stride 26 (the rest is left alone)
   const int B = 2, T = 5, H = 3, hs = 6, stride = 26;

@@ -251,10 +251,10 @@ TEST_CASE("llama keys resolve their defaults and impossible combinations name th
   CHECK_THAT(error_of(llama, {"model.n_head=4", "model.n_kv_head=3"}),
              Catch::Contains("[model] n_kv_head: n_head = 4 is not a multiple of n_kv_head = 3"));
   CHECK_THAT(error_of(kGood, {"model.n_kv_head=1"}),
-             Catch::Contains("[model] n_kv_head: grouped-query attention (n_kv_head = 1 < n_head = 2) needs arch = \"llama\""));
+             Catch::Contains("[model] n_kv_head: grouped-query attention (n_kv_head = 1 < n_head = 2) needs a Llama-shaped arch"));
   CHECK_THAT(error_of(kGood, {"model.tie_embeddings=false"}), Catch::Contains("[model] tie_embeddings:"));
-  CHECK_THAT(error_of(kGood, {"model.rope_theta=500000"}), Catch::Contains("[model] rope_theta: applies to arch"));
-  CHECK_THAT(error_of(kGood, {"model.rope_scaling=llama3"}), Catch::Contains("[model] rope_scaling: applies to arch"));
+  CHECK_THAT(error_of(kGood, {"model.rope_theta=500000"}), Catch::Contains("[model] rope_theta: applies to the Llama-shaped archs"));
+  CHECK_THAT(error_of(kGood, {"model.rope_scaling=llama3"}), Catch::Contains("[model] rope_scaling: applies to the Llama-shaped archs"));
   CHECK_THAT(error_of(llama, {"model.d_model=18", "model.n_head=2"}),
              Catch::Contains("[model] n_head: the rotary embedding needs an even head size; d_model / n_head = 18 / 2 = 9"));
   CHECK_THAT(error_of(llama, {"model.norm_eps=0"}), Catch::Contains("[model] norm_eps: must be in (0, 1)"));

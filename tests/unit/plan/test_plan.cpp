@@ -115,7 +115,7 @@ TEST_CASE("a spec too large to plan is refused from its footprint, at once", "[p
 // for every op it will call (registry.h, run_ops). That list must hold every op the step, an
 // evaluation forward and sampling really call: the counting backend records each op by name.
 TEST_CASE("a run asks the backend for every op its step, evaluation and sampling call", "[plan][backend]") {
-  for (const char* arch : {"gpt2", "llama"})
+  for (const char* arch : {"gpt2", "llama", "mistral", "qwen2", "qwen3"})
     for (const char* recompute : {"none", "selective", "full"})
       for (const DeviceKind kind : {DeviceKind::CPU, DeviceKind::CUDA}) {
         CAPTURE(arch, recompute, int(kind));
