@@ -92,7 +92,9 @@ std::vector<ActSlot> Llama::activation_slots(const LlamaConfig& cfg, int max_bat
   std::vector<ActSlot> slots = {
       {&a.encoded, nullptr, R * C},
       {&a.ln1, nullptr, Ln * R * C},       {nullptr, &a.rstd1, Ln * R},
-      {&a.qkv, nullptr, Lw * BT * Wqkv},   {&a.qkv_raw, nullptr, Lq * BT * Wqkv}, {nullptr, &a.qk_rstd, Lq * BT * NQK},
+      // with qk_norm the projection is kept and q|k as attention reads them are redone in backward
+      {&a.qkv, nullptr, (cfg.qk_norm ? 1 : Lw) * BT * Wqkv},
+      {&a.qkv_raw, nullptr, Lq * BT * Wqkv}, {nullptr, &a.qk_rstd, Lq * BT * NQK},
       {&a.atty, nullptr, Lw * BT * Wq},    {nullptr, &a.lse, Lw * B * NH * T},
       {&a.attproj, nullptr, Lw * R * C},   {&a.res2, nullptr, Lw * R * C},
       {&a.ln2, nullptr, Ln * R * C},       {nullptr, &a.rstd2, Ln * R},
@@ -149,7 +151,7 @@ Llama::BlockActs Llama::block_acts(int l) const {
   const int64_t n = cfg_.recompute == Recompute::None ? l : 0;  // and of what selective drops
   const int64_t q = cfg_.qk_norm ? w : 0;  // the slots of qk_norm's layers, empty without it
   return {el(a.ln1, n * R * C),          a.rstd1 + n * R,
-          el(a.qkv, w * BT * w_.qkv),    el(a.qkv_raw, q * BT * w_.qkv), a.qk_rstd + q * BT * (NH_l_ + NKV_l_),
+          el(a.qkv, (cfg_.qk_norm ? 0 : w) * BT * w_.qkv),    el(a.qkv_raw, q * BT * w_.qkv), a.qk_rstd + q * BT * (NH_l_ + NKV_l_),
           el(a.atty, w * BT * w_.q),     a.lse + w * BT * NH_l_,
           el(a.attproj, w * R * C),      el(a.res2, w * R * C),       el(a.ln2, n * R * C),
           a.rstd2 + n * R,               el(a.gate_up, w * BT * 2 * Fl), el(a.act, n * BT * Fl),
@@ -163,15 +165,32 @@ void Llama::recompute_block(int l, const BlockParams<void*>& w, const void* in) 
   const BlockActs x = block_acts(l);
   if (cfg_.recompute == Recompute::Full) {
     block_forward(l, w, in, nullptr, nullptr);
-  } else if (cfg_.recompute == Recompute::Selective) {
+    return;
+  }
+  if (cfg_.qk_norm) attention_input(x, w);  // its one slot holds the last block's
+  if (cfg_.recompute == Recompute::Selective) {
     be_.rmsnorm_forward(x.ln1, x.rstd1, in, w.norm1, R, C, cfg_.norm_eps);
     be_.rmsnorm_forward(x.ln2, x.rstd2, x.res2, w.norm2, R, C, cfg_.norm_eps);
     be_.swiglu_forward(x.act, x.gate_up, BT, int(w_.f));
   }
 }
 
+void Llama::attention_input(const BlockActs& x, const BlockParams<void*>& w) {
+  const int B = cur_B_, T = cur_T_, hs = cfg_.head_size();
+  const int64_t BT = int64_t(B) * T;
+  if (cfg_.qk_norm) {  // each q and k head normed before the rotation; v as projected
+    be_.copy_device(x.qkv, x.qkv_raw, size_t(BT * w_.qkv) * esize_);
+    be_.head_rmsnorm_forward(x.qkv, x.qk_rstd, x.qkv_raw, w.q_norm, BT, NH_l_, hs, w_.qkv, cfg_.norm_eps);
+    be_.head_rmsnorm_forward(el(x.qkv, w_.q), x.qk_rstd + BT * NH_l_, el(x.qkv_raw, w_.q), w.k_norm, BT, NKV_l_, hs,
+                             w_.qkv, cfg_.norm_eps);
+  }
+  // q and k heads are adjacent in each row: one rotation covers both
+  const int32_t* pos = tokens_.current().positions;  // packed documents: each at its position in its own
+  be_.rope(x.qkv, B, T, NH_l_ + NKV_l_, hs, w_.qkv, cfg_.rope_theta, false, pos, cfg_.rope_scaling);
+}
+
 void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum) {
-  const int B = cur_B_, T = cur_T_, C = cfg_.d_model, hs = cfg_.head_size();
+  const int B = cur_B_, T = cur_T_, C = cfg_.d_model;
   const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);  // all rows; the sequence region's here
   const float eps = cfg_.norm_eps;
   const BlockActs x = block_acts(l);
@@ -183,15 +202,8 @@ void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, 
   const void* ln1 = tp_.gather_from_sequence_region(x.ln1, sq.full, BT, C);  // (B,T,C)
   // (B,T,Wqkv) this rank's heads
   be_.matmul_forward(cfg_.qk_norm ? x.qkv_raw : x.qkv, ln1, w.qkv, w.qkv_bias, BT, C, int(w_.qkv));
-  if (cfg_.qk_norm) {  // each q and k head normed before the rotation; v as projected
-    be_.copy_device(x.qkv, x.qkv_raw, size_t(BT * w_.qkv) * esize_);
-    be_.head_rmsnorm_forward(x.qkv, x.qk_rstd, x.qkv_raw, w.q_norm, BT, NH_l_, hs, w_.qkv, eps);
-    be_.head_rmsnorm_forward(el(x.qkv, w_.q), x.qk_rstd + BT * NH_l_, el(x.qkv_raw, w_.q), w.k_norm, BT, NKV_l_, hs,
-                             w_.qkv, eps);
-  }
-  // q and k heads are adjacent in each row: one rotation covers both
+  attention_input(x, w);
   const int32_t* pos = tokens_.current().positions;  // packed documents: each attends within itself
-  be_.rope(x.qkv, B, T, NH_l_ + NKV_l_, hs, w_.qkv, cfg_.rope_theta, false, pos, cfg_.rope_scaling);
   be_.attention_forward(x.atty, x.lse, x.qkv, B, T, int(w_.q), NH_l_, NKV_l_, pos);  // (B,T,Wq)
   void* attproj = tp_.partial_sums(x.attproj, sq.partial);
   be_.matmul_forward(attproj, x.atty, w.o, nullptr, BT, int(w_.q), C);  // row-parallel

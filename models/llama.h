@@ -96,7 +96,7 @@ class Llama final : public DecoderLM {
   struct BlockActs {
     void* ln1;         // (B,T,C)
     float* rstd1;      // (B,T)
-    void* qkv;         // (B,T,Wqkv) q and k (normed and) rotated
+    void* qkv;         // (B,T,Wqkv) q and k (normed and) rotated; qk_norm: one slot for all blocks
     void* qkv_raw;     // (B,T,Wqkv) qk_norm: the projection before the norm
     float* qk_rstd;    // (B,T,NHl+NKVl) qk_norm: q heads' then k heads' rstd
     void* atty;        // (B,T,Wq)
@@ -128,6 +128,10 @@ class Llama final : public DecoderLM {
   // The activations backward needs that recompute dropped, for block l whose input is `in`.
   void recompute_block(int l, const BlockParams<void*>& w, const void* in);
 
+  // q|k|v as attention reads them, from the projection: (qk_norm: each q and k head normed, then)
+  // q and k rotated, in x.qkv. With qk_norm its one slot is redone for each block in backward (the
+  // projection is kept per block: one (B,T,Wqkv) per block, not two).
+  void attention_input(const BlockActs& x, const BlockParams<void*>& w);
   void block_forward(int l, const BlockParams<void*>& w, const void* in_a, const void* in_b, void* in_sum);
   void block_backward(int l, const BlockParams<void*>& w, const BlockParams<float*>& g, const void* in);
   // Sums this micro-batch's gradient of the replicated key/value rows (their weights' and, with

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Activation recompute ([train] recompute) for GPT-2 and Llama on the CPU backend, at two sizes:
+"""Activation recompute ([train] recompute) for GPT-2 and Llama on the CPU backend, at two sizes (and
+Qwen3 at one):
 - the first batch's loss and every gradient, and the parameters after 5 AdamW steps, are
   bit-identical under "none", "selective" and "full" (recompute runs the same ops on the same
   inputs);
@@ -34,12 +35,15 @@ def expected_bytes(arch, m, B, mode):
         head = BT * C + BT * C + 2 * BT + BT * V                          # encoded, lnf (+stats), logits
         scratch = BT * (C + C + 3 * C + C + F)                            # dres dln dqkv datty dfch
     else:
-        hs = C // NH
-        Wqkv = C + 2 * m["n_kv_head"] * hs
-        per_block_w = BT * (Wqkv + C + C + C + 2 * F + C) + B * NH * T   # qkv atty attproj res2 gate_up mlp, lse
+        hs, NKV, qk_norm = m.get("head_dim") or C // NH, m["n_kv_head"], arch == "qwen3"
+        Wq = NH * hs
+        Wqkv = Wq + 2 * NKV * hs
+        # qkv (qk_norm: the projection), atty, attproj, res2, gate_up, mlp; lse; qk_norm: the heads' rstd
+        per_block_w = BT * (Wqkv + Wq + C + C + 2 * F + C) + B * NH * T + (BT * (NH + NKV) if qk_norm else 0)
         per_block_n = BT * (C + C + F) + 2 * BT                           # ln1 ln2 act, rstds
-        head = BT * C + BT * C + BT + BT * V
-        scratch = BT * (C + C + Wqkv + C + 2 * F + F)
+        # qk_norm: q|k|v as attention reads them, one slot redone per block in backward
+        head = BT * C + BT * C + BT + BT * V + (BT * Wqkv if qk_norm else 0)
+        scratch = BT * (C + C + Wqkv + Wq + 2 * F + F)
     return 4 * (Lw * per_block_w + Ln * per_block_n + L * BT * C + head + scratch)   # + res3 per block
 
 
@@ -52,6 +56,9 @@ def main():
                    "vocab_size": 260, "seq_len": 32},
                   {"arch": "llama", "n_layer": 8, "n_head": 8, "n_kv_head": 2, "d_model": 64, "d_ff": 176,
                    "vocab_size": 260, "seq_len": 64}],
+        # per-head q/k norms (their projection kept, q|k redone in backward) and heads 12 wide over d_model 32
+        "qwen3": [{"arch": "qwen3", "n_layer": 4, "n_head": 4, "n_kv_head": 2, "head_dim": 12, "d_model": 32,
+                   "d_ff": 96, "vocab_size": 260, "seq_len": 32}],
     }
     B = 4
     with tempfile.TemporaryDirectory() as work:
