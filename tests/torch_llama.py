@@ -14,7 +14,8 @@ modeling_qwen3.py, modeling_mistral.py):
 - Mistral v0.2+ (sliding_window null): Llama's computation.
 `plant` puts a known bug in the reference, to show that the parity checks can tell it:
 "qk norm after rope" (Qwen3's norms applied to the rotated heads), "bias on o" (Qwen2 with a
-bias added to o_proj's output too)."""
+bias added to o_proj's output too), "scale from d_model" (the attention scaled by
+(d_model / n_head) ** -0.5, not head_dim ** -0.5)."""
 import math
 
 import torch
@@ -102,7 +103,9 @@ class Attention(nn.Module):
         rep = self.NH // self.NKV  # Hugging Face's repeat_kv
         k = k[:, :, None].expand(B, self.NKV, rep, T, hs).reshape(B, self.NH, T, hs)
         v = v[:, :, None].expand(B, self.NKV, rep, T, hs).reshape(B, self.NH, T, hs)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        # the scale is the head width's; planted: d_model / n_head's, which an explicit head_dim
+        # (Mistral Nemo, Qwen3) makes another number
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.NH if self.plant == "scale from d_model" else hs)
         att = att.masked_fill(~attention_mask(T, positions), float("-inf")).softmax(dim=-1)
         y = (att @ v).transpose(1, 2).contiguous().view(B, T, self.NH * hs)
         if self.plant == "bias on o":  # v's bias (repeated to C) where Qwen2 has none

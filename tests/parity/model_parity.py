@@ -141,12 +141,12 @@ def reference(model, plant=None):
                  model["d_ff"], model["vocab_size"], model.get("rope_theta", 10000.0), model.get("norm_eps", 1e-5),
                  model.get("tie_embeddings", False), scaling, head_dim=model.get("head_dim"),
                  qkv_bias=arch == "qwen2", qk_norm=arch == "qwen3",
-                 plant=plant if plant in ("qk norm after rope", "bias on o") else None)
+                 plant=plant if plant in ("qk norm after rope", "bias on o", "scale from d_model") else None)
 
 
 # The bugs planted in the reference (fp32) to show the checks can tell each: per the case's kind.
 PLANTS = {"llama3": ("scaling ignored", "smooth band off by one"), "qwen2": ("bias on o",),
-          "qwen3": ("qk norm after rope",)}
+          "qwen3": ("qk norm after rope",), "mistral": ("scale from d_model",)}
 
 
 def planted(f, model, x, y, plant):
