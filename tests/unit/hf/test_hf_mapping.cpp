@@ -83,15 +83,25 @@ TEST_CASE("config.json a family cannot build is refused, naming the file and the
   const std::string llama = R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 4,
     "hidden_size": 64, "intermediate_size": 96, "vocab_size": 300, "max_position_embeddings": 128)";
   REQUIRE(refusal(write_config(root + "/t5", R"({"model_type": "t5"})")) ==
-          root + "/t5/config.json: model_type = \"t5\" is not one ztrain builds (gpt2, llama)");
+          root + "/t5/config.json: model_type = \"t5\" is not one ztrain builds (gpt2, llama, mistral, qwen2, qwen3)");
   REQUIRE(refusal(write_config(root + "/scaled", llama + R"(, "rope_scaling": {"type": "linear"}})"))
               .find("config.json: rope_scaling.rope_type = \"linear\" is not supported") != std::string::npos);
   REQUIRE(refusal(write_config(root + "/gelu", R"({"model_type": "gpt2", "activation_function": "relu"})"))
               .find("activation_function = \"relu\"") != std::string::npos);
   REQUIRE(refusal(write_config(root + "/nolayers", R"({"model_type": "gpt2", "n_embd": 64})")) ==
           root + "/nolayers/config.json: no n_layer");
-  REQUIRE(refusal(write_config(root + "/mistral", llama.substr(0, llama.size()) + R"(, "sliding_window": 4096})"))
+  REQUIRE(refusal(write_config(root + "/llama_window", llama + R"(, "sliding_window": 4096})"))
               .find("sliding_window = 4096 is not supported") != std::string::npos);
+  // Mistral v0.1's window; Qwen's when use_sliding_window says it is used (unused, it is ignored)
+  std::string mistral = llama, qwen2 = llama;
+  mistral.replace(mistral.find("\"llama\""), 7, "\"mistral\"");
+  qwen2.replace(qwen2.find("\"llama\""), 7, "\"qwen2\"");
+  REQUIRE(refusal(write_config(root + "/mistral", mistral + R"(, "sliding_window": 4096})"))
+              .find("sliding_window = 4096 is not supported") != std::string::npos);
+  REQUIRE(refusal(write_config(root + "/qwen2", qwen2 + R"(, "sliding_window": 4096, "use_sliding_window": true})"))
+              .find("sliding_window = 4096 with use_sliding_window = true is not supported") != std::string::npos);
+  REQUIRE(read_hf_config(write_config(root + "/qwen2_off", qwen2 + R"(, "sliding_window": 4096,
+    "use_sliding_window": false, "max_window_layers": 21})"))[0].value == HfModelKey{"arch", std::string("qwen2"), ""}.value);
   std::filesystem::remove_all(root);
 }
 
