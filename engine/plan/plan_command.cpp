@@ -16,12 +16,28 @@
 #include "engine/plan/layout_plan.h"
 #include "engine/plan/machine_file.h"
 #include "engine/plan/memory_check.h"
+#include "engine/job/job.h"
+#include "engine/model/registry.h"
 
 namespace zt {
 
 namespace {
 
 std::string gib(double bytes) { return fmt::format("{:.3f} GiB", bytes / 1073741824.0); }
+
+// 596.0M, 8.03B
+std::string count(double n) { return n >= 1e9 ? fmt::format("{:.2f}B", n / 1e9) : fmt::format("{:.1f}M", n / 1e6); }
+
+// The model's size by its family's formula (the real vocabulary's rows, not the padding), and the
+// training FLOPs a token that MFU is judged by.
+std::string model_line(const RunSpec::Model& spec_model) {
+  RunSpec::Model m = spec_model;
+  m.vocab_multiple = 1;
+  const double params = model_footprint(m, 1, 1, 2, Recompute::None).params;
+  return fmt::format("model: {}, {} parameters; {:.2f} GFLOP a token in training (6 x {} in matrix products, and "
+                     "attention)", m.arch, count(params), model_flops_per_token(m) / 1e9,
+                     count(model_family(m.arch).matmul_params(m)));
+}
 
 nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
   nlohmann::json kinds;
@@ -232,6 +248,7 @@ int plan_command(const PlanOptions& c, const RunSpec& spec) {
                                     machine->network.name, machine->network.bytes_per_s / 1e9,
                                     calibration.source).c_str()
                       : "");
+  std::printf("%s\n", model_line(spec.model).c_str());
   if (plans.empty()) std::printf("no layout fits\n");
   for (const auto& p : plans) {
     const nlohmann::json j = describe(p);
