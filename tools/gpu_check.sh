@@ -11,7 +11,8 @@
 # value, each under its own time limit, all under the deadline (--dry-run prints the plan):
 #   ops        every op on CUDA vs the CPU backend, fp32/bf16/fp16, CUDA_LAUNCH_BLOCKING=1 (the
 #              first failing op is named; tests/cuda/test_backend_ops.cpp)
-#   parity     GPT-2 forward, gradients and 5 AdamW steps, CUDA vs CPU, at odd sizes, 3 precisions
+#   parity     GPT-2, Llama, Qwen2, Qwen3 and Mistral forward, gradients and 5 AdamW steps, CUDA vs
+#              CPU, at odd sizes, 3 precisions
 #   bench      GPT-2 124M bf16 training in ztrain: tokens/s, step time, peak memory, MFU, and the
 #              step's phases (forward, backward, optimizer) by CUDA events; its log gives every
 #              GEMM's autotune choice and each fused epilogue against the unfused kernels
@@ -322,7 +323,7 @@ fi
 # fused epilogue against its unfused kernels, measured on the real shapes.
 # The limits: about 3x each stage's time on the H200 (bench/results/gpu_check-h200-20261204T181200Z.json,
 # binaries carried: 140 s for all of them), at least 10 s.
-PLAN="build:150 ops:20 parity:25 bench:20 pytorch:40 attention:10 sdpa:25 gemm:10 sanitizer_memcheck:15"
+PLAN="build:150 ops:20 parity:35 bench:20 pytorch:40 attention:10 sdpa:25 gemm:10 sanitizer_memcheck:15"
 PLAN="$PLAN bench_deterministic:15 pytorch_compile:75 torch_llama:90 sanitizer_racecheck:35 zero3:10"
 PLAN="$PLAN bench_head_whole:15 bench_text:25 ops_wmma:10 attention_wmma:10"
 [ $DRY = 1 ] && PLAN="$PLAN hang_probe:2 crash_probe:10"  # the failure paths: a hang, a crash

@@ -1,6 +1,7 @@
 // GPU checks that need no dependency beyond the CUDA toolkit (built by tools/gpu_check.sh):
-//   parity: GPT-2 and Llama forward/backward and 5 AdamW steps on CUDA vs the CPU backend (which
-//           the PyTorch parity tests prove), at odd sizes; prints per-tensor errors; exit 1 on failure
+//   parity: GPT-2, Llama, Qwen2, Qwen3 and Mistral forward/backward and 5 AdamW steps on CUDA vs the
+//           CPU backend (which the PyTorch parity tests prove), at odd sizes; prints per-tensor errors;
+//           exit 1 on failure
 //   parity runs in fp32, bf16 and fp16 (the CPU backend emulating the same storage rounding)
 //   bench:  GPT-2 124M (12 layers, d_model 768, 12 heads, seq_len 1024, vocab 50304) training
 //           steps in bf16 with the largest micro-batch that fits; tokens/s, step ms, peak memory,
@@ -155,6 +156,16 @@ int parity(DType dt) {
     m.arch = "llama";
     m.n_layer = L, m.n_head = NH, m.n_kv_head = NKV, m.d_model = C, m.d_ff = F, m.vocab_size = V, m.seq_len = T;
     m.vocab_multiple = 1, m.rope_theta = 500.0, m.tie_embeddings = tie;
+    cases.push_back(m);
+  }
+  // the families' options (heads 16 wide for the tensor-core attention): Qwen2's q/k/v biases,
+  // Qwen3's per-head q/k norms with 4 x 16 over d_model 40, Mistral's head_dim 16 over 48 / 4
+  for (auto [arch, NH, NKV, C, hd, tie] : {std::tuple{"qwen2", 6, 2, 96, 0, true}, {"qwen3", 4, 2, 40, 16, true},
+                                           {"mistral", 4, 1, 48, 16, false}}) {
+    RunSpec::Model m;
+    m.arch = arch;
+    m.n_layer = 2, m.n_head = NH, m.n_kv_head = NKV, m.d_model = C, m.head_dim = hd, m.d_ff = 128, m.vocab_size = 263;
+    m.seq_len = 65, m.vocab_multiple = 1, m.rope_theta = 500.0, m.tie_embeddings = tie;
     cases.push_back(m);
   }
   if (tiny()) cases = {cases[0], cases[3]};  // one GPT-2 and one Llama (grouped-query) shape
