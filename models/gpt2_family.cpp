@@ -36,8 +36,9 @@ class Gpt2Family final : public ModelFamily {
     c.check(!c.given("n_kv_head") || m.n_kv_head == m.n_head, "n_kv_head",
             fmt::format("grouped-query attention (n_kv_head = {} < n_head = {}) needs a Llama-shaped arch "
                         "(\"llama\", \"mistral\", \"qwen2\", \"qwen3\")", m.n_kv_head, m.n_head));
-    c.check(m.rope_theta == 10000.0, "rope_theta", "applies to the Llama-shaped archs (gpt2 learns its position embeddings)");
-    c.check(m.rope_scaling.empty(), "rope_scaling", "applies to the Llama-shaped archs (gpt2 learns its position embeddings)");
+    const char* rope_only = "applies to the Llama-shaped archs (gpt2 learns its position embeddings)";
+    c.check(m.rope_theta == 10000.0, "rope_theta", rope_only);
+    c.check(m.rope_scaling.empty(), "rope_scaling", rope_only);
     if (const char* k = m.rope_scaling_parameter_set())
       c.check(false, k, "applies to the Llama-shaped archs with rope_scaling = \"llama3\"");
     c.check(m.head_dim == 0 || m.head_dim * m.n_head == m.d_model, "head_dim",

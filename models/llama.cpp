@@ -150,8 +150,9 @@ Llama::BlockActs Llama::block_acts(int l) const {
   const int64_t w = cfg_.recompute == Recompute::Full ? 0 : l;  // the slot of what full recompute drops
   const int64_t n = cfg_.recompute == Recompute::None ? l : 0;  // and of what selective drops
   const int64_t q = cfg_.qk_norm ? w : 0;  // the slots of qk_norm's layers, empty without it
+  const int64_t qkv = cfg_.qk_norm ? 0 : w;  // qk_norm: q|k|v as attention reads them, one slot
   return {el(a.ln1, n * R * C),          a.rstd1 + n * R,
-          el(a.qkv, (cfg_.qk_norm ? 0 : w) * BT * w_.qkv),    el(a.qkv_raw, q * BT * w_.qkv), a.qk_rstd + q * BT * (NH_l_ + NKV_l_),
+          el(a.qkv, qkv * BT * w_.qkv),  el(a.qkv_raw, q * BT * w_.qkv), a.qk_rstd + q * BT * (NH_l_ + NKV_l_),
           el(a.atty, w * BT * w_.q),     a.lse + w * BT * NH_l_,
           el(a.attproj, w * R * C),      el(a.res2, w * R * C),       el(a.ln2, n * R * C),
           a.rstd2 + n * R,               el(a.gate_up, w * BT * 2 * Fl), el(a.act, n * BT * Fl),
@@ -185,7 +186,7 @@ void Llama::attention_input(const BlockActs& x, const BlockParams<void*>& w) {
                              w_.qkv, cfg_.norm_eps);
   }
   // q and k heads are adjacent in each row: one rotation covers both
-  const int32_t* pos = tokens_.current().positions;  // packed documents: each at its position in its own
+  const int32_t* pos = tokens_.current().positions;  // packed documents: each token at its place in its own
   be_.rope(x.qkv, B, T, NH_l_ + NKV_l_, hs, w_.qkv, cfg_.rope_theta, false, pos, cfg_.rope_scaling);
 }
 

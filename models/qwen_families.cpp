@@ -26,7 +26,9 @@ class Qwen2Family final : public LlamaShapedFamily {
     // Qwen2-VL's multimodal RoPE; false in some text models' files (DeepSeek-R1-Distill-Qwen)
     if (c.boolean("use_mrope", false)) c.reject("use_mrope = true: ztrain builds text RoPE (Qwen2-VL's is not)");
   }
-  void write_family_fields(const RunSpec::Model& m, HfConfigFields& out) const override { write_full_attention(m, out); }
+  void write_family_fields(const RunSpec::Model& m, HfConfigFields& out) const override {
+    write_full_attention(m, out);
+  }
 };
 
 class Qwen3Family final : public LlamaShapedFamily {
