@@ -25,7 +25,7 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
     : DecoderLM(backend, max_batch, tp, cfg.seq_len, cfg.d_model, cfg.vocab_size, cfg.vocab_held(),
                 cfg.sequence_parallel),
       cfg_(cfg),
-      head_norm_grads_(backend, tp_, cfg.head_size(), /*per_head=*/true) {
+      head_norm_grads_(backend, tp_, cfg.qk_norm ? cfg.head_size() : 0, /*per_head=*/true) {
   const int TP = tp_.size();
   ZT_CHECK(cfg.n_head % cfg.n_kv_head == 0 && cfg.n_head % TP == 0 && cfg.d_ff % TP == 0 &&
                (cfg.n_kv_head % TP == 0 || TP % cfg.n_kv_head == 0) && cfg.vocab_held() % TP == 0 &&

@@ -82,7 +82,7 @@ void TensorParallel::gather_vocab_row(const void* row, int64_t Vl, float* out) c
 
 SequenceGrads::SequenceGrads(Backend& be, const TensorParallel& tp, int64_t width, bool per_head)
     : be_(be), tp_(tp), width_(width) {
-  if (per_head ? tp_.size() > 1 : tp_.sequence_parallel())
+  if (width > 0 && (per_head ? tp_.size() > 1 : tp_.sequence_parallel()))
     parts_ = static_cast<float*>(be_.alloc(size_t(kMax * width) * sizeof(float), MemTag::Grads));
 }
 

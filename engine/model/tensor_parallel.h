@@ -109,7 +109,7 @@ class SequenceGrads {
   static constexpr int kMax = 4;  // tensors per begin()
   // `width`: the most elements of one tensor. `per_head`: the parameters apply to this rank's
   // attention heads (Qwen3's q/k norms), so each rank's gradient is a part whenever the group is
-  // larger than one, sequence parallel or not.
+  // larger than one, sequence parallel or not. Width 0: no tensors (nothing is allocated).
   SequenceGrads(Backend& be, const TensorParallel& tp, int64_t width, bool per_head = false);
   ~SequenceGrads();
   SequenceGrads(const SequenceGrads&) = delete;
