@@ -55,6 +55,15 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
   t.end_group("ln_f");
 
   act_buf_ = carve_activations(be_, activation_slots(cfg, max_batch, TP, acts_));
+  if (cfg.lora.enabled()) {  // nn.Linear shapes (out, in) of the layers the roles name
+    std::vector<std::vector<LoraSite>> sites(size_t(cfg.n_layer));
+    for (int l = 0; l < cfg.n_layer; ++l) {
+      const std::string h = "transformer.h." + std::to_string(l) + ".";
+      sites[size_t(l)] = {{"qkv", h + "attn.c_attn", C, 3 * C}, {"o", h + "attn.c_proj", C, C},
+                          {"down", h + "mlp.c_proj", F, C}};
+    }
+    lora_ = std::make_unique<LoraAdapters>(be_, cfg.lora, sites, int64_t(max_batch) * cfg.seq_len);
+  }
 }
 
 std::vector<ActSlot> GPT2::activation_slots(const GPT2Config& cfg, int max_batch, int tp, Acts& a) {
@@ -77,7 +86,8 @@ std::vector<ActSlot> GPT2::activation_slots(const GPT2Config& cfg, int max_batch
       {&a.lnf, nullptr, R * C},            {nullptr, &a.lnf_mean, R},        {nullptr, &a.lnf_rstd, R},
       {&a.dres, nullptr, R * C},           {&a.dln, nullptr, R * C},         {&a.dqkv, nullptr, BT * 3 * Ca},
       {&a.datty, nullptr, BT * Ca},        {&a.dfch, nullptr, BT * Fl}};
-  for (const ActSlot& h : head_slots(a.head, max_batch, cfg.seq_len, cfg.d_model, int64_t(Vl))) slots.push_back(h);
+  for (const ActSlot& h : head_slots(a.head, max_batch, cfg.seq_len, cfg.d_model, int64_t(Vl), cfg.lora.enabled()))
+    slots.push_back(h);
   for (const ActSlot& q : sequence_slots(a.seq, cfg.sequence_parallel, tp, int64_t(max_batch) * cfg.seq_len, cfg.d_model))
     slots.push_back(q);
   return slots;
@@ -141,10 +151,12 @@ void GPT2::block_forward(int l, const BlockParams<void*>& w, const void* in_a, c
   const void* residual = in_b ? in_sum : in_a;
   const void* ln1 = tp_.gather_from_sequence_region(x.ln1, sq.full, BT, C);  // (B,T,C)
   be_.matmul_forward(x.qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca);        // (B,T,3Ca) this rank's heads
+  if (lora_) lora_->forward(l, kQkv, ln1, x.qkv, 3 * Ca, BT);
   // (B,T,Ca); with packed documents each attends within itself
   be_.attention_forward(x.atty, x.att_lse, x.qkv, B, T, Ca, NH, NH, tokens_.current().positions);
   void* attproj = tp_.partial_sums(x.attproj, sq.partial);
   be_.matmul_forward(attproj, x.atty, w.attprojw, tp_.once(w.attprojb), BT, Ca, C);  // row-parallel
+  if (lora_) lora_->forward(l, kO, x.atty, attproj, C, BT);
   tp_.reduce_to_sequence_region(attproj, x.attproj, BT, C);
   be_.residual_layernorm_forward(x.res2, x.ln2, x.ln2_mean, x.ln2_rstd, residual, x.attproj, w.ln2w, w.ln2b, R, C,
                                  cfg_.norm_eps);
@@ -152,6 +164,7 @@ void GPT2::block_forward(int l, const BlockParams<void*>& w, const void* in_a, c
   be_.matmul_gelu_forward(x.fch_gelu, x.fch, ln2, w.fcw, w.fcb, BT, C, Fl);  // (B,T,Fl) column-parallel
   void* fcproj = tp_.partial_sums(x.fcproj, sq.partial);
   be_.matmul_forward(fcproj, x.fch_gelu, w.fcprojw, tp_.once(w.fcprojb), BT, Fl, C);  // row-parallel
+  if (lora_) lora_->forward(l, kDown, x.fch_gelu, fcproj, C, BT);
   tp_.reduce_to_sequence_region(fcproj, x.fcproj, BT, C);
 }
 
@@ -167,7 +180,7 @@ void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, const
   Acts& a = acts_;
   const int L = cfg_.n_layer;
   const size_t wte_i = 0, wpe_i = 1, lnfw_i = table_.params().size() - 2, lnfb_i = table_.params().size() - 1;
-  DecoderPass{*prov_, L, head_group(), /*tied=*/true}.forward({
+  pass(L, /*tied=*/true).forward({
       // Vocabulary-parallel embedding: each rank adds its rows (and rank 0 the positions), then sum.
       [&](void* emb) {
         be_.embedding_forward(tp_.partial_sums(a.encoded, a.seq.partial), tok.inputs, at(emb, wte_i),
@@ -216,14 +229,22 @@ void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<
   // (activation gradients with one writer are written, not zero-filled and accumulated)
   const void* dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);  // (B,T,C)
   be_.matmul_gelu_backward(a.dfch, g.fcprojw, g.fcprojb, dres, x.fch_gelu, w.fcprojw, x.fch, BT, Fl, C);
+  if (lora_)  // the adapter's part of d(gelu output), through GELU too
+    if (void* d = const_cast<void*>(lora_->backward(l, kDown, x.fch_gelu, dres, C, BT))) {
+      be_.gelu_backward(d, x.fch, d, BT * Fl);
+      be_.add_rows_scaled(a.dfch, Fl, d, Fl, BT, Fl, 1.0f);
+    }
   // column-parallel: the input gradient is the sum of the ranks' parts
   column_parallel_backward(a.dln, g.fcw, g.fcb, a.dfch, x.ln2, w.fcw, a.seq, BT, C, Fl);
   be_.layernorm_backward(a.dres, norm_g[0], norm_g[1], a.dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, R, C);
   // Attention branch: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);
   be_.matmul_backward(a.datty, g.attprojw, g.attprojb, dres, x.atty, w.attprojw, BT, Ca, C);
+  if (lora_) lora_->backward_into(l, kO, x.atty, dres, C, BT, a.datty);
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.att_lse, B, T, Ca, NH, NH, tokens_.current().positions);
-  column_parallel_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, x.ln1, w.qkvw, a.seq, BT, C, 3 * Ca);
+  DxExtra qkv_adapter;
+  if (lora_) qkv_adapter = [&](void* dx, const void* ln1) { lora_->backward_into(l, kQkv, ln1, a.dqkv, 3 * Ca, BT, dx); };
+  column_parallel_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, x.ln1, w.qkvw, a.seq, BT, C, 3 * Ca, {}, {}, qkv_adapter);
   be_.layernorm_backward(a.dres, norm_g[2], norm_g[3], a.dln, residual, w.ln1w, x.ln1_mean, x.ln1_rstd, R, C);
   seq_grads_.end();
 }
@@ -236,7 +257,7 @@ void GPT2::backward() {
   Acts& a = acts_;
   const size_t wte_i = 0, wpe_i = 1, lnfw_i = table_.params().size() - 2, lnfb_i = table_.params().size() - 1;
   const size_t cs = esize_;
-  DecoderPass{*prov_, cfg_.n_layer, head_group(), /*tied=*/true}.backward({
+  pass(cfg_.n_layer, /*tied=*/true).backward({
       // Head: forward left dln and the head's part of dwte; dwte collects it here and the
       // embedding's part at the very end (the pass keeps group 0's gradient open until then).
       [&](float* emb_g) { head_backward(a.head, at(emb_g, wte_i), C, Vl); },
@@ -260,8 +281,10 @@ void GPT2::backward() {
         block_backward(l, w, g, in);
       },
       [&](float* emb_g) {
-        be_.embedding_backward(at(emb_g, wte_i), at(emb_g, wpe_i), tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C),
-                               tokens_.current().inputs, B, T, C, tokens_.current().positions);
+        if (emb_g)  // none for a frozen embedding
+          be_.embedding_backward(at(emb_g, wte_i), at(emb_g, wpe_i),
+                                 tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C), tokens_.current().inputs,
+                                 B, T, C, tokens_.current().positions);
         tokens_.mark_read();  // the token slot's last reader
       }});
   grads_ready_ = false;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/config/spec.h"
 #include "engine/model/decoder_lm.h"
 
 namespace zt {
@@ -36,6 +37,7 @@ struct GPT2Config {
   float norm_eps = 1e-5f;  // LayerNorm epsilon
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;  // the norms' and residuals' rows split across the tensor group
+  RunSpec::Lora lora = {};  // low-rank adapters on the roles lora_roles() names (rank 0: none)
   int vocab_held() const { return vocab_padded > 0 ? vocab_padded : vocab_size; }
 };
 
@@ -43,6 +45,12 @@ class Comm;
 
 class GPT2 final : public DecoderLM {
  public:
+  // The linear layers [lora] targets may name, in block order (the adapters' sites): the packed
+  // attention input (c_attn), its output (attn.c_proj), the MLP's output (mlp.c_proj). The MLP's
+  // input (c_fc) has none yet: its GELU is fused into its GEMM, before an adapter could add.
+  enum LoraRole { kQkv, kO, kDown };
+  static std::vector<std::string> lora_roles() { return {"qkv", "o", "down"}; }
+
   // Allocates activations for batches of up to max_batch x seq_len. Parameters and gradients
   // live in a ParamProvider (set_provider) so that ZeRO can shard them.
   // `tp` is the tensor-parallel group (null or size 1: the whole model on this rank).

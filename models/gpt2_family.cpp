@@ -49,16 +49,20 @@ class Gpt2Family final : public ModelFamily {
   }
 
   std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp,
-                              Recompute rc, bool sequence_parallel) const override {
-    return std::make_unique<GPT2>(gpt2_config(m, tp ? tp->size() : 1, rc, sequence_parallel), backend, max_batch, tp);
+                              Recompute rc, bool sequence_parallel, const RunSpec::Lora& lora) const override {
+    GPT2Config c = gpt2_config(m, tp ? tp->size() : 1, rc, sequence_parallel);
+    c.lora = lora;
+    return std::make_unique<GPT2>(c, backend, max_batch, tp);
   }
+  std::vector<std::string> lora_roles() const override { return GPT2::lora_roles(); }
 
   std::vector<Backend::OpRequest> ops(const RunSpec::Model& m, DType compute) const override {
     const int hs = int(m.d_model / m.n_head);
     std::vector<Backend::OpRequest> out;
     for (const char* op : {"embedding_forward", "embedding_backward", "layernorm_forward", "residual_layernorm_forward",
                            "layernorm_backward", "matmul_forward", "matmul_gelu_forward", "matmul_backward",
-                           "matmul_gelu_backward", "attention_forward", "attention_backward"})
+                           "matmul_gelu_backward", "attention_forward", "attention_backward",
+                           "add_rows_scaled"})  // low-rank adapters' updates
       out.push_back({op, compute, hs});
     return out;
   }

@@ -70,6 +70,17 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
   t.end_group("head");
 
   act_buf_ = carve_activations(be_, activation_slots(cfg, max_batch, TP, acts_));
+  if (cfg.lora.enabled()) {  // nn.Linear shapes (out, in) of the layers the roles name
+    const int64_t shapes[][2] = {{Q, C}, {KV, C}, {KV, C}, {C, Q}, {F, C}, {F, C}, {C, F}};
+    const char* modules[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    std::vector<std::vector<LoraSite>> sites(size_t(cfg.n_layer));
+    for (int l = 0; l < cfg.n_layer; ++l)
+      for (int r = kQ; r <= kDown; ++r)
+        sites[size_t(l)].push_back({lora_roles()[size_t(r)], "model.layers." + std::to_string(l) + "." + modules[r],
+                                    shapes[r][1], shapes[r][0]});
+    lora_ = std::make_unique<LoraAdapters>(be_, cfg.lora, sites, int64_t(max_batch) * cfg.seq_len);
+  }
   if (kv_replicas_ > 1) {
     const int64_t n = kv_grad_numel(), pieces = TP / kv_replicas_;
     kv_saved_ = static_cast<float*>(be_.alloc(size_t(n) * sizeof(float), MemTag::Grads));
@@ -103,7 +114,8 @@ std::vector<ActSlot> Llama::activation_slots(const LlamaConfig& cfg, int max_bat
       {&a.lnf, nullptr, R * C},            {nullptr, &a.lnf_rstd, R},
       {&a.dres, nullptr, R * C},           {&a.dln, nullptr, R * C},         {&a.dqkv, nullptr, BT * Wqkv},
       {&a.datty, nullptr, BT * Wq},        {&a.dgate_up, nullptr, BT * 2 * Fl}, {&a.dact, nullptr, BT * Fl}};
-  for (const ActSlot& h : head_slots(a.head, max_batch, cfg.seq_len, cfg.d_model, w.v)) slots.push_back(h);
+  for (const ActSlot& h : head_slots(a.head, max_batch, cfg.seq_len, cfg.d_model, w.v, cfg.lora.enabled()))
+    slots.push_back(h);
   for (const ActSlot& q : sequence_slots(a.seq, cfg.sequence_parallel, tp, int64_t(max_batch) * cfg.seq_len, cfg.d_model))
     slots.push_back(q);
   return slots;
@@ -202,26 +214,38 @@ void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, 
   const void* residual = in_b ? in_sum : in_a;
   const void* ln1 = tp_.gather_from_sequence_region(x.ln1, sq.full, BT, C);  // (B,T,C)
   // (B,T,Wqkv) this rank's heads
-  be_.matmul_forward(cfg_.qk_norm ? x.qkv_raw : x.qkv, ln1, w.qkv, w.qkv_bias, BT, C, int(w_.qkv));
+  void* qkv = cfg_.qk_norm ? x.qkv_raw : x.qkv;
+  be_.matmul_forward(qkv, ln1, w.qkv, w.qkv_bias, BT, C, int(w_.qkv));
+  if (lora_) {  // each projection's adapter into its columns of the packed [q | k | v]
+    lora_->forward(l, kQ, ln1, qkv, w_.qkv, BT);
+    lora_->forward(l, kK, ln1, el(qkv, w_.q), w_.qkv, BT);
+    lora_->forward(l, kV, ln1, el(qkv, w_.q + w_.kv), w_.qkv, BT);
+  }
   attention_input(x, w);
   const int32_t* pos = tokens_.current().positions;  // packed documents: each attends within itself
   be_.attention_forward(x.atty, x.lse, x.qkv, B, T, int(w_.q), NH_l_, NKV_l_, pos);  // (B,T,Wq)
   void* attproj = tp_.partial_sums(x.attproj, sq.partial);
   be_.matmul_forward(attproj, x.atty, w.o, nullptr, BT, int(w_.q), C);  // row-parallel
+  if (lora_) lora_->forward(l, kO, x.atty, attproj, C, BT);
   tp_.reduce_to_sequence_region(attproj, x.attproj, BT, C);
   be_.residual_rmsnorm_forward(x.res2, x.ln2, x.rstd2, residual, x.attproj, w.norm2, R, C, eps);
   const void* ln2 = tp_.gather_from_sequence_region(x.ln2, sq.full, BT, C);
   be_.matmul_forward(x.gate_up, ln2, w.gate_up, nullptr, BT, C, int(2 * w_.f));  // (B,T,2Fl) column-parallel
+  if (lora_) {
+    lora_->forward(l, kGate, ln2, x.gate_up, 2 * w_.f, BT);
+    lora_->forward(l, kUp, ln2, el(x.gate_up, w_.f), 2 * w_.f, BT);
+  }
   be_.swiglu_forward(x.act, x.gate_up, BT, int(w_.f));
   void* mlp = tp_.partial_sums(x.mlp, sq.partial);
   be_.matmul_forward(mlp, x.act, w.down, nullptr, BT, int(w_.f), C);  // row-parallel
+  if (lora_) lora_->forward(l, kDown, x.act, mlp, C, BT);
   tp_.reduce_to_sequence_region(mlp, x.mlp, BT, C);
 }
 
 void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, const int32_t* positions, int B, int T,
                              float grad_scale) {
   begin_batch(B, T, cfg_.seq_len, "Llama");
-  const int C = cfg_.d_model, Vl = int(w_.v), L = cfg_.n_layer, head = head_group();
+  const int C = cfg_.d_model, Vl = int(w_.v), L = cfg_.n_layer;
   const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);
   std::vector<int32_t> local_ids(BT);
   tp_.vocab_local_ids(inputs, BT, Vl, local_ids.data());
@@ -229,7 +253,7 @@ void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, cons
   Acts& a = acts_;
   const bool tied = cfg_.tie_embeddings;
   const size_t norm_i = tied ? table_.params().size() - 1 : table_.params().size() - 2;
-  DecoderPass{*prov_, L, head, tied}.forward({
+  pass(L, tied).forward({
       [&](void* emb) {  // no positions: RoPE
         be_.embedding_forward(tp_.partial_sums(a.encoded, a.seq.partial), tok.inputs, emb, nullptr, B, T, C);
       },
@@ -290,13 +314,22 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
   // (activation gradients with one writer are written, not zero-filled and accumulated)
   const void* dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);  // (B,T,C)
   be_.matmul_backward(a.dact, g.down, nullptr, dres, x.act, w.down, BT, int(Fl), C);
+  if (lora_) lora_->backward_into(l, kDown, x.act, dres, C, BT, a.dact);
   be_.swiglu_backward(a.dgate_up, x.gate_up, a.dact, BT, int(Fl));
   // column-parallel: the input gradient is the sum of the ranks' parts
-  column_parallel_backward(a.dln, g.gate_up, nullptr, a.dgate_up, x.ln2, w.gate_up, a.seq, BT, C, int(2 * Fl));
+  DxExtra gate_up_adapters;
+  if (lora_)
+    gate_up_adapters = [&](void* dx, const void* ln2) {
+      lora_->backward_into(l, kGate, ln2, a.dgate_up, 2 * Fl, BT, dx);
+      lora_->backward_into(l, kUp, ln2, el(a.dgate_up, Fl), 2 * Fl, BT, dx);
+    };
+  column_parallel_backward(a.dln, g.gate_up, nullptr, a.dgate_up, x.ln2, w.gate_up, a.seq, BT, C, int(2 * Fl), {}, {},
+                           gate_up_adapters);
   be_.rmsnorm_backward(a.dres, norm_g[0], a.dln, x.res2, w.norm2, x.rstd2, R, C);
   // Attention branch: res2 = residual + o(attn(rope(qkv(ln1))))
   dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);
   be_.matmul_backward(a.datty, g.o, nullptr, dres, x.atty, w.o, BT, int(Wq), C);
+  if (lora_) lora_->backward_into(l, kO, x.atty, dres, C, BT, a.datty);
   const int32_t* pos = tokens_.current().positions;
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.lse, B, T, int(Wq), NH_l_, NKV_l_, pos);
   be_.rope(a.dqkv, B, T, NH_l_ + NKV_l_, hs, Wqkv, cfg_.rope_theta, true, pos, cfg_.rope_scaling);  // through the rotation
@@ -307,10 +340,10 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
                               x.qk_rstd + BT * NH_l_, BT, NKV_l_, hs, Wqkv);
     head_norm_grads_.end();
   }
-  float* kv_grad = g.qkv + Wq * C;  // k_proj then v_proj rows follow q_proj's
+  float* kv_grad = g.qkv ? g.qkv + Wq * C : nullptr;  // k_proj then v_proj rows follow q_proj's
   float* kv_bias_grad = g.qkv_bias ? g.qkv_bias + Wq : nullptr;  // and their biases q_proj's bias
   std::function<void()> kv_begin, kv_end;
-  if (kv_replicas_ > 1) {  // the weight gradient's GEMM then accumulates exactly this rank's part
+  if (kv_replicas_ > 1 && kv_grad) {  // the weight gradient's GEMM then accumulates exactly this rank's part
     kv_begin = [&] {
       const int64_t nw = 2 * w_.kv * C;
       be_.copy_device(kv_saved_, kv_grad, size_t(nw) * sizeof(float));
@@ -322,20 +355,28 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
     };
     kv_end = [&] { sum_replicated_kv_grads(kv_grad, kv_bias_grad); };
   }
-  column_parallel_backward(a.dln, g.qkv, g.qkv_bias, a.dqkv, x.ln1, w.qkv, a.seq, BT, C, int(Wqkv), kv_begin, kv_end);
+  DxExtra qkv_adapters;
+  if (lora_)
+    qkv_adapters = [&](void* dx, const void* ln1) {
+      lora_->backward_into(l, kQ, ln1, a.dqkv, Wqkv, BT, dx);
+      lora_->backward_into(l, kK, ln1, el(a.dqkv, Wq), Wqkv, BT, dx);
+      lora_->backward_into(l, kV, ln1, el(a.dqkv, Wq + w_.kv), Wqkv, BT, dx);
+    };
+  column_parallel_backward(a.dln, g.qkv, g.qkv_bias, a.dqkv, x.ln1, w.qkv, a.seq, BT, C, int(Wqkv), kv_begin, kv_end,
+                           qkv_adapters);
   be_.rmsnorm_backward(a.dres, norm_g[1], a.dln, residual, w.norm1, x.rstd1, R, C);
   seq_grads_.end();
 }
 
 void Llama::backward() {
   ZT_CHECK(grads_ready_, "backward() needs a forward() with targets and grad_scale != 0");
-  const int B = cur_B_, T = cur_T_, C = cfg_.d_model, Vl = int(w_.v), head = head_group();
+  const int B = cur_B_, T = cur_T_, C = cfg_.d_model, Vl = int(w_.v);
   const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);
   const size_t cs = esize_;
   Acts& a = acts_;
   const bool tied = cfg_.tie_embeddings;
   const size_t norm_i = tied ? table_.params().size() - 1 : table_.params().size() - 2;
-  DecoderPass{*prov_, cfg_.n_layer, head, tied}.backward({
+  pass(cfg_.n_layer, tied).backward({
       // Head: forward left dln and the head's weight gradient; into the embedding's, or the head matrix's
       [&](float* g) { head_backward(a.head, tied ? g : at(g, norm_i + 1), C, Vl); },
       [&](void* hp, float* hg) {
@@ -355,8 +396,9 @@ void Llama::backward() {
         block_backward(l, w, g, in);
       },
       [&](float* emb_g) {
-        be_.embedding_backward(emb_g, nullptr, tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C),
-                               tokens_.current().inputs, B, T, C);
+        if (emb_g)  // none for a frozen embedding
+          be_.embedding_backward(emb_g, nullptr, tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C),
+                                 tokens_.current().inputs, B, T, C);
         tokens_.mark_read();
       }});
   grads_ready_ = false;

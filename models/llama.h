@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/config/spec.h"
 #include "engine/model/decoder_lm.h"
 
 namespace zt {
@@ -53,6 +54,7 @@ struct LlamaConfig {
   bool tie_embeddings = false;
   Recompute recompute = Recompute::None;
   bool sequence_parallel = false;  // the norms' and residuals' rows split across the tensor group
+  RunSpec::Lora lora = {};  // low-rank adapters on the roles lora_roles() names (rank 0: none)
   int vocab_held() const { return vocab_padded > 0 ? vocab_padded : vocab_size; }
   int head_size() const { return head_dim > 0 ? head_dim : d_model / n_head; }
 };
@@ -61,6 +63,10 @@ class Comm;
 
 class Llama final : public DecoderLM {
  public:
+  // The linear layers [lora] targets may name, in block order (the adapters' sites).
+  enum LoraRole { kQ, kK, kV, kO, kGate, kUp, kDown };
+  static std::vector<std::string> lora_roles() { return {"q", "k", "v", "o", "gate", "up", "down"}; }
+
   Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp = nullptr);
   ~Llama() override;
 

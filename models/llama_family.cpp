@@ -126,17 +126,21 @@ void LlamaShapedFamily::resolve(RunSpec::Model& m, const ModelKeyChecks& c) cons
 }
 
 std::unique_ptr<Model> LlamaShapedFamily::make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp,
-                                               Recompute rc, bool sequence_parallel) const {
-  return std::make_unique<Llama>(llama_config(m, shape_, tp ? tp->size() : 1, rc, sequence_parallel), backend,
-                                 max_batch, tp);
+                                               Recompute rc, bool sequence_parallel, const RunSpec::Lora& lora) const {
+  LlamaConfig c = llama_config(m, shape_, tp ? tp->size() : 1, rc, sequence_parallel);
+  c.lora = lora;
+  return std::make_unique<Llama>(c, backend, max_batch, tp);
 }
+
+std::vector<std::string> LlamaShapedFamily::lora_roles() const { return Llama::lora_roles(); }
 
 std::vector<Backend::OpRequest> LlamaShapedFamily::ops(const RunSpec::Model& m, DType compute) const {
   const int hs = int(m.head_size());
   std::vector<Backend::OpRequest> out;
   for (const char* op : {"embedding_forward", "embedding_backward", "rmsnorm_forward", "residual_rmsnorm_forward",
                          "rmsnorm_backward", "rope", "swiglu_forward", "swiglu_backward", "matmul_forward",
-                         "matmul_backward", "add", "attention_forward", "attention_backward"})
+                         "matmul_backward", "add", "attention_forward", "attention_backward",
+                         "add_rows_scaled"})  // low-rank adapters' updates
     out.push_back({op, compute, hs});
   if (shape_.qk_norm)
     for (const char* op : {"head_rmsnorm_forward", "head_rmsnorm_backward"}) out.push_back({op, compute, hs});

@@ -25,7 +25,8 @@ class LlamaShapedFamily : public ModelFamily {
 
   void resolve(RunSpec::Model& m, const ModelKeyChecks& c) const override;
   std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp, Recompute rc,
-                              bool sequence_parallel) const override;
+                              bool sequence_parallel, const RunSpec::Lora& lora) const override;
+  std::vector<std::string> lora_roles() const override;
   std::vector<Backend::OpRequest> ops(const RunSpec::Model& m, DType compute) const override;
   ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size, Recompute rc,
                            bool sequence_parallel) const override;

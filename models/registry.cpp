@@ -39,8 +39,8 @@ const ModelFamily& model_family(const std::string& arch) {
 }
 
 std::unique_ptr<Model> make_model(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp, Recompute rc,
-                                  bool sequence_parallel) {
-  return model_family(m.arch).make(m, backend, max_batch, tp, rc, sequence_parallel);
+                                  bool sequence_parallel, const RunSpec::Lora& lora) {
+  return model_family(m.arch).make(m, backend, max_batch, tp, rc, sequence_parallel, lora);
 }
 
 std::vector<Backend::OpRequest> run_ops(const RunSpec::Model& m, DType compute) {

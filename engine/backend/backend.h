@@ -265,6 +265,11 @@ class DeviceOps {
                                   int V, int v0) { unsupported("logits_pick_target"); }
   virtual void crossentropy_grad_from_lse(void* logits, const float* lse, const int32_t* targets, int N, int V,
                                           int Vr, int v0, float grad_scale) { unsupported("crossentropy_grad_from_lse"); }
+  // y (rows N, ldy apart) += alpha * x (rows N, ldx apart), the first C elements of each row, in
+  // the compute dtype (fp32 maths): a low-rank adapter's output added into its base layer's (a
+  // column slice of a packed [q | k | v]), its input gradient into the base's. x may not overlap y.
+  virtual void add_rows_scaled(void* y, int64_t ldy, const void* x, int64_t ldx, int64_t N, int C,
+                               float alpha) { unsupported("add_rows_scaled"); }
   // fp32 helpers for gradients and optimizer states.
   virtual void add(float* out, const float* a, const float* b, int64_t n) { unsupported("add"); }
   virtual void scale(float* x, float s, int64_t n) { unsupported("scale"); }

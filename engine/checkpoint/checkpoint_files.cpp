@@ -125,7 +125,7 @@ std::string rank_file_mismatch(const H5File& master, const H5File& f, int64_t st
 }
 
 void write_master_file(const std::string& ckpt_dir, const std::vector<std::vector<RankBlock>>& blocks_of,
-                       int64_t job_id, const Model& model, const TrainState& state) {
+                       int64_t job_id, const ParamTable& model, const TrainState& state) {
   const int rank_files = int(blocks_of.size());
   // Every rank file's blocks, per (state, tensor).
   std::map<std::string, std::vector<H5File::VirtualBlock>> blocks;

@@ -43,7 +43,7 @@ struct RankBlock {
 // carries the job_id, step and rank of the save that wrote it (attributes of "/"); the master
 // file, the job_id.
 void write_master_file(const std::string& ckpt_dir, const std::vector<std::vector<RankBlock>>& blocks,
-                       int64_t job_id, const Model& model, const TrainState& state);
+                       int64_t job_id, const ParamTable& model, const TrainState& state);
 // "" when rank file `rank` of `ckpt_dir` (open as `f`) was written by the save that wrote
 // `master` (at `step`), else why not. Checkpoints older than these attributes pass.
 std::string rank_file_mismatch(const H5File& master, const H5File& f, int64_t step, int rank);

@@ -240,7 +240,7 @@ void CheckpointManager::set_aside_newer(int64_t step) {
       if (std::stoll(name.substr(5)) > step) store_->remove(name + "/checkpoint.h5");
 }
 
-void CheckpointManager::start_writer(ModelStates& store, const Model& model, Backend& backend,
+void CheckpointManager::start_writer(ModelStates& store, const ParamTable& model, Backend& backend,
                                      std::function<void(const SaveStats&)> on_complete) {
   const auto& k = spec_.checkpoint;
   RunSpec::Checkpoint local = k;

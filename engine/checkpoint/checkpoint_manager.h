@@ -44,7 +44,7 @@ class CheckpointManager {
   void set_aside_newer(int64_t step);
 
   // Starts saving (after the states exist); on_complete gets rank 0's finished saves.
-  void start_writer(ModelStates& store, const Model& model, Backend& backend,
+  void start_writer(ModelStates& store, const ParamTable& model, Backend& backend,
                     std::function<void(const SaveStats&)> on_complete);
   CheckpointWriter* writer() { return writer_.get(); }
   // [checkpoint] preemption_notice_s: the estimated seconds from a signal to a durable save

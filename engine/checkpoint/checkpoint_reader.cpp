@@ -81,7 +81,7 @@ std::string verify_checkpoint(const std::string& ckpt_dir, int part, int parts) 
   return "";
 }
 
-std::string model_mismatch(const std::string& ckpt_dir, const Model& model) {
+std::string model_mismatch(const std::string& ckpt_dir, const ParamTable& model) {
   const std::string path = (fs::path(ckpt_dir) / "checkpoint.h5").string();
   const H5File f(path, H5File::Mode::Read);
   std::vector<std::string> names = f.children("/params");
@@ -98,7 +98,7 @@ std::string model_mismatch(const std::string& ckpt_dir, const Model& model) {
   return "";
 }
 
-void load_states(const std::string& ckpt_dir, ModelStates& store, const Model& model, bool weights_only, int part,
+void load_states(const std::string& ckpt_dir, ModelStates& store, const ParamTable& model, bool weights_only, int part,
                  int parts) {
   const H5File f((fs::path(ckpt_dir) / "checkpoint.h5").string(), H5File::Mode::Read);
   // the virtual datasets read whatever file has a rank file's name: each must be this save's

@@ -15,13 +15,13 @@ std::string verify_checkpoint(const std::string& ckpt_dir, int part = 0, int par
 
 // The first tensor whose name or shape differs between the model and the checkpoint, as a
 // message ("" when they match).
-std::string model_mismatch(const std::string& ckpt_dir, const Model& model);
+std::string model_mismatch(const std::string& ckpt_dir, const ParamTable& model);
 
 // Loads this rank's master weights (and, unless weights_only, AdamW moments) from the
 // checkpoint's full tensors into `store` (not collective: the caller agrees on failures, then
 // calls ModelStates::publish_written_masters). Reads in blocks of at most 64 MiB. Checks first that
 // the rank files with index = part (mod parts) are this checkpoint's own (the ranks share that).
-void load_states(const std::string& ckpt_dir, ModelStates& store, const Model& model, bool weights_only,
+void load_states(const std::string& ckpt_dir, ModelStates& store, const ParamTable& model, bool weights_only,
                  int part = 0, int parts = 1);
 
 }  // namespace zt

@@ -55,7 +55,7 @@ struct CheckpointWriter::Snapshot {
   }
 };
 
-CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ModelStates& store, const Model& model,
+CheckpointWriter::CheckpointWriter(const RunSpec::Checkpoint& opts, ModelStates& store, const ParamTable& model,
                                    const Topology& topo, Backend& backend, int64_t job_id,
                                    data::ObjectStore* remote)
     : opts_(opts), store_(store), model_(model), topo_(topo), be_(backend), job_id_(job_id), remote_(remote) {

@@ -47,7 +47,7 @@ double time_probe_write(const std::string& path, size_t bytes);
 class CheckpointWriter {
  public:
   // opts.dir is the local directory; `remote` (may be null) receives every checkpoint too.
-  CheckpointWriter(const RunSpec::Checkpoint& opts, ModelStates& store, const Model& model, const Topology& topo,
+  CheckpointWriter(const RunSpec::Checkpoint& opts, ModelStates& store, const ParamTable& model, const Topology& topo,
                    Backend& backend, int64_t job_id, data::ObjectStore* remote = nullptr);
   ~CheckpointWriter();  // waits for the background threads
 
@@ -88,7 +88,7 @@ class CheckpointWriter {
 
   RunSpec::Checkpoint opts_;
   ModelStates& store_;
-  const Model& model_;
+  const ParamTable& model_;
   const Topology& topo_;
   Backend& be_;
   int64_t job_id_;

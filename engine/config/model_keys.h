@@ -42,6 +42,8 @@ class ModelKeyRules {
   // The [model] keys DIR/config.json determines; UserError naming the file and field when it
   // cannot (see engine/hf/hf_config.h).
   virtual std::vector<HfModelKey> read_hf_config(const std::string& dir) const = 0;
+  // The roles of arch's linear layers that [lora] targets may name ("q", "o", "up", ...).
+  virtual std::vector<std::string> lora_roles(const std::string& arch) const = 0;
 };
 
 }  // namespace zt

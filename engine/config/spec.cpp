@@ -123,6 +123,13 @@ struct Loader {
           } else if constexpr (std::is_same_v<T, bool>) {
             if (!v.is_boolean()) user_error("{}: {} must be true or false, got {}", loc, name, type_name(v));
             *field = v.as_boolean()->get();
+          } else if (v.is_array() && name == "[lora] targets") {  // a list of roles, as PEFT's target_modules
+            std::string joined;
+            for (const toml::node& e : *v.as_array()) {
+              if (!e.is_string()) user_error("{}: {} must be a list of strings, got {}", loc, name, type_name(e));
+              joined += (joined.empty() ? "" : ",") + e.as_string()->get();
+            }
+            *field = joined;
           } else {
             if (!v.is_string()) user_error("{}: {} must be a string, got {}", loc, name, type_name(v));
             *field = v.as_string()->get();
@@ -271,6 +278,7 @@ struct Loader {
     validate_precision();
     validate_offload();
     validate_parallel();
+    validate_lora();
     check_size(spec.data.cache_limit, "data", "cache_limit", "200GB, 512MiB, 1000000");
     validate_sizes();
     validate_checkpoint();
@@ -367,6 +375,46 @@ struct Loader {
     check(off.optimizer != OffloadTier::Nvme || !off.nvme_path.empty(), "offload", "nvme_path",
           "optimizer = \"nvme\" needs a directory on a local SSD");
     if (!off.pinned_limit.empty()) check_size(off.pinned_limit, "offload", "pinned_limit", "64GB, 512MiB");
+  }
+
+  // [lora]: targets become the family's roles, comma-separated in block order ("all" expanded), so
+  // that the model reads them as they are; what the adapters do not support yet is refused.
+  void validate_lora() {
+    auto& l = spec.lora;
+    const std::vector<std::string> roles = rules.lora_roles(spec.model.arch);
+    std::vector<std::string> named;
+    for (size_t a = 0; a <= l.targets.size();) {
+      size_t b = l.targets.find(',', a);
+      if (b == std::string::npos) b = l.targets.size();
+      std::string t = l.targets.substr(a, b - a);
+      t.erase(0, t.find_first_not_of(" \t"));
+      t.erase(t.find_last_not_of(" \t") + 1);
+      if (!t.empty()) named.push_back(t);
+      a = b + 1;
+    }
+    std::string known;
+    for (const std::string& r : roles) known += (known.empty() ? "\"" : ", \"") + r + "\"";
+    std::string resolved;
+    for (const std::string& r : roles) {
+      bool wanted = false;
+      for (const std::string& t : named) wanted |= t == r || t == "all";
+      if (wanted) resolved += (resolved.empty() ? "" : ",") + r;
+    }
+    for (const std::string& t : named)
+      check(t == "all" || std::find(roles.begin(), roles.end(), t) != roles.end(), "lora", "targets",
+            fmt::format("'{}' is not a linear layer of {} (its roles: {}, or \"all\")", t, spec.model.arch, known));
+    check(!resolved.empty() || !l.enabled(), "lora", "targets",
+          fmt::format("names no layer (the roles of {}: {}, or \"all\")", spec.model.arch, known));
+    l.targets = resolved;
+    if (!l.enabled()) return;
+    check(l.dropout == 0, "lora", "dropout",
+          fmt::format("= {}: dropout on the adapters' input is not implemented; only 0 is (PEFT's default)", l.dropout));
+    check(spec.parallel.tensor == 1, "lora", "rank",
+          fmt::format("adapters under tensor parallelism ([parallel] tensor = {}) are not implemented yet: use "
+                      "tensor = 1 with ZeRO", spec.parallel.tensor));
+    check(spec.offload.optimizer == OffloadTier::None && spec.offload.params == OffloadTier::None, "lora", "rank",
+          "adapters with [offload] are not implemented yet (the adapters' states are small; the frozen base "
+          "shards with ZeRO-3)");
   }
 
   void validate_parallel() {

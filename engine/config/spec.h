@@ -66,6 +66,20 @@ struct RunSpec {
     // the model's shape comes from its config.json.
     std::string init_from;
   } model;
+  // Low-rank adapters (LoRA): with rank > 0 the model's weights are frozen (held in the compute
+  // precision only: no fp32 master, gradient or AdamW state) and each targeted linear layer W
+  // gains B A (A: rank x in, B: out x rank, B zero at the start), its output W x + alpha / rank
+  // B A x; only A and B train (engine/model/lora.h).
+  struct Lora {
+    int64_t rank = 0;       // 0: no adapters, every weight trains
+    double alpha = 16;      // the update's scale is alpha / rank
+    double dropout = 0;     // on the adapters' input; only 0 is implemented (others are refused)
+    // The linear layers that get adapters, by family-neutral role, comma-separated (or a TOML
+    // list): "q", "k", "v", "o", "gate", "up", "down" (GPT-2: "qkv", "o", "up", "down"); "all".
+    std::string targets = "q,v";
+    LoraInit init = LoraInit::Kaiming;  // A's draw: PEFT's kaiming-uniform, or normal(0, 1 / rank)
+    bool enabled() const { return rank > 0; }
+  } lora;
   struct Train {
     int64_t micro_batch = 8;    // sequences per forward/backward
     int64_t global_batch = 8;   // sequences per optimizer step (multiple of micro_batch)

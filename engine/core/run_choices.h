@@ -20,6 +20,7 @@ enum class PrecisionChoice { Auto, Fp32, Bf16, Fp16 };  // [precision] compute
 enum class OffloadTier { None, Cpu, Nvme };             // [offload] optimizer, params
 enum class CommBackendChoice { Auto, Mpi, Nccl };       // [comm] backend
 enum class Packing { None, Documents, Padded };         // [data] packing
+enum class LoraInit { Kaiming, Gaussian };             // [lora] init
 
 // ChoiceNames<E>::names[i] is the spec's name of E(i).
 template <class E>
@@ -56,6 +57,10 @@ struct ChoiceNames<CommBackendChoice> {
 template <>
 struct ChoiceNames<Packing> {
   static constexpr std::array<std::string_view, 3> names{"none", "documents", "padded"};
+};
+template <>
+struct ChoiceNames<LoraInit> {
+  static constexpr std::array<std::string_view, 2> names{"kaiming", "gaussian"};
 };
 
 // "cuda" for DeviceChoice::Cuda.

@@ -13,6 +13,9 @@ class FamilyKeyRules final : public ModelKeyRules {
   std::string family_names() const override { return model_family_names(); }
   void resolve(RunSpec::Model& m, const ModelKeyChecks& c) const override { model_family(m.arch).resolve(m, c); }
   std::vector<HfModelKey> read_hf_config(const std::string& dir) const override { return zt::read_hf_config(dir); }
+  std::vector<std::string> lora_roles(const std::string& arch) const override {
+    return model_family(arch).lora_roles();
+  }
 };
 }  // namespace
 

@@ -33,7 +33,7 @@ std::unique_ptr<Model> build_model(const RunSpec& spec, Topology& topo, Backend&
   configure_backend(spec, backend);
   if (given) return given;
   return make_model(spec.model, backend, int(spec.train.micro_batch), topo.tp_group.get(), spec.train.recompute,
-                    spec.parallel.sequence_parallel);
+                    spec.parallel.sequence_parallel, spec.lora);
 }
 }  // namespace
 
@@ -44,20 +44,26 @@ Job::Job(const RunSpec& spec_in, Topology& topo_in, Backend& backend_in, const Z
       backend(backend_in),
       micro_batches(micro_batches_per_step(spec, topo)),
       model(build_model(spec, topo, backend, std::move(given))),
-      store(std::make_unique<ParamStore>(*model, backend, topo, placement)),
+      base(model->adapter_table() ? std::make_unique<ParamStore>(model->table(), backend, topo, placement, true)
+                                  : nullptr),
+      store(std::make_unique<ParamStore>(store_table(*model), backend, topo, placement)),
       optimizer(std::make_unique<AdamW>(spec.optim, store->optimizer_backend())),
       early(*store),
       scaler(spec.precision, backend.compute_dtype()),
       skips(spec.train),
       inputs(size_t(spec.train.micro_batch * spec.model.seq_len)),
       targets(inputs.size()) {
-  model->set_provider(store.get());
+  model->set_provider(base ? base.get() : store.get());
+  model->set_adapter_provider(store.get());
 }
 
 // An early host AdamW still queued (a step that failed mid-backward) uses the optimizer and the
 // store: it is waited for before either goes.
 Job::~Job() { early.cancel(); }
 
-void Job::init_params(uint64_t seed) { store->init(seed); }
+void Job::init_params(uint64_t seed) {
+  if (base) base->init(seed);
+  store->init(seed);
+}
 
 }  // namespace zt

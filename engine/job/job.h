@@ -54,7 +54,15 @@ class Job {
   Backend& backend;
   const int64_t micro_batches;  // per step on this rank
   std::unique_ptr<Model> model;
-  std::unique_ptr<ParamStore> store;
+  // With [lora] the model's own weights are frozen in `base` (parameters only) and `store` holds
+  // the adapters that train; otherwise `base` is null and `store` holds the model's weights.
+  std::unique_ptr<ParamStore> base;
+  std::unique_ptr<ParamStore> store;  // what trains: AdamW, clipping, checkpoints
+  // The table of what trains (the adapters', or the model's), and the store of the model's weights
+  // (what a Hugging Face import writes, what the base hash reads).
+  const ParamTable& trained_table() const { return store_table(*model); }
+  ParamStore& weights() { return base ? *base : *store; }
+  static const ParamTable& store_table(const Model& m) { return m.adapter_table() ? *m.adapter_table() : m.table(); }
   std::unique_ptr<AdamW> optimizer;
   EarlyUpdate early;  // the host AdamW during backward, where it applies (destroyed before the two above it uses)
   LossScaler scaler;

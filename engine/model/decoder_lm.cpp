@@ -43,24 +43,33 @@ std::vector<ActSlot> DecoderLM::sequence_slots(SequenceActs& s, bool sequence_pa
 
 void DecoderLM::column_parallel_backward(void* dx_local, float* dw, float* db, const void* dout, const void* x_local,
                                          const void* w, const SequenceActs& sq, int64_t N, int C, int OC,
-                                         const std::function<void()>& dw_begin, const std::function<void()>& dw_end) {
+                                         const std::function<void()>& dw_begin, const std::function<void()>& dw_end,
+                                         const DxExtra& dx_extra) {
   const TensorParallel::Pending gather = tp_.start_gather_from_sequence_region(x_local, sq.full, N, C);
   void* dx = tp_.partial_sums(dx_local, sq.partial);  // (N, C) this rank's part
   be_.matmul_backward(dx, nullptr, nullptr, dout, nullptr, w, int(N), C, OC);
+  const void* x = nullptr;
+  if (dx_extra) {  // the adapters read the full input: the gather is finished first
+    x = tp_.finish(gather);
+    dx_extra(dx, x);
+  }
   const TensorParallel::Pending reduce = tp_.start_reduce_to_sequence_region(dx, dx_local, N, C);
-  const void* x = tp_.finish(gather);  // (N, C)
-  if (dw_begin) dw_begin();
-  be_.matmul_backward(nullptr, dw, db, dout, x, w, int(N), C, OC);
-  if (dw_end) dw_end();
+  if (!dx_extra) x = tp_.finish(gather);  // (N, C)
+  if (dw) {
+    if (dw_begin) dw_begin();
+    be_.matmul_backward(nullptr, dw, db, dout, x, w, int(N), C, OC);
+    if (dw_end) dw_end();
+  }
   tp_.finish(reduce);
 }
 
-std::vector<ActSlot> DecoderLM::head_slots(HeadActs& h, int64_t max_batch, int64_t seq_len, int64_t C, int64_t Vl) {
+std::vector<ActSlot> DecoderLM::head_slots(HeadActs& h, int64_t max_batch, int64_t seq_len, int64_t C, int64_t Vl,
+                                           bool frozen) {
   const double R = double(head_chunk_rows(max_batch * seq_len, C, Vl)), B = double(max_batch);
   return {{&h.logits, nullptr, R * double(Vl)},
           {&h.last_x, nullptr, B * double(C)},
           {&h.last, nullptr, B * double(Vl)},
-          {nullptr, &h.dw, double(Vl) * double(C)}};
+          {nullptr, &h.dw, frozen ? 0.0 : double(Vl) * double(C)}};
 }
 
 int64_t DecoderLM::head_chunk_rows(int64_t BT, int64_t C, int64_t Vl) {
@@ -88,15 +97,16 @@ void DecoderLM::head_forward(const HeadActs& h, const void* x, const void* W, co
     return;
   }
   const bool grads = grad_scale != 0.0f;
+  float* dw = frozen() ? nullptr : h.dw;  // a frozen head: its input gradient only
   loss_.begin();
-  if (grads) be_.fill_zero(h.dw, size_t(Vl) * C * sizeof(float));
+  if (dw) be_.fill_zero(dw, size_t(Vl) * C * sizeof(float));
   const int64_t R = head_chunk_rows(BT, C, Vl);
   for (int64_t r0 = 0; r0 < BT; r0 += R) {
     const int n = int(std::min(R, BT - r0));
     const void* xr = el(const_cast<void*>(x), r0 * C);
     be_.matmul_forward(h.logits, xr, W, nullptr, n, C, Vl);                          // (n, Vl)
     loss_.forward(h.logits, targets + r0, n, Vl, vocab_.real_local(), grad_scale);  // now dlogits, with grads
-    if (grads) be_.matmul_backward(el(dx, r0 * C), h.dw, nullptr, h.logits, xr, W, n, C, Vl);
+    if (grads) be_.matmul_backward(el(dx, r0 * C), dw, nullptr, h.logits, xr, W, n, C, Vl);
   }
 }
 

@@ -5,10 +5,13 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "engine/backend/backend.h"
 #include "engine/model/activation_arena.h"
+#include "engine/model/decoder_pass.h"
+#include "engine/model/lora.h"
 #include "engine/model/model.h"
 #include "engine/model/token_slots.h"
 #include "engine/model/tensor_parallel.h"
@@ -25,6 +28,10 @@ class DecoderLM : public Model {
 
   const ParamTable& table() const override { return table_; }
   void set_provider(ParamProvider* p) override { prov_ = p; }
+  const ParamTable* adapter_table() const override { return lora_ ? &lora_->table() : nullptr; }
+  void set_adapter_provider(ParamProvider* p) override {
+    if (lora_) lora_->set_provider(p);
+  }
   double take_losses() override { return loss_.take(); }
 
  protected:
@@ -38,7 +45,12 @@ class DecoderLM : public Model {
   void begin_batch(int B, int T, int seq_len, const char* model);
   void* el(void* base, int64_t i) const { return static_cast<char*>(base) + i * int64_t(esize_); }
   void* at(void* group_base, size_t param) const { return el(group_base, table_.group_rel(param)); }
-  float* at(float* group_base, size_t param) const { return group_base + table_.group_rel(param); }
+  // A tensor's gradient in its group's; null when the group has none (a frozen base: LoRA).
+  float* at(float* group_base, size_t param) const { return group_base ? group_base + table_.group_rel(param) : nullptr; }
+  // Whether the base is frozen (low-rank adapters train instead): no weight gradient is made.
+  bool frozen() const { return lora_ != nullptr; }
+  // The walk over the groups, with the adapters' beside the base's.
+  DecoderPass pass(int n_layer, bool tied) const { return DecoderPass{*prov_, n_layer, head_group(), tied, lora_.get()}; }
   int head_group() const { return int(table_.groups().size()) - 1; }  // the final norm (and head)
 
   // ---- The output head and the loss, one chunk of rows at a time: no (B*T, vocab) logits tensor
@@ -54,7 +66,9 @@ class DecoderLM : public Model {
     float* dw = nullptr;     // (Vl, C) fp32, the head weight's gradient of this micro-batch
   };
   // The head's activation slots for batches of up to max_batch x seq_len, width C, Vl local ids.
-  static std::vector<ActSlot> head_slots(HeadActs& h, int64_t max_batch, int64_t seq_len, int64_t C, int64_t Vl);
+  // `frozen`: no weight gradient (LoRA's base), no slot for it.
+  static std::vector<ActSlot> head_slots(HeadActs& h, int64_t max_batch, int64_t seq_len, int64_t C, int64_t Vl,
+                                         bool frozen = false);
   // The sequence region's activations with sequence parallelism: the gathered input of a
   // column-parallel matmul and the partial sums of a row-parallel one, (size * seq_rows, C) each;
   // empty without it. `partial` also carries the head's input gradient from forward to backward.
@@ -67,10 +81,14 @@ class DecoderLM : public Model {
   // tensor group; dw, db (may be null) += this rank's parts. Megatron's overlap: the input's
   // all-gather (sequence parallel) runs during the input gradient's GEMM, and that gradient's
   // reduction during the weight gradient's GEMM. `dw_begin` / `dw_end` (may be empty) run just
-  // before and after the weight gradient's GEMM (Llama's replicated key/value rows).
+  // before and after the weight gradient's GEMM (Llama's replicated key/value rows); dw null (a
+  // frozen base) skips it. `dx_extra` (may be empty) adds to this rank's part of dx (N, C) before
+  // its reduction, given the full input x (N, C): the layer's low-rank adapters.
+  using DxExtra = std::function<void(void* dx, const void* x)>;
   void column_parallel_backward(void* dx_local, float* dw, float* db, const void* dout, const void* x_local,
                                 const void* w, const SequenceActs& sq, int64_t N, int C, int OC,
-                                const std::function<void()>& dw_begin = {}, const std::function<void()>& dw_end = {});
+                                const std::function<void()>& dw_begin = {}, const std::function<void()>& dw_end = {},
+                                const DxExtra& dx_extra = {});
   // Rows of the sequence region per rank for `rows` rows (TensorParallel::seq_rows, before one exists).
   static int64_t seq_rows_of(bool sequence_parallel, int tp, int64_t rows) {
     return sequence_parallel && tp > 1 ? (rows + tp - 1) / tp : rows;
@@ -87,7 +105,9 @@ class DecoderLM : public Model {
   // (this rank's part; the tensor-parallel sum is the caller's) and h.dw holds the head's gradient.
   void head_forward(const HeadActs& h, const void* x, const void* W, const int32_t* targets, int C, int Vl,
                     float grad_scale, void* dx);
-  void head_backward(const HeadActs& h, float* dW, int C, int Vl) { be_.add(dW, dW, h.dw, int64_t(Vl) * C); }
+  void head_backward(const HeadActs& h, float* dW, int C, int Vl) {
+    if (dW) be_.add(dW, dW, h.dw, int64_t(Vl) * C);  // none for a frozen head
+  }
   // The full-vocabulary logits of sequence b's last position t (the one inference forwards keep).
   void last_logits_row(const HeadActs& h, int Vl, int b, int t, float* out) const;
 
@@ -103,6 +123,7 @@ class DecoderLM : public Model {
   VocabParallelCrossEntropy loss_;
   PaddedVocab vocab_;
   int cur_B_ = 0, cur_T_ = 0;
+  std::unique_ptr<LoraAdapters> lora_;  // [lora]: the models' constructors make them
   bool grads_ready_ = false;
   bool last_logits_ready_ = false;  // the last forward was an inference forward (head_forward)
 };

@@ -8,9 +8,13 @@
 //   backward: the head's weight gradient (tied: into group 0's gradient, which stays open until
 //             the embedding's own part at the end; no parameters: forward made the head's
 //             gradients), the head's norm, blocks L-1..0, the embedding.
+// With low-rank adapters (engine/model/lora.h) the adapters' store walks the blocks alongside:
+// block l's adapters are entered around block l, in both passes. The base's provider is then
+// frozen: its grads() are null, and the model computes input gradients only.
 #pragma once
 #include <functional>
 
+#include "engine/model/lora.h"
 #include "engine/model/model.h"
 
 namespace zt {
@@ -20,6 +24,7 @@ struct DecoderPass {
   int n_layer;
   int head;   // the head's group
   bool tied;  // the output head is the token embedding
+  LoraAdapters* adapters = nullptr;  // low-rank adapters over the blocks, or none
 
   struct Forward {
     std::function<void(void* emb)> embed;           // group 0's parameters

@@ -62,9 +62,11 @@ class ModelFamily {
 
   // The model [model] m describes, with activations for micro-batches of up to max_batch
   // sequences; `tp` is the tensor-parallel group (null: the whole model on this rank), the
-  // sequence region split across it with `sequence_parallel`.
+  // sequence region split across it with `sequence_parallel`; with `lora` enabled its weights are
+  // frozen and low-rank adapters train (engine/model/lora.h).
   virtual std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp,
-                                      Recompute recompute, bool sequence_parallel) const = 0;
+                                      Recompute recompute, bool sequence_parallel,
+                                      const RunSpec::Lora& lora) const = 0;
   // The backend ops that model calls in forward and backward, in compute dtype `compute`
   // (the loss and optimizer ops are the engine's: registry.h's unsupported_op adds them).
   virtual std::vector<Backend::OpRequest> ops(const RunSpec::Model& m, DType compute) const = 0;
@@ -76,6 +78,10 @@ class ModelFamily {
   // layer and the output head over the real vocabulary; not the embedding lookups, positions,
   // norms or biases. The N of the model FLOPs 6N (observe/throughput.h).
   virtual double matmul_params(const RunSpec::Model& m) const = 0;
+
+  // The roles of its linear layers that [lora] targets name, in block order ("q", "k", ...; GPT-2's
+  // packed attention input is "qkv"); the model maps each to its layer.
+  virtual std::vector<std::string> lora_roles() const = 0;
 
   // Hugging Face: whether config.json's model_type is one this family reads, the [model] keys
   // it determines (UserError through c.reject for a model the family cannot build), and the

@@ -54,6 +54,11 @@ class Model {
   }
 
   virtual void set_provider(ParamProvider* p) = 0;
+  // Low-rank adapters ([lora], engine/model/lora.h): their parameter table (null: none) and their
+  // provider (a second ZeRO store). With adapters the table() above is frozen: its provider gives
+  // no gradients (grads() null) and only the adapters train.
+  virtual const ParamTable* adapter_table() const { return nullptr; }
+  virtual void set_adapter_provider(ParamProvider* p) { (void)p; }
 
   // inputs, targets: host (B, T) int32; B <= max_batch, T <= seq_len. A target of -1 carries no
   // loss (a prompt token, padding, a document's last token). The batch's loss summed over the

@@ -80,7 +80,10 @@ void ParamTable::init_range(uint64_t seed, size_t begin, size_t end, float* dst)
     for (int64_t i = 0; i < int64_t(hi - lo); ++i) {
       const size_t g = global_index(p, lo - p.offset + size_t(i), tp_rank_);
       out[i] = g >= p.stored_numel ? 0.0f  // padding
-               : p.init_std == 0.0f ? p.init_value : float(normal_at(seed, stream, g) * p.init_std);
+               : p.init_std == 0.0f ? p.init_value
+               : p.init_uniform     ? float((2.0 * uniform_from_bits(uint32_t(bits64_at(seed, stream, g))) - 1.0) *
+                                            p.init_std)
+                                    : float(normal_at(seed, stream, g) * p.init_std);
     }
   }
 }

@@ -25,6 +25,7 @@ struct ParamInfo {
   bool decay = false;      // weight decay applies (matrices and embeddings, not biases/norms)
   float init_std = 0.0f;   // normal(0, init_std); 0 means constant init_value
   float init_value = 0.0f;
+  bool init_uniform = false;  // uniform(-init_std, init_std) instead (LoRA's A, as PEFT's kaiming)
   TpSplit split = TpSplit::None;
   int row_blocks = 1;
   std::vector<int64_t> global_shape;  // the full logical shape
@@ -64,6 +65,11 @@ class ParamTable {
   // `tp_replicas` > 1 (Rows only): each piece is held by that many consecutive ranks.
   void add(std::string name, std::vector<int64_t> global_shape, TpSplit split, int row_blocks, bool decay,
            float init_std, float init_value, int64_t real_rows = -1, int tp_replicas = 1);
+  // The tensor added last is drawn uniform in (-bound, bound) instead (same counter-based stream).
+  void set_uniform_init(float bound) {
+    params_.back().init_uniform = true;
+    params_.back().init_std = bound;
+  }
   // Closes a group over the tensors added since the previous group.
   void end_group(std::string name);
 

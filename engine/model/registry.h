@@ -26,7 +26,8 @@ std::string model_family_names(bool quoted = true);
 // sequences; `tp` is the tensor-parallel group (null: the whole model on this rank), with
 // Megatron sequence parallelism over it when `sequence_parallel`.
 std::unique_ptr<Model> make_model(const RunSpec::Model& spec, Backend& backend, int max_batch, Comm* tp,
-                                  Recompute recompute = Recompute::None, bool sequence_parallel = false);
+                                  Recompute recompute = Recompute::None, bool sequence_parallel = false,
+                                  const RunSpec::Lora& lora = {});
 
 // The first op a run of [model] m in `compute` needs that `backend` cannot run, as a message
 // ("op: why"); "" when it runs them all. The model's ops (its family's), the vocabulary-parallel

@@ -91,20 +91,22 @@ SequenceGrads::~SequenceGrads() { be_.free(parts_); }
 float* const* SequenceGrads::begin(std::initializer_list<float*> grads, int64_t n) {
   ZT_CHECK(grads.size() <= size_t(kMax) && n <= width_ && count_ == 0,
            "SequenceGrads::begin: {} tensors of {} (at most {} of {}), or nested", grads.size(), n, kMax, width_);
-  count_ = int(grads.size());
+  // A frozen tensor (LoRA's base) has no gradient: every slot null, nothing summed.
+  const bool frozen = std::all_of(grads.begin(), grads.end(), [](const float* g) { return g == nullptr; });
+  count_ = frozen ? 0 : int(grads.size());
   n_ = n;
   int i = 0;
   for (float* g : grads) {
     grads_[i] = g;
-    slots_[i] = parts_ ? parts_ + int64_t(i) * n : g;
+    slots_[i] = parts_ && !frozen ? parts_ + int64_t(i) * n : g;
     ++i;
   }
-  if (parts_) be_.fill_zero(parts_, size_t(count_ * n) * sizeof(float));
+  if (parts_ && !frozen) be_.fill_zero(parts_, size_t(count_ * n) * sizeof(float));
   return slots_;
 }
 
 void SequenceGrads::end() {
-  if (parts_) {
+  if (parts_ && count_ > 0) {
     tp_.group().all_reduce_sync(parts_, size_t(count_ * n_));
     for (int i = 0; i < count_; ++i) be_.add(grads_[i], grads_[i], slots_[i], n_);
   }

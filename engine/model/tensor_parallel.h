@@ -115,6 +115,7 @@ class SequenceGrads {
   SequenceGrads(const SequenceGrads&) = delete;
   SequenceGrads& operator=(const SequenceGrads&) = delete;
 
+  // Every gradient null (a frozen base): slots null, end() does nothing.
   float* const* begin(std::initializer_list<float*> grads, int64_t n);
   void end();
 

@@ -10,15 +10,17 @@
 namespace zt {
 
 namespace {
-std::vector<size_t> group_sizes(const Model& m) {
+std::vector<size_t> group_sizes(const ParamTable& t) {
   std::vector<size_t> n;
-  for (const ParamGroup& g : m.groups()) n.push_back(g.numel);
+  for (const ParamGroup& g : t.groups()) n.push_back(g.numel);
   return n;
 }
 }  // namespace
 
-ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, const ZeroPlacement& place)
-    : model_(model),
+ParamStore::ParamStore(const ParamTable& table, Backend& be, const Topology& topo, const ZeroPlacement& place,
+                       bool frozen)
+    : table_(table),
+      frozen_(frozen),
       be_(be),
       topo_(topo),
       zero_(topo.zero_group()),
@@ -29,25 +31,28 @@ ParamStore::ParamStore(const Model& model, Backend& be, const Topology& topo, co
       mixed_(ct_ != DType::F32 || place.offloads_optimizer()),
       // Units padded to a multiple of 2P in mixed precision: whole 32-bit words per 16-bit shard.
       // ZeRO's parts: the data-parallel ranks, or with replicas the ranks of one replica
-      layout_(group_sizes(model), stage_ == 0 ? 1 : topo.shard_size(), stage_ == 0 ? 0 : topo.shard_rank(),
+      layout_(group_sizes(table), stage_ == 0 ? 1 : topo.shard_size(), stage_ == 0 ? 0 : topo.shard_rank(),
               size_t(place.bucket_mb * 1048576.0 / sizeof(float)),
               size_t(stage_ == 0 ? 1 : topo.shard_size()) * (mixed_ ? 2 : 1)),
       units_(layout_.units()) {
   offload_params_ = place.offloads_optimizer() && place.offloads_params();
   flat_n_ = stage_ == 0 ? layout_.total_full() : layout_.total_shard();  // masters and moments alike
+  ZT_CHECK(!frozen_ || !place.offloads_optimizer(), "a frozen store with offload");
   TierShape shape;
-  shape.flat = flat_n_;
-  shape.master_elems = sharded_masters() ? layout_.total_shard() : layout_.total_full();
+  // frozen: no moments; fp32 masters only when they are the parameters the model reads (fp32)
+  shape.flat = frozen_ ? 0 : flat_n_;
+  shape.master_elems = frozen_ && mixed_ ? 0 : sharded_masters() ? layout_.total_shard() : layout_.total_full();
   shape.compute = ct_;
-  for (size_t g = 0; g < model_.groups().size(); ++g)
+  for (size_t g = 0; g < table_.groups().size(); ++g)
     shape.largest_group_shard_bytes = std::max(shape.largest_group_shard_bytes, group_shard_bytes(int(g)));
   shape.rank = topo.world_rank;
   tier_ = make_state_tier(be_, place, shape, clock_);
   (sharded_masters() ? shard_params_ : full_params_) = tier_->masters();  // null on NVMe: streamed
   auto alloc = [&](size_t n, MemTag tag) { return static_cast<float*>(be_.alloc(n * sizeof(float), tag)); };
-  if (stage_ <= 1) full_grads_ = alloc(layout_.total_full(), MemTag::Grads);
+  if (stage_ <= 1 && !frozen_) full_grads_ = alloc(layout_.total_full(), MemTag::Grads);
   // with optimizer offload, stages 2-3 accumulate the gradient shard on the host only
-  if (stage_ == 1 || (stage_ >= 2 && !tier_->offloaded())) grad_shard_ = alloc(layout_.total_shard(), MemTag::Grads);
+  if (!frozen_ && (stage_ == 1 || (stage_ >= 2 && !tier_->offloaded())))
+    grad_shard_ = alloc(layout_.total_shard(), MemTag::Grads);
   if (mixed_ && stage_ <= 2) full_compute_ = be_.alloc(layout_.total_full() * esize_, MemTag::Params);
   if (mixed_ && stage_ == 3 && !offload_params_)
     shard_compute_ = be_.alloc(layout_.total_shard() * esize_, MemTag::Params);
@@ -156,16 +161,34 @@ float* ParamStore::shard_grads(const Unit& u) {
   return stage_ == 0 ? full_grads_ + u.full_off : grad_shard_ + u.shard_off;
 }
 
+void ParamStore::write_compute(void* dst, const float* host, size_t n) {
+  float* wide = static_cast<float*>(be_.alloc(n * sizeof(float), MemTag::CommBuffers));
+  be_.copy_to_device(wide, host, n * sizeof(float));
+  be_.convert(dst, ct_, wide, DType::F32, int64_t(n));
+  be_.free(wide);
+}
+
 void ParamStore::init(uint64_t seed) {
-  const auto& groups = model_.groups();
+  const auto& groups = table_.groups();
   std::vector<float> host;
+  if (frozen_ && mixed_) {  // no masters: the values go straight into the compute copy
+    for (const Unit& u : units_) {
+      const size_t n = stage_ == 3 ? my_len(u) : u.len;
+      if (n == 0) continue;
+      const size_t lo = groups[u.group].offset + u.begin + (stage_ == 3 ? my_begin(u) : 0);
+      host.assign(n, 0.0f);
+      table_.init_range(seed, lo, lo + n, host.data());
+      write_compute(stage_ == 3 ? compute_copy(u) : cbyte(full_compute_, u.full_off), host.data(), n);
+    }
+    return;
+  }
   // masters into the tier's array (flat: its element)
   auto put = [&](size_t flat, const float* src, size_t n) { tier_->write(State::Master, flat, src, n); };
   const bool offloaded = tier_->offloaded();
   if (!sharded_masters()) {
     for (size_t g = 0; g < groups.size(); ++g) {
       host.assign(groups[g].numel, 0.0f);
-      model_.init_range(seed, groups[g].offset, groups[g].offset + groups[g].numel, host.data());
+      table_.init_range(seed, groups[g].offset, groups[g].offset + groups[g].numel, host.data());
       put(layout_.group_full_off(g), host.data(), host.size());
     }
     if (offloaded) publish_written_masters();
@@ -177,7 +200,7 @@ void ParamStore::init(uint64_t seed) {
     if (n == 0) continue;
     const size_t lo = groups[u.group].offset + u.begin + my_begin(u);
     host.assign(n, 0.0f);
-    model_.init_range(seed, lo, lo + n, host.data());
+    table_.init_range(seed, lo, lo + n, host.data());
     put(u.shard_off, host.data(), n);
     if (mixed_ && !offloaded) be_.convert(compute_copy(u), ct_, shard_params_ + u.shard_off, DType::F32, int64_t(n));
   }
@@ -290,6 +313,7 @@ void ParamStore::release_params(int g) {
 // ---- gradients ----
 
 float* ParamStore::grads(int g) {
+  if (frozen_) return nullptr;  // no gradient: the model computes input gradients only
   if (stage_ <= 1) return full_grads_ + layout_.group_full_off(g);
   auto it = grad_tmp_.find(g);
   if (it != grad_tmp_.end()) return it->second;
@@ -299,6 +323,7 @@ float* ParamStore::grads(int g) {
 }
 
 void ParamStore::grads_done(int g) {
+  if (frozen_) return;
   if (stage_ <= 1 && !last_micro_) return;  // accumulate locally until the step's last micro-batch
   // Stages 2-3: at most one group in flight, which bounds the temporary gradient buffers.
   if (stage_ >= 2) complete_all();
@@ -411,15 +436,15 @@ void ParamStore::build_spans() {
     s.compute = !tier_->offloaded() ? compute_copy(u) : tier_->compute() ? cbyte(tier_->compute(), flat) : nullptr;
     s.n = my_len(u);
     s.all_counted = count_replicated;
-    layout_.for_each_tensor_piece(model_.table(), u, [&](size_t param, size_t off, size_t n) {
-      const ParamInfo& info = model_.params()[param];
+    layout_.for_each_tensor_piece(table_, u, [&](size_t param, size_t off, size_t n) {
+      const ParamInfo& info = table_.params()[param];
       s.pieces.push_back({off, n, info.decay, info.tp_primary(topo_.tp_rank) && first_replica});
       // Runs of consecutive elements in the full tensor (a column-split tensor: one per row).
-      const size_t local0 = off + (model_.groups()[size_t(u.group)].offset + u.begin + my_begin(u)) - info.offset;
+      const size_t local0 = off + (table_.groups()[size_t(u.group)].offset + u.begin + my_begin(u)) - info.offset;
       // A local row is contiguous in the full tensor; extend a run row by row while it stays so.
       const size_t cols = info.shape.size() > 1 ? size_t(info.shape[1])
                          : info.split == TpSplit::None ? local0 + n : 1;
-      auto gidx = [&](size_t local) { return model_.table().global_index(info, local, topo_.tp_rank); };
+      auto gidx = [&](size_t local) { return table_.global_index(info, local, topo_.tp_rank); };
       for (size_t k = 0; k < n;) {
         const size_t g0 = gidx(local0 + k);
         size_t len = std::min(n - k, cols - (local0 + k) % cols);

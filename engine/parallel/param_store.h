@@ -48,8 +48,13 @@ namespace zt {
 
 class ParamStore final : public ParamProvider, public ModelStates {
  public:
-  // Configured from the placement alone (a RunSpec converts to its placement).
-  ParamStore(const Model& model, Backend& be, const Topology& topo, const ZeroPlacement& placement);
+  // The parameters of `table` (a model's, or its low-rank adapters'), configured from the
+  // placement alone (a RunSpec converts to its placement). `frozen` (LoRA's base): parameters
+  // only, in the compute precision (fp32 ones when the compute is fp32), sharded at stage 3 and
+  // whole on every rank otherwise; no gradient (grads() is null), no optimizer state, no spans;
+  // no offload. Its masters, written and read (imports, views), are the compute copy's values.
+  ParamStore(const ParamTable& table, Backend& be, const Topology& topo, const ZeroPlacement& placement,
+             bool frozen = false);
   ~ParamStore() override;
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
@@ -91,8 +96,10 @@ class ParamStore final : public ParamProvider, public ModelStates {
   // The NVMe file (null without the nvme tier), for its start-up warning.
   const NvmeFile* nvme() const { return tier_->nvme_file(); }
 
-  // This rank's states for the optimizer: one span per unit (its shard; the whole unit at stage 0).
-  const std::vector<StateSpan>& spans() const { return spans_; }
+  // This rank's states for the optimizer: one span per unit (its shard; the whole unit at stage 0);
+  // none when frozen.
+  const std::vector<StateSpan>& spans() const { return frozen_ ? no_spans_ : spans_; }
+  bool frozen() const { return frozen_; }
   // The ranks whose spans together hold every gradient once (with replicas, the first one's spans
   // count): the tensor-parallel group at stage 0
   // (data-parallel ranks hold copies), the world at stages 1-3.
@@ -159,7 +166,11 @@ class ParamStore final : public ParamProvider, public ModelStates {
   void build_spans();
   float* state_ptr(State s, const GlobalRun& r) const;
 
-  const Model& model_;
+  const ParamTable& table_;
+  const bool frozen_;
+  const std::vector<StateSpan> no_spans_;
+  // A frozen store in 16-bit: host fp32 values into the compute copy at dst.
+  void write_compute(void* dst, const float* host, size_t n);
   Backend& be_;
   const Topology& topo_;
   Comm& zero_;         // what ZeRO shards over: the data-parallel group, or one replica of it

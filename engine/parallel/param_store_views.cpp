@@ -18,6 +18,14 @@ float* ParamStore::state_ptr(State st, const GlobalRun& r) const {
 
 void ParamStore::read_run(State st, const GlobalRun& r, size_t off, size_t n, float* host) const {
   ZT_CHECK(off + n <= r.n, "read_run: [{}, {}) beyond a run of {}", off, off + n, r.n);
+  ZT_CHECK(!frozen_ || st == State::Master, "read_run: a frozen store holds parameters only");
+  if (frozen_ && mixed_) {  // the compute copy's values, widened
+    float* wide = static_cast<float*>(be_.alloc(n * sizeof(float), MemTag::CommBuffers));
+    be_.convert(wide, DType::F32, cbyte(spans_[size_t(r.span)].compute, r.span_off + off), ct_, int64_t(n));
+    be_.copy_to_host(host, wide, n * sizeof(float));
+    be_.free(wide);
+    return;
+  }
   if (in_file(st)) {
     tier_->read(st, span_flat_[size_t(r.span)] + r.span_off + off, host, n);
     return;
@@ -28,6 +36,11 @@ void ParamStore::read_run(State st, const GlobalRun& r, size_t off, size_t n, fl
 
 void ParamStore::write_run(State st, const GlobalRun& r, size_t off, size_t n, const float* host) {
   ZT_CHECK(off + n <= r.n, "write_run: [{}, {}) beyond a run of {}", off, off + n, r.n);
+  ZT_CHECK(!frozen_ || st == State::Master, "write_run: a frozen store holds parameters only");
+  if (frozen_ && mixed_) {  // straight into the compute copy (publish_written_masters spreads it)
+    write_compute(cbyte(spans_[size_t(r.span)].compute, r.span_off + off), host, n);
+    return;
+  }
   if (in_file(st)) {
     tier_->write(st, span_flat_[size_t(r.span)] + r.span_off + off, host, n);
     return;
@@ -45,7 +58,7 @@ void ParamStore::publish_written_masters() {
     publish_params();
     return;
   }
-  if (mixed_)
+  if (mixed_ && !frozen_)  // frozen: written into the compute copy already
     for (const StateSpan& s : spans_)
       if (s.n) ob.convert(s.compute, ct_, s.master, DType::F32, int64_t(s.n));
   publish_params();
@@ -66,16 +79,17 @@ std::vector<float> ParamStore::to_global(const std::vector<float>& local) {
   topo_.tp_group->wait(topo_.tp_group->all_gather(dev + size_t(topo_.tp_rank) * n, dev, n));
   be_.copy_to_host(all.data(), dev, all.size() * sizeof(float));
   be_.free(dev);
-  std::vector<float> out(model_.num_global_params());
+  std::vector<float> out(table_.num_global_params());
   for (int q = 0; q < topo_.tp; ++q)
-    for (const ParamInfo& p : model_.params())
+    for (const ParamInfo& p : table_.params())
       for (size_t i = 0; i < p.numel; ++i)
-        out[p.global_offset + model_.table().global_index(p, i, q)] = all[size_t(q) * n + p.offset + i];
+        out[p.global_offset + table_.global_index(p, i, q)] = all[size_t(q) * n + p.offset + i];
   return out;
 }
 
 std::vector<float> ParamStore::full_params() {
-  // The fp32 masters (not the compute copy), whatever the precision.
+  // The fp32 masters (not the compute copy), whatever the precision; frozen, the compute copy's.
+  if (frozen_ && mixed_) return full_compute_params();
   if (tier_->streams()) {  // read the masters back from the file
     std::vector<float> flat(flat_n_);
     tier_->read(State::Master, 0, flat.data(), flat.size());
@@ -125,8 +139,8 @@ std::vector<float> ParamStore::full_grads() {
 }
 
 std::vector<float> ParamStore::full_view(const float* full, const float* shards_in, bool full_on_host) {
-  const auto& groups = model_.groups();
-  std::vector<float> out(model_.num_params());
+  const auto& groups = table_.groups();
+  std::vector<float> out(table_.num_params());
   if (full) {
     for (size_t g = 0; g < groups.size(); ++g) {
       const float* src = full + layout_.group_full_off(g);

@@ -27,7 +27,7 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const Ma
   plan.compute = be.compute_dtype();
   std::unique_ptr<CheckpointWriter> ckpt;  // its pinned host buffers (async saves)
   if (!spec.checkpoint.dir.empty())
-    ckpt = std::make_unique<CheckpointWriter>(spec.checkpoint, *job.store, *job.model, planned.topology(), be, 0,
+    ckpt = std::make_unique<CheckpointWriter>(spec.checkpoint, *job.store, job.trained_table(), planned.topology(), be, 0,
                                               nullptr);
   be.reset_work();
   planned.step();

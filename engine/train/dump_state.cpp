@@ -14,9 +14,9 @@ namespace zt {
 
 namespace {
 // `flat`: host vector in the unsharded model's flat layout (ParamStore::full_params / full_grads).
-void write_tensors(H5File* f, const std::string& group, const Model& model, const std::vector<float>& flat) {
+void write_tensors(H5File* f, const std::string& group, const ParamTable& table, const std::vector<float>& flat) {
   if (!f) return;
-  for (const auto& p : model.params())
+  for (const auto& p : table.params())
     f->write(group + "/" + p.name, flat.data() + p.global_offset, p.stored_shape);  // real rows only
 }
 void write_scalar(H5File* f, const std::string& name, double v) {
@@ -27,7 +27,10 @@ void write_scalar(H5File* f, const std::string& name, double v) {
 void dump_state(const RunSpec& spec, const std::string& out_path, int train_steps) {
   Trainer trainer(spec);
   Model& model = trainer.model();
-  ParamStore& store = trainer.store();
+  ParamStore& store = trainer.store();  // what trains: the model's weights, or with [lora] the adapters
+  ParamStore& weights = trainer.job().weights();  // the model's weights (frozen with [lora])
+  const ParamTable& trained = trainer.job().trained_table();
+  const ParamTable* adapters = model.adapter_table();
   const int B = int(spec.train.micro_batch), T = int(spec.model.seq_len);
   // Every rank takes part (the states may be sharded); rank 0 writes the file.
   std::unique_ptr<H5File> file;
@@ -48,10 +51,13 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
       {"global_batch", double(spec.train.global_batch)}};
   for (const auto& [k, v] : config) write_scalar(f, std::string("/config/") + k, v);
 
-  write_tensors(f, "/params", model, store.full_params());
+  // With adapters, /params and /compute hold the frozen weights and the adapters alike.
+  write_tensors(f, "/params", model.table(), weights.full_params());
+  if (adapters) write_tensors(f, "/params", *adapters, store.full_params());
   // Mixed precision: the compute copy, as the model reads it (evidence that it is 16-bit).
-  const std::vector<float> compute = store.full_compute_params();
-  if (!compute.empty()) write_tensors(f, "/compute", model, compute);
+  const std::vector<float> compute = weights.full_compute_params();
+  if (!compute.empty()) write_tensors(f, "/compute", model.table(), compute);
+  if (adapters && !compute.empty()) write_tensors(f, "/compute", *adapters, store.full_compute_params());
   std::vector<int32_t> inputs(size_t(B) * T), targets(inputs.size()), positions(inputs.size());
   data::MixedData& mixed = trainer.data().mixed();
   data::MixReader(mixed, mixed.schedule.start()).fill(0, B, inputs.data(), targets.data(), nullptr, positions.data());
@@ -75,7 +81,7 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
   if (f) f->write("/out/loss", &loss, {});
   std::vector<float> grads = store.full_grads();
   for (float& g : grads) g = float(double(g) / scaler.scale());
-  write_tensors(f, "/grads", model, grads);
+  write_tensors(f, "/grads", trained, grads);  // what trains: a frozen weight has none
   // The logits of the last position of each sequence, as the model stores them (compute
   // precision), from a forward without targets (the one above replaced them by their gradient).
   model.forward(inputs.data(), nullptr, B, T, 0.0f, pos);
@@ -110,7 +116,8 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
     if (f) f->write("/train/loss", losses.data(), {train_steps});
     if (f) f->write("/train/lr", lrs.data(), {train_steps});
     if (f) f->write("/train/grad_norm", norms.data(), {train_steps});
-    write_tensors(f, "/final", model, store.full_params());
+    write_tensors(f, "/final", model.table(), weights.full_params());  // frozen: as at the start
+    if (adapters) write_tensors(f, "/final", *adapters, store.full_params());
     spdlog::info("dump-state: {} training steps, final loss {:.6f}", train_steps, losses.back());
   }
   if (f) {

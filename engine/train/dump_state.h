@@ -10,6 +10,8 @@ namespace zt {
 
 // File layout (all fp32 unless noted, full logical shapes, PyTorch names):
 //   /params/<name>, /grads/<name>        initial parameters; gradient of /out/loss
+//                                        ([lora]: /params has the frozen weights and the
+//                                        adapters, /grads the adapters' only)
 //   /batch/inputs, /batch/targets        int32 (micro_batch, seq_len): global samples 0..B-1
 //   /out/loss                            scalar, mean cross-entropy of that batch
 //   /out/logits                          (micro_batch, vocab_size): logits of each sequence's last

@@ -66,7 +66,7 @@ void Trainer::resume_or_init() {
   TrainState st;
   agreed([&] {
     st = read_train_state(path);
-    const std::string mismatch = model_mismatch(path, model());
+    const std::string mismatch = model_mismatch(path, job().trained_table());
     if (!mismatch.empty()) user_error("checkpoint does not fit [model]: {}", mismatch);
     // Past the run's end: it would train nothing and evaluate those weights under a wrong step.
     if (!weights_only && st.step > spec_.train.max_steps)
@@ -77,7 +77,7 @@ void Trainer::resume_or_init() {
     } catch (const UserError& e) {
       user_error("{}: {}", path, e.what());
     }
-    load_states(path, store(), model(), weights_only, topo_.world_rank, topo_.world_size);
+    load_states(path, store(), job().trained_table(), weights_only, topo_.world_rank, topo_.world_size);
   });
   job().store->publish_written_masters();
   if (weights_only) {
@@ -130,7 +130,7 @@ int64_t Trainer::roll_back(int64_t step) {
   TrainState st;
   agreed([&] {
     st = read_train_state(path);
-    load_states(path, store(), model(), /*weights_only=*/false, topo_.world_rank, topo_.world_size);
+    load_states(path, store(), job().trained_table(), /*weights_only=*/false, topo_.world_rank, topo_.world_size);
   });
   job().store->publish_written_masters();
   continue_from(st, path);
@@ -156,12 +156,12 @@ void Trainer::init_from_hf() {
     try {
       const std::string mismatch = hf_mismatch(dir, spec_.model.arch, model());
       if (!mismatch.empty()) user_error("does not fit the model: {}", mismatch);
-      load_hf_weights(dir, spec_.model.arch, store(), model());
+      load_hf_weights(dir, spec_.model.arch, job().weights(), model());
     } catch (const UserError& e) {
       user_error("{}: [model] init_from = \"{}\": {}", spec_.source, dir, e.what());
     }
   });
-  job().store->publish_written_masters();
+  job().weights().publish_written_masters();
   if (topo_.is_root())
     spdlog::info("init_from: weights from {} ({} parameters, resharded to this layout in {:.2f} s; optimizer fresh)",
                  dir, model().num_global_params(), t.seconds());
@@ -270,7 +270,7 @@ void Trainer::run() {
     spdlog::info("telemetry every {:g} s: {}", spec_.run.telemetry_s, telemetry->status());
   }
   if (ckpts_->enabled())
-    ckpts_->start_writer(store(), model(), *run_.backend, [&metrics](const SaveStats& s) {
+    ckpts_->start_writer(store(), job().trained_table(), *run_.backend, [&metrics](const SaveStats& s) {
       if (metrics)  // rank 0
         metrics->write({{"kind", "checkpoint"}, {"step", s.step}, {"async", s.async}, {"stall_ms", s.stall_ms},
                         {"write_s", s.write_s}, {"commit_ms", s.commit_ms}, {"rank0_bytes", s.bytes}});

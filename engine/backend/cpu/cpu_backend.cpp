@@ -335,6 +335,12 @@ class CpuBackend final : public Backend {
     cpu::head_rmsnorm_backward(o.get(), dweight, d.get(), In(inp, n, dt()).get(), In(weight, hs, dt()).get(), rstd,
                                N, heads, hs, stride);
   }
+  void add_rows_scaled(void* y, int64_t ldy, const void* x, int64_t ldx, int64_t N, int C, float alpha) override {
+    const Access access(*this);
+    const In src(x, N > 0 ? (N - 1) * ldx + C : 0, dt());
+    Out o(y, N > 0 ? (N - 1) * ldy + C : 0, dt(), true);  // what lies between the rows is kept
+    cpu::add_rows_scaled(o.get(), ldy, src.get(), ldx, N, C, alpha);
+  }
   void rope(void* x, int B, int T, int n_heads, int hs, int64_t stride, float theta, bool inverse,
             const int32_t* pos, const RopeScaling& scaling) override {
     const Access access(*this);

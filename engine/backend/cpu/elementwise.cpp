@@ -21,6 +21,17 @@ void scale(F* x, F s, int64_t n) {
 }
 
 template <typename F>
+void add_rows_scaled(F* y, int64_t ldy, const F* x, int64_t ldx, int64_t N, int C, F alpha) {
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    F* yr = y + n * ldy;
+    const F* xr = x + n * ldx;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) yr[c] += alpha * xr[c];
+  }
+}
+
+template <typename F>
 double sum_squares(const F* x, int64_t n) {
   // Fixed-size chunks summed in chunk order: the result does not depend on the thread count.
   constexpr int64_t kChunk = 1 << 14;
@@ -41,6 +52,8 @@ double sum_squares(const F* x, int64_t n) {
 
 template void add<float>(float*, const float*, const float*, int64_t);
 template void add<double>(double*, const double*, const double*, int64_t);
+template void add_rows_scaled<float>(float*, int64_t, const float*, int64_t, int64_t, int, float);
+template void add_rows_scaled<double>(double*, int64_t, const double*, int64_t, int64_t, int, double);
 template void scale<float>(float*, float, int64_t);
 template void scale<double>(double*, double, int64_t);
 template double sum_squares<float>(const float*, int64_t);

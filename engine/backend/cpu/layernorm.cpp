@@ -54,6 +54,8 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* i
     }
   }
   // dweight, dbias: threads own channel slices and sum rows in order (fixed reduction order).
+  // Null: a frozen weight and bias (LoRA's base), the input gradient only.
+  if (!dweight) return;
   constexpr int kSlice = 64;
   const int n_slices = (C + kSlice - 1) / kSlice;
 #pragma omp parallel for schedule(static)

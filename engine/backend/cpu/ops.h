@@ -51,6 +51,8 @@ template <typename F>
 void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC);
 // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += sum_n dout.
 // Any of dinp / dbias may be null.
+// The norms' backward (layernorm, rmsnorm, head_rmsnorm) take dweight (and dbias) null for a
+// frozen weight (LoRA's base): the input gradient only.
 template <typename F>
 void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
                      int N, int C, int OC);
@@ -67,6 +69,10 @@ void attention_forward(F* out, F* lse, const F* qkv, int B, int T, int C, int NH
 template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int B, int T, int C,
                         int NH, int NKV, const int32_t* pos = nullptr);
+
+// y[n * ldy + c] += alpha * x[n * ldx + c] for n < N, c < C (strided rows: a column slice).
+template <typename F>
+void add_rows_scaled(F* y, int64_t ldy, const F* x, int64_t ldx, int64_t N, int C, F alpha);
 
 // RMSNorm (Llama): out (N,C) = inp * rstd * weight, rstd (N) = 1 / sqrt(mean(inp^2) + eps),
 // saved for backward.

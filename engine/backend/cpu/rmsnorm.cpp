@@ -34,13 +34,14 @@ void norm_forward(F* out, F* rstd, const F* inp, const F* weight, int64_t rows, 
 }
 
 // y = x s w with s = (mean(x^2) + eps)^(-1/2): dx = s (w dy) - x s^3 mean(w dy x), added to dinp
-// (`accumulate`) or written; dweight first, so that dinp may be dout.
+// (`accumulate`) or written; dweight first, so that dinp may be dout. dweight null: a frozen
+// weight (LoRA's base), the input gradient only.
 template <typename F>
 void norm_backward(F* dinp, F* dweight, const F* dout, const F* inp, const F* weight, const F* rstd, int64_t rows,
                    int C, Rows at, bool accumulate) {
   // dweight: threads own channel slices and sum rows in order (fixed reduction order).
   constexpr int kSlice = 64;
-  const int n_slices = (C + kSlice - 1) / kSlice;
+  const int n_slices = dweight ? (C + kSlice - 1) / kSlice : 0;
 #pragma omp parallel for schedule(static)
   for (int sl = 0; sl < n_slices; ++sl) {
     const int c0 = sl * kSlice, c1 = std::min(C, c0 + kSlice);

@@ -52,6 +52,14 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(float* x, float f, int6
   store_floats<V>(x + i, v);
 }
 template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    add_rows_scaled_kernel(T* y, int64_t ldy, const T* x, int64_t ldx, int64_t N, int C, float alpha) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N * C) return;
+  const int64_t n = i / C, c = i % C;
+  y[n * ldy + c] = from_float<T>(to_float(y[n * ldy + c]) + alpha * to_float(x[n * ldx + c]));
+}
+template <typename T>
 __global__ void __launch_bounds__(kThreads) add_bias_kernel(T* out, const T* bias, int64_t n, int OC) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % OC]));
@@ -174,6 +182,13 @@ void scale(float* x, float f, int64_t n, cudaStream_t s) {
   });
 }
 template <typename T>
+void add_rows_scaled(T* y, int64_t ldy, const T* x, int64_t ldx, int64_t N, int C, float alpha, cudaStream_t s) {
+  const int64_t n = N * C;
+  if (n <= 0) return;
+  launch(add_rows_scaled_kernel<T>, blocks_for(n, kThreads), kThreads, 0, s, y, ldy, x, ldx, N, C, alpha);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+template <typename T>
 void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s) {
   const int64_t n = int64_t(N) * OC;
   if (n <= 0) return;
@@ -220,6 +235,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, T* pc, int64_t n
 
 #define ZT_INSTANTIATE(T)                                                                                    \
   template void add_bias<T>(T*, const T*, int, int, cudaStream_t);                                          \
+  template void add_rows_scaled<T>(T*, int64_t, const T*, int64_t, int64_t, int, float, cudaStream_t);     \
   template void bias_backward<T>(float*, const T*, int, int, float*, cudaStream_t);                         \
   template void gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                                       \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                            \

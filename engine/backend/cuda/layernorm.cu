@@ -164,9 +164,11 @@ void layernorm_backward(T* dinp, float* dw, float* db, const T* dout, const T* i
     launch(layernorm_backward_dinp_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, dinp, dout,
            inp, w, mean, rstd, N, C);
   });
-  launch(layernorm_param_partial_kernel<T>, dim3(blocks_for(C, 32), kColChunks), 1024, 0, s, scratch, dout, inp, mean,
-                                                                                         rstd, N, C);
-  launch(layernorm_param_finish_kernel, blocks_for(C, 256), 256, 0, s, dw, db, scratch, C);
+  if (dw) {  // null: a frozen weight and bias (LoRA's base), the input gradient only
+    launch(layernorm_param_partial_kernel<T>, dim3(blocks_for(C, 32), kColChunks), 1024, 0, s, scratch, dout, inp,
+           mean, rstd, N, C);
+    launch(layernorm_param_finish_kernel, blocks_for(C, 256), 256, 0, s, dw, db, scratch, C);
+  }
   ZT_CUDA_LAUNCH_CHECK();
 }
 

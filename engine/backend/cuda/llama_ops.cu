@@ -193,9 +193,11 @@ namespace {
 template <typename T>
 void norm_rows_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* w, const float* rstd, int N, int C,
                         NormRows rows, bool accumulate, int64_t vec_span, float* scratch, cudaStream_t s) {
-  launch(rmsnorm_weight_partial_kernel<T>, dim3(blocks_for(C, 32), kColChunks), 1024, 0, s, scratch, dout, inp, rstd,
-         N, C, rows);
-  launch(rmsnorm_weight_finish_kernel, blocks_for(C, 256), 256, 0, s, dw, scratch, C);
+  if (dw) {  // null: a frozen weight (LoRA's base), the input gradient only
+    launch(rmsnorm_weight_partial_kernel<T>, dim3(blocks_for(C, 32), kColChunks), 1024, 0, s, scratch, dout, inp,
+           rstd, N, C, rows);
+    launch(rmsnorm_weight_finish_kernel, blocks_for(C, 256), 256, 0, s, dw, scratch, C);
+  }
   with_vec<T>(vec_span, {dinp, dout, inp, w}, [&](auto v) {
     launch(rmsnorm_backward_dinp_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, dinp, dout,
            inp, w, rstd, N, C, rows, accumulate);

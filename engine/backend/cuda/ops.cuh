@@ -113,6 +113,9 @@ void crossentropy_grad_from_lse(T* logits, const float* lse, const int32_t* targ
 template <typename Dst, typename Src>
 void convert(Dst* dst, const Src* src, int64_t n, cudaStream_t s);
 void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s);
+// y[n * ldy + c] += alpha * x[n * ldx + c], n < N, c < C (fp32 maths).
+template <typename T>
+void add_rows_scaled(T* y, int64_t ldy, const T* x, int64_t ldx, int64_t N, int C, float alpha, cudaStream_t s);
 void scale(float* x, float f, int64_t n, cudaStream_t s);
 constexpr int kSumBlocks = cuda_scratch::kSumBlocks;  // sum_squares: fixed grid, so a fixed summation order
 // *acc += scale * sum of x^2 (square) or of x, in a fixed order; partial holds kSumBlocks doubles.

@@ -83,7 +83,7 @@ TEST_CASE("global runs of all tensor-parallel ranks tile every full tensor once,
         RunSpec spec;
         spec.parallel.zero_stage = stage;
         spec.parallel.bucket_mb = 0.001;  // many units: runs cut at unit boundaries
-        ParamStore store(model, *be, topo, spec);
+        ParamStore store(model.table(), *be, topo, spec);
         store.init(seed);
         std::vector<float> vals;
         for (const auto& run : store.global_runs()) {

@@ -40,7 +40,7 @@ MemoryStats real_store(const RunSpec& s) {
   t.dp_group = make_self_comm("dp");
   auto model = make_model(s.model, *be, int(s.train.micro_batch), t.tp_group.get());
   const MemoryStats before = be->memory_stats();
-  ParamStore store(*model, *be, t, s);
+  ParamStore store(model->table(), *be, t, s);
   MemoryStats after = be->memory_stats();
   for (size_t k = 0; k < size_t(MemTag::kCount); ++k) after.by_tag[k] -= before.by_tag[k];
   after.pinned_host -= before.pinned_host;

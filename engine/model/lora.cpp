@@ -1,0 +1,129 @@
+// Low-rank adapters (see lora.h).
+#include "engine/model/lora.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/status.h"
+
+namespace zt {
+
+namespace {
+bool targeted(const std::string& targets, const std::string& role) {
+  for (size_t a = 0; a <= targets.size();) {
+    size_t b = targets.find(',', a);
+    if (b == std::string::npos) b = targets.size();
+    if (targets.compare(a, b - a, role) == 0) return true;
+    a = b + 1;
+  }
+  return false;
+}
+}  // namespace
+
+LoraAdapters::LoraAdapters(Backend& be, const RunSpec::Lora& spec, const std::vector<std::vector<LoraSite>>& sites,
+                           int64_t max_rows)
+    : be_(be),
+      scale_(float(spec.alpha / double(spec.rank))),
+      rank_(int(spec.rank)),
+      esize_(be.compute_size()),
+      max_rows_(max_rows) {
+  ZT_CHECK(spec.rank > 0, "LoraAdapters with rank {}", spec.rank);
+  const int64_t r = rank_;
+  int64_t max_in = 1, max_out = 1, kept = 0;
+  for (size_t l = 0; l < sites.size(); ++l) {
+    sites_.emplace_back();
+    index_.emplace_back();
+    const size_t before = table_.params().size();
+    for (const LoraSite& s : sites[l]) {
+      sites_[l].push_back(&s);
+      if (!targeted(spec.targets, s.role)) {
+        index_[l].push_back(-1);
+        continue;
+      }
+      index_[l].push_back(int(table_.params().size()));
+      // A: PEFT's kaiming_uniform_(a = sqrt(5)), bound 1 / sqrt(in), or normal(0, 1 / r). Both
+      // factors decay, as the Hugging Face trainer's AdamW treats every matrix.
+      const bool gaussian = spec.init == LoraInit::Gaussian;
+      table_.add(s.module + ".lora_A.weight", {r, s.in}, TpSplit::None, 1, true, gaussian ? 1.0f / float(r) : 0.0f, 0);
+      if (!gaussian) table_.set_uniform_init(float(1.0 / std::sqrt(double(s.in))));
+      table_.add(s.module + ".lora_B.weight", {s.out, r}, TpSplit::None, 1, true, 0, 0);  // zero: starts as the base
+      max_in = std::max(max_in, s.in);
+      max_out = std::max(max_out, s.out);
+      ++kept;
+    }
+    ZT_CHECK(table_.params().size() > before, "[lora] targets ({}) name no layer of block {}", spec.targets, l);
+    table_.end_group("layers." + std::to_string(l));
+  }
+  auto alloc = [&](int64_t elems) { return be_.alloc(size_t(elems) * esize_, MemTag::Activations); };
+  h_buf_ = alloc(kept * max_rows * r);
+  int64_t k = 0;
+  for (size_t l = 0; l < sites.size(); ++l) {
+    h_.emplace_back(sites[l].size(), nullptr);
+    for (size_t s = 0; s < sites[l].size(); ++s)
+      if (index_[l][s] >= 0) h_[l][s] = el(h_buf_, (k++) * max_rows * r);
+  }
+  tmp_ = alloc(max_rows * max_out);
+  dh_ = alloc(max_rows * r);
+  dx_ = alloc(max_rows * max_in);
+}
+
+LoraAdapters::~LoraAdapters() {
+  for (void* p : {h_buf_, tmp_, dh_, dx_}) be_.free(p);
+}
+
+void LoraAdapters::begin_pass(const std::vector<int>& blocks) {
+  ZT_CHECK(prov_ != nullptr, "LoRA adapters without a ParamProvider");
+  prov_->begin_pass(blocks);
+}
+
+void LoraAdapters::enter(int l, bool backward) {
+  entered_ = l;
+  params_ = prov_->params(l);
+  grads_ = backward ? prov_->grads(l) : nullptr;
+}
+
+void LoraAdapters::leave(int l, bool backward) {
+  if (backward) prov_->grads_done(l);
+  prov_->release_params(l);
+  entered_ = -1;
+  params_ = nullptr;
+  grads_ = nullptr;
+}
+
+void LoraAdapters::forward(int l, int site, const void* x, void* out, int64_t ld_out, int64_t N) {
+  const int ai = a_index(l, site);
+  if (ai < 0) return;
+  ZT_CHECK(entered_ == l && N <= max_rows_, "LoRA forward of block {} (entered {}), {} rows of {}", l, entered_, N,
+           max_rows_);
+  const LoraSite& s = *sites_[size_t(l)][size_t(site)];
+  const void* A = el(params_, table_.group_rel(size_t(ai)));
+  const void* B = el(params_, table_.group_rel(size_t(ai) + 1));
+  void* h = h_[size_t(l)][size_t(site)];
+  be_.matmul_forward(h, x, A, nullptr, int(N), int(s.in), rank_);     // (N, r)
+  be_.matmul_forward(tmp_, h, B, nullptr, int(N), rank_, int(s.out));  // (N, out)
+  be_.add_rows_scaled(out, ld_out, tmp_, s.out, N, int(s.out), scale_);
+}
+
+const void* LoraAdapters::backward(int l, int site, const void* x, const void* dy, int64_t ld_dy, int64_t N) {
+  const int ai = a_index(l, site);
+  if (ai < 0) return nullptr;
+  ZT_CHECK(entered_ == l && grads_ != nullptr, "LoRA backward of block {} (entered {})", l, entered_);
+  const LoraSite& s = *sites_[size_t(l)][size_t(site)];
+  const void* A = el(params_, table_.group_rel(size_t(ai)));
+  const void* B = el(params_, table_.group_rel(size_t(ai) + 1));
+  float* dA = grads_ + table_.group_rel(size_t(ai));
+  float* dB = grads_ + table_.group_rel(size_t(ai) + 1);
+  // g = s dy, contiguous (dy may be a column slice of a packed gradient)
+  be_.fill_zero(tmp_, size_t(N * s.out) * esize_);
+  be_.add_rows_scaled(tmp_, s.out, dy, ld_dy, N, int(s.out), scale_);
+  be_.matmul_backward(dh_, dB, nullptr, tmp_, h_[size_t(l)][size_t(site)], B, int(N), rank_, int(s.out));
+  be_.matmul_backward(dx_, dA, nullptr, dh_, x, A, int(N), int(s.in), rank_);
+  return dx_;
+}
+
+void LoraAdapters::backward_into(int l, int site, const void* x, const void* dy, int64_t ld_dy, int64_t N, void* dx) {
+  const LoraSite* s = sites_[size_t(l)][size_t(site)];
+  if (const void* d = backward(l, site, x, dy, ld_dy, N)) be_.add_rows_scaled(dx, s->in, d, s->in, N, int(s->in), 1.0f);
+}
+
+}  // namespace zt

@@ -1,0 +1,94 @@
+// Low-rank adapters (LoRA, Hu et al. 2021) over a decoder's frozen linear layers. A targeted layer
+// y = x W^T keeps W frozen and gains two trained factors, A (r, in) and B (out, r):
+//   y = x W^T + s (x A^T) B^T,  s = alpha / r,
+// B zero at the start (so the adapted model starts as the base), A drawn from the counter-based
+// RNG (PEFT's kaiming-uniform, or normal(0, 1/r)): every layout starts alike.
+//
+// The adapters are their own parameter table (one group per block: block l's factors, in the
+// block's layer order), held by their own ZeRO store with fp32 masters and AdamW; the base's store
+// is frozen (engine/parallel/param_store.h). Names are the base layer's with PEFT's suffixes:
+// "model.layers.3.self_attn.q_proj.lora_A.weight" (r, in), "....lora_B.weight" (out, r).
+//
+// Per targeted layer and micro-batch, h = x A^T (N, r) is kept for backward. Backward, with
+// g = s dy (the layer's output gradient, scaled):
+//   dB += g^T h,   dh = g B,   dA += dh^T x,   dx += dh A.
+// Under tensor parallelism (not yet enabled: the spec refuses it) A of a column-parallel layer is
+// replicated and B follows the base's rows, the inverse for a row-parallel layer; the replicated
+// factor's gradient is then a part per rank, summed over the tensor group.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/backend/backend.h"
+#include "engine/config/spec.h"
+#include "engine/model/model.h"
+#include "engine/model/param_table.h"
+
+namespace zt {
+
+// One linear layer of a block that [lora] targets may name.
+struct LoraSite {
+  std::string role;    // the family-neutral name [lora] targets use: "q", "qkv", "o", "down", ...
+  std::string module;  // the base layer's name without ".weight": "model.layers.3.self_attn.q_proj"
+  int64_t in = 0, out = 0;  // the base weight's full shape (out, in)
+};
+
+class LoraAdapters {
+ public:
+  // `sites[l]`: block l's linear layers, in the same role order for every block; those whose role
+  // spec.targets lists (already resolved to roles: engine/config/spec.cpp) get adapters. Scratch and
+  // the kept h for micro-batches of up to max_rows rows.
+  LoraAdapters(Backend& be, const RunSpec::Lora& spec, const std::vector<std::vector<LoraSite>>& sites,
+               int64_t max_rows);
+  ~LoraAdapters();
+  LoraAdapters(const LoraAdapters&) = delete;
+  LoraAdapters& operator=(const LoraAdapters&) = delete;
+
+  const ParamTable& table() const { return table_; }
+  void set_provider(ParamProvider* p) { prov_ = p; }
+  float scale() const { return scale_; }
+  // Whether block l's site `site` (its index in sites[l]) has an adapter.
+  bool has(int l, int site) const { return a_index(l, site) >= 0; }
+
+  // The walk (engine/model/decoder_pass.h): the adapters' pass over the blocks in `blocks` order,
+  // and each block's group entered (its factors, and in backward its gradients) and left.
+  void begin_pass(const std::vector<int>& blocks);
+  void enter(int l, bool backward);
+  void leave(int l, bool backward);
+
+  // Forward of site `site` of the entered block l over x (N, in): out (N rows, ld_out apart, its
+  // first `out` columns: a column slice of a packed output) += s (x A^T) B^T. h is kept. No-op
+  // for a site without an adapter.
+  void forward(int l, int site, const void* x, void* out, int64_t ld_out, int64_t N);
+  // Its backward, dy: the layer's output gradient (N rows, ld_dy apart). The factors' gradients
+  // accumulate; returns this site's input gradient dh A (N, in), in a scratch buffer valid until
+  // the next call, for the caller to add to (or transform into) the base's; null without adapter.
+  const void* backward(int l, int site, const void* x, const void* dy, int64_t ld_dy, int64_t N);
+  // backward(), its input gradient added to dx (N, in).
+  void backward_into(int l, int site, const void* x, const void* dy, int64_t ld_dy, int64_t N, void* dx);
+
+ private:
+  int a_index(int l, int site) const { return index_[size_t(l)][size_t(site)]; }
+  void* el(void* base, int64_t i) const { return static_cast<char*>(base) + i * int64_t(esize_); }
+
+  Backend& be_;
+  ParamTable table_;
+  float scale_;
+  int rank_;
+  size_t esize_;
+  std::vector<std::vector<const LoraSite*>> sites_;  // [l][site]
+  std::vector<std::vector<int>> index_;              // [l][site]: A's index in the table (B follows), or -1
+  std::vector<std::vector<void*>> h_;                // [l][site]: (max_rows, r) kept for backward
+  void* h_buf_ = nullptr;
+  void* tmp_ = nullptr;  // (max_rows, max out): the update, then s dy
+  void* dh_ = nullptr;   // (max_rows, r)
+  void* dx_ = nullptr;   // (max_rows, max in)
+  int64_t max_rows_;
+  ParamProvider* prov_ = nullptr;
+  int entered_ = -1;
+  void* params_ = nullptr;  // the entered block's factors (compute precision)
+  float* grads_ = nullptr;  // and their gradients (backward)
+};
+
+}  // namespace zt
