@@ -59,10 +59,10 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
     std::vector<std::vector<LoraSite>> sites(size_t(cfg.n_layer));
     for (int l = 0; l < cfg.n_layer; ++l) {
       const std::string h = "transformer.h." + std::to_string(l) + ".";
-      sites[size_t(l)] = {{"qkv", h + "attn.c_attn", C, 3 * C}, {"o", h + "attn.c_proj", C, C},
-                          {"down", h + "mlp.c_proj", F, C}};
+      sites[size_t(l)] = {{"qkv", h + "attn.c_attn", C, 3 * C, Rows, 3}, {"o", h + "attn.c_proj", C, C, Cols},
+                          {"down", h + "mlp.c_proj", F, C, Cols}};
     }
-    lora_ = std::make_unique<LoraAdapters>(be_, cfg.lora, sites, int64_t(max_batch) * cfg.seq_len);
+    lora_ = std::make_unique<LoraAdapters>(be_, tp_, cfg.lora, sites, int64_t(max_batch) * cfg.seq_len);
   }
 }
 

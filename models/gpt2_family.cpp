@@ -55,6 +55,7 @@ class Gpt2Family final : public ModelFamily {
     return std::make_unique<GPT2>(c, backend, max_batch, tp);
   }
   std::vector<std::string> lora_roles() const override { return GPT2::lora_roles(); }
+  std::string lora_default_targets() const override { return "qkv"; }  // PEFT's c_attn
 
   std::vector<Backend::OpRequest> ops(const RunSpec::Model& m, DType compute) const override {
     const int hs = int(m.d_model / m.n_head);

@@ -76,10 +76,11 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
                              "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
     std::vector<std::vector<LoraSite>> sites(size_t(cfg.n_layer));
     for (int l = 0; l < cfg.n_layer; ++l)
-      for (int r = kQ; r <= kDown; ++r)
+      for (int r = kQ; r <= kDown; ++r)  // o and down are row-parallel; k and v replicated as their heads
         sites[size_t(l)].push_back({lora_roles()[size_t(r)], "model.layers." + std::to_string(l) + "." + modules[r],
-                                    shapes[r][1], shapes[r][0]});
-    lora_ = std::make_unique<LoraAdapters>(be_, cfg.lora, sites, int64_t(max_batch) * cfg.seq_len);
+                                    shapes[r][1], shapes[r][0], r == kO || r == kDown ? Cols : Rows, 1,
+                                    r == kK || r == kV ? kv_replicas_ : 1});
+    lora_ = std::make_unique<LoraAdapters>(be_, tp_, cfg.lora, sites, int64_t(max_batch) * cfg.seq_len);
   }
   if (kv_replicas_ > 1) {
     const int64_t n = kv_grad_numel(), pieces = TP / kv_replicas_;

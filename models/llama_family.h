@@ -27,6 +27,7 @@ class LlamaShapedFamily : public ModelFamily {
   std::unique_ptr<Model> make(const RunSpec::Model& m, Backend& backend, int max_batch, Comm* tp, Recompute rc,
                               bool sequence_parallel, const RunSpec::Lora& lora) const override;
   std::vector<std::string> lora_roles() const override;
+  std::string lora_default_targets() const override { return "q,v"; }  // PEFT's q_proj, v_proj
   std::vector<Backend::OpRequest> ops(const RunSpec::Model& m, DType compute) const override;
   ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size, Recompute rc,
                            bool sequence_parallel) const override;

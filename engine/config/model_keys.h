@@ -42,8 +42,10 @@ class ModelKeyRules {
   // The [model] keys DIR/config.json determines; UserError naming the file and field when it
   // cannot (see engine/hf/hf_config.h).
   virtual std::vector<HfModelKey> read_hf_config(const std::string& dir) const = 0;
-  // The roles of arch's linear layers that [lora] targets may name ("q", "o", "up", ...).
+  // The roles of arch's linear layers that [lora] targets may name ("q", "o", "up", ...), and the
+  // ones it targets when the spec names none (PEFT's defaults for the family).
   virtual std::vector<std::string> lora_roles(const std::string& arch) const = 0;
+  virtual std::string lora_default_targets(const std::string& arch) const = 0;
 };
 
 }  // namespace zt

@@ -381,7 +381,9 @@ struct Loader {
   // that the model reads them as they are; what the adapters do not support yet is refused.
   void validate_lora() {
     auto& l = spec.lora;
+    if (!l.enabled() && l.targets.empty()) return;  // no adapters, nothing named
     const std::vector<std::string> roles = rules.lora_roles(spec.model.arch);
+    if (l.targets.empty()) l.targets = rules.lora_default_targets(spec.model.arch);
     std::vector<std::string> named;
     for (size_t a = 0; a <= l.targets.size();) {
       size_t b = l.targets.find(',', a);
@@ -409,9 +411,6 @@ struct Loader {
     if (!l.enabled()) return;
     check(l.dropout == 0, "lora", "dropout",
           fmt::format("= {}: dropout on the adapters' input is not implemented; only 0 is (PEFT's default)", l.dropout));
-    check(spec.parallel.tensor == 1, "lora", "rank",
-          fmt::format("adapters under tensor parallelism ([parallel] tensor = {}) are not implemented yet: use "
-                      "tensor = 1 with ZeRO", spec.parallel.tensor));
     check(spec.offload.optimizer == OffloadTier::None && spec.offload.params == OffloadTier::None, "lora", "rank",
           "adapters with [offload] are not implemented yet (the adapters' states are small; the frozen base "
           "shards with ZeRO-3)");
@@ -552,7 +551,7 @@ RunSpec parse_run_spec(const std::string& text, const std::string& source,
                        const std::vector<std::string>& overrides, const ModelKeyRules& rules) {
   reject_non_ascii(text, source);
   reject_deep_keys(text, source);
-  Loader l{rules};
+  Loader l{rules, {}, {}, {}};
   l.spec.source = source;
   toml::table parsed;
   try {

@@ -75,8 +75,9 @@ struct RunSpec {
     double alpha = 16;      // the update's scale is alpha / rank
     double dropout = 0;     // on the adapters' input; only 0 is implemented (others are refused)
     // The linear layers that get adapters, by family-neutral role, comma-separated (or a TOML
-    // list): "q", "k", "v", "o", "gate", "up", "down" (GPT-2: "qkv", "o", "up", "down"); "all".
-    std::string targets = "q,v";
+    // list): "q", "k", "v", "o", "gate", "up", "down" (GPT-2: "qkv", "o", "down"); "all"; empty:
+    // the family's default (PEFT's: Llama-shaped "q,v", GPT-2 "qkv"). Resolved to roles on load.
+    std::string targets;
     LoraInit init = LoraInit::Kaiming;  // A's draw: PEFT's kaiming-uniform, or normal(0, 1 / rank)
     bool enabled() const { return rank > 0; }
   } lora;

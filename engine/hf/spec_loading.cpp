@@ -16,6 +16,9 @@ class FamilyKeyRules final : public ModelKeyRules {
   std::vector<std::string> lora_roles(const std::string& arch) const override {
     return model_family(arch).lora_roles();
   }
+  std::string lora_default_targets(const std::string& arch) const override {
+    return model_family(arch).lora_default_targets();
+  }
 };
 }  // namespace
 

@@ -82,6 +82,8 @@ class ModelFamily {
   // The roles of its linear layers that [lora] targets name, in block order ("q", "k", ...; GPT-2's
   // packed attention input is "qkv"); the model maps each to its layer.
   virtual std::vector<std::string> lora_roles() const = 0;
+  // The roles adapted when [lora] targets is empty, as PEFT's defaults ("q,v" for Llama).
+  virtual std::string lora_default_targets() const = 0;
 
   // Hugging Face: whether config.json's model_type is one this family reads, the [model] keys
   // it determines (UserError through c.reject for a model the family cannot build), and the

@@ -12,9 +12,16 @@
 // Per targeted layer and micro-batch, h = x A^T (N, r) is kept for backward. Backward, with
 // g = s dy (the layer's output gradient, scaled):
 //   dB += g^T h,   dh = g B,   dA += dh^T x,   dx += dh A.
-// Under tensor parallelism (not yet enabled: the spec refuses it) A of a column-parallel layer is
-// replicated and B follows the base's rows, the inverse for a row-parallel layer; the replicated
-// factor's gradient is then a part per rank, summed over the tensor group.
+// Under tensor parallelism A of a column-parallel layer (the base's rows split: q, k, v, gate, up)
+// is replicated and B follows the base's rows; a row-parallel layer (o, down: the base's columns
+// split) has A split by its columns and B replicated. Forward needs no communication of its own
+// (a row-parallel layer's update is a partial sum like its base's, added before the group's
+// reduction). In backward the replicated factor's gradient is a part per rank (column-parallel:
+// dh = g B sums over the output rows each rank holds; row-parallel: h = x A^T over the input
+// columns), summed over the tensor group; a key/value layer's B replicated on several ranks (more
+// ranks than key/value heads) is summed over those ranks. The block's parts travel in one
+// all-reduce as the block's backward ends, and its input gradients' parts join the base's
+// reduction.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -24,6 +31,7 @@
 #include "engine/config/spec.h"
 #include "engine/model/model.h"
 #include "engine/model/param_table.h"
+#include "engine/model/tensor_parallel.h"
 
 namespace zt {
 
@@ -32,6 +40,9 @@ struct LoraSite {
   std::string role;    // the family-neutral name [lora] targets use: "q", "qkv", "o", "down", ...
   std::string module;  // the base layer's name without ".weight": "model.layers.3.self_attn.q_proj"
   int64_t in = 0, out = 0;  // the base weight's full shape (out, in)
+  TpSplit split = TpSplit::Rows;  // the base weight's: Rows (column-parallel) or Cols (row-parallel)
+  int row_blocks = 1;              // Rows: the base's blocks (GPT-2's packed q|k|v: 3)
+  int tp_replicas = 1;             // Rows: ranks holding each piece (key/value heads fewer than ranks)
 };
 
 class LoraAdapters {
@@ -39,8 +50,8 @@ class LoraAdapters {
   // `sites[l]`: block l's linear layers, in the same role order for every block; those whose role
   // spec.targets lists (already resolved to roles: engine/config/spec.cpp) get adapters. Scratch and
   // the kept h for micro-batches of up to max_rows rows.
-  LoraAdapters(Backend& be, const RunSpec::Lora& spec, const std::vector<std::vector<LoraSite>>& sites,
-               int64_t max_rows);
+  LoraAdapters(Backend& be, const TensorParallel& tp, const RunSpec::Lora& spec,
+               const std::vector<std::vector<LoraSite>>& sites, int64_t max_rows);
   ~LoraAdapters();
   LoraAdapters(const LoraAdapters&) = delete;
   LoraAdapters& operator=(const LoraAdapters&) = delete;
@@ -59,7 +70,7 @@ class LoraAdapters {
 
   // Forward of site `site` of the entered block l over x (N, in): out (N rows, ld_out apart, its
   // first `out` columns: a column slice of a packed output) += s (x A^T) B^T. h is kept. No-op
-  // for a site without an adapter.
+  // for a site without an adapter. in and out are this rank's (the base layer's local shape).
   void forward(int l, int site, const void* x, void* out, int64_t ld_out, int64_t N);
   // Its backward, dy: the layer's output gradient (N rows, ld_dy apart). The factors' gradients
   // accumulate; returns this site's input gradient dh A (N, in), in a scratch buffer valid until
@@ -70,15 +81,29 @@ class LoraAdapters {
 
  private:
   int a_index(int l, int site) const { return index_[size_t(l)][size_t(site)]; }
+  int64_t local_in(const LoraSite& s) const { return s.split == TpSplit::Cols ? s.in / tp_.size() : s.in; }
+  int64_t local_out(const LoraSite& s) const {
+    return s.split == TpSplit::Rows ? s.out / (tp_.size() / s.tp_replicas) : s.out;
+  }
+  // Where site s's replicated factor's gradient goes this micro-batch: its slot in parts_ (summed
+  // over the tensor group when the block is left), or the gradient itself without tensor parallelism.
+  struct Part {
+    int64_t off = 0, n = 0;  // its slot: [off, off + pieces * n) in parts_, this rank's piece at `mine`
+    int64_t mine = 0;
+  };
   void* el(void* base, int64_t i) const { return static_cast<char*>(base) + i * int64_t(esize_); }
 
   Backend& be_;
+  const TensorParallel& tp_;
   ParamTable table_;
   float scale_;
   int rank_;
   size_t esize_;
-  std::vector<std::vector<const LoraSite*>> sites_;  // [l][site]
+  std::vector<std::vector<LoraSite>> sites_;         // [l][site]
   std::vector<std::vector<int>> index_;              // [l][site]: A's index in the table (B follows), or -1
+  std::vector<std::vector<Part>> parts_of_;          // [l][site]: the replicated factor's slot
+  std::vector<int64_t> parts_len_;                   // [l]: the block's slots, in floats
+  float* parts_ = nullptr;  // (largest block's slots) fp32: the replicated factors' parts, tensor-parallel only
   std::vector<std::vector<void*>> h_;                // [l][site]: (max_rows, r) kept for backward
   void* h_buf_ = nullptr;
   void* tmp_ = nullptr;  // (max_rows, max out): the update, then s dy

@@ -27,6 +27,11 @@
 With --arch llama only the layout equivalence and the sample run, for a Llama with 4 query and 2 key/value heads:
 T = 2 splits the key/value heads, T = 4 replicates each on 2 ranks (their gradients summed across
 them), under ZeRO stages 0-3.
+With --lora (Llama, or GPT-2 with --arch gpt2) the layout equivalence only, of low-rank adapters on
+every linear layer over the frozen weights: each adapter's replicated factor (A of q, k, v, gate,
+up; B of o, down) is a part per tensor-parallel rank, summed over the group; the key/value layers'
+B, replicated at T4, summed over its replicas; the frozen store sharded by ZeRO-3. The frozen
+weights' final values equal their initial ones in every layout.
 """
 import os
 import re
@@ -57,6 +62,7 @@ def main():
                          "memory outside its ops segfaults, as it would on a GPU (the memory measurement, which "
                          "depends on the allocator, is skipped)")
     ap.add_argument("--arch", choices=("gpt2", "llama", "qwen2", "qwen3"), default="gpt2")
+    ap.add_argument("--lora", action="store_true", help="low-rank adapters over the frozen model ([lora])")
     args = ap.parse_args()
     if args.guard_memory:
         os.environ["ZTRAIN_CPU_GUARD_MEMORY"] = "1"
@@ -80,7 +86,8 @@ def main():
                                  train={"micro_batch": 2, "global_batch": 8, "max_steps": 10, "log_every": 1},
                                  optim={"lr": 4e-3, "warmup_steps": 2, "grad_clip": 0.5},
                                  # small buckets: every group is cut into several units, exercising the padding
-                                 parallel__bucket_mb=0.004, parallel__prefetch=2)
+                                 parallel__bucket_mb=0.004, parallel__prefetch=2,
+                                 **({"lora__rank": 2, "lora__alpha": 4.0, "lora__targets": "all"} if args.lora else {}))
 
         def dump(name, np_, stage, tensor=1, replicate=1, sp=False, recompute="none", extra=()):
             out = os.path.join(work, name + ".h5")
@@ -116,6 +123,12 @@ def main():
                                                 (2, 2, 2, 2), (2, 1, 0, 1, "sp", "full"), (4, 1, 2, 1, "sp"),
                                                 (2, 2, 1, 2, "sp"), (2, 2, 3, 2, "sp")]
                    if args.arch == "llama" else [(2, 2, 3), (4, 1, 0), (4, 1, 3, 1, "sp", "full")])
+        if args.lora:  # T4: Llama's key/value heads replicated (so their adapters' B); SP; ZeRO-3's frozen shards
+            layouts = [(1, 2, 0), (1, 2, 2), (1, 2, 3), (2, 1, 0), (4, 1, 0), (2, 2, 3), (1, 4, 3, 2),
+                       (4, 1, 1, 1, "sp", "full")]
+            base = [n for n in ref["final"] if ".lora_" not in n]
+            moved = [n for n in base if not np.array_equal(ref["final"][n][()], ref["params"][n][()])]
+            expect(not moved and len(base) < len(ref["final"]), f"single process: frozen weights moved: {moved[:3]}")
         for (t, d, z, *rest) in layouts:
             r = rest[0] if rest else 1
             sp = "sp" in rest
@@ -148,9 +161,16 @@ def main():
                     worst_param, worst_name = e, n
             print(f"{name}: losses {loss[0]:.6f} -> {loss[-1]:.6f}, worst loss rel diff {worst_loss:.1e}, "
                   f"worst final-param diff {worst_param:.1e} ({worst_name})")
+            if args.lora:
+                moved = [n for n in f["final"] if ".lora_" not in n
+                         and not np.array_equal(f["final"][n][()], f["params"][n][()])]
+                expect(not moved, f"{name}: frozen weights moved: {moved[:3]}")
             expect(worst_loss <= TOL, f"{name}: loss differs from single process by {worst_loss:.2e}")
             expect(worst_param <= PARAM_TOL, f"{name}: final {worst_name} differs by {worst_param:.2e}")
 
+        if args.lora:
+            return testlib.report(failures, f"{args.arch} with low-rank adapters: tensor/data-parallel layouts with "
+                                            "ZeRO match the single process; the frozen weights never move")
         if args.arch in families:  # the shared machinery (packing, sampling) is Llama's test's
             return testlib.report(failures, f"{args.arch}: tensor/data-parallel layouts with ZeRO match the "
                                             "single process")

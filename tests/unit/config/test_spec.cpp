@@ -174,7 +174,8 @@ TEST_CASE("every value of a key with choices reads into its typed value and writ
                                                 choices_text(k))));
     CHECK_THAT(bad, Catch::Contains(fmt::format("(did you mean \"{}\"?)", names[0])));
   }
-  CHECK(keys == 9);  // device, spike_policy, recompute, schedule, compute, optimizer, params, backend, packing
+  CHECK(keys == 10);  // device, spike_policy, recompute, schedule, compute, optimizer, params, backend, packing,
+                     // lora init
   CHECK(parse_run_spec(kGood, "spec.toml", {"offload.optimizer=nvme", "offload.nvme_path=/tmp"}).offload.optimizer ==
         OffloadTier::Nvme);
   CHECK(parse_run_spec(kGood, "spec.toml", {"train.recompute=full"}).train.recompute == Recompute::Full);
@@ -277,4 +278,29 @@ TEST_CASE("head_dim sets the head width of the Llama-shaped families and nothing
   CHECK_THAT(error_of(kGood, {"model.head_dim=4"}), Catch::Contains("[model] head_dim: gpt2's heads are d_model / n_head = 8 wide"));
   REQUIRE(parse_run_spec(kGood, "spec.toml", {"model.head_dim=8"}).model.head_size() == 8);  // the same width: fine
   CHECK_THAT(error_of(qwen3, {"model.head_dim=-1"}), Catch::Contains("[model] head_dim"));
+}
+
+TEST_CASE("[lora] targets resolve to the family's roles; what the adapters cannot do is refused", "[config][lora]") {
+  const std::string llama = with("n_layer = 2", "arch = \"llama\"\nn_layer = 2");
+  // the family's default (PEFT's), "all", a list, a comma string: each resolved to roles in block order
+  CHECK(parse_run_spec(llama, "spec.toml", {"lora.rank=8"}).lora.targets == "q,v");
+  CHECK(parse_run_spec(kGood, "spec.toml", {"lora.rank=8"}).lora.targets == "qkv");
+  CHECK(parse_run_spec(llama, "spec.toml", {"lora.rank=8", "lora.targets=all"}).lora.targets == "q,k,v,o,gate,up,down");
+  CHECK(parse_run_spec(llama, "spec.toml", {"lora.rank=8", "lora.targets=down, q"}).lora.targets == "q,down");
+  const RunSpec listed = parse_run_spec(llama + "[lora]\nrank = 4\ntargets = [\"v\", \"o\"]\n", "spec.toml", {});
+  CHECK(listed.lora.targets == "v,o");
+  CHECK(listed.lora.rank == 4);
+  CHECK(parse_run_spec(llama, "spec.toml").lora.targets.empty());  // no adapters: nothing resolved
+  // a role the family lacks, nothing named, a non-string list
+  CHECK_THAT(error_of(kGood, {"lora.rank=8", "lora.targets=q"}),
+             Catch::Contains("[lora] targets: 'q' is not a linear layer of gpt2 (its roles: \"qkv\", \"o\", \"down\""));
+  CHECK_THAT(error_of(llama, {"lora.rank=8", "lora.targets=,"}), Catch::Contains("[lora] targets: names no layer"));
+  CHECK_THAT(error_of(llama + "[lora]\nrank = 4\ntargets = [\"v\", 3]\n"),
+             Catch::Contains("[lora] targets must be a list of strings"));
+  // dropout changes the math and is not implemented: refused, not ignored; so is offload
+  CHECK_THAT(error_of(llama, {"lora.rank=8", "lora.dropout=0.05"}),
+             Catch::Contains("[lora] dropout: = 0.05: dropout on the adapters' input is not implemented"));
+  CHECK_THAT(error_of(llama, {"lora.rank=8", "offload.optimizer=cpu"}), Catch::Contains("adapters with [offload]"));
+  CHECK_THAT(error_of(llama, {"lora.rank=8", "lora.alpha=0"}), Catch::Contains("[lora] alpha"));
+  CHECK_THAT(error_of(llama, {"lora.init=xavier"}), Catch::Contains("'xavier' is not one of \"kaiming\", \"gaussian\""));
 }
