@@ -243,6 +243,10 @@ int main() {
     dx.check("layernorm_backward dinp", tol(kTol));
     dw.check("layernorm_backward dweight", 1e-4);
     db.check("layernorm_backward dbias", 1e-4);
+    // a frozen weight (LoRA's base): no weight gradient, the same input gradient
+    C.layernorm_backward(dx.c, nullptr, nullptr, dout.c, x.c, w.c, mean.fc(), rstd.fc(), N, Ch);
+    G.layernorm_backward(dx.g, nullptr, nullptr, dout.g, x.g, w.g, mean.fg(), rstd.fg(), N, Ch);
+    dx.check("layernorm_backward dinp, frozen weight", tol(kTol));
   }
   // 16-bit GEMMs on tensor cores accumulate in fp32 in blocked orders: the fp32 tolerance applies
   // to the fp32 weight gradient; outputs stored in 16 bits get the storage tolerance.
@@ -391,6 +395,9 @@ int main() {
     G.rmsnorm_backward(dx.g, dw.fg(), dout.g, res.g, w.g, rstd.fg(), N, Ch);
     dx.check("rmsnorm_backward dinp" + tag, tol(1e-4));
     dw.check("rmsnorm_backward dweight" + tag, 1e-4);
+    C.rmsnorm_backward(dx.c, nullptr, dout.c, res.c, w.c, rstd.fc(), N, Ch);  // a frozen weight (LoRA's base)
+    G.rmsnorm_backward(dx.g, nullptr, dout.g, res.g, w.g, rstd.fg(), N, Ch);
+    dx.check("rmsnorm_backward dinp, frozen weight" + tag, tol(1e-4));
   }
   if (wanted("llama"))
   for (auto [B, T, H, hs, extra] : {std::tuple{1, 1, 1, 2, 0}, {2, 37, 8, 64, 128}, {1, 129, 3, 30, 60}}) {
@@ -449,6 +456,17 @@ int main() {
     C.swiglu_backward(dx.c, x.c, dout.c, N, Fd);
     G.swiglu_backward(dx.g, x.g, dout.g, N, Fd);
     dx.check("swiglu_backward" + tag, tol(kTol));
+  }
+  // y += alpha x over rows of C of strided buffers (a low-rank adapter's update into one column slice
+  // of the packed [q | k | v]): the elements between the rows keep their values.
+  if (wanted("elementwise"))
+  for (auto [N, Cc, ldy, ldx] : {std::tuple{1, 1, 1, 1}, {37, 10, 31, 10}, {129, 64, 200, 70}}) {
+    const std::string tag = " " + std::to_string(N) + "x" + std::to_string(Cc) + " ld " + std::to_string(ldy) + "/" +
+                            std::to_string(ldx);
+    Pair y(C, G, randn(size_t(N) * ldy, 60), dt), x(C, G, randn(size_t(N) * ldx, 61), dt);
+    C.add_rows_scaled(y.c, ldy, x.c, ldx, N, Cc, 1.25f);
+    G.add_rows_scaled(y.g, ldy, x.g, ldx, N, Cc, 1.25f);
+    y.check("add_rows_scaled" + tag, tol(kTol));
   }
   if (wanted("elementwise"))
   for (int64_t n : {int64_t(1), int64_t(7), int64_t(1025), int64_t(100003), int64_t(65536)}) {
