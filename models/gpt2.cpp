@@ -56,14 +56,17 @@ GPT2::GPT2(const GPT2Config& cfg, Backend& backend, int max_batch, Comm* tp)
 
   act_buf_ = carve_activations(be_, activation_slots(cfg, max_batch, TP, acts_));
   if (cfg.lora.enabled()) {  // nn.Linear shapes (out, in) of the layers the roles name
-    std::vector<std::vector<LoraSite>> sites(size_t(cfg.n_layer));
-    for (int l = 0; l < cfg.n_layer; ++l) {
-      const std::string h = "transformer.h." + std::to_string(l) + ".";
-      sites[size_t(l)] = {{"qkv", h + "attn.c_attn", C, 3 * C, Rows, 3}, {"o", h + "attn.c_proj", C, C, Cols},
-                          {"down", h + "mlp.c_proj", F, C, Cols}};
-    }
+    std::vector<std::vector<LoraSite>> sites;
+    for (int l = 0; l < cfg.n_layer; ++l) sites.push_back(lora_sites(cfg, l));
     lora_ = std::make_unique<LoraAdapters>(be_, tp_, cfg.lora, sites, int64_t(max_batch) * cfg.seq_len);
   }
+}
+
+std::vector<LoraSite> GPT2::lora_sites(const GPT2Config& cfg, int l) {
+  const int64_t C = cfg.d_model, F = cfg.d_ff;
+  const std::string h = "transformer.h." + std::to_string(l) + ".";
+  return {{"qkv", h + "attn.c_attn", C, 3 * C, TpSplit::Rows, 3}, {"o", h + "attn.c_proj", C, C, TpSplit::Cols},
+          {"down", h + "mlp.c_proj", F, C, TpSplit::Cols}};
 }
 
 std::vector<ActSlot> GPT2::activation_slots(const GPT2Config& cfg, int max_batch, int tp, Acts& a) {

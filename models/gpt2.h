@@ -50,6 +50,8 @@ class GPT2 final : public DecoderLM {
   // input (c_fc) has none yet: its GELU is fused into its GEMM, before an adapter could add.
   enum LoraRole { kQkv, kO, kDown };
   static std::vector<std::string> lora_roles() { return {"qkv", "o", "down"}; }
+  // Block l's linear layers in role order, their full nn.Linear shapes and tensor-parallel splits.
+  static std::vector<LoraSite> lora_sites(const GPT2Config& cfg, int l);
 
   // Allocates activations for batches of up to max_batch x seq_len. Parameters and gradients
   // live in a ParamProvider (set_provider) so that ZeRO can shard them.

@@ -84,6 +84,10 @@ class Gpt2Family final : public ModelFamily {
     return f;
   }
 
+  double lora_params(const RunSpec::Model& m, const RunSpec::Lora& l) const override {
+    if (!l.enabled()) return 0;
+    return double(m.n_layer) * lora_block_params(GPT2::lora_sites(gpt2_config(m, 1, Recompute::None, false), 0), l);
+  }
   double matmul_params(const RunSpec::Model& m) const override {
     const double C = double(m.d_model), F = double(m.d_ff);
     // per layer c_attn (3C x C), attn.c_proj, c_fc and mlp.c_proj; the head is the tied wte

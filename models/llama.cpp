@@ -70,16 +70,9 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
   t.end_group("head");
 
   act_buf_ = carve_activations(be_, activation_slots(cfg, max_batch, TP, acts_));
-  if (cfg.lora.enabled()) {  // nn.Linear shapes (out, in) of the layers the roles name
-    const int64_t shapes[][2] = {{Q, C}, {KV, C}, {KV, C}, {C, Q}, {F, C}, {F, C}, {C, F}};
-    const char* modules[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
-    std::vector<std::vector<LoraSite>> sites(size_t(cfg.n_layer));
-    for (int l = 0; l < cfg.n_layer; ++l)
-      for (int r = kQ; r <= kDown; ++r)  // o and down are row-parallel; k and v replicated as their heads
-        sites[size_t(l)].push_back({lora_roles()[size_t(r)], "model.layers." + std::to_string(l) + "." + modules[r],
-                                    shapes[r][1], shapes[r][0], r == kO || r == kDown ? Cols : Rows, 1,
-                                    r == kK || r == kV ? kv_replicas_ : 1});
+  if (cfg.lora.enabled()) {
+    std::vector<std::vector<LoraSite>> sites;
+    for (int l = 0; l < cfg.n_layer; ++l) sites.push_back(lora_sites(cfg, l, kv_replicas_));
     lora_ = std::make_unique<LoraAdapters>(be_, tp_, cfg.lora, sites, int64_t(max_batch) * cfg.seq_len);
   }
   if (kv_replicas_ > 1) {
@@ -87,6 +80,19 @@ Llama::Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp)
     kv_saved_ = static_cast<float*>(be_.alloc(size_t(n) * sizeof(float), MemTag::Grads));
     kv_sum_ = static_cast<float*>(be_.alloc(size_t(n * pieces) * sizeof(float), MemTag::CommBuffers));
   }
+}
+
+std::vector<LoraSite> Llama::lora_sites(const LlamaConfig& cfg, int l, int kv_replicas) {
+  const int64_t C = cfg.d_model, F = cfg.d_ff, hs = cfg.head_size(), Q = cfg.n_head * hs, KV = cfg.n_kv_head * hs;
+  const int64_t shapes[][2] = {{Q, C}, {KV, C}, {KV, C}, {C, Q}, {F, C}, {F, C}, {C, F}};  // (out, in)
+  const char* modules[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                           "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+  std::vector<LoraSite> sites;
+  for (int r = kQ; r <= kDown; ++r)  // o and down are row-parallel; k and v replicated as their heads
+    sites.push_back({lora_roles()[size_t(r)], "model.layers." + std::to_string(l) + "." + modules[r], shapes[r][1],
+                     shapes[r][0], r == kO || r == kDown ? TpSplit::Cols : TpSplit::Rows, 1,
+                     r == kK || r == kV ? kv_replicas : 1});
+  return sites;
 }
 
 std::vector<ActSlot> Llama::activation_slots(const LlamaConfig& cfg, int max_batch, int tp, Acts& a) {

@@ -66,6 +66,9 @@ class Llama final : public DecoderLM {
   // The linear layers [lora] targets may name, in block order (the adapters' sites).
   enum LoraRole { kQ, kK, kV, kO, kGate, kUp, kDown };
   static std::vector<std::string> lora_roles() { return {"q", "k", "v", "o", "gate", "up", "down"}; }
+  // Block l's linear layers in role order, their full nn.Linear shapes and tensor-parallel splits
+  // (key/value heads held by kv_replicas ranks each).
+  static std::vector<LoraSite> lora_sites(const LlamaConfig& cfg, int l, int kv_replicas);
 
   Llama(const LlamaConfig& cfg, Backend& backend, int max_batch, Comm* tp = nullptr);
   ~Llama() override;

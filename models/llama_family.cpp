@@ -171,6 +171,11 @@ double LlamaShapedFamily::matmul_params(const RunSpec::Model& m) const {
   return double(m.n_layer) * (2 * Q * C + 2 * KV * C + 3 * F * C) + double(m.vocab_size) * C;
 }
 
+double LlamaShapedFamily::lora_params(const RunSpec::Model& m, const RunSpec::Lora& l) const {
+  if (!l.enabled()) return 0;
+  return double(m.n_layer) * lora_block_params(Llama::lora_sites(llama_config(m, shape_, 1, Recompute::None, false), 0, 1), l);
+}
+
 void LlamaShapedFamily::full_attention_only(const HfConfigView& c, bool has_use_flag) {
   const bool used = has_use_flag && c.boolean("use_sliding_window", false);
   if (has_use_flag && !used) {

@@ -32,6 +32,7 @@ class LlamaShapedFamily : public ModelFamily {
   ModelFootprint footprint(const RunSpec::Model& m, int max_batch, int tp, size_t compute_size, Recompute rc,
                            bool sequence_parallel) const override;
   double matmul_params(const RunSpec::Model& m) const override;
+  double lora_params(const RunSpec::Model& m, const RunSpec::Lora& l) const override;
 
   bool reads_hf_model_type(const std::string& type) const override { return type == shape_.name; }
   std::vector<HfModelKey> read_hf_config(const HfConfigView& c) const override;

@@ -46,6 +46,11 @@ struct TrainState {
   data::LoaderPosition data;
   ResumeProbe probe;
   std::string spec_toml;   // the resolved spec of the run that wrote it
+  // [lora]: the frozen base the adapters were trained on: where it came from ([model] init_from,
+  // or "seed N") and its weights' fingerprint (engine/checkpoint/weights_fingerprint.h); empty
+  // without adapters.
+  std::string lora_base;
+  uint64_t lora_base_fingerprint = 0;
   int64_t world = 1, tensor = 1, data_parallel = 1, zero_stage = 0;  // the layout that wrote it
 };
 

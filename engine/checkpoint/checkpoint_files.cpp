@@ -98,6 +98,7 @@ int64_t meta_crc(const TrainState& s) {
   for (const auto& [k, v] : meta_ints(s)) text += fmt::format("{}={};", k, v);
   text += fmt::format("loss_scale={:a};spec={}", s.scaler.scale, s.spec_toml);
   if (!s.data.mixture.empty()) text += ";data_mixture=" + s.data.mixture;  // absent before mixtures
+  if (!s.lora_base.empty()) text += fmt::format(";lora_base={}:{:016x}", s.lora_base, s.lora_base_fingerprint);
   if (s.probe.rows > 0) {  // absent before probes
     const uLong ids = crc32_z(crc32_z(crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(s.probe.inputs.data()),
                                       s.probe.inputs.size() * sizeof(int32_t)),
@@ -153,6 +154,10 @@ void write_master_file(const std::string& ckpt_dir, const std::vector<std::vecto
   m.write("/meta/loss_scale", &state.scaler.scale, {});
   m.write_string("/meta/spec", state.spec_toml);
   m.write_string("/meta/data_mixture", state.data.mixture);  // the sources' positions (JSON)
+  if (!state.lora_base.empty()) {  // the frozen base the adapters were trained on
+    m.write_string("/meta/lora_base", state.lora_base);
+    m.write_string("/meta/lora_base_fingerprint", fmt::format("{:016x}", state.lora_base_fingerprint));
+  }
   if (state.probe.rows > 0) {
     const std::vector<int64_t> shape{state.probe.rows, state.probe.seq_len};
     m.write("/meta/probe/inputs", state.probe.inputs.data(), shape);
@@ -192,6 +197,10 @@ TrainState read_train_state(const std::string& ckpt_dir) {
   s.zero_stage = f.read_int64("/meta/layout_zero_stage");
   s.spec_toml = f.read_string("/meta/spec");
   if (f.exists("/meta/data_mixture")) s.data.mixture = f.read_string("/meta/data_mixture");
+  if (f.exists("/meta/lora_base")) {
+    s.lora_base = f.read_string("/meta/lora_base");
+    s.lora_base_fingerprint = std::stoull(f.read_string("/meta/lora_base_fingerprint"), nullptr, 16);
+  }
   if (f.exists("/meta/probe/loss")) {
     const std::vector<int64_t> shape = f.shape("/meta/probe/inputs");
     if (shape.size() != 2 || f.shape("/meta/probe/targets") != shape || shape[0] < 1 || shape[0] > 64 ||

@@ -7,8 +7,9 @@
 
 namespace zt {
 
-double model_flops_per_token(const RunSpec::Model& m) {
-  return flops_per_token(m, model_family(m.arch).matmul_params(m));
+double model_flops_per_token(const RunSpec::Model& m, const RunSpec::Lora& l) {
+  const ModelFamily& f = model_family(m.arch);
+  return flops_per_token(m, f.matmul_params(m), f.lora_params(m, l));
 }
 
 int64_t micro_batches_per_step(const RunSpec& spec, const Topology& topo) {

@@ -28,7 +28,8 @@ int64_t micro_batches_per_step(const RunSpec& spec, const Topology& topo);
 
 // Training FLOPs per token of [model] m: observe/throughput.h's one formula over its family's
 // matmul parameters (MFU's numerator, the trainer's and the planner's).
-double model_flops_per_token(const RunSpec::Model& m);
+// With [lora] l: the frozen matrices' weight gradients left out, the adapters' counted.
+double model_flops_per_token(const RunSpec::Model& m, const RunSpec::Lora& l = {});
 
 // The backend set up for the spec: compute precision ([precision] compute resolved for its kind),
 // deterministic kernels, and every op the model will call asked before anything is built

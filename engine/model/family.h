@@ -78,6 +78,9 @@ class ModelFamily {
   // layer and the output head over the real vocabulary; not the embedding lookups, positions,
   // norms or biases. The N of the model FLOPs 6N (observe/throughput.h).
   virtual double matmul_params(const RunSpec::Model& m) const = 0;
+  // The low-rank adapters' parameters [lora] l adds to the full model (A and B of every targeted
+  // layer); 0 without adapters.
+  virtual double lora_params(const RunSpec::Model& m, const RunSpec::Lora& l) const = 0;
 
   // The roles of its linear layers that [lora] targets name, in block order ("q", "k", ...; GPT-2's
   // packed attention input is "qkv"); the model maps each to its layer.

@@ -8,8 +8,7 @@
 
 namespace zt {
 
-namespace {
-bool targeted(const std::string& targets, const std::string& role) {
+bool lora_targets(const std::string& targets, const std::string& role) {
   for (size_t a = 0; a <= targets.size();) {
     size_t b = targets.find(',', a);
     if (b == std::string::npos) b = targets.size();
@@ -18,7 +17,13 @@ bool targeted(const std::string& targets, const std::string& role) {
   }
   return false;
 }
-}  // namespace
+
+double lora_block_params(const std::vector<LoraSite>& sites, const RunSpec::Lora& spec) {
+  double n = 0;
+  for (const LoraSite& s : sites)
+    if (lora_targets(spec.targets, s.role)) n += double(spec.rank) * double(s.in + s.out);
+  return n;
+}
 
 LoraAdapters::LoraAdapters(Backend& be, const TensorParallel& tp, const RunSpec::Lora& spec,
                            const std::vector<std::vector<LoraSite>>& sites, int64_t max_rows)
@@ -41,7 +46,7 @@ LoraAdapters::LoraAdapters(Backend& be, const TensorParallel& tp, const RunSpec:
     const size_t before = table_.params().size();
     for (const LoraSite& s : sites[l]) {
       parts_of_[l].emplace_back();
-      if (!targeted(spec.targets, s.role)) {
+      if (!lora_targets(spec.targets, s.role)) {
         index_[l].push_back(-1);
         continue;
       }

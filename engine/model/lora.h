@@ -35,6 +35,9 @@
 
 namespace zt {
 
+// Whether `targets` (roles, comma-separated, as the spec resolves them) names `role`.
+bool lora_targets(const std::string& targets, const std::string& role);
+
 // One linear layer of a block that [lora] targets may name.
 struct LoraSite {
   std::string role;    // the family-neutral name [lora] targets use: "q", "qkv", "o", "down", ...
@@ -44,6 +47,9 @@ struct LoraSite {
   int row_blocks = 1;              // Rows: the base's blocks (GPT-2's packed q|k|v: 3)
   int tp_replicas = 1;             // Rows: ranks holding each piece (key/value heads fewer than ranks)
 };
+
+// The adapters' parameters (A and B) of one block whose layers are `sites`, under `spec`.
+double lora_block_params(const std::vector<LoraSite>& sites, const RunSpec::Lora& spec);
 
 class LoraAdapters {
  public:

@@ -18,8 +18,11 @@ namespace zt {
 // device (the masked tiles on the diagonal, recompute), so a planned MFU stays under 100%.
 // nanoGPT, llm.c and PaLM's appendix B count 6 N (all parameters) + 12 L C T: about 7% more
 // for GPT-2 124M at T = 1024 (docs/observability.md). Inline: the job (model library) uses it.
-inline double flops_per_token(const RunSpec::Model& m, double matmul_params) {
-  return 6.0 * matmul_params + 6.0 * double(m.n_layer) * double(m.n_head) * double(m.head_size()) * double(m.seq_len);
+// With low-rank adapters ([lora], `lora_params` > 0) the frozen matrices make no weight
+// gradient: 4 N for them (forward, input gradient), 6 for each adapter parameter.
+inline double flops_per_token(const RunSpec::Model& m, double matmul_params, double lora_params = 0) {
+  return (lora_params > 0 ? 4.0 * matmul_params + 6.0 * lora_params : 6.0 * matmul_params) +
+         6.0 * double(m.n_layer) * double(m.n_head) * double(m.head_size()) * double(m.seq_len);
 }
 
 // Dense peak TFLOP/s of one device of `backend` in the run's compute precision, and where the

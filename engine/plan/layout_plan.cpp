@@ -38,7 +38,7 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const Ma
   plan.memory = be.memory_stats();
   plan.work = be.work();
   plan.tokens = double(spec.train.global_batch) * double(spec.model.seq_len);
-  plan.model_flops = model_flops_per_token(spec.model) * plan.tokens;
+  plan.model_flops = model_flops_per_token(spec.model, spec.lora) * plan.tokens;
   if (machine) {
     // matrix products at the compute precision's peak: bf16/fp16 tensor cores, fp32 the vector peak
     // (the peak MFU is judged against, as the training log's)

@@ -29,14 +29,22 @@ std::string gib(double bytes) { return fmt::format("{:.3f} GiB", bytes / 1073741
 std::string count(double n) { return n >= 1e9 ? fmt::format("{:.2f}B", n / 1e9) : fmt::format("{:.1f}M", n / 1e6); }
 
 // The model's size by its family's formula (the real vocabulary's rows, not the padding), and the
-// training FLOPs a token that MFU is judged by.
-std::string model_line(const RunSpec::Model& spec_model) {
-  RunSpec::Model m = spec_model;
+// training FLOPs a token that MFU is judged by; with [lora], what trains.
+std::string model_line(const RunSpec& spec) {
+  RunSpec::Model m = spec.model;
   m.vocab_multiple = 1;
   const double params = model_footprint(m, 1, 1, 2, Recompute::None).params;
-  return fmt::format("model: {}, {} parameters; {:.2f} GFLOP a token in training (6 x {} in matrix products, and "
-                     "attention)", m.arch, count(params), model_flops_per_token(m) / 1e9,
-                     count(model_family(m.arch).matmul_params(m)));
+  const double lora = model_family(m.arch).lora_params(m, spec.lora);
+  std::string line = fmt::format("model: {}, {} parameters; {:.2f} GFLOP a token in training ({} x {} in matrix "
+                                 "products{}, and attention)", m.arch, count(params),
+                                 model_flops_per_token(m, spec.lora) / 1e9, lora > 0 ? 4 : 6,
+                                 count(model_family(m.arch).matmul_params(m)),
+                                 lora > 0 ? fmt::format(", 6 x {} in the adapters'", count(lora)) : "");
+  if (lora > 0)
+    line += fmt::format("\nlora: rank {} on {} of every block: {} adapter parameters train ({:.2f}% of the model); "
+                        "the model's weights are frozen (compute precision only)", spec.lora.rank, spec.lora.targets,
+                        count(lora), 100 * lora / params);
+  return line;
 }
 
 nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
@@ -248,7 +256,7 @@ int plan_command(const PlanOptions& c, const RunSpec& spec) {
                                     machine->network.name, machine->network.bytes_per_s / 1e9,
                                     calibration.source).c_str()
                       : "");
-  std::printf("%s\n", model_line(spec.model).c_str());
+  std::printf("%s\n", model_line(spec).c_str());
   if (plans.empty()) std::printf("no layout fits\n");
   for (const auto& p : plans) {
     const nlohmann::json j = describe(p);
