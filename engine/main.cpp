@@ -23,6 +23,7 @@
 #include "engine/core/status.h"
 #include "engine/core/user_path.h"
 #include "engine/hf/hf_weights.h"
+#include "engine/hf/lora_export.h"
 #include "engine/comm/topology.h"
 #include "engine/plan/plan_command.h"
 #include "engine/plan/memory_check.h"
@@ -71,6 +72,13 @@ commands:
                                 write a checkpoint's weights as Hugging Face safetensors (split
                                 above the size, with model.safetensors.index.json) and config.json;
                                 --dtype defaults to bf16, which rounds the fp32 masters (fp32: exact)
+  export CHECKPOINT --format peft --out DIR [--dtype fp32|bf16|fp16]
+                                a LoRA checkpoint's adapters as PEFT writes them
+                                (adapter_model.safetensors, adapter_config.json); --dtype: fp32
+  export CHECKPOINT --format hf --merge-lora --out DIR [--base DIR] [--dtype ...]
+                                a LoRA checkpoint's base with its adapters merged (W + alpha/r B A),
+                                as a plain Hugging Face model; the base is the one it was trained on
+                                ([model] init_from, or the seed's), or --base DIR
   ckpt ls DIR                   the checkpoints in DIR: step, complete or not, layout, size
   ckpt verify PATH              check every block's checksum of checkpoint PATH (exit 2 if damaged)
   help spec                     every run-spec key with its type, default and meaning (Markdown)
@@ -100,7 +108,8 @@ struct Cli {
   bool verbose = false, help = false;
   bool resume_unchecked = false;  // train
   PlanOptions plan;
-  std::string format, dtype = "bf16", max_file_size = "5GB";  // export
+  std::string format, dtype, max_file_size = "5GB", base;  // export (dtype "": the format's default)
+  bool merge_lora = false;
 };
 
 Cli parse_cli(int argc, char** argv) {
@@ -146,6 +155,8 @@ Cli parse_cli(int argc, char** argv) {
     else if (a == "--format") c.format = value();
     else if (a == "--dtype") c.dtype = value();
     else if (a == "--max-file-size") c.max_file_size = value();
+    else if (a == "--merge-lora") c.merge_lora = true;
+    else if (a == "--base") c.base = value();
     else if (a.size() > 1 && a[0] == '-') user_error("unknown option {} (see ztrain --help)", a);
     else if (c.spec_path.empty()) c.spec_path = a;
     else user_error("unexpected argument '{}' (one SPEC.toml per command)", a);
@@ -188,21 +199,28 @@ int ckpt_verify(const std::string& given) {
 
 int export_command(const Cli& c) {
   if (c.spec_path.empty()) user_error("export: missing CHECKPOINT (a step_* directory, its checkpoint.h5, or a checkpoint dir)");
-  if (c.format != "hf") user_error("export: --format hf is required (the one format so far: Hugging Face safetensors)");
+  if (c.format != "hf" && c.format != "peft")
+    user_error("export: --format hf or peft is required (Hugging Face safetensors; PEFT's adapter directory)");
+  if (c.merge_lora && c.format != "hf") user_error("export: --merge-lora goes with --format hf");
+  if (!c.base.empty() && !c.merge_lora) user_error("export: --base names the base of --merge-lora");
   if (c.out.empty()) user_error("export: --out DIR is required");
   check_dir_arg(c.out, "export: --out", /*create=*/false);
   // the paths --resume and ckpt verify take: a step directory, its checkpoint.h5, or the root
   const std::string ckpt = resolve_local_checkpoint(c.spec_path);
   DType dt;
-  if (c.dtype == "fp32") dt = DType::F32;
-  else if (c.dtype == "bf16") dt = DType::BF16;
-  else if (c.dtype == "fp16") dt = DType::F16;
-  else user_error("export: --dtype {}: expected fp32, bf16 or fp16", c.dtype);
+  const std::string dtype = !c.dtype.empty() ? c.dtype : c.format == "peft" ? "fp32" : "bf16";
+  if (dtype == "fp32") dt = DType::F32;
+  else if (dtype == "bf16") dt = DType::BF16;
+  else if (dtype == "fp16") dt = DType::F16;
+  else user_error("export: --dtype {}: expected fp32, bf16 or fp16", dtype);
   const uint64_t max_bytes = parse_byte_size(c.max_file_size, "--max-file-size");
   if (max_bytes == 0) user_error("export: --max-file-size must be above 0");
   const std::string problem = verify_checkpoint(ckpt);
   if (!problem.empty()) user_error("export: {}", problem);
-  std::printf("%s\n", export_hf(ckpt, c.out, dt, max_bytes).c_str());
+  const std::string done = c.format == "peft" ? export_peft(ckpt, c.out, dt)
+                           : c.merge_lora     ? export_merged(ckpt, c.out, dt, max_bytes, c.base)
+                                              : export_hf(ckpt, c.out, dt, max_bytes);
+  std::printf("%s\n", done.c_str());
   return 0;
 }
 

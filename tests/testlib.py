@@ -437,3 +437,25 @@ def stop(procs):
             p.wait(timeout=10)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+def st_read(path):
+    """A safetensors file as {name: float32 array} and its metadata (numpy; independent of ztrain's reader)."""
+    import numpy as np
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        raw = data[t["data_offsets"][0]:t["data_offsets"][1]]
+        if t["dtype"] == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif t["dtype"] == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            a = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+        out[name] = a.reshape(t["shape"])
+    return out, header.get("__metadata__", {})

@@ -408,6 +408,7 @@ struct Loader {
     check(!resolved.empty() || !l.enabled(), "lora", "targets",
           fmt::format("names no layer (the roles of {}: {}, or \"all\")", spec.model.arch, known));
     l.targets = resolved;
+    check(l.enabled() || l.init_from.empty(), "lora", "init_from", "adapters to start from need [lora] rank > 0");
     if (!l.enabled()) return;
     check(l.dropout == 0, "lora", "dropout",
           fmt::format("= {}: dropout on the adapters' input is not implemented; only 0 is (PEFT's default)", l.dropout));
@@ -452,8 +453,11 @@ struct Loader {
     auto& k = spec.checkpoint;
     check(k.dir.find("://") == std::string::npos || k.dir.rfind("s3://", 0) == 0, "checkpoint", "dir",
           fmt::format("'{}': a local directory or s3://bucket/prefix", k.dir));
-    check(k.init_from.empty() || spec.model.init_from.empty(), "model", "init_from",
+    // with adapters the checkpoint holds them, over the Hugging Face base
+    check(k.init_from.empty() || spec.model.init_from.empty() || spec.lora.enabled(), "model", "init_from",
           "[checkpoint] init_from (ztrain's weights) and [model] init_from (Hugging Face's) exclude each other");
+    check(k.init_from.empty() || spec.lora.init_from.empty(), "lora", "init_from",
+          "[checkpoint] init_from (ztrain's adapters) and [lora] init_from (PEFT's) exclude each other");
     check(k.resume.empty() || k.init_from.empty(), "checkpoint", "init_from",
           "resume and init_from exclude each other (resume continues a run, init_from starts a new one)");
     check(k.resume != "auto" || !k.dir.empty(), "checkpoint", "resume", "\"auto\" needs [checkpoint] dir");

@@ -79,6 +79,9 @@ struct RunSpec {
     // the family's default (PEFT's: Llama-shaped "q,v", GPT-2 "qkv"). Resolved to roles on load.
     std::string targets;
     LoraInit init = LoraInit::Kaiming;  // A's draw: PEFT's kaiming-uniform, or normal(0, 1 / rank)
+    // A PEFT adapter directory (adapter_config.json + adapter_model.safetensors) whose adapters
+    // start a fresh run (r, lora_alpha and the layers must agree); the base is [model] init_from.
+    std::string init_from;
     bool enabled() const { return rank > 0; }
   } lora;
   struct Train {

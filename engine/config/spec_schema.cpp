@@ -64,6 +64,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_RANGED(lora, dropout, false, between(0, 1, false, true), "dropout on the adapters' input (only 0 is implemented: another value is refused)"),
       ZT_KEY(lora, targets, false, "the linear layers that get adapters, by role, comma-separated or a list: q, k, v, o, gate, up, down (GPT-2: qkv, o, down), or all; empty: the family's default as PEFT's (Llama-shaped: q,v; GPT-2: qkv)"),
       ZT_CHOICE(lora, init, "A's initial draw (B starts at zero): kaiming = uniform(+-1/sqrt(in)) as PEFT's default, gaussian = normal(0, 1/rank)"),
+      ZT_KEY(lora, init_from, false, "a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) whose adapters start a fresh run: its r, lora_alpha and layers must agree with this section; the base is [model] init_from"),
       ZT_RANGED(train, micro_batch, false, at_least(1), "sequences per forward/backward"),
       ZT_RANGED(train, global_batch, false, at_least(1), "sequences per optimizer step"),
       ZT_KEY(train, max_steps, false, "optimizer steps"),

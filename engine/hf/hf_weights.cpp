@@ -44,13 +44,6 @@ bool ignorable(const std::string& name, bool tied) {
          (tied && name == "lm_head.weight");
 }
 
-// A parameter's tensor in the file. GPT-2 checkpoints published by OpenAI's conversion (the
-// Hub's `gpt2`) name them without the `transformer.` prefix: both layouts are read.
-const SafeTensor* find_tensor(const SafetensorsDir& w, const std::string& name) {
-  if (const SafeTensor* t = w.find(name)) return t;
-  const std::string prefix = "transformer.";
-  return name.compare(0, prefix.size(), prefix) == 0 ? w.find(name.substr(prefix.size())) : nullptr;
-}
 
 // The directory an export replaces: --out itself through any symlink (the swap replaces what the
 // link points to). UserError for what cannot be swapped whole: the root, a mount point, a
@@ -85,46 +78,29 @@ std::string swappable_dir(const std::string& given) {
 
 }  // namespace
 
-std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, DType dtype, uint64_t max_file_bytes) {
-  const TrainState st = read_train_state(ckpt_dir);
-  const RunSpec spec = parse_run_spec(st.spec_toml, ckpt_dir + " (its run spec)");
-  const std::string& arch = spec.model.arch;
-  const std::string h5 = (fs::path(ckpt_dir) / "checkpoint.h5").string();
-  const H5File f(h5, H5File::Mode::Read);
-  std::vector<TensorSource> tensors;
-  // in the order the model holds them (the checkpoint lists them alphabetically)
-  std::vector<std::string> names = f.children("/params");
-  for (const std::string& name : names) {
-    const std::string ds = "/params/" + name;
-    const std::vector<int64_t> shape = f.shape(ds);
-    const HfName hf = hf_name(arch, name);
-    TensorSource t;
-    t.name = hf.name;
-    t.shape = hf.transposed ? std::vector<int64_t>{shape[1], shape[0]} : shape;
-    const int64_t cols = shape.size() == 2 ? shape[1] : 1;
-    if (hf.transposed) {  // GPT-2's Conv1D: (in, out); read whole (at most d_ff x d_model)
-      t.read = [&f, ds, shape](uint64_t first, uint64_t n, float* out) {
-        std::vector<float> whole(size_t(shape[0] * shape[1]));
-        f.read_block(ds, {0, 0}, {shape[0], shape[1]}, whole.data());
-        for (uint64_t k = 0; k < n; ++k) {
-          const uint64_t e = first + k, i = e / uint64_t(shape[0]), o = e % uint64_t(shape[0]);
-          out[k] = whole[size_t(o * uint64_t(shape[1]) + i)];
-        }
-      };
-    } else {  // the rows covering [first, first + n)
-      t.read = [&f, ds, shape, cols](uint64_t first, uint64_t n, float* out) {
-        if (shape.size() == 1) {
-          f.read_block(ds, {int64_t(first)}, {int64_t(n)}, out);
-          return;
-        }
-        const int64_t r0 = int64_t(first) / cols, r1 = (int64_t(first + n) + cols - 1) / cols;
-        std::vector<float> rows(size_t((r1 - r0) * cols));
-        f.read_block(ds, {r0, 0}, {r1 - r0, cols}, rows.data());
-        std::copy_n(rows.begin() + (int64_t(first) - r0 * cols), n, out);
-      };
+const SafeTensor* find_tensor(const SafetensorsDir& w, const std::string& name) {
+  if (const SafeTensor* t = w.find(name)) return t;
+  const std::string prefix = "transformer.";
+  return name.compare(0, prefix.size(), prefix) == 0 ? w.find(name.substr(prefix.size())) : nullptr;
+}
+
+std::function<void(uint64_t, uint64_t, float*)> checkpoint_reader(const H5File& f, const std::string& ds) {
+  const std::vector<int64_t> shape = f.shape(ds);
+  const int64_t cols = shape.size() == 2 ? shape[1] : 1;
+  return [&f, ds, shape, cols](uint64_t first, uint64_t n, float* out) {  // the rows covering [first, first + n)
+    if (shape.size() == 1) {
+      f.read_block(ds, {int64_t(first)}, {int64_t(n)}, out);
+      return;
     }
-    tensors.push_back(std::move(t));
-  }
+    const int64_t r0 = int64_t(first) / cols, r1 = (int64_t(first + n) + cols - 1) / cols;
+    std::vector<float> rows(size_t((r1 - r0) * cols));
+    f.read_block(ds, {r0, 0}, {r1 - r0, cols}, rows.data());
+    std::copy_n(rows.begin() + (int64_t(first) - r0 * cols), n, out);
+  };
+}
+
+uint64_t export_into(const std::string& out_dir, const std::function<bool(const std::string& name)>& replaced,
+                     const std::function<std::vector<std::string>(const std::string& building)>& write) {
   // Built beside out_dir and swapped in whole: any failure (a full disk) leaves the previous
   // export as it was. What else the user keeps there (a tokenizer, a README) comes along.
   const std::string out = swappable_dir(out_dir);
@@ -141,20 +117,63 @@ std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, D
   if (fs::is_directory(out))
     for (const auto& e : fs::directory_iterator(out)) {
       const std::string n = e.path().filename().string();
-      if (weights_file_name(n) || n == "config.json") continue;
+      if (replaced(n)) continue;
       std::error_code ec;
       if (e.is_regular_file(ec) && !e.is_symlink(ec)) fs::create_hard_link(e.path(), fs::path(building) / n, ec);
       else ec = std::make_error_code(std::errc::not_supported);
       if (ec) fs::copy(e.path(), fs::path(building) / n, fs::copy_options::recursive | fs::copy_options::copy_symlinks);
     }
-  const auto files = write_safetensors(building, tensors, dtype, max_file_bytes);
-  const std::string config = hf_config_json(spec.model, dtype);
-  write_file_atomic((fs::path(building) / "config.json").string(), config, /*durable=*/true);
+  const std::vector<std::string> files = write(building);
   uint64_t bytes = 0;
   for (const auto& p : files) bytes += fs::file_size(p), fsync_path(p);
   fsync_path(building);
   replace_dir_atomic(building, out);
   discard.path.clear();
+  return bytes;
+}
+
+std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, DType dtype, uint64_t max_file_bytes) {
+  const TrainState st = read_train_state(ckpt_dir);
+  const RunSpec spec = parse_run_spec(st.spec_toml, ckpt_dir + " (its run spec)");
+  const std::string& arch = spec.model.arch;
+  const std::string h5 = (fs::path(ckpt_dir) / "checkpoint.h5").string();
+  const H5File f(h5, H5File::Mode::Read);
+  std::vector<TensorSource> tensors;
+  // in the order the model holds them (the checkpoint lists them alphabetically)
+  std::vector<std::string> names = f.children("/params");
+  for (const std::string& name : names) {
+    const std::string ds = "/params/" + name;
+    const std::vector<int64_t> shape = f.shape(ds);
+    const HfName hf = hf_name(arch, name);
+    TensorSource t;
+    t.name = hf.name;
+    t.shape = hf.transposed ? std::vector<int64_t>{shape[1], shape[0]} : shape;
+    if (hf.transposed) {  // GPT-2's Conv1D: (in, out); read whole (at most d_ff x d_model)
+      t.read = [&f, ds, shape](uint64_t first, uint64_t n, float* out) {
+        std::vector<float> whole(size_t(shape[0] * shape[1]));
+        f.read_block(ds, {0, 0}, {shape[0], shape[1]}, whole.data());
+        for (uint64_t k = 0; k < n; ++k) {
+          const uint64_t e = first + k, i = e / uint64_t(shape[0]), o = e % uint64_t(shape[0]);
+          out[k] = whole[size_t(o * uint64_t(shape[1]) + i)];
+        }
+      };
+    } else {
+      t.read = checkpoint_reader(f, ds);
+    }
+    tensors.push_back(std::move(t));
+  }
+  if (!st.lora_base.empty())
+    user_error("export: {} holds low-rank adapters (trained on the frozen weights of {}): --format peft writes them "
+               "as PEFT reads them, --format hf --merge-lora the model with them merged", ckpt_dir, st.lora_base);
+  const std::string config = hf_config_json(spec.model, dtype);
+  std::vector<std::string> files;
+  const uint64_t bytes = export_into(
+      out_dir, [](const std::string& n) { return weights_file_name(n) || n == "config.json"; },
+      [&](const std::string& building) {
+        files = write_safetensors(building, tensors, dtype, max_file_bytes);
+        write_file_atomic((fs::path(building) / "config.json").string(), config, /*durable=*/true);
+        return files;
+      });
   // the class the family's published files name: the spelling config.json follows (docs/models.md)
   const std::string hf_class = nlohmann::json::parse(config).value("architectures", nlohmann::json::array({""}))[0];
   return fmt::format("{}: {} tensors of {} (step {}) as {} in {} file{} ({:.1f} MiB) with config.json as {}'s "

@@ -3,13 +3,31 @@
 // layout (tensor parallelism, ZeRO stage).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
+#include "engine/checkpoint/h5_file.h"
 #include "engine/core/dtype.h"
+#include "engine/hf/safetensors.h"
 #include "engine/model/model.h"
 #include "engine/model/model_states.h"
 
 namespace zt {
+
+// A parameter's tensor in a Hugging Face directory's files, or null. GPT-2 checkpoints published by
+// OpenAI's conversion (the Hub's `gpt2`) name them without the `transformer.` prefix: both are read.
+const SafeTensor* find_tensor(const SafetensorsDir& w, const std::string& name);
+// Reads elements [first, first + n) of checkpoint dataset `ds` (a tensor's full shape, row-major)
+// from `f`, which must outlive it.
+std::function<void(uint64_t first, uint64_t n, float* out)> checkpoint_reader(const H5File& f, const std::string& ds);
+
+// An export directory written whole: `write` fills a directory built beside out_dir (returning
+// the weights files it wrote) and out_dir is replaced by it, keeping what else the user keeps
+// there (a tokenizer, a README) except the names `replaced` says the export writes. Returns the
+// weights files' bytes. UserError for an out_dir that cannot be swapped (a run's directory, ...).
+uint64_t export_into(const std::string& out_dir, const std::function<bool(const std::string& name)>& replaced,
+                     const std::function<std::vector<std::string>(const std::string& building)>& write);
 
 // Writes checkpoint `ckpt_dir`'s parameters to out_dir as Hugging Face names and layouts in
 // `dtype` (model.safetensors, split above max_file_bytes) with config.json. Returns a summary.

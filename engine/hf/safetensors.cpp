@@ -121,11 +121,11 @@ std::vector<SafeTensor> parse_safetensors_bytes(const uint8_t* data, size_t size
   return out;
 }
 
-SafetensorsDir::SafetensorsDir(const std::string& dir) : dir_(dir) {
+SafetensorsDir::SafetensorsDir(const std::string& dir, const std::string& stem) : dir_(dir) {
   const fs::path d(dir);
   std::error_code ec;
   if (!fs::is_directory(d, ec)) user_error("{}: not a directory (expected a Hugging Face model directory)", dir);
-  const fs::path single = d / "model.safetensors", index = d / "model.safetensors.index.json";
+  const fs::path single = d / (stem + ".safetensors"), index = d / (stem + ".safetensors.index.json");
   auto present = [&](const fs::path& p) { return fs::symlink_status(p, ec).type() != fs::file_type::not_found; };
   if (present(index)) {
     check_input_file(index.string(), "");
@@ -154,7 +154,7 @@ SafetensorsDir::SafetensorsDir(const std::string& dir) : dir_(dir) {
   } else if (present(single)) {
     add_file(single.string());
   } else {
-    user_error("{}: no model.safetensors or model.safetensors.index.json", dir);
+    user_error("{}: no {}.safetensors or {}.safetensors.index.json", dir, stem, stem);
   }
 }
 
@@ -199,18 +199,18 @@ void SafetensorsDir::read(const SafeTensor& t, uint64_t first, uint64_t n, float
   }
 }
 
-bool weights_file_name(const std::string& n) {
-  return n == "model.safetensors" || n == "model.safetensors.index.json" ||
-         (n.rfind("model-", 0) == 0 && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0);
+bool weights_file_name(const std::string& n, const std::string& stem) {
+  return n == stem + ".safetensors" || n == stem + ".safetensors.index.json" ||
+         (n.rfind(stem + "-", 0) == 0 && n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0);
 }
 
 std::vector<std::string> write_safetensors(const std::string& dir, const std::vector<TensorSource>& tensors,
-                                           DType dtype, uint64_t max_file_bytes) {
+                                           DType dtype, uint64_t max_file_bytes, const std::string& stem) {
   fs::create_directories(dir);
   // A previous export's weights must not survive beside these (a loader would take the old index
   // or the old single file): they go first.
   for (const auto& e : fs::directory_iterator(dir)) {
-    if (weights_file_name(e.path().filename().string())) fs::remove(e.path());
+    if (weights_file_name(e.path().filename().string(), stem)) fs::remove(e.path());
   }
   const size_t es = dtype_size(dtype);
   auto bytes_of = [&](const TensorSource& t) {
@@ -236,7 +236,7 @@ std::vector<std::string> write_safetensors(const std::string& dir, const std::ve
   uint64_t total = 0;
   for (size_t fi = 0; fi < nf; ++fi) {
     const std::string name =
-        nf == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", fi + 1, nf);
+        nf == 1 ? stem + ".safetensors" : fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, fi + 1, nf);
     json h = json::object();
     h["__metadata__"] = {{"format", "pt"}};
     uint64_t off = 0;
@@ -283,8 +283,8 @@ std::vector<std::string> write_safetensors(const std::string& dir, const std::ve
   }
   if (nf > 1) {
     const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    write_file_atomic((fs::path(dir) / "model.safetensors.index.json").string(), index.dump(2) + "\n");
-    names.push_back((fs::path(dir) / "model.safetensors.index.json").string());
+    write_file_atomic((fs::path(dir) / (stem + ".safetensors.index.json")).string(), index.dump(2) + "\n");
+    names.push_back((fs::path(dir) / (stem + ".safetensors.index.json")).string());
   }
   return names;
 }

@@ -35,10 +35,10 @@ std::vector<SafeTensor> parse_safetensors_header(const std::string& header, uint
 std::vector<SafeTensor> parse_safetensors_bytes(const uint8_t* data, size_t size, const std::string& file);
 
 // The weights of a Hugging Face model directory: model.safetensors, or the shards that
-// model.safetensors.index.json lists.
+// model.safetensors.index.json lists (`stem`: PEFT's adapter_model.safetensors).
 class SafetensorsDir {
  public:
-  explicit SafetensorsDir(const std::string& dir);
+  explicit SafetensorsDir(const std::string& dir, const std::string& stem = "model");
   const std::string& dir() const { return dir_; }
   const std::map<std::string, SafeTensor>& tensors() const { return tensors_; }
   const SafeTensor* find(const std::string& name) const;
@@ -59,15 +59,17 @@ struct TensorSource {
   std::function<void(uint64_t first, uint64_t n, float* out)> read;
 };
 
-// A name write_safetensors writes (model.safetensors, model-0000k-of-0000n.safetensors, the index).
-bool weights_file_name(const std::string& name);
+// A name write_safetensors writes with `stem` (model.safetensors, model-0000k-of-0000n.safetensors,
+// the index; PEFT's adapter_model.safetensors).
+bool weights_file_name(const std::string& name, const std::string& stem = "model");
 
 // Writes `tensors` in `dtype` (F32, BF16 or F16) to DIR/model.safetensors, or, when they exceed
 // max_file_bytes, to DIR/model-0000k-of-0000n.safetensors with model.safetensors.index.json,
 // each file with metadata {"format": "pt"} (Hugging Face's loaders require it). Each file is
 // written beside its name and renamed into place when complete. Returns the files written.
+// `stem` names the files (PEFT's adapters: "adapter_model").
 std::vector<std::string> write_safetensors(const std::string& dir, const std::vector<TensorSource>& tensors,
-                                           DType dtype, uint64_t max_file_bytes);
+                                           DType dtype, uint64_t max_file_bytes, const std::string& stem = "model");
 
 const char* safetensors_dtype_name(DType t);  // "F32", "BF16", "F16"
 

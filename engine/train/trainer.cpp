@@ -10,7 +10,6 @@
 #include <thread>
 
 #include "engine/checkpoint/checkpoint_reader.h"
-#include "engine/checkpoint/weights_fingerprint.h"
 #include "engine/comm/agreement.h"
 #include "engine/core/log.h"
 #include "engine/core/preemption.h"
@@ -61,12 +60,14 @@ void Trainer::resume_or_init() {
   if (path.empty()) {
     if (wanted == "auto" && topo_.is_root()) spdlog::info("checkpoint: none in {} yet: starting from step 0", k.dir);
     init_from_hf();
-    note_lora_base();
+    lora_base_ = lora_base(job(), spec_, *topo_.world, topo_.is_root());
+    agreed([&] { init_lora_from_peft(job(), spec_, topo_.is_root()); });
+    if (!spec_.lora.init_from.empty()) store().publish_written_masters();
     return;
   }
   if (job().base) {  // [lora]: the frozen base comes from [model] init_from (or the seed) on every start
     init_from_hf();
-    note_lora_base();
+    lora_base_ = lora_base(job(), spec_, *topo_.world, topo_.is_root());
   }
   Timer load_timer;
   TrainState st;
@@ -74,7 +75,7 @@ void Trainer::resume_or_init() {
     st = read_train_state(path);
     const std::string mismatch = model_mismatch(path, job().trained_table());
     if (!mismatch.empty()) user_error("checkpoint does not fit [model]{}: {}", job().base ? " and [lora]" : "", mismatch);
-    check_lora_base(st, path);
+    check_lora_base(st, lora_base_, path);
     // Past the run's end: it would train nothing and evaluate those weights under a wrong step.
     if (!weights_only && st.step > spec_.train.max_steps)
       user_error("checkpoint {} is at step {}, past [train] max_steps = {}: raise max_steps to train on, or "
@@ -174,24 +175,6 @@ void Trainer::init_from_hf() {
                  dir, model().num_global_params(), t.seconds());
 }
 
-void Trainer::note_lora_base() {
-  if (!job().base) return;
-  lora_base_ = spec_.model.init_from.empty() ? fmt::format("seed {}", spec_.run.seed) : spec_.model.init_from;
-  lora_base_fingerprint_ = weights_fingerprint(*job().base, model().table(), *topo_.world);
-  if (topo_.is_root())
-    spdlog::info("lora: rank {}, alpha {:g}, on {} of every block: {} adapter parameters train, {} frozen "
-                 "(base {}, fingerprint {:016x})", spec_.lora.rank, spec_.lora.alpha, spec_.lora.targets,
-                 job().trained_table().num_global_params(), model().num_global_params(), lora_base_,
-                 lora_base_fingerprint_);
-}
-
-void Trainer::check_lora_base(const TrainState& st, const std::string& path) const {
-  if (st.lora_base_fingerprint == lora_base_fingerprint_ && st.lora_base.empty() == lora_base_.empty()) return;
-  user_error("checkpoint {}'s adapters were trained on the base weights of {} (fingerprint {:016x}); this run's base "
-             "is {} (fingerprint {:016x}): adapters fit only the weights they were trained on (set [model] init_from "
-             "to that base)", path, st.lora_base, st.lora_base_fingerprint, lora_base_, lora_base_fingerprint_);
-}
-
 std::string Trainer::computed_on() const {
   return fmt::format("{}, {}, tensor {} x data {}, ZeRO-{}{}", run_.backend->name(),
                      dtype_name(run_.backend->compute_dtype()), topo_.tp, topo_.dp, spec_.parallel.zero_stage,
@@ -208,7 +191,7 @@ TrainState Trainer::train_state(int64_t steps_done) {
                           int(spec_.train.micro_batch), int(spec_.model.seq_len), run_.backend->compute_dtype(),
                           computed_on());
   s.spec_toml = resolved_toml(spec_);
-  s.lora_base = lora_base_, s.lora_base_fingerprint = lora_base_fingerprint_;
+  s.lora_base = lora_base_.origin, s.lora_base_fingerprint = lora_base_.fingerprint;
   s.world = topo_.world_size, s.tensor = topo_.tp, s.data_parallel = topo_.dp, s.zero_stage = spec_.parallel.zero_stage;
   return s;
 }

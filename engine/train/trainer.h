@@ -14,6 +14,7 @@
 #include "engine/observe/step_breakdown.h"
 #include "engine/observe/throughput.h"
 #include "engine/train/run_hooks.h"
+#include "engine/train/lora_start.h"
 #include "engine/train/run_job.h"
 #include "engine/train/training_data.h"
 
@@ -56,10 +57,6 @@ class Trainer {
   void agreed(const std::function<void()>& f);
   void init_from_hf();
   void resume_or_init();             // [checkpoint] resume / init_from
-  // [lora]: where the frozen base came from and its fingerprint, recorded in checkpoints; and the
-  // refusal of a checkpoint whose adapters were trained on another base.
-  void note_lora_base();
-  void check_lora_base(const TrainState& st, const std::string& path) const;
   // After the model states of checkpoint `path` (training state st) are loaded: the resume check,
   // AdamW's step count and the loss scaler's state.
   void continue_from(const TrainState& st, const std::string& path);
@@ -86,8 +83,7 @@ class Trainer {
   int64_t loader_step_ = -1;                   // the step the loader's next batch belongs to
   std::vector<data::SampleOrigin> origins_;    // (micro_batch): where each row came from
   int64_t start_step_ = 0;
-  std::string lora_base_;             // [lora]: the frozen base's origin ("" without adapters)
-  uint64_t lora_base_fingerprint_ = 0;
+  LoraBase lora_base_;  // [lora]: the frozen base, recorded in checkpoints
   DirLock out_lock_;                           // rank 0: holds out_dir/.lock while the run lasts
   std::unique_ptr<CheckpointManager> ckpts_;  // where checkpoints live, which one resumes, when to save
 };

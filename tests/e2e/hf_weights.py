@@ -35,25 +35,7 @@ CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".ml
 
 
 # ---- the test's own safetensors reader and writer (independent of ztrain's)
-def st_read(path):
-    """{name: float32 array}, metadata."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        raw = data[t["data_offsets"][0]:t["data_offsets"][1]]
-        if t["dtype"] == "F32":
-            a = np.frombuffer(raw, dtype="<f4")
-        elif t["dtype"] == "BF16":
-            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
-        else:
-            a = np.frombuffer(raw, dtype="<f2").astype(np.float32)
-        out[name] = a.reshape(t["shape"])
-    return out, header.get("__metadata__", {})
+st_read = testlib.st_read
 
 
 def st_write(path, tensors, header_patch=None):
