@@ -63,7 +63,10 @@ void check_footprint_fits(const RunSpec& spec, int world, DType compute, const M
   // a replica's ranks (a replica count that does not divide the ranks is refused by the plan itself)
   const int64_t replicas = spec.parallel.replicate;
   const double shards = double(replicas >= 1 && dp % replicas == 0 ? dp / replicas : dp);
-  const double grad_shard = f.params / (spec.parallel.zero_stage == 0 ? 1.0 : shards) * 4;
+  // with [lora] only the adapters have gradients (the frozen weights none)
+  const double trained = spec.lora.enabled() ? model_family(spec.model.arch).lora_params(spec.model, spec.lora) / tp
+                                             : f.params;
+  const double grad_shard = trained / (spec.parallel.zero_stage == 0 ? 1.0 : shards) * 4;
   if (f.activation_bytes > per_rank || grad_shard > per_rank + b.pinned)
     refuse(spec, b, f.activation_bytes + grad_shard,
            fmt::format("{:.3g} GiB per rank (activations {:.3g} GiB, and a gradient shard of {:.3g} GiB in device or "

@@ -281,6 +281,19 @@ int plan_command(const PlanOptions& c, const RunSpec& spec) {
     }
     if (c.search && &p - plans.data() >= 9) break;
   }
+  if (spec.lora.enabled() && !c.search && !plans.empty()) {  // what the adapters save: the same layout trained whole
+    RunSpec whole = spec;
+    whole.lora = RunSpec::Lora{};
+    const LayoutPlan f = plan_layout(whole, c.world, kind, on, cal);
+    const auto states = [](const LayoutPlan& p) {
+      return double(p.memory.peak_by_tag[int(MemTag::Params)] + p.memory.peak_by_tag[int(MemTag::Grads)] +
+                    p.memory.peak_by_tag[int(MemTag::OptimStates)]);
+    };
+    std::printf("\nwithout [lora] (every weight trained, the same layout): model states %s (LoRA: %s), peak device "
+                "memory %s%s%s\n", gib(states(f)).c_str(), gib(states(plans[0])).c_str(), gib(double(f.peak_device())).c_str(),
+                memory > 0 ? (double(f.peak_device()) <= memory ? " - fits" : " - does NOT fit") : "",
+                f.time.step_s > 0 ? fmt::format("; predicted step {:.1f} ms", f.time.step_s * 1e3).c_str() : "");
+  }
   return 0;
 }
 
