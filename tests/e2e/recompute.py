@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Activation recompute ([train] recompute) for GPT-2 and Llama on the CPU backend, at two sizes (and
-Qwen3 at one):
+Qwen3, and Llama with low-rank adapters on every layer, at one):
 - the first batch's loss and every gradient, and the parameters after 5 AdamW steps, are
   bit-identical under "none", "selective" and "full" (recompute runs the same ops on the same
   inputs);
@@ -22,8 +22,10 @@ failures, expect = testlib.checks()
 MEM = re.compile(r"activations ([\d.]+) MiB")
 
 
-def expected_bytes(arch, m, B, mode):
-    """The activation slots of each model (gpt2.h / llama.h Acts), 4-byte fp32 compute."""
+def expected_bytes(arch, m, B, mode, lora_rank=0):
+    """The activation slots of each model (gpt2.h / llama.h Acts), 4-byte fp32 compute; with adapters
+    (engine/model/lora.h) each layer's h (B*T, r) per adapter, the update's and the input gradient's
+    scratch (B*T x the widest layer) and dh (B*T, r)."""
     L, C, T, V = m["n_layer"], m["d_model"], m["seq_len"], (m["vocab_size"] + 127) // 128 * 128
     F, NH = m["d_ff"], m["n_head"]
     BT = B * T
@@ -44,6 +46,9 @@ def expected_bytes(arch, m, B, mode):
         # qk_norm: q|k|v as attention reads them, one slot redone per block in backward
         head = BT * C + BT * C + BT + BT * V + (BT * Wqkv if qk_norm else 0)
         scratch = BT * (C + C + Wqkv + Wq + 2 * F + F)
+    if lora_rank:  # every Llama layer adapted: q, k, v, o, gate, up, down
+        widest = max(C, F, m["n_head"] * (m.get("head_dim") or C // NH))
+        scratch += 7 * L * BT * lora_rank + 2 * BT * widest + BT * lora_rank
     return 4 * (Lw * per_block_w + Ln * per_block_n + L * BT * C + head + scratch)   # + res3 per block
 
 
@@ -57,6 +62,9 @@ def main():
                   {"arch": "llama", "n_layer": 8, "n_head": 8, "n_kv_head": 2, "d_model": 64, "d_ff": 176,
                    "vocab_size": 260, "seq_len": 64}],
         # per-head q/k norms (their projection kept, q|k redone in backward) and heads 12 wide over d_model 32
+        # adapters over the frozen weights: their forward runs again with the block (full)
+        "llama_lora": [{"arch": "llama", "n_layer": 4, "n_head": 4, "n_kv_head": 2, "d_model": 32, "d_ff": 96,
+                        "vocab_size": 260, "seq_len": 32}],
         "qwen3": [{"arch": "qwen3", "n_layer": 4, "n_head": 4, "n_kv_head": 2, "head_dim": 12, "d_model": 32,
                    "d_ff": 96, "vocab_size": 260, "seq_len": 32}],
     }
@@ -68,10 +76,11 @@ def main():
                 ref, mem = None, {}
                 for mode in ("none", "selective", "full"):
                     name = f"{arch}{size}_{mode}"
+                    lora = {"lora__rank": 2, "lora__targets": "all"} if arch == "llama_lora" else {}
                     spec = testlib.tiny_spec(os.path.join(work, name + ".toml"), os.path.join(work, name), data,
                                              model, {"micro_batch": B, "global_batch": 2 * B, "max_steps": 5,
                                                      "log_every": 1, "recompute": mode},
-                                             optim={"lr": 3e-3}, seed=3, threads=2)
+                                             optim={"lr": 3e-3}, seed=3, threads=2, **lora)
                     h5 = os.path.join(work, name + ".h5")
                     p = testlib.run([args.ztrain, "debug", "dump-state", spec, "--out", h5, "--steps", "5"], check=False)
                     if p.returncode != 0:
@@ -83,7 +92,7 @@ def main():
                     if not m:
                         continue
                     mem[mode] = float(m[1]) * 1048576
-                    want = expected_bytes(arch, model, B, mode)
+                    want = expected_bytes(model.get("arch", "gpt2"), model, B, mode, 2 if lora else 0)
                     expect(want <= mem[mode] <= 1.03 * want + 65536,
                            f"{name}: activations {mem[mode]:.0f} bytes, the slots say {want} (+3% + 64 KiB scratch)")
                     f = h5py.File(h5, "r")
