@@ -136,8 +136,8 @@ def check_case(args, work, name, model, lora, train, optim, device, compute):
         worst = max(worst, (err, n))
         if err > tol["grad"]:
             failures.append(f"grad {n}: rel err {err:.2e} > {tol['grad']:.1e}")
-    print(f"  [{name}] worst lora_B gradient rel err {worst[0]:.2e} ({worst[1]}), {len(trained)} adapter tensors, "
-          f"{len(frozen)} frozen")
+    print(f"  [{name}] worst lora_B gradient rel err {worst[0]:.2e} ({worst[1]}; bound {tol['grad']:.1e}), "
+          f"{len(trained)} adapter tensors, {len(frozen)} frozen")
     # ten AdamW steps over the adapters alone
     load(m, f, "params")
     opt = torch.optim.AdamW([p for n, p in m.named_parameters() if ".lora_" in n], lr=cfg["lr"],

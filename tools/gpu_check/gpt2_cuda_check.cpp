@@ -1,7 +1,7 @@
 // GPU checks that need no dependency beyond the CUDA toolkit (built by tools/gpu_check.sh):
 //   parity: GPT-2, Llama, Qwen2, Qwen3 and Mistral forward/backward and 5 AdamW steps on CUDA vs the
-//           CPU backend (which the PyTorch parity tests prove), at odd sizes; prints per-tensor errors;
-//           exit 1 on failure
+//           CPU backend (which the PyTorch parity tests prove), at odd sizes, and GPT-2 and Llama with
+//           low-rank adapters over the frozen weights; prints per-tensor errors; exit 1 on failure
 //   parity runs in fp32, bf16 and fp16 (the CPU backend emulating the same storage rounding)
 //   bench:  GPT-2 124M (12 layers, d_model 768, 12 heads, seq_len 1024, vocab 50304) training
 //           steps in bf16 with the largest micro-batch that fits; tokens/s, step ms, peak memory,
@@ -168,11 +168,19 @@ int parity(DType dt) {
     m.seq_len = 65, m.vocab_multiple = 1, m.rope_theta = 500.0, m.tie_embeddings = tie;
     cases.push_back(m);
   }
-  if (tiny()) cases = {cases[0], cases[3]};  // one GPT-2 and one Llama (grouped-query) shape
+  // low-rank adapters (rank 4) over the frozen GPT-2 and grouped-query Llama shapes: every layer
+  std::vector<RunSpec::Lora> loras(cases.size());
+  for (auto [c, targets] : {std::pair{size_t(0), "qkv,o,down"}, {size_t(3), "q,k,v,o,gate,up,down"}}) {
+    cases.push_back(cases[c]);
+    loras.emplace_back();
+    loras.back().rank = 4, loras.back().alpha = 8, loras.back().targets = targets;
+  }
+  if (tiny()) cases = {cases[0], cases[3]}, loras.resize(2);  // one GPT-2 and one Llama (grouped-query) shape
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const RunSpec::Model& cfg = cases[ci];
     const int B = 3, T = int(cfg.seq_len);
-    const RunSpec spec = check_spec(cfg, B, dt, 3e-3, /*grad_clip=*/0);  // raw updates compared
+    RunSpec spec = check_spec(cfg, B, dt, 3e-3, /*grad_clip=*/0);  // raw updates compared
+    spec.lora = loras[ci];
     SingleRank sc(spec, *cpu), sg(spec, *gpu);
     double worst_grad = 0, worst_loss = 0;
     std::string worst_name;
@@ -190,16 +198,16 @@ int parity(DType dt) {
       const double lc = sc.step(step - 1, in, tg, gc).loss, lg = sg.step(step - 1, in, tg, gg).loss;
       worst_loss = std::max(worst_loss, std::abs(lg - lc) / std::abs(lc));
     }
-    for (const auto& p : sc.job->model->params()) {
+    for (const auto& p : sc.job->trained_table().params()) {  // the adapters' with [lora]
       const double e = rel(gg.grads.data() + p.global_offset, gc.grads.data() + p.global_offset, p.global_numel);
       if (e > worst_grad) worst_grad = e, worst_name = p.name;
     }
     const bool ok = worst_loss <= loss_tol && worst_grad <= grad_tol;
     failures += !ok;
-    std::printf("%s{\"arch\": \"%s\", \"n_layer\": %d, \"d_model\": %d, \"n_head\": %d, \"n_kv_head\": %d, "
+    std::printf("%s{\"arch\": \"%s\", \"lora_rank\": %d, \"n_layer\": %d, \"d_model\": %d, \"n_head\": %d, \"n_kv_head\": %d, "
                 "\"vocab\": %d, \"seq_len\": %d, \"worst_loss_rel_5_steps\": %.3e, \"worst_grad_rel\": %.3e, "
                 "\"worst_grad_tensor\": \"%s\", \"ok\": %s}",
-                ci ? ", " : "", cfg.arch.c_str(), int(cfg.n_layer), int(cfg.d_model), int(cfg.n_head),
+                ci ? ", " : "", cfg.arch.c_str(), int(loras[ci].rank), int(cfg.n_layer), int(cfg.d_model), int(cfg.n_head),
                 int(cfg.n_kv_head), int(cfg.vocab_size), int(cfg.seq_len), worst_loss, worst_grad, worst_name.c_str(),
                 ok ? "true" : "false");
   }
