@@ -173,7 +173,7 @@ void GPT2::block_forward(int l, const BlockParams<void*>& w, const void* in_a, c
 
 void GPT2::forward_deferred(const int32_t* inputs, const int32_t* targets, const int32_t* positions, int B, int T,
                             float grad_scale) {
-  begin_batch(B, T, cfg_.seq_len, "GPT2");
+  begin_batch(B, T, cfg_.seq_len, "GPT2", targets && grad_scale != 0.0f);
   const int C = cfg_.d_model, Vl = V_l_;
   const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);
   // Token ids as this rank's embedding rows (-1: another rank's slice); targets stay global.

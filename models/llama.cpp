@@ -251,7 +251,7 @@ void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, 
 
 void Llama::forward_deferred(const int32_t* inputs, const int32_t* targets, const int32_t* positions, int B, int T,
                              float grad_scale) {
-  begin_batch(B, T, cfg_.seq_len, "Llama");
+  begin_batch(B, T, cfg_.seq_len, "Llama", targets && grad_scale != 0.0f);
   const int C = cfg_.d_model, Vl = int(w_.v), L = cfg_.n_layer;
   const int64_t BT = int64_t(B) * T, R = tp_.seq_real_rows(BT);
   std::vector<int32_t> local_ids(BT);

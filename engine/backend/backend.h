@@ -270,6 +270,13 @@ class DeviceOps {
   // column slice of a packed [q | k | v]), its input gradient into the base's. x may not overlap y.
   virtual void add_rows_scaled(void* y, int64_t ldy, const void* x, int64_t ldx, int64_t N, int C,
                                float alpha) { unsupported("add_rows_scaled"); }
+  // Dropout by a counter-based mask (LoRA's dropout on an adapter's input, and its backward): out
+  // (N rows, ld apart, the first C of each) = in (same layout) x keep / (1 - p), keep drawn for
+  // element (n, c) from Philox (engine/core/philox.h: dropout_keeps) with stream `key` at index
+  // (row0 + n) * cols + col0 + c: the element's place in the full (global rows, cols) tensor, so
+  // the mask is the same whatever the layout computes it and when it is drawn again; out may be in.
+  virtual void dropout(void* out, const void* in, int64_t N, int C, int64_t ld, float p, uint64_t key, uint64_t row0,
+                       int64_t cols, int64_t col0) { unsupported("dropout"); }
   // fp32 helpers for gradients and optimizer states.
   virtual void add(float* out, const float* a, const float* b, int64_t n) { unsupported("add"); }
   virtual void scale(float* x, float s, int64_t n) { unsupported("scale"); }

@@ -410,8 +410,6 @@ struct Loader {
     l.targets = resolved;
     check(l.enabled() || l.init_from.empty(), "lora", "init_from", "adapters to start from need [lora] rank > 0");
     if (!l.enabled()) return;
-    check(l.dropout == 0, "lora", "dropout",
-          fmt::format("= {}: dropout on the adapters' input is not implemented; only 0 is (PEFT's default)", l.dropout));
     check(spec.offload.optimizer == OffloadTier::None && spec.offload.params == OffloadTier::None, "lora", "rank",
           "adapters with [offload] are not implemented yet (the adapters' states are small; the frozen base "
           "shards with ZeRO-3)");

@@ -73,7 +73,7 @@ struct RunSpec {
   struct Lora {
     int64_t rank = 0;       // 0: no adapters, every weight trains
     double alpha = 16;      // the update's scale is alpha / rank
-    double dropout = 0;     // on the adapters' input; only 0 is implemented (others are refused)
+    double dropout = 0;     // on the adapters' input, in training (PEFT's lora_dropout)
     // The linear layers that get adapters, by family-neutral role, comma-separated (or a TOML
     // list): "q", "k", "v", "o", "gate", "up", "down" (GPT-2: "qkv", "o", "down"); "all"; empty:
     // the family's default (PEFT's: Llama-shaped "q,v", GPT-2 "qkv"). Resolved to roles on load.

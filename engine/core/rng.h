@@ -5,11 +5,9 @@
 #include <cstdint>
 #include <string_view>
 
-namespace zt {
+#include "engine/core/philox.h"
 
-struct Philox4 {
-  uint32_t v[4];
-};
+namespace zt {
 
 // One Philox-4x32-10 block for a 64-bit key and a 128-bit counter.
 Philox4 philox4x32(uint64_t key, uint64_t counter_lo, uint64_t counter_hi);

@@ -27,10 +27,11 @@ DecoderLM::DecoderLM(Backend& backend, int max_batch, Comm* tp, int seq_len, int
 
 DecoderLM::~DecoderLM() { be_.free(act_buf_); }
 
-void DecoderLM::begin_batch(int B, int T, int seq_len, const char* model) {
+void DecoderLM::begin_batch(int B, int T, int seq_len, const char* model, bool training) {
   ZT_CHECK(B >= 1 && B <= max_batch_ && T >= 1 && T <= seq_len, "batch ({}, {}) exceeds ({}, {})", B, T, max_batch_,
            seq_len);
   ZT_CHECK(prov_ != nullptr, "{} has no ParamProvider", model);
+  if (lora_) lora_->set_batch(training, origin_seed_, origin_sample_ * uint64_t(seq_len));
   cur_B_ = B;
   cur_T_ = T;
 }

@@ -29,6 +29,9 @@ class DecoderLM : public Model {
   const ParamTable& table() const override { return table_; }
   void set_provider(ParamProvider* p) override { prov_ = p; }
   const ParamTable* adapter_table() const override { return lora_ ? &lora_->table() : nullptr; }
+  void set_batch_origin(uint64_t seed, uint64_t first_sample) override {
+    origin_seed_ = seed, origin_sample_ = first_sample;
+  }
   void set_adapter_provider(ParamProvider* p) override {
     if (lora_) lora_->set_provider(p);
   }
@@ -41,8 +44,9 @@ class DecoderLM : public Model {
   DecoderLM(Backend& backend, int max_batch, Comm* tp, int seq_len, int d_model, int vocab_size, int vocab_held,
             bool sequence_parallel);
   int deferred_losses() const override { return loss_.pending(); }
-  // A forward of (B, T) begins: within the buffers' bounds, with a provider (`model` names it).
-  void begin_batch(int B, int T, int seq_len, const char* model);
+  // A forward of (B, T) begins: within the buffers' bounds, with a provider (`model` names it);
+  // `training`: it makes gradients (the adapters' dropout applies).
+  void begin_batch(int B, int T, int seq_len, const char* model, bool training);
   void* el(void* base, int64_t i) const { return static_cast<char*>(base) + i * int64_t(esize_); }
   void* at(void* group_base, size_t param) const { return el(group_base, table_.group_rel(param)); }
   // A tensor's gradient in its group's; null when the group has none (a frozen base: LoRA).
@@ -124,6 +128,7 @@ class DecoderLM : public Model {
   PaddedVocab vocab_;
   int cur_B_ = 0, cur_T_ = 0;
   std::unique_ptr<LoraAdapters> lora_;  // [lora]: the models' constructors make them
+  uint64_t origin_seed_ = 0, origin_sample_ = 0;  // set_batch_origin
   bool grads_ready_ = false;
   bool last_logits_ready_ = false;  // the last forward was an inference forward (head_forward)
 };

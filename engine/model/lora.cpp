@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/core/rng.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -32,6 +33,7 @@ LoraAdapters::LoraAdapters(Backend& be, const TensorParallel& tp, const RunSpec:
       table_(tp.size(), tp.rank()),
       scale_(float(spec.alpha / double(spec.rank))),
       rank_(int(spec.rank)),
+      dropout_(float(spec.dropout)),
       esize_(be.compute_size()),
       max_rows_(max_rows) {
   ZT_CHECK(spec.rank > 0, "LoraAdapters with rank {}", spec.rank);
@@ -93,10 +95,23 @@ LoraAdapters::LoraAdapters(Backend& be, const TensorParallel& tp, const RunSpec:
   tmp_ = alloc(max_rows * max_out);
   dh_ = alloc(max_rows * r);
   dx_ = alloc(max_rows * max_in);
+  if (dropout_ > 0) xd_ = alloc(max_rows * max_in);
+}
+
+void LoraAdapters::apply_mask(const LoraSite& s, void* out, const void* v, int64_t N) {
+  const uint64_t key = name_hash(s.module + ".lora_dropout") ^ (seed_ * 0x9E3779B97F4A7C15ull);
+  const int64_t in = local_in(s), col0 = s.split == TpSplit::Cols ? tp_.rank() * in : 0;
+  be_.dropout(out, v, N, int(in), in, dropout_, key, first_row_, s.in, col0);
+}
+
+const void* LoraAdapters::dropped(const LoraSite& s, const void* x, int64_t N) {
+  if (dropout_ <= 0 || !training_) return x;
+  apply_mask(s, xd_, x, N);
+  return xd_;
 }
 
 LoraAdapters::~LoraAdapters() {
-  for (void* p : {h_buf_, tmp_, dh_, dx_, static_cast<void*>(parts_)}) be_.free(p);
+  for (void* p : {h_buf_, tmp_, dh_, dx_, xd_, static_cast<void*>(parts_)}) be_.free(p);
 }
 
 void LoraAdapters::begin_pass(const std::vector<int>& blocks) {
@@ -148,7 +163,7 @@ void LoraAdapters::forward(int l, int site, const void* x, void* out, int64_t ld
   const void* A = el(params_, table_.group_rel(size_t(ai)));
   const void* B = el(params_, table_.group_rel(size_t(ai) + 1));
   void* h = h_[size_t(l)][size_t(site)];
-  be_.matmul_forward(h, x, A, nullptr, int(N), int(in), rank_);    // (N, r); row-parallel: a part
+  be_.matmul_forward(h, dropped(s, x, N), A, nullptr, int(N), int(in), rank_);  // (N, r); row-parallel: a part
   be_.matmul_forward(tmp_, h, B, nullptr, int(N), rank_, int(o));  // (N, out)
   be_.add_rows_scaled(out, ld_out, tmp_, o, N, int(o), scale_);
 }
@@ -176,7 +191,9 @@ const void* LoraAdapters::backward(int l, int site, const void* x, const void* d
   be_.fill_zero(tmp_, size_t(N * o) * esize_);
   be_.add_rows_scaled(tmp_, o, dy, ld_dy, N, int(o), scale_);
   be_.matmul_backward(dh_, dB, nullptr, tmp_, h_[size_t(l)][size_t(site)], B, int(N), rank_, int(o));
-  be_.matmul_backward(dx_, dA, nullptr, dh_, x, A, int(N), int(in), rank_);
+  const void* xd = dropped(s, x, N);  // the mask drawn again
+  be_.matmul_backward(dx_, dA, nullptr, dh_, xd, A, int(N), int(in), rank_);
+  if (xd != x) apply_mask(s, dx_, dx_, N);  // through the dropout: the same mask, the same scale
   return dx_;
 }
 

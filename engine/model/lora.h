@@ -12,6 +12,11 @@
 // Per targeted layer and micro-batch, h = x A^T (N, r) is kept for backward. Backward, with
 // g = s dy (the layer's output gradient, scaled):
 //   dB += g^T h,   dh = g B,   dA += dh^T x,   dx += dh A.
+// With dropout p (PEFT's lora_dropout, on the adapter's input only, in training forwards): x is
+// replaced by x' = x . mask / (1 - p), the mask drawn from Philox keyed by the seed and the layer,
+// at each element's index in the global batch (its global sample row, its column of the full
+// layer): the same mask for any layout, drawn again in backward (dA += dh^T x', dx += (dh A) .
+// mask / (1 - p)) instead of kept.
 // Under tensor parallelism A of a column-parallel layer (the base's rows split: q, k, v, gate, up)
 // is replicated and B follows the base's rows; a row-parallel layer (o, down: the base's columns
 // split) has A split by its columns and B replicated. Forward needs no communication of its own
@@ -68,6 +73,12 @@ class LoraAdapters {
   // Whether block l's site `site` (its index in sites[l]) has an adapter.
   bool has(int l, int site) const { return a_index(l, site) >= 0; }
 
+  // The micro-batch to come: whether it trains (dropout applies) and where its rows are in the
+  // global batch (first_row = its first global sample x seq_len), with the run's seed.
+  void set_batch(bool training, uint64_t seed, uint64_t first_row) {
+    training_ = training, seed_ = seed, first_row_ = first_row;
+  }
+
   // The walk (engine/model/decoder_pass.h): the adapters' pass over the blocks in `blocks` order,
   // and each block's group entered (its factors, and in backward its gradients) and left.
   void begin_pass(const std::vector<int>& blocks);
@@ -88,6 +99,11 @@ class LoraAdapters {
  private:
   int a_index(int l, int site) const { return index_[size_t(l)][size_t(site)]; }
   int64_t local_in(const LoraSite& s) const { return s.split == TpSplit::Cols ? s.in / tp_.size() : s.in; }
+  // x itself, or (dropout while training) x' in xd_: the adapter's input.
+  const void* dropped(const LoraSite& s, const void* x, int64_t N);
+  // v (N, this rank's in) x mask / (1 - p), in place or into out: the mask of site s for this batch
+  // (a stream per layer and seed; each element's index in the full (global rows, in) input).
+  void apply_mask(const LoraSite& s, void* out, const void* v, int64_t N);
   int64_t local_out(const LoraSite& s) const {
     return s.split == TpSplit::Rows ? s.out / (tp_.size() / s.tp_replicas) : s.out;
   }
@@ -115,6 +131,10 @@ class LoraAdapters {
   void* tmp_ = nullptr;  // (max_rows, max out): the update, then s dy
   void* dh_ = nullptr;   // (max_rows, r)
   void* dx_ = nullptr;   // (max_rows, max in)
+  void* xd_ = nullptr;   // (max_rows, max in): the input after dropout (dropout only)
+  float dropout_;
+  bool training_ = false;
+  uint64_t seed_ = 0, first_row_ = 0;
   int64_t max_rows_;
   ParamProvider* prov_ = nullptr;
   int entered_ = -1;

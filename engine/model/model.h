@@ -59,6 +59,10 @@ class Model {
   // no gradients (grads() null) and only the adapters train.
   virtual const ParamTable* adapter_table() const { return nullptr; }
   virtual void set_adapter_provider(ParamProvider* p) { (void)p; }
+  // Where the next training forward's rows are: the run's seed and the micro-batch's first global
+  // sample, so that a random mask (the adapters' dropout) is drawn by global position, the same
+  // for any layout (engine/job/step.cpp sets it).
+  virtual void set_batch_origin(uint64_t seed, uint64_t first_sample) { (void)seed, (void)first_sample; }
 
   // inputs, targets: host (B, T) int32; B <= max_batch, T <= seq_len. A target of -1 carries no
   // loss (a prompt token, padding, a document's last token). The batch's loss summed over the

@@ -70,6 +70,9 @@ class PlanBackend final : public Backend {
   void swiglu_forward(void*, const void*, int64_t N, int F) override;
   void swiglu_backward(void*, const void*, const void*, int64_t N, int F) override;
   void gelu_backward(void*, const void*, const void*, int64_t n) override;
+  void dropout(void*, const void*, int64_t N, int C, int64_t, float, uint64_t, uint64_t, int64_t, int64_t) override {
+    count(40.0 * double(N) * C, 2.0 * double(N) * C * double(es()));  // Philox's 10 rounds an element; read, write
+  }
   void add_rows_scaled(void*, int64_t, const void*, int64_t, int64_t N, int C, float) override {
     count(2.0 * double(N) * C, 3.0 * double(N) * C * double(es()));  // read y and x, write y
   }

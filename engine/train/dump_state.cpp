@@ -75,6 +75,7 @@ void dump_state(const RunSpec& spec, const std::string& out_path, int train_step
   store.zero_grad();
   store.set_last_micro_batch(true);
   const double counted = double(std::max<int64_t>(1, loss_tokens(targets.data(), int64_t(B) * T)));
+  model.set_batch_origin(uint64_t(spec.run.seed), 0);  // as the first step's first micro-batch (one rank)
   const float loss = model.forward(inputs.data(), targets.data(), B, T, float(scaler.scale() / (counted * D)), pos);
   model.backward();
   store.finish_backward();

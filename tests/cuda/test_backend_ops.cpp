@@ -467,6 +467,26 @@ int main() {
     C.add_rows_scaled(y.c, ldy, x.c, ldx, N, Cc, 1.25f);
     G.add_rows_scaled(y.g, ldy, x.g, ldx, N, Cc, 1.25f);
     y.check("add_rows_scaled" + tag, tol(kTol));
+    // LoRA's dropout: the same Philox mask on both (bit-identical in fp32), in place and not, at a
+    // column offset of a wider global tensor; about p of the elements zeroed
+    Pair d(C, G, std::vector<float>(size_t(N) * ldy), dt);
+    C.dropout(d.c, y.c, N, Cc, ldy, 0.25f, 0x1234567890ull, 77, 500, 13);
+    G.dropout(d.g, y.g, N, Cc, ldy, 0.25f, 0x1234567890ull, 77, 500, 13);
+    d.check("dropout" + tag, dt == DType::F32 ? 0 : tol(kTol));
+    C.dropout(y.c, y.c, N, Cc, ldy, 0.5f, 99, 0, Cc, 0);
+    G.dropout(y.g, y.g, N, Cc, ldy, 0.5f, 99, 0, Cc, 0);
+    y.check("dropout in place" + tag, dt == DType::F32 ? 0 : tol(kTol));
+    if (dt == DType::F32 && N * Cc >= 4096) {  // the fraction kept (GPU side): 1 - p within 5 sigma
+      std::vector<float> host(size_t(N) * ldy);
+      G.copy_to_host(host.data(), d.g, host.size() * sizeof(float));
+      double kept = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int c = 0; c < Cc; ++c) kept += host[size_t(n * ldy + c)] != 0;
+      const double frac = kept / double(N * Cc), sigma = std::sqrt(0.25 * 0.75 / double(N * Cc));
+      const bool ok = std::abs(frac - 0.75) <= 5 * sigma;
+      ++checks, failures += !ok;
+      std::printf("  fp32 dropout p 0.25: kept %.4f (expected 0.75 +- %.4f) %s\n", frac, 5 * sigma, ok ? "ok" : "FAIL");
+    }
   }
   if (wanted("elementwise"))
   for (int64_t n : {int64_t(1), int64_t(7), int64_t(1025), int64_t(100003), int64_t(65536)}) {

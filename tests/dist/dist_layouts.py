@@ -30,8 +30,10 @@ them), under ZeRO stages 0-3.
 With --lora (Llama, or GPT-2 with --arch gpt2) the layout equivalence and the packed documents, of low-rank adapters on
 every linear layer over the frozen weights: each adapter's replicated factor (A of q, k, v, gate,
 up; B of o, down) is a part per tensor-parallel rank, summed over the group; the key/value layers'
-B, replicated at T4, summed over its replicas; the frozen store sharded by ZeRO-3. The frozen
-weights' final values equal their initial ones in every layout.
+B, replicated at T4, summed over its replicas; the frozen store sharded by ZeRO-3; dropout 0.1 on
+the adapters' input, its mask drawn by global position (a row-parallel layer's columns offset by
+the rank), so every layout draws the same. The frozen weights' final values equal their initial
+ones in every layout.
 """
 import os
 import re
@@ -48,6 +50,12 @@ TOL = 1e-5  # losses
 # (measured 1e-5 to 2e-5 for T > 1, below 2e-6 for ZeRO alone). A real layout bug (a wrong shard,
 # a missing reduction, a bias added twice) moves parameters by 1e-2 or more.
 PARAM_TOL = 5e-5
+# With the adapters' dropout more of their gradient elements sit near zero early on (the mask zeroes
+# a tenth of each input, and B starts at zero), and Adam turns their float noise into steps: GPT-2's
+# c_attn B ends 2.4e-4 apart at tensor 2 although the masks are the same (its gradients with B
+# trained agree to 5e-7 across the layouts). A mask drawn at the wrong columns (planted once: the
+# row-parallel layers' column offset dropped) puts the losses 2.7e-4 and the parameters 0.27 apart.
+LORA_PARAM_TOL = 1e-3
 failures, expect = testlib.checks()
 
 
@@ -87,7 +95,8 @@ def main():
                                  optim={"lr": 4e-3, "warmup_steps": 2, "grad_clip": 0.5},
                                  # small buckets: every group is cut into several units, exercising the padding
                                  parallel__bucket_mb=0.004, parallel__prefetch=2,
-                                 **({"lora__rank": 2, "lora__alpha": 4.0, "lora__targets": "all"} if args.lora else {}))
+                                 **({"lora__rank": 2, "lora__alpha": 4.0, "lora__targets": "all", "lora__dropout": 0.1}
+                                    if args.lora else {}))
 
         def dump(name, np_, stage, tensor=1, replicate=1, sp=False, recompute="none", extra=()):
             out = os.path.join(work, name + ".h5")
@@ -166,7 +175,8 @@ def main():
                          and not np.array_equal(f["final"][n][()], f["params"][n][()])]
                 expect(not moved, f"{name}: frozen weights moved: {moved[:3]}")
             expect(worst_loss <= TOL, f"{name}: loss differs from single process by {worst_loss:.2e}")
-            expect(worst_param <= PARAM_TOL, f"{name}: final {worst_name} differs by {worst_param:.2e}")
+            tol = LORA_PARAM_TOL if args.lora else PARAM_TOL
+            expect(worst_param <= tol, f"{name}: final {worst_name} differs by {worst_param:.2e}")
 
         if args.arch in families:  # the shared machinery (packing, sampling) is Llama's test's
             return testlib.report(failures, f"{args.arch}: tensor/data-parallel layouts with ZeRO match the "

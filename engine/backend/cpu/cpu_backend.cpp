@@ -335,6 +335,14 @@ class CpuBackend final : public Backend {
     cpu::head_rmsnorm_backward(o.get(), dweight, d.get(), In(inp, n, dt()).get(), In(weight, hs, dt()).get(), rstd,
                                N, heads, hs, stride);
   }
+  void dropout(void* out, const void* in, int64_t N, int C, int64_t ld, float p, uint64_t key, uint64_t row0,
+               int64_t cols, int64_t col0) override {
+    const Access access(*this);
+    const int64_t n = N > 0 ? (N - 1) * ld + C : 0;
+    const In src(in, n, dt());  // converted before out (which may be in) is
+    Out o(out, n, dt(), true);
+    cpu::dropout(o.get(), src.get(), N, C, ld, p, key, row0, cols, col0);
+  }
   void add_rows_scaled(void* y, int64_t ldy, const void* x, int64_t ldx, int64_t N, int C, float alpha) override {
     const Access access(*this);
     const In src(x, N > 0 ? (N - 1) * ldx + C : 0, dt());

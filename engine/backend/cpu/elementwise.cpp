@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include "engine/backend/cpu/ops.h"
+#include "engine/core/philox.h"
 
 namespace zt::cpu {
 
@@ -32,6 +33,18 @@ void add_rows_scaled(F* y, int64_t ldy, const F* x, int64_t ldx, int64_t N, int 
 }
 
 template <typename F>
+void dropout(F* out, const F* in, int64_t N, int C, int64_t ld, float p, uint64_t key, uint64_t row0, int64_t cols,
+             int64_t col0) {
+  const F scale = F(1) / (F(1) - F(p));
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const uint64_t base = (row0 + uint64_t(n)) * uint64_t(cols) + uint64_t(col0);
+    for (int c = 0; c < C; ++c)
+      out[n * ld + c] = dropout_keeps(key, base + uint64_t(c), p) ? in[n * ld + c] * scale : F(0);
+  }
+}
+
+template <typename F>
 double sum_squares(const F* x, int64_t n) {
   // Fixed-size chunks summed in chunk order: the result does not depend on the thread count.
   constexpr int64_t kChunk = 1 << 14;
@@ -52,6 +65,10 @@ double sum_squares(const F* x, int64_t n) {
 
 template void add<float>(float*, const float*, const float*, int64_t);
 template void add<double>(double*, const double*, const double*, int64_t);
+template void dropout<float>(float*, const float*, int64_t, int, int64_t, float, uint64_t, uint64_t, int64_t,
+                             int64_t);
+template void dropout<double>(double*, const double*, int64_t, int, int64_t, float, uint64_t, uint64_t, int64_t,
+                              int64_t);
 template void add_rows_scaled<float>(float*, int64_t, const float*, int64_t, int64_t, int, float);
 template void add_rows_scaled<double>(double*, int64_t, const double*, int64_t, int64_t, int, double);
 template void scale<float>(float*, float, int64_t);

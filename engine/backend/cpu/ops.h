@@ -70,6 +70,11 @@ template <typename F>
 void attention_backward(F* dqkv, const F* dout, const F* qkv, const F* lse, int B, int T, int C,
                         int NH, int NKV, const int32_t* pos = nullptr);
 
+// out = in x keep / (1 - p) over N rows of C (ld apart), keep as DeviceOps::dropout says.
+template <typename F>
+void dropout(F* out, const F* in, int64_t N, int C, int64_t ld, float p, uint64_t key, uint64_t row0, int64_t cols,
+             int64_t col0);
+
 // y[n * ldy + c] += alpha * x[n * ldx + c] for n < N, c < C (strided rows: a column slice).
 template <typename F>
 void add_rows_scaled(F* y, int64_t ldy, const F* x, int64_t ldx, int64_t N, int C, F alpha);

@@ -314,6 +314,10 @@ class CudaBackend final : public Backend {
   void swiglu_backward(void* dinp, const void* inp, const void* dout, int64_t N, int F) override {
     ZT_DISPATCH(dt(), T, cuda::swiglu_backward(tp<T>(dinp), tp<T>(inp), tp<T>(dout), N, F, stream_));
   }
+  void dropout(void* out, const void* in, int64_t N, int C, int64_t ld, float p, uint64_t key, uint64_t row0,
+               int64_t cols, int64_t col0) override {
+    ZT_DISPATCH(dt(), T, cuda::dropout(tp<T>(out), tp<T>(in), N, C, ld, p, key, row0, cols, col0, stream_));
+  }
   void add_rows_scaled(void* y, int64_t ldy, const void* x, int64_t ldx, int64_t N, int C, float alpha) override {
     ZT_DISPATCH(dt(), T, cuda::add_rows_scaled(tp<T>(y), ldy, tp<T>(x), ldx, N, C, alpha, stream_));
   }

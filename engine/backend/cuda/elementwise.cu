@@ -7,6 +7,7 @@
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/launch.cuh"
 #include "engine/backend/cuda/ops.cuh"
+#include "engine/core/philox.h"
 
 namespace zt::cuda {
 
@@ -50,6 +51,16 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(float* x, float f, int6
 #pragma unroll
   for (int k = 0; k < V; ++k) v[k] *= f;
   store_floats<V>(x + i, v);
+}
+template <typename T>
+__global__ void __launch_bounds__(kThreads) dropout_kernel(T* out, const T* in, int64_t N, int C, int64_t ld, float p,
+                                                           uint64_t key, uint64_t row0, int64_t cols, int64_t col0) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= N * C) return;
+  const int64_t n = i / C, c = i % C;
+  const uint64_t index = (row0 + uint64_t(n)) * uint64_t(cols) + uint64_t(col0 + c);
+  const float v = to_float(in[n * ld + c]);
+  out[n * ld + c] = from_float<T>(dropout_keeps(key, index, p) ? v * (1.0f / (1.0f - p)) : 0.0f);
 }
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
@@ -182,6 +193,14 @@ void scale(float* x, float f, int64_t n, cudaStream_t s) {
   });
 }
 template <typename T>
+void dropout(T* out, const T* in, int64_t N, int C, int64_t ld, float p, uint64_t key, uint64_t row0, int64_t cols,
+             int64_t col0, cudaStream_t s) {
+  const int64_t n = N * C;
+  if (n <= 0) return;
+  launch(dropout_kernel<T>, blocks_for(n, kThreads), kThreads, 0, s, out, in, N, C, ld, p, key, row0, cols, col0);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+template <typename T>
 void add_rows_scaled(T* y, int64_t ldy, const T* x, int64_t ldx, int64_t N, int C, float alpha, cudaStream_t s) {
   const int64_t n = N * C;
   if (n <= 0) return;
@@ -236,6 +255,8 @@ void adamw_update(float* p, const float* g, float* m, float* v, T* pc, int64_t n
 #define ZT_INSTANTIATE(T)                                                                                    \
   template void add_bias<T>(T*, const T*, int, int, cudaStream_t);                                          \
   template void add_rows_scaled<T>(T*, int64_t, const T*, int64_t, int64_t, int, float, cudaStream_t);     \
+  template void dropout<T>(T*, const T*, int64_t, int, int64_t, float, uint64_t, uint64_t, int64_t, int64_t, \
+                           cudaStream_t);                                                                  \
   template void bias_backward<T>(float*, const T*, int, int, float*, cudaStream_t);                         \
   template void gelu_forward<T>(T*, const T*, int64_t, cudaStream_t);                                       \
   template void gelu_backward<T>(T*, const T*, const T*, int64_t, cudaStream_t);                            \

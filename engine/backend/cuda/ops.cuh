@@ -113,6 +113,10 @@ void crossentropy_grad_from_lse(T* logits, const float* lse, const int32_t* targ
 template <typename Dst, typename Src>
 void convert(Dst* dst, const Src* src, int64_t n, cudaStream_t s);
 void add(float* out, const float* a, const float* b, int64_t n, cudaStream_t s);
+// out = in x keep / (1 - p), keep from Philox at the element's global index (DeviceOps::dropout).
+template <typename T>
+void dropout(T* out, const T* in, int64_t N, int C, int64_t ld, float p, uint64_t key, uint64_t row0, int64_t cols,
+             int64_t col0, cudaStream_t s);
 // y[n * ldy + c] += alpha * x[n * ldx + c], n < N, c < C (fp32 maths).
 template <typename T>
 void add_rows_scaled(T* y, int64_t ldy, const T* x, int64_t ldx, int64_t N, int C, float alpha, cudaStream_t s);

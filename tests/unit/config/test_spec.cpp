@@ -297,9 +297,9 @@ TEST_CASE("[lora] targets resolve to the family's roles; what the adapters canno
   CHECK_THAT(error_of(llama, {"lora.rank=8", "lora.targets=,"}), Catch::Contains("[lora] targets: names no layer"));
   CHECK_THAT(error_of(llama + "[lora]\nrank = 4\ntargets = [\"v\", 3]\n"),
              Catch::Contains("[lora] targets must be a list of strings"));
-  // dropout changes the math and is not implemented: refused, not ignored; so is offload
-  CHECK_THAT(error_of(llama, {"lora.rank=8", "lora.dropout=0.05"}),
-             Catch::Contains("[lora] dropout: = 0.05: dropout on the adapters' input is not implemented"));
+  // dropout in [0, 1); offload with adapters is not implemented: refused, not ignored
+  CHECK(parse_run_spec(llama, "spec.toml", {"lora.rank=8", "lora.dropout=0.05"}).lora.dropout == 0.05);
+  CHECK_THAT(error_of(llama, {"lora.rank=8", "lora.dropout=1"}), Catch::Contains("[lora] dropout: must be in [0, 1)"));
   CHECK_THAT(error_of(llama, {"lora.rank=8", "offload.optimizer=cpu"}), Catch::Contains("adapters with [offload]"));
   CHECK_THAT(error_of(llama, {"lora.rank=8", "lora.alpha=0"}), Catch::Contains("[lora] alpha"));
   CHECK_THAT(error_of(llama, {"lora.init=xavier"}), Catch::Contains("'xavier' is not one of \"kaiming\", \"gaussian\""));
