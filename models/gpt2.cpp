@@ -66,7 +66,7 @@ std::vector<LoraSite> GPT2::lora_sites(const GPT2Config& cfg, int l) {
   const int64_t C = cfg.d_model, F = cfg.d_ff;
   const std::string h = "transformer.h." + std::to_string(l) + ".";
   return {{"qkv", h + "attn.c_attn", C, 3 * C, TpSplit::Rows, 3}, {"o", h + "attn.c_proj", C, C, TpSplit::Cols},
-          {"down", h + "mlp.c_proj", F, C, TpSplit::Cols}};
+          {"up", h + "mlp.c_fc", C, F, TpSplit::Rows}, {"down", h + "mlp.c_proj", F, C, TpSplit::Cols}};
 }
 
 std::vector<ActSlot> GPT2::activation_slots(const GPT2Config& cfg, int max_batch, int tp, Acts& a) {
@@ -164,7 +164,13 @@ void GPT2::block_forward(int l, const BlockParams<void*>& w, const void* in_a, c
   be_.residual_layernorm_forward(x.res2, x.ln2, x.ln2_mean, x.ln2_rstd, residual, x.attproj, w.ln2w, w.ln2b, R, C,
                                  cfg_.norm_eps);
   const void* ln2 = tp_.gather_from_sequence_region(x.ln2, sq.full, BT, C);
-  be_.matmul_gelu_forward(x.fch_gelu, x.fch, ln2, w.fcw, w.fcb, BT, C, Fl);  // (B,T,Fl) column-parallel
+  if (lora_ && lora_->has(l, kUp)) {  // the adapter adds to the pre-activation: GEMM, update, GELU
+    be_.matmul_forward(x.fch, ln2, w.fcw, w.fcb, BT, C, Fl);
+    lora_->forward(l, kUp, ln2, x.fch, Fl, BT);
+    be_.gelu_forward(x.fch_gelu, x.fch, BT * Fl);
+  } else {
+    be_.matmul_gelu_forward(x.fch_gelu, x.fch, ln2, w.fcw, w.fcb, BT, C, Fl);  // (B,T,Fl) column-parallel
+  }
   void* fcproj = tp_.partial_sums(x.fcproj, sq.partial);
   be_.matmul_forward(fcproj, x.fch_gelu, w.fcprojw, tp_.once(w.fcprojb), BT, Fl, C);  // row-parallel
   if (lora_) lora_->forward(l, kDown, x.fch_gelu, fcproj, C, BT);
@@ -238,7 +244,9 @@ void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<
       be_.add_rows_scaled(a.dfch, Fl, d, Fl, BT, Fl, 1.0f);
     }
   // column-parallel: the input gradient is the sum of the ranks' parts
-  column_parallel_backward(a.dln, g.fcw, g.fcb, a.dfch, x.ln2, w.fcw, a.seq, BT, C, Fl);
+  DxExtra up_adapter;
+  if (lora_) up_adapter = [&](void* dx, const void* ln2) { lora_->backward_into(l, kUp, ln2, a.dfch, Fl, BT, dx); };
+  column_parallel_backward(a.dln, g.fcw, g.fcb, a.dfch, x.ln2, w.fcw, a.seq, BT, C, Fl, {}, {}, up_adapter);
   be_.layernorm_backward(a.dres, norm_g[0], norm_g[1], a.dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, R, C);
   // Attention branch: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);

@@ -46,10 +46,10 @@ class Comm;
 class GPT2 final : public DecoderLM {
  public:
   // The linear layers [lora] targets may name, in block order (the adapters' sites): the packed
-  // attention input (c_attn), its output (attn.c_proj), the MLP's output (mlp.c_proj). The MLP's
-  // input (c_fc) has none yet: its GELU is fused into its GEMM, before an adapter could add.
-  enum LoraRole { kQkv, kO, kDown };
-  static std::vector<std::string> lora_roles() { return {"qkv", "o", "down"}; }
+  // attention input (c_attn), its output (attn.c_proj), the MLP's input (c_fc; with an adapter its
+  // GELU runs apart from the GEMM, after the adapter's update) and output (mlp.c_proj).
+  enum LoraRole { kQkv, kO, kUp, kDown };
+  static std::vector<std::string> lora_roles() { return {"qkv", "o", "up", "down"}; }
   // Block l's linear layers in role order, their full nn.Linear shapes and tensor-parallel splits.
   static std::vector<LoraSite> lora_sites(const GPT2Config& cfg, int l);
 

@@ -63,7 +63,7 @@ class Gpt2Family final : public ModelFamily {
     for (const char* op : {"embedding_forward", "embedding_backward", "layernorm_forward", "residual_layernorm_forward",
                            "layernorm_backward", "matmul_forward", "matmul_gelu_forward", "matmul_backward",
                            "matmul_gelu_backward", "attention_forward", "attention_backward",
-                           "add_rows_scaled"})  // low-rank adapters' updates
+                           "add_rows_scaled", "gelu_forward", "dropout"})  // low-rank adapters'
       out.push_back({op, compute, hs});
     return out;
   }

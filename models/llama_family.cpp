@@ -140,7 +140,7 @@ std::vector<Backend::OpRequest> LlamaShapedFamily::ops(const RunSpec::Model& m, 
   for (const char* op : {"embedding_forward", "embedding_backward", "rmsnorm_forward", "residual_rmsnorm_forward",
                          "rmsnorm_backward", "rope", "swiglu_forward", "swiglu_backward", "matmul_forward",
                          "matmul_backward", "add", "attention_forward", "attention_backward",
-                         "add_rows_scaled"})  // low-rank adapters' updates
+                         "add_rows_scaled", "dropout"})  // low-rank adapters'
     out.push_back({op, compute, hs});
   if (shape_.qk_norm)
     for (const char* op : {"head_rmsnorm_forward", "head_rmsnorm_backward"}) out.push_back({op, compute, hs});

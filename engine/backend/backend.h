@@ -250,6 +250,9 @@ class DeviceOps {
   virtual void swiglu_forward(void* out, const void* inp, int64_t N, int F) { unsupported("swiglu_forward"); }
   virtual void swiglu_backward(void* dinp, const void* inp, const void* dout, int64_t N,
                                int F) { unsupported("swiglu_backward"); }  // (dinp written)
+  // out (n) = gelu(inp) (the tanh approximation); out may not be inp. matmul_gelu_forward's
+  // second half, for a pre-activation something else adds to first (an adapter's update).
+  virtual void gelu_forward(void* out, const void* inp, int64_t n) { unsupported("gelu_forward"); }
   // dinp (n) = gelu'(inp) * dout, written; dinp may be dout (in place).
   virtual void gelu_backward(void* dinp, const void* inp, const void* dout,
                              int64_t n) { unsupported("gelu_backward"); }

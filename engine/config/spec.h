@@ -75,7 +75,7 @@ struct RunSpec {
     double alpha = 16;      // the update's scale is alpha / rank
     double dropout = 0;     // on the adapters' input, in training (PEFT's lora_dropout)
     // The linear layers that get adapters, by family-neutral role, comma-separated (or a TOML
-    // list): "q", "k", "v", "o", "gate", "up", "down" (GPT-2: "qkv", "o", "down"); "all"; empty:
+    // list): "q", "k", "v", "o", "gate", "up", "down" (GPT-2: "qkv", "o", "up", "down"); "all"; empty:
     // the family's default (PEFT's: Llama-shaped "q,v", GPT-2 "qkv"). Resolved to roles on load.
     std::string targets;
     LoraInit init = LoraInit::Kaiming;  // A's draw: PEFT's kaiming-uniform, or normal(0, 1 / rank)

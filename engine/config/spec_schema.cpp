@@ -62,7 +62,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_KEY(lora, rank, false, "low-rank adapters' rank r (0 = none: every weight trains); with r > 0 the model's weights are frozen and only the adapters train"),
       ZT_RANGED(lora, alpha, false, above(0), "adapters' scale numerator: the update is alpha / rank x B A x"),
       ZT_RANGED(lora, dropout, false, between(0, 1, false, true), "dropout on the adapters' input in training (PEFT's lora_dropout): a mask drawn by each element's place in the global batch, the same for any layout"),
-      ZT_KEY(lora, targets, false, "the linear layers that get adapters, by role, comma-separated or a list: q, k, v, o, gate, up, down (GPT-2: qkv, o, down), or all; empty: the family's default as PEFT's (Llama-shaped: q,v; GPT-2: qkv)"),
+      ZT_KEY(lora, targets, false, "the linear layers that get adapters, by role, comma-separated or a list: q, k, v, o, gate, up, down (GPT-2: qkv, o, up, down), or all; empty: the family's default as PEFT's (Llama-shaped: q,v; GPT-2: qkv)"),
       ZT_CHOICE(lora, init, "A's initial draw (B starts at zero): kaiming = uniform(+-1/sqrt(in)) as PEFT's default, gaussian = normal(0, 1/rank)"),
       ZT_KEY(lora, init_from, false, "a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) whose adapters start a fresh run: its r, lora_alpha and layers must agree with this section; the base is [model] init_from"),
       ZT_RANGED(train, micro_batch, false, at_least(1), "sequences per forward/backward"),

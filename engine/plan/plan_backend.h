@@ -70,6 +70,7 @@ class PlanBackend final : public Backend {
   void swiglu_forward(void*, const void*, int64_t N, int F) override;
   void swiglu_backward(void*, const void*, const void*, int64_t N, int F) override;
   void gelu_backward(void*, const void*, const void*, int64_t n) override;
+  void gelu_forward(void*, const void*, int64_t n) override { count(8.0 * double(n), 2.0 * double(n) * double(es())); }
   void dropout(void*, const void*, int64_t N, int C, int64_t, float, uint64_t, uint64_t, int64_t, int64_t) override {
     count(40.0 * double(N) * C, 2.0 * double(N) * C * double(es()));  // Philox's 10 rounds an element; read, write
   }

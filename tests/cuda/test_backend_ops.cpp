@@ -494,6 +494,10 @@ int main() {
     C.gelu_backward(dx.c, x.c, dout.c, n);
     G.gelu_backward(dx.g, x.g, dout.g, n);
     dx.check("gelu_backward n" + std::to_string(n), tol(kTol));
+    Pair gx(C, G, std::vector<float>(size_t(n)), dt);
+    C.gelu_forward(gx.c, x.c, n);
+    G.gelu_forward(gx.g, x.g, n);
+    gx.check("gelu_forward n" + std::to_string(n), tol(kTol));
     Pair xf(C, G, randn(n, 20, 3.f)), y(C, G, randn(n, 23)), out(C, G, std::vector<float>(n));
     C.add(out.fc(), xf.fc(), y.fc(), n);
     G.add(out.fg(), xf.fg(), y.fg(), n);

@@ -30,7 +30,7 @@ failures, expect = testlib.checks()
 MODELS = {"gpt2": {"n_layer": 2, "n_head": 2, "d_model": 16, "d_ff": 40, "vocab_size": 260, "seq_len": 16},
           "llama": {"arch": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 24, "d_ff": 40,
                     "vocab_size": 260, "seq_len": 16}}
-TARGETS = {"gpt2": {"attn.c_attn", "attn.c_proj", "mlp.c_proj"},
+TARGETS = {"gpt2": {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"},
            "llama": {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
                      "mlp.up_proj", "mlp.down_proj"}}
 CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")

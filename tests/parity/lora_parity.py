@@ -35,7 +35,7 @@ nn = torch.nn
 
 # role -> the reference's module path inside a block, per family
 ROLES = {
-    "gpt2": {"qkv": "attn.c_attn", "o": "attn.c_proj", "down": "mlp.c_proj"},
+    "gpt2": {"qkv": "attn.c_attn", "o": "attn.c_proj", "up": "mlp.c_fc", "down": "mlp.c_proj"},
     "llama": {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
               "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"},
 }
@@ -258,7 +258,7 @@ SEED = 1234  # the specs' [run] seed: the dropout mask's
 
 CASES = {
     "gpt2": [("gpt2_lora", {"n_layer": 2, "n_head": 3, "d_model": 27, "d_ff": 37, "vocab_size": 263, "seq_len": 33},
-              {"rank": 4, "alpha": 8.0, "targets": "qkv,o,down"},
+              {"rank": 4, "alpha": 8.0, "targets": "all"},
               {"micro_batch": 2, "global_batch": 4, "max_steps": 10},
               {"lr": 1e-2, "min_lr": 0.0, "warmup_steps": 2, "schedule": "linear", "grad_clip": 0.5})],
     # every Llama role, grouped-query attention, untied head; rank 3 with alpha 5 (scale 5/3)

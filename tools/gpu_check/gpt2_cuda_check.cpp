@@ -170,7 +170,7 @@ int parity(DType dt) {
   }
   // low-rank adapters (rank 4) over the frozen GPT-2 and grouped-query Llama shapes: every layer
   std::vector<RunSpec::Lora> loras(cases.size());
-  for (auto [c, targets] : {std::pair{size_t(0), "qkv,o,down"}, {size_t(3), "q,k,v,o,gate,up,down"}}) {
+  for (auto [c, targets] : {std::pair{size_t(0), "qkv,o,up,down"}, {size_t(3), "q,k,v,o,gate,up,down"}}) {
     cases.push_back(cases[c]);
     loras.emplace_back();
     loras.back().rank = 4, loras.back().alpha = 8, loras.back().targets = targets;

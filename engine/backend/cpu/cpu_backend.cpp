@@ -365,6 +365,11 @@ class CpuBackend final : public Backend {
     Out d(dinp, N * 2 * F, dt(), false);
     cpu::swiglu_backward(d.get(), In(inp, N * 2 * F, dt()).get(), In(dout, N * F, dt()).get(), N, F);
   }
+  void gelu_forward(void* out, const void* inp, int64_t n) override {
+    const Access access(*this);
+    Out o(out, n, dt(), false);
+    cpu::gelu_forward(o.get(), In(inp, n, dt()).get(), n);
+  }
   void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override {
     const Access access(*this);
     Out d(dinp, n, dt(), false);  // dinp may be dout: elementwise, each read before its write

@@ -321,6 +321,9 @@ class CudaBackend final : public Backend {
   void add_rows_scaled(void* y, int64_t ldy, const void* x, int64_t ldx, int64_t N, int C, float alpha) override {
     ZT_DISPATCH(dt(), T, cuda::add_rows_scaled(tp<T>(y), ldy, tp<T>(x), ldx, N, C, alpha, stream_));
   }
+  void gelu_forward(void* out, const void* inp, int64_t n) override {
+    ZT_DISPATCH(dt(), T, cuda::gelu_forward(tp<T>(out), tp<T>(inp), n, stream_));
+  }
   void gelu_backward(void* dinp, const void* inp, const void* dout, int64_t n) override {
     ZT_DISPATCH(dt(), T, cuda::gelu_backward(tp<T>(dinp), tp<T>(inp), tp<T>(dout), n, stream_));
   }

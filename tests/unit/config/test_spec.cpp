@@ -293,7 +293,7 @@ TEST_CASE("[lora] targets resolve to the family's roles; what the adapters canno
   CHECK(parse_run_spec(llama, "spec.toml").lora.targets.empty());  // no adapters: nothing resolved
   // a role the family lacks, nothing named, a non-string list
   CHECK_THAT(error_of(kGood, {"lora.rank=8", "lora.targets=q"}),
-             Catch::Contains("[lora] targets: 'q' is not a linear layer of gpt2 (its roles: \"qkv\", \"o\", \"down\""));
+             Catch::Contains("[lora] targets: 'q' is not a linear layer of gpt2 (its roles: \"qkv\", \"o\", \"up\", \"down\""));
   CHECK_THAT(error_of(llama, {"lora.rank=8", "lora.targets=,"}), Catch::Contains("[lora] targets: names no layer"));
   CHECK_THAT(error_of(llama + "[lora]\nrank = 4\ntargets = [\"v\", 3]\n"),
              Catch::Contains("[lora] targets must be a list of strings"));
