@@ -17,12 +17,24 @@ uint64_t mix(uint64_t x) {  // splitmix64's finalizer
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
-bool sampled(size_t index) { return index < 1024 || index % 1021 == 0; }
 }  // namespace
+
+bool FingerprintSums::sampled(size_t index) { return index < 1024 || index % 1021 == 0; }
+
+void FingerprintSums::add(uint64_t name_hash, size_t g, float v) {
+  // bf16's bits (rounded to nearest even): the same base held in fp32 or in 16 bits (a resume in
+  // another precision) hashes alike
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  bits = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const uint64_t h = mix(name_hash ^ mix(uint64_t(g) * 0x100000001b3ull ^ bits));
+  lo = (lo + (h & 0xffffffffu)) & 0xffffffffu;
+  hi = (hi + (h >> 32)) & 0xffffffffu;
+}
 
 uint64_t weights_fingerprint(const ModelStates& states, const ParamTable& table, Comm& world) {
   // Two 32-bit sums, each < 2^32 on a rank, so that their sum over any job fits a double exactly.
-  uint64_t lo = 0, hi = 0;
+  FingerprintSums sums;
   std::vector<float> buf;
   constexpr size_t kBlock = size_t(1) << 22;  // floats read at a time
   for (const ModelStates::GlobalRun& r : states.global_runs()) {
@@ -35,18 +47,13 @@ uint64_t weights_fingerprint(const ModelStates& states, const ParamTable& table,
       states.read_run(ModelStates::State::Master, r, off, n, buf.data());
       for (size_t i = 0; i < n; ++i) {
         const size_t g = r.global_begin + off + i;  // index in the full tensor
-        if (g >= p.stored_numel || !sampled(g)) continue;
-        uint32_t bits;
-        std::memcpy(&bits, &buf[i], sizeof bits);
-        const uint64_t h = mix(name ^ mix(uint64_t(g) * 0x100000001b3ull ^ bits));
-        lo = (lo + (h & 0xffffffffu)) & 0xffffffffu;
-        hi = (hi + (h >> 32)) & 0xffffffffu;
+        if (g < p.stored_numel && FingerprintSums::sampled(g)) sums.add(name, g, buf[i]);
       }
     }
   }
-  double sums[2] = {double(lo), double(hi)};
-  world.all_reduce_doubles(sums, 2);
-  const uint64_t a = uint64_t(std::fmod(sums[0], 4294967296.0)), b = uint64_t(std::fmod(sums[1], 4294967296.0));
+  double total[2] = {double(sums.lo), double(sums.hi)};
+  world.all_reduce_doubles(total, 2);
+  const uint64_t a = uint64_t(std::fmod(total[0], 4294967296.0)), b = uint64_t(std::fmod(total[1], 4294967296.0));
   return a | (b << 32);
 }
 

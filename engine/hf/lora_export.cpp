@@ -14,6 +14,8 @@
 #include "engine/backend/backend.h"
 #include "engine/checkpoint/checkpoint_files.h"
 #include "engine/checkpoint/h5_file.h"
+#include "engine/checkpoint/weights_fingerprint.h"
+#include "engine/core/rng.h"
 #include "engine/core/atomic_file.h"
 #include "engine/core/status.h"
 #include "engine/hf/hf_config.h"
@@ -83,6 +85,41 @@ json read_json(const std::string& path) {
   return j;
 }
 
+// The base a merge reads must be the one the adapters were trained on: its fingerprint (over its
+// values as our layout holds them) equal to the checkpoint's. `w` null: the seed's weights.
+void check_merge_base(const LoraCheckpoint& c, const ParamTable& table, const SafetensorsDir* w,
+                      const std::string& base, const std::string& ckpt_dir) {
+  FingerprintSums sums;
+  std::vector<float> buf;
+  const std::string& arch = c.spec.model.arch;
+  for (const ParamInfo& p : table.params()) {
+    const uint64_t name = name_hash(p.name);
+    const HfName hf = hf_name(arch, p.name);
+    const size_t n = p.stored_numel, cols = p.stored_shape.size() > 1 ? size_t(p.stored_shape[1]) : 1;
+    if (w && hf.transposed) {  // GPT-2's Conv1D, Hugging Face's (in, out): whole (at most d_ff x d_model)
+      std::vector<float> t(n);
+      w->read(*find_tensor(*w, hf.name), 0, n, t.data());
+      const size_t rows = size_t(p.stored_shape[0]);
+      for (size_t g = 0; g < n; ++g)
+        if (FingerprintSums::sampled(g)) sums.add(name, g, t[(g % cols) * rows + g / cols]);
+      continue;
+    }
+    constexpr size_t kBlock = size_t(1) << 22;  // our (out, in) layout, a block at a time
+    for (size_t off = 0; off < n; off += kBlock) {
+      const size_t k = std::min(kBlock, n - off);
+      buf.resize(k);
+      if (w) w->read(*find_tensor(*w, hf.name), off, k, buf.data());  // a prefix of rows keeps the indices
+      else table.init_range(uint64_t(c.spec.run.seed), p.offset + off, p.offset + off + k, buf.data());
+      for (size_t i = 0; i < k; ++i)
+        if (FingerprintSums::sampled(off + i)) sums.add(name, off + i, buf[i]);
+    }
+  }
+  if (sums.value() != c.st.lora_base_fingerprint)
+    user_error("export: the base {} is not the one {}'s adapters were trained on ({}, fingerprint {:016x}; this one's "
+               "{:016x}): give that base with --base DIR", base, ckpt_dir, c.st.lora_base, c.st.lora_base_fingerprint,
+               sums.value());
+}
+
 }  // namespace
 
 std::string export_peft(const std::string& ckpt_dir, const std::string& out_dir, DType dtype) {
@@ -141,6 +178,7 @@ std::string export_merged(const std::string& ckpt_dir, const std::string& out_di
     if (!mismatch.empty()) user_error("export: the base {} does not fit {}'s model: {}", base, ckpt_dir, mismatch);
     w = std::make_unique<SafetensorsDir>(base);
   }
+  check_merge_base(c, table, w.get(), base, ckpt_dir);
   // every adapter, whole (r x in and out x r: small), by its module
   struct Adapter {
     std::vector<float> A, B;
@@ -217,9 +255,10 @@ std::string export_merged(const std::string& ckpt_dir, const std::string& out_di
                      files.size() == 1 ? "" : "s", double(bytes) / 1048576.0);
 }
 
-std::string peft_mismatch(const std::string& dir, const RunSpec::Lora& l, const ParamTable& adapters) {
-  const json cfg = read_json((fs::path(dir) / kAdapterConfig).string());
-  const std::string at = (fs::path(dir) / kAdapterConfig).string();
+namespace {
+
+// adapter_config.json against [lora]: maths ztrain implements, the same rank and alpha
+std::string peft_config_mismatch(const json& cfg, const std::string& at, const RunSpec::Lora& l) {
   if (cfg.value("peft_type", "") != "LORA") return fmt::format("{}: peft_type is not \"LORA\"", at);
   if (!cfg.contains("r") || !cfg["r"].is_number_integer() || cfg["r"].get<int64_t>() != l.rank)
     return fmt::format("{}: r = {}, but [lora] rank = {}", at, cfg.value("r", json(nullptr)).dump(), l.rank);
@@ -227,11 +266,17 @@ std::string peft_mismatch(const std::string& dir, const RunSpec::Lora& l, const 
     return fmt::format("{}: lora_alpha = {}, but [lora] alpha = {:g}", at, cfg.value("lora_alpha", json(nullptr)).dump(),
                        l.alpha);
   for (const char* k : {"use_dora", "use_rslora"})  // other maths than B A x alpha / r
-    if (cfg.value(k, false)) return fmt::format("{}: {} = true, which ztrain does not implement", at, k);
-  if (cfg.contains("rank_pattern") && !cfg["rank_pattern"].empty())
+    if (cfg.contains(k) && !cfg[k].is_null() && cfg[k].get<bool>())
+      return fmt::format("{}: {} = true, which ztrain does not implement", at, k);
+  if (cfg.contains("rank_pattern") && !cfg["rank_pattern"].is_null() && !cfg["rank_pattern"].empty())
     return fmt::format("{}: rank_pattern gives some layers another rank, which ztrain does not implement", at);
-  if (cfg.contains("alpha_pattern") && !cfg["alpha_pattern"].empty())
+  if (cfg.contains("alpha_pattern") && !cfg["alpha_pattern"].is_null() && !cfg["alpha_pattern"].empty())
     return fmt::format("{}: alpha_pattern gives some layers another alpha, which ztrain does not implement", at);
+  return "";
+}
+
+// adapter_model.safetensors: exactly this run's adapters, in their shapes
+std::string peft_tensors_mismatch(const std::string& dir, const RunSpec::Lora& l, const ParamTable& adapters) {
   const SafetensorsDir w(dir, kAdapterStem);
   std::vector<std::string> seen;
   for (const ParamInfo& p : adapters.params()) {
@@ -247,6 +292,19 @@ std::string peft_mismatch(const std::string& dir, const RunSpec::Lora& l, const 
       return fmt::format("{}: tensor {} is not an adapter of this run ([lora] targets = \"{}\")", t.file, name,
                          l.targets);
   return "";
+}
+
+}  // namespace
+
+std::string peft_mismatch(const std::string& dir, const RunSpec::Lora& l, const ParamTable& adapters) {
+  const std::string at = (fs::path(dir) / kAdapterConfig).string();
+  std::string why;
+  try {
+    why = peft_config_mismatch(read_json(at), at, l);
+  } catch (const json::exception& e) {  // a field of another type than PEFT writes
+    return fmt::format("{}: {}", at, e.what());
+  }
+  return why.empty() ? peft_tensors_mismatch(dir, l, adapters) : why;
 }
 
 void load_peft_adapters(const std::string& dir, ModelStates& store, const ParamTable& adapters) {

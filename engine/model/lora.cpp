@@ -67,12 +67,11 @@ LoraAdapters::LoraAdapters(Backend& be, const TensorParallel& tp, const RunSpec:
                      // replicated over tp_replicas ranks sums over them, one slot per piece
         Part& p = parts_of_[l].back();
         p.n = rows ? r * s.in : s.out * r;
-        const int64_t pieces = rows && s.tp_replicas > 1 ? TP / s.tp_replicas : 1;
         p.off = parts_len_[l];
         parts_len_[l] += p.n;
-        if (pieces > 1) {  // B's pieces follow A's slot
-          const int64_t nb = local_out(s) * r;
-          parts_len_[l] += pieces * nb;
+        if (rows && s.tp_replicas > 1) {  // B's pieces follow A's slot: one per piece (a single one
+          const int64_t nb = local_out(s) * r;  // when every rank holds the only key/value head)
+          parts_len_[l] += (TP / s.tp_replicas) * nb;
         }
       }
       max_in = std::max(max_in, local_in(s));

@@ -32,7 +32,8 @@ std::string planned_needs(const LayoutPlan& p) {
 // The first of [offload] optimizer = "cpu", then ZeRO-3 with optimizer and params offloaded,
 // whose plan fits `per_rank` device bytes, as a sentence; "" if none does.
 std::string offload_hint(const RunSpec& spec, int world, DeviceKind kind, double per_rank) {
-  if (spec.offload.params != OffloadTier::None) return "";
+  // adapters over a frozen base are not offloaded (the spec refuses it): no such hint
+  if (spec.offload.params != OffloadTier::None || spec.lora.enabled()) return "";
   RunSpec s = spec;
   if (spec.offload.optimizer == OffloadTier::None) {
     s.offload.optimizer = OffloadTier::Cpu;

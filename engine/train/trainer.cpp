@@ -15,7 +15,6 @@
 #include "engine/core/preemption.h"
 #include "engine/core/status.h"
 #include "engine/core/timer.h"
-#include "engine/hf/hf_weights.h"
 #include "engine/hf/spec_loading.h"
 #include "engine/observe/metrics.h"
 #include "engine/observe/progress.h"
@@ -59,14 +58,14 @@ void Trainer::resume_or_init() {
   const std::string path = wanted.empty() ? "" : ckpts_->find(wanted);
   if (path.empty()) {
     if (wanted == "auto" && topo_.is_root()) spdlog::info("checkpoint: none in {} yet: starting from step 0", k.dir);
-    init_from_hf();
+    load_hf_init(job(), spec_, topo_);
     lora_base_ = lora_base(job(), spec_, *topo_.world, topo_.is_root());
     agreed([&] { init_lora_from_peft(job(), spec_, topo_.is_root()); });
     if (!spec_.lora.init_from.empty()) store().publish_written_masters();
     return;
   }
   if (job().base) {  // [lora]: the frozen base comes from [model] init_from (or the seed) on every start
-    init_from_hf();
+    load_hf_init(job(), spec_, topo_);
     lora_base_ = lora_base(job(), spec_, *topo_.world, topo_.is_root());
   }
   Timer load_timer;
@@ -152,27 +151,6 @@ int64_t Trainer::roll_back(int64_t step) {
                  st.step + 1, step + 1, st.step * spec_.train.global_batch, (step + 1) * spec_.train.global_batch - 1,
                  step + 2);
   return st.step;
-}
-
-// [model] init_from: a fresh run (no checkpoint to resume) starts from Hugging Face weights,
-// resharded to this layout; resuming from this run's own checkpoints takes precedence.
-void Trainer::init_from_hf() {
-  const std::string& dir = spec_.model.init_from;
-  if (dir.empty()) return;
-  Timer t;
-  agreed([&] {
-    try {
-      const std::string mismatch = hf_mismatch(dir, spec_.model.arch, model());
-      if (!mismatch.empty()) user_error("does not fit the model: {}", mismatch);
-      load_hf_weights(dir, spec_.model.arch, job().weights(), model());
-    } catch (const UserError& e) {
-      user_error("{}: [model] init_from = \"{}\": {}", spec_.source, dir, e.what());
-    }
-  });
-  job().weights().publish_written_masters();
-  if (topo_.is_root())
-    spdlog::info("init_from: weights from {} ({} parameters, resharded to this layout in {:.2f} s; optimizer fresh)",
-                 dir, model().num_global_params(), t.seconds());
 }
 
 std::string Trainer::computed_on() const {

@@ -14,7 +14,7 @@
 #include "engine/observe/step_breakdown.h"
 #include "engine/observe/throughput.h"
 #include "engine/train/run_hooks.h"
-#include "engine/train/lora_start.h"
+#include "engine/train/start_weights.h"
 #include "engine/train/run_job.h"
 #include "engine/train/training_data.h"
 
@@ -55,7 +55,6 @@ class Trainer {
   // (the failing ones their own error; the others PeerFailure with its exit status), so a job
   // prints one message and never leaves ranks waiting in a collective.
   void agreed(const std::function<void()>& f);
-  void init_from_hf();
   void resume_or_init();             // [checkpoint] resume / init_from
   // After the model states of checkpoint `path` (training state st) are loaded: the resume check,
   // AdamW's step count and the loss scaler's state.

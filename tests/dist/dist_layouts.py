@@ -178,6 +178,19 @@ def main():
             tol = LORA_PARAM_TOL if args.lora else PARAM_TOL
             expect(worst_param <= tol, f"{name}: final {worst_name} differs by {worst_param:.2e}")
 
+        if args.lora and args.arch == "llama":
+            # multi-query: the one key/value head on every rank of tensor 2, so k's and v's B are
+            # summed over the whole group (a single piece: the case the review found unallocated)
+            mqa = ["--set", "model.n_kv_head=1"]
+            want, got = dump("mqa_single", 1, 0, extra=mqa), dump("mqa_T2_D1_zero0", 2, 0, 2, extra=mqa)
+            if want is not None and got is not None:
+                wl, gl = want["train"]["loss"][()], got["train"]["loss"][()]
+                worst = max(float(np.linalg.norm(got["final"][n][()] - want["final"][n][()]) /
+                                  max(np.linalg.norm(want["final"][n][()]), 1e-30)) for n in want["final"])
+                loss_diff = float(np.max(np.abs(gl - wl) / np.abs(wl)))
+                print(f"mqa_T2_D1_zero0: worst loss rel diff {loss_diff:.1e}, worst final-param diff {worst:.1e}")
+                expect(loss_diff <= TOL and worst <= LORA_PARAM_TOL,
+                       f"multi-query at tensor 2: losses {loss_diff:.2e}, parameters {worst:.2e} from the single process")
         if args.arch in families:  # the shared machinery (packing, sampling) is Llama's test's
             return testlib.report(failures, f"{args.arch}: tensor/data-parallel layouts with ZeRO match the "
                                             "single process")

@@ -13,8 +13,9 @@ train over it ([model] init_from) and are checkpointed. Then:
 - the merged model loaded through [model] init_from (no adapters) has the adapter run's loss on
   the same batch (relative 1e-5), and so does a fresh LoRA run started from the PEFT directory
   ([lora] init_from);
-- refusals: a plain --format hf of adapters, PEFT adapters of another rank, --format peft of a
-  whole model.
+- refusals: a plain --format hf of adapters, a merge over a base of the same shapes that is not
+  the one trained on (its fingerprint), PEFT adapters of another rank, --format peft of a whole
+  model.
 """
 import json
 import os
@@ -153,6 +154,10 @@ def check_arch(args, work, data, arch, model):
            f"[{arch}] the merged model's loss {plain} is not the adapter run's {with_adapters}")
     expect(abs(from_peft - with_adapters) <= 1e-6 * abs(with_adapters),
            f"[{arch}] [lora] init_from: loss {from_peft}, the adapter run's {with_adapters}")
+    # a base of the same shapes that is not the one the adapters were trained on (the merged model)
+    p = ztrain("export", ckpt, "--format", "hf", "--merge-lora", "--base", merged, "--out", os.path.join(work, "wrong"))
+    expect(p.returncode == 2 and "is not the one" in p.stderr,
+           f"[{arch}] --merge-lora over another base: exit {p.returncode}: {p.stderr[-300:]}")
     p = ztrain("train", spec("bad_rank", model__init_from=base, lora__init_from=peft, lora__rank=4))
     expect(p.returncode == 2 and "r = 2, but [lora] rank = 4" in p.stderr,
            f"[{arch}] PEFT adapters of another rank: exit {p.returncode}: {p.stderr[-300:]}")

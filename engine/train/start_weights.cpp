@@ -1,12 +1,34 @@
-// A LoRA run's start (see lora_start.h).
-#include "engine/train/lora_start.h"
+// A run's start weights (see start_weights.h).
+#include "engine/train/start_weights.h"
 
 #include "engine/checkpoint/weights_fingerprint.h"
+#include "engine/comm/agreement.h"
 #include "engine/core/log.h"
 #include "engine/core/status.h"
+#include "engine/core/timer.h"
+#include "engine/hf/hf_weights.h"
 #include "engine/hf/lora_export.h"
 
 namespace zt {
+
+void load_hf_init(Job& job, const RunSpec& spec, const Topology& topo) {
+  const std::string& dir = spec.model.init_from;
+  if (dir.empty()) return;
+  Timer t;
+  run_agreed(*topo.world, [&] {
+    try {
+      const std::string mismatch = hf_mismatch(dir, spec.model.arch, *job.model);
+      if (!mismatch.empty()) user_error("does not fit the model: {}", mismatch);
+      load_hf_weights(dir, spec.model.arch, job.weights(), *job.model);
+    } catch (const UserError& e) {
+      user_error("{}: [model] init_from = \"{}\": {}", spec.source, dir, e.what());
+    }
+  });
+  job.weights().publish_written_masters();
+  if (topo.is_root())
+    spdlog::info("init_from: weights from {} ({} parameters, resharded to this layout in {:.2f} s; optimizer fresh)",
+                 dir, job.model->num_global_params(), t.seconds());
+}
 
 LoraBase lora_base(Job& job, const RunSpec& spec, Comm& world, bool root) {
   if (!job.base) return {};
