@@ -14,11 +14,7 @@
 
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define ZT_HOST_DEVICE __host__ __device__
-#else
-#define ZT_HOST_DEVICE
-#endif
+#include "engine/core/host_device.h"
 
 namespace zt {
 

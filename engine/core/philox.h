@@ -4,11 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define ZT_HOST_DEVICE __host__ __device__
-#else
-#define ZT_HOST_DEVICE
-#endif
+#include "engine/core/host_device.h"
 
 namespace zt {
 

@@ -132,6 +132,21 @@ uint64_t export_into(const std::string& out_dir, const std::function<bool(const 
   return bytes;
 }
 
+HfWritten export_hf_model(const std::string& out_dir, const std::vector<TensorSource>& tensors, const RunSpec::Model& m,
+                          DType dtype, uint64_t max_file_bytes) {
+  const std::string config = hf_config_json(m, dtype);
+  HfWritten out;
+  out.bytes = export_into(
+      out_dir, [](const std::string& n) { return weights_file_name(n) || n == "config.json"; },
+      [&](const std::string& building) {
+        const std::vector<std::string> files = write_safetensors(building, tensors, dtype, max_file_bytes);
+        write_file_atomic((fs::path(building) / "config.json").string(), config, /*durable=*/true);
+        out.files = files.size();
+        return files;
+      });
+  return out;
+}
+
 std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, DType dtype, uint64_t max_file_bytes) {
   const TrainState st = read_train_state(ckpt_dir);
   const RunSpec spec = parse_run_spec(st.spec_toml, ckpt_dir + " (its run spec)");
@@ -165,20 +180,14 @@ std::string export_hf(const std::string& ckpt_dir, const std::string& out_dir, D
   if (!st.lora_base.empty())
     user_error("export: {} holds low-rank adapters (trained on the frozen weights of {}): --format peft writes them "
                "as PEFT reads them, --format hf --merge-lora the model with them merged", ckpt_dir, st.lora_base);
+  const HfWritten files = export_hf_model(out_dir, tensors, spec.model, dtype, max_file_bytes);
   const std::string config = hf_config_json(spec.model, dtype);
-  std::vector<std::string> files;
-  const uint64_t bytes = export_into(
-      out_dir, [](const std::string& n) { return weights_file_name(n) || n == "config.json"; },
-      [&](const std::string& building) {
-        files = write_safetensors(building, tensors, dtype, max_file_bytes);
-        write_file_atomic((fs::path(building) / "config.json").string(), config, /*durable=*/true);
-        return files;
-      });
+  const uint64_t bytes = files.bytes;
   // the class the family's published files name: the spelling config.json follows (docs/models.md)
   const std::string hf_class = nlohmann::json::parse(config).value("architectures", nlohmann::json::array({""}))[0];
   return fmt::format("{}: {} tensors of {} (step {}) as {} in {} file{} ({:.1f} MiB) with config.json as {}'s "
                      "published files spell it", out_dir, tensors.size(), arch, st.step,
-                     safetensors_dtype_name(dtype), files.size(), files.size() == 1 ? "" : "s",
+                     safetensors_dtype_name(dtype), files.files, files.files == 1 ? "" : "s",
                      double(bytes) / 1048576.0, hf_class);
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/checkpoint/h5_file.h"
+#include "engine/config/spec.h"
 #include "engine/core/dtype.h"
 #include "engine/hf/safetensors.h"
 #include "engine/model/model.h"
@@ -28,6 +29,15 @@ std::function<void(uint64_t first, uint64_t n, float* out)> checkpoint_reader(co
 // weights files' bytes. UserError for an out_dir that cannot be swapped (a run's directory, ...).
 uint64_t export_into(const std::string& out_dir, const std::function<bool(const std::string& name)>& replaced,
                      const std::function<std::vector<std::string>(const std::string& building)>& write);
+
+// A Hugging Face model directory out of `tensors` (our names mapped, in Hugging Face's layouts)
+// with config.json for [model] m, written whole (export_into); the weights files and their bytes.
+struct HfWritten {
+  size_t files = 0;  // the safetensors files and index
+  uint64_t bytes = 0;
+};
+HfWritten export_hf_model(const std::string& out_dir, const std::vector<TensorSource>& tensors, const RunSpec::Model& m,
+                          DType dtype, uint64_t max_file_bytes);
 
 // Writes checkpoint `ckpt_dir`'s parameters to out_dir as Hugging Face names and layouts in
 // `dtype` (model.safetensors, split above max_file_bytes) with config.json. Returns a summary.

@@ -240,19 +240,11 @@ std::string export_merged(const std::string& ckpt_dir, const std::string& out_di
   if (merged != adapters.size())
     user_error("export: {} holds adapters of {} layers, but only {} of them are layers of its model", ckpt_dir,
                adapters.size(), merged);
-  const std::string config = hf_config_json(c.spec.model, dtype);
-  std::vector<std::string> files;
-  const uint64_t bytes = export_into(
-      out_dir, [](const std::string& n) { return weights_file_name(n) || n == "config.json"; },
-      [&](const std::string& building) {
-        files = write_safetensors(building, tensors, dtype, max_file_bytes);
-        write_file_atomic((fs::path(building) / "config.json").string(), config, /*durable=*/true);
-        return files;
-      });
+  const HfWritten files = export_hf_model(out_dir, tensors, c.spec.model, dtype, max_file_bytes);
   return fmt::format("{}: {} tensors of {} (step {}): the base ({}) with the adapters of {} layers merged (W + {:g} B A), "
                      "as {} in {} file{} ({:.1f} MiB) with config.json", out_dir, tensors.size(), arch, c.st.step,
-                     seeded ? c.st.lora_base : base, merged, s, safetensors_dtype_name(dtype), files.size(),
-                     files.size() == 1 ? "" : "s", double(bytes) / 1048576.0);
+                     seeded ? c.st.lora_base : base, merged, s, safetensors_dtype_name(dtype), files.files,
+                     files.files == 1 ? "" : "s", double(files.bytes) / 1048576.0);
 }
 
 namespace {
