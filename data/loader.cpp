@@ -301,11 +301,6 @@ int64_t SampleOrder::fill(TokenDataset& ds, uint64_t first, int B, int32_t* inpu
   return documents;
 }
 
-uint64_t micro_batch_first_sample(uint64_t k, int64_t global_batch, int dp, int rank, int B) {
-  const int64_t local = global_batch / dp, accum = local / B;
-  return uint64_t(int64_t(k) / accum * global_batch + rank * local + int64_t(k) % accum * B);
-}
-
 uint64_t dataset_fingerprint(const Manifest& m) {
   uint64_t h = 1469598103934665603ull;
   for (const auto& e : m.shards) h = (h ^ e.crc32 ^ (e.tokens << 32)) * 1099511628211ull;

@@ -32,6 +32,7 @@
 
 #include "data/manifest.h"
 #include "data/mixture.h"
+#include "data/sample_order.h"
 #include "data/shard.h"
 #include "data/shard_cache.h"
 #include "data/store/object_store.h"
@@ -134,12 +135,6 @@ class SampleOrder {
   uint64_t perm_block_ = UINT64_MAX;        // block whose permutation is cached
   std::vector<uint64_t> perm_;              // windows of that block, permuted
 };
-
-// The first global sample of micro-batch k (counted from step 0) of data-parallel rank `rank` of
-// `dp`: micro-batches of B sequences, `global_batch` sequences per step split evenly over ranks.
-// Whatever dp, the union over ranks of a step's micro-batches is that step's slice
-// [step * global_batch, (step + 1) * global_batch) of the global order.
-uint64_t micro_batch_first_sample(uint64_t k, int64_t global_batch, int dp, int rank, int B);
 
 // Where training is in the data: the next global sample, and what identifies the order. Saved
 // with checkpoints; restoring it with another data-parallel degree (same global batch) continues

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "data/sample_order.h"
 #include "engine/core/status.h"
 #include "engine/optim/optimizer_step.h"
 #include "engine/optim/schedule.h"
@@ -91,11 +92,9 @@ StepResult train_step(Job& job, int64_t step, const MicroBatchSource& next, Step
     store.set_last_micro_batch(micro == accum - 1);
     if (micro == accum - 1) store.prefetch_optimizer_states();  // NVMe: the step's first reads, now
     hooks.forward_begin(step, micro);
-    // this rank's micro-batch's first sample of the global batch (data/loader.h's rows: this
-    // data-parallel rank's slice of the step's global batch, micro-batches in order)
-    const int64_t local = spec.train.global_batch / job.topo.dp;
-    model.set_batch_origin(uint64_t(spec.run.seed), uint64_t(step * spec.train.global_batch +
-                                                             job.topo.dp_rank * local + micro * B));
+    model.set_batch_origin(uint64_t(spec.run.seed),
+                           data::micro_batch_first_sample(uint64_t(step * accum + micro), spec.train.global_batch,
+                                                          job.topo.dp, job.topo.dp_rank, B));
     model.forward_deferred(mb.inputs, mb.targets, mb.positions, B, T, grad_scale);
     hooks.backward_begin(step, micro);
     model.backward();
