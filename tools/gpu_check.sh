@@ -25,6 +25,10 @@
 #              beside PyTorch's own error (tools/gpu_check/torch_attention.py)
 #   gemm       the cuBLASLt GEMM ceiling on random data (bf16, fp32, tf32), bf16 at GPT-2 124M's
 #              own shapes against it, and the device memory's copy bandwidth
+#   nccl       ztrain's NCCL communicator on one rank and the machine's NCCL (the toolkit's, or
+#              PyTorch's nvidia-nccl wheel): two communicators, every collective's result, the
+#              launch order across them, a small and a large all-reduce's time
+#              (tools/gpu_check/nccl_smoke.cpp; no MPI there: tools/gpu_check/mpi_one_rank)
 #   sanitizer_memcheck  compute-sanitizer's memcheck over the attention ops (when present)
 #   bench_deterministic the bench under [run] deterministic: what bit-reproducibility costs
 #   pytorch_compile  the PyTorch baseline under torch.compile (the ratio's best baseline)
@@ -82,6 +86,9 @@ done
 [ $(( DRY + EMU + BUILD_ONLY )) -gt 1 ] && usage
 PYTHON=${PYTHON:-python3}
 B=build/gpu_check
+# the NCCL smoke test's own sources (the base library's objects link with them)
+NCCL_SMOKE_SOURCES="tools/gpu_check/nccl_smoke.cpp engine/comm/comm_nccl.cpp engine/comm/nccl_launch_order.cpp"
+export NCCL_SMOKE_SOURCES
 [ $EMU = 1 ] && B=build/gpu_check_emulated
 OUT=${OUT:-$B/out}
 mkdir -p "$B" "$OUT" bench/results
@@ -146,7 +153,7 @@ CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc 2>/dev/null || ec
 sources() {
   awk '$1 == "base" || $1 == "cpu" || $1 == "model" || $1 == "cuda" { print $2 }' sources.list
   echo tools/gpu_check/backend_select.cpp engine/observe/throughput.cpp tools/gpu_check/gemm_probe.cu tests/cuda/test_backend_ops.cpp \
-       tools/gpu_check/gpt2_cuda_check.cpp
+       tools/gpu_check/gpt2_cuda_check.cpp $NCCL_SMOKE_SOURCES
   find engine models tools/gpu_check -name '*.h' -o -name '*.cuh'
   [ "${EMU:-0}" = 1 ] && find engine/backend/cuda_emu -type f
 }
@@ -179,7 +186,7 @@ build() {
     echo '{"check": "build", "ok": true, "reused": true}'
     return 0
   fi
-  rm -f "$B/test_backend_ops" "$B/gpt2_cuda_check" "$B/gemm_probe" "$B/SOURCES.sha256" "$B/SOURCES.list"  # none left by a failure
+  rm -f "$B/test_backend_ops" "$B/gpt2_cuda_check" "$B/gemm_probe" "$B/nccl_smoke" "$B/SOURCES.sha256" "$B/SOURCES.list"  # none left by a failure
   if [ "${EMU:-0}" = 1 ]; then
     build_emulated || return 1
     sources_hash > "$B/SOURCES.sha256"
@@ -207,8 +214,15 @@ build() {
               -lcudart -lcublasLt -fopenmp -ldl)
   g++ "${CXXFLAGS[@]}" tests/cuda/test_backend_ops.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/test_backend_ops" & p1=$!
   g++ "${CXXFLAGS[@]}" tools/gpu_check/gpt2_cuda_check.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/gpt2_cuda_check" & p2=$!
+  # the NCCL smoke test, on the one-rank MPI, with the base and CPU libraries' objects only; optional: a
+  # toolkit without NCCL leaves the nccl stage to say why
+  local base_objs=()
+  for f in $(awk '$1 == "base" || $1 == "cpu" { print $2 }' sources.list); do base_objs+=("$B/$(echo "$f" | tr / _).o"); done
+  g++ "${CXXFLAGS[@]}" -Itools/gpu_check/mpi_one_rank $NCCL_SMOKE_SOURCES "${base_objs[@]}" "${LIBS[@]}" -lnccl \
+      -o "$B/nccl_smoke" 2> "$B/nccl_smoke_build.err" & p3=$!
   wait $p1 || failed=1
   wait $p2 || failed=1
+  wait $p3 || echo "nccl_smoke not built (the nccl stage says why): $(tail -3 "$B/nccl_smoke_build.err")" >&2
   [ $failed = 0 ] && sources_hash > "$B/SOURCES.sha256" && sources_list > "$B/SOURCES.list"
   echo "{\"check\": \"build\", \"ok\": $([ $failed = 0 ] && echo true || echo false)}"
   return $failed
@@ -237,8 +251,14 @@ build_emulated() {
   local LIBS=(-L"$B" -Wl,-rpath,"$PWD/$B" -lztrain_cuda_emu_runtime -fopenmp -lpthread -ldl)
   g++ "${CXXFLAGS[@]}" tests/cuda/test_backend_ops.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/test_backend_ops" & p1=$!
   g++ "${CXXFLAGS[@]}" tools/gpu_check/gpt2_cuda_check.cpp "${objs[@]}" "${LIBS[@]}" -o "$B/gpt2_cuda_check" & p2=$!
+  # the NCCL smoke test on MPI and the emulated NCCL (run under mpirun -np 1), optional as above
+  local base_objs=()
+  for f in $(awk '$1 == "base" || $1 == "cpu" { print $2 }' sources.list); do base_objs+=("$B/$(echo "$f" | tr / _).o"); done
+  g++ "${CXXFLAGS[@]}" $(mpicxx --showme:compile 2>/dev/null) $NCCL_SMOKE_SOURCES engine/backend/cuda_emu/nccl.cpp \
+      "${base_objs[@]}" "${LIBS[@]}" $(mpicxx --showme:link 2>/dev/null) -o "$B/nccl_smoke" 2> "$B/nccl_smoke_build.err" & p3=$!
   wait $p1 || failed=1
   wait $p2 || failed=1
+  wait $p3 || echo "nccl_smoke not built (the nccl stage says why): $(tail -3 "$B/nccl_smoke_build.err")" >&2
   echo "{\"check\": \"build\", \"emulated\": true, \"ok\": $([ $failed = 0 ] && echo true || echo false)}"
   return $failed
 }
@@ -246,7 +266,7 @@ dry_build() {  # what the build would compile must exist; nothing is compiled
   local missing=0
   for f in $(awk '$1 == "base" || $1 == "cpu" || $1 == "model" || $1 == "cuda" { print $2 }' sources.list) \
            tools/gpu_check/backend_select.cpp engine/observe/throughput.cpp tools/gpu_check/gemm_probe.cu tests/cuda/test_backend_ops.cpp \
-           tools/gpu_check/gpt2_cuda_check.cpp; do
+           tools/gpu_check/gpt2_cuda_check.cpp $NCCL_SMOKE_SOURCES; do
     [ -f "$f" ] || { echo "missing: $f" >&2; missing=1; }
   done
   echo "{\"check\": \"build\", \"dry_run\": true, \"ok\": $([ $missing = 0 ] && echo true || echo false)}"
@@ -278,9 +298,21 @@ sanitize() {
   grep -m 8 -E '^========= (Invalid|Error|Race|Warning|  )' "$log" >&2
   return $code
 }
-export -f build build_emulated dry_build dry sanitize attention_dumped text_benches sources sources_list sources_hash current
+# nccl_smoke, with the NCCL of the toolkit (its rpath) or, first when present, of PyTorch's
+# nvidia-nccl wheel; under mpirun -np 1 on the emulated device (the emulated NCCL runs on MPI)
+nccl_smoke() {
+  [ -x "$B/nccl_smoke" ] || { echo "{\"check\": \"nccl_smoke\", \"error\": \"not built\"}"; cat "$B/nccl_smoke_build.err" >&2; return 1; }
+  if [ "${EMU:-0}" = 1 ]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 1 "$B/nccl_smoke"
+    return
+  fi
+  local wheel
+  wheel=$($PYTHON -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  LD_LIBRARY_PATH="${wheel:+$wheel:}${LD_LIBRARY_PATH:-}" "$B/nccl_smoke"
+}
+export -f build build_emulated dry_build dry sanitize attention_dumped text_benches sources sources_list sources_hash current nccl_smoke
 DUMP=$B/attention_dump  # the attention stage writes, the sdpa stage reads
-export B arch CUDA_HOME EMU REUSE DUMP
+export B arch CUDA_HOME EMU REUSE DUMP PYTHON
 export HOST_FLAGS
 
 # the build passed: no stage runs on binaries of an earlier build
@@ -308,8 +340,8 @@ finish() {
 if [ $BUILD_ONLY = 1 ]; then
   build > "$B/build.out" 2> "$B/build.err" || { cat "$B/build.err" >&2; log "build failed"; exit 1; }
   rm -f "$B"/*.o
-  bytes=$(du -cb "$B/test_backend_ops" "$B/gpt2_cuda_check" "$B/gemm_probe" "$B/SOURCES.sha256" | tail -1 | cut -f1)
-  log "built for sm_$arch: $B/{test_backend_ops,gpt2_cuda_check,gemm_probe,SOURCES.sha256}, $(( bytes / 1048576 )) MiB; sources $(cat "$B/SOURCES.sha256")"
+  bytes=$(du -cb "$B/test_backend_ops" "$B/gpt2_cuda_check" "$B/gemm_probe" "$B/SOURCES.sha256" $(ls "$B/nccl_smoke" 2>/dev/null) | tail -1 | cut -f1)
+  log "built for sm_$arch: $B/{test_backend_ops,gpt2_cuda_check,gemm_probe,nccl_smoke,SOURCES.sha256}, $(( bytes / 1048576 )) MiB; sources $(cat "$B/SOURCES.sha256")"
   [ "$bytes" -le $(( 60 * 1048576 )) ] || { log "more than 60 MiB: too large to carry"; exit 1; }
   log "on the GPU machine: carry $B, run tools/gpu_check.sh --reuse"
   exit 0
@@ -323,11 +355,11 @@ fi
 # fused epilogue against its unfused kernels, measured on the real shapes.
 # The limits: about 3x each stage's time on the H200 (bench/results/gpu_check-h200-20261204T181200Z.json,
 # binaries carried: 140 s for all of them), at least 10 s.
-PLAN="build:150 ops:20 parity:35 bench:20 pytorch:40 attention:10 sdpa:25 gemm:10 sanitizer_memcheck:15"
+PLAN="build:150 ops:20 parity:35 bench:20 pytorch:40 attention:10 sdpa:25 gemm:10 nccl:10 sanitizer_memcheck:15"
 PLAN="$PLAN bench_deterministic:15 pytorch_compile:75 torch_llama:90 sanitizer_racecheck:35 zero3:10"
 PLAN="$PLAN bench_head_whole:15 bench_text:25 ops_wmma:10 attention_wmma:10"
 [ $DRY = 1 ] && PLAN="$PLAN hang_probe:2 crash_probe:10"  # the failure paths: a hang, a crash
-[ $EMU = 1 ] && PLAN="build:400 ops:300 ops_wmma:120 parity:300 attention:60 sdpa:60 attention_wmma:60 bench:120 bench_deterministic:120 bench_text:120 zero3:120"
+[ $EMU = 1 ] && PLAN="build:400 nccl:60 ops:300 ops_wmma:120 parity:300 attention:60 sdpa:60 attention_wmma:60 bench:120 bench_deterministic:120 bench_text:120 zero3:120"
 if [ $DRY = 1 ]; then  # the plan: when each stage starts at the latest (every one before it at its limit)
   at=0
   carried=0
@@ -370,6 +402,7 @@ run() {
       bench_deterministic) stage bench_deterministic "$limit" "$B/gpt2_cuda_check" bench-deterministic "$STEPS" ;;
       bench_text) stage bench_text "$limit" text_benches "$STEPS" ;;
       zero3) stage zero3 "$limit" "$B/gpt2_cuda_check" zero3 "$STEPS" ;;
+      nccl) stage nccl "$limit" nccl_smoke ;;
     esac
     return
   fi
@@ -381,6 +414,7 @@ run() {
     ops_wmma) stage ops_wmma "$limit" env CUDA_LAUNCH_BLOCKING=1 ZTRAIN_ATTENTION=wmma ZTRAIN_OPS_SECTIONS=attention "$B/test_backend_ops" ;;
     parity) stage parity "$limit" "$B/gpt2_cuda_check" parity ;;
     gemm) stage gemm "$limit" "$B/gemm_probe" ;;
+    nccl) stage nccl "$limit" nccl_smoke ;;
     # each bf16 shape's inputs and results dumped for the sdpa stage's comparison
     attention) stage attention "$limit" attention_dumped ;;
     # PyTorch's fused attention (flash, cuDNN, memory-efficient) on the same shapes: the speed

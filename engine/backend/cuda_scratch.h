@@ -30,9 +30,18 @@ constexpr int64_t matmul_backward(int OC, bool bias) { return bias ? column_sums
 constexpr int64_t embedding_backward(int64_t rows, bool deterministic) {
   return deterministic ? cuda::embedding_sort_scratch_floats(rows) : 0;
 }
-// FlashAttention-2's backward: D and, where it accumulates dQ in fp32, the (B, T, C) accumulator.
+// cuDNN's fused attention (engine/backend/cuda/cudnn_attention.h), where it runs instead of
+// ztrain's kernels, takes its engine's workspace from the same scratch: its forward engines ask
+// for a few hundred bytes or none, and its backward keeps the same fp32 dQ accumulator and D as
+// FlashAttention-2's, each on a 256-byte boundary, then its engine's workspace (256 bytes with
+// as many key/value heads as query heads; grouped heads ask for more and keep ztrain's kernels).
+constexpr int64_t kCudnnAttentionWorkspaceFloats = 1024;
+constexpr int64_t attention_forward() { return kCudnnAttentionWorkspaceFloats; }
+// FlashAttention-2's backward: D and, where it accumulates dQ in fp32, the (B, T, C) accumulator
+// (and room for cuDNN's engine beside them).
 constexpr int64_t attention_backward(int B, int T, int C, int NH, size_t elem, bool deterministic) {
-  return cuda::fa2::backward_scratch_floats(B, T, C, NH, elem, deterministic);
+  const int64_t own = cuda::fa2::backward_scratch_floats(B, T, C, NH, elem, deterministic);
+  return cuda::fa2::backward_accumulates_dq(C / NH, elem, deterministic) ? own + kCudnnAttentionWorkspaceFloats : own;
 }
 
 }  // namespace zt::cuda_scratch

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/comm/nccl_launch_order.h"
 #include "engine/core/faults.h"
 #include "engine/core/status.h"
 
@@ -55,6 +56,10 @@ class NcclComm final : public Comm {
       std::fflush(stderr);
       std::this_thread::sleep_for(std::chrono::seconds(faults().hold_comm_init_s));
     }
+    const nccl_order::Choice& order = nccl_order::establish();  // before NCCL's first launch reads it
+    static bool said = false;
+    if (!order.said.empty() && world_rank_ == 0 && !said) std::fprintf(stderr, "ztrain: %s\n", order.said.c_str());
+    said = true;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
@@ -98,13 +103,17 @@ class NcclComm final : public Comm {
   std::string name() const override { return name_ + "(nccl)"; }
 
   void group_begin() override {
-    if (group_depth_ == 0) after_producer();  // once for the group's collectives (each still records its start)
+    if (group_depth_ == 0) {  // once for the group's collectives (each still records its start)
+      after_producer();
+      nccl_order::before_launch(stream_, this);
+    }
     ++group_depth_;
     nccl_check(ncclGroupStart(), "group start");
   }
   void group_end() override {
     issued(ncclGroupEnd(), "group end");  // the group's collectives are launched here
     if (--group_depth_ > 0) return;
+    nccl_order::after_launch(stream_, this);
     // their completion events, recorded after the launch (one recorded inside the group would
     // complete before the collectives run)
     const Event done = record();
@@ -243,6 +252,7 @@ class NcclComm final : public Comm {
   // Before each collective: the comm stream waits for the producer's work, then marks its start.
   void begin(bool after_producer_work = true) {
     if (after_producer_work) after_producer();
+    if (group_depth_ == 0) nccl_order::before_launch(stream_, this);
     started_ = record();
   }
   Handle track(const char* what, size_t n) {
@@ -250,7 +260,7 @@ class NcclComm final : public Comm {
     Pending& p = pending_[h];
     p = {std::move(started_), group_depth_ > 0 ? nullptr : record(), what, n};
     if (group_depth_ > 0) grouped_.push_back(h);
-    else watch_from_issue(p);
+    else nccl_order::after_launch(stream_, this), watch_from_issue(p);
     return h;
   }
   // Every collective is watched from its launch, waited or not: a device drain (the allocator's,

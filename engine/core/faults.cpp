@@ -48,6 +48,7 @@ const Faults& faults() {
     if (const char* h = std::getenv("ZTRAIN_FAULT_HOLD_COMM_INIT"))
       if (std::sscanf(h, "%d:%d", &x.hold_comm_init_rank, &x.hold_comm_init_s) != 2) x.hold_comm_init_rank = -1;
     x.skip_comm_stream_wait = env_int("ZTRAIN_FAULT_SKIP_COMM_STREAM_WAIT") == 1;
+    x.nccl_unordered = env_int("ZTRAIN_FAULT_NCCL_UNORDERED") == 1;
     x.swap_collectives = env_rank_step("ZTRAIN_FAULT_SWAP_COLLECTIVES");
     // under `ztrain supervise` a crash or hang is injected in the first attempt only: the restarted
     // job would otherwise meet it again at the same step

@@ -42,6 +42,9 @@ struct Faults {
   // ZTRAIN_FAULT_SKIP_COMM_STREAM_WAIT=1: an NCCL wait() returns without making the consuming
   // stream wait for the collective (the planted bug the emulated device's streams must expose)
   bool skip_comm_stream_wait = false;
+  // ZTRAIN_FAULT_NCCL_UNORDERED=1: collectives of different NCCL communicators are launched with no
+  // order kept on the GPU (engine/comm/nccl_launch_order.h; the emulated NCCL's check must fail it)
+  bool nccl_unordered = false;
   // ZTRAIN_FAULT_SWAP_COLLECTIVES: that rank issues two consecutive collectives of different
   // groups in the other order in that step (the collective order check must name them)
   RankStep swap_collectives;

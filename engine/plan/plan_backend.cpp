@@ -148,6 +148,7 @@ void PlanBackend::matmul_gelu_backward(void*, float*, float* dbias, const void*,
 }
 void PlanBackend::attention_forward(void*, float*, const void*, int B, int T, int C, int NH, int NKV,
                                     const int32_t*) {
+  cuda_scratch_for(cuda_scratch::attention_forward());
   // causal: half of QK^T and of PV
   const double qkv = double(B) * T * C * (1.0 + 2.0 * NKV / NH);
   count(2.0 * B * double(T) * T * C, double(es()) * (qkv + double(B) * T * C) + 4.0 * B * NH * T, true);

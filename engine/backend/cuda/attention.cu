@@ -32,6 +32,23 @@
 
 namespace zt::cuda {
 
+// ZTRAIN_ATTENTION picks the kernels, for comparison and as a way back: unset, cuDNN's fused
+// attention or ztrain's kernels by measurement where cuDNN runs (attention_select.cu), else
+// ztrain's; "cudnn", cuDNN's wherever it can run (an error where it cannot); "fa2", ztrain's
+// FlashAttention-2 kernels (attention_fa2.cu) where they apply (bf16/fp16, head size 64 or 128),
+// else the WMMA tensor-core ones below, else the CUDA-core ones; "wmma" skips the first; "simt"
+// forces the CUDA-core ones. Any other value is an error, not the default.
+const std::string& attention_kernels_choice() {
+  static const std::string choice = [] {
+    const char* v = std::getenv("ZTRAIN_ATTENTION");
+    std::string c = v ? v : "";
+    if (c != "" && c != "cudnn" && c != "fa2" && c != "wmma" && c != "simt")
+      fail(__FILE__, __LINE__, "ZTRAIN_ATTENTION", ("'" + c + "' is not one of cudnn, fa2, wmma, simt").c_str());
+    return c;
+  }();
+  return choice;
+}
+
 namespace {
 constexpr int kTile = 32;                    // queries per block and keys per tile
 constexpr int kWarps = 8;                    // each warp owns kTile / kWarps rows
@@ -636,20 +653,7 @@ inline size_t smem_optin_limit() {
   return limit;
 }
 
-// ZTRAIN_ATTENTION picks the kernels, for comparison and as a way back: unset (or "fa2"), the
-// FlashAttention-2 kernels (attention_fa2.cu) where they apply (bf16/fp16, head size 64 or 128),
-// else the WMMA tensor-core ones below, else the CUDA-core ones; "wmma" skips the first; "simt"
-// forces the CUDA-core ones. Any other value is an error, not the default.
-const std::string& attention_choice() {
-  static const std::string choice = [] {
-    const char* v = std::getenv("ZTRAIN_ATTENTION");
-    std::string c = v ? v : "";
-    if (c != "" && c != "fa2" && c != "wmma" && c != "simt")
-      fail(__FILE__, __LINE__, "ZTRAIN_ATTENTION", ("'" + c + "' is not one of fa2, wmma, simt").c_str());
-    return c;
-  }();
-  return choice;
-}
+const std::string& attention_choice() { return attention_kernels_choice(); }
 
 bool use_fa2() { return attention_choice() != "wmma" && attention_choice() != "simt"; }
 
@@ -712,8 +716,8 @@ void allow_smem(K kernel, size_t bytes) {
 }  // namespace
 
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, const int32_t* pos,
-                       cudaStream_t s) {
+void attention_forward_own(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, const int32_t* pos,
+                           cudaStream_t s) {
   if (B * T_ <= 0) return;
   const int hs = C / NH;
   if constexpr (sizeof(T) == 2) {
@@ -739,8 +743,8 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
 }
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
-                        int NH, int NKV, const int32_t* pos, float* scratch, bool deterministic, cudaStream_t s) {
+void attention_backward_own(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
+                            int NH, int NKV, const int32_t* pos, float* scratch, bool deterministic, cudaStream_t s) {
   if (B * T_ <= 0) return;
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(float(hs));
@@ -782,10 +786,10 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
 }
 
 #define ZT_INSTANTIATE(T)                                                                             \
-  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, int, const int32_t*,  \
-                                     cudaStream_t);                                                   \
-  template void attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, \
-                                      int, int, const int32_t*, float*, bool, cudaStream_t);
+  template void attention_forward_own<T>(T*, float*, const T*, int, int, int, int, int, const int32_t*,  \
+                                         cudaStream_t);                                                   \
+  template void attention_backward_own<T>(T*, const T*, const T*, const T*, const float*, int, int, int, \
+                                          int, int, const int32_t*, float*, bool, cudaStream_t);
 ZT_INSTANTIATE(float)
 ZT_INSTANTIATE(__nv_bfloat16)
 ZT_INSTANTIATE(__half)

@@ -268,14 +268,19 @@ class CudaBackend final : public Backend {
   }
   void attention_forward(void* out, float* lse, const void* qkv, int B, int T_, int C, int NH, int NKV,
                          const int32_t* pos) override {
-    ZT_DISPATCH(dt(), T, cuda::attention_forward(tp<T>(out), lse, tp<T>(qkv), B, T_, C, NH, NKV, pos, stream_));
+    const int64_t n = cuda_scratch::attention_forward();  // cuDNN's engine workspace, where it runs
+    float* sc = scratch(n);
+    ZT_DISPATCH(dt(), T,
+                cuda::attention_forward(tp<T>(out), lse, tp<T>(qkv), B, T_, C, NH, NKV, pos, sc, n, deterministic(),
+                                        stream_));
   }
   void attention_backward(void* dqkv, const void* dout, const void* out, const void* qkv, const float* lse, int B,
                           int T_, int C, int NH, int NKV, const int32_t* pos) override {
-    float* sc = scratch(cuda_scratch::attention_backward(B, T_, C, NH, dtype_size(dt()), deterministic()));
+    const int64_t n = cuda_scratch::attention_backward(B, T_, C, NH, dtype_size(dt()), deterministic());
+    float* sc = scratch(n);
     ZT_DISPATCH(dt(), T,
                 cuda::attention_backward(tp<T>(dqkv), tp<T>(dout), tp<T>(out), tp<T>(qkv), lse, B, T_, C, NH, NKV, pos,
-                                         sc, deterministic(), stream_));
+                                         sc, n, deterministic(), stream_));
   }
   void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* w, int N, int C, float eps) override {
     ZT_DISPATCH(dt(), T, cuda::rmsnorm_forward(tp<T>(out), rstd, tp<T>(inp), tp<T>(w), N, C, eps, stream_));

@@ -7,6 +7,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <string>
+
 #include <cstdint>
 
 #include "engine/backend/cuda/attention_fa2_layout.h"
@@ -48,9 +50,19 @@ void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s);  // out (N,
 
 // pos (null or (B,T) device int32): row t attends to keys [t - pos[t], t], its document (cpu/ops.h);
 // every attention kernel skips the key tiles that lie wholly before a row's document.
+// ZTRAIN_ATTENTION's value, checked (attention.cu): "", "cudnn", "fa2", "wmma" or "simt".
+const std::string& attention_kernels_choice();
+// Causal self-attention: cuDNN's fused attention or ztrain's kernels, chosen by measurement at each
+// shape's first use where cuDNN can run it (attention_select.cu; never under `deterministic`, with
+// documents, or on the emulated device); ztrain's otherwise. scratch: at least
+// cuda_scratch::attention_forward() floats (cuDNN's engine workspace).
 template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, const int32_t* pos,
-                       cudaStream_t s);
+                       float* scratch, int64_t scratch_floats, bool deterministic, cudaStream_t s);
+// ztrain's kernels (attention.cu): FlashAttention-2, else WMMA, else CUDA cores.
+template <typename T>
+void attention_forward_own(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, const int32_t* pos,
+                           cudaStream_t s);
 // The FlashAttention-2-structured forward (attention_fa2.cu; 16-bit types, head size 64 or 128,
 // 16-byte aligned qkv); false where it does not apply. attention_forward takes it unless
 // ZTRAIN_ATTENTION names other kernels (attention.cu).
@@ -63,10 +75,14 @@ bool attention_forward_fa2(T* out, float* lse, const T* qkv, int B, int T_, int 
 template <typename T>
 bool attention_backward_fa2(T* dqkv, float* dq_acc, const T* dout, const T* qkv, const float* lse, const float* D,
                             int B, int T_, int C, int NH, int NKV, const int32_t* pos, cudaStream_t s);
-// scratch: fa2::backward_scratch_floats(B, T_, C, NH, sizeof(T), deterministic) floats
+// scratch: cuda_scratch::attention_backward(B, T_, C, NH, sizeof(T), deterministic) floats
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
-                        int NH, int NKV, const int32_t* pos, float* scratch, bool deterministic, cudaStream_t s);
+                        int NH, int NKV, const int32_t* pos, float* scratch, int64_t scratch_floats, bool deterministic,
+                        cudaStream_t s);
+template <typename T>
+void attention_backward_own(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
+                            int NH, int NKV, const int32_t* pos, float* scratch, bool deterministic, cudaStream_t s);
 
 template <typename T>
 void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* w, int N, int C, float eps, cudaStream_t s);

@@ -22,6 +22,16 @@
 // counts as in flight from its launch to its end on the stream; the emulated runtime faults a
 // cudaFree, cudaFreeHost or cudaHostAlloc meanwhile (they synchronize a GPU, see stream.h).
 //
+// Launch order across communicators (NCCL's user guide, "Using multiple NCCL communicators
+// concurrently"): the collectives of several communicators on one GPU need one total order, the
+// same on every rank, or their kernels may wait on each other across ranks and deadlock. NCCL 2.26+
+// takes the host's launch order when NCCL_LAUNCH_ORDER_IMPLICIT=1 (read at the first launch);
+// otherwise stream dependencies must give it. Modeled: each launch takes the process's next number;
+// with the variable set, a collective starts on its stream only after every collective launched
+// before it has started (NCCL's implicit order); without it, a collective that starts while one
+// launched before it on another communicator has not started is an order the ranks' GPUs need not
+// share: the communicator fails, naming both (on a GPU it may deadlock, by the scheduling of the day).
+//
 // MPI runs on the streams' threads and the init thread, so the job's MPI must provide
 // MPI_THREAD_MULTIPLE (engine/comm/topology.cpp asks for it when the emulated NCCL is selected).
 // 16-bit reductions are done in fp32 and rounded once; NCCL rounds per step of its ring, so sums
@@ -33,7 +43,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -88,6 +100,48 @@ struct Stats {
                  collectives.load(), groups.load(), largest.load());
   }
 } g_stats;
+
+// The launch order's books (see the top of the file).
+struct LaunchOrder {
+  std::mutex mu;
+  std::condition_variable started;
+  uint64_t next = 0;
+  std::map<uint64_t, std::pair<const ncclComm*, const char*>> unstarted;  // launched, not started
+  int implicit = -1;  // NCCL_LAUNCH_ORDER_IMPLICIT as read at the first launch
+};
+LaunchOrder g_order;
+
+uint64_t order_launched(const ncclComm* c, const char* what) {
+  std::lock_guard lock(g_order.mu);
+  if (g_order.implicit < 0) {
+    const char* v = std::getenv("NCCL_LAUNCH_ORDER_IMPLICIT");
+    g_order.implicit = v && std::strtoll(v, nullptr, 0) != 0;
+  }
+  g_order.unstarted[g_order.next] = {c, what};
+  return g_order.next++;
+}
+
+// Collective n starts on its stream: "" when its order is kept, else what is wrong.
+std::string order_started(const ncclComm* c, uint64_t n, const char* what) {
+  std::unique_lock lock(g_order.mu);
+  std::string problem;
+  if (g_order.implicit) {
+    g_order.started.wait(lock, [&] { return g_order.unstarted.begin()->first == n; });
+  } else {
+    for (const auto& [m, earlier] : g_order.unstarted) {
+      if (m >= n) break;
+      if (earlier.first == c) continue;
+      problem = std::string(what) + " (launch " + std::to_string(n) + ") started before " + earlier.second +
+                " (launch " + std::to_string(m) + ") of another communicator on this device had started: no order "
+                "between the two communicators' collectives (NCCL_LAUNCH_ORDER_IMPLICIT=1 or a stream dependency); "
+                "on GPUs, ranks that run them in different orders deadlock";
+      break;
+    }
+  }
+  g_order.unstarted.erase(n);
+  g_order.started.notify_all();
+  return problem;
+}
 
 int world_rank() {
   int r = 0;
@@ -185,10 +239,15 @@ ncclResult_t enqueue(ncclComm_t c, cudaStream_t stream, const char* what, std::f
   if (const ncclResult_t r = check_comm(c); r != ncclSuccess) return r;
   auto launch = [c, stream, what, body = std::move(body)] {
     zt::emu::collective_issued();
-    zt::emu::stream_enqueue(stream, what, [c, what, body] {
+    const uint64_t order = order_launched(c, what);
+    zt::emu::stream_enqueue(stream, what, [c, what, body, order] {
       struct Finished {
         ~Finished() { zt::emu::collective_finished(); }
       } finished;
+      if (const std::string problem = order_started(c, order, what); !problem.empty()) {
+        std::fprintf(stderr, "ztrain emulated NCCL: %s\n", problem.c_str());
+        return c->fail(ncclInvalidUsage, problem);
+      }
       // issued before a non-blocking init completed: the stream waits for it (state is atomic;
       // the init thread object itself belongs to the caller's thread)
       while (c->state == ncclInProgress) std::this_thread::yield();

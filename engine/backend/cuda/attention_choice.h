@@ -1,0 +1,125 @@
+// Attention chosen by measurement, as the GEMMs' algorithms are: where cuDNN's fused attention can
+// run a shape (cudnn_attention.h), its first use on the GPU runs cuDNN's and ztrain's kernels
+// (a warm-up and 3 timed calls each, CUDA events), compares their results, keeps the faster, and
+// says so once on stderr. A disagreement beyond 2% of the largest output (or 0.02 in the
+// log-sum-exp) keeps ztrain's kernels and says why. The pass's outputs are the kept one's: it runs
+// last. Host code: included by attention.cu only.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/backend/cuda/cudnn_attention.h"
+
+namespace zt::cuda::attention_choice {
+
+enum class Impl { Unmeasured, Own, Cudnn };
+
+// A pass's outputs on the host as floats, by name, for the comparison.
+using Outputs = std::vector<std::pair<const char*, std::vector<float>>>;
+
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline float fp16_to_float(uint16_t h) {
+  const int e = (h >> 10) & 31, m = h & 1023;
+  const float v = e == 0 ? std::ldexp(float(m), -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(float(m | 1024), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+// n 16-bit elements (bf16 unless fp16) or floats (elem 4) at device address p, as floats
+inline std::vector<float> host_floats(const void* p, size_t n, size_t elem, bool fp16, cudaStream_t s) {
+  std::vector<float> out(n);
+  if (elem == 4) {
+    cudaMemcpyAsync(out.data(), p, n * 4, cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    return out;
+  }
+  std::vector<uint16_t> raw(n);
+  cudaMemcpyAsync(raw.data(), p, n * 2, cudaMemcpyDeviceToHost, s);
+  cudaStreamSynchronize(s);
+  for (size_t i = 0; i < n; ++i) out[i] = fp16 ? fp16_to_float(raw[i]) : bf16_to_float(raw[i]);
+  return out;
+}
+
+// The worst disagreement of `b` against `a`: max |a - b| over max |a| for 16-bit tensors, the
+// absolute difference for the log-sum-exp; with its tensor's name.
+inline std::pair<double, std::string> disagreement(const Outputs& a, const Outputs& b) {
+  std::pair<double, std::string> worst{0.0, ""};
+  for (size_t t = 0; t < a.size(); ++t) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < a[t].second.size(); ++i) {
+      const double x = a[t].second[i], y = b[t].second[i];
+      diff = std::isfinite(x - y) ? std::max(diff, std::fabs(x - y)) : INFINITY;
+      scale = std::max(scale, std::fabs(x));
+    }
+    const bool absolute = std::string(a[t].first) == "lse";
+    const double d = absolute ? diff : diff / std::max(scale, 1e-30);
+    if (!(d <= worst.first)) worst = {d, a[t].first};
+  }
+  return worst;
+}
+constexpr double kAgreement = 0.02;
+
+// Milliseconds per call of fn over 3 calls after a warm-up, by CUDA events on s.
+template <typename Fn>
+double time_ms(Fn&& fn, cudaStream_t s) {
+  fn();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a, s);
+  for (int i = 0; i < 3; ++i) fn();
+  cudaEventRecord(b, s);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return double(ms) / 3;
+}
+
+// Runs the pass with the implementation kept for this shape and direction, measuring at the first
+// use. own(): ztrain's kernels; cudnn(): cuDNN's, false when it cannot run; outputs(): the pass's
+// results copied to the host. `forced`: ZTRAIN_ATTENTION=cudnn (cuDNN without measuring).
+template <typename Own, typename Cudnn, typename Read>
+Impl run(const cudnn_attention::Shape& sh, bool backward, bool forced, Own&& own, Cudnn&& cudnn, Read&& outputs,
+         cudaStream_t s) {
+  static std::map<std::tuple<int, int, int, int, int, bool, bool>, Impl> kept;
+  Impl& impl = kept[{sh.B, sh.T, sh.NH, sh.NKV, sh.hs, sh.fp16, backward}];
+  if (impl == Impl::Own) return own(), impl;
+  if (impl == Impl::Cudnn || forced) return cudnn() ? (impl = Impl::Cudnn) : Impl::Unmeasured;
+  // the first use: cuDNN's, when it runs at all, then ztrain's, each timed; the kept one last
+  bool ran = true;
+  const double cudnn_ms = time_ms([&] { ran = cudnn() && ran; }, s);
+  if (!ran) return own(), impl = Impl::Own;  // said by cudnn_attention already
+  const Outputs theirs = outputs();
+  const double own_ms = time_ms(own, s);
+  const Outputs ours = outputs();
+  const auto [apart, where] = disagreement(ours, theirs);
+  const char* pass = backward ? "backward" : "forward";
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "B %d T %d heads %d/%d of %d %s", sh.B, sh.T, sh.NH, sh.NKV, sh.hs,
+                sh.fp16 ? "fp16" : "bf16");
+  if (!(apart <= kAgreement)) {
+    std::fprintf(stderr, "attention %s, %s: cuDNN's %s is %.3g from ztrain's kernels' (more than %.2g): ztrain's kept\n",
+                 pass, shape, where.c_str(), apart, kAgreement);
+    return impl = Impl::Own;  // ztrain's ran last
+  }
+  impl = cudnn_ms < own_ms ? Impl::Cudnn : Impl::Own;
+  std::fprintf(stderr, "attention %s, %s: cuDNN %.3f ms, ztrain's kernels %.3f ms (results %.2g apart): %s kept\n",
+               pass, shape, cudnn_ms, own_ms, apart, impl == Impl::Cudnn ? "cuDNN" : "ztrain's");
+  if (impl == Impl::Cudnn) cudnn();
+  return impl;
+}
+
+}  // namespace zt::cuda::attention_choice

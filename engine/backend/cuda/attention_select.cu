@@ -1,0 +1,94 @@
+// The attention entry points: cuDNN's fused attention or ztrain's kernels (attention.cu), chosen
+// by measurement at each shape's first use (attention_choice.h) where cuDNN can run it.
+#include <string>
+#include <type_traits>
+
+#include "engine/backend/cuda/attention_choice.h"
+#include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda/cudnn_attention.h"
+#include "engine/backend/cuda/ops.cuh"
+
+namespace zt::cuda {
+
+namespace {
+
+template <typename T>
+cudnn_attention::Shape shape_of(int B, int T_, int C, int NH, int NKV) {
+  return {B, T_, NH, NKV, C / NH, std::is_same_v<T, __half>};
+}
+
+// Whether cuDNN is tried for this call: not under ZTRAIN_ATTENTION naming ztrain's kernels, nor
+// with documents (its graph has no document mask), nor under [run] deterministic (a choice by
+// timing could differ between runs). ZTRAIN_ATTENTION=cudnn makes each of these an error.
+bool cudnn_tried(const cudnn_attention::Shape& sh, const int32_t* pos, bool deterministic, const char* pass) {
+  const std::string& choice = attention_kernels_choice();
+  const bool forced = choice == "cudnn";
+  if (!forced && !choice.empty()) return false;
+  std::string why = cudnn_attention::unavailable(sh);
+  if (why.empty() && pos) why = "packed documents (its graph has no document mask)";
+  if (why.empty() && deterministic) why = "[run] deterministic";
+  if (forced && !why.empty()) fail(__FILE__, __LINE__, pass, ("ZTRAIN_ATTENTION=cudnn: cuDNN cannot run it: " + why).c_str());
+  return why.empty();
+}
+
+}  // namespace
+
+template <typename T>
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, int NKV, const int32_t* pos,
+                       float* scratch, int64_t scratch_floats, bool deterministic, cudaStream_t s) {
+  if constexpr (sizeof(T) == 2) {
+    const cudnn_attention::Shape sh = shape_of<T>(B, T_, C, NH, NKV);
+    if (B * T_ > 0 && cudnn_tried(sh, pos, deterministic, "attention_forward")) {
+      const auto impl = attention_choice::run(
+          sh, /*backward=*/false, attention_kernels_choice() == "cudnn",
+          [&] { attention_forward_own(out, lse, qkv, B, T_, C, NH, NKV, pos, s); },
+          [&] { return cudnn_attention::forward(sh, out, lse, qkv, scratch, scratch_floats, s); },
+          [&] {
+            return attention_choice::Outputs{
+                {"out", attention_choice::host_floats(out, size_t(B) * T_ * C, 2, sh.fp16, s)},
+                {"lse", attention_choice::host_floats(lse, size_t(B) * NH * T_, 4, sh.fp16, s)}};
+          },
+          s);
+      if (impl == attention_choice::Impl::Unmeasured)
+        fail(__FILE__, __LINE__, "attention_forward", "ZTRAIN_ATTENTION=cudnn: cuDNN's forward did not run (said above)");
+      return;
+    }
+  }
+  attention_forward_own(out, lse, qkv, B, T_, C, NH, NKV, pos, s);
+}
+
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, const float* lse, int B, int T_, int C,
+                        int NH, int NKV, const int32_t* pos, float* scratch, int64_t scratch_floats, bool deterministic,
+                        cudaStream_t s) {
+  if constexpr (sizeof(T) == 2) {
+    const cudnn_attention::Shape sh = shape_of<T>(B, T_, C, NH, NKV);
+    if (B * T_ > 0 && cudnn_tried(sh, pos, deterministic, "attention_backward")) {
+      const size_t rows = size_t(B) * T_ * (C + 2 * NKV * (C / NH));
+      const auto impl = attention_choice::run(
+          sh, /*backward=*/true, attention_kernels_choice() == "cudnn",
+          [&] { attention_backward_own(dqkv, dout, out, qkv, lse, B, T_, C, NH, NKV, pos, scratch, deterministic, s); },
+          [&] { return cudnn_attention::backward(sh, dqkv, dout, out, qkv, lse, scratch, scratch_floats, s); },
+          [&] { return attention_choice::Outputs{{"dqkv", attention_choice::host_floats(dqkv, rows, 2, sh.fp16, s)}}; },
+          s);
+      if (impl == attention_choice::Impl::Unmeasured)
+        fail(__FILE__, __LINE__, "attention_backward",
+             "ZTRAIN_ATTENTION=cudnn: cuDNN's backward did not run (said above; grouped key/value heads ask more "
+             "workspace than ztrain reserves)");
+      return;
+    }
+  }
+  attention_backward_own(dqkv, dout, out, qkv, lse, B, T_, C, NH, NKV, pos, scratch, deterministic, s);
+}
+
+#define ZT_INSTANTIATE(T)                                                                                     \
+  template void attention_forward<T>(T*, float*, const T*, int, int, int, int, int, const int32_t*, float*,  \
+                                     int64_t, bool, cudaStream_t);                                            \
+  template void attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, int, int, \
+                                      const int32_t*, float*, int64_t, bool, cudaStream_t);
+ZT_INSTANTIATE(float)
+ZT_INSTANTIATE(__nv_bfloat16)
+ZT_INSTANTIATE(__half)
+#undef ZT_INSTANTIATE
+
+}  // namespace zt::cuda
