@@ -10,7 +10,10 @@
 # hash of the sources they were built from equals this tree's). Then it runs the stages in order of
 # value, each under its own time limit, all under the deadline (--dry-run prints the plan):
 #   ops        every op on CUDA vs the CPU backend, fp32/bf16/fp16, CUDA_LAUNCH_BLOCKING=1 (the
-#              first failing op is named; tests/cuda/test_backend_ops.cpp)
+#              first failing op is named; tests/cuda/test_backend_ops.cpp); attention chosen by
+#              measurement, as in training (cuDNN's or ztrain's, each choice on stderr)
+#   ops_cudnn  the attention ops with cuDNN's fused attention wherever it runs (ZTRAIN_ATTENTION=
+#              cudnn), forward and backward against the CPU backend: before its choice is trusted
 #   parity     GPT-2, Llama, Qwen2, Qwen3 and Mistral forward, gradients and 5 AdamW steps, CUDA vs
 #              CPU, at odd sizes, 3 precisions
 #   bench      GPT-2 124M bf16 training in ztrain: tokens/s, step time, peak memory, MFU, and the
@@ -20,6 +23,8 @@
 #              bench's micro-batch: ztrain's tokens/s as a ratio to it
 #   attention  the fused attention's TFLOP/s, forward and backward (CUDA events, 20 calls), T 1024
 #              and 4096, head size 64 and 128; each bf16 shape's inputs and results dumped
+#   attention_cudnn  the same with cuDNN's fused attention (ZTRAIN_ATTENTION=cudnn) and with
+#              ztrain's kernels (=fa2), so the choice's two sides are both on record
 #   sdpa       PyTorch's scaled_dot_product_attention (flash, cuDNN, memory-efficient) on the same
 #              shapes: the speed reference; and the dumped results against an fp32 reference,
 #              beside PyTorch's own error (tools/gpu_check/torch_attention.py)
@@ -108,6 +113,13 @@ elif [ $EMU = 1 ]; then
   STEPS=2
   export GPU_CHECK_TINY=1
 else
+  # cuDNN (attention) and NCCL from PyTorch's wheels (nvidia-cudnn, nvidia-nccl) on the library
+  # path of every stage, where the machine has them: ztrain loads libcudnn.so.9 with dlopen
+  for pkg in cudnn nccl; do
+    d=$($PYTHON -c "import nvidia.$pkg, os; print(os.path.join(list(nvidia.$pkg.__path__)[0], 'lib'))" 2>/dev/null)
+    [ -n "$d" ] && [ -d "$d" ] && LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  done
+  export LD_LIBRARY_PATH
   arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d .)
   [ -n "$arch" ] || arch=90
   gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1)
@@ -355,7 +367,8 @@ fi
 # fused epilogue against its unfused kernels, measured on the real shapes.
 # The limits: about 3x each stage's time on the H200 (bench/results/gpu_check-h200-20261204T181200Z.json,
 # binaries carried: 140 s for all of them), at least 10 s.
-PLAN="build:150 ops:20 parity:35 bench:20 pytorch:40 attention:10 sdpa:25 gemm:10 nccl:10 sanitizer_memcheck:15"
+PLAN="build:150 ops:20 ops_cudnn:15 parity:35 bench:20 pytorch:40 attention:10 attention_cudnn:20 sdpa:25 gemm:10 nccl:10"
+PLAN="$PLAN sanitizer_memcheck:15"
 PLAN="$PLAN bench_deterministic:15 pytorch_compile:75 torch_llama:90 sanitizer_racecheck:35 zero3:10"
 PLAN="$PLAN bench_head_whole:15 bench_text:25 ops_wmma:10 attention_wmma:10"
 [ $DRY = 1 ] && PLAN="$PLAN hang_probe:2 crash_probe:10"  # the failure paths: a hang, a crash
@@ -412,8 +425,12 @@ run() {
     ops) stage ops "$limit" env CUDA_LAUNCH_BLOCKING=1 "$B/test_backend_ops" ;;
     # the WMMA attention kernels the FlashAttention-2 ones replaced as the default, against the CPU too
     ops_wmma) stage ops_wmma "$limit" env CUDA_LAUNCH_BLOCKING=1 ZTRAIN_ATTENTION=wmma ZTRAIN_OPS_SECTIONS=attention "$B/test_backend_ops" ;;
+    ops_cudnn) stage ops_cudnn "$limit" env CUDA_LAUNCH_BLOCKING=1 ZTRAIN_ATTENTION=cudnn ZTRAIN_OPS_SECTIONS=attention \
+                 "$B/test_backend_ops" ;;
     parity) stage parity "$limit" "$B/gpt2_cuda_check" parity ;;
     gemm) stage gemm "$limit" "$B/gemm_probe" ;;
+    attention_cudnn) stage attention_cudnn "$limit" bash -c \
+                       "ZTRAIN_ATTENTION=cudnn $B/gpt2_cuda_check attention && ZTRAIN_ATTENTION=fa2 $B/gpt2_cuda_check attention" ;;
     nccl) stage nccl "$limit" nccl_smoke ;;
     # each bf16 shape's inputs and results dumped for the sdpa stage's comparison
     attention) stage attention "$limit" attention_dumped ;;

@@ -34,7 +34,7 @@ namespace zt::cuda {
 
 // ZTRAIN_ATTENTION picks the kernels, for comparison and as a way back: unset, cuDNN's fused
 // attention or ztrain's kernels by measurement where cuDNN runs (attention_select.cu), else
-// ztrain's; "cudnn", cuDNN's wherever it can run (an error where it cannot); "fa2", ztrain's
+// ztrain's; "cudnn", cuDNN's wherever it can run (ztrain's elsewhere, said once); "fa2", ztrain's
 // FlashAttention-2 kernels (attention_fa2.cu) where they apply (bf16/fp16, head size 64 or 128),
 // else the WMMA tensor-core ones below, else the CUDA-core ones; "wmma" skips the first; "simt"
 // forces the CUDA-core ones. Any other value is an error, not the default.

@@ -20,7 +20,7 @@
 
 namespace zt::cuda::attention_choice {
 
-enum class Impl { Unmeasured, Own, Cudnn };
+enum class Impl { Unmeasured, Own, Cudnn };  // Unmeasured: not yet known for the shape
 
 // A pass's outputs on the host as floats, by name, for the comparison.
 using Outputs = std::vector<std::pair<const char*, std::vector<float>>>;
@@ -90,14 +90,18 @@ double time_ms(Fn&& fn, cudaStream_t s) {
 
 // Runs the pass with the implementation kept for this shape and direction, measuring at the first
 // use. own(): ztrain's kernels; cudnn(): cuDNN's, false when it cannot run; outputs(): the pass's
-// results copied to the host. `forced`: ZTRAIN_ATTENTION=cudnn (cuDNN without measuring).
+// results copied to the host. `forced`: ZTRAIN_ATTENTION=cudnn (cuDNN without measuring, ztrain's
+// kernels where its plan does not build).
 template <typename Own, typename Cudnn, typename Read>
 Impl run(const cudnn_attention::Shape& sh, bool backward, bool forced, Own&& own, Cudnn&& cudnn, Read&& outputs,
          cudaStream_t s) {
   static std::map<std::tuple<int, int, int, int, int, bool, bool>, Impl> kept;
   Impl& impl = kept[{sh.B, sh.T, sh.NH, sh.NKV, sh.hs, sh.fp16, backward}];
   if (impl == Impl::Own) return own(), impl;
-  if (impl == Impl::Cudnn || forced) return cudnn() ? (impl = Impl::Cudnn) : Impl::Unmeasured;
+  if (impl == Impl::Cudnn || forced) {
+    if (cudnn()) return impl = Impl::Cudnn;
+    return own(), impl = Impl::Own;  // its plan failed: said by cudnn_attention
+  }
   // the first use: cuDNN's, when it runs at all, then ztrain's, each timed; the kept one last
   bool ran = true;
   const double cudnn_ms = time_ms([&] { ran = cudnn() && ran; }, s);
