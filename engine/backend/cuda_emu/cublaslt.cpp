@@ -4,6 +4,9 @@
 // (https://docs.nvidia.com/cuda/cublas/index.html, "Using the cuBLASLt API"), cited by section.
 // One file over 600 lines on purpose: the descriptors, the heuristic and the matmul validate against
 // one another (every refusal is checked where the documentation places it, next to its section).
+// FP8 (E4M3/E5M2 A and B on Hopper) follows 3.4.17's "When A, B, C, and D Use Layouts for FP8"
+// table and its requirements, and 3.1.4.1's tensor-wide scaling; the formats' arithmetic is
+// engine/core/fp8.h (round to nearest even, saturating to the largest finite value).
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 
 #include "engine/backend/cuda_emu/half.h"
 #include "engine/backend/cuda_emu/stream.h"
+#include "engine/core/fp8.h"
 
 // ---- the opaque structs (defaults from 3.3.9 / 3.3.13 / 3.3.19)
 struct cublasLtContext {
@@ -31,6 +35,9 @@ struct cublasLtMatmulDescOpaque_t {
   const void* aux = nullptr;
   int64_t aux_ld = 0, aux_batch_stride = 0;
   int32_t aux_data_type = -1, bias_data_type = -1;  // -1: "unset", i.e. D's type
+  const void *a_scale = nullptr, *b_scale = nullptr, *c_scale = nullptr, *d_scale = nullptr;  // NULL: 1
+  void* amax_d = nullptr;
+  int8_t fast_accum = 0;  // FP8's faster, less accurate accumulation: not modelled (k order in fp32 either way)
 };
 struct cublasLtMatrixLayoutOpaque_t {
   uint32_t type = CUDA_R_32F;
@@ -75,6 +82,12 @@ Field desc_field(cublasLtMatmulDescOpaque_t& d, cublasLtMatmulDescAttributes_t a
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE: return field(d.aux_batch_stride);
     case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return field(d.aux_data_type);
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: return field(d.bias_data_type);
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return field(d.a_scale);
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return field(d.b_scale);
+    case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER: return field(d.c_scale);
+    case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: return field(d.d_scale);
+    case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: return field(d.amax_d);
+    case CUBLASLT_MATMUL_DESC_FAST_ACCUM: return field(d.fast_accum);
   }
   return {};  // an attribute this subset does not model
 }
@@ -152,12 +165,19 @@ size_t element_bytes(int32_t type) {
     case CUDA_R_32F: return 4;
     case CUDA_R_16F:
     case CUDA_R_16BF: return 2;
+    case CUDA_R_8F_E4M3:
+    case CUDA_R_8F_E5M2: return 1;
     default: return 0;  // not a type the emulated algorithm reads or writes
   }
+}
+bool is_fp8(int32_t type) { return type == CUDA_R_8F_E4M3 || type == CUDA_R_8F_E5M2; }
+zt::fp8::Format fp8_format(int32_t type) {
+  return type == CUDA_R_8F_E4M3 ? zt::fp8::Format::E4M3 : zt::fp8::Format::E5M2;
 }
 
 float load(const void* base, int32_t type, int64_t index) {
   const char* p = static_cast<const char*>(base) + index * int64_t(element_bytes(type));
+  if (is_fp8(type)) return zt::fp8::to_float(*reinterpret_cast<const uint8_t*>(p), fp8_format(type));
   if (type == CUDA_R_32F) {
     float f;
     std::memcpy(&f, p, 4);
@@ -173,6 +193,10 @@ void store(void* base, int32_t type, int64_t index, float v) {
   char* p = static_cast<char*>(base) + index * int64_t(element_bytes(type));
   if (type == CUDA_R_32F) {
     std::memcpy(p, &v, 4);
+    return;
+  }
+  if (is_fp8(type)) {  // to nearest even, saturating to the largest finite value
+    *reinterpret_cast<uint8_t*>(p) = zt::fp8::from_float(v, fp8_format(type));
     return;
   }
   const uint16_t h = type == CUDA_R_16BF ? zt::emu::float_to_bf16_bits(v) : zt::emu::float_to_half_bits(v);
@@ -236,7 +260,7 @@ float gelu_grad(float x) {
 // ---- the problem a descriptor and its layouts describe, once checked
 struct Problem {
   int32_t compute_type = 0;
-  int32_t ab_type = 0, d_type = 0, bias_type = 0;
+  int32_t a_type = 0, b_type = 0, c_type = 0, d_type = 0, bias_type = 0;
   bool ta = false, tb = false;
   int64_t m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;
@@ -249,9 +273,41 @@ struct Problem {
 //   Atype/Btype 16BF -> Ctype 16BF or 32F;  16F -> 16F or 32F;  32F -> 32F.
 // Each row's Bias Type equals its Ctype. (The 8I and complex rows, the FAST_* compute types and
 // the FP8/FP4 tables are not emulated.)
+// 3.4.17 "When A, B, C, and D Use Layouts for FP8" (CUBLAS_COMPUTE_32F, CUDA_R_32F scale):
+//   A x B:  E4M3 x E4M3, E4M3 x E5M2, E5M2 x E4M3 (no E5M2 x E5M2 row);
+//   C 16BF -> D 16BF or E4M3 (or E5M2 unless E4M3 x E4M3); C 16F -> D 16F or E4M3 (or E5M2 alike);
+//   C 32F -> D 32F. C is never FP8.
+// and its requirements: "The compute type must be CUBLAS_COMPUTE_32F", "The scale type must be
+// CUDA_R_32F". Scales (3.1.4): "Scales are only applicable to narrow precisions matmuls. If any
+// scale is set for a non-narrow precisions matmul, cuBLAS will return an error ... The one
+// exception is that the C tensor is allowed to have a scale for non-narrow data types"; the
+// attributes name the error CUBLAS_INVALID_VALUE; the amax of a 16- or 32-bit D is refused alike.
+Check check_fp8_types(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLayoutOpaque_t& a,
+                      const cublasLtMatrixLayoutOpaque_t& b, const cublasLtMatrixLayoutOpaque_t& c,
+                      const cublasLtMatrixLayoutOpaque_t& dl) {
+  if (!is_fp8(int32_t(a.type)) || !is_fp8(int32_t(b.type)))
+    return unsupported("FP8 and non-FP8 A/B (no such row in the datatypes tables)");
+  if (d.compute_type != CUBLAS_COMPUTE_32F) return unsupported("FP8: \"The compute type must be CUBLAS_COMPUTE_32F\"");
+  if (d.scale_type != CUDA_R_32F) return unsupported("FP8: \"The scale type must be CUDA_R_32F\"");
+  if (a.type == CUDA_R_8F_E5M2 && b.type == CUDA_R_8F_E5M2) return unsupported("FP8: E5M2 x E5M2 is not in the FP8 table");
+  const bool both_e4m3 = a.type == CUDA_R_8F_E4M3 && b.type == CUDA_R_8F_E4M3;
+  const bool d_fp8 = is_fp8(int32_t(dl.type));
+  bool row_ok = false;
+  if (c.type == CUDA_R_16BF || c.type == CUDA_R_16F)
+    row_ok = dl.type == c.type || dl.type == CUDA_R_8F_E4M3 || (dl.type == CUDA_R_8F_E5M2 && !both_e4m3);
+  else if (c.type == CUDA_R_32F)
+    row_ok = dl.type == CUDA_R_32F;
+  if (!row_ok) return unsupported("FP8: Ctype/Dtype combination not in the FP8 table");
+  if (!d_fp8 && (d.d_scale || d.amax_d)) return invalid("FP8: D scale or amax set for a non-FP8 D");
+  return {};
+}
+
 Check check_types(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLayoutOpaque_t& a,
                   const cublasLtMatrixLayoutOpaque_t& b, const cublasLtMatrixLayoutOpaque_t& c,
                   const cublasLtMatrixLayoutOpaque_t& dl) {
+  if (is_fp8(int32_t(a.type)) || is_fp8(int32_t(b.type))) return check_fp8_types(d, a, b, c, dl);
+  if (d.a_scale || d.b_scale || d.d_scale || d.amax_d)
+    return invalid("A/B/D scale or amax set for a non-narrow-precision matmul");
   if (d.compute_type != CUBLAS_COMPUTE_32F && d.compute_type != CUBLAS_COMPUTE_32F_PEDANTIC)
     return unsupported("compute type: only CUBLAS_COMPUTE_32F(_PEDANTIC) is emulated");
   if (d.scale_type != CUDA_R_32F) return unsupported("scale type: CUBLAS_COMPUTE_32F needs CUDA_R_32F");
@@ -280,8 +336,37 @@ Check check_layout(const cublasLtMatrixLayoutOpaque_t& l, bool is_c) {
   return {};
 }
 
+// 3.4.17, FP8: "A must be transposed and B non-transposed (The 'TN' format) on ... Hopper", and
+// "All matrix dimensions must meet the optimal requirements listed in Tensor Core Usage (i.e.
+// pointers and matrix dimension must support 16-byte alignment)": with TN and 1-byte A and B, k
+// and lda, ldb multiples of 16, C's and D's leading dimensions 16-byte multiples; m a multiple of
+// 16 (cuBLASLt's own log: "M must be divisible by 16"). Refused as unsupported (the heuristic finds
+// no algorithm), as real cuBLASLt does.
+Check check_fp8_layout(const Problem& p) {
+  if (!p.ta || p.tb) return unsupported("FP8 on Hopper: A transposed and B not (the 'TN' format)");
+  if (p.m % 16 != 0 || p.k % 16 != 0) return unsupported("FP8: m and k must be multiples of 16");
+  if (p.lda % 16 != 0 || p.ldb % 16 != 0) return unsupported("FP8: lda and ldb must be multiples of 16");
+  if ((p.ldc * int64_t(element_bytes(p.c_type))) % 16 != 0 || (p.ldd * int64_t(element_bytes(p.d_type))) % 16 != 0)
+    return unsupported("FP8: the leading dimensions of C and D must be 16-byte multiples");
+  return {};
+}
+
 Check check_epilogue(const cublasLtMatmulDescOpaque_t& d, const Problem& p) {
   if (!epilogue_known(d.epilogue)) return unsupported("epilogue not emulated (ReLU family or unknown)");
+  const bool fp8 = is_fp8(p.a_type);
+  // the FP8 table's epilogues are the bias and GELU ones (its footnote 6); no gradient epilogue,
+  // and no GELU_AUX with an FP8 D (its aux type rules are not emulated)
+  if (fp8 && (writes_bias(d.epilogue) || reads_aux(d.epilogue)))
+    return unsupported("FP8: gradient epilogues (BGRAD*, DGELU*) are not in the FP8 table");
+  if (fp8 && uses_aux(d.epilogue) && is_fp8(p.d_type)) return unsupported("FP8: GELU_AUX with an FP8 D is not emulated");
+  if (fp8 && uses_bias(d.epilogue)) {
+    // the FP8 table's Bias Type: C's type, and 16BF where D is 32F
+    const int32_t want = p.d_type == CUDA_R_32F ? int32_t(CUDA_R_16BF) : p.c_type;
+    const int32_t bias_type = d.bias_data_type == -1 ? (is_fp8(p.d_type) || p.d_type == CUDA_R_32F ? want : p.d_type)
+                                                     : d.bias_data_type;
+    if (bias_type != want) return unsupported("FP8: bias type not the FP8 table's (C's type; 16BF with a 32F D)");
+    return {};
+  }
   if (uses_bias(d.epilogue)) {
     // BIAS_DATA_TYPE: "If unset (or set to the default value of -1), the bias vector elements are
     // the same type as the elements of the output matrix (Dtype)"; the datatypes table gives one
@@ -316,7 +401,7 @@ Check resolve(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLayoutOpa
   if (Check r = check_layout(c, true); r.verdict != Verdict::ok) return r;
   Problem p;
   p.compute_type = d.compute_type;
-  p.ab_type = int32_t(a.type), p.d_type = int32_t(dl.type);
+  p.a_type = int32_t(a.type), p.b_type = int32_t(b.type), p.c_type = int32_t(c.type), p.d_type = int32_t(dl.type);
   p.ta = d.transa == CUBLAS_OP_T, p.tb = d.transb == CUBLAS_OP_T;
   p.m = int64_t(dl.rows), p.n = int64_t(dl.cols);
   // op(A) is (m, k), op(B) is (k, n)
@@ -329,6 +414,10 @@ Check resolve(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLayoutOpa
   p.epilogue = d.epilogue;
   p.aux_ld = d.aux_ld;
   p.bias_type = p.d_type;
+  if (is_fp8(p.a_type)) {
+    if (Check r = check_fp8_layout(p); r.verdict != Verdict::ok) return r;
+    p.bias_type = p.d_type == CUDA_R_32F ? int32_t(CUDA_R_16BF) : p.c_type;
+  }
   if (Check r = check_epilogue(d, p); r.verdict != Verdict::ok) return r;
   *out = p;
   return {};
@@ -339,7 +428,7 @@ Check resolve(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLayoutOpa
 constexpr uint64_t kAlgoMagic = 0x3174'4c75'6d65'745aull;  // "ZtemuLt1"
 struct AlgoRecord {
   uint64_t magic;
-  int32_t compute_type, ab_type, d_type;
+  int32_t compute_type, a_type, b_type, d_type;
   uint32_t epilogue;
   uint32_t ta, tb;
   uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
@@ -365,8 +454,11 @@ bool power_of_two(uint32_t v) { return v && !(v & (v - 1)); }
 // everything promised (the strictest reading: a call breaking the promise is refused).
 Check choose_alignments(const cublasLtMatmulPreferenceOpaque_t& pref, const cublasLtMatmulDescOpaque_t& d,
                         const Problem& p, AlgoRecord* r) {
-  const size_t ab = element_bytes(p.ab_type), dd = element_bytes(p.d_type);
-  const size_t need[4] = {ab, ab, dd, dd};
+  // FP8: "pointers ... must support 16-byte alignment" (3.4.17): a promise of less admits no algorithm
+  const size_t floor = is_fp8(p.a_type) ? 16 : 1;
+  const size_t need[4] = {std::max(floor, element_bytes(p.a_type)), std::max(floor, element_bytes(p.b_type)),
+                          std::max(floor, element_bytes(p.c_type)), std::max(floor, element_bytes(p.d_type))};
+  const size_t dd = element_bytes(p.d_type);
   for (int i = 0; i < 4; ++i)
     if (!power_of_two(pref.min_alignment[i]) || pref.min_alignment[i] < need[i])
       return unsupported("MIN_ALIGNMENT_*_BYTES below the element size (or not a power of two)");
@@ -387,7 +479,7 @@ Check choose_alignments(const cublasLtMatmulPreferenceOpaque_t& pref, const cubl
 AlgoRecord make_record(const Problem& p) {
   AlgoRecord r{};
   r.magic = kAlgoMagic;
-  r.compute_type = p.compute_type, r.ab_type = p.ab_type, r.d_type = p.d_type;
+  r.compute_type = p.compute_type, r.a_type = p.a_type, r.b_type = p.b_type, r.d_type = p.d_type;
   r.epilogue = p.epilogue;
   r.ta = p.ta, r.tb = p.tb;
   return r;
@@ -398,7 +490,8 @@ AlgoRecord make_record(const Problem& p) {
 Check check_record(const AlgoRecord& r, const Problem& p) {
   if (r.magic != kAlgoMagic) return invalid("algo was not returned by cublasLtMatmulAlgoGetHeuristic");
   const AlgoRecord want = make_record(p);
-  if (r.compute_type != want.compute_type || r.ab_type != want.ab_type || r.d_type != want.d_type ||
+  if (r.compute_type != want.compute_type || r.a_type != want.a_type || r.b_type != want.b_type ||
+      r.d_type != want.d_type ||
       r.epilogue != want.epilogue || r.ta != want.ta || r.tb != want.tb)
     return invalid("algo was chosen for another operation (types, transposes or epilogue)");
   return {};
@@ -413,7 +506,11 @@ struct Job {
   void* d = nullptr;
   void* bias = nullptr;  // input vector or gradient output, by epilogue
   void* aux = nullptr;   // output (GELU_AUX*) or input (DGELU*)
+  // tensor-wide scales (device floats, read when the stream runs the job; NULL: 1) and D's amax
+  const float *a_scale = nullptr, *b_scale = nullptr, *c_scale = nullptr, *d_scale = nullptr;
+  float* amax_d = nullptr;
 };
+float scale_of(const float* s) { return s ? *s : 1.0f; }
 
 Check check_pointers(const Job& j, const AlgoRecord& r, const cublasLtMatrixLayoutOpaque_t& c,
                      const cublasLtMatrixLayoutOpaque_t& dl) {
@@ -425,6 +522,8 @@ Check check_pointers(const Job& j, const AlgoRecord& r, const cublasLtMatrixLayo
   if (uses_aux(e) && !j.aux) return invalid("the epilogue needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
   // in place means "C == D and Cdesc == Ddesc" (3.4.17 note)
   if (j.c == j.d && (c.ld != dl.ld)) return invalid("C == D with a different leading dimension");
+  // an FP8 D has another type than C (the FP8 table): in place is impossible
+  if (j.c && j.c == j.d && is_fp8(j.p.d_type)) return invalid("C == D with an FP8 D (C's type differs)");
   // alignment below what the algorithm was chosen for: the docs name no status (3.4.19 only says
   // the algo "will fail if e.g. buffers are not correctly aligned"); real cuBLASLt has been seen to
   // return NOT_SUPPORTED here (pytorch/pytorch PRs 92201 and 97205), so that is what the emulator
@@ -501,15 +600,18 @@ void bias_grad_of_input(const Job& j, const Packed& a, const Packed& b) {
 // The epilogue of one element (i, c) of D, given acc = (op(A) op(B))[i, c]:
 // v = alpha acc + beta C, then bias / GELU / GELU gradient as the epilogue says (3.3.2: the bias
 // is "added before applying the final postprocessing"). Returns v as stored in D (before rounding).
-float finish(const Job& j, const std::vector<float>& bias, int64_t i, int64_t c, float acc) {
+// With tensor-wide scales (3.1.4.1): D = scale_D Epilogue(alpha scale_A scale_B op(A) op(B) +
+// beta scale_C C + bias), the amax of D taken after the epilogue and before scale_D.
+float finish(const Job& j, const std::vector<float>& bias, int64_t i, int64_t c, float acc, float* amax) {
   const Problem& p = j.p;
-  float v = j.alpha * acc;
-  if (j.beta != 0.0f) v += j.beta * load(j.c, p.d_type, i + c * p.ldc);
+  float v = j.alpha * scale_of(j.a_scale) * scale_of(j.b_scale) * acc;
+  if (j.beta != 0.0f) v += j.beta * scale_of(j.c_scale) * load(j.c, p.c_type, i + c * p.ldc);
   if (reads_bias(p.epilogue)) v += bias[size_t(i)];
   if (writes_aux(p.epilogue)) store(j.aux, p.d_type, i + c * p.aux_ld, v);  // the GELU input, D's type
   if (applies_gelu(p.epilogue)) v = gelu(v);
   if (reads_aux(p.epilogue)) v *= gelu_grad(load(j.aux, p.d_type, i + c * p.aux_ld));
-  store(j.d, p.d_type, i + c * p.ldd, v);
+  *amax = std::max(*amax, std::fabs(v));
+  store(j.d, p.d_type, i + c * p.ldd, j.d_scale ? v * *j.d_scale : v);
   return v;
 }
 
@@ -537,11 +639,12 @@ Tile tile_product(const float* a, int64_t lda, const float* b, int64_t ldb, int6
 // accumulation), in (8, 4) register tiles over zero-padded packed copies of op(A) and op(B).
 void run_gemm(const Job& j) {
   const Problem& p = j.p;
-  const Packed a = pack_op(j.a, p.ab_type, p.ta, p.m, p.k, p.lda, kTileRows, 1);  // (m, k), padded rows
-  const Packed b = pack_op(j.b, p.ab_type, p.tb, p.k, p.n, p.ldb, 1, kTileCols);  // (k, n), padded cols
+  const Packed a = pack_op(j.a, p.a_type, p.ta, p.m, p.k, p.lda, kTileRows, 1);  // (m, k), padded rows
+  const Packed b = pack_op(j.b, p.b_type, p.tb, p.k, p.n, p.ldb, 1, kTileCols);  // (k, n), padded cols
   bias_grad_of_input(j, a, b);
   const std::vector<float> bias = reads_bias(p.epilogue) ? load_vector(j.bias, p.bias_type, p.m) : std::vector<float>();
   std::vector<float> dbias(p.epilogue == CUBLASLT_EPILOGUE_DGELU_BGRAD ? size_t(p.m) : 0, 0.0f);
+  float amax = 0.0f;
   for (int64_t c0 = 0; c0 < p.n; c0 += kTileCols) {
     const int64_t nc = std::min(kTileCols, p.n - c0);
     for (int64_t i0 = 0; i0 < p.m; i0 += kTileRows) {
@@ -550,7 +653,7 @@ void run_gemm(const Job& j) {
       // columns in order for each row, so DGELU_BGRAD's sum over n runs in column order too
       for (int64_t c = 0; c < nc; ++c)
         for (int64_t i = 0; i < ni; ++i) {
-          const float v = finish(j, bias, i0 + i, c0 + c, t.v[c][i]);
+          const float v = finish(j, bias, i0 + i, c0 + c, t.v[c][i], &amax);
           if (!dbias.empty()) dbias[size_t(i0 + i)] += v;
         }
     }
@@ -558,6 +661,7 @@ void run_gemm(const Job& j) {
   // DGELU_BGRAD: "Store GELU gradient in the output matrix, and Bias gradient in the bias buffer":
   // the sum over D's columns of the GELU gradient (length m, the rows of D)
   for (size_t i = 0; i < dbias.size(); ++i) store(j.bias, p.bias_type, int64_t(i), dbias[i]);
+  if (j.amax_d) *j.amax_d = amax;  // "on completion will be set to the maximum of absolute values"
 }
 
 const cublasLtMatrixLayoutOpaque_t& c_layout(cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d) {
@@ -786,6 +890,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
   j.a = A, j.b = B, j.c = C, j.d = D;
   j.bias = const_cast<void*>(d.bias);
   j.aux = const_cast<void*>(d.aux);
+  j.a_scale = static_cast<const float*>(d.a_scale), j.b_scale = static_cast<const float*>(d.b_scale);
+  j.c_scale = static_cast<const float*>(d.c_scale), j.d_scale = static_cast<const float*>(d.d_scale);
+  j.amax_d = static_cast<float*>(d.amax_d);
   if (Check ch = check_pointers(j, r, cl, *Ddesc); ch.verdict != Verdict::ok) return refuse(kFn, ch);
   if (Check ch = check_workspace(workspace, workspaceSizeInBytes); ch.verdict != Verdict::ok) return refuse(kFn, ch);
   zt::emu::stream_enqueue(stream, kFn, [j] { run_gemm(j); });

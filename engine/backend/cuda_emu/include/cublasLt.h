@@ -133,7 +133,13 @@ typedef enum {
   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,  // void* / const void*
   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,       // int64_t
   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE = 13,  // int64_t
+  CUBLASLT_MATMUL_DESC_A_SCALE_POINTER = 17,            // const void* (device float), NULL = 1
+  CUBLASLT_MATMUL_DESC_B_SCALE_POINTER = 18,            // const void* (device float), NULL = 1
+  CUBLASLT_MATMUL_DESC_C_SCALE_POINTER = 19,            // const void* (device float), NULL = 1
+  CUBLASLT_MATMUL_DESC_D_SCALE_POINTER = 20,            // const void* (device float), NULL = 1
+  CUBLASLT_MATMUL_DESC_AMAX_D_POINTER = 21,             // void* (device float), NULL = not computed
   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE = 22,     // int32_t (cudaDataType_t), -1 = default
+  CUBLASLT_MATMUL_DESC_FAST_ACCUM = 25,                 // int8_t, 0 = off
   CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,             // int32_t (cudaDataType_t), -1 = default
 } cublasLtMatmulDescAttributes_t;
 
