@@ -10,10 +10,10 @@
 # hash of the sources they were built from equals this tree's). Then it runs the stages in order of
 # value, each under its own time limit, all under the deadline (--dry-run prints the plan):
 #   ops        every op on CUDA vs the CPU backend, fp32/bf16/fp16, CUDA_LAUNCH_BLOCKING=1 (the
-#              first failing op is named; tests/cuda/test_backend_ops.cpp); attention chosen by
-#              measurement, as in training (cuDNN's or ztrain's, each choice on stderr)
+#              first failing op is named; tests/cuda/test_backend_ops.cpp); ztrain's attention kernels
 #   ops_cudnn  the attention ops with cuDNN's fused attention wherever it runs (ZTRAIN_ATTENTION=
-#              cudnn), forward and backward against the CPU backend: before its choice is trusted
+#              cudnn), forward and backward against the CPU backend: before its choice is trusted;
+#              fails when cuDNN did not run (cudnn_ran)
 #   parity     GPT-2, Llama, Qwen2, Qwen3 and Mistral forward, gradients and 5 AdamW steps, CUDA vs
 #              CPU, at odd sizes, 3 precisions
 #   bench      GPT-2 124M bf16 training in ztrain: tokens/s, step time, peak memory, MFU, and the
@@ -206,6 +206,10 @@ build() {
     return 0
   fi
   local CXXFLAGS=($HOST_FLAGS -I. -Itools/gpu_check/shim -I"$CUDA_HOME/include")
+  # cuDNN's headers from PyTorch's nvidia-cudnn wheel where the toolkit has none (else the stub)
+  local cudnn_inc
+  cudnn_inc=$($PYTHON -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "include"))' 2>/dev/null)
+  [ -f "$CUDA_HOME/include/cudnn_graph.h" ] || { [ -n "$cudnn_inc" ] && [ -f "$cudnn_inc/cudnn_graph.h" ] && CXXFLAGS+=(-I"$cudnn_inc"); }
   local NVFLAGS=(-std=c++17 -O3 -gencode=arch=compute_$arch,code=sm_$arch -I. -Itools/gpu_check/shim)
   local objs=() pids=() failed=0
   # The libraries that need only the CUDA toolkit, from the list CMake builds (sources.list), plus
@@ -301,7 +305,7 @@ sanitize() {
   cs=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
   [ -x "$cs" ] || { echo "{\"check\": \"sanitizer\", \"tool\": \"$tool\", \"skip\": \"compute-sanitizer not found\"}"; return 0; }
   log="$B/sanitizer_$tool.log"
-  env ZTRAIN_OPS_SECTIONS=attention ZTRAIN_OPS_DTYPES=bf16 "$cs" --tool "$tool" --error-exitcode 3 \
+  env ZTRAIN_ATTENTION=fa2 ZTRAIN_OPS_SECTIONS=attention ZTRAIN_OPS_DTYPES=bf16 "$cs" --tool "$tool" --error-exitcode 3 \
       "$B/test_backend_ops" > "$log" 2>&1
   code=$?
   # memcheck ends "ERROR SUMMARY: N errors", racecheck "RACECHECK SUMMARY: H hazards displayed (N errors, W warnings)"
@@ -322,7 +326,27 @@ nccl_smoke() {
   wheel=$($PYTHON -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
   LD_LIBRARY_PATH="${wheel:+$wheel:}${LD_LIBRARY_PATH:-}" "$B/nccl_smoke"
 }
-export -f build build_emulated dry_build dry sanitize attention_dumped text_benches sources sources_list sources_hash current nccl_smoke
+# cudnn_ran COMMAND...: COMMAND under ZTRAIN_ATTENTION=cudnn, failing when cuDNN did not run it: not
+# loaded, a stub build, a plan that did not build, or a call it could not take (each said on
+# stderr, which is passed on); a JSON line says which
+cudnn_ran() {
+  local err rc
+  err=$(mktemp)
+  "$@" 2> >(tee "$err" >&2)
+  rc=$?
+  wait
+  local why
+  why=$(grep -m1 -E "ZTRAIN_ATTENTION=cudnn, but cuDNN cannot|cuDNN's fused attention .* not built|cuDNN .* failed|needs .* bytes of scratch" "$err")
+  grep -q "cuDNN [0-9.]* loaded" "$err" || why=${why:-cuDNN was not loaded}
+  rm -f "$err"
+  if [ -n "$why" ]; then
+    echo "{\"check\": \"cudnn_ran\", \"ok\": false, \"why\": \"$(echo "$why" | tr -d '"\\' | cut -c1-200)\"}"
+    return 1
+  fi
+  echo '{"check": "cudnn_ran", "ok": true}'
+  return $rc
+}
+export -f build build_emulated dry_build dry sanitize attention_dumped text_benches sources sources_list sources_hash current nccl_smoke cudnn_ran
 DUMP=$B/attention_dump  # the attention stage writes, the sdpa stage reads
 export B arch CUDA_HOME EMU REUSE DUMP PYTHON
 export HOST_FLAGS
@@ -422,15 +446,16 @@ run() {
   case $name in
     build) stage build "$limit" build; built || finish 1 ;;
     # each launch synchronous: an error names its kernel
-    ops) stage ops "$limit" env CUDA_LAUNCH_BLOCKING=1 "$B/test_backend_ops" ;;
+    # ztrain's kernels (cuDNN's attention is ops_cudnn's)
+    ops) stage ops "$limit" env CUDA_LAUNCH_BLOCKING=1 ZTRAIN_ATTENTION=fa2 "$B/test_backend_ops" ;;
     # the WMMA attention kernels the FlashAttention-2 ones replaced as the default, against the CPU too
     ops_wmma) stage ops_wmma "$limit" env CUDA_LAUNCH_BLOCKING=1 ZTRAIN_ATTENTION=wmma ZTRAIN_OPS_SECTIONS=attention "$B/test_backend_ops" ;;
-    ops_cudnn) stage ops_cudnn "$limit" env CUDA_LAUNCH_BLOCKING=1 ZTRAIN_ATTENTION=cudnn ZTRAIN_OPS_SECTIONS=attention \
-                 "$B/test_backend_ops" ;;
+    ops_cudnn) stage ops_cudnn "$limit" cudnn_ran env CUDA_LAUNCH_BLOCKING=1 ZTRAIN_ATTENTION=cudnn \
+                 ZTRAIN_OPS_SECTIONS=attention "$B/test_backend_ops" ;;
     parity) stage parity "$limit" "$B/gpt2_cuda_check" parity ;;
     gemm) stage gemm "$limit" "$B/gemm_probe" ;;
     attention_cudnn) stage attention_cudnn "$limit" bash -c \
-                       "ZTRAIN_ATTENTION=cudnn $B/gpt2_cuda_check attention && ZTRAIN_ATTENTION=fa2 $B/gpt2_cuda_check attention" ;;
+                       "cudnn_ran env ZTRAIN_ATTENTION=cudnn $B/gpt2_cuda_check attention && ZTRAIN_ATTENTION=fa2 $B/gpt2_cuda_check attention" ;;
     nccl) stage nccl "$limit" nccl_smoke ;;
     # each bf16 shape's inputs and results dumped for the sdpa stage's comparison
     attention) stage attention "$limit" attention_dumped ;;

@@ -8,6 +8,7 @@
 
 #include "engine/backend/cuda/attention_fa2_layout.h"
 #include "engine/backend/cuda/embedding_sort.h"
+#include "engine/backend/fp8_recipe.h"
 
 namespace zt::cuda_scratch {
 
@@ -37,11 +38,30 @@ constexpr int64_t embedding_backward(int64_t rows, bool deterministic) {
 // as many key/value heads as query heads; grouped heads ask for more and keep ztrain's kernels).
 constexpr int64_t kCudnnAttentionWorkspaceFloats = 1024;
 constexpr int64_t attention_forward() { return kCudnnAttentionWorkspaceFloats; }
-// FlashAttention-2's backward: D and, where it accumulates dQ in fp32, the (B, T, C) accumulator
-// (and room for cuDNN's engine beside them).
+constexpr int64_t round64(int64_t floats) { return (floats + 63) / 64 * 64; }
+// cuDNN's backward: the fp32 dQ accumulator (B, T, C) and softmax_sum (B, NH, T), each on a
+// 256-byte boundary; its engine's workspace after them
+constexpr int64_t cudnn_attention_backward_fixed(int B, int T, int C, int NH) {
+  return round64(int64_t(B) * T * C) + round64(int64_t(B) * NH * T);
+}
+// Whether cuDNN's backward may run a call (attention_select.cu tries it only so; the reserve
+// below must then hold it)
+constexpr bool cudnn_attention_may_run(int C, int NH, size_t elem, bool deterministic) {
+  return elem == 2 && !deterministic && (C / NH) % 8 == 0 && C / NH <= 128;
+}
+// The attention backward's scratch: FlashAttention-2's (D and, where it accumulates dQ in fp32,
+// the (B, T, C) accumulator), or cuDNN's where that is larger and cuDNN may run.
 constexpr int64_t attention_backward(int B, int T, int C, int NH, size_t elem, bool deterministic) {
   const int64_t own = cuda::fa2::backward_scratch_floats(B, T, C, NH, elem, deterministic);
-  return cuda::fa2::backward_accumulates_dq(C / NH, elem, deterministic) ? own + kCudnnAttentionWorkspaceFloats : own;
+  const int64_t cudnn = cudnn_attention_backward_fixed(B, T, C, NH) + kCudnnAttentionWorkspaceFloats;
+  return cudnn_attention_may_run(C, NH, elem, deterministic) && cudnn > own ? cudnn : own;
+}
+
+// FP8 linear layers: the scales and FP8 copies (fp8_recipe.h), and the backward's bias-gradient
+// partials after them.
+constexpr int64_t matmul_forward_fp8(int N, int C, int OC) { return fp8_recipe::forward_scratch_bytes(N, C, OC) / 4; }
+constexpr int64_t matmul_backward_fp8(int N, int C, int OC, bool bias) {
+  return fp8_recipe::backward_scratch_bytes(N, C, OC) / 4 + matmul_backward(OC, bias);
 }
 
 }  // namespace zt::cuda_scratch

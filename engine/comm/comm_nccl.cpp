@@ -36,6 +36,11 @@ class NcclComm final : public Comm {
     MPI_Comm_size(group, &size_);
     MPI_Comm_rank(group, &rank_);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+    // before any NCCL call (the unique id's bootstrap reads NCCL's environment and config files)
+    const nccl_order::Choice& order = nccl_order::establish();
+    static bool said = false;
+    if (!order.said.empty() && world_rank_ == 0 && !said) std::fprintf(stderr, "ztrain: %s\n", order.said.c_str());
+    said = true;
     // A rank that stalls before its init (a hung driver call, a slow node) must not hang the
     // others: the id's exchange and the non-blocking init both run under the job's timeout, and
     // past it the communicator is aborted and the job ends naming the init.
@@ -56,10 +61,6 @@ class NcclComm final : public Comm {
       std::fflush(stderr);
       std::this_thread::sleep_for(std::chrono::seconds(faults().hold_comm_init_s));
     }
-    const nccl_order::Choice& order = nccl_order::establish();  // before NCCL's first launch reads it
-    static bool said = false;
-    if (!order.said.empty() && world_rank_ == 0 && !said) std::fprintf(stderr, "ztrain: %s\n", order.said.c_str());
-    said = true;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     const ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);

@@ -1,10 +1,12 @@
 // The two 8-bit floating-point formats of Hopper's tensor cores (the OCP 8-bit floating point
-// specification; NVIDIA's __nv_fp8_e4m3 and __nv_fp8_e5m2), as bit-exact conversions one
-// arithmetic serves the CPU reference, the emulated cuBLASLt and the kernels with:
+// specification; NVIDIA's __nv_fp8_e4m3 and __nv_fp8_e5m2), as bit-exact conversions:
 //   E4M3: sign, 4 exponent bits (bias 7), 3 mantissa bits. No infinities; S.1111.111 is NaN, so
 //         the largest finite value is S.1111.110 = 448. Subnormals m 2^-9 (m = 1..7).
 //   E5M2: sign, 5 exponent bits (bias 15), 2 mantissa bits, IEEE-like: S.11111.00 is infinity,
 //         S.11111.{01,10,11} NaN; the largest finite value is 57344. Subnormals m 2^-16.
+// Host arithmetic (the CPU reference, the emulated device's kernels and cuBLASLt); CUDA kernels on
+// a GPU convert with the hardware's cvt.rn.satfinite (cuda_fp8.h), which this matches bit for bit
+// (tests/cuda/fp8_formats_check.cpp).
 // float -> FP8 rounds to nearest, ties to even, and saturates as the hardware's
 // cvt.rn.satfinite does (the conversion training uses): a magnitude beyond the largest finite
 // value, infinities included, becomes that value with its sign; NaN becomes the canonical NaN
@@ -13,7 +15,6 @@
 #include <cmath>
 #include <cstdint>
 
-#include "engine/core/host_device.h"
 
 namespace zt::fp8 {
 
@@ -23,13 +24,13 @@ struct Spec {
   int exponent_bits, mantissa_bits, bias;
   float max_finite;
 };
-ZT_HOST_DEVICE constexpr Spec spec(Format f) {
+constexpr Spec spec(Format f) {
   return f == Format::E4M3 ? Spec{4, 3, 7, 448.0f} : Spec{5, 2, 15, 57344.0f};
 }
-ZT_HOST_DEVICE constexpr float max_finite(Format f) { return spec(f).max_finite; }
+constexpr float max_finite(Format f) { return spec(f).max_finite; }
 constexpr uint8_t kCanonicalNaN = 0x7F;
 
-ZT_HOST_DEVICE inline float to_float(uint8_t bits, Format f) {
+inline float to_float(uint8_t bits, Format f) {
   const Spec s = spec(f);
   const int mant_mask = (1 << s.mantissa_bits) - 1, exp_all = (1 << s.exponent_bits) - 1;
   const bool negative = bits & 0x80;
@@ -44,14 +45,14 @@ ZT_HOST_DEVICE inline float to_float(uint8_t bits, Format f) {
 
 // Round half to even of a non-negative double (exact here: every input is a float times a power
 // of two, far below 2^52).
-ZT_HOST_DEVICE inline double round_half_even(double x) {
+inline double round_half_even(double x) {
   const double down = std::floor(x), frac = x - down;
   if (frac > 0.5) return down + 1;
   if (frac < 0.5) return down;
   return std::fmod(down, 2.0) == 0.0 ? down : down + 1;
 }
 
-ZT_HOST_DEVICE inline uint8_t from_float(float x, Format f) {
+inline uint8_t from_float(float x, Format f) {
   if (std::isnan(x)) return kCanonicalNaN;
   const Spec s = spec(f);
   const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
@@ -75,6 +76,6 @@ ZT_HOST_DEVICE inline uint8_t from_float(float x, Format f) {
 }
 
 // x rounded to the format and back (the quantize-dequantize of a reference).
-ZT_HOST_DEVICE inline float round_trip(float x, Format f) { return to_float(from_float(x, f), f); }
+inline float round_trip(float x, Format f) { return to_float(from_float(x, f), f); }
 
 }  // namespace zt::fp8

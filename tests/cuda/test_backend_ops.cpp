@@ -6,7 +6,7 @@
 // exception names the op it happened in. Exits 77 (ctest: skipped) without a visible GPU.
 // On the emulated device (tests/cuda_emu/race_check.py): ZTRAIN_OPS_DIGEST=FILE writes a hash of
 // every checked GPU output, so two runs under different thread orders can be compared bit for
-// bit; ZTRAIN_OPS_SECTIONS=a,b runs only those op families (embedding, layernorm, matmul,
+// bit; ZTRAIN_OPS_SECTIONS=a,b runs only those op families (embedding, layernorm, matmul, fp8,
 // attention, llama, elementwise, crossentropy); ZTRAIN_OPS_DTYPES=bf16,fp16 only those types.
 #include <algorithm>
 #include <cmath>
@@ -278,6 +278,26 @@ int main() {
     dpre.check("matmul_gelu_backward dpre " + tag, tol(1e-4, 2));  // the epilogue's own tanh, as forward
     dw.check("matmul_gelu_backward dweight " + tag, 1e-4);
     db.check("matmul_gelu_backward dbias " + tag, 1e-4);
+  }
+  // FP8 linear layers (engine/backend/fp8_recipe.h): the CUDA backend's FP8 GEMMs against the CPU
+  // reference of the same recipe. Both quantize the same operands with the same scales to the same
+  // FP8 bits; only the products' summation order and the output's rounding differ, so the usual
+  // tolerances hold. The last shape (not multiples of 16) runs in the compute type on both.
+  if (wanted("fp8"))
+  for (auto [N, Ch, OC] : {std::tuple{64, 32, 48}, {128, 64, 96}, {48, 128, 16}, {7, 33, 127}}) {
+    Pair x(C, G, randn(size_t(N) * Ch, 51, 3.f), dt), w(C, G, randn(size_t(OC) * Ch, 52), dt), b(C, G, randn(OC, 53), dt),
+        out(C, G, std::vector<float>(size_t(N) * OC), dt);
+    const std::string tag = std::to_string(N) + "x" + std::to_string(Ch) + "x" + std::to_string(OC);
+    C.matmul_forward_fp8(out.c, x.c, w.c, b.c, N, Ch, OC);
+    G.matmul_forward_fp8(out.g, x.g, w.g, b.g, N, Ch, OC);
+    out.check("matmul_forward_fp8 " + tag, tol(kTol));
+    Pair dout(C, G, randn(size_t(N) * OC, 54, 0.01f), dt), dx(C, G, randn(size_t(N) * Ch, 55), dt),
+        dw(C, G, randn(size_t(OC) * Ch, 56)), db(C, G, randn(OC, 57));
+    C.matmul_backward_fp8(dx.c, dw.fc(), db.fc(), dout.c, x.c, w.c, N, Ch, OC);
+    G.matmul_backward_fp8(dx.g, dw.fg(), db.fg(), dout.g, x.g, w.g, N, Ch, OC);
+    dx.check("matmul_backward_fp8 dinp " + tag, tol(kTol));
+    dw.check("matmul_backward_fp8 dweight " + tag, 1e-4);
+    db.check("matmul_backward_fp8 dbias " + tag, 1e-4);
   }
   // NKV < NH: grouped-query attention (Llama); head sizes 16-multiple (tensor cores) and not.
   if (wanted("attention"))

@@ -13,6 +13,8 @@
 
 #include "engine/core/dtype.h"
 
+#include "engine/core/fp8.h"
+
 namespace zt::cpu {
 
 // C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major; op(X) = X^T when trans_X.
@@ -56,6 +58,13 @@ void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N,
 template <typename F>
 void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
                      int N, int C, int OC);
+// FP8 linear layers' reference (engine/backend/fp8_recipe.h; fp8_linear.cpp): the same shapes as
+// matmul_forward / matmul_backward; dinp written (not accumulated). fp8_quantize: q (n) = x (n)
+// times its per-tensor scale, rounded to f (kept as floats); returns the inverse scale.
+float fp8_quantize(const float* x, int64_t n, fp8::Format f, float* q);
+void matmul_forward_fp8(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+void matmul_backward_fp8(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                         const float* weight, int N, int C, int OC);
 
 // Causal self-attention on packed qkv (B,T,(NH + 2 NKV) hs) = [q | k | v]: NH query heads and
 // NKV key/value heads (grouped-query attention: query head h reads key/value head h / (NH/NKV);

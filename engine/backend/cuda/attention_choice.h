@@ -69,6 +69,7 @@ inline std::pair<double, std::string> disagreement(const Outputs& a, const Outpu
   return worst;
 }
 constexpr double kAgreement = 0.02;
+constexpr int kShapes = 8;  // shapes measured per pass and process (training has one or two)
 
 // Milliseconds per call of fn over 3 calls after a warm-up, by CUDA events on s.
 template <typename Fn>
@@ -102,6 +103,16 @@ Impl run(const cudnn_attention::Shape& sh, bool backward, bool forced, Own&& own
     if (cudnn()) return impl = Impl::Cudnn;
     return own(), impl = Impl::Own;  // its plan failed: said by cudnn_attention
   }
+  // at most kShapes shapes measured a pass: past them ztrain's kernels run the rest (said once)
+  static int measured = 0;
+  if (measured >= kShapes) {
+    static bool said = false;
+    if (!said) std::fprintf(stderr, "attention: %d shapes measured for the %s: ztrain's kernels run the others\n",
+                            kShapes, backward ? "backward" : "forward");
+    said = true;
+    return own(), impl = Impl::Own;
+  }
+  ++measured;
   // the first use: cuDNN's, when it runs at all, then ztrain's, each timed; the kept one last
   bool ran = true;
   const double cudnn_ms = time_ms([&] { ran = cudnn() && ran; }, s);

@@ -28,6 +28,8 @@ bool cudnn_tried(const cudnn_attention::Shape& sh, const int32_t* pos, bool dete
   if (!forced && !choice.empty()) return false;
   std::string why = cudnn_attention::unavailable(sh);
   if (why.empty() && pos) why = "packed documents (its graph has no document mask)";
+  // training's shapes; not generation's lengths, one more each token (a plan and a measurement each)
+  if (why.empty() && sh.T % 64 != 0) why = "a sequence length not a multiple of 64";
   if (why.empty() && deterministic) why = "[run] deterministic";
   static bool said[2] = {false, false};
   if (forced && !why.empty() && !said[backward])
@@ -74,7 +76,14 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
           sh, /*backward=*/true, attention_kernels_choice() == "cudnn",
           [&] { attention_backward_own(dqkv, dout, out, qkv, lse, B, T_, C, NH, NKV, pos, scratch, deterministic, s); },
           [&] { return cudnn_attention::backward(sh, dqkv, dout, out, qkv, lse, scratch, scratch_floats, s); },
-          [&] { return attention_choice::Outputs{{"dqkv", attention_choice::host_floats(dqkv, rows, 2, sh.fp16, s)}}; },
+          [&] {  // dQ, dK and dV apart: each within its own scale
+            const std::vector<float> all = attention_choice::host_floats(dqkv, rows, 2, sh.fp16, s);
+            const int hs = C / NH, C3 = C + 2 * NKV * hs;
+            attention_choice::Outputs o{{"dq", {}}, {"dk", {}}, {"dv", {}}};
+            for (size_t r = 0; r < rows / size_t(C3); ++r)
+              for (int c = 0; c < C3; ++c) o[c < C ? 0 : c < C + NKV * hs ? 1 : 2].second.push_back(all[r * C3 + c]);
+            return o;
+          },
           s);
       return;
     }

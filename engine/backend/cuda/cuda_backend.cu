@@ -18,6 +18,7 @@
 #include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda/device.h"
 #include "engine/backend/cuda_scratch.h"
+#include "engine/backend/fp8_recipe.h"
 #include "engine/backend/cuda/matmul.cuh"
 #include "engine/backend/cuda/ops.cuh"
 
@@ -253,6 +254,22 @@ class CudaBackend final : public Backend {
   }
   void matmul_forward(void* out, const void* inp, const void* w, const void* bias, int N, int C, int OC) override {
     gemm().linear_forward(out, inp, w, bias, N, C, OC, dt(), stream_);
+  }
+  void matmul_forward_fp8(void* out, const void* inp, const void* w, const void* bias, int N, int C,
+                          int OC) override {
+    if (!fp8_recipe::applies(N, C, OC)) return matmul_forward(out, inp, w, bias, N, C, OC);
+    float* sc = scratch(cuda_scratch::matmul_forward_fp8(N, C, OC));
+    ZT_DISPATCH(dt(), T,
+                cuda::matmul_forward_fp8(gemm(), tp<T>(out), tp<T>(inp), tp<T>(w), tp<T>(bias), N, C, OC, sc, stream_));
+  }
+  void matmul_backward_fp8(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
+                           int N, int C, int OC) override {
+    if (!fp8_recipe::applies(N, C, OC)) return matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    float* sc = scratch(cuda_scratch::matmul_backward_fp8(N, C, OC, dbias != nullptr));
+    float* bias_sc = sc + fp8_recipe::backward_scratch_bytes(N, C, OC) / 4;  // after the FP8 copies
+    ZT_DISPATCH(dt(), T,
+                cuda::matmul_backward_fp8(gemm(), tp<T>(dinp), dw, dbias, tp<T>(dout), tp<T>(inp), tp<T>(w), N, C, OC,
+                                          sc, bias_sc, stream_));
   }
   void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* w, const void* bias, int N, int C,
                            int OC) override {

@@ -15,6 +15,7 @@ static const char* kWhy = "built without cuDNN's headers";
 #endif
 std::string unavailable(const Shape&) { return kWhy; }
 int64_t backward_scratch_floats(const Shape&) { return -1; }
+int64_t backward_fixed_floats(const Shape&) { return -1; }
 bool forward(const Shape&, void*, float*, const void*, float*, int64_t, cudaStream_t) { return false; }
 bool backward(const Shape&, void*, const void*, const void*, const void*, const float*, float*, int64_t,
               cudaStream_t) {
@@ -27,6 +28,8 @@ Support supported_on(const Shape&, const std::string&) { return {0, 0, kWhy}; }
 
 #include <cudnn_graph.h>
 #include <dlfcn.h>
+
+#include "engine/backend/cuda_scratch.h"
 
 #include <cfloat>
 #include <cmath>
@@ -93,6 +96,10 @@ const Lib& lib() {
       return x;
     }
     x.version = x.get_version();
+    Dl_info where{};
+    const bool named = dladdr(reinterpret_cast<void*>(x.get_version), &where) && where.dli_fname;
+    std::fprintf(stderr, "attention: cuDNN %zu.%zu.%zu loaded (%s)\n", x.version / 10000, x.version / 100 % 100,
+                 x.version % 100, named ? where.dli_fname : "libcudnn.so.9");
     // 9.10.0 and 9.10.1 compute 16-bit fused attention wrongly (cuDNN's frontend refuses them)
     if (x.version < 90000 || (x.version >= 91000 && x.version < 91002))
       x.error = "cuDNN " + std::to_string(x.version) + " is not used for attention (9.x, not 9.10.0-9.10.1)";
@@ -222,10 +229,13 @@ struct Graph {
     desc(o, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
     op(o, "reshape operation");
   }
-  Desc operation_graph() {
+  // `handle`: cuDNN before 9.8 needs the handle in the graph and the plan (the attributes are
+  // deprecated since); null for the CI check's heuristics-only query
+  Desc operation_graph(cudnnHandle_t handle) {
     Desc g = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
     if (!g) return nullptr;
     set(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, int64_t(ops.size()), ops.data());
+    if (handle && lib().version < 90800) set(g, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
     return done(g, "operation graph");
   }
 };
@@ -427,12 +437,14 @@ const Plan& plan_for(const Shape& s, bool backward) {
   g.for_the_process = true;
   g.io = s.fp16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
   if (!handle()) g.error = "cudnnCreate failed (no GPU?)";
-  Desc og = g.error.empty() && build(g, s, backward) ? g.operation_graph() : nullptr;
+  cudnnHandle_t h = handle();
+  Desc og = g.error.empty() && build(g, s, backward) ? g.operation_graph(h) : nullptr;
   const std::vector<Desc> cfgs = og && g.error.empty() ? engine_configs(g, og) : std::vector<Desc>{};
   if (g.error.empty() && cfgs.empty()) g.error = "cuDNN's heuristics found no engine";
   for (Desc cfg : cfgs) {
     Desc plan = g.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     g.desc(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg);
+    if (lib().version < 90800) g.set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
     if (!g.error.empty()) break;
     if (lib().finalize(plan) != CUDNN_STATUS_SUCCESS) continue;  // the next configuration
     int64_t n = 0;
@@ -467,9 +479,10 @@ float mask_fill() { return lib().version >= 91000 ? -INFINITY : -FLT_MAX; }
 
 // The backward's scratch: the dQ accumulator, softmax_sum, then cuDNN's workspace, each on a
 // 256-byte boundary (the engine's pointers must be at least 16-byte aligned).
-int64_t round64(int64_t floats) { return (floats + 63) / 64 * 64; }
-int64_t softmax_sum_offset(const Shape& s) { return round64(int64_t(s.B) * s.NH * s.T * s.hs); }
-int64_t workspace_offset(const Shape& s) { return softmax_sum_offset(s) + round64(int64_t(s.B) * s.NH * s.T); }
+int64_t softmax_sum_offset(const Shape& s) { return cuda_scratch::round64(int64_t(s.B) * s.NH * s.T * s.hs); }
+int64_t workspace_offset(const Shape& s) {
+  return cuda_scratch::cudnn_attention_backward_fixed(s.B, s.T, s.NH * s.hs, s.NH);
+}
 
 }  // namespace
 
@@ -489,6 +502,8 @@ int64_t backward_scratch_floats(const Shape& s) {
   return p.plan ? workspace_offset(s) + (p.workspace + 3) / 4 : -1;
 }
 
+int64_t backward_fixed_floats(const Shape& s) { return workspace_offset(s); }
+
 bool forward(const Shape& s, void* out, float* lse, const void* qkv, float* workspace, int64_t workspace_floats,
              cudaStream_t stream) {
   if (!unavailable(s).empty()) return false;
@@ -505,7 +520,16 @@ bool forward(const Shape& s, void* out, float* lse, const void* qkv, float* work
 
 bool backward(const Shape& s, void* dqkv, const void* dout, const void* out, const void* qkv, const float* lse,
               float* scratch, int64_t scratch_floats, cudaStream_t stream) {
+  // the accumulator and softmax_sum first: no plan is built for a call they do not fit
+  if (!unavailable(s).empty() || backward_fixed_floats(s) > scratch_floats) return false;
   const int64_t need = backward_scratch_floats(s);
+  if (need > scratch_floats) {
+    static bool said = false;
+    if (!said)
+      std::fprintf(stderr, "attention: cuDNN's backward for %s needs %lld bytes of scratch, %lld reserved: ztrain's "
+                   "kernels run it\n", shape_name(s).c_str(), (long long)need * 4, (long long)scratch_floats * 4);
+    said = true;
+  }
   if (need < 0 || need > scratch_floats) return false;
   const Plan& p = plan_for(s, /*backward=*/true);
   const Layout L(s);
@@ -535,7 +559,7 @@ Support supported_on(const Shape& s, const std::string& device_json) {
     g.set(dp, CUDNN_ATTR_DEVICEPROP_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, int64_t(device_json.size() + 1),
           device_json.c_str());
     g.done(dp, "device description");
-    Desc og = g.error.empty() && build(g, s, backward) ? g.operation_graph() : nullptr;
+    Desc og = g.error.empty() && build(g, s, backward) ? g.operation_graph(nullptr) : nullptr;
     const size_t n = og && g.error.empty() ? engine_configs(g, og, dp).size() : 0;
     if (!g.error.empty()) return r.error = (backward ? "backward: " : "forward: ") + g.error, r;
     (backward ? r.backward_engines : r.forward_engines) = int64_t(n);

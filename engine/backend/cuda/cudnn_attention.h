@@ -30,6 +30,9 @@ std::string unavailable(const Shape& s);
 // accumulator (B, NH, T, hs), softmax_sum (B, NH, T), then cuDNN's own workspace. -1 when the
 // backward's plan cannot be built (unavailable(s) says why).
 int64_t backward_scratch_floats(const Shape& s);
+// Its fixed part (the accumulator and softmax_sum, without cuDNN's own workspace): known without a
+// plan, for the scratch reserve (engine/backend/cuda_scratch.h keeps the formula in step).
+int64_t backward_fixed_floats(const Shape& s);
 
 // Run on `stream`; false (nothing written) when cuDNN cannot: unavailable(s), its plan failed to
 // build (said once on stderr), or it needs more workspace than given. lse: fp32 (B, NH, T).

@@ -93,12 +93,19 @@ Gemm::~Gemm() {
 
 void Gemm::set_autotune(bool on) { autotune_ = on && autotune_allowed(); }
 
+// FP8's tensor-wide scales of A and B (device pointers; each call's own)
+static void set_scales(cublasLtMatmulDesc_t desc, const Gemm::Args& a) {
+  if (a.a_scale) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &a.a_scale, sizeof a.a_scale);
+  if (a.b_scale) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a.b_scale, sizeof a.b_scale);
+}
+
 Gemm::Key Gemm::key_of(const Args& a) const {
   const int al_a = alignment(a.A), al_b = alignment(a.B), al_d = alignment(a.D);
   // the heuristic also reads the bias and aux pointers' alignment from the descriptor
   const int al_epi = alignment(a.bias) * 512 + alignment(a.aux);
   return Key{a.ta * 2 + a.tb, a.m, a.n, a.k, a.lda, a.ldb, a.ldd, int(a.ab_type) * 64 + int(a.d_type),
-             a.epilogue, int(a.bias_type), a.aux_ld, al_a, al_b, al_d * 2 + (a.beta != 0), al_epi};
+             a.epilogue, int(a.bias_type), a.aux_ld, al_a, al_b, al_d * 2 + (a.beta != 0), al_epi,
+             (a.b_type + 1) * 4 + (a.a_scale != nullptr) * 2 + (a.b_scale != nullptr)};
 }
 
 Gemm::Plan& Gemm::plan(const Args& a, cudaStream_t s) {
@@ -123,9 +130,11 @@ Gemm::Plan& Gemm::plan(const Args& a, cudaStream_t s) {
   // the pointers the heuristic sees (their alignment is in the key); each call sets its own
   if (a.bias) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a.bias, sizeof a.bias);
   if (a.aux) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a.aux, sizeof a.aux);
+  set_scales(desc, a);
+  const cudaDataType_t b_type = a.b_type < 0 ? a.ab_type : cudaDataType_t(a.b_type);
   cublasLtMatrixLayout_t la, lb, ld;
   lt_check(cublasLtMatrixLayoutCreate(&la, a.ab_type, a.ta ? a.k : a.m, a.ta ? a.m : a.k, a.lda), "layout A");
-  lt_check(cublasLtMatrixLayoutCreate(&lb, a.ab_type, a.tb ? a.n : a.k, a.tb ? a.k : a.n, a.ldb), "layout B");
+  lt_check(cublasLtMatrixLayoutCreate(&lb, b_type, a.tb ? a.n : a.k, a.tb ? a.k : a.n, a.ldb), "layout B");
   lt_check(cublasLtMatrixLayoutCreate(&ld, a.d_type, a.m, a.n, a.ldd), "layout D");
   p.layouts = {la, lb, ld};
 
@@ -153,7 +162,11 @@ Gemm::Plan& Gemm::plan(const Args& a, cudaStream_t s) {
     p.algos.insert(i == best ? p.algos.begin() : p.algos.end(), bytes);
   }
   // once per plan: which algorithm, and which fusions this GPU really gets
-  const char* types = a.ab_type == CUDA_R_32F ? "fp32" : a.ab_type == CUDA_R_16BF ? "bf16" : "fp16";
+  const char* types = a.ab_type == CUDA_R_32F    ? "fp32"
+                      : a.ab_type == CUDA_R_16BF ? "bf16"
+                      : a.ab_type == CUDA_R_16F  ? "fp16"
+                      : b_type == CUDA_R_8F_E5M2 ? "FP8 E4M3 x E5M2"
+                      : a.ab_type == CUDA_R_8F_E5M2 ? "FP8 E5M2 x E4M3" : "FP8 E4M3";
   const std::string what = a.epilogue == CUBLASLT_EPILOGUE_DEFAULT ? "" : std::string(" ") + epilogue_name(a.epilogue);
   char choice[160];
   if (!p.found)
@@ -282,6 +295,7 @@ bool Gemm::run(const Args& a, cudaStream_t s, bool may_fail) {
   auto desc = static_cast<cublasLtMatmulDesc_t>(p.desc);
   if (a.bias) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a.bias, sizeof a.bias);
   if (a.aux) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a.aux, sizeof a.aux);
+  set_scales(desc, a);
   auto la = static_cast<cublasLtMatrixLayout_t>(p.layouts[0]), lb = static_cast<cublasLtMatrixLayout_t>(p.layouts[1]),
        ld = static_cast<cublasLtMatrixLayout_t>(p.layouts[2]);
   const float alpha = 1.0f;

@@ -58,6 +58,11 @@ class Gemm {
     cudaDataType_t bias_type = CUDA_R_32F;
     const void* aux = nullptr;
     int aux_ld = 0;
+    // FP8 (E4M3/E5M2 A and B: fp8_linear.cu): B's type where it differs from A's (-1: ab_type), and
+    // the tensor-wide scales of A and B (device floats, the inverse quantization scales)
+    int b_type = -1;
+    const float* a_scale = nullptr;
+    const float* b_scale = nullptr;
   };
   // False when no algorithm exists and `may_fail`; otherwise failures throw.
   bool run(const Args& a, cudaStream_t s, bool may_fail = false);
@@ -82,7 +87,7 @@ class Gemm {
   std::function<void(void*)> scratch_free_;
   // Everything cuBLASLt needs for one problem (shape, types, epilogue, pointer alignments), made
   // once: the descriptors and the heuristic's algorithm. A call only sets its pointers.
-  using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int, int>;
+  using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int, int, int, int, int>;
   struct Plan {
     void* desc = nullptr;               // cublasLtMatmulDesc_t
     std::array<void*, 3> layouts = {};  // cublasLtMatrixLayout_t of A, B, D

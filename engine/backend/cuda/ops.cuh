@@ -47,6 +47,16 @@ template <typename T>
 void bias_backward(float* dbias, const T* dout, int N, int OC, float* scratch, cudaStream_t s);  // dbias += sum_n dout
 template <typename T>
 void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s);  // out (N,OC) += bias
+// FP8 linear layers (fp8_linear.cu; engine/backend/fp8_recipe.h), for shapes fp8_recipe::applies()
+// takes. scratch: fp8_recipe::forward_scratch_bytes / backward_scratch_bytes; bias_scratch:
+// cuda_scratch::matmul_backward(OC, true) floats where dbias is given.
+class Gemm;
+template <typename T>
+void matmul_forward_fp8(Gemm& gemm, T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC,
+                        void* scratch, cudaStream_t s);
+template <typename T>
+void matmul_backward_fp8(Gemm& gemm, T* dinp, float* dw, float* dbias, const T* dout, const T* inp, const T* w, int N,
+                         int C, int OC, void* scratch, float* bias_scratch, cudaStream_t s);
 
 // pos (null or (B,T) device int32): row t attends to keys [t - pos[t], t], its document (cpu/ops.h);
 // every attention kernel skips the key tiles that lie wholly before a row's document.

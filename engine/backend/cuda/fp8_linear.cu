@@ -1,0 +1,165 @@
+// FP8 linear layers (engine/backend/fp8_recipe.h) on cuBLASLt's FP8 GEMMs. Each operand's amax by
+// a two-pass reduction (fixed blocks, then one: no atomics, the same every run), its scale and
+// inverse on the device, its FP8 copy (transposed where Hopper's TN-only FP8 GEMM needs the other
+// operand order), then the GEMM with the inverse scales as A's and B's tensor-wide scales:
+//   forward  out (N,OC)  = x (N,C) w^T:        A = w (E4M3, k = C),   B = x (E4M3)
+//   dgrad    dinp (N,C)  = dy (N,OC) w:        A = w^T (E4M3, k = OC), B = dy (E5M2)
+//   wgrad    dw (OC,C)  += dy^T (OC,N) x:      A = x^T (E4M3, k = N),  B = dy^T (E5M2), fp32
+// The bias gradient: column sums of the unquantized dy. Conversions: the hardware's
+// cvt.rn.satfinite on a GPU, engine/core/fp8.h's identical arithmetic on the emulated device.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#ifndef ZT_CUDA_EMULATED
+#include <cuda_fp8.h>
+#endif
+
+#include "engine/backend/cuda/cuda_common.cuh"
+#include "engine/backend/cuda/launch.cuh"
+#include "engine/backend/cuda/matmul.cuh"
+#include "engine/backend/cuda/ops.cuh"
+#include "engine/backend/fp8_recipe.h"
+
+namespace zt::cuda {
+
+namespace {
+
+constexpr int kBlocks = 256, kThreads = 256;
+
+__device__ __forceinline__ uint8_t to_fp8(float v, fp8::Format f) {
+#ifdef ZT_CUDA_EMULATED
+  return fp8::from_float(v, f);
+#else
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, f == fp8::Format::E4M3 ? __NV_E4M3 : __NV_E5M2);
+#endif
+}
+
+// partial[block] = max |x| over the block's grid-stride share
+template <typename T>
+__global__ void __launch_bounds__(kThreads) amax_blocks_kernel(float* partial, const T* x, int64_t n) {
+  __shared__ float warp_max[kThreads / 32];
+  float m = 0.0f;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += int64_t(kBlocks) * kThreads)
+    m = fmaxf(m, fabsf(to_float(x[i])));
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float b = 0.0f;
+    for (int w = 0; w < kThreads / 32; ++w) b = fmaxf(b, warp_max[w]);
+    partial[blockIdx.x] = b;
+  }
+}
+
+// scale[0] = the format's largest value / amax (fp8_recipe::scale_for), scale[1] = 1 / scale[0]
+__global__ void __launch_bounds__(32) scale_kernel(float* scale, const float* partial, float max_finite) {
+  float m = 0.0f;
+  for (int i = threadIdx.x; i < kBlocks; i += 32) m = fmaxf(m, partial[i]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x == 0) {
+    scale[0] = max_finite / fmaxf(m, 1e-12f);
+    scale[1] = 1.0f / scale[0];
+  }
+}
+
+// q = fp8(x (rows, cols) * scale), row-major; transposed: q (cols, rows)
+template <typename T>
+__global__ void __launch_bounds__(kThreads) quantize_kernel(uint8_t* q, const T* x, int64_t rows, int64_t cols,
+                                                            const float* scale, fp8::Format f, bool transposed) {
+  const float s = scale[0];
+  const int64_t n = rows * cols;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads) {
+    const uint8_t v = to_fp8(to_float(x[i]) * s, f);
+    if (transposed) q[(i % cols) * rows + i / cols] = v;
+    else q[i] = v;
+  }
+}
+
+// One operand: its scales at `scales` (2 floats) from the block maxima at `partial`, then its FP8
+// copy (and/or transposed copy) of the (rows, cols) row-major x.
+template <typename T>
+void quantize(uint8_t* q, uint8_t* qt, float* scales, float* partial, const T* x, int64_t rows, int64_t cols,
+              fp8::Format f, cudaStream_t s) {
+  launch(amax_blocks_kernel<T>, kBlocks, kThreads, 0, s, partial, x, rows * cols);
+  ZT_CUDA_LAUNCH_CHECK();
+  launch(scale_kernel, 1, 32, 0, s, scales, static_cast<const float*>(partial), fp8::max_finite(f));
+  ZT_CUDA_LAUNCH_CHECK();
+  const unsigned blocks = unsigned(std::min<int64_t>((rows * cols + kThreads - 1) / kThreads, 4096));
+  if (q) launch(quantize_kernel<T>, blocks, kThreads, 0, s, q, x, rows, cols, static_cast<const float*>(scales), f, false);
+  if (qt) launch(quantize_kernel<T>, blocks, kThreads, 0, s, qt, x, rows, cols, static_cast<const float*>(scales), f, true);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+// The scratch's regions (fp8_recipe's layout): per operand 256 block maxima and 2 scales
+struct Regions {
+  char* at;
+  float* partial(int operand) const { return reinterpret_cast<float*>(at) + operand * (kBlocks + 2); }
+  float* scales(int operand) const { return partial(operand) + kBlocks; }
+  uint8_t* bytes(int64_t offset) const { return reinterpret_cast<uint8_t*>(at) + fp8_recipe::kScalarsBytes + offset; }
+};
+static_assert(3 * (kBlocks + 2) * 4 <= fp8_recipe::kScalarsBytes);
+
+template <typename T>
+cudaDataType_t data_type() {
+  return sizeof(T) == 4 ? CUDA_R_32F : std::is_same_v<T, __half> ? CUDA_R_16F : CUDA_R_16BF;
+}
+
+}  // namespace
+
+template <typename T>
+void matmul_forward_fp8(Gemm& gemm, T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC,
+                        void* scratch, cudaStream_t s) {
+  const Regions r{static_cast<char*>(scratch)};
+  uint8_t *x8 = r.bytes(0), *w8 = r.bytes(fp8_recipe::round256(int64_t(N) * C));
+  quantize(x8, nullptr, r.scales(0), r.partial(0), inp, N, C, fp8_recipe::kForward, s);
+  quantize(w8, nullptr, r.scales(1), r.partial(1), w, OC, C, fp8_recipe::kForward, s);
+  Gemm::Args a;  // out^T (OC, N) column-major = w (OC,C) . x^T: A = w (k = C) transposed, B = x^T
+  a.ta = true, a.tb = false, a.m = OC, a.n = N, a.k = C;
+  a.A = w8, a.lda = C, a.B = x8, a.ldb = C, a.D = out, a.ldd = OC;
+  a.ab_type = CUDA_R_8F_E4M3, a.b_type = CUDA_R_8F_E4M3, a.d_type = data_type<T>();
+  a.a_scale = r.scales(1) + 1, a.b_scale = r.scales(0) + 1;  // the inverse scales
+  // the bias in the epilogue where the FP8 table's bias type is the output's (16-bit outputs; an
+  // fp32 output takes a bf16 bias there): else added after
+  const bool fused_bias = bias && sizeof(T) == 2;
+  if (fused_bias) a.epilogue = CUBLASLT_EPILOGUE_BIAS, a.bias = bias, a.bias_type = data_type<T>();
+  gemm.run(a, s);
+  if (bias && !fused_bias) add_bias(out, bias, N, OC, s);
+}
+
+template <typename T>
+void matmul_backward_fp8(Gemm& gemm, T* dinp, float* dw, float* dbias, const T* dout, const T* inp, const T* w, int N,
+                         int C, int OC, void* scratch, float* bias_scratch, cudaStream_t s) {
+  const Regions r{static_cast<char*>(scratch)};
+  const int64_t wt_at = 0, xt_at = fp8_recipe::round256(int64_t(C) * OC), dy_at = xt_at + fp8_recipe::round256(int64_t(C) * N),
+                dyt_at = dy_at + fp8_recipe::round256(int64_t(N) * OC);
+  uint8_t *wt8 = r.bytes(wt_at), *xt8 = r.bytes(xt_at), *dy8 = r.bytes(dy_at), *dyt8 = r.bytes(dyt_at);
+  quantize(dinp ? dy8 : nullptr, dw ? dyt8 : nullptr, r.scales(0), r.partial(0), dout, N, OC, fp8_recipe::kGradient, s);
+  if (dinp) {
+    quantize(static_cast<uint8_t*>(nullptr), wt8, r.scales(1), r.partial(1), w, OC, C, fp8_recipe::kForward, s);
+    Gemm::Args a;  // dinp^T (C, N) = w^T (C,OC) . dy^T: A = w^T stored (C, OC), k = OC; B = dy
+    a.ta = true, a.tb = false, a.m = C, a.n = N, a.k = OC;
+    a.A = wt8, a.lda = OC, a.B = dy8, a.ldb = OC, a.D = dinp, a.ldd = C;
+    a.ab_type = CUDA_R_8F_E4M3, a.b_type = CUDA_R_8F_E5M2, a.d_type = data_type<T>();
+    a.a_scale = r.scales(1) + 1, a.b_scale = r.scales(0) + 1;
+    gemm.run(a, s);
+  }
+  if (!dw) return;
+  quantize(static_cast<uint8_t*>(nullptr), xt8, r.scales(2), r.partial(2), inp, N, C, fp8_recipe::kForward, s);
+  Gemm::Args a;  // dw^T (C, OC) += x^T (C,N) . dy: A = x^T stored (C, N), k = N; B = dy^T stored (OC, N)
+  a.ta = true, a.tb = false, a.m = C, a.n = OC, a.k = N;
+  a.A = xt8, a.lda = N, a.B = dyt8, a.ldb = N, a.D = dw, a.ldd = C, a.beta = 1.0f;
+  a.ab_type = CUDA_R_8F_E4M3, a.b_type = CUDA_R_8F_E5M2, a.d_type = CUDA_R_32F;
+  a.a_scale = r.scales(2) + 1, a.b_scale = r.scales(0) + 1;
+  gemm.run(a, s);
+  if (dbias) bias_backward(dbias, dout, N, OC, bias_scratch, s);
+}
+
+#define ZT_INSTANTIATE(T)                                                                                         \
+  template void matmul_forward_fp8<T>(Gemm&, T*, const T*, const T*, const T*, int, int, int, void*, cudaStream_t); \
+  template void matmul_backward_fp8<T>(Gemm&, T*, float*, float*, const T*, const T*, const T*, int, int, int, void*, \
+                                       float*, cudaStream_t);
+ZT_INSTANTIATE(float)
+ZT_INSTANTIATE(__nv_bfloat16)
+ZT_INSTANTIATE(__half)
+#undef ZT_INSTANTIATE
+
+}  // namespace zt::cuda
