@@ -19,6 +19,12 @@ OPS_ATTENTION_WARPS = ("ops", {**OPS_ATTENTION[1], "ZTRAIN_EMU_SCHEDULE": "warps
 
 # name: (source, text to find (its first occurrence), replacement, how to run, what must show)
 MUTATIONS = {
+    # FP8 linear forward: the weight's quantization scale given to cuBLASLt instead of its inverse
+    "fp8_scale_not_inverted": ("engine/backend/cuda/fp8_linear.cu",
+                               "  a.a_scale = r.scales(1) + 1, a.b_scale = r.scales(0) + 1;  // the inverse scales",
+                               "  a.a_scale = r.scales(1), a.b_scale = r.scales(0) + 1;",
+                               ("ops", {"ZTRAIN_OPS_SECTIONS": "fp8", "ZTRAIN_OPS_DTYPES": "bf16"}),
+                               r"bf16 matmul_forward_fp8 64x32x48 .*FAIL"),
     # the barrier after the cp.async wait: warps read K/V chunks other warps have not landed yet
     "fa2_no_syncthreads": (FA2, "    cp_async_wait<1>();  // all but the newest group: tile j is in\n    __syncthreads();\n",
                            "    cp_async_wait<1>();  // all but the newest group: tile j is in\n",
