@@ -30,6 +30,8 @@
 #              beside PyTorch's own error (tools/gpu_check/torch_attention.py)
 #   gemm       the cuBLASLt GEMM ceiling on random data (bf16, fp32, tf32), bf16 at GPT-2 124M's
 #              own shapes against it, and the device memory's copy bandwidth
+#   fp8        the FP8 linear layers against bf16 at GPT-2 124M's and Llama 3 8B's shapes (8192
+#              tokens): forward and backward times, and the FP8 output's error against bf16's
 #   nccl       ztrain's NCCL communicator on one rank and the machine's NCCL (the toolkit's, or
 #              PyTorch's nvidia-nccl wheel): two communicators, every collective's result, the
 #              launch order across them, a small and a large all-reduce's time
@@ -391,12 +393,13 @@ fi
 # fused epilogue against its unfused kernels, measured on the real shapes.
 # The limits: about 3x each stage's time on the H200 (bench/results/gpu_check-h200-20261204T181200Z.json,
 # binaries carried: 140 s for all of them), at least 10 s.
-PLAN="build:150 ops:20 ops_cudnn:15 parity:35 bench:20 pytorch:40 attention:10 attention_cudnn:20 sdpa:25 gemm:10 nccl:10"
+PLAN="build:150 ops:20 ops_cudnn:15 parity:35 bench:20 pytorch:40 attention:10 attention_cudnn:20 sdpa:25 gemm:10 fp8:15"
+PLAN="$PLAN nccl:10"
 PLAN="$PLAN sanitizer_memcheck:15"
 PLAN="$PLAN bench_deterministic:15 pytorch_compile:75 torch_llama:90 sanitizer_racecheck:35 zero3:10"
 PLAN="$PLAN bench_head_whole:15 bench_text:25 ops_wmma:10 attention_wmma:10"
 [ $DRY = 1 ] && PLAN="$PLAN hang_probe:2 crash_probe:10"  # the failure paths: a hang, a crash
-[ $EMU = 1 ] && PLAN="build:400 nccl:60 ops:300 ops_wmma:120 parity:300 attention:60 sdpa:60 attention_wmma:60 bench:120 bench_deterministic:120 bench_text:120 zero3:120"
+[ $EMU = 1 ] && PLAN="build:400 nccl:60 fp8:60 ops:300 ops_wmma:120 parity:300 attention:60 sdpa:60 attention_wmma:60 bench:120 bench_deterministic:120 bench_text:120 zero3:120"
 if [ $DRY = 1 ]; then  # the plan: when each stage starts at the latest (every one before it at its limit)
   at=0
   carried=0
@@ -440,6 +443,7 @@ run() {
       bench_text) stage bench_text "$limit" text_benches "$STEPS" ;;
       zero3) stage zero3 "$limit" "$B/gpt2_cuda_check" zero3 "$STEPS" ;;
       nccl) stage nccl "$limit" nccl_smoke ;;
+      fp8) stage fp8 "$limit" "$B/gpt2_cuda_check" fp8 ;;
     esac
     return
   fi
@@ -457,6 +461,7 @@ run() {
     attention_cudnn) stage attention_cudnn "$limit" bash -c \
                        "cudnn_ran env ZTRAIN_ATTENTION=cudnn $B/gpt2_cuda_check attention && ZTRAIN_ATTENTION=fa2 $B/gpt2_cuda_check attention" ;;
     nccl) stage nccl "$limit" nccl_smoke ;;
+    fp8) stage fp8 "$limit" "$B/gpt2_cuda_check" fp8 ;;
     # each bf16 shape's inputs and results dumped for the sdpa stage's comparison
     attention) stage attention "$limit" attention_dumped ;;
     # PyTorch's fused attention (flash, cuDNN, memory-efficient) on the same shapes: the speed

@@ -20,7 +20,7 @@ import testlib  # noqa: E402
 
 # in order of value: a run cut by the deadline loses the last ones
 STAGES = ["build", "ops", "ops_cudnn", "parity", "bench", "pytorch", "attention", "attention_cudnn", "sdpa", "gemm",
-          "nccl", "sanitizer_memcheck",
+          "fp8", "nccl", "sanitizer_memcheck",
           "bench_deterministic", "pytorch_compile", "torch_llama", "sanitizer_racecheck", "zero3",
           "bench_head_whole", "bench_text", "ops_wmma", "attention_wmma", "hang_probe", "crash_probe"]
 

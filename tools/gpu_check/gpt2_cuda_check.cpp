@@ -394,6 +394,78 @@ int attention(DType dt) {
   return 0;
 }
 
+// FP8 linear layers (engine/backend/fp8_recipe.h) against the compute type's at one shape: forward
+// and backward (input and weight gradients) timed by CUDA events over `reps` calls each, and the
+// FP8 forward's output against the bf16 one (normalized error: what the recipe's rounding costs).
+void fp8_linear_shape(const char* name, int N, int C, int OC) {
+  auto gpu = make_backend(DeviceChoice::Cuda, 0);
+  gpu->set_compute_dtype(DType::BF16);
+  const size_t es = 2;
+  void* x = gpu->alloc(size_t(N) * C * es);
+  void* w = gpu->alloc(size_t(OC) * C * es);
+  void* out = gpu->alloc(size_t(N) * OC * es);
+  void* out8 = gpu->alloc(size_t(N) * OC * es);
+  void* dx = gpu->alloc(size_t(N) * C * es);
+  float* dw = static_cast<float*>(gpu->alloc(size_t(OC) * C * 4));
+  std::mt19937 g(5);
+  std::normal_distribution<float> d;
+  auto upload = [&](void* p, size_t n, float scale) {
+    std::vector<float> h(n);
+    for (auto& v : h) v = d(g) * scale;
+    std::vector<char> raw(n * es);
+    convert_host(raw.data(), DType::BF16, h.data(), DType::F32, int64_t(n));
+    gpu->copy_to_device(p, raw.data(), raw.size());
+  };
+  upload(x, size_t(N) * C, 1.0f);
+  upload(w, size_t(OC) * C, 0.02f);
+  const int reps = tiny() ? 2 : 10;
+  auto time = [&](auto fn) {
+    fn();
+    gpu->synchronize();
+    const int a = gpu->timing_point();
+    for (int i = 0; i < reps; ++i) fn();
+    const int b = gpu->timing_point();
+    gpu->synchronize();
+    return gpu->timing_ms(a, b) / reps;
+  };
+  const double fwd16 = time([&] { gpu->matmul_forward(out, x, w, nullptr, N, C, OC); });
+  const double fwd8 = time([&] { gpu->matmul_forward_fp8(out8, x, w, nullptr, N, C, OC); });
+  const double bwd16 = time([&] { gpu->matmul_backward(dx, dw, nullptr, out, x, w, N, C, OC); });
+  const double bwd8 = time([&] { gpu->matmul_backward_fp8(dx, dw, nullptr, out, x, w, N, C, OC); });
+  std::vector<char> a(size_t(N) * OC * es), b(a.size());
+  gpu->copy_to_host(a.data(), out, a.size());
+  gpu->copy_to_host(b.data(), out8, b.size());
+  std::vector<float> fa(size_t(N) * OC), fb(fa.size());
+  convert_host(fa.data(), DType::F32, a.data(), DType::BF16, int64_t(fa.size()));
+  convert_host(fb.data(), DType::F32, b.data(), DType::BF16, int64_t(fb.size()));
+  double num = 0, den = 0;
+  for (size_t i = 0; i < fa.size(); ++i) num += double(fa[i] - fb[i]) * (fa[i] - fb[i]), den += double(fa[i]) * fa[i];
+  const double flops = 2.0 * N * C * OC;
+  std::printf("{\"check\": \"fp8_linear\", \"shape\": \"%s\", \"N\": %d, \"C\": %d, \"OC\": %d, \"bf16_fwd_ms\": %.3f, "
+              "\"fp8_fwd_ms\": %.3f, \"bf16_bwd_ms\": %.3f, \"fp8_bwd_ms\": %.3f, \"fwd_speedup\": %.3f, "
+              "\"bwd_speedup\": %.3f, \"fp8_fwd_tflops\": %.1f, \"fp8_vs_bf16_nmse\": %.3e}\n",
+              name, N, C, OC, fwd16, fwd8, bwd16, bwd8, fwd16 / fwd8, bwd16 / bwd8, flops / fwd8 / 1e9,
+              den > 0 ? num / den : 0.0);
+  std::fflush(stdout);
+  for (void* p : {x, w, out, out8, dx, static_cast<void*>(dw)}) gpu->free(p);
+}
+
+// GPT-2 124M's and Llama 3 8B's linear layers at 8192 tokens (issue 50's shapes)
+int fp8_linear() {
+  if (tiny()) {
+    fp8_linear_shape("tiny", 64, 64, 96);
+    return 0;
+  }
+  const int N = 8192;
+  fp8_linear_shape("gpt2_qkv", N, 768, 2304);
+  fp8_linear_shape("gpt2_mlp_up", N, 768, 3072);
+  fp8_linear_shape("gpt2_mlp_down", N, 3072, 768);
+  fp8_linear_shape("llama8b_qkv", N, 4096, 6144);
+  fp8_linear_shape("llama8b_gate_up", N, 4096, 28672);
+  fp8_linear_shape("llama8b_down", N, 14336, 4096);
+  return 0;
+}
+
 // Step time of GPT-2 124M through the trainer's job and step at world size 1 (self communicators).
 int zero3(int steps, DType dt) {
   const RunSpec::Model cfg = bench_model();
@@ -444,11 +516,12 @@ int main(int argc, char** argv) {
       return failed | attention(DType::F32);
     }
     if (what == "zero3") return zero3(argc > 2 ? std::atoi(argv[2]) : 10, DType::BF16);
+    if (what == "fp8") return fp8_linear();
   } catch (const std::exception& e) {
     std::printf("{\"check\": \"%s\", \"error\": \"%s\"}\n", what.c_str(), e.what());
     return 1;
   }
   std::fprintf(stderr, "usage: gpt2_cuda_check parity|bench [steps]|bench-fp32 [steps]|bench-deterministic [steps [batch]]|"
-                       "attention|zero3 [steps]\n");
+                       "attention|zero3 [steps]|fp8\n");
   return 2;
 }
