@@ -32,6 +32,7 @@
 #              own shapes against it, and the device memory's copy bandwidth
 #   fp8        the FP8 linear layers against bf16 at GPT-2 124M's and Llama 3 8B's shapes (8192
 #              tokens): forward and backward times, and the FP8 output's error against bf16's
+#              (failing above 1e-2: a wrong scale); its limit a guess until measured
 #   nccl       ztrain's NCCL communicator on one rank and the machine's NCCL (the toolkit's, or
 #              PyTorch's nvidia-nccl wheel): two communicators, every collective's result, the
 #              launch order across them, a small and a large all-reduce's time
@@ -393,7 +394,7 @@ fi
 # fused epilogue against its unfused kernels, measured on the real shapes.
 # The limits: about 3x each stage's time on the H200 (bench/results/gpu_check-h200-20261204T181200Z.json,
 # binaries carried: 140 s for all of them), at least 10 s.
-PLAN="build:150 ops:20 ops_cudnn:15 parity:35 bench:20 pytorch:40 attention:10 attention_cudnn:20 sdpa:25 gemm:10 fp8:15"
+PLAN="build:150 ops:20 ops_cudnn:15 parity:35 bench:20 pytorch:40 attention:10 attention_cudnn:20 sdpa:25 gemm:10 fp8:60"
 PLAN="$PLAN nccl:10"
 PLAN="$PLAN sanitizer_memcheck:15"
 PLAN="$PLAN bench_deterministic:15 pytorch_compile:75 torch_llama:90 sanitizer_racecheck:35 zero3:10"

@@ -18,7 +18,9 @@ constexpr fp8::Format kGradient = fp8::Format::E5M2;  // output gradient
 
 // Where the products run in FP8: cuBLASLt's FP8 GEMMs on Hopper need every dimension (rows N,
 // inputs C, outputs OC) a multiple of 16; other shapes run in the compute type on every backend.
-constexpr bool applies(int64_t N, int64_t C, int64_t OC) { return N % 16 == 0 && C % 16 == 0 && OC % 16 == 0; }
+constexpr bool applies(int64_t N, int64_t C, int64_t OC) {
+  return N > 0 && C > 0 && OC > 0 && N % 16 == 0 && C % 16 == 0 && OC % 16 == 0;
+}
 
 // scale = largest finite value / amax (torchao's rule: amax below 1e-12 counts as 1e-12), in fp32
 inline float scale_for(float amax, fp8::Format f) { return fp8::max_finite(f) / std::max(amax, 1e-12f); }

@@ -72,6 +72,7 @@ class CudaBackend final : public Backend {
                        [this](void* p) { alloc_.free(p); });
     sum_partials_ = static_cast<double*>(alloc_.alloc(cuda_scratch::sum_partials_bytes(), MemTag::Other));
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
+    fp8_tensor_cores_ = prop.major * 10 + prop.minor >= 89;  // Ada and Hopper onwards
   }
   ~CudaBackend() override {
     cudaDeviceSynchronize();  // every stream, the communicators' included, before the frees
@@ -255,16 +256,26 @@ class CudaBackend final : public Backend {
   void matmul_forward(void* out, const void* inp, const void* w, const void* bias, int N, int C, int OC) override {
     gemm().linear_forward(out, inp, w, bias, N, C, OC, dt(), stream_);
   }
+  // FP8 where the recipe takes the shape and the GPU has FP8 tensor cores (compute capability 8.9
+  // or newer); elsewhere the compute type's product, said once
+  bool fp8_here(int N, int C, int OC) const {
+    if (!fp8_tensor_cores_ && !said_no_fp8_) {
+      std::fprintf(stderr, "FP8: %s has no FP8 tensor cores (compute capability 8.9 or newer): its linear layers run "
+                   "in the compute type\n", name_.c_str());
+      said_no_fp8_ = true;
+    }
+    return fp8_tensor_cores_ && fp8_recipe::applies(N, C, OC);
+  }
   void matmul_forward_fp8(void* out, const void* inp, const void* w, const void* bias, int N, int C,
                           int OC) override {
-    if (!fp8_recipe::applies(N, C, OC)) return matmul_forward(out, inp, w, bias, N, C, OC);
+    if (!fp8_here(N, C, OC)) return matmul_forward(out, inp, w, bias, N, C, OC);
     float* sc = scratch(cuda_scratch::matmul_forward_fp8(N, C, OC));
     ZT_DISPATCH(dt(), T,
                 cuda::matmul_forward_fp8(gemm(), tp<T>(out), tp<T>(inp), tp<T>(w), tp<T>(bias), N, C, OC, sc, stream_));
   }
   void matmul_backward_fp8(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
                            int N, int C, int OC) override {
-    if (!fp8_recipe::applies(N, C, OC)) return matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    if (!fp8_here(N, C, OC)) return matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
     float* sc = scratch(cuda_scratch::matmul_backward_fp8(N, C, OC, dbias != nullptr));
     float* bias_sc = sc + fp8_recipe::backward_scratch_bytes(N, C, OC) / 4;  // after the FP8 copies
     ZT_DISPATCH(dt(), T,
@@ -406,6 +417,8 @@ class CudaBackend final : public Backend {
   };
   int device_;
   std::string name_;
+  bool fp8_tensor_cores_ = false;
+  mutable bool said_no_fp8_ = false;
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   Staging staging_[2];
   int next_staging_ = 0;

@@ -9,6 +9,8 @@
 // cvt.rn.satfinite on a GPU, engine/core/fp8.h's identical arithmetic on the emulated device.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+
+#include <cstdio>
 #ifndef ZT_CUDA_EMULATED
 #include <cuda_fp8.h>
 #endif
@@ -102,6 +104,20 @@ template <typename T>
 cudaDataType_t data_type() {
   return sizeof(T) == 4 ? CUDA_R_32F : std::is_same_v<T, __half> ? CUDA_R_16F : CUDA_R_16BF;
 }
+template <typename T>
+DType dtype_of() {
+  return sizeof(T) == 4 ? DType::F32 : std::is_same_v<T, __half> ? DType::F16 : DType::BF16;
+}
+
+// cuBLASLt without an FP8 algorithm for a product (an older library, an unusual alignment): the
+// layer runs in the compute type instead, said once
+void no_fp8_algorithm(const char* pass, int N, int C, int OC) {
+  static bool said = false;
+  if (!said)
+    std::fprintf(stderr, "FP8: cuBLASLt has no FP8 algorithm for the %s of a (%d, %d) x (%d, %d) linear layer: it "
+                 "runs in the compute type (said once)\n", pass, N, C, OC, C);
+  said = true;
+}
 
 }  // namespace
 
@@ -121,8 +137,16 @@ void matmul_forward_fp8(Gemm& gemm, T* out, const T* inp, const T* w, const T* b
   // fp32 output takes a bf16 bias there): else added after
   const bool fused_bias = bias && sizeof(T) == 2;
   if (fused_bias) a.epilogue = CUBLASLT_EPILOGUE_BIAS, a.bias = bias, a.bias_type = data_type<T>();
-  gemm.run(a, s);
-  if (bias && !fused_bias) add_bias(out, bias, N, OC, s);
+  bool ran = gemm.run(a, s, /*may_fail=*/true);
+  if (!ran && fused_bias) {  // the plain FP8 product, then the bias
+    a.epilogue = CUBLASLT_EPILOGUE_DEFAULT, a.bias = nullptr;
+    ran = gemm.run(a, s, true);
+  }
+  if (!ran) {
+    no_fp8_algorithm("forward", N, C, OC);
+    return gemm.linear_forward(out, inp, w, bias, N, C, OC, dtype_of<T>(), s);
+  }
+  if (bias && (!fused_bias || a.epilogue == CUBLASLT_EPILOGUE_DEFAULT)) add_bias(out, bias, N, OC, s);
 }
 
 template <typename T>
@@ -140,7 +164,10 @@ void matmul_backward_fp8(Gemm& gemm, T* dinp, float* dw, float* dbias, const T* 
     a.A = wt8, a.lda = OC, a.B = dy8, a.ldb = OC, a.D = dinp, a.ldd = C;
     a.ab_type = CUDA_R_8F_E4M3, a.b_type = CUDA_R_8F_E5M2, a.d_type = data_type<T>();
     a.a_scale = r.scales(1) + 1, a.b_scale = r.scales(0) + 1;
-    gemm.run(a, s);
+    if (!gemm.run(a, s, /*may_fail=*/true)) {  // the whole backward in the compute type
+      no_fp8_algorithm("input gradient", N, C, OC);
+      return gemm.linear_backward(dinp, dw, dbias, dout, inp, w, nullptr, N, C, OC, dtype_of<T>(), bias_scratch, s);
+    }
   }
   if (!dw) return;
   quantize(static_cast<uint8_t*>(nullptr), xt8, r.scales(2), r.partial(2), inp, N, C, fp8_recipe::kForward, s);
@@ -149,7 +176,10 @@ void matmul_backward_fp8(Gemm& gemm, T* dinp, float* dw, float* dbias, const T* 
   a.A = xt8, a.lda = N, a.B = dyt8, a.ldb = N, a.D = dw, a.ldd = C, a.beta = 1.0f;
   a.ab_type = CUDA_R_8F_E4M3, a.b_type = CUDA_R_8F_E5M2, a.d_type = CUDA_R_32F;
   a.a_scale = r.scales(2) + 1, a.b_scale = r.scales(0) + 1;
-  gemm.run(a, s);
+  if (!gemm.run(a, s, /*may_fail=*/true)) {  // dinp (if asked) is written already; written again here
+    no_fp8_algorithm("weight gradient", N, C, OC);
+    return gemm.linear_backward(dinp, dw, dbias, dout, inp, w, nullptr, N, C, OC, dtype_of<T>(), bias_scratch, s);
+  }
   if (dbias) bias_backward(dbias, dout, N, OC, bias_scratch, s);
 }
 
