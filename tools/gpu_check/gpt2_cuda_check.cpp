@@ -314,6 +314,19 @@ int bench(int steps, DType dt, bool deterministic = false, int batch = 0) {
   return 1;
 }
 
+// Milliseconds per call of fn over `reps` back-to-back calls after one warm-up, by the backend's
+// CUDA events (its timing points)
+template <typename Fn>
+double per_call_ms(Backend& gpu, int reps, Fn fn) {
+  fn();
+  gpu.synchronize();
+  const int a = gpu.timing_point();
+  for (int i = 0; i < reps; ++i) fn();
+  const int b = gpu.timing_point();
+  gpu.synchronize();
+  return gpu.timing_ms(a, b) / reps;
+}
+
 // One shape: B sequences of T tokens, NH heads of size C / NH.
 void attention_shape(DType dt, int B, int T, int C, int NH) {
   auto gpu = make_backend(DeviceChoice::Cuda, 0);
@@ -330,17 +343,8 @@ void attention_shape(DType dt, int B, int T, int C, int NH) {
   std::vector<char> raw(nq * es);
   convert_host(raw.data(), dt, h.data(), DType::F32, int64_t(nq));
   gpu->copy_to_device(qkv, raw.data(), raw.size());
-  // CUDA events around `reps` back-to-back calls (the backend's timing points), after one warm-up
   const int reps = tiny() ? 2 : 20;
-  auto time = [&](auto fn) {
-    fn();
-    gpu->synchronize();
-    const int a = gpu->timing_point();
-    for (int i = 0; i < reps; ++i) fn();
-    const int b = gpu->timing_point();
-    gpu->synchronize();
-    return gpu->timing_ms(a, b) / 1e3 / reps;
-  };
+  auto time = [&](auto fn) { return per_call_ms(*gpu, reps, fn) / 1e3; };  // seconds
   const double fwd = time([&] { gpu->attention_forward(out, lse, qkv, B, T, C, NH, NH); });
   const double bwd = time([&] { gpu->attention_backward(dqkv, out, out, qkv, lse, B, T, C, NH, NH); });
   // GPU_CHECK_ATTENTION_DUMP=DIR: this shape's inputs and results (one forward, one backward with
@@ -421,15 +425,7 @@ int fp8_linear_shape(const char* name, int N, int C, int OC) {
   upload(x, size_t(N) * C, 1.0f);
   upload(w, size_t(OC) * C, 0.02f);
   const int reps = tiny() ? 2 : 10;
-  auto time = [&](auto fn) {
-    fn();
-    gpu->synchronize();
-    const int a = gpu->timing_point();
-    for (int i = 0; i < reps; ++i) fn();
-    const int b = gpu->timing_point();
-    gpu->synchronize();
-    return gpu->timing_ms(a, b) / reps;
-  };
+  auto time = [&](auto fn) { return per_call_ms(*gpu, reps, fn); };
   const double fwd16 = time([&] { gpu->matmul_forward(out, x, w, nullptr, N, C, OC); });
   const double fwd8 = time([&] { gpu->matmul_forward_fp8(out8, x, w, nullptr, N, C, OC); });
   const double bwd16 = time([&] { gpu->matmul_backward(dx, dw, nullptr, out, x, w, N, C, OC); });
