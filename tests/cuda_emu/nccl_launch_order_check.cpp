@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   auto gpu_b = zt::make_backend(zt::DeviceChoice::Cuda, 1, rank);
   auto a = zt::make_nccl_comm(MPI_COMM_WORLD, "a", /*timeout_s=*/60, gpu_a->native_stream());
   auto b = zt::make_nccl_comm(MPI_COMM_WORLD, "b", /*timeout_s=*/60, gpu_b->native_stream());
-  constexpr int N = 640, n = 1024;  // an (N x N) x (N x N) fp32 product: 0.5 G FLOP, slow emulated
+  constexpr int N = 1024, n = 1024;  // an (N x N) x (N x N) fp32 product: 2 G FLOP, a fraction of a second emulated
   float* x = static_cast<float*>(gpu_a->alloc(size_t(N) * N * sizeof(float)));
   float* y = static_cast<float*>(gpu_a->alloc(size_t(N) * N * sizeof(float)));
   float* va = static_cast<float*>(gpu_a->alloc(n * sizeof(float)));
