@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
 #include <map>
 #include <string>
@@ -17,6 +16,7 @@
 #include <vector>
 
 #include "engine/backend/cuda/cudnn_attention.h"
+#include "engine/core/dtype.h"
 
 namespace zt::cuda::attention_choice {
 
@@ -25,29 +25,13 @@ enum class Impl { Unmeasured, Own, Cudnn };  // Unmeasured: not yet known for th
 // A pass's outputs on the host as floats, by name, for the comparison.
 using Outputs = std::vector<std::pair<const char*, std::vector<float>>>;
 
-inline float bf16_to_float(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline float fp16_to_float(uint16_t h) {
-  const int e = (h >> 10) & 31, m = h & 1023;
-  const float v = e == 0 ? std::ldexp(float(m), -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(float(m | 1024), e - 25);
-  return (h & 0x8000) ? -v : v;
-}
-// n 16-bit elements (bf16 unless fp16) or floats (elem 4) at device address p, as floats
-inline std::vector<float> host_floats(const void* p, size_t n, size_t elem, bool fp16, cudaStream_t s) {
-  std::vector<float> out(n);
-  if (elem == 4) {
-    cudaMemcpyAsync(out.data(), p, n * 4, cudaMemcpyDeviceToHost, s);
-    cudaStreamSynchronize(s);
-    return out;
-  }
-  std::vector<uint16_t> raw(n);
-  cudaMemcpyAsync(raw.data(), p, n * 2, cudaMemcpyDeviceToHost, s);
+// n elements of type t at device address p, as floats on the host
+inline std::vector<float> host_floats(const void* p, size_t n, DType t, cudaStream_t s) {
+  std::vector<char> raw(n * dtype_size(t));
+  cudaMemcpyAsync(raw.data(), p, raw.size(), cudaMemcpyDeviceToHost, s);
   cudaStreamSynchronize(s);
-  for (size_t i = 0; i < n; ++i) out[i] = fp16 ? fp16_to_float(raw[i]) : bf16_to_float(raw[i]);
+  std::vector<float> out(n);
+  convert_host(out.data(), DType::F32, raw.data(), t, int64_t(n));
   return out;
 }
 

@@ -47,6 +47,7 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
                        float* scratch, int64_t scratch_floats, bool deterministic, cudaStream_t s) {
   if constexpr (sizeof(T) == 2) {
     const cudnn_attention::Shape sh = shape_of<T>(B, T_, C, NH, NKV);
+    const DType dtype = sh.fp16 ? DType::F16 : DType::BF16;
     if (B * T_ > 0 && cudnn_tried(sh, pos, deterministic, /*backward=*/false)) {
       attention_choice::run(
           sh, /*backward=*/false, attention_kernels_choice() == "cudnn",
@@ -54,8 +55,8 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
           [&] { return cudnn_attention::forward(sh, out, lse, qkv, scratch, scratch_floats, s); },
           [&] {
             return attention_choice::Outputs{
-                {"out", attention_choice::host_floats(out, size_t(B) * T_ * C, 2, sh.fp16, s)},
-                {"lse", attention_choice::host_floats(lse, size_t(B) * NH * T_, 4, sh.fp16, s)}};
+                {"out", attention_choice::host_floats(out, size_t(B) * T_ * C, dtype, s)},
+                {"lse", attention_choice::host_floats(lse, size_t(B) * NH * T_, DType::F32, s)}};
           },
           s);
       return;
@@ -70,6 +71,7 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
                         cudaStream_t s) {
   if constexpr (sizeof(T) == 2) {
     const cudnn_attention::Shape sh = shape_of<T>(B, T_, C, NH, NKV);
+    const DType dtype = sh.fp16 ? DType::F16 : DType::BF16;
     if (B * T_ > 0 && cudnn_tried(sh, pos, deterministic, /*backward=*/true)) {
       const size_t rows = size_t(B) * T_ * (C + 2 * NKV * (C / NH));
       attention_choice::run(
@@ -77,7 +79,7 @@ void attention_backward(T* dqkv, const T* dout, const T* out, const T* qkv, cons
           [&] { attention_backward_own(dqkv, dout, out, qkv, lse, B, T_, C, NH, NKV, pos, scratch, deterministic, s); },
           [&] { return cudnn_attention::backward(sh, dqkv, dout, out, qkv, lse, scratch, scratch_floats, s); },
           [&] {  // dQ, dK and dV apart: each within its own scale
-            const std::vector<float> all = attention_choice::host_floats(dqkv, rows, 2, sh.fp16, s);
+            const std::vector<float> all = attention_choice::host_floats(dqkv, rows, dtype, s);
             const int hs = C / NH, C3 = C + 2 * NKV * hs;
             attention_choice::Outputs o{{"dq", {}}, {"dk", {}}, {"dv", {}}};
             for (size_t r = 0; r < rows / size_t(C3); ++r)

@@ -14,8 +14,6 @@ static const char* kWhy = "the emulated device does not run cuDNN";
 static const char* kWhy = "built without cuDNN's headers";
 #endif
 std::string unavailable(const Shape&) { return kWhy; }
-int64_t backward_scratch_floats(const Shape&) { return -1; }
-int64_t backward_fixed_floats(const Shape&) { return -1; }
 bool forward(const Shape&, void*, float*, const void*, float*, int64_t, cudaStream_t) { return false; }
 bool backward(const Shape&, void*, const void*, const void*, const void*, const float*, float*, int64_t,
               cudaStream_t) {
@@ -496,14 +494,6 @@ std::string unavailable(const Shape& s) {
   return "";
 }
 
-int64_t backward_scratch_floats(const Shape& s) {
-  if (!unavailable(s).empty()) return -1;
-  const Plan& p = plan_for(s, /*backward=*/true);
-  return p.plan ? workspace_offset(s) + (p.workspace + 3) / 4 : -1;
-}
-
-int64_t backward_fixed_floats(const Shape& s) { return workspace_offset(s); }
-
 bool forward(const Shape& s, void* out, float* lse, const void* qkv, float* workspace, int64_t workspace_floats,
              cudaStream_t stream) {
   if (!unavailable(s).empty()) return false;
@@ -521,17 +511,17 @@ bool forward(const Shape& s, void* out, float* lse, const void* qkv, float* work
 bool backward(const Shape& s, void* dqkv, const void* dout, const void* out, const void* qkv, const float* lse,
               float* scratch, int64_t scratch_floats, cudaStream_t stream) {
   // the accumulator and softmax_sum first: no plan is built for a call they do not fit
-  if (!unavailable(s).empty() || backward_fixed_floats(s) > scratch_floats) return false;
-  const int64_t need = backward_scratch_floats(s);
-  if (need > scratch_floats) {
+  if (!unavailable(s).empty() || workspace_offset(s) > scratch_floats) return false;
+  const Plan& p = plan_for(s, /*backward=*/true);
+  if (!p.plan) return false;
+  if (const int64_t need = workspace_offset(s) + (p.workspace + 3) / 4; need > scratch_floats) {
     static bool said = false;
     if (!said)
       std::fprintf(stderr, "attention: cuDNN's backward for %s needs %lld bytes of scratch, %lld reserved: ztrain's "
                    "kernels run it\n", shape_name(s).c_str(), (long long)need * 4, (long long)scratch_floats * 4);
     said = true;
+    return false;
   }
-  if (need < 0 || need > scratch_floats) return false;
-  const Plan& p = plan_for(s, /*backward=*/true);
   const Layout L(s);
   const size_t elem = 2;
   float scale = 1.0f / std::sqrt(float(s.hs)), fill = mask_fill(), one = 1.0f;

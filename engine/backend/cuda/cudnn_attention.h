@@ -26,18 +26,12 @@ struct Shape {
 // "" when cuDNN can run this shape (loaded, and a head size its graph takes), else why not.
 std::string unavailable(const Shape& s);
 
-// The backward's scratch, in floats, from the start of the buffer the caller gives: the fp32 dQ
-// accumulator (B, NH, T, hs), softmax_sum (B, NH, T), then cuDNN's own workspace. -1 when the
-// backward's plan cannot be built (unavailable(s) says why).
-int64_t backward_scratch_floats(const Shape& s);
-// Its fixed part (the accumulator and softmax_sum, without cuDNN's own workspace): known without a
-// plan, for the scratch reserve (engine/backend/cuda_scratch.h keeps the formula in step).
-int64_t backward_fixed_floats(const Shape& s);
-
 // Run on `stream`; false (nothing written) when cuDNN cannot: unavailable(s), its plan failed to
 // build (said once on stderr), or it needs more workspace than given. lse: fp32 (B, NH, T).
 bool forward(const Shape& s, void* out, float* lse, const void* qkv, float* workspace, int64_t workspace_floats,
              cudaStream_t stream);
+// The backward's scratch, from the start of `scratch`: the fp32 dQ accumulator (B, NH, T, hs),
+// softmax_sum (B, NH, T), then cuDNN's own workspace (cuda_scratch::attention_backward reserves it).
 bool backward(const Shape& s, void* dqkv, const void* dout, const void* out, const void* qkv, const float* lse,
               float* scratch, int64_t scratch_floats, cudaStream_t stream);
 
