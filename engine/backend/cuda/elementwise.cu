@@ -76,11 +76,11 @@ __global__ void __launch_bounds__(kThreads) add_bias_kernel(T* out, const T* bia
   if (i < n) out[i] = from_float<T>(to_float(out[i]) + to_float(bias[i % OC]));
 }
 // Column sums of dout (N,OC): block (x: 32 columns, y: row chunk), 32 warps striding the chunk's
-// rows; partials (kColChunks, OC) then summed in chunk order.
+// rows; partials (chunks = gridDim.y, OC) then summed in chunk order.
 template <typename T>
 __global__ void __launch_bounds__(1024) column_partial_kernel(float* partial, const T* dout, int N, int OC) {
   const int col = blockIdx.x * 32 + threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const int rows = (N + kColChunks - 1) / kColChunks, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+  const int rows = (N + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
   __shared__ float part[32][33];
   float acc = 0;
   if (col < OC)
@@ -93,11 +93,11 @@ __global__ void __launch_bounds__(1024) column_partial_kernel(float* partial, co
     partial[int64_t(blockIdx.y) * OC + col] = total;
   }
 }
-__global__ void __launch_bounds__(kThreads) column_finish_kernel(float* out, const float* partial, int OC) {
+__global__ void __launch_bounds__(kThreads) column_finish_kernel(float* out, const float* partial, int OC, int chunks) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= OC) return;
   float total = 0;
-  for (int k = 0; k < kColChunks; ++k) total += partial[int64_t(k) * OC + col];
+  for (int k = 0; k < chunks; ++k) total += partial[int64_t(k) * OC + col];
   out[col] += total;
 }
 __device__ __forceinline__ float gelu(float x) {
@@ -129,8 +129,8 @@ __global__ void __launch_bounds__(kThreads) gelu_backward_kernel(T* dinp, const 
   }
   store_floats<V>(dinp + i, d);
 }
-// Grid-stride partial sums, one per block (the grid is fixed: kSumBlocks), then one block sums
-// the partials: the same order on every run.
+// Grid-stride partial sums, one per block (the grid depends on n alone, at most kSumBlocks), then
+// one block sums the partials: the same order on every run.
 __global__ void __launch_bounds__(kThreads)
     sum_partial_kernel(double* partial, const float* x, int64_t n, bool square) {
   double acc = 0;
@@ -217,8 +217,9 @@ void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s) {
 template <typename T>
 void bias_backward(float* dbias, const T* dout, int N, int OC, float* scratch, cudaStream_t s) {
   if (N <= 0 || OC <= 0) return;
-  launch(column_partial_kernel<T>, dim3(blocks_for(OC, 32), kColChunks), 1024, 0, s, scratch, dout, N, OC);
-  launch(column_finish_kernel, blocks_for(OC, kThreads), kThreads, 0, s, dbias, scratch, OC);
+  const int chunks = column_chunks(N);
+  launch(column_partial_kernel<T>, dim3(blocks_for(OC, 32), chunks), 1024, 0, s, scratch, dout, N, OC);
+  launch(column_finish_kernel, blocks_for(OC, kThreads), kThreads, 0, s, dbias, scratch, OC, chunks);
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>
@@ -237,8 +238,11 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n, cudaStream_t
 }
 void sum_accumulate(double* acc, double* partial, const float* x, int64_t n, bool square, double scale,
                     cudaStream_t s) {
-  launch(sum_partial_kernel, kSumBlocks, kThreads, 0, s, partial, x, n, square);
-  launch(sum_partials_kernel, 1, kThreads, 0, s, acc, partial, kSumBlocks, scale);
+  // no more blocks than a thread per element needs (a small tensor's sum costs a few blocks, not
+  // kSumBlocks): the grid, and so the summation order, still depends on n alone
+  const int blocks = int(std::min<int64_t>(std::max<int64_t>((n + kThreads - 1) / kThreads, 1), kSumBlocks));
+  launch(sum_partial_kernel, blocks, kThreads, 0, s, partial, x, n, square);
+  launch(sum_partials_kernel, 1, kThreads, 0, s, acc, partial, blocks, scale);
   ZT_CUDA_LAUNCH_CHECK();
 }
 template <typename T>

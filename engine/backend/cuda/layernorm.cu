@@ -90,13 +90,13 @@ __global__ void __launch_bounds__(32 * kWarps)
 }
 
 // Partial column sums of norm * dout (dw) and dout (db) over a chunk of rows: block (x: 32
-// columns, y: row chunk); partial layout (2, kColChunks, C).
+// columns, y: row chunk); partial layout (2, chunks = gridDim.y, C).
 template <typename T>
 __global__ void __launch_bounds__(1024)
     layernorm_param_partial_kernel(float* partial, const T* dout, const T* inp, const float* mean,
                                                const float* rstd, int N, int C) {
   const int col = blockIdx.x * 32 + threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const int rows = (N + kColChunks - 1) / kColChunks, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+  const int rows = (N + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
   __shared__ float pw[32][33], pb[32][33];
   float accw = 0, accb = 0;
   if (col < C)
@@ -116,18 +116,18 @@ __global__ void __launch_bounds__(1024)
       tb += pb[k][threadIdx.x];
     }
     partial[int64_t(blockIdx.y) * C + col] = tw;
-    partial[(int64_t(kColChunks) + blockIdx.y) * C + col] = tb;
+    partial[(int64_t(gridDim.y) + blockIdx.y) * C + col] = tb;
   }
 }
 
 __global__ void __launch_bounds__(256)
-    layernorm_param_finish_kernel(float* dw, float* db, const float* partial, int C) {
+    layernorm_param_finish_kernel(float* dw, float* db, const float* partial, int C, int chunks) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= C) return;
   float tw = 0, tb = 0;
-  for (int k = 0; k < kColChunks; ++k) {
+  for (int k = 0; k < chunks; ++k) {
     tw += partial[int64_t(k) * C + col];
-    tb += partial[(int64_t(kColChunks) + k) * C + col];
+    tb += partial[(int64_t(chunks) + k) * C + col];
   }
   dw[col] += tw;
   db[col] += tb;
@@ -165,9 +165,10 @@ void layernorm_backward(T* dinp, float* dw, float* db, const T* dout, const T* i
            inp, w, mean, rstd, N, C);
   });
   if (dw) {  // null: a frozen weight and bias (LoRA's base), the input gradient only
-    launch(layernorm_param_partial_kernel<T>, dim3(blocks_for(C, 32), kColChunks), 1024, 0, s, scratch, dout, inp,
-           mean, rstd, N, C);
-    launch(layernorm_param_finish_kernel, blocks_for(C, 256), 256, 0, s, dw, db, scratch, C);
+    const int chunks = column_chunks(N);
+    launch(layernorm_param_partial_kernel<T>, dim3(blocks_for(C, 32), chunks), 1024, 0, s, scratch, dout, inp, mean,
+           rstd, N, C);
+    launch(layernorm_param_finish_kernel, blocks_for(C, 256), 256, 0, s, dw, db, scratch, C, chunks);
   }
   ZT_CUDA_LAUNCH_CHECK();
 }

@@ -90,13 +90,13 @@ __global__ void __launch_bounds__(32 * kWarps)
 }
 
 // Partial column sums of x * rstd * dout over a chunk of rows: block (x: 32 columns, y: row
-// chunk); partial layout (kColChunks, C).
+// chunk); partial layout (chunks = gridDim.y, C).
 template <typename T>
 __global__ void __launch_bounds__(1024)
     rmsnorm_weight_partial_kernel(float* partial, const T* dout, const T* inp, const float* rstd, int N,
                                               int C, NormRows layout) {
   const int col = blockIdx.x * 32 + threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  const int rows = (N + kColChunks - 1) / kColChunks, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
+  const int rows = (N + gridDim.y - 1) / gridDim.y, r0 = blockIdx.y * rows, r1 = min(N, r0 + rows);
   __shared__ float pw[32][33];
   float acc = 0;
   if (col < C)
@@ -113,11 +113,11 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
-__global__ void __launch_bounds__(256) rmsnorm_weight_finish_kernel(float* dw, const float* partial, int C) {
+__global__ void __launch_bounds__(256) rmsnorm_weight_finish_kernel(float* dw, const float* partial, int C, int chunks) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= C) return;
   float t = 0;
-  for (int k = 0; k < kColChunks; ++k) t += partial[int64_t(k) * C + col];
+  for (int k = 0; k < chunks; ++k) t += partial[int64_t(k) * C + col];
   dw[col] += t;
 }
 
@@ -194,9 +194,10 @@ template <typename T>
 void norm_rows_backward(T* dinp, float* dw, const T* dout, const T* inp, const T* w, const float* rstd, int N, int C,
                         NormRows rows, bool accumulate, int64_t vec_span, float* scratch, cudaStream_t s) {
   if (dw) {  // null: a frozen weight (LoRA's base), the input gradient only
-    launch(rmsnorm_weight_partial_kernel<T>, dim3(blocks_for(C, 32), kColChunks), 1024, 0, s, scratch, dout, inp,
-           rstd, N, C, rows);
-    launch(rmsnorm_weight_finish_kernel, blocks_for(C, 256), 256, 0, s, dw, scratch, C);
+    const int chunks = column_chunks(N);
+    launch(rmsnorm_weight_partial_kernel<T>, dim3(blocks_for(C, 32), chunks), 1024, 0, s, scratch, dout, inp, rstd, N,
+           C, rows);
+    launch(rmsnorm_weight_finish_kernel, blocks_for(C, 256), 256, 0, s, dw, scratch, C, chunks);
   }
   with_vec<T>(vec_span, {dinp, dout, inp, w}, [&](auto v) {
     launch(rmsnorm_backward_dinp_kernel<decltype(v)::value, T>, blocks_for(N, kWarps), 32 * kWarps, 0, s, dinp, dout,
