@@ -105,7 +105,13 @@ std::string GPT2::describe() const {
   return fmt::format("gpt2 {} layers, d_model {}, {} heads, seq_len {}, vocab {}{}{}{}", cfg_.n_layer, cfg_.d_model,
                      cfg_.n_head, cfg_.seq_len, cfg_.vocab_size,
                      cfg_.vocab_held() > cfg_.vocab_size ? fmt::format(" (held as {})", cfg_.vocab_held()) : "",
-                     recompute_note(cfg_.recompute), tp_.sequence_parallel() ? ", sequence-parallel" : "");
+                     recompute_note(cfg_.recompute), tp_.sequence_parallel() ? ", sequence-parallel" : "") +
+         fp8_note();
+}
+
+std::array<DecoderLM::LinearShape, DecoderLM::kBlockLinears> GPT2::block_linears() const {
+  const int64_t C = cfg_.d_model, F = cfg_.d_ff;
+  return {{{"attn.c_attn", 3 * C, C}, {"attn.c_proj", C, C}, {"mlp.c_fc", F, C}, {"mlp.c_proj", C, F}}};
 }
 
 template <typename P>
@@ -153,26 +159,27 @@ void GPT2::block_forward(int l, const BlockParams<void*>& w, const void* in_a, c
                                    cfg_.norm_eps);
   const void* residual = in_b ? in_sum : in_a;
   const void* ln1 = tp_.gather_from_sequence_region(x.ln1, sq.full, BT, C);  // (B,T,C)
-  be_.matmul_forward(x.qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca);        // (B,T,3Ca) this rank's heads
+  linear_forward(kQkvLinear, x.qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * Ca);  // (B,T,3Ca) this rank's heads
   if (lora_) lora_->forward(l, kQkv, ln1, x.qkv, 3 * Ca, BT);
   // (B,T,Ca); with packed documents each attends within itself
   be_.attention_forward(x.atty, x.att_lse, x.qkv, B, T, Ca, NH, NH, tokens_.current().positions);
   void* attproj = tp_.partial_sums(x.attproj, sq.partial);
-  be_.matmul_forward(attproj, x.atty, w.attprojw, tp_.once(w.attprojb), BT, Ca, C);  // row-parallel
+  linear_forward(kOLinear, attproj, x.atty, w.attprojw, tp_.once(w.attprojb), BT, Ca, C);  // row-parallel
   if (lora_) lora_->forward(l, kO, x.atty, attproj, C, BT);
   tp_.reduce_to_sequence_region(attproj, x.attproj, BT, C);
   be_.residual_layernorm_forward(x.res2, x.ln2, x.ln2_mean, x.ln2_rstd, residual, x.attproj, w.ln2w, w.ln2b, R, C,
                                  cfg_.norm_eps);
   const void* ln2 = tp_.gather_from_sequence_region(x.ln2, sq.full, BT, C);
-  if (lora_ && lora_->has(l, kUp)) {  // the adapter adds to the pre-activation: GEMM, update, GELU
-    be_.matmul_forward(x.fch, ln2, w.fcw, w.fcb, BT, C, Fl);
-    lora_->forward(l, kUp, ln2, x.fch, Fl, BT);
+  // the adapter adds to the pre-activation (GEMM, update, GELU); FP8's product has no fused GELU
+  if ((lora_ && lora_->has(l, kUp)) || fp8(kUpLinear)) {
+    linear_forward(kUpLinear, x.fch, ln2, w.fcw, w.fcb, BT, C, Fl);
+    if (lora_) lora_->forward(l, kUp, ln2, x.fch, Fl, BT);
     be_.gelu_forward(x.fch_gelu, x.fch, BT * Fl);
   } else {
     be_.matmul_gelu_forward(x.fch_gelu, x.fch, ln2, w.fcw, w.fcb, BT, C, Fl);  // (B,T,Fl) column-parallel
   }
   void* fcproj = tp_.partial_sums(x.fcproj, sq.partial);
-  be_.matmul_forward(fcproj, x.fch_gelu, w.fcprojw, tp_.once(w.fcprojb), BT, Fl, C);  // row-parallel
+  linear_forward(kDownLinear, fcproj, x.fch_gelu, w.fcprojw, tp_.once(w.fcprojb), BT, Fl, C);  // row-parallel
   if (lora_) lora_->forward(l, kDown, x.fch_gelu, fcproj, C, BT);
   tp_.reduce_to_sequence_region(fcproj, x.fcproj, BT, C);
 }
@@ -237,7 +244,12 @@ void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<
   // MLP branch: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   // (activation gradients with one writer are written, not zero-filled and accumulated)
   const void* dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);  // (B,T,C)
-  be_.matmul_gelu_backward(a.dfch, g.fcprojw, g.fcprojb, dres, x.fch_gelu, w.fcprojw, x.fch, BT, Fl, C);
+  if (fp8(kDownLinear)) {  // FP8's product has no fused GELU backward
+    linear_backward(kDownLinear, a.dfch, g.fcprojw, g.fcprojb, dres, x.fch_gelu, w.fcprojw, BT, Fl, C);
+    be_.gelu_backward(a.dfch, x.fch, a.dfch, BT * Fl);
+  } else {
+    be_.matmul_gelu_backward(a.dfch, g.fcprojw, g.fcprojb, dres, x.fch_gelu, w.fcprojw, x.fch, BT, Fl, C);
+  }
   if (lora_)  // the adapter's part of d(gelu output), through GELU too
     if (void* d = const_cast<void*>(lora_->backward(l, kDown, x.fch_gelu, dres, C, BT))) {
       be_.gelu_backward(d, x.fch, d, BT * Fl);
@@ -246,16 +258,16 @@ void GPT2::block_backward(int l, const BlockParams<void*>& w, const BlockParams<
   // column-parallel: the input gradient is the sum of the ranks' parts
   DxExtra up_adapter;
   if (lora_) up_adapter = [&](void* dx, const void* ln2) { lora_->backward_into(l, kUp, ln2, a.dfch, Fl, BT, dx); };
-  column_parallel_backward(a.dln, g.fcw, g.fcb, a.dfch, x.ln2, w.fcw, a.seq, BT, C, Fl, {}, {}, up_adapter);
+  column_parallel_backward(kUpLinear, a.dln, g.fcw, g.fcb, a.dfch, x.ln2, w.fcw, a.seq, BT, C, Fl, {}, {}, up_adapter);
   be_.layernorm_backward(a.dres, norm_g[0], norm_g[1], a.dln, x.res2, w.ln2w, x.ln2_mean, x.ln2_rstd, R, C);
   // Attention branch: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);
-  be_.matmul_backward(a.datty, g.attprojw, g.attprojb, dres, x.atty, w.attprojw, BT, Ca, C);
+  linear_backward(kOLinear, a.datty, g.attprojw, g.attprojb, dres, x.atty, w.attprojw, BT, Ca, C);
   if (lora_) lora_->backward_into(l, kO, x.atty, dres, C, BT, a.datty);
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.att_lse, B, T, Ca, NH, NH, tokens_.current().positions);
   DxExtra qkv_adapter;
   if (lora_) qkv_adapter = [&](void* dx, const void* ln1) { lora_->backward_into(l, kQkv, ln1, a.dqkv, 3 * Ca, BT, dx); };
-  column_parallel_backward(a.dln, g.qkvw, g.qkvb, a.dqkv, x.ln1, w.qkvw, a.seq, BT, C, 3 * Ca, {}, {}, qkv_adapter);
+  column_parallel_backward(kQkvLinear, a.dln, g.qkvw, g.qkvb, a.dqkv, x.ln1, w.qkvw, a.seq, BT, C, 3 * Ca, {}, {}, qkv_adapter);
   be_.layernorm_backward(a.dres, norm_g[2], norm_g[3], a.dln, residual, w.ln1w, x.ln1_mean, x.ln1_rstd, R, C);
   seq_grads_.end();
 }

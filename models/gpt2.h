@@ -65,6 +65,7 @@ class GPT2 final : public DecoderLM {
   int seq_len() const override { return cfg_.seq_len; }
   int vocab_size() const override { return cfg_.vocab_size; }
   std::string describe() const override;
+  std::array<LinearShape, kBlockLinears> block_linears() const override;
 
   void forward_deferred(const int32_t* inputs, const int32_t* targets, const int32_t* positions, int B, int T,
                         float grad_scale) override;

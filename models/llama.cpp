@@ -150,7 +150,13 @@ std::string Llama::describe() const {
                                   : "",
                      cfg_.vocab_held() > cfg_.vocab_size ? fmt::format(" (held as {})", cfg_.vocab_held()) : "",
                      cfg_.tie_embeddings ? ", tied head" : "", recompute_note(cfg_.recompute),
-                     tp_.sequence_parallel() ? ", sequence-parallel" : "");
+                     tp_.sequence_parallel() ? ", sequence-parallel" : "") + fp8_note();
+}
+
+std::array<DecoderLM::LinearShape, DecoderLM::kBlockLinears> Llama::block_linears() const {
+  const int64_t C = cfg_.d_model, F = cfg_.d_ff, q = int64_t(cfg_.n_head) * cfg_.head_size(),
+                kv = int64_t(cfg_.n_kv_head) * cfg_.head_size();
+  return {{{"q|k|v", q + 2 * kv, C}, {"o", C, q}, {"gate|up", 2 * F, C}, {"down", C, F}}};
 }
 
 template <typename P>
@@ -222,7 +228,7 @@ void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, 
   const void* ln1 = tp_.gather_from_sequence_region(x.ln1, sq.full, BT, C);  // (B,T,C)
   // (B,T,Wqkv) this rank's heads
   void* qkv = cfg_.qk_norm ? x.qkv_raw : x.qkv;
-  be_.matmul_forward(qkv, ln1, w.qkv, w.qkv_bias, BT, C, int(w_.qkv));
+  linear_forward(kQkvLinear, qkv, ln1, w.qkv, w.qkv_bias, BT, C, int(w_.qkv));
   if (lora_) {  // each projection's adapter into its columns of the packed [q | k | v]
     lora_->forward(l, kQ, ln1, qkv, w_.qkv, BT);
     lora_->forward(l, kK, ln1, el(qkv, w_.q), w_.qkv, BT);
@@ -232,19 +238,19 @@ void Llama::block_forward(int l, const BlockParams<void*>& w, const void* in_a, 
   const int32_t* pos = tokens_.current().positions;  // packed documents: each attends within itself
   be_.attention_forward(x.atty, x.lse, x.qkv, B, T, int(w_.q), NH_l_, NKV_l_, pos);  // (B,T,Wq)
   void* attproj = tp_.partial_sums(x.attproj, sq.partial);
-  be_.matmul_forward(attproj, x.atty, w.o, nullptr, BT, int(w_.q), C);  // row-parallel
+  linear_forward(kOLinear, attproj, x.atty, w.o, nullptr, BT, int(w_.q), C);  // row-parallel
   if (lora_) lora_->forward(l, kO, x.atty, attproj, C, BT);
   tp_.reduce_to_sequence_region(attproj, x.attproj, BT, C);
   be_.residual_rmsnorm_forward(x.res2, x.ln2, x.rstd2, residual, x.attproj, w.norm2, R, C, eps);
   const void* ln2 = tp_.gather_from_sequence_region(x.ln2, sq.full, BT, C);
-  be_.matmul_forward(x.gate_up, ln2, w.gate_up, nullptr, BT, C, int(2 * w_.f));  // (B,T,2Fl) column-parallel
+  linear_forward(kUpLinear, x.gate_up, ln2, w.gate_up, nullptr, BT, C, int(2 * w_.f));  // (B,T,2Fl) column-parallel
   if (lora_) {
     lora_->forward(l, kGate, ln2, x.gate_up, 2 * w_.f, BT);
     lora_->forward(l, kUp, ln2, el(x.gate_up, w_.f), 2 * w_.f, BT);
   }
   be_.swiglu_forward(x.act, x.gate_up, BT, int(w_.f));
   void* mlp = tp_.partial_sums(x.mlp, sq.partial);
-  be_.matmul_forward(mlp, x.act, w.down, nullptr, BT, int(w_.f), C);  // row-parallel
+  linear_forward(kDownLinear, mlp, x.act, w.down, nullptr, BT, int(w_.f), C);  // row-parallel
   if (lora_) lora_->forward(l, kDown, x.act, mlp, C, BT);
   tp_.reduce_to_sequence_region(mlp, x.mlp, BT, C);
 }
@@ -320,7 +326,7 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
   // MLP branch: res3 = res2 + down(silu(gate(ln2)) * up(ln2))
   // (activation gradients with one writer are written, not zero-filled and accumulated)
   const void* dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);  // (B,T,C)
-  be_.matmul_backward(a.dact, g.down, nullptr, dres, x.act, w.down, BT, int(Fl), C);
+  linear_backward(kDownLinear, a.dact, g.down, nullptr, dres, x.act, w.down, BT, int(Fl), C);
   if (lora_) lora_->backward_into(l, kDown, x.act, dres, C, BT, a.dact);
   be_.swiglu_backward(a.dgate_up, x.gate_up, a.dact, BT, int(Fl));
   // column-parallel: the input gradient is the sum of the ranks' parts
@@ -330,12 +336,12 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
       lora_->backward_into(l, kGate, ln2, a.dgate_up, 2 * Fl, BT, dx);
       lora_->backward_into(l, kUp, ln2, el(a.dgate_up, Fl), 2 * Fl, BT, dx);
     };
-  column_parallel_backward(a.dln, g.gate_up, nullptr, a.dgate_up, x.ln2, w.gate_up, a.seq, BT, C, int(2 * Fl), {}, {},
+  column_parallel_backward(kUpLinear, a.dln, g.gate_up, nullptr, a.dgate_up, x.ln2, w.gate_up, a.seq, BT, C, int(2 * Fl), {}, {},
                            gate_up_adapters);
   be_.rmsnorm_backward(a.dres, norm_g[0], a.dln, x.res2, w.norm2, x.rstd2, R, C);
   // Attention branch: res2 = residual + o(attn(rope(qkv(ln1))))
   dres = tp_.gather_from_sequence_region(a.dres, a.seq.full, BT, C);
-  be_.matmul_backward(a.datty, g.o, nullptr, dres, x.atty, w.o, BT, int(Wq), C);
+  linear_backward(kOLinear, a.datty, g.o, nullptr, dres, x.atty, w.o, BT, int(Wq), C);
   if (lora_) lora_->backward_into(l, kO, x.atty, dres, C, BT, a.datty);
   const int32_t* pos = tokens_.current().positions;
   be_.attention_backward(a.dqkv, a.datty, x.atty, x.qkv, x.lse, B, T, int(Wq), NH_l_, NKV_l_, pos);
@@ -369,7 +375,7 @@ void Llama::block_backward(int l, const BlockParams<void*>& w, const BlockParams
       lora_->backward_into(l, kK, ln1, el(a.dqkv, Wq), Wqkv, BT, dx);
       lora_->backward_into(l, kV, ln1, el(a.dqkv, Wq + w_.kv), Wqkv, BT, dx);
     };
-  column_parallel_backward(a.dln, g.qkv, g.qkv_bias, a.dqkv, x.ln1, w.qkv, a.seq, BT, C, int(Wqkv), kv_begin, kv_end,
+  column_parallel_backward(kQkvLinear, a.dln, g.qkv, g.qkv_bias, a.dqkv, x.ln1, w.qkv, a.seq, BT, C, int(Wqkv), kv_begin, kv_end,
                            qkv_adapters);
   be_.rmsnorm_backward(a.dres, norm_g[1], a.dln, residual, w.norm1, x.rstd1, R, C);
   seq_grads_.end();

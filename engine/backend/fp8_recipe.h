@@ -22,6 +22,11 @@ constexpr bool applies(int64_t N, int64_t C, int64_t OC) {
   return N > 0 && C > 0 && OC > 0 && N % 16 == 0 && C % 16 == 0 && OC % 16 == 0;
 }
 
+// [precision] fp8_layers = "auto": whether a linear layer whose weight is (out, in) gains from FP8:
+// not when out <= 4096 and in <= 1024 (torchao's auto filter for tensorwise scaling, from its H100
+// measurements: the casts cost more than the faster product saves). "all" skips this rule.
+constexpr bool worth_it(int64_t out, int64_t in) { return !(out <= 4096 && in <= 1024); }
+
 // scale = largest finite value / amax (torchao's rule: amax below 1e-12 counts as 1e-12), in fp32
 inline float scale_for(float amax, fp8::Format f) { return fp8::max_finite(f) / std::max(amax, 1e-12f); }
 

@@ -123,6 +123,11 @@ struct RunSpec {
     double initial_scale = 65536;  // dynamic: the starting scale (2^16)
     int64_t scale_window = 1000;   // dynamic: clean steps before the scale doubles
     double min_scale = 1;          // dynamic: overflow at this scale ends the run
+    // FP8 linear layers (engine/backend/fp8_recipe.h): the blocks' matrix products with per-tensor
+    // current scaling; "auto" leaves the layers too small to gain in the compute type.
+    Fp8Recipe fp8 = Fp8Recipe::None;
+    Fp8Layers fp8_layers = Fp8Layers::Auto;
+    bool fp8_reference = false;  // the CPU backend runs the recipe's reference (numerics checks)
   } precision;
   struct Parallel {
     int64_t tensor = 1;       // tensor-parallel degree T; data-parallel D = world / T

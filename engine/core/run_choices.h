@@ -21,6 +21,8 @@ enum class OffloadTier { None, Cpu, Nvme };             // [offload] optimizer, 
 enum class CommBackendChoice { Auto, Mpi, Nccl };       // [comm] backend
 enum class Packing { None, Documents, Padded };         // [data] packing
 enum class LoraInit { Kaiming, Gaussian };             // [lora] init
+enum class Fp8Recipe { None, Tensorwise };              // [precision] fp8
+enum class Fp8Layers { Auto, All };                     // [precision] fp8_layers
 
 // ChoiceNames<E>::names[i] is the spec's name of E(i).
 template <class E>
@@ -61,6 +63,15 @@ struct ChoiceNames<Packing> {
 template <>
 struct ChoiceNames<LoraInit> {
   static constexpr std::array<std::string_view, 2> names{"kaiming", "gaussian"};
+};
+
+template <>
+struct ChoiceNames<Fp8Recipe> {
+  static constexpr std::array<std::string_view, 2> names{"none", "tensorwise"};
+};
+template <>
+struct ChoiceNames<Fp8Layers> {
+  static constexpr std::array<std::string_view, 2> names{"auto", "all"};
 };
 
 // "cuda" for DeviceChoice::Cuda.

@@ -20,6 +20,28 @@ int64_t micro_batches_per_step(const RunSpec& spec, const Topology& topo) {
   return t.global_batch / topo.dp / t.micro_batch;
 }
 
+namespace {
+// [precision] fp8 where the backend runs it: FP8 tensor cores, 16-bit outputs; on the CPU only as
+// the recipe's reference when asked for (it computes the numerics, slower than without).
+void check_fp8(const RunSpec& spec, const Backend& backend, DType compute) {
+  const RunSpec::Precision& p = spec.precision;
+  if (p.fp8 == Fp8Recipe::None) return;
+  const std::string key = fmt::format("{}: [precision] fp8 = \"{}\"", spec.source, choice_name(p.fp8));
+  if (backend.kind() == DeviceKind::CPU) {
+    if (!p.fp8_reference)
+      user_error("{} needs a GPU with FP8 tensor cores (compute capability 8.9 or newer: L4, L40S, H100, H200); the "
+                 "CPU backend has none ([precision] fp8_reference = true runs the recipe's CPU reference: its "
+                 "numerics, no speed-up)", key);
+    return;
+  }
+  if (compute != DType::BF16 && compute != DType::F16)
+    user_error("{} needs [precision] compute = \"bf16\" or \"fp16\" (the FP8 products write 16-bit outputs), not "
+               "\"{}\"", key, dtype_name(compute));
+  for (const char* op : {"matmul_forward_fp8", "matmul_backward_fp8"})
+    if (const std::string why = backend.supports({op, compute}); !why.empty()) user_error("{}: {}", key, why);
+}
+}  // namespace
+
 void configure_backend(const RunSpec& spec, Backend& backend) {
   const DType compute = compute_dtype_of(spec.precision.compute, backend.kind());
   backend.set_compute_dtype(compute);
@@ -27,14 +49,17 @@ void configure_backend(const RunSpec& spec, Backend& backend) {
   if (const std::string op = unsupported_op(backend, spec.model, compute); !op.empty())
     user_error("{}: the {} backend cannot run this model in {}: {}", spec.source,
                backend.kind() == DeviceKind::CUDA ? "CUDA" : "CPU", dtype_name(compute), op);
+  check_fp8(spec, backend, compute);
 }
 
 namespace {
 std::unique_ptr<Model> build_model(const RunSpec& spec, Topology& topo, Backend& backend, std::unique_ptr<Model> given) {
   configure_backend(spec, backend);
-  if (given) return given;
-  return make_model(spec.model, backend, int(spec.train.micro_batch), topo.tp_group.get(), spec.train.recompute,
-                    spec.parallel.sequence_parallel, spec.lora);
+  std::unique_ptr<Model> m = given ? std::move(given)
+                                   : make_model(spec.model, backend, int(spec.train.micro_batch), topo.tp_group.get(),
+                                                spec.train.recompute, spec.parallel.sequence_parallel, spec.lora);
+  if (spec.precision.fp8 != Fp8Recipe::None) m->set_fp8(spec.precision.fp8_layers);
+  return m;
 }
 }  // namespace
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "engine/backend/fp8_recipe.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -42,13 +43,40 @@ std::vector<ActSlot> DecoderLM::sequence_slots(SequenceActs& s, bool sequence_pa
   return {{&s.full, nullptr, n}, {&s.partial, nullptr, n}};
 }
 
-void DecoderLM::column_parallel_backward(void* dx_local, float* dw, float* db, const void* dout, const void* x_local,
+void DecoderLM::set_fp8(Fp8Layers which) {
+  const std::array<LinearShape, kBlockLinears> shapes = block_linears();
+  for (int l = 0; l < kBlockLinears; ++l)
+    fp8_[l] = fp8_recipe::applies(16, shapes[l].in, shapes[l].out) &&
+              (which == Fp8Layers::All || fp8_recipe::worth_it(shapes[l].out, shapes[l].in));
+}
+
+std::string DecoderLM::fp8_note() const {
+  std::string names;
+  const std::array<LinearShape, kBlockLinears> shapes = block_linears();
+  for (int l = 0; l < kBlockLinears; ++l)
+    if (fp8_[l]) names += std::string(names.empty() ? "" : ", ") + shapes[l].name;
+  return names.empty() ? "" : ", FP8 linear layers: " + names;
+}
+
+void DecoderLM::linear_forward(BlockLinear l, void* y, const void* x, const void* w, const void* b, int64_t N, int C,
+                               int OC) {
+  if (fp8_[l]) be_.matmul_forward_fp8(y, x, w, b, int(N), C, OC);
+  else be_.matmul_forward(y, x, w, b, int(N), C, OC);
+}
+
+void DecoderLM::linear_backward(BlockLinear l, void* dx, float* dw, float* db, const void* dy, const void* x,
+                                const void* w, int64_t N, int C, int OC) {
+  if (fp8_[l]) be_.matmul_backward_fp8(dx, dw, db, dy, x, w, int(N), C, OC);
+  else be_.matmul_backward(dx, dw, db, dy, x, w, int(N), C, OC);
+}
+
+void DecoderLM::column_parallel_backward(BlockLinear l, void* dx_local, float* dw, float* db, const void* dout, const void* x_local,
                                          const void* w, const SequenceActs& sq, int64_t N, int C, int OC,
                                          const std::function<void()>& dw_begin, const std::function<void()>& dw_end,
                                          const DxExtra& dx_extra) {
   const TensorParallel::Pending gather = tp_.start_gather_from_sequence_region(x_local, sq.full, N, C);
   void* dx = tp_.partial_sums(dx_local, sq.partial);  // (N, C) this rank's part
-  be_.matmul_backward(dx, nullptr, nullptr, dout, nullptr, w, int(N), C, OC);
+  linear_backward(l, dx, nullptr, nullptr, dout, nullptr, w, N, C, OC);
   const void* x = nullptr;
   if (dx_extra) {  // the adapters read the full input: the gather is finished first
     x = tp_.finish(gather);
@@ -58,7 +86,7 @@ void DecoderLM::column_parallel_backward(void* dx_local, float* dw, float* db, c
   if (!dx_extra) x = tp_.finish(gather);  // (N, C)
   if (dw) {
     if (dw_begin) dw_begin();
-    be_.matmul_backward(nullptr, dw, db, dout, x, w, int(N), C, OC);
+    linear_backward(l, nullptr, dw, db, dout, x, w, N, C, OC);
     if (dw_end) dw_end();
   }
   tp_.finish(reduce);

@@ -3,8 +3,10 @@
 // the activation buffer, the token uploads, the vocabulary-parallel loss, the padded vocabulary
 // and the shape of the batch in flight. The group walk of a pass is engine/model/decoder_pass.h.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -36,6 +38,7 @@ class DecoderLM : public Model {
     if (lora_) lora_->set_provider(p);
   }
   double take_losses() override { return loss_.take(); }
+  void set_fp8(Fp8Layers which) override;
 
  protected:
   // Buffers for batches of up to max_batch sequences of seq_len tokens, d_model wide, a
@@ -56,6 +59,25 @@ class DecoderLM : public Model {
   // The walk over the groups, with the adapters' beside the base's.
   DecoderPass pass(int n_layer, bool tied) const { return DecoderPass{*prov_, n_layer, head_group(), tied, lora_.get()}; }
   int head_group() const { return int(table_.groups().size()) - 1; }  // the final norm (and head)
+
+  // ---- A block's four linear layers (GPT-2: c_attn, attn.c_proj, c_fc, mlp.c_proj; Llama: the
+  // packed q|k|v, o, the packed gate|up, down). With [precision] fp8 those set_fp8 chose run their
+  // products in FP8 (the backend's *_fp8 ops); the others, the head and the adapters in the
+  // compute type.
+  enum BlockLinear { kQkvLinear, kOLinear, kUpLinear, kDownLinear, kBlockLinears };
+  struct LinearShape {
+    const char* name;
+    int64_t out, in;  // the whole layer's weight (nn.Linear's (out, in)), whatever the tensor split
+  };
+  virtual std::array<LinearShape, kBlockLinears> block_linears() const = 0;
+  bool fp8(BlockLinear l) const { return fp8_[l]; }
+  // ", FP8 linear layers: c_proj (mlp)" for describe(); "" without FP8.
+  std::string fp8_note() const;
+  // y (N, OC) = x W^T + b and its backward, as matmul_forward / matmul_backward (dx written,
+  // dw and db accumulated; each may be null), in FP8 when fp8(l).
+  void linear_forward(BlockLinear l, void* y, const void* x, const void* w, const void* b, int64_t N, int C, int OC);
+  void linear_backward(BlockLinear l, void* dx, float* dw, float* db, const void* dy, const void* x, const void* w,
+                       int64_t N, int C, int OC);
 
   // ---- The output head and the loss, one chunk of rows at a time: no (B*T, vocab) logits tensor
   // exists. Each chunk's logits (R, Vl) = x W^T are made, the softmax cross-entropy turns them into
@@ -80,7 +102,7 @@ class DecoderLM : public Model {
     void* full = nullptr;
     void* partial = nullptr;
   };
-  // The backward of a column-parallel Linear y (N, OC) = x W^T (W: this rank's (OC, C) rows) whose
+  // The backward of a column-parallel Linear l, y (N, OC) = x W^T (W: this rank's (OC, C) rows) whose
   // input x is the sequence region's x_local: dx_local (the region's rows) <- dL/dx summed over the
   // tensor group; dw, db (may be null) += this rank's parts. Megatron's overlap: the input's
   // all-gather (sequence parallel) runs during the input gradient's GEMM, and that gradient's
@@ -89,7 +111,7 @@ class DecoderLM : public Model {
   // frozen base) skips it. `dx_extra` (may be empty) adds to this rank's part of dx (N, C) before
   // its reduction, given the full input x (N, C): the layer's low-rank adapters.
   using DxExtra = std::function<void(void* dx, const void* x)>;
-  void column_parallel_backward(void* dx_local, float* dw, float* db, const void* dout, const void* x_local,
+  void column_parallel_backward(BlockLinear l, void* dx_local, float* dw, float* db, const void* dout, const void* x_local,
                                 const void* w, const SequenceActs& sq, int64_t N, int C, int OC,
                                 const std::function<void()>& dw_begin = {}, const std::function<void()>& dw_end = {},
                                 const DxExtra& dx_extra = {});
@@ -130,7 +152,8 @@ class DecoderLM : public Model {
   std::unique_ptr<LoraAdapters> lora_;  // [lora]: the models' constructors make them
   uint64_t origin_seed_ = 0, origin_sample_ = 0;  // set_batch_origin
   bool grads_ready_ = false;
-  bool last_logits_ready_ = false;  // the last forward was an inference forward (head_forward)
+  bool last_logits_ready_ = false;
+  std::array<bool, kBlockLinears> fp8_{};  // set_fp8  // the last forward was an inference forward (head_forward)
 };
 
 }  // namespace zt

@@ -15,6 +15,10 @@ float Model::forward(const int32_t* inputs, const int32_t* targets, int B, int T
   return counted ? float(sum / double(counted)) : 0.0f;
 }
 
+void Model::set_fp8(Fp8Layers) {
+  throw UserError(fmt::format("[precision] fp8: {} has no FP8 linear layers", describe()));
+}
+
 int64_t loss_tokens(const int32_t* targets, int64_t n) {
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) count += targets[i] >= 0;

@@ -63,6 +63,10 @@ class Model {
   // sample, so that a random mask (the adapters' dropout) is drawn by global position, the same
   // for any layout (engine/job/step.cpp sets it).
   virtual void set_batch_origin(uint64_t seed, uint64_t first_sample) { (void)seed, (void)first_sample; }
+  // FP8 linear layers ([precision] fp8 = "tensorwise"): the blocks' matrix products that run in
+  // FP8 from now on, as `which` chooses (engine/backend/fp8_recipe.h). A model without FP8 linear
+  // layers refuses (UserError).
+  virtual void set_fp8(Fp8Layers which);
 
   // inputs, targets: host (B, T) int32; B <= max_batch, T <= seq_len. A target of -1 carries no
   // loss (a prompt token, padding, a document's last token). The batch's loss summed over the

@@ -73,6 +73,7 @@ class CudaBackend final : public Backend {
     sum_partials_ = static_cast<double*>(alloc_.alloc(cuda_scratch::sum_partials_bytes(), MemTag::Other));
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
     fp8_tensor_cores_ = prop.major * 10 + prop.minor >= 89;  // Ada and Hopper onwards
+    compute_capability_ = std::to_string(prop.major) + "." + std::to_string(prop.minor);
   }
   ~CudaBackend() override {
     cudaDeviceSynchronize();  // every stream, the communicators' included, before the frees
@@ -96,7 +97,12 @@ class CudaBackend final : public Backend {
   }
   void* native_stream() const override { return stream_; }
   std::string name() const override { return name_; }
-  std::string supports(const OpRequest& r) const override { return cuda_kernels_support(r); }
+  std::string supports(const OpRequest& r) const override {
+    if (!fp8_tensor_cores_ && (r.op == "matmul_forward_fp8" || r.op == "matmul_backward_fp8"))
+      return name_ + " has compute capability " + compute_capability_ +
+             "; FP8 tensor cores need 8.9 or newer (L4, L40S, H100, H200)";
+    return cuda_kernels_support(r);
+  }
 
   void* alloc(size_t bytes, MemTag tag, MemKind kind) override {
     if (kind == MemKind::PinnedHost) return alloc_pinned(bytes);
@@ -418,6 +424,7 @@ class CudaBackend final : public Backend {
   int device_;
   std::string name_;
   bool fp8_tensor_cores_ = false;
+  std::string compute_capability_;  // "9.0"
   mutable bool said_no_fp8_ = false;
   cudaStream_t stream_ = nullptr, copy_stream_ = nullptr;
   Staging staging_[2];

@@ -10,6 +10,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #ifndef ZT_CUDA_EMULATED
 #include <cuda_fp8.h>
@@ -35,12 +36,12 @@ __device__ __forceinline__ uint8_t to_fp8(float v, fp8::Format f) {
 #endif
 }
 
-// partial[block] = max |x| over the block's grid-stride share
+// partial[block] = max |x| over the block's grid-stride share (gridDim.x <= kBlocks blocks)
 template <typename T>
 __global__ void __launch_bounds__(kThreads) amax_blocks_kernel(float* partial, const T* x, int64_t n) {
   __shared__ float warp_max[kThreads / 32];
   float m = 0.0f;
-  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += int64_t(kBlocks) * kThreads)
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads)
     m = fmaxf(m, fabsf(to_float(x[i])));
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
@@ -52,10 +53,11 @@ __global__ void __launch_bounds__(kThreads) amax_blocks_kernel(float* partial, c
   }
 }
 
-// scale[0] = the format's largest value / amax (fp8_recipe::scale_for), scale[1] = 1 / scale[0]
-__global__ void __launch_bounds__(32) scale_kernel(float* scale, const float* partial, float max_finite) {
+// scale[0] = the format's largest value / amax (fp8_recipe::scale_for) over the `blocks` block
+// maxima, scale[1] = 1 / scale[0]
+__global__ void __launch_bounds__(32) scale_kernel(float* scale, const float* partial, int blocks, float max_finite) {
   float m = 0.0f;
-  for (int i = threadIdx.x; i < kBlocks; i += 32) m = fmaxf(m, partial[i]);
+  for (int i = threadIdx.x; i < blocks; i += 32) m = fmaxf(m, partial[i]);
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
   if (threadIdx.x == 0) {
     scale[0] = max_finite / fmaxf(m, 1e-12f);
@@ -63,31 +65,45 @@ __global__ void __launch_bounds__(32) scale_kernel(float* scale, const float* pa
   }
 }
 
-// q = fp8(x (rows, cols) * scale), row-major; transposed: q (cols, rows)
+// q (rows, cols) = fp8(x * scale) and/or its transpose qt (cols, rows), through a 32 x 32 tile in
+// shared memory so that the reads of x and the byte writes of both copies are each a warp's 32
+// consecutive addresses. Block (32, 8), grid (rows / 32, cols / 32) rounded up (rows on x: any
+// number of tokens; cols on y: up to 65535 x 32, wider than any layer).
+constexpr int kTile = 32, kTileRows = 8;
 template <typename T>
-__global__ void __launch_bounds__(kThreads) quantize_kernel(uint8_t* q, const T* x, int64_t rows, int64_t cols,
-                                                            const float* scale, fp8::Format f, bool transposed) {
+__global__ void __launch_bounds__(kTile * kTileRows) quantize_kernel(uint8_t* q, uint8_t* qt, const T* x, int64_t rows,
+                                                                     int64_t cols, const float* scale, fp8::Format f) {
+  __shared__ uint8_t tile[kTile][kTile + 1];
   const float s = scale[0];
-  const int64_t n = rows * cols;
-  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads) {
-    const uint8_t v = to_fp8(to_float(x[i]) * s, f);
-    if (transposed) q[(i % cols) * rows + i / cols] = v;
-    else q[i] = v;
+  const int64_t r0 = int64_t(blockIdx.x) * kTile, c0 = int64_t(blockIdx.y) * kTile;
+  for (int k = threadIdx.y; k < kTile; k += kTileRows) {
+    const int64_t r = r0 + k, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) {
+      const uint8_t v = to_fp8(to_float(x[r * cols + c]) * s, f);
+      tile[k][threadIdx.x] = v;
+      if (q) q[r * cols + c] = v;
+    }
+  }
+  if (!qt) return;
+  __syncthreads();
+  for (int k = threadIdx.y; k < kTile; k += kTileRows) {
+    const int64_t c = c0 + k, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) qt[c * rows + r] = tile[threadIdx.x][k];
   }
 }
 
 // One operand: its scales at `scales` (2 floats) from the block maxima at `partial`, then its FP8
-// copy (and/or transposed copy) of the (rows, cols) row-major x.
+// copy and/or transposed copy of the (rows, cols) row-major x.
 template <typename T>
 void quantize(uint8_t* q, uint8_t* qt, float* scales, float* partial, const T* x, int64_t rows, int64_t cols,
               fp8::Format f, cudaStream_t s) {
-  launch(amax_blocks_kernel<T>, kBlocks, kThreads, 0, s, partial, x, rows * cols);
+  const int blocks = int(std::clamp<int64_t>((rows * cols + kThreads - 1) / kThreads, 1, kBlocks));
+  launch(amax_blocks_kernel<T>, blocks, kThreads, 0, s, partial, x, rows * cols);
   ZT_CUDA_LAUNCH_CHECK();
-  launch(scale_kernel, 1, 32, 0, s, scales, static_cast<const float*>(partial), fp8::max_finite(f));
+  launch(scale_kernel, 1, 32, 0, s, scales, static_cast<const float*>(partial), blocks, fp8::max_finite(f));
   ZT_CUDA_LAUNCH_CHECK();
-  const unsigned blocks = unsigned(std::min<int64_t>((rows * cols + kThreads - 1) / kThreads, 4096));
-  if (q) launch(quantize_kernel<T>, blocks, kThreads, 0, s, q, x, rows, cols, static_cast<const float*>(scales), f, false);
-  if (qt) launch(quantize_kernel<T>, blocks, kThreads, 0, s, qt, x, rows, cols, static_cast<const float*>(scales), f, true);
+  const dim3 grid(unsigned((rows + kTile - 1) / kTile), unsigned((cols + kTile - 1) / kTile)), block(kTile, kTileRows);
+  launch(quantize_kernel<T>, grid, block, 0, s, q, qt, x, rows, cols, static_cast<const float*>(scales), f);
   ZT_CUDA_LAUNCH_CHECK();
 }
 
