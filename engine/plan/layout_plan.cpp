@@ -13,6 +13,9 @@ namespace zt {
 
 LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const MachineProfile* machine,
                        const Calibration* cal) {
+  if (spec.precision.fp8 != Fp8Recipe::None && machine && machine->gpu.fp8_tflops <= 0)
+    user_error("{}: [precision] fp8 = \"{}\" needs FP8 tensor cores (compute capability 8.9 or newer); the {} has none",
+               spec.source, choice_name(spec.precision.fp8), machine->gpu.name);
   LayoutPlan plan;
   plan.world = world;
   plan.tensor = int(spec.parallel.tensor);

@@ -1,5 +1,6 @@
 // The built-in machine profiles (see machine.h). GPU figures are the vendors' datasheets (dense
-// bf16 tensor-core and fp32 TFLOP/s, HBM bandwidth, memory). Link figures are bus bandwidths as
+// bf16 tensor-core and fp32 TFLOP/s, HBM bandwidth, memory, dense FP8 TFLOP/s: half the
+// datasheets' "with sparsity" figure; A100 and A10 have no FP8 tensor cores). Link figures are bus bandwidths as
 // nccl-tests reports them for large all-reduces: 8x H100 SXM over NVLink 4, 460-480 GB/s; 8x A100
 // SXM over NVLink 3, 230-250 GB/s; 8x H100 PCIe (Gen5, no NVSwitch), 35-45 GB/s (a published
 // reference table of nccl-tests results; the lower ends are taken). PCIe Gen4 machines get half
@@ -17,11 +18,11 @@ namespace zt {
 
 namespace {
 
-const DeviceSpec kH100{"H100 SXM", 989, 67, 3.35e12, 80e9};
-const DeviceSpec kH200{"H200 SXM", 989, 67, 4.8e12, 141e9};
-const DeviceSpec kA100{"A100 SXM 80GB", 312, 19.5, 2.04e12, 80e9};
-const DeviceSpec kA10{"A10 24GB", 125, 31.2, 0.6e12, 24e9};
-const DeviceSpec kL4{"L4", 121, 30, 0.3e12, 24e9};
+const DeviceSpec kH100{"H100 SXM", 989, 67, 3.35e12, 80e9, 1979};
+const DeviceSpec kH200{"H200 SXM", 989, 67, 4.8e12, 141e9, 1979};
+const DeviceSpec kA100{"A100 SXM 80GB", 312, 19.5, 2.04e12, 80e9, 0};
+const DeviceSpec kA10{"A10 24GB", 125, 31.2, 0.6e12, 24e9, 0};
+const DeviceSpec kL4{"L4", 121, 30, 0.3e12, 24e9, 242};
 
 const Link kNvlink4{"NVLink 4", 460e9, 2e-6};
 const Link kNvlink3{"NVLink 3", 230e9, 3e-6};

@@ -9,11 +9,13 @@
 
 namespace zt {
 
-// A device for the roofline: matrix (bf16 dense) and vector (fp32) TFLOP/s and memory bandwidth.
+// A device for the roofline: matrix (bf16 dense) and vector (fp32) TFLOP/s and memory bandwidth,
+// and its FP8 tensor cores' dense TFLOP/s (0: none, [precision] fp8 cannot run there).
 struct DeviceSpec {
   std::string name;
   double tflops = 0, vector_tflops = 0, bytes_per_s = 0;
   double memory_bytes = 0;
+  double fp8_tflops = 0;
 };
 
 // A link as a ring collective sees it: the bus bandwidth (nccl-tests' busbw, the bytes per second
@@ -33,6 +35,7 @@ struct Link {
 // another such file).
 struct Calibration {
   double gemm = 0;    // matrix products: of the bf16 dense peak
+  double fp8_gemm = 0;  // FP8 products: of the FP8 dense peak (0: not measured, taken as `gemm`)
   // the attention kernels per measured shape: of the bf16 dense peak, forward and backward
   struct Attention {
     int head_size = 0, seq_len = 0;

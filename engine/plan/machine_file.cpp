@@ -54,6 +54,7 @@ MachineProfile read_machine_profile(const std::string& path) {
                    {"price_per_hour", [&](double v) { m.price_per_hour = v; }}}},
       {"gpu", {{"tflops", [&](double v) { m.gpu.tflops = v; }},
                {"vector_tflops", [&](double v) { m.gpu.vector_tflops = v; }},
+               {"fp8_tflops", [&](double v) { m.gpu.fp8_tflops = v; }},
                {"memory_gb_per_s", [&](double v) { m.gpu.bytes_per_s = v * GB; }},
                {"memory_gb", [&](double v) { m.gpu.memory_bytes = v * GB; }}}},
       {"intra", {{"bus_gb_per_s", [&](double v) { m.intra.bytes_per_s = v * GB; }},
@@ -148,6 +149,7 @@ std::string machine_file_text(const MachineProfile& m, const std::string& base, 
     t += fmt::format("[gpu]\nname = {}\ntflops = {}\nvector_tflops = {}\nmemory_gb_per_s = {}\nmemory_gb = {}\n",
                      quoted(m.gpu.name), num(m.gpu.tflops), num(m.gpu.vector_tflops), num(m.gpu.bytes_per_s / 1e9),
                      num(m.gpu.memory_bytes / 1e9));
+  if (base.empty() && m.gpu.fp8_tflops > 0) t += "fp8_tflops = " + num(m.gpu.fp8_tflops) + "\n";
   for (const auto& [section, l] : {std::pair<const char*, const Link&>{"intra", m.intra}, {"network", m.network}}) {
     t += fmt::format("[{}]\nname = {}\nbus_gb_per_s = {}\nstep_latency_us = {}\n", section, quoted(l.name),
                      num(l.bytes_per_s / 1e9), num(l.step_latency_s * 1e6));

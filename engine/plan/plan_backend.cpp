@@ -139,17 +139,43 @@ void PlanBackend::matmul_backward(void* dinp, float* dweight, float* dbias, cons
   if (dinp) count(2.0 * N * C * OC, dx_bytes, true);
   if (dweight) count(2.0 * N * C * OC, dw_bytes, true);
 }
-// FP8 linear layers: the scales' and FP8 copies' scratch, and the products counted as the compute
-// type's (their FP8 peak is the planner's part of issue 50, not yet modelled)
+// FP8 linear layers (cuda/fp8_linear.cu): the scales' and FP8 copies' scratch; each operand's
+// cast (its amax pass reads it, the cast reads it again and writes 1-byte copies: memory-bound)
+// and the products on FP8 tensor cores, reading 1-byte operands. Shapes the recipe refuses run as
+// the compute type's.
+void PlanBackend::count_fp8_cast(double elements, int copies, const char* op) {
+  count(4.0 * elements, elements * (2.0 * double(es()) + copies), false, op);
+}
+void PlanBackend::count_fp8_product(double flops, double bytes, const char* op) {
+  count(flops, bytes, true, op);
+  ops_.back().fp8 = true;
+}
 void PlanBackend::matmul_forward_fp8(void* out, const void* inp, const void* w, const void* bias, int N, int C,
                                      int OC) {
-  if (fp8_recipe::applies(N, C, OC)) cuda_scratch_for(cuda_scratch::matmul_forward_fp8(N, C, OC));
-  matmul_forward(out, inp, w, bias, N, C, OC);
+  if (!fp8_recipe::applies(N, C, OC)) return matmul_forward(out, inp, w, bias, N, C, OC);
+  const char* op = "matmul_forward_fp8";
+  cuda_scratch_for(cuda_scratch::matmul_forward_fp8(N, C, OC));
+  count_fp8_cast(double(N) * C, 1, op);
+  count_fp8_cast(double(OC) * C, 1, op);
+  count_fp8_product(2.0 * N * C * OC, double(N) * C + double(OC) * C + double(es()) * (double(N) * OC + (bias ? OC : 0)),
+                    op);
 }
 void PlanBackend::matmul_backward_fp8(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                                       const void* w, int N, int C, int OC) {
-  if (fp8_recipe::applies(N, C, OC)) cuda_scratch_for(cuda_scratch::matmul_backward_fp8(N, C, OC, dbias != nullptr));
-  matmul_backward(dinp, dweight, dbias, dout, inp, w, N, C, OC);
+  if (!fp8_recipe::applies(N, C, OC)) return matmul_backward(dinp, dweight, dbias, dout, inp, w, N, C, OC);
+  const char* op = "matmul_backward_fp8";
+  cuda_scratch_for(cuda_scratch::matmul_backward_fp8(N, C, OC, dbias != nullptr));
+  count_fp8_cast(double(N) * OC, (dinp ? 1 : 0) + (dweight ? 1 : 0), op);  // dy, and its transpose
+  if (dinp) {
+    count_fp8_cast(double(OC) * C, 1, op);  // w^T
+    count_fp8_product(2.0 * N * C * OC, double(OC) * C + double(N) * OC + double(es()) * N * C, op);
+  }
+  if (dweight) {
+    autotune_scratch(N, C, OC, dbias);
+    count_fp8_cast(double(N) * C, 1, op);  // x^T
+    count_fp8_product(2.0 * N * C * OC, double(N) * C + double(N) * OC + 8.0 * OC * C, op);
+    if (dbias) count(double(N) * OC, double(es()) * N * OC + 8.0 * OC, false, op);  // column sums of dy
+  }
 }
 void PlanBackend::matmul_gelu_backward(void*, float*, float* dbias, const void*, const void*, const void*,
                                        const void*, int N, int C, int OC) {

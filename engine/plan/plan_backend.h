@@ -113,6 +113,7 @@ class PlanBackend final : public Backend {
     bool matrix;
     const char* name;  // the op: "matmul_forward", "attention_backward", ...
     int head_size = 0, seq_len = 0;  // attention: its shape (kernels' efficiency depends on it)
+    bool fp8 = false;  // a matrix product on FP8 tensor cores (its peak: DeviceSpec::fp8_tflops)
   };
   struct Collective {
     CollectiveKind kind;
@@ -133,6 +134,9 @@ class PlanBackend final : public Backend {
   // Each op counts its work here; `op` is the calling op's name (GCC's and Clang's builtin).
   void count(double flops, double bytes, bool matrix = false, const char* op = __builtin_FUNCTION());
   size_t es() const { return compute_size(); }
+  // an FP8 linear layer's operand cast to FP8 (`copies`: 1-byte copies written) and its product
+  void count_fp8_cast(double elements, int copies, const char* op);
+  void count_fp8_product(double flops, double bytes, const char* op);
   // planning for CUDA: the backend's one scratch buffer, which grows to the largest op's need
   // (engine/backend/cuda_scratch.h, the backend's own sizes) and stays; nothing on the CPU
   void cuda_scratch_for(int64_t floats);

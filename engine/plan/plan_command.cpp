@@ -256,6 +256,10 @@ int plan_command(const PlanOptions& c, const RunSpec& spec) {
                                     machine->network.name, machine->network.bytes_per_s / 1e9,
                                     calibration.source).c_str()
                       : "");
+  if (machine && spec.precision.fp8 != Fp8Recipe::None)
+    std::printf("FP8 linear layers on %g TFLOP/s FP8 tensor cores at %.1f%% of it (%s); MFU stays against the bf16 peak "
+                "(torchtitan's convention)\n", dev->fp8_tflops, 100 * (calibration.fp8_gemm > 0 ? calibration.fp8_gemm : calibration.gemm),
+                calibration.fp8_gemm > 0 ? "measured" : "not measured: the bf16 GEMMs' fraction");
   std::printf("%s\n", model_line(spec).c_str());
   if (plans.empty()) std::printf("no layout fits\n");
   for (const auto& p : plans) {

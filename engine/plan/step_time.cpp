@@ -54,6 +54,7 @@ double op_seconds(const PlanBackend::Op& op, const DeviceSpec& gpu, const Calibr
       if (eff <= 0) eff = c.gemm;  // no attention measured: as the GEMMs
     }
     rate = gpu.tflops * 1e12 * eff;
+    if (op.fp8 && gpu.fp8_tflops > 0) rate = gpu.fp8_tflops * 1e12 * (c.fp8_gemm > 0 ? c.fp8_gemm : c.gemm);
   }
   return std::max(op.flops / rate, op.bytes / (gpu.bytes_per_s * c.memory));
 }

@@ -288,7 +288,8 @@ void Trainer::run() {
   // MFU against one device's peak (found in build()), for every device of the job
   const double flops_per_token = model_flops_per_token(spec_.model, spec_.lora);
   if (root)
-    spdlog::info("MFU against {:.3g} TFLOP/s per device ({}); {:.3g} GFLOP per token", peak_.tflops, peak_.source,
+    spdlog::info("MFU against {:.3g} TFLOP/s per device ({}){}; {:.3g} GFLOP per token", peak_.tflops, peak_.source,
+                 spec_.precision.fp8 != Fp8Recipe::None ? ", FP8 products too (torchtitan's convention)" : "",
                  flops_per_token / 1e9);
   Progress progress(spec_, topo_.world_size, peak_, flops_per_token, *run_.backend, metrics.get(), telemetry.get(),
                     job().scaler.active(), start_step_,

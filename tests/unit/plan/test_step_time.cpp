@@ -373,3 +373,37 @@ TEST_CASE("the default calibration is the H200 run's calibration file", "[plan][
   for (const auto& a : d.attention) CHECK(tuned.attention_at(a.head_size, a.seq_len).forward > a.forward);
   CHECK_THROWS_AS(read_calibration(std::string(ZT_SOURCE_DIR) + "/README.md"), UserError);
 }
+
+TEST_CASE("FP8 linear layers are priced on the FP8 peak with their casts, and refused where there is none",
+          "[plan][fp8]") {
+  const std::vector<std::string> fp8 = {"precision.compute=bf16", "precision.fp8=tensorwise", "precision.fp8_layers=all"};
+  const RunSpec s8 = parse_run_spec(kPlanSpec, "plan.toml", fp8), s16 = parse_run_spec(kPlanSpec, "plan.toml",
+                                                                                         {"precision.compute=bf16"});
+  PlannedJob planned(s8, 1, DeviceKind::CUDA);
+  planned.backend().reset_work();
+  planned.step();
+  double fp8_flops = 0, casts = 0;
+  for (const PlanBackend::Op& op : planned.backend().ops()) {
+    if (op.fp8) fp8_flops += op.flops;
+    if (!op.matrix && std::string(op.name).find("_fp8") != std::string::npos) casts += op.bytes;
+  }
+  // the blocks' four linear layers (qkv 96, proj 32, fc 128, proj 32 outputs of 32 or 128 inputs)
+  // over 2 blocks, 4 micro-batches of 32 rows: a forward and two backward products each
+  const double per_row = 32.0 * 96 + 32.0 * 32 + 32.0 * 128 + 128.0 * 32;
+  CHECK(fp8_flops == Approx(2 * 4 * 3 * 2 * 32 * per_row));
+  CHECK(casts > 0);
+  // the products on the FP8 peak: a faster FP8 peak prices the FP8 step faster, the bf16 one alike
+  // (memory made fast enough that these tiny products are bound by their arithmetic)
+  MachineProfile h100 = machine_profile("h100");
+  h100.gpu.bytes_per_s = 1e18;
+  MachineProfile faster = h100;
+  faster.gpu.fp8_tflops *= 2;
+  const LayoutPlan a = plan_layout(s8, 1, DeviceKind::CUDA, &h100), b = plan_layout(s8, 1, DeviceKind::CUDA, &faster);
+  CHECK(b.time.compute_s < a.time.compute_s);
+  CHECK(plan_layout(s16, 1, DeviceKind::CUDA, &faster).time.compute_s ==
+        Approx(plan_layout(s16, 1, DeviceKind::CUDA, &h100).time.compute_s));
+  // no FP8 tensor cores (A100), or the CPU without the reference mode: refused
+  const MachineProfile a100 = machine_profile("a100");
+  CHECK_THROWS_WITH(plan_layout(s8, 1, DeviceKind::CUDA, &a100), Catch::Contains("needs FP8 tensor cores"));
+  CHECK_THROWS_WITH(PlannedJob(s8, 1, DeviceKind::CPU), Catch::Contains("fp8_reference = true"));
+}
