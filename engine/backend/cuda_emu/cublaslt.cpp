@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "engine/backend/cuda_emu/half.h"
@@ -664,6 +665,44 @@ void run_gemm(const Job& j) {
   if (j.amax_d) *j.amax_d = amax;  // "on completion will be set to the maximum of absolute values"
 }
 
+// ZTRAIN_EMU_CUBLASLT_DUMP=FILE (tests/cuda_emu/fp8_descriptors.py): every accepted
+// cublasLtMatmul's descriptors, as their attributes read, appended to FILE as one JSON line each,
+// so that a test can hold a caller's descriptors against the documentation's rules on its own.
+const char* type_name(int64_t t) {
+  switch (t) {
+    case CUDA_R_32F: return "FP32";
+    case CUDA_R_16F: return "FP16";
+    case CUDA_R_16BF: return "BF16";
+    case CUDA_R_8F_E4M3: return "E4M3";
+    case CUDA_R_8F_E5M2: return "E5M2";
+    default: return "other";
+  }
+}
+void dump_matmul(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLayoutOpaque_t* const (&l)[4],
+                 const void* const (&ptr)[4], float alpha, float beta) {
+  static const char* path = std::getenv("ZTRAIN_EMU_CUBLASLT_DUMP");
+  if (!path || !*path) return;
+  std::string line = "{\"compute\": \"" + std::string(d.compute_type == CUBLAS_COMPUTE_32F ? "32F" : "other") +
+                     "\", \"scale_type\": \"" + type_name(d.scale_type) + "\", \"transa\": \"" +
+                     (d.transa == CUBLAS_OP_T ? "T" : "N") + "\", \"transb\": \"" + (d.transb == CUBLAS_OP_T ? "T" : "N") +
+                     "\", \"epilogue\": " + std::to_string(d.epilogue) + ", \"bias_type\": \"" +
+                     (d.bias_data_type < 0 ? "unset" : type_name(d.bias_data_type)) +
+                     "\", \"a_scale\": " + (d.a_scale ? "true" : "false") + ", \"b_scale\": " +
+                     (d.b_scale ? "true" : "false") + ", \"alpha\": " + std::to_string(alpha) +
+                     ", \"beta\": " + std::to_string(beta);
+  const char* names[4] = {"A", "B", "C", "D"};
+  for (int i = 0; i < 4; ++i)
+    line += ", \"" + std::string(names[i]) + "\": {\"type\": \"" + type_name(l[i]->type) + "\", \"rows\": " +
+            std::to_string(l[i]->rows) + ", \"cols\": " + std::to_string(l[i]->cols) + ", \"ld\": " +
+            std::to_string(l[i]->ld) + ", \"order\": \"" + (l[i]->order == CUBLASLT_ORDER_COL ? "col" : "other") +
+            "\", \"align\": " + std::to_string(alignment_of(ptr[i])) + "}";
+  line += "}\n";
+  if (FILE* f = std::fopen(path, "a")) {
+    std::fputs(line.c_str(), f);
+    std::fclose(f);
+  }
+}
+
 const cublasLtMatrixLayoutOpaque_t& c_layout(cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d) {
   return c ? *c : *d;  // "If Cdesc is omitted, this function assumes it to be equal to Ddesc" (3.4.17)
 }
@@ -895,6 +934,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
   j.amax_d = static_cast<float*>(d.amax_d);
   if (Check ch = check_pointers(j, r, cl, *Ddesc); ch.verdict != Verdict::ok) return refuse(kFn, ch);
   if (Check ch = check_workspace(workspace, workspaceSizeInBytes); ch.verdict != Verdict::ok) return refuse(kFn, ch);
+  dump_matmul(d, {Adesc, Bdesc, &cl, Ddesc}, {A, B, C ? C : D, D}, j.alpha, j.beta);
   zt::emu::stream_enqueue(stream, kFn, [j] { run_gemm(j); });
   return CUBLAS_STATUS_SUCCESS;
 }
