@@ -9,6 +9,8 @@ GPT-2 under tensor 2 x data 2 with ZeRO-3 (4 emulated GPUs over the emulated NCC
 - the FP8 run did run FP8: the log names the FP8 linear layers and cuBLASLt's FP8 products.
 The planted bug: the emulated device built with the forward's weight scale not inverted
 (tests/cuda_emu/mutations.py fp8_scale_not_inverted) fails the gate within 20 steps.
+Refused at start-up with exit 2, naming the key: fp8 on an A100 (the emulated device saying so:
+ZTRAIN_EMU_GPU=a100), with fp32 compute, and on the CPU backend without fp8_reference.
 
 usage: fp8_loss_parity.py --ztrain ZTRAIN --tokenize TOKENIZE --plugin LIB --nccl LIB --mutant LIB
 """
@@ -79,6 +81,21 @@ def main():
             expect(rel <= GATE, f"{name}: FP8's final loss is {100 * rel:.3f}% from bf16's (gate {100 * GATE:.0f}%)")
             expect("FP8 linear layers: " in log, f"{name}: the log names no FP8 linear layers")
             expect("FP8 E4M3" in log, f"{name}: no FP8 cuBLASLt product was chosen")
+
+        # what cannot run FP8 ends before its first step, exit 2, naming the key and why
+        refusals = [("an A100", "cuda", {"precision__compute": "bf16"}, dict(env, ZTRAIN_EMU_GPU="a100"),
+                     "A100-SXM4-80GB (emulated)) has compute capability 8.0"),
+                    ("fp32 compute", "cuda", {"precision__compute": "fp32"}, env, 'compute = "bf16" or "fp16"'),
+                    ("the CPU", "cpu", {}, env, "fp8_reference = true")]
+        for what, device, keys, run_env, says in refusals:
+            out = os.path.join(work, "refused")
+            spec = testlib.tiny_spec(out + ".toml", out, data, GPT2, {"micro_batch": 4, "global_batch": 4,
+                                     "max_steps": 1}, device=device, precision__fp8="tensorwise", **keys)
+            p = testlib.run([args.ztrain, "train", spec], check=False, env=run_env, timeout=300)
+            line = (p.stderr.strip().splitlines() or [""])[-1]
+            print(f"fp8 on {what}: exit {p.returncode}: {line}", flush=True)
+            expect(p.returncode == 2 and '[precision] fp8 = "tensorwise"' in line and says in line,
+                   f"fp8 on {what}: exit {p.returncode}, not refused naming the key and '{says}': {line}")
 
         # the planted bug (the forward's weight scale not inverted) fails the gate
         if bf16_gpt2_head is not None:

@@ -489,7 +489,13 @@ cudaError_t cudaGetDevice(int* d) {
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   if (d != 0) return set_error(cudaErrorInvalidDevice);
   *p = cudaDeviceProp{};
-  std::snprintf(p->name, sizeof p->name, "NVIDIA H200 (emulated)");
+  // ZTRAIN_EMU_GPU=a100 (tests): the device says it is an A100 (compute capability 8.0: no FP8
+  // tensor cores); the emulator runs the same either way
+  static const bool a100 = [] {
+    const char* v = std::getenv("ZTRAIN_EMU_GPU");
+    return v && std::string(v) == "a100";
+  }();
+  std::snprintf(p->name, sizeof p->name, a100 ? "NVIDIA A100-SXM4-80GB (emulated)" : "NVIDIA H200 (emulated)");
   p->totalGlobalMem = kDeviceBytes;
   p->sharedMemPerBlock = kSharedDefault;
   p->regsPerBlock = 65536;
@@ -497,8 +503,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int d) {
   p->maxThreadsPerBlock = 1024;
   p->maxThreadsDim[0] = 1024, p->maxThreadsDim[1] = 1024, p->maxThreadsDim[2] = 64;
   p->maxGridSize[0] = 2147483647, p->maxGridSize[1] = 65535, p->maxGridSize[2] = 65535;
-  p->major = 9, p->minor = 0;
-  p->multiProcessorCount = 132;
+  p->major = a100 ? 8 : 9, p->minor = 0;
+  p->multiProcessorCount = a100 ? 108 : 132;
   p->sharedMemPerBlockOptin = kSharedOptin;
   p->sharedMemPerMultiprocessor = 233472;
   p->regsPerMultiprocessor = 65536;
