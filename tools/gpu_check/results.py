@@ -233,6 +233,11 @@ def calibration(path, out):
         # a PyTorch engine's Llama layer, eager and compiled (bench/published_runs.py prices the
         # published runs of PyTorch engines with it)
         "pytorch_llama_layer": [r for r in results(res, "torch_llama") if "layer_ms" in r] or None,
+        # the FP8 linear layers' forward per shape, its casts included (the planner takes the casts
+        # out at the measured bandwidth: ztrain plan's FP8 GEMM efficiency)
+        "fp8_linear": [{k: r[k] for k in ("shape", "N", "C", "OC", "bf16_fwd_ms", "fp8_fwd_ms", "fwd_speedup",
+                                          "bwd_speedup")}
+                       for r in results(res, "fp8") if r.get("check") == "fp8_linear" and "fp8_fwd_ms" in r] or None,
     }
     with open(out, "w") as f:
         json.dump(cal, f, indent=1)

@@ -2,6 +2,7 @@
 // a group crosses, the overlap of the recorded timeline, and the collectives the real step records
 // on the plan's communicators (a collective left out of the books is caught by its bytes).
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -372,6 +373,28 @@ TEST_CASE("the default calibration is the H200 run's calibration file", "[plan][
       read_calibration(std::string(ZT_SOURCE_DIR) + "/bench/calibration/h200-pytorch-cudnn-attention.json");
   for (const auto& a : d.attention) CHECK(tuned.attention_at(a.head_size, a.seq_len).forward > a.forward);
   CHECK_THROWS_AS(read_calibration(std::string(ZT_SOURCE_DIR) + "/README.md"), UserError);
+  CHECK(file.fp8_gemm == 0);  // no FP8 measured there: the planner takes the bf16 GEMMs' fraction
+}
+
+TEST_CASE("a calibration's FP8 linear layers give the FP8 GEMMs' fraction of the FP8 peak, casts taken out",
+          "[plan][calibration][fp8]") {
+  nlohmann::json j = nlohmann::json::parse(
+      std::ifstream(std::string(ZT_SOURCE_DIR) + "/bench/calibration/h200.json"));
+  // 8192 x 4096 -> 14336: 0.962 TFLOP; its casts move (8192 + 14336) x 4096 x 5 bytes = 0.461 GB,
+  // 0.121 ms at the file's 3818 GB/s; a 1.0 ms forward leaves 0.879 ms: 1094 TFLOP/s, 0.553 of 1979
+  j["fp8_linear"] = {{{"shape", "test"}, {"N", 8192}, {"C", 4096}, {"OC", 14336}, {"bf16_fwd_ms", 1.6},
+                      {"fp8_fwd_ms", 1.0}, {"fwd_speedup", 1.6}, {"bwd_speedup", 1.5}}};
+  const std::string path = std::filesystem::temp_directory_path() / ("zt_cal_fp8_" + std::to_string(getpid()) + ".json");
+  std::ofstream(path) << j.dump();
+  const Calibration c = read_calibration(path);
+  const double casts_s = (8192.0 + 14336) * 4096 * 5 / 3818e9;
+  CHECK(c.fp8_gemm == Approx(2.0 * 8192 * 4096 * 14336 / (1e-3 - casts_s) / 1979e12).epsilon(1e-6));
+  CHECK(c.fp8_gemm == Approx(0.553).epsilon(0.01));
+  // faster than the FP8 peak allows: refused
+  j["fp8_linear"][0]["fp8_fwd_ms"] = 0.2;
+  std::ofstream(path) << j.dump();
+  CHECK_THROWS_WITH(read_calibration(path), Catch::Contains("fp8_linear"));
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("FP8 linear layers are priced on the FP8 peak with their casts, and refused where there is none",
