@@ -111,7 +111,11 @@ std::string GPT2::describe() const {
 
 std::array<DecoderLM::LinearShape, DecoderLM::kBlockLinears> GPT2::block_linears() const {
   const int64_t C = cfg_.d_model, F = cfg_.d_ff;
-  return {{{"attn.c_attn", 3 * C, C}, {"attn.c_proj", C, C}, {"mlp.c_fc", F, C}, {"mlp.c_proj", C, F}}};
+  const int64_t Ca = C_l_, Fl = F_l_;  // this rank's heads' width and MLP columns
+  return {{{"attn.c_attn", 3 * C, C, 3 * Ca, C},
+           {"attn.c_proj", C, C, C, Ca},
+           {"mlp.c_fc", F, C, Fl, C},
+           {"mlp.c_proj", C, F, C, Fl}}};
 }
 
 template <typename P>

@@ -156,7 +156,10 @@ std::string Llama::describe() const {
 std::array<DecoderLM::LinearShape, DecoderLM::kBlockLinears> Llama::block_linears() const {
   const int64_t C = cfg_.d_model, F = cfg_.d_ff, q = int64_t(cfg_.n_head) * cfg_.head_size(),
                 kv = int64_t(cfg_.n_kv_head) * cfg_.head_size();
-  return {{{"q|k|v", q + 2 * kv, C}, {"o", C, q}, {"gate|up", 2 * F, C}, {"down", C, F}}};
+  return {{{"q|k|v", q + 2 * kv, C, w_.qkv, C},
+           {"o", C, q, C, w_.q},
+           {"gate|up", 2 * F, C, 2 * w_.f, C},
+           {"down", C, F, C, w_.f}}};
 }
 
 template <typename P>

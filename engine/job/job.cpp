@@ -25,8 +25,15 @@ namespace {
 // the recipe's reference when asked for (it computes the numerics, slower than without).
 void check_fp8(const RunSpec& spec, const Backend& backend, DType compute) {
   const RunSpec::Precision& p = spec.precision;
+  if (p.fp8_reference && (p.fp8 == Fp8Recipe::None || backend.kind() != DeviceKind::CPU))
+    user_error("{}: [precision] fp8_reference = true runs fp8's recipe as the CPU backend's reference: {}", spec.source,
+               p.fp8 == Fp8Recipe::None ? "it needs fp8 = \"tensorwise\""
+                                        : "on a GPU fp8 runs on the FP8 tensor cores; remove it");
   if (p.fp8 == Fp8Recipe::None) return;
   const std::string key = fmt::format("{}: [precision] fp8 = \"{}\"", spec.source, choice_name(p.fp8));
+  if (const int64_t rows = spec.train.micro_batch * spec.model.seq_len; rows % 16 != 0)
+    user_error("{} needs [train] micro_batch x [model] seq_len in multiples of 16 (the FP8 products' rows), not {} x "
+               "{} = {}", key, spec.train.micro_batch, spec.model.seq_len, rows);
   if (backend.kind() == DeviceKind::CPU) {
     if (!p.fp8_reference)
       user_error("{} needs a GPU with FP8 tensor cores (compute capability 8.9 or newer: L4, L40S, H100, H200); the "

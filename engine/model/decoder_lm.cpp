@@ -44,10 +44,16 @@ std::vector<ActSlot> DecoderLM::sequence_slots(SequenceActs& s, bool sequence_pa
 }
 
 void DecoderLM::set_fp8(Fp8Layers which) {
+  // the rule on the whole layer (the same choice on every layout), the GEMMs' sizes on this rank's part
   const std::array<LinearShape, kBlockLinears> shapes = block_linears();
   for (int l = 0; l < kBlockLinears; ++l)
-    fp8_[l] = fp8_recipe::applies(16, shapes[l].in, shapes[l].out) &&
+    fp8_[l] = fp8_recipe::applies(16, shapes[l].local_in, shapes[l].local_out) &&
               (which == Fp8Layers::All || fp8_recipe::worth_it(shapes[l].out, shapes[l].in));
+  if (fp8_note().empty())
+    throw UserError(fmt::format(
+        "[precision] fp8: no linear layer of this model runs in FP8 ({}): fp8_layers = \"auto\" leaves those "
+        "with out <= 4096 and in <= 1024 in the compute type, and FP8 needs this rank's sizes in multiples of 16; "
+        "set fp8_layers = \"all\" or fp8 = \"none\"", describe()));
 }
 
 std::string DecoderLM::fp8_note() const {

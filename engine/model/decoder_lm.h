@@ -67,7 +67,8 @@ class DecoderLM : public Model {
   enum BlockLinear { kQkvLinear, kOLinear, kUpLinear, kDownLinear, kBlockLinears };
   struct LinearShape {
     const char* name;
-    int64_t out, in;  // the whole layer's weight (nn.Linear's (out, in)), whatever the tensor split
+    int64_t out, in;              // the whole layer's weight (nn.Linear's (out, in)): fp8_layers' rule
+    int64_t local_out, local_in;  // this rank's part of it (tensor parallelism): what its GEMMs take
   };
   virtual std::array<LinearShape, kBlockLinears> block_linears() const = 0;
   bool fp8(BlockLinear l) const { return fp8_[l]; }
@@ -152,8 +153,8 @@ class DecoderLM : public Model {
   std::unique_ptr<LoraAdapters> lora_;  // [lora]: the models' constructors make them
   uint64_t origin_seed_ = 0, origin_sample_ = 0;  // set_batch_origin
   bool grads_ready_ = false;
-  bool last_logits_ready_ = false;
-  std::array<bool, kBlockLinears> fp8_{};  // set_fp8  // the last forward was an inference forward (head_forward)
+  bool last_logits_ready_ = false;  // the last forward was an inference forward (head_forward)
+  std::array<bool, kBlockLinears> fp8_{};  // set_fp8
 };
 
 }  // namespace zt

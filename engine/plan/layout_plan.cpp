@@ -13,9 +13,10 @@ namespace zt {
 
 LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const MachineProfile* machine,
                        const Calibration* cal) {
-  if (spec.precision.fp8 != Fp8Recipe::None && machine && machine->gpu.fp8_tflops <= 0)
-    user_error("{}: [precision] fp8 = \"{}\" needs FP8 tensor cores (compute capability 8.9 or newer); the {} has none",
-               spec.source, choice_name(spec.precision.fp8), machine->gpu.name);
+  if (spec.precision.fp8 != Fp8Recipe::None && machine && kind == DeviceKind::CUDA && machine->gpu.fp8_tflops <= 0)
+    user_error("{}: [precision] fp8 = \"{}\" needs FP8 tensor cores (compute capability 8.9 or newer); the {} has "
+               "none (its profile's [gpu] fp8_tflops is 0)", spec.source, choice_name(spec.precision.fp8),
+               machine->gpu.name);
   LayoutPlan plan;
   plan.world = world;
   plan.tensor = int(spec.parallel.tensor);
@@ -48,7 +49,7 @@ LayoutPlan plan_layout(const RunSpec& spec, int world, DeviceKind kind, const Ma
     MachineProfile m = *machine;
     if (plan.compute == DType::F32) m.gpu.tflops = m.gpu.vector_tflops;
     const DeviceSpec& gpu = m.gpu;
-    plan.roofline_s = be.roofline_seconds(gpu.tflops, gpu.vector_tflops, gpu.bytes_per_s);
+    plan.roofline_s = be.roofline_seconds(gpu.tflops, gpu.vector_tflops, gpu.bytes_per_s, gpu.fp8_tflops);
     // NCCL's streams progress on their own; MPI on host buffers (the CPU backend, or [comm]
     // backend = "mpi" staging a GPU's buffers) moves data only inside the waits
     const bool async = kind == DeviceKind::CUDA && spec.comm.backend != CommBackendChoice::Mpi;

@@ -67,6 +67,7 @@ MachineProfile read_machine_profile(const std::string& path) {
                    {"step_latency_us", [&](double v) { m.network.step_latency_s = v * 1e-6; }}}},
       // fractions of the [gpu] figures its ops reach (absent: the default calibration's)
       {"calibration", {{"gemm", [&](double v) { cal().gemm = v; }},
+                       {"fp8_gemm", [&](double v) { cal().fp8_gemm = v; }},
                        {"attention_forward", [&](double v) { attention().forward = v; }},
                        {"attention_backward", [&](double v) { attention().backward = v; }},
                        {"memory", [&](double v) { cal().memory = v; }},
@@ -163,6 +164,7 @@ std::string machine_file_text(const MachineProfile& m, const std::string& base, 
                                                          : c.attention.front();
     t += fmt::format("[calibration]\ngemm = {}\nattention_forward = {}\nattention_backward = {}\nmemory = {}\n"
                      "vector = {}\n", num(c.gemm), num(a.forward), num(a.backward), num(c.memory), num(c.vector));
+    if (c.fp8_gemm > 0) t += "fp8_gemm = " + num(c.fp8_gemm) + "\n";
   }
   return t;
 }

@@ -84,10 +84,13 @@ void PlanBackend::record_wait(int64_t handle) {
   if (c.waited_at < 0) c.waited_at = int64_t(ops_.size()), c.wait_seq = events_++;
 }
 
-double PlanBackend::roofline_seconds(double tflops, double vector_tflops, double bytes_per_s) const {
+double PlanBackend::roofline_seconds(double tflops, double vector_tflops, double bytes_per_s,
+                                     double fp8_tflops) const {
   double s = 0;
-  for (const Op& op : ops_)
-    s += std::max(op.flops / ((op.matrix ? tflops : vector_tflops) * 1e12), op.bytes / bytes_per_s);
+  for (const Op& op : ops_) {
+    const double peak = !op.matrix ? vector_tflops : op.fp8 && fp8_tflops > 0 ? fp8_tflops : tflops;
+    s += std::max(op.flops / (peak * 1e12), op.bytes / bytes_per_s);
+  }
   return s;
 }
 

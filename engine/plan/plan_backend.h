@@ -103,7 +103,8 @@ class PlanBackend final : public Backend {
   // each of them before it started (tests/unit/plan/test_plan.cpp).
   const std::set<std::string>& ops_called() const { return ops_called_; }
   void reset_work() { work_ = {}, ops_.clear(), collectives_.clear(); }
-  double roofline_seconds(double tflops, double vector_tflops, double bytes_per_s) const;
+  // (FP8 products at `fp8_tflops` where it is > 0)
+  double roofline_seconds(double tflops, double vector_tflops, double bytes_per_s, double fp8_tflops = 0) const;
 
   // The step as a device would run it (engine/plan/step_time.h prices it): its ops in order, and
   // the collectives the plan's communicators were asked for (planned_job.h), each with the ops

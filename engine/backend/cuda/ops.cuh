@@ -151,7 +151,7 @@ void dropout(T* out, const T* in, int64_t N, int C, int64_t ld, float p, uint64_
 template <typename T>
 void add_rows_scaled(T* y, int64_t ldy, const T* x, int64_t ldx, int64_t N, int C, float alpha, cudaStream_t s);
 void scale(float* x, float f, int64_t n, cudaStream_t s);
-constexpr int kSumBlocks = cuda_scratch::kSumBlocks;  // sum_squares: fixed grid, so a fixed summation order
+constexpr int kSumBlocks = cuda_scratch::kSumBlocks;  // sum_squares: a grid set by n, so a fixed summation order
 // *acc += scale * sum of x^2 (square) or of x, in a fixed order; partial holds kSumBlocks doubles.
 void sum_accumulate(double* acc, double* partial, const float* x, int64_t n, bool square, double scale,
                     cudaStream_t s);
