@@ -429,4 +429,19 @@ TEST_CASE("FP8 linear layers are priced on the FP8 peak with their casts, and re
   const MachineProfile a100 = machine_profile("a100");
   CHECK_THROWS_WITH(plan_layout(s8, 1, DeviceKind::CUDA, &a100), Catch::Contains("needs FP8 tensor cores"));
   CHECK_THROWS_WITH(PlannedJob(s8, 1, DeviceKind::CPU), Catch::Contains("fp8_reference = true"));
+  // FP8 that would not run is refused, not ignored: no layer chosen (fp8_layers "auto" on layers of
+  // 32), rows not in 16s, the CPU's reference asked for on a GPU
+  auto refused = [&](std::vector<std::string> sets) {
+    sets.insert(sets.end(), {"precision.compute=bf16", "precision.fp8=tensorwise"});
+    try {
+      PlannedJob(parse_run_spec(kPlanSpec, "plan.toml", sets), 1, DeviceKind::CUDA);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("not refused");
+  };
+  CHECK_THAT(refused({}), Catch::Contains("no linear layer of this model runs in FP8"));
+  CHECK_THAT(refused({"precision.fp8_layers=all", "model.seq_len=15"}), Catch::Contains("in multiples of 16"));
+  CHECK_THAT(refused({"precision.fp8_layers=all", "precision.fp8_reference=true"}),
+             Catch::Contains("on a GPU fp8 runs on the FP8 tensor cores"));
 }
