@@ -67,28 +67,30 @@ __global__ void __launch_bounds__(32) scale_kernel(float* scale, const float* pa
 
 // q (rows, cols) = fp8(x * scale) and/or its transpose qt (cols, rows), through a 32 x 32 tile in
 // shared memory so that the reads of x and the byte writes of both copies are each a warp's 32
-// consecutive addresses. Block (32, 8), grid (rows / 32, cols / 32) rounded up (rows on x: any
-// number of tokens; cols on y: up to 65535 x 32, wider than any layer).
+// consecutive addresses. Blocks of 256 threads (8 warps, a warp per tile row at a time), grid
+// (rows / 32, cols / 32) rounded up (rows on x: any number of tokens; cols on y: up to 65535 x 32,
+// wider than any layer).
 constexpr int kTile = 32, kTileRows = 8;
 template <typename T>
 __global__ void __launch_bounds__(kTile * kTileRows) quantize_kernel(uint8_t* q, uint8_t* qt, const T* x, int64_t rows,
                                                                      int64_t cols, const float* scale, fp8::Format f) {
   __shared__ uint8_t tile[kTile][kTile + 1];
   const float s = scale[0];
+  const int lane = int(threadIdx.x) % kTile, warp = int(threadIdx.x) / kTile;
   const int64_t r0 = int64_t(blockIdx.x) * kTile, c0 = int64_t(blockIdx.y) * kTile;
-  for (int k = threadIdx.y; k < kTile; k += kTileRows) {
-    const int64_t r = r0 + k, c = c0 + threadIdx.x;
+  for (int k = warp; k < kTile; k += kTileRows) {
+    const int64_t r = r0 + k, c = c0 + lane;
     if (r < rows && c < cols) {
       const uint8_t v = to_fp8(to_float(x[r * cols + c]) * s, f);
-      tile[k][threadIdx.x] = v;
+      tile[k][lane] = v;
       if (q) q[r * cols + c] = v;
     }
   }
   if (!qt) return;
   __syncthreads();
-  for (int k = threadIdx.y; k < kTile; k += kTileRows) {
-    const int64_t c = c0 + k, r = r0 + threadIdx.x;
-    if (r < rows && c < cols) qt[c * rows + r] = tile[threadIdx.x][k];
+  for (int k = warp; k < kTile; k += kTileRows) {
+    const int64_t c = c0 + k, r = r0 + lane;
+    if (r < rows && c < cols) qt[c * rows + r] = tile[lane][k];
   }
 }
 
@@ -102,8 +104,8 @@ void quantize(uint8_t* q, uint8_t* qt, float* scales, float* partial, const T* x
   ZT_CUDA_LAUNCH_CHECK();
   launch(scale_kernel, 1, 32, 0, s, scales, static_cast<const float*>(partial), blocks, fp8::max_finite(f));
   ZT_CUDA_LAUNCH_CHECK();
-  const dim3 grid(unsigned((rows + kTile - 1) / kTile), unsigned((cols + kTile - 1) / kTile)), block(kTile, kTileRows);
-  launch(quantize_kernel<T>, grid, block, 0, s, q, qt, x, rows, cols, static_cast<const float*>(scales), f);
+  const dim3 grid(unsigned((rows + kTile - 1) / kTile), unsigned((cols + kTile - 1) / kTile));
+  launch(quantize_kernel<T>, grid, kTile * kTileRows, 0, s, q, qt, x, rows, cols, static_cast<const float*>(scales), f);
   ZT_CUDA_LAUNCH_CHECK();
 }
 

@@ -174,8 +174,8 @@ TEST_CASE("every value of a key with choices reads into its typed value and writ
                                                 choices_text(k))));
     CHECK_THAT(bad, Catch::Contains(fmt::format("(did you mean \"{}\"?)", names[0])));
   }
-  CHECK(keys == 10);  // device, spike_policy, recompute, schedule, compute, optimizer, params, backend, packing,
-                     // lora init
+  CHECK(keys == 12);  // device, spike_policy, recompute, schedule, compute, fp8, fp8_layers, optimizer, params,
+                     // backend, packing, lora init
   CHECK(parse_run_spec(kGood, "spec.toml", {"offload.optimizer=nvme", "offload.nvme_path=/tmp"}).offload.optimizer ==
         OffloadTier::Nvme);
   CHECK(parse_run_spec(kGood, "spec.toml", {"train.recompute=full"}).train.recompute == Recompute::Full);
