@@ -13,7 +13,8 @@
 namespace zt::cuda_scratch {
 
 // The sum ops' (the gradient norm's sum of squares) per-block partial sums: at most this many
-// blocks, the grid set by the tensor's size alone, so a fixed summation order. Allocated once, when the backend starts (not from the scratch buffer).
+// blocks, the grid set by the tensor's size alone, so a fixed summation order. Allocated once,
+// when the backend starts (not from the scratch buffer).
 constexpr int kSumBlocks = 1024;
 constexpr size_t sum_partials_bytes() { return size_t(kSumBlocks) * sizeof(double); }
 

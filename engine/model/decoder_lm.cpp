@@ -49,7 +49,7 @@ void DecoderLM::set_fp8(Fp8Layers which) {
   for (int l = 0; l < kBlockLinears; ++l)
     fp8_[l] = fp8_recipe::applies(16, shapes[l].local_in, shapes[l].local_out) &&
               (which == Fp8Layers::All || fp8_recipe::worth_it(shapes[l].out, shapes[l].in));
-  if (fp8_note().empty())
+  if (std::none_of(fp8_.begin(), fp8_.end(), [](bool on) { return on; }))
     throw UserError(fmt::format(
         "[precision] fp8: no linear layer of this model runs in FP8 ({}): fp8_layers = \"auto\" leaves those "
         "with out <= 4096 and in <= 1024 in the compute type, and FP8 needs this rank's sizes in multiples of 16; "

@@ -6,8 +6,8 @@
 #include <array>
 #include <cstdint>
 #include <functional>
-#include <string>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/backend/backend.h"
@@ -72,7 +72,7 @@ class DecoderLM : public Model {
   };
   virtual std::array<LinearShape, kBlockLinears> block_linears() const = 0;
   bool fp8(BlockLinear l) const { return fp8_[l]; }
-  // ", FP8 linear layers: c_proj (mlp)" for describe(); "" without FP8.
+  // ", FP8 linear layers: mlp.c_proj" for describe(); "" without FP8.
   std::string fp8_note() const;
   // y (N, OC) = x W^T + b and its backward, as matmul_forward / matmul_backward (dx written,
   // dw and db accumulated; each may be null), in FP8 when fp8(l).

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <type_traits>
 
@@ -73,6 +74,11 @@ __device__ __forceinline__ int doc_first(const int32_t* pos, int b, int T, int t
 }
 
 inline unsigned blocks_for(long long n, int threads) { return unsigned((n + threads - 1) / threads); }
+// blocks_for, at least 1 and at most `most`: a reduction's grid set by its size alone (a fixed
+// summation order), with no idle blocks for a small tensor
+inline int blocks_for_at_most(long long n, int threads, int most) {
+  return int(std::min<long long>(std::max<long long>(blocks_for(n, threads), 1), most));
+}
 
 // ---- storage types: activations and compute weights are float, __nv_bfloat16 or __half; every
 // kernel loads them to float, computes in float and rounds once when it stores (round to nearest

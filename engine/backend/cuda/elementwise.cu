@@ -240,7 +240,7 @@ void sum_accumulate(double* acc, double* partial, const float* x, int64_t n, boo
                     cudaStream_t s) {
   // no more blocks than a thread per element needs (a small tensor's sum costs a few blocks, not
   // kSumBlocks): the grid, and so the summation order, still depends on n alone
-  const int blocks = int(std::min<int64_t>(std::max<int64_t>((n + kThreads - 1) / kThreads, 1), kSumBlocks));
+  const int blocks = blocks_for_at_most(n, kThreads, kSumBlocks);
   launch(sum_partial_kernel, blocks, kThreads, 0, s, partial, x, n, square);
   launch(sum_partials_kernel, 1, kThreads, 0, s, acc, partial, blocks, scale);
   ZT_CUDA_LAUNCH_CHECK();

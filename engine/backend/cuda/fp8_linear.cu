@@ -10,7 +10,6 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdio>
 #ifndef ZT_CUDA_EMULATED
 #include <cuda_fp8.h>
@@ -99,7 +98,7 @@ __global__ void __launch_bounds__(kTile * kTileRows) quantize_kernel(uint8_t* q,
 template <typename T>
 void quantize(uint8_t* q, uint8_t* qt, float* scales, float* partial, const T* x, int64_t rows, int64_t cols,
               fp8::Format f, cudaStream_t s) {
-  const int blocks = int(std::clamp<int64_t>((rows * cols + kThreads - 1) / kThreads, 1, kBlocks));
+  const int blocks = blocks_for_at_most(rows * cols, kThreads, kBlocks);
   launch(amax_blocks_kernel<T>, blocks, kThreads, 0, s, partial, x, rows * cols);
   ZT_CUDA_LAUNCH_CHECK();
   launch(scale_kernel, 1, 32, 0, s, scales, static_cast<const float*>(partial), blocks, fp8::max_finite(f));

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "engine/backend/cuda/attention_fa2_layout.h"
+#include "engine/backend/cuda/cuda_common.cuh"
 #include "engine/backend/cuda_scratch.h"
 #include "engine/backend/rope_scaling.h"
 
@@ -37,7 +38,7 @@ constexpr int kColChunks = cuda_scratch::kColumnChunks;
 // The row chunks for N rows: one per 256 rows (each of a block's 32 warps sums 8 or more), at most
 // kColChunks. A function of N alone, so the summation order is still the same on every run; small
 // batches launch a few blocks rather than kColChunks idle ones.
-inline int column_chunks(int64_t N) { return int(std::min<int64_t>(std::max<int64_t>((N + 255) / 256, 1), kColChunks)); }
+inline int column_chunks(int64_t N) { return blocks_for_at_most(N, 256, kColChunks); }
 template <typename T>
 void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* w, const T* b, int N, int C, float eps,
                        cudaStream_t s);
