@@ -214,17 +214,22 @@ class DeviceOps {
   virtual void matmul_gelu_backward(void* dpre, float* dweight, float* dbias, const void* dout,
                                     const void* inp, const void* weight, const void* pre, int N,
                                     int C, int OC);
-  // Grouped-query attention: qkv (B,T,(NH + 2 NKV) hs) holds NH query heads then NKV key and NKV
-  // value heads (NKV = NH: multi-head, qkv (B,T,3C)); C = NH hs.
   // FP8 linear layers (engine/backend/fp8_recipe.h): as matmul_forward / matmul_backward, each
   // product's operands scaled per tensor and rounded to FP8 (E4M3 input and weight, E5M2 output
   // gradient), accumulated in fp32; dweight (fp32) accumulated, dinp written, dbias (may be null)
-  // += column sums of the unquantized dout. Shapes fp8_recipe::applies() refuses run as
-  // matmul_forward / matmul_backward. The CPU backend computes the recipe as its reference.
+  // += column sums of the unquantized dout. `weight_copy` (may be null: the weight is cast here):
+  // the weight's FP8 copy that fp8_weight_copy made from `weight` as it is now. Shapes
+  // fp8_recipe::applies() refuses run as matmul_forward / matmul_backward (no copy is made for
+  // them). The CPU backend computes the recipe as its reference.
+  virtual void fp8_weight_copy(void* copy, const void* weight, int OC, int C) { unsupported("fp8_weight_copy"); }
   virtual void matmul_forward_fp8(void* out, const void* inp, const void* weight, const void* bias, int N, int C,
-                                  int OC) { unsupported("matmul_forward_fp8"); }
+                                  int OC, const void* weight_copy) { unsupported("matmul_forward_fp8"); }
   virtual void matmul_backward_fp8(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
-                                   const void* weight, int N, int C, int OC) { unsupported("matmul_backward_fp8"); }
+                                   const void* weight, int N, int C, int OC, const void* weight_copy) {
+    unsupported("matmul_backward_fp8");
+  }
+  // Grouped-query attention: qkv (B,T,(NH + 2 NKV) hs) holds NH query heads then NKV key and NKV
+  // value heads (NKV = NH: multi-head, qkv (B,T,3C)); C = NH hs.
   virtual void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
                                  int NKV, const int32_t* pos = nullptr) { unsupported("attention_forward"); }
   // `out` is the forward's output (the GPU kernel takes rowsum(dout * out) from it; the CPU

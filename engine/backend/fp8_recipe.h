@@ -42,4 +42,12 @@ constexpr int64_t backward_scratch_bytes(int64_t N, int64_t C, int64_t OC) {
   return kScalarsBytes + round256(C * OC) + round256(C * N) + 2 * round256(N * OC);
 }
 
+// A weight's FP8 copy, made once per parameter update rather than in every product (where the
+// weights stay on the device between micro-batches: ZeRO stages 0-2): its scale and inverse (2
+// floats in a 256-byte region), then its (OC, C) E4M3 bytes. The products that take it skip the
+// weight's amax and cast (the backward transposes its bytes); the numbers are the same as a cast
+// in each product, since the weight and so its scale are the same until the next update.
+constexpr int64_t kWeightScalesBytes = 256;
+constexpr int64_t weight_copy_bytes(int64_t OC, int64_t C) { return kWeightScalesBytes + round256(OC * C); }
+
 }  // namespace zt::fp8_recipe

@@ -44,7 +44,7 @@ void check_fp8(const RunSpec& spec, const Backend& backend, DType compute) {
   if (compute != DType::BF16 && compute != DType::F16)
     user_error("{} needs [precision] compute = \"bf16\" or \"fp16\" (the FP8 products write 16-bit outputs), not "
                "\"{}\"", key, dtype_name(compute));
-  for (const char* op : {"matmul_forward_fp8", "matmul_backward_fp8"})
+  for (const char* op : {"fp8_weight_copy", "matmul_forward_fp8", "matmul_backward_fp8"})
     if (const std::string why = backend.supports({op, compute}); !why.empty()) user_error("{}: {}", key, why);
 }
 }  // namespace

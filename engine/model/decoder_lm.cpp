@@ -64,15 +64,20 @@ std::string DecoderLM::fp8_note() const {
   return names.empty() ? "" : ", FP8 linear layers: " + names;
 }
 
+const void* DecoderLM::fp8_weight_copy(const void* w, int64_t N, int C, int OC) {
+  if (!fp8_recipe::applies(N, C, OC)) return nullptr;  // the product runs in the compute type
+  return fp8_copies_.get(w, OC, C, prov_->resident_params_version());
+}
+
 void DecoderLM::linear_forward(BlockLinear l, void* y, const void* x, const void* w, const void* b, int64_t N, int C,
                                int OC) {
-  if (fp8_[l]) be_.matmul_forward_fp8(y, x, w, b, int(N), C, OC);
+  if (fp8_[l]) be_.matmul_forward_fp8(y, x, w, b, int(N), C, OC, fp8_weight_copy(w, N, C, OC));
   else be_.matmul_forward(y, x, w, b, int(N), C, OC);
 }
 
 void DecoderLM::linear_backward(BlockLinear l, void* dx, float* dw, float* db, const void* dy, const void* x,
                                 const void* w, int64_t N, int C, int OC) {
-  if (fp8_[l]) be_.matmul_backward_fp8(dx, dw, db, dy, x, w, int(N), C, OC);
+  if (fp8_[l]) be_.matmul_backward_fp8(dx, dw, db, dy, x, w, int(N), C, OC, dx ? fp8_weight_copy(w, N, C, OC) : nullptr);
   else be_.matmul_backward(dx, dw, db, dy, x, w, int(N), C, OC);
 }
 

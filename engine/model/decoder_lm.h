@@ -13,6 +13,7 @@
 #include "engine/backend/backend.h"
 #include "engine/model/activation_arena.h"
 #include "engine/model/decoder_pass.h"
+#include "engine/model/fp8_weight_copies.h"
 #include "engine/model/lora.h"
 #include "engine/model/model.h"
 #include "engine/model/token_slots.h"
@@ -75,7 +76,8 @@ class DecoderLM : public Model {
   // ", FP8 linear layers: mlp.c_proj" for describe(); "" without FP8.
   std::string fp8_note() const;
   // y (N, OC) = x W^T + b and its backward, as matmul_forward / matmul_backward (dx written,
-  // dw and db accumulated; each may be null), in FP8 when fp8(l).
+  // dw and db accumulated; each may be null), in FP8 when fp8(l), with W's FP8 copy where the
+  // provider keeps the parameters in place (fp8_weight_copies.h).
   void linear_forward(BlockLinear l, void* y, const void* x, const void* w, const void* b, int64_t N, int C, int OC);
   void linear_backward(BlockLinear l, void* dx, float* dw, float* db, const void* dy, const void* x, const void* w,
                        int64_t N, int C, int OC);
@@ -155,6 +157,9 @@ class DecoderLM : public Model {
   bool grads_ready_ = false;
   bool last_logits_ready_ = false;  // the last forward was an inference forward (head_forward)
   std::array<bool, kBlockLinears> fp8_{};  // set_fp8
+  Fp8WeightCopies fp8_copies_{be_};
+  // W (OC, C)'s FP8 copy for products of N rows, or null: none is kept, or the product is not in FP8
+  const void* fp8_weight_copy(const void* w, int64_t N, int C, int OC);
 };
 
 }  // namespace zt

@@ -29,6 +29,11 @@ class ParamProvider {
   virtual void release_params(int group) {}
   virtual float* grads(int group) = 0;   // fp32; accumulate (+=) into it
   virtual void grads_done(int group) {}  // no more gradient for this group in this micro-batch
+  // While params() returns memory that stays in place between passes (ZeRO stages 0-2), a number
+  // that changes whenever the parameters' values may have (an update, a load); -1 where each pass
+  // gathers them anew (stage 3). What the model derives from its parameters and keeps (the FP8
+  // weight copies) is kept only while this number stays the same.
+  virtual int64_t resident_params_version() const { return -1; }
 };
 
 // The positions of `targets` (n) that carry loss (target >= 0).

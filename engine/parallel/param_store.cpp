@@ -2,6 +2,7 @@
 #include "engine/parallel/param_store.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -168,7 +169,13 @@ void ParamStore::write_compute(void* dst, const float* host, size_t n) {
   be_.free(wide);
 }
 
+void ParamStore::new_params_version() {
+  static std::atomic<int64_t> versions{0};
+  params_version_ = ++versions;
+}
+
 void ParamStore::init(uint64_t seed) {
+  new_params_version();
   const auto& groups = table_.groups();
   std::vector<float> host;
   if (frozen_ && mixed_) {  // no masters: the values go straight into the compute copy
@@ -466,6 +473,7 @@ Comm& ParamStore::norm_group() const {
 }
 
 void ParamStore::publish_params() {
+  new_params_version();  // every update and load ends here
   upload_compute_copy();
   if (stage_ != 1 && stage_ != 2) return;  // every rank needs the full updated parameters again
   if (mixed_) {

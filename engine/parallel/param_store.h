@@ -127,6 +127,7 @@ class ParamStore final : public ParamProvider, public ModelStates {
   void release_params(int group) override;
   float* grads(int group) override;
   void grads_done(int group) override;
+  int64_t resident_params_version() const override { return stage_ <= 2 ? params_version_ : -1; }
 
  private:
   using Unit = ShardUnit;
@@ -197,6 +198,10 @@ class ParamStore final : public ParamProvider, public ModelStates {
   float* full_grads_ = nullptr;    // stages 0-1
   float* grad_shard_ = nullptr;    // stages 1-3 (on the device)
   bool last_micro_ = true;
+  // resident_params_version: a new one on every write of the parameters, from a count shared by
+  // every store (a store made where a freed one was never repeats that one's numbers)
+  int64_t params_version_ = 0;
+  void new_params_version();
   std::vector<Pending> pending_;
   std::vector<Comm::Handle> across_replicas_;  // hybrid sharding's all-reduces, waited by finish_backward
   bool closing_ = false;  // the destructor: no new collectives

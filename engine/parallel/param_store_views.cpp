@@ -37,6 +37,7 @@ void ParamStore::read_run(State st, const GlobalRun& r, size_t off, size_t n, fl
 void ParamStore::write_run(State st, const GlobalRun& r, size_t off, size_t n, const float* host) {
   ZT_CHECK(off + n <= r.n, "write_run: [{}, {}) beyond a run of {}", off, off + n, r.n);
   ZT_CHECK(!frozen_ || st == State::Master, "write_run: a frozen store holds parameters only");
+  new_params_version();  // a frozen store's compute copy changes here, before publish_written_masters
   if (frozen_ && mixed_) {  // straight into the compute copy (publish_written_masters spreads it)
     write_compute(cbyte(spans_[size_t(r.span)].compute, r.span_off + off), host, n);
     return;

@@ -153,24 +153,29 @@ void PlanBackend::count_fp8_product(double flops, double bytes, const char* op) 
   count(flops, bytes, true, op);
   ops_.back().fp8 = true;
 }
-void PlanBackend::matmul_forward_fp8(void* out, const void* inp, const void* w, const void* bias, int N, int C,
-                                     int OC) {
+void PlanBackend::fp8_weight_copy(void*, const void*, int OC, int C) {
+  cuda_scratch_for(cuda_scratch::fp8_weight_copy());
+  count_fp8_cast(double(OC) * C, 1, "fp8_weight_copy");
+}
+void PlanBackend::matmul_forward_fp8(void* out, const void* inp, const void* w, const void* bias, int N, int C, int OC,
+                                     const void* w_copy) {
   if (!fp8_recipe::applies(N, C, OC)) return matmul_forward(out, inp, w, bias, N, C, OC);
   const char* op = "matmul_forward_fp8";
   cuda_scratch_for(cuda_scratch::matmul_forward_fp8(N, C, OC));
   count_fp8_cast(double(N) * C, 1, op);
-  count_fp8_cast(double(OC) * C, 1, op);
+  if (!w_copy) count_fp8_cast(double(OC) * C, 1, op);
   count_fp8_product(2.0 * N * C * OC, double(N) * C + double(OC) * C + double(es()) * (double(N) * OC + (bias ? OC : 0)),
                     op);
 }
 void PlanBackend::matmul_backward_fp8(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
-                                      const void* w, int N, int C, int OC) {
+                                      const void* w, int N, int C, int OC, const void* w_copy) {
   if (!fp8_recipe::applies(N, C, OC)) return matmul_backward(dinp, dweight, dbias, dout, inp, w, N, C, OC);
   const char* op = "matmul_backward_fp8";
   cuda_scratch_for(cuda_scratch::matmul_backward_fp8(N, C, OC, dbias != nullptr));
   count_fp8_cast(double(N) * OC, (dinp ? 1 : 0) + (dweight ? 1 : 0), op);  // dy, and its transpose
   if (dinp) {
-    count_fp8_cast(double(OC) * C, 1, op);  // w^T
+    if (w_copy) count(0, 2.0 * OC * C, false, op);  // the copy's bytes transposed
+    else count_fp8_cast(double(OC) * C, 1, op);     // w^T
     count_fp8_product(2.0 * N * C * OC, double(OC) * C + double(N) * OC + double(es()) * N * C, op);
   }
   if (dweight) {

@@ -51,8 +51,10 @@ class PlanBackend final : public Backend {
   void matmul_forward(void*, const void*, const void*, const void*, int N, int C, int OC) override;
   void matmul_gelu_forward(void*, void*, const void*, const void*, const void*, int N, int C, int OC) override;
   void matmul_backward(void*, float*, float*, const void*, const void*, const void*, int N, int C, int OC) override;
-  void matmul_forward_fp8(void*, const void*, const void*, const void*, int N, int C, int OC) override;
-  void matmul_backward_fp8(void*, float*, float*, const void*, const void*, const void*, int N, int C, int OC) override;
+  void fp8_weight_copy(void*, const void*, int OC, int C) override;
+  void matmul_forward_fp8(void*, const void*, const void*, const void*, int N, int C, int OC, const void* w_copy) override;
+  void matmul_backward_fp8(void*, float*, float*, const void*, const void*, const void*, int N, int C, int OC,
+                           const void* w_copy) override;
   void matmul_gelu_backward(void* dpre, float* dweight, float* dbias, const void* dout, const void* inp,
                             const void* weight, const void* pre, int N, int C, int OC) override;
   // Attention is priced causal over whole rows: packed documents (positions) cost less, never more.

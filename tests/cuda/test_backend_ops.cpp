@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine/backend/backend.h"
+#include "engine/backend/fp8_recipe.h"
 
 using namespace zt;
 
@@ -80,6 +81,22 @@ struct Pair {
   void* front(void* p, int dir) const { return static_cast<char*>(p) + dir * kGuard * int64_t(dtype_size(t)); }
   float* fc() { return static_cast<float*>(c); }
   float* fg() { return static_cast<float*>(g); }
+  // Whether each side holds exactly the bits `o`'s same side holds (same size and type), counted
+  // as a check like check()'s.
+  void check_same_bits(const Pair& o, const std::string& what) {
+    gpu.synchronize();
+    last_checked = what;
+    const size_t bytes = n * dtype_size(t);
+    std::vector<char> a(bytes), b(bytes), x(bytes), y(bytes);
+    cpu.copy_to_host(a.data(), c, bytes);
+    cpu.copy_to_host(b.data(), o.c, bytes);
+    gpu.copy_to_host(x.data(), g, bytes);
+    gpu.copy_to_host(y.data(), o.g, bytes);
+    const bool ok = n == o.n && t == o.t && a == b && x == y;
+    ++checks;
+    if (!ok) ++failures;
+    std::printf("  %-4s %-44s %s\n", dtype_name(t), what.c_str(), ok ? "bit-identical ok" : "FAIL: the bits differ");
+  }
   void check(const std::string& what, double tol) {
     gpu.synchronize();  // an asynchronous kernel error surfaces here, before the next op runs
     last_checked = what;
@@ -288,16 +305,51 @@ int main() {
     Pair x(C, G, randn(size_t(N) * Ch, 51, 3.f), dt), w(C, G, randn(size_t(OC) * Ch, 52), dt), b(C, G, randn(OC, 53), dt),
         out(C, G, std::vector<float>(size_t(N) * OC), dt);
     const std::string tag = std::to_string(N) + "x" + std::to_string(Ch) + "x" + std::to_string(OC);
-    C.matmul_forward_fp8(out.c, x.c, w.c, b.c, N, Ch, OC);
-    G.matmul_forward_fp8(out.g, x.g, w.g, b.g, N, Ch, OC);
+    C.matmul_forward_fp8(out.c, x.c, w.c, b.c, N, Ch, OC, nullptr);
+    G.matmul_forward_fp8(out.g, x.g, w.g, b.g, N, Ch, OC, nullptr);
     out.check("matmul_forward_fp8 " + tag, tol(kTol));
     Pair dout(C, G, randn(size_t(N) * OC, 54, 0.01f), dt), dx(C, G, randn(size_t(N) * Ch, 55), dt),
         dw(C, G, randn(size_t(OC) * Ch, 56)), db(C, G, randn(OC, 57));
-    C.matmul_backward_fp8(dx.c, dw.fc(), db.fc(), dout.c, x.c, w.c, N, Ch, OC);
-    G.matmul_backward_fp8(dx.g, dw.fg(), db.fg(), dout.g, x.g, w.g, N, Ch, OC);
+    C.matmul_backward_fp8(dx.c, dw.fc(), db.fc(), dout.c, x.c, w.c, N, Ch, OC, nullptr);
+    G.matmul_backward_fp8(dx.g, dw.fg(), db.fg(), dout.g, x.g, w.g, N, Ch, OC, nullptr);
     dx.check("matmul_backward_fp8 dinp " + tag, tol(kTol));
     dw.check("matmul_backward_fp8 dweight " + tag, 1e-4);
     db.check("matmul_backward_fp8 dbias " + tag, 1e-4);
+    if (!fp8_recipe::applies(N, Ch, OC)) continue;
+    // The weight cast once into its copy (fp8_weight_copy), as the models keep it between updates
+    // at ZeRO 0-2: the same bits as the weight cast in each product, on each backend; the copy of
+    // another weight (a copy kept past an update) is caught.
+    const size_t copy_bytes = size_t(fp8_recipe::weight_copy_bytes(OC, Ch));
+    void *wc = C.alloc(copy_bytes), *wg = G.alloc(copy_bytes);
+    C.fp8_weight_copy(wc, w.c, OC, Ch);
+    G.fp8_weight_copy(wg, w.g, OC, Ch);
+    Pair out_copy(C, G, std::vector<float>(size_t(N) * OC), dt), dx_copy(C, G, randn(size_t(N) * Ch, 58), dt);
+    C.matmul_forward_fp8(out_copy.c, x.c, w.c, b.c, N, Ch, OC, wc);
+    G.matmul_forward_fp8(out_copy.g, x.g, w.g, b.g, N, Ch, OC, wg);
+    out_copy.check("matmul_forward_fp8, weight copy " + tag, tol(kTol));
+    out_copy.check_same_bits(out, "  = without the copy");
+    C.matmul_backward_fp8(dx_copy.c, nullptr, nullptr, dout.c, x.c, w.c, N, Ch, OC, wc);
+    G.matmul_backward_fp8(dx_copy.g, nullptr, nullptr, dout.g, x.g, w.g, N, Ch, OC, wg);
+    dx_copy.check("matmul_backward_fp8 dinp, weight copy " + tag, tol(kTol));
+    dx_copy.check_same_bits(dx, "  = without the copy");
+    Pair w2(C, G, randn(size_t(OC) * Ch, 59), dt), out_stale(C, G, std::vector<float>(size_t(N) * OC), dt);
+    C.fp8_weight_copy(wc, w2.c, OC, Ch);
+    G.fp8_weight_copy(wg, w2.g, OC, Ch);
+    C.matmul_forward_fp8(out_stale.c, x.c, w.c, b.c, N, Ch, OC, wc);
+    G.matmul_forward_fp8(out_stale.g, x.g, w.g, b.g, N, Ch, OC, wg);
+    out_stale.check("matmul_forward_fp8, another weight's copy " + tag, tol(kTol));  // CPU = GPU still
+    G.synchronize();
+    {
+      std::vector<char> a(size_t(N) * OC * dtype_size(dt)), b2(a.size());
+      G.copy_to_host(a.data(), out_stale.g, a.size());
+      G.copy_to_host(b2.data(), out.g, b2.size());
+      ++checks;
+      if (a == b2) ++failures;
+      std::printf("  %-4s %-44s %s\n", dtype_name(dt), "  another weight's copy differs",
+                  a == b2 ? "FAIL: a stale copy went unseen" : "ok");
+    }
+    C.free(wc);
+    G.free(wg);
   }
   // NKV < NH: grouped-query attention (Llama); head sizes 16-multiple (tensor cores) and not.
   if (wanted("attention"))

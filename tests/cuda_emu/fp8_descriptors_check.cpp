@@ -22,8 +22,8 @@ int main() {
     void* dx = gpu->alloc(size_t(N) * C * 2);
     auto* dw = static_cast<float*>(gpu->alloc(size_t(OC) * C * 4));
     auto* db = static_cast<float*>(gpu->alloc(size_t(OC) * 4));
-    gpu->matmul_forward_fp8(y, x, w, b, N, C, OC);
-    gpu->matmul_backward_fp8(dx, dw, db, y, x, w, N, C, OC);
+    gpu->matmul_forward_fp8(y, x, w, b, N, C, OC, nullptr);
+    gpu->matmul_backward_fp8(dx, dw, db, y, x, w, N, C, OC, nullptr);
     gpu->synchronize();
     for (void* p : {x, w, b, y, dx, static_cast<void*>(dw), static_cast<void*>(db)}) gpu->free(p);
     std::printf("linear (%d -> %d): forward and backward in FP8\n", C, OC);

@@ -21,8 +21,8 @@ OPS_ATTENTION_WARPS = ("ops", {**OPS_ATTENTION[1], "ZTRAIN_EMU_SCHEDULE": "warps
 MUTATIONS = {
     # FP8 linear forward: the weight's quantization scale given to cuBLASLt instead of its inverse
     "fp8_scale_not_inverted": ("engine/backend/cuda/fp8_linear.cu",
-                               "  a.a_scale = r.scales(1) + 1, a.b_scale = r.scales(0) + 1;  // the inverse scales",
-                               "  a.a_scale = r.scales(1), a.b_scale = r.scales(0) + 1;",
+                               "  a.a_scale = w_scales + 1, a.b_scale = r.scales(0) + 1;  // the inverse scales",
+                               "  a.a_scale = w_scales, a.b_scale = r.scales(0) + 1;",
                                ("ops", {"ZTRAIN_OPS_SECTIONS": "fp8", "ZTRAIN_OPS_DTYPES": "bf16"}),
                                r"bf16 matmul_forward_fp8 64x32x48 .*FAIL"),
     # the barrier after the cp.async wait: warps read K/V chunks other warps have not landed yet

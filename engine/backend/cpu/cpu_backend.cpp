@@ -279,22 +279,28 @@ class CpuBackend final : public Backend {
                          In(dweight ? inp : nullptr, int64_t(N) * C, dt()).get(),
                          In(weight, int64_t(OC) * C, dt()).get(), N, C, OC);
   }
-  void matmul_forward_fp8(void* out, const void* inp, const void* weight, const void* bias, int N, int C,
-                          int OC) override {
+  void fp8_weight_copy(void* copy, const void* weight, int OC, int C) override {
+    const Access access(*this);
+    cpu::fp8_weight_copy(static_cast<uint8_t*>(copy), In(weight, int64_t(OC) * C, dt()).get(), OC, C);
+  }
+  void matmul_forward_fp8(void* out, const void* inp, const void* weight, const void* bias, int N, int C, int OC,
+                          const void* w_copy) override {
     if (!fp8_recipe::applies(N, C, OC)) return matmul_forward(out, inp, weight, bias, N, C, OC);
     const Access access(*this);
     Out o(out, int64_t(N) * OC, dt(), false);
-    cpu::matmul_forward_fp8(o.get(), In(inp, int64_t(N) * C, dt()).get(), In(weight, int64_t(OC) * C, dt()).get(),
-                            In(bias, OC, dt()).get(), N, C, OC);
+    cpu::matmul_forward_fp8(o.get(), In(inp, int64_t(N) * C, dt()).get(),
+                            In(w_copy ? nullptr : weight, int64_t(OC) * C, dt()).get(), In(bias, OC, dt()).get(), N, C,
+                            OC, static_cast<const uint8_t*>(w_copy));
   }
   void matmul_backward_fp8(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
-                           const void* weight, int N, int C, int OC) override {
+                           const void* weight, int N, int C, int OC, const void* w_copy) override {
     if (!fp8_recipe::applies(N, C, OC)) return matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     const Access access(*this);
     Out d(dinp, int64_t(N) * C, dt(), false);
     cpu::matmul_backward_fp8(d.get(), dweight, dbias, In(dout, int64_t(N) * OC, dt()).get(),
                              In(dweight ? inp : nullptr, int64_t(N) * C, dt()).get(),
-                             In(weight, int64_t(OC) * C, dt()).get(), N, C, OC);
+                             In(dinp && !w_copy ? weight : nullptr, int64_t(OC) * C, dt()).get(), N, C, OC,
+                             static_cast<const uint8_t*>(w_copy));
   }
   void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH, int NKV,
                          const int32_t* pos) override {

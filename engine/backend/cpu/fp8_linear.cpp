@@ -19,10 +19,34 @@ float fp8_quantize(const float* x, int64_t n, fp8::Format f, float* q) {
   return 1.0f / scale;
 }
 
-void matmul_forward_fp8(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
-  std::vector<float> x(size_t(N) * C), w(size_t(OC) * C);
+void fp8_weight_copy(uint8_t* copy, const float* weight, int OC, int C) {
+  const int64_t n = int64_t(OC) * C;
+  std::vector<float> q(static_cast<size_t>(n));
+  float* scales = reinterpret_cast<float*>(copy);
+  scales[1] = fp8_quantize(weight, n, fp8_recipe::kForward, q.data());
+  scales[0] = 1.0f / scales[1];  // not read by the products: the GPU's copy holds it too
+  uint8_t* bytes = copy + fp8_recipe::kWeightScalesBytes;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) bytes[i] = fp8::from_float(q[i], fp8_recipe::kForward);  // exact: q is an FP8 value
+}
+
+namespace {
+// The weight's FP8 values (as floats) in w (OC C) and its inverse scale: cast here, or read from its copy
+float weight_fp8(const float* weight, const uint8_t* copy, int OC, int C, std::vector<float>& w) {
+  const int64_t n = int64_t(OC) * C;
+  w.resize(size_t(n));
+  if (!copy) return fp8_quantize(weight, n, fp8_recipe::kForward, w.data());
+  const uint8_t* bytes = copy + fp8_recipe::kWeightScalesBytes;
+  for (int64_t i = 0; i < n; ++i) w[size_t(i)] = fp8::to_float(bytes[i], fp8_recipe::kForward);
+  return reinterpret_cast<const float*>(copy)[1];
+}
+}  // namespace
+
+void matmul_forward_fp8(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                        const uint8_t* w_copy) {
+  std::vector<float> x(size_t(N) * C), w;
   const float inv_x = fp8_quantize(inp, int64_t(N) * C, fp8_recipe::kForward, x.data());
-  const float inv_w = fp8_quantize(weight, int64_t(OC) * C, fp8_recipe::kForward, w.data());
+  const float inv_w = weight_fp8(weight, w_copy, OC, C, w);
   // out (N,OC) = inv_x inv_w x (N,C) @ w^T (C,OC), then the bias
   gemm<float>(false, true, N, OC, C, inv_x * inv_w, x.data(), C, w.data(), C, 0.0f, out, OC);
   if (!bias) return;
@@ -32,10 +56,10 @@ void matmul_forward_fp8(float* out, const float* inp, const float* weight, const
 }
 
 void matmul_backward_fp8(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, int N, int C, int OC) {
-  std::vector<float> dy(size_t(N) * OC), w(size_t(OC) * C);
+                         const float* weight, int N, int C, int OC, const uint8_t* w_copy) {
+  std::vector<float> dy(size_t(N) * OC), w;
   const float inv_dy = fp8_quantize(dout, int64_t(N) * OC, fp8_recipe::kGradient, dy.data());
-  const float inv_w = fp8_quantize(weight, int64_t(OC) * C, fp8_recipe::kForward, w.data());
+  const float inv_w = dinp ? weight_fp8(weight, w_copy, OC, C, w) : 0.0f;
   // dinp (N,C) = inv_dy inv_w dy (N,OC) @ w (OC,C), written
   if (dinp) gemm<float>(false, false, N, C, OC, inv_dy * inv_w, dy.data(), OC, w.data(), C, 0.0f, dinp, C);
   if (!dweight) return;

@@ -61,10 +61,14 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
 // FP8 linear layers' reference (engine/backend/fp8_recipe.h; fp8_linear.cpp): the same shapes as
 // matmul_forward / matmul_backward; dinp written (not accumulated). fp8_quantize: q (n) = x (n)
 // times its per-tensor scale, rounded to f (kept as floats); returns the inverse scale.
+// fp8_weight_copy: a weight's copy (fp8_recipe::weight_copy_bytes: its scales and E4M3 bytes), which
+// the products take in place of the weight's own cast where w_copy is not null.
 float fp8_quantize(const float* x, int64_t n, fp8::Format f, float* q);
-void matmul_forward_fp8(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+void fp8_weight_copy(uint8_t* copy, const float* weight, int OC, int C);
+void matmul_forward_fp8(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
+                        const uint8_t* w_copy);
 void matmul_backward_fp8(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                         const float* weight, int N, int C, int OC);
+                         const float* weight, int N, int C, int OC, const uint8_t* w_copy);
 
 // Causal self-attention on packed qkv (B,T,(NH + 2 NKV) hs) = [q | k | v]: NH query heads and
 // NKV key/value heads (grouped-query attention: query head h reads key/value head h / (NH/NKV);

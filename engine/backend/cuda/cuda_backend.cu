@@ -98,7 +98,7 @@ class CudaBackend final : public Backend {
   void* native_stream() const override { return stream_; }
   std::string name() const override { return name_; }
   std::string supports(const OpRequest& r) const override {
-    if (!fp8_tensor_cores_ && (r.op == "matmul_forward_fp8" || r.op == "matmul_backward_fp8"))
+    if (!fp8_tensor_cores_ && (r.op == "fp8_weight_copy" || r.op == "matmul_forward_fp8" || r.op == "matmul_backward_fp8"))
       return name_ + " has compute capability " + compute_capability_ +
              "; FP8 tensor cores need 8.9 or newer (L4, L40S, H100, H200)";
     return cuda_kernels_support(r);
@@ -272,21 +272,26 @@ class CudaBackend final : public Backend {
     }
     return fp8_tensor_cores_ && fp8_recipe::applies(N, C, OC);
   }
-  void matmul_forward_fp8(void* out, const void* inp, const void* w, const void* bias, int N, int C,
-                          int OC) override {
+  void fp8_weight_copy(void* copy, const void* w, int OC, int C) override {
+    float* sc = scratch(cuda_scratch::fp8_weight_copy());
+    ZT_DISPATCH(dt(), T, cuda::fp8_weight_copy(static_cast<uint8_t*>(copy), tp<T>(w), OC, C, sc, stream_));
+  }
+  void matmul_forward_fp8(void* out, const void* inp, const void* w, const void* bias, int N, int C, int OC,
+                          const void* w_copy) override {
     if (!fp8_here(N, C, OC)) return matmul_forward(out, inp, w, bias, N, C, OC);
     float* sc = scratch(cuda_scratch::matmul_forward_fp8(N, C, OC));
     ZT_DISPATCH(dt(), T,
-                cuda::matmul_forward_fp8(gemm(), tp<T>(out), tp<T>(inp), tp<T>(w), tp<T>(bias), N, C, OC, sc, stream_));
+                cuda::matmul_forward_fp8(gemm(), tp<T>(out), tp<T>(inp), tp<T>(w), tp<T>(bias), N, C, OC,
+                                         static_cast<const uint8_t*>(w_copy), sc, stream_));
   }
   void matmul_backward_fp8(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
-                           int N, int C, int OC) override {
+                           int N, int C, int OC, const void* w_copy) override {
     if (!fp8_here(N, C, OC)) return matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
     float* sc = scratch(cuda_scratch::matmul_backward_fp8(N, C, OC, dbias != nullptr));
     float* bias_sc = sc + fp8_recipe::backward_scratch_bytes(N, C, OC) / 4;  // after the FP8 copies
     ZT_DISPATCH(dt(), T,
                 cuda::matmul_backward_fp8(gemm(), tp<T>(dinp), dw, dbias, tp<T>(dout), tp<T>(inp), tp<T>(w), N, C, OC,
-                                          sc, bias_sc, stream_));
+                                          static_cast<const uint8_t*>(w_copy), sc, bias_sc, stream_));
   }
   void matmul_gelu_forward(void* out, void* pre, const void* inp, const void* w, const void* bias, int N, int C,
                            int OC) override {

@@ -6,11 +6,14 @@
 //   dgrad    dinp (N,C)  = dy (N,OC) w:        A = w^T (E4M3, k = OC), B = dy (E5M2)
 //   wgrad    dw (OC,C)  += dy^T (OC,N) x:      A = x^T (E4M3, k = N),  B = dy^T (E5M2), fp32
 // The bias gradient: column sums of the unquantized dy. Conversions: the hardware's
-// cvt.rn.satfinite on a GPU, engine/core/fp8.h's identical arithmetic on the emulated device.
+// cvt.rn.satfinite on a GPU, engine/core/fp8.h's identical arithmetic on the emulated device. A
+// weight cast once per update (fp8_weight_copy) replaces w's cast: the forward reads its bytes, the
+// input gradient their transpose.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <type_traits>
 #ifndef ZT_CUDA_EMULATED
 #include <cuda_fp8.h>
 #endif
@@ -64,7 +67,16 @@ __global__ void __launch_bounds__(32) scale_kernel(float* scale, const float* pa
   }
 }
 
-// q (rows, cols) = fp8(x * scale) and/or its transpose qt (cols, rows), through a 32 x 32 tile in
+// x's element as FP8: scaled and rounded, or (T = uint8_t: an FP8 copy already, fp8_weight_copy's)
+// as it is
+template <typename T>
+__device__ __forceinline__ uint8_t encode(T v, float s, fp8::Format f) {
+  if constexpr (std::is_same_v<T, uint8_t>) return v;
+  else return to_fp8(to_float(v) * s, f);
+}
+
+// q (rows, cols) = fp8(x * scale) and/or its transpose qt (cols, rows) (T = uint8_t: x's bytes
+// transposed, no scale), through a 32 x 32 tile in
 // shared memory so that the reads of x and the byte writes of both copies are each a warp's 32
 // consecutive addresses. Blocks of 256 threads (8 warps, a warp per tile row at a time), grid
 // (rows / 32, cols / 32) rounded up (rows on x: any number of tokens; cols on y: up to 65535 x 32,
@@ -74,13 +86,13 @@ template <typename T>
 __global__ void __launch_bounds__(kTile * kTileRows) quantize_kernel(uint8_t* q, uint8_t* qt, const T* x, int64_t rows,
                                                                      int64_t cols, const float* scale, fp8::Format f) {
   __shared__ uint8_t tile[kTile][kTile + 1];
-  const float s = scale[0];
+  const float s = std::is_same_v<T, uint8_t> ? 1.0f : scale[0];
   const int lane = int(threadIdx.x) % kTile, warp = int(threadIdx.x) / kTile;
   const int64_t r0 = int64_t(blockIdx.x) * kTile, c0 = int64_t(blockIdx.y) * kTile;
   for (int k = warp; k < kTile; k += kTileRows) {
     const int64_t r = r0 + k, c = c0 + lane;
     if (r < rows && c < cols) {
-      const uint8_t v = to_fp8(to_float(x[r * cols + c]) * s, f);
+      const uint8_t v = encode(x[r * cols + c], s, f);
       tile[k][lane] = v;
       if (q) q[r * cols + c] = v;
     }
@@ -107,6 +119,18 @@ void quantize(uint8_t* q, uint8_t* qt, float* scales, float* partial, const T* x
   launch(quantize_kernel<T>, grid, kTile * kTileRows, 0, s, q, qt, x, rows, cols, static_cast<const float*>(scales), f);
   ZT_CUDA_LAUNCH_CHECK();
 }
+
+// qt (cols, rows) = the FP8 bytes q (rows, cols) transposed
+void transpose_fp8(uint8_t* qt, const uint8_t* q, int64_t rows, int64_t cols, cudaStream_t s) {
+  const dim3 grid(unsigned((rows + kTile - 1) / kTile), unsigned((cols + kTile - 1) / kTile));
+  launch(quantize_kernel<uint8_t>, grid, kTile * kTileRows, 0, s, static_cast<uint8_t*>(nullptr), qt, q, rows, cols,
+         static_cast<const float*>(nullptr), fp8_recipe::kForward);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+// A weight copy's parts (fp8_recipe::weight_copy_bytes): its scales, then its bytes
+const float* copy_scales(const uint8_t* copy) { return reinterpret_cast<const float*>(copy); }
+const uint8_t* copy_bytes(const uint8_t* copy) { return copy + fp8_recipe::kWeightScalesBytes; }
 
 // The scratch's regions (fp8_recipe's layout): per operand 256 block maxima and 2 scales
 struct Regions {
@@ -139,17 +163,25 @@ void no_fp8_algorithm(const char* pass, int N, int C, int OC) {
 }  // namespace
 
 template <typename T>
+void fp8_weight_copy(uint8_t* copy, const T* w, int OC, int C, void* scratch, cudaStream_t s) {
+  quantize(copy + fp8_recipe::kWeightScalesBytes, static_cast<uint8_t*>(nullptr), reinterpret_cast<float*>(copy),
+           static_cast<float*>(scratch), w, OC, C, fp8_recipe::kForward, s);
+}
+
+template <typename T>
 void matmul_forward_fp8(Gemm& gemm, T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC,
-                        void* scratch, cudaStream_t s) {
+                        const uint8_t* w_copy, void* scratch, cudaStream_t s) {
   const Regions r{static_cast<char*>(scratch)};
-  uint8_t *x8 = r.bytes(0), *w8 = r.bytes(fp8_recipe::round256(int64_t(N) * C));
+  uint8_t *x8 = r.bytes(0), *w8_here = r.bytes(fp8_recipe::round256(int64_t(N) * C));
   quantize(x8, nullptr, r.scales(0), r.partial(0), inp, N, C, fp8_recipe::kForward, s);
-  quantize(w8, nullptr, r.scales(1), r.partial(1), w, OC, C, fp8_recipe::kForward, s);
+  if (!w_copy) quantize(w8_here, nullptr, r.scales(1), r.partial(1), w, OC, C, fp8_recipe::kForward, s);
+  const uint8_t* w8 = w_copy ? copy_bytes(w_copy) : w8_here;
+  const float* w_scales = w_copy ? copy_scales(w_copy) : r.scales(1);
   Gemm::Args a;  // out^T (OC, N) column-major = w (OC,C) . x^T: A = w (k = C) transposed, B = x^T
   a.ta = true, a.tb = false, a.m = OC, a.n = N, a.k = C;
   a.A = w8, a.lda = C, a.B = x8, a.ldb = C, a.D = out, a.ldd = OC;
   a.ab_type = CUDA_R_8F_E4M3, a.b_type = CUDA_R_8F_E4M3, a.d_type = data_type<T>();
-  a.a_scale = r.scales(1) + 1, a.b_scale = r.scales(0) + 1;  // the inverse scales
+  a.a_scale = w_scales + 1, a.b_scale = r.scales(0) + 1;  // the inverse scales
   // the bias in the epilogue where the FP8 table's bias type is the output's (16-bit outputs; an
   // fp32 output takes a bf16 bias there): else added after
   const bool fused_bias = bias && sizeof(T) == 2;
@@ -168,19 +200,21 @@ void matmul_forward_fp8(Gemm& gemm, T* out, const T* inp, const T* w, const T* b
 
 template <typename T>
 void matmul_backward_fp8(Gemm& gemm, T* dinp, float* dw, float* dbias, const T* dout, const T* inp, const T* w, int N,
-                         int C, int OC, void* scratch, float* bias_scratch, cudaStream_t s) {
+                         int C, int OC, const uint8_t* w_copy, void* scratch, float* bias_scratch, cudaStream_t s) {
   const Regions r{static_cast<char*>(scratch)};
   const int64_t wt_at = 0, xt_at = fp8_recipe::round256(int64_t(C) * OC), dy_at = xt_at + fp8_recipe::round256(int64_t(C) * N),
                 dyt_at = dy_at + fp8_recipe::round256(int64_t(N) * OC);
   uint8_t *wt8 = r.bytes(wt_at), *xt8 = r.bytes(xt_at), *dy8 = r.bytes(dy_at), *dyt8 = r.bytes(dyt_at);
   quantize(dinp ? dy8 : nullptr, dw ? dyt8 : nullptr, r.scales(0), r.partial(0), dout, N, OC, fp8_recipe::kGradient, s);
   if (dinp) {
-    quantize(static_cast<uint8_t*>(nullptr), wt8, r.scales(1), r.partial(1), w, OC, C, fp8_recipe::kForward, s);
+    if (w_copy) transpose_fp8(wt8, copy_bytes(w_copy), OC, C, s);  // cast once per update: its bytes, transposed
+    else quantize(static_cast<uint8_t*>(nullptr), wt8, r.scales(1), r.partial(1), w, OC, C, fp8_recipe::kForward, s);
+    const float* w_scales = w_copy ? copy_scales(w_copy) : r.scales(1);
     Gemm::Args a;  // dinp^T (C, N) = w^T (C,OC) . dy^T: A = w^T stored (C, OC), k = OC; B = dy
     a.ta = true, a.tb = false, a.m = C, a.n = N, a.k = OC;
     a.A = wt8, a.lda = OC, a.B = dy8, a.ldb = OC, a.D = dinp, a.ldd = C;
     a.ab_type = CUDA_R_8F_E4M3, a.b_type = CUDA_R_8F_E5M2, a.d_type = data_type<T>();
-    a.a_scale = r.scales(1) + 1, a.b_scale = r.scales(0) + 1;
+    a.a_scale = w_scales + 1, a.b_scale = r.scales(0) + 1;
     if (!gemm.run(a, s, /*may_fail=*/true)) {  // the whole backward in the compute type
       no_fp8_algorithm("input gradient", N, C, OC);
       return gemm.linear_backward(dinp, dw, dbias, dout, inp, w, nullptr, N, C, OC, dtype_of<T>(), bias_scratch, s);
@@ -200,10 +234,12 @@ void matmul_backward_fp8(Gemm& gemm, T* dinp, float* dw, float* dbias, const T* 
   if (dbias) bias_backward(dbias, dout, N, OC, bias_scratch, s);
 }
 
-#define ZT_INSTANTIATE(T)                                                                                         \
-  template void matmul_forward_fp8<T>(Gemm&, T*, const T*, const T*, const T*, int, int, int, void*, cudaStream_t); \
-  template void matmul_backward_fp8<T>(Gemm&, T*, float*, float*, const T*, const T*, const T*, int, int, int, void*, \
-                                       float*, cudaStream_t);
+#define ZT_INSTANTIATE(T)                                                                                       \
+  template void fp8_weight_copy<T>(uint8_t*, const T*, int, int, void*, cudaStream_t);                             \
+  template void matmul_forward_fp8<T>(Gemm&, T*, const T*, const T*, const T*, int, int, int, const uint8_t*, void*, \
+                                      cudaStream_t);                                                                \
+  template void matmul_backward_fp8<T>(Gemm&, T*, float*, float*, const T*, const T*, const T*, int, int, int,     \
+                                       const uint8_t*, void*, float*, cudaStream_t);
 ZT_INSTANTIATE(float)
 ZT_INSTANTIATE(__nv_bfloat16)
 ZT_INSTANTIATE(__half)

@@ -53,15 +53,19 @@ void bias_backward(float* dbias, const T* dout, int N, int OC, float* scratch, c
 template <typename T>
 void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s);  // out (N,OC) += bias
 // FP8 linear layers (fp8_linear.cu; engine/backend/fp8_recipe.h), for shapes fp8_recipe::applies()
-// takes. scratch: fp8_recipe::forward_scratch_bytes / backward_scratch_bytes; bias_scratch:
-// cuda_scratch::matmul_backward(OC, true) floats where dbias is given.
+// takes. scratch: fp8_recipe::forward_scratch_bytes / backward_scratch_bytes (fp8_weight_copy:
+// kScalarsBytes); bias_scratch: cuda_scratch::matmul_backward(OC, true) floats where dbias is given.
+// w_copy (fp8_recipe::weight_copy_bytes, may be null: w is cast in the call): w's FP8 copy and
+// scales from fp8_weight_copy.
 class Gemm;
 template <typename T>
+void fp8_weight_copy(uint8_t* copy, const T* w, int OC, int C, void* scratch, cudaStream_t s);
+template <typename T>
 void matmul_forward_fp8(Gemm& gemm, T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC,
-                        void* scratch, cudaStream_t s);
+                        const uint8_t* w_copy, void* scratch, cudaStream_t s);
 template <typename T>
 void matmul_backward_fp8(Gemm& gemm, T* dinp, float* dw, float* dbias, const T* dout, const T* inp, const T* w, int N,
-                         int C, int OC, void* scratch, float* bias_scratch, cudaStream_t s);
+                         int C, int OC, const uint8_t* w_copy, void* scratch, float* bias_scratch, cudaStream_t s);
 
 // pos (null or (B,T) device int32): row t attends to keys [t - pos[t], t], its document (cpu/ops.h);
 // every attention kernel skips the key tiles that lie wholly before a row's document.

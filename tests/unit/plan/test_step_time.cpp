@@ -415,6 +415,34 @@ TEST_CASE("FP8 linear layers are priced on the FP8 peak with their casts, and re
   const double per_row = 32.0 * 96 + 32.0 * 32 + 32.0 * 128 + 128.0 * 32;
   CHECK(fp8_flops == Approx(2 * 4 * 3 * 2 * 32 * per_row));
   CHECK(casts > 0);
+  // The weights stay on the device (ZeRO stage 0): each is cast once per update into the copy every
+  // product of the step takes (fp8_weight_copies.h), 8 casts for 2 blocks' 4 layers, not one in
+  // each of the 4 micro-batches' forwards and input gradients; at ZeRO-3 each product casts the
+  // weight it was gathered, and the casts move more bytes.
+  auto weight_copies = [](PlannedJob& p) {
+    int n = 0;
+    for (const PlanBackend::Op& op : p.backend().ops()) n += std::string(op.name) == "fp8_weight_copy";
+    return n;
+  };
+  auto cast_bytes = [](PlannedJob& p) {
+    double b = 0;
+    for (const PlanBackend::Op& op : p.backend().ops())
+      if (!op.matrix && (std::string(op.name).find("_fp8") != std::string::npos ||
+                         std::string(op.name) == "fp8_weight_copy"))
+        b += op.bytes;
+    return b;
+  };
+  CHECK(weight_copies(planned) == 8);
+  planned.backend().reset_work();
+  planned.step();  // the next step: the update renewed the parameters, so again once each
+  CHECK(weight_copies(planned) == 8);
+  std::vector<std::string> z3_sets = fp8;
+  z3_sets.push_back("parallel.zero_stage=3");
+  PlannedJob z3(parse_run_spec(kPlanSpec, "plan.toml", z3_sets), 1, DeviceKind::CUDA);
+  z3.backend().reset_work();
+  z3.step();
+  CHECK(weight_copies(z3) == 0);
+  CHECK(cast_bytes(z3) > cast_bytes(planned));
   // the products on the FP8 peak: a faster FP8 peak prices the FP8 step faster, the bf16 one alike
   // (memory made fast enough that these tiny products are bound by their arithmetic)
   MachineProfile h100 = machine_profile("h100");

@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""FP8 weight copies kept between parameter updates (issue 50; engine/model/fp8_weight_copies.h),
+on the CPU backend's FP8 reference ([precision] fp8_reference): at ZeRO stages 0-2 each FP8 layer's
+weight is cast once per update into a copy every product of the step takes; at ZeRO-3 each product
+casts the weight it was gathered. The copies must be the weights as they are now, so a run that
+keeps them trains exactly as one that does not:
+- a tiny GPT-2, every block linear layer in FP8, 4 micro-batches of 2 sequences a step (2 a rank
+  on 2 ranks: the copies serve every micro-batch's forward and input gradients), evaluated every 2 steps (an evaluation after an
+  update must not use the copies of the weights before it), checkpointed every 3 steps:
+  - one process (stage 0, copies kept), 2 ranks at ZeRO-1 (copies kept) and 2 ranks at ZeRO-3
+    (none kept): the same train and eval losses, bit for bit;
+  - resumed from step 3 at ZeRO-1 (copies made from the loaded weights): steps 4-6 as the run
+    that went on.
+The bug this guards against (a copy kept past an update, planted once by not renewing the store's
+parameter version in ParamStore::publish_params) gives different losses from the second step on.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import testlib  # noqa: E402
+
+STEPS = 6
+
+
+def main():
+    with testlib.mpi_test("zt_fp8_copies_", 20000, 5) as (args, failures, expect, work, data):
+        val = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "val"), 3000, 6)
+        spec = testlib.tiny_spec(
+            os.path.join(work, "spec.toml"), os.path.join(work, "run"), data, seed=11, threads=1,
+            model={"n_layer": 2, "n_head": 2, "d_model": 32, "d_ff": 128, "vocab_size": 260, "seq_len": 16},
+            train={"micro_batch": 2, "global_batch": 8, "max_steps": STEPS, "log_every": 1, "eval_every": 2,
+                   "eval_steps": 2},
+            optim={"lr": 3e-3, "warmup_steps": 2},
+            precision__compute="bf16", precision__fp8="tensorwise", precision__fp8_layers="all",
+            precision__fp8_reference=True, data__val=val)
+
+        def train(name, ranks, sets=(), resume=None):
+            out = os.path.join(work, name)
+            sets = [f"run.out_dir={out}", f"checkpoint.dir={out}/ckpt", "checkpoint.every_steps=3", *sets]
+            p = testlib.run(testlib.train_cmd(args.ztrain, spec, sets, ranks, resume), check=False,
+                            env=testlib.mpi_env(), timeout=600)
+            if p.returncode != 0:
+                expect(False, f"{name}: exit {p.returncode}: {p.stderr[-1500:]}")
+                return None
+            runs = {kind: [(r["step"], r[key]) for r in testlib.metrics(out, kind)] for kind, key in (("train", "loss"), ("eval", "val_loss"))}
+            expect("FP8 linear layers" in p.stdout + p.stderr, f"{name}: the log names no FP8 linear layer")
+            return runs
+
+        one = train("one", 1)
+        z1 = train("zero1", 2, ["parallel.zero_stage=1"])
+        z3 = train("zero3", 2, ["parallel.zero_stage=3"])
+        if one and z1 and z3:
+            expect(len(one["train"]) == STEPS and len(one["eval"]) >= STEPS // 2,
+                   f"one process: {len(one['train'])} train and {len(one['eval'])} eval records")
+            for name, got in (("ZeRO-1 (copies kept)", z1), ("ZeRO-3 (none kept)", z3)):
+                for kind in ("train", "eval"):
+                    expect(got[kind] == one[kind], f"{name} {kind} losses = one process's: {got[kind]} vs {one[kind]}")
+        if z1:
+            ckpt = os.path.join(work, "zero1", "ckpt")
+            step3 = sorted(d for d in os.listdir(ckpt) if "3" in d and os.path.isdir(os.path.join(ckpt, d)))
+            expect(bool(step3), f"no step-3 checkpoint in {ckpt}: {os.listdir(ckpt)}")
+            if step3:
+                resumed = train("resumed", 2, ["parallel.zero_stage=1"], resume=os.path.join(ckpt, step3[0]))
+                if resumed:
+                    tail = [r for r in z1["train"] if r[0] > 3]
+                    expect(resumed["train"] == tail, f"resumed steps 4-{STEPS} = the run that went on: "
+                           f"{resumed['train']} vs {tail}")
+    return testlib.report(failures, "FP8 weight copies: the same losses as a cast in every product")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
