@@ -236,7 +236,8 @@ def calibration(path, out):
         # the FP8 linear layers' forward per shape, its casts included (the planner takes the casts
         # out at the measured bandwidth: ztrain plan's FP8 GEMM efficiency)
         "fp8_linear": [{k: r[k] for k in ("shape", "N", "C", "OC", "bf16_fwd_ms", "fp8_fwd_ms", "fwd_speedup",
-                                          "bwd_speedup")}
+                                          "bwd_speedup", "fp8_fwd_weight_copy_ms", "fp8_bwd_weight_copy_ms")
+                        if k in r}
                        for r in results(res, "fp8") if r.get("check") == "fp8_linear" and "fp8_fwd_ms" in r] or None,
     }
     with open(out, "w") as f:
