@@ -11,10 +11,13 @@ main loops. Per kernel (dtype, head size):
   mma per shared-load instruction (ld.shared and ldmatrix together), and the shared-memory bytes
   the main loop reads per mma (ldmatrix.x4 = 512 bytes a warp, ld.shared.b16 = 64), as 128-byte
   reads per mma: the gate (--min-gain: fewer than the first generation's by this factor, its
-  figures recorded below; --max-reads-per-mma: at most this many).
+  figures recorded below; --max-reads-per-mma: at most this many; the packed-documents instances,
+  which the first generation did not have, at most their figures recorded below).
+Each kernel with and without packed documents' offsets (kDocs): 32 kernels.
 Usage: tools/kernel_report.py [--arch sm_90] [--json FILE] [--fail-on-spills] [--min-gain X]
        [--max-reads-per-mma X] [--plant-register-cap N]
-Exit status 1 with --fail-on-spills when a kernel spills; 77 when nvcc is not found.
+Exit status 1 with --fail-on-spills when a kernel spills beyond the accepted spills below; 77 when
+nvcc is not found.
 """
 import argparse
 import json
@@ -35,6 +38,19 @@ SOURCES = {"fa2": os.path.join(ROOT, "engine", "backend", "cuda", "attention_fa2
 FIRST_GENERATION = {("forward", 64): (2.0, 0.33), ("forward", 128): (2.0, 0.33),
                     ("dkdv", 64): (2.38, 0.3), ("dkdv", 128): (2.69, 0.27),
                     ("dq", 64): (2.0, 0.38), ("dq", 128): (2.0, 0.38)}
+# The packed-documents instances (" docs") have no first-generation counterpart: their figures as
+# this script first reported them (2026-12-06, bf16, sm_90), 128-byte shared reads per mma, are
+# their gate instead (a kernel that reads more fails). The backward ones read each query's first
+# key from shared memory inside the mask, so they read more than the instances without documents
+# (2.35-2.76 against 2.0-2.62): compiling the masked tiles apart, as the forward does, would remove
+# it. Before that date this script took them for other kernels (the kind's last bool), so neither
+# gate saw them.
+DOCS_RECORDED = {("dkdv+dq docs", 64): 2.51, ("dkdv+dq docs", 128): 2.71, ("dkdv docs", 64): 2.51,
+                 ("dkdv docs", 128): 2.76, ("dq docs", 64): 2.35, ("dq docs", 128): 2.18,
+                 ("forward docs", 64): 1.0, ("forward docs", 128): 2.0}
+# Spills accepted, (kind, head size) -> (store bytes, load bytes) at most: tests/cuda/ptxas_resources.py
+# accepts the same one and says why (the dQ pass at 255 registers, packed documents' compare).
+KNOWN_SPILLS = {("dq docs", 128): (8, 12)}
 LAYOUT = os.path.join(ROOT, "engine", "backend", "cuda", "attention_fa2_layout.h")
 SM90 = {"regs": 65536, "smem": 228 * 1024, "smem_reserved": 1024, "threads": 2048, "blocks": 32}
 
@@ -49,6 +65,9 @@ int main() {
   for (int hs : {64, 128}) {
     std::printf("%s\"forward/%d\": %zu, \"dq/%d\": %zu, \"dkdv/%d\": %zu, \"dkdv+dq/%d\": %zu", sep, hs,
                 forward_smem(hs, 2), hs, dq_smem(hs, 2), hs, dkdv_smem(hs, 2), hs, dkdv_smem(hs, 2, true));
+    std::printf(", \"forward docs/%d\": %zu, \"dq docs/%d\": %zu, \"dkdv docs/%d\": %zu, \"dkdv+dq docs/%d\": %zu", hs,
+                forward_smem(hs, 2), hs, dq_smem(hs, 2, true), hs, dkdv_smem(hs, 2, false, true), hs,
+                dkdv_smem(hs, 2, true, true));
     sep = ", ";
   }
   std::printf("}}\n");
@@ -66,15 +85,25 @@ def layout(work):
 
 
 def kernel_key(mangled):
-    # the dK/dV kernel's bool: true also makes dQ (the 5-unit backward), "dkdv+dq"
-    m = re.search(r"attention_(forward|backward_dq|backward_dkdv)_fa2_kernelI(\w+?)Li(\d+)E(?:Lb([01])E)?", mangled)
+    """(kind, dtype, head size) of a FlashAttention-2 kernel's mangled name, else None. Kinds:
+    forward, dq, dkdv, dkdv+dq (the dK/dV kernel's first bool: it also makes dQ, the 5-unit
+    backward), each with " docs" for its packed-documents instance (the last bool of every kernel)."""
+    m = re.search(r"attention_(forward|backward_dq|backward_dkdv)_fa2_kernelI(\w+?)Li(\d+)E((?:Lb[01]E)*)", mangled)
     if not m:
         return None
     kind = {"forward": "forward", "backward_dq": "dq", "backward_dkdv": "dkdv"}[m.group(1)]
-    if m.group(4) == "1":
+    flags = re.findall(r"Lb([01])E", m.group(4))
+    if kind == "dkdv" and flags and flags[0] == "1":
         kind = "dkdv+dq"
+    if len(flags) == (2 if kind.startswith("dkdv") else 1) and flags[-1] == "1":
+        kind += " docs"
     dtype = "bf16" if "bfloat16" in m.group(2) else "fp16"
     return kind, dtype, int(m.group(3))
+
+
+def base_kind(kind):
+    """The kernel without its packed-documents instance or dQ part: the first generation's name."""
+    return kind.replace(" docs", "").split("+")[0]
 
 
 def parse_ptxas_verbose(report):
@@ -168,7 +197,7 @@ def ratio_gain(rows):
     ldmatrix.x4 like a 64-byte load), with the mma per shared-load instruction beside it."""
     out = []
     for x in rows:
-        old = FIRST_GENERATION.get((x["kernel"].split("+")[0], x["head_size"]))  # dkdv+dq: the old dK/dV
+        old = None if "docs" in x["kernel"] else FIRST_GENERATION.get((base_kind(x["kernel"]), x["head_size"]))
         if x["dtype"] != "bf16" or not old or not x["shared_reads_per_mma"]:
             continue
         gain = old[0] / x["shared_reads_per_mma"]
@@ -213,7 +242,8 @@ def main():
                 with open(ptx, "w") as f:
                     f.write(re.sub(r"(\.maxntid [^\n]*\n)", rf"\1.maxnreg {a.plant_register_cap}\n", text))
             regs, loops = ptxas_report(ptx, a.arch, work, a.ptxas_flag), main_loops(ptx)
-            for key in sorted(regs, key=lambda k: (["forward", "dkdv+dq", "dkdv", "dq"].index(k[0]), k[2], k[1])):
+            order = ["forward", "dkdv+dq", "dkdv", "dq"]
+            for key in sorted(regs, key=lambda k: (order.index(k[0].replace(" docs", "")), "docs" in k[0], k[2], k[1])):
                 kind, dtype, hs = key
                 r, mix = regs[key], loops.get(key, {})
                 smem = lay["smem"][f"{kind}/{hs}"] + r.get("static_smem", 0)
@@ -242,16 +272,21 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"arch": a.arch, "kernels": rows}, f, indent=1)
+    def spills_beyond_known(x):
+        known = KNOWN_SPILLS.get((x["kernel"], x["head_size"]), (0, 0))
+        return (x.get("spill_stores") or 0) > known[0] or (x.get("spill_loads") or 0) > known[1]
     spilling = [x for x in rows if x.get("spill_stores") or x.get("spill_loads")]
     gained = ratio_gain(rows)
     print()
     for line, _ in gained:
         print(line)
-    if len(rows) != 16:
-        print(f"FAIL: expected 16 kernels (4 kinds x 2 dtypes x 2 head sizes), found {len(rows)}")
+    if len(rows) != 32:
+        print(f"FAIL: expected 32 kernels (4 kinds x 2 dtypes x 2 head sizes x without and with packed documents), "
+              f"found {len(rows)}")
         return 1
-    if spilling and a.fail_on_spills:
-        print(f"FAIL: spills in {[(x['generation'], x['kernel'], x['dtype'], x['head_size']) for x in spilling]}")
+    unknown_spills = [(x["kernel"], x["dtype"], x["head_size"]) for x in spilling if spills_beyond_known(x)]
+    if unknown_spills and a.fail_on_spills:
+        print(f"FAIL: spills in {unknown_spills}")
         return 1
     short = [line for line, gain in gained if gain < a.min_gain]
     if a.min_gain and (short or len(gained) != 8):
@@ -259,11 +294,14 @@ def main():
               f"{short or 'kernels missing'}")
         return 1
     heavy = [(x["kernel"], x["dtype"], x["head_size"], x["shared_reads_per_mma"]) for x in rows
-             if x["generation"] == "fa2" and (x["shared_reads_per_mma"] or 0) > a.max_reads_per_mma]
+             if x["generation"] == "fa2" and (x["shared_reads_per_mma"] or 0) > (
+                 DOCS_RECORDED.get((x["kernel"], x["head_size"]), 0) + 0.005 if "docs" in x["kernel"]
+                 else a.max_reads_per_mma)]
     if a.max_reads_per_mma and heavy:
         print(f"FAIL: more than {a.max_reads_per_mma} 128-byte shared reads per mma: {heavy}")
         return 1
-    print("\nno kernel spills" if not spilling else f"\nspills: {len(spilling)} kernels")
+    print("\nno kernel spills" if not spilling else f"\nspills: {len(spilling)} kernels (accepted: "
+          f"{sorted(KNOWN_SPILLS)})")
     return 0
 
 
