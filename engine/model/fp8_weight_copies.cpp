@@ -2,7 +2,6 @@
 #include "engine/model/fp8_weight_copies.h"
 
 #include "engine/backend/fp8_recipe.h"
-#include "engine/core/status.h"
 
 namespace zt {
 
@@ -12,14 +11,20 @@ Fp8WeightCopies::~Fp8WeightCopies() {
 
 const void* Fp8WeightCopies::get(const void* w, int OC, int C, int64_t version) {
   if (version < 0) return nullptr;
-  auto [it, made] = copies_.try_emplace(w, Copy{nullptr, OC, C, -1});
+  auto it = copies_.find(w);
+  if (it != copies_.end() && (it->second.OC != OC || it->second.C != C)) {  // another weight at a freed one's address
+    be_.free(it->second.buf);
+    copies_.erase(it);
+    it = copies_.end();
+  }
+  if (it == copies_.end()) {  // allocated before it is recorded: a failed allocation leaves no entry
+    void* buf = be_.alloc(size_t(fp8_recipe::weight_copy_bytes(OC, C)), MemTag::Params);
+    it = copies_.emplace(w, Copy{buf, OC, C, -1}).first;
+  }
   Copy& c = it->second;
-  ZT_CHECK(c.OC == OC && c.C == C, "an FP8 weight copy of ({}, {}) asked for as ({}, {})", c.OC, c.C, OC, C);
-  if (made) c.buf = be_.alloc(size_t(fp8_recipe::weight_copy_bytes(OC, C)), MemTag::Params);
   if (c.version != version) {
     be_.fp8_weight_copy(c.buf, w, OC, C);
     c.version = version;
-    ++casts_;
   }
   return c.buf;
 }

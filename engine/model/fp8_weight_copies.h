@@ -21,8 +21,8 @@ class Fp8WeightCopies {
 
   // The copy of weight w (OC, C) as the parameters are at `version` (resident_params_version):
   // made now when w has none or one of another version; null when version < 0 (none is kept).
+  // Versions are unique across stores, so a copy is never taken for another store's weight.
   const void* get(const void* w, int OC, int C, int64_t version);
-  int64_t casts() const { return casts_; }  // copies made so far (the tests count them)
 
  private:
   struct Copy {
@@ -32,7 +32,6 @@ class Fp8WeightCopies {
   };
   Backend& be_;
   std::unordered_map<const void*, Copy> copies_;  // by the weight's address (in place while resident)
-  int64_t casts_ = 0;
 };
 
 }  // namespace zt

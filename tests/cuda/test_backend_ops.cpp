@@ -332,6 +332,17 @@ int main() {
     G.matmul_backward_fp8(dx_copy.g, nullptr, nullptr, dout.g, x.g, w.g, N, Ch, OC, wg);
     dx_copy.check("matmul_backward_fp8 dinp, weight copy " + tag, tol(kTol));
     dx_copy.check_same_bits(dx, "  = without the copy");
+    // both gradients in one call (the row-parallel layers'), with and without the copy
+    Pair dx_both(C, G, randn(size_t(N) * Ch, 60), dt), dw_a(C, G, std::vector<float>(size_t(OC) * Ch)),
+        dw_b(C, G, std::vector<float>(size_t(OC) * Ch));
+    C.matmul_backward_fp8(dx_both.c, dw_a.fc(), nullptr, dout.c, x.c, w.c, N, Ch, OC, wc);
+    G.matmul_backward_fp8(dx_both.g, dw_a.fg(), nullptr, dout.g, x.g, w.g, N, Ch, OC, wg);
+    C.matmul_backward_fp8(dx_copy.c, dw_b.fc(), nullptr, dout.c, x.c, w.c, N, Ch, OC, nullptr);
+    G.matmul_backward_fp8(dx_copy.g, dw_b.fg(), nullptr, dout.g, x.g, w.g, N, Ch, OC, nullptr);
+    dx_both.check("matmul_backward_fp8 dinp + dweight, copy " + tag, tol(kTol));
+    dx_both.check_same_bits(dx_copy, "  dinp = without the copy");
+    dw_a.check("matmul_backward_fp8 dweight, copy " + tag, 1e-4);
+    dw_a.check_same_bits(dw_b, "  dweight = without the copy");
     Pair w2(C, G, randn(size_t(OC) * Ch, 59), dt), out_stale(C, G, std::vector<float>(size_t(N) * OC), dt);
     C.fp8_weight_copy(wc, w2.c, OC, Ch);
     G.fp8_weight_copy(wg, w2.g, OC, Ch);

@@ -58,7 +58,7 @@ def main():
                     expect(got[kind] == one[kind], f"{name} {kind} losses = one process's: {got[kind]} vs {one[kind]}")
         if z1:
             ckpt = os.path.join(work, "zero1", "ckpt")
-            step3 = sorted(d for d in os.listdir(ckpt) if "3" in d and os.path.isdir(os.path.join(ckpt, d)))
+            step3 = sorted(d for d in os.listdir(ckpt) if d.endswith("_00000003") and os.path.isdir(os.path.join(ckpt, d)))
             expect(bool(step3), f"no step-3 checkpoint in {ckpt}: {os.listdir(ckpt)}")
             if step3:
                 resumed = train("resumed", 2, ["parallel.zero_stage=1"], resume=os.path.join(ckpt, step3[0]))

@@ -436,6 +436,12 @@ TEST_CASE("FP8 linear layers are priced on the FP8 peak with their casts, and re
   planned.backend().reset_work();
   planned.step();  // the next step: the update renewed the parameters, so again once each
   CHECK(weight_copies(planned) == 8);
+  std::vector<std::string> z1_sets = fp8;
+  z1_sets.push_back("parallel.zero_stage=1");  // 2 ranks: the compute copy gathered after the update
+  PlannedJob z1(parse_run_spec(kPlanSpec, "plan.toml", z1_sets), 2, DeviceKind::CUDA);
+  z1.backend().reset_work();
+  z1.step();
+  CHECK(weight_copies(z1) == 8);
   std::vector<std::string> z3_sets = fp8;
   z3_sets.push_back("parallel.zero_stage=3");
   PlannedJob z3(parse_run_spec(kPlanSpec, "plan.toml", z3_sets), 1, DeviceKind::CUDA);
