@@ -53,14 +53,19 @@ Calibration read_calibration(const std::string& path) {
   c.vector = c.memory;
   // the FP8 linear layers' forward per shape (tools/gpu_check.sh's fp8 stage), its casts included:
   // each operand read twice in bf16 (amax, cast) and written once in FP8, at the measured bandwidth,
-  // is taken out; the rest is the FP8 GEMM, a fraction of the GPU's FP8 peak
+  // is taken out; the rest is the FP8 GEMM, a fraction of the GPU's FP8 peak. Where the stage also
+  // timed the forward with the weight cast beforehand (fp8_fwd_weight_copy_ms, as training runs it
+  // at ZeRO 0-2), that time is used: only the input's cast is modelled and taken out.
   if (j.contains("fp8_linear") && j["fp8_linear"].is_array() && measured.gpu.fp8_tflops > 0) {
     double sum = 0;
     int n = 0;
     for (const auto& r : j["fp8_linear"]) {
       const double N = number(r, "N", "fp8_linear[]."), C = number(r, "C", "fp8_linear[]."),
-                   OC = number(r, "OC", "fp8_linear[]."), ms = number(r, "fp8_fwd_ms", "fp8_linear[].");
-      const double casts_s = (N * C + OC * C) * 5.0 / (c.memory * spec->bytes_per_s), gemm_s = ms / 1e3 - casts_s;
+                   OC = number(r, "OC", "fp8_linear[].");
+      const bool copy = r.contains("fp8_fwd_weight_copy_ms");
+      const double ms = number(r, copy ? "fp8_fwd_weight_copy_ms" : "fp8_fwd_ms", "fp8_linear[].");
+      const double cast = N * C + (copy ? 0.0 : OC * C);  // elements cast in the timed call
+      const double casts_s = cast * 5.0 / (c.memory * spec->bytes_per_s), gemm_s = ms / 1e3 - casts_s;
       if (gemm_s <= 0) continue;  // a shape whose casts take all its time tells nothing of the GEMM
       sum += 2.0 * N * C * OC / gemm_s / (measured.gpu.fp8_tflops * 1e12), ++n;
     }
