@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""`ztrain plan` against measurement: for 18 layouts on the CPU backend (ZeRO 0-3, tensor
+"""`ztrain plan` against measurement: for 20 layouts on the CPU backend (ZeRO 0-3, tensor
 parallelism, sequence parallelism, fp32/bf16/fp16, async checkpoints, recompute, Llama, optimizer and parameter offload,
-the early host AdamW), the planner's predicted peak device bytes on rank 0 must equal, to the
+the early host AdamW, FP8's reference with and without its weight copies), the planner's predicted peak device bytes on rank 0 must equal, to the
 byte, the backend allocator's measured peak of a real 2-step run ("rank 0 peak memory ... (N
 bytes)"): the plan builds the trainer's job and runs its step (engine/plan/planned_job.h), so any
 byte apart is a bug; with offload, its pinned host and NVMe bytes within 1% of
@@ -41,6 +41,11 @@ LAYOUTS = [
     (2, ["parallel.zero_stage=2", "offload.optimizer=cpu", "optim.grad_clip=0"]),  # the early host AdamW
     (2, ["parallel.zero_stage=3", "precision.compute=bf16", "offload.optimizer=nvme", "offload.params=nvme",
          "offload.nvme_path=WORK"]),
+    # FP8's CPU reference: the weights' FP8 copies kept at ZeRO-1 (fp8_weight_copies.h), none at ZeRO-3
+    (2, ["parallel.zero_stage=1", "precision.compute=bf16", "precision.fp8=tensorwise", "precision.fp8_layers=all",
+         "precision.fp8_reference=true"]),
+    (2, ["parallel.zero_stage=3", "precision.compute=bf16", "precision.fp8=tensorwise", "precision.fp8_layers=all",
+         "precision.fp8_reference=true"]),
 ]
 
 
