@@ -179,7 +179,7 @@ void PlanBackend::matmul_backward_fp8(void* dinp, float* dweight, float* dbias, 
     count_fp8_product(2.0 * N * C * OC, double(OC) * C + double(N) * OC + double(es()) * N * C, op);
   }
   if (dweight) {
-    autotune_scratch(N, C, OC, dbias);
+    autotune_scratch(N, C, OC, false);  // no BGRADB epilogue in FP8: the bias gradient is a column sum
     count_fp8_cast(double(N) * C, 1, op);  // x^T
     count_fp8_product(2.0 * N * C * OC, double(N) * C + double(N) * OC + 8.0 * OC * C, op);
     if (dbias) count(double(N) * OC, double(es()) * N * OC + 8.0 * OC, false, op);  // column sums of dy
