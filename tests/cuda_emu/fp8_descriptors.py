@@ -8,7 +8,9 @@ FP8"), written out here on their own, not taken from the emulator:
 - A and B E4M3 or E5M2, not both E5M2; D fp32, bf16, fp16 or FP8, and C as the table pairs it;
 - every leading dimension and pointer 16-byte aligned, and k a multiple of 16;
 - a bias epilogue's bias bf16 for a bf16 or fp32 D, fp16 for an fp16 D;
-- and the recipe's own: the tensor-wide A and B scales set (the inverse quantization scales).
+- and the recipe's own: the tensor-wide A and B scales set (the inverse quantization scales), and
+  fast accumulation in the forward products (E4M3 x E4M3) only, not in the gradients' (x E5M2), as
+  torchao's and Transformer Engine's recipes split it.
 All 12 products (4 layers x forward, input gradient, weight gradient) must be there with their
 shapes. A planted record of each kind of violation is caught.
 
@@ -65,6 +67,10 @@ def violations(r):
             v.append(f"bias {bias} with D {d}: the table takes {sorted(BIAS_FOR_D.get(d, set()))}")
     if not (r["a_scale"] and r["b_scale"]):
         v.append("the A or B scale is not set: the product would not be dequantized")
+    forward = a == "E4M3" and b == "E4M3"
+    if r.get("fast_accum") != forward:
+        v.append(f"fast accumulation {'off' if forward else 'on'} in a {'forward' if forward else 'gradient'} "
+                 "product: the recipe has it in the forward only")
     return v
 
 
@@ -107,6 +113,8 @@ def main():
             "no A scale": lambda r: r.update(a_scale=False),
             "a bf16 C with an fp32 D": lambda r: (r["C"].update(type="BF16"), r["D"].update(type="FP32")),
             "an fp16 bias with a bf16 D": lambda r: r.update(epilogue=4, bias_type="FP16"),
+            "fast accumulation in a gradient product": lambda r: (r["B"].update(type="E5M2"),
+                                                                   r.update(fast_accum=True)),
         }
         for name, plant in plants.items():
             r = copy.deepcopy(fp8[0])

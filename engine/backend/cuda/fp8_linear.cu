@@ -182,6 +182,7 @@ void matmul_forward_fp8(Gemm& gemm, T* out, const T* inp, const T* w, const T* b
   a.A = w8, a.lda = C, a.B = x8, a.ldb = C, a.D = out, a.ldd = OC;
   a.ab_type = CUDA_R_8F_E4M3, a.b_type = CUDA_R_8F_E4M3, a.d_type = data_type<T>();
   a.a_scale = w_scales + 1, a.b_scale = r.scales(0) + 1;  // the inverse scales
+  a.fast_accum = true;  // the forward only, as torchao's and Transformer Engine's recipes: not the gradients
   // the bias in the epilogue where the FP8 table's bias type is the output's (16-bit outputs; an
   // fp32 output takes a bf16 bias there): else added after
   const bool fused_bias = bias && sizeof(T) == 2;

@@ -105,7 +105,7 @@ Gemm::Key Gemm::key_of(const Args& a) const {
   const int al_epi = alignment(a.bias) * 512 + alignment(a.aux);
   return Key{a.ta * 2 + a.tb, a.m, a.n, a.k, a.lda, a.ldb, a.ldd, int(a.ab_type) * 64 + int(a.d_type),
              a.epilogue, int(a.bias_type), a.aux_ld, al_a, al_b, al_d * 2 + (a.beta != 0), al_epi,
-             (a.b_type + 1) * 4 + (a.a_scale != nullptr) * 2 + (a.b_scale != nullptr)};
+             (a.b_type + 1) * 8 + (a.a_scale != nullptr) * 4 + (a.b_scale != nullptr) * 2 + a.fast_accum};
 }
 
 Gemm::Plan& Gemm::plan(const Args& a, cudaStream_t s) {
@@ -131,6 +131,10 @@ Gemm::Plan& Gemm::plan(const Args& a, cudaStream_t s) {
   if (a.bias) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &a.bias, sizeof a.bias);
   if (a.aux) cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a.aux, sizeof a.aux);
   set_scales(desc, a);
+  if (a.fast_accum) {
+    const int8_t on = 1;
+    cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &on, sizeof on);
+  }
   const cudaDataType_t b_type = a.b_type < 0 ? a.ab_type : cudaDataType_t(a.b_type);
   cublasLtMatrixLayout_t la, lb, ld;
   lt_check(cublasLtMatrixLayoutCreate(&la, a.ab_type, a.ta ? a.k : a.m, a.ta ? a.m : a.k, a.lda), "layout A");

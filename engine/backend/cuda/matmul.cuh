@@ -63,6 +63,9 @@ class Gemm {
     int b_type = -1;
     const float* a_scale = nullptr;
     const float* b_scale = nullptr;
+    // FP8 only: cuBLASLt's fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM: partial sums not
+    // promoted to fp32 as often; faster on Hopper, less accurate)
+    bool fast_accum = false;
   };
   // False when no algorithm exists and `may_fail`; otherwise failures throw.
   bool run(const Args& a, cudaStream_t s, bool may_fail = false);

@@ -688,7 +688,8 @@ void dump_matmul(const cublasLtMatmulDescOpaque_t& d, const cublasLtMatrixLayout
                      "\", \"epilogue\": " + std::to_string(d.epilogue) + ", \"bias_type\": \"" +
                      (d.bias_data_type < 0 ? "unset" : type_name(d.bias_data_type)) +
                      "\", \"a_scale\": " + (d.a_scale ? "true" : "false") + ", \"b_scale\": " +
-                     (d.b_scale ? "true" : "false") + ", \"alpha\": " + std::to_string(alpha) +
+                     (d.b_scale ? "true" : "false") + ", \"fast_accum\": " + (d.fast_accum ? "true" : "false") +
+                     ", \"alpha\": " + std::to_string(alpha) +
                      ", \"beta\": " + std::to_string(beta);
   const char* names[4] = {"A", "B", "C", "D"};
   for (int i = 0; i < 4; ++i)
