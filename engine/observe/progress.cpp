@@ -103,8 +103,11 @@ void Progress::step_done(int64_t s, const StepResult& r) {
     if (spec_.data.packing != Packing::None)  // fine-tuning: what the step trained on
       scaling += fmt::format(" | {} docs, {} loss tokens ({:.0f} loss tok/s)", r.documents, tokens_short(double(r.loss_tokens)),
                              r.step_ms > 0 ? double(r.loss_tokens) / (r.step_ms / 1e3) : 0.0);
-    if (predicted_step_ms > 0 && mean_step_ms_ > 0)  // the planner's step beside the measured mean
-      scaling += fmt::format(" | plan {:.3g} ms, measured {:.3g}x", predicted_step_ms, mean_step_ms_ / predicted_step_ms);
+    if (predicted_step_ms > 0 && mean_step_ms_ > 0) {  // the planner's step beside the measured mean
+      const double ratio = mean_step_ms_ / predicted_step_ms;  // no exponent: "32500x", not "3.25e+04x"
+      scaling += fmt::format(" | plan {:.3g} ms, measured {}x", predicted_step_ms,
+                             ratio < 100 ? fmt::format("{:.2f}", ratio) : fmt::format("{:.0f}", ratio));
+    }
     const double left_s = (mean_step_ms_ > 0 ? mean_step_ms_ : r.step_ms) * double(t.max_steps - done) / 1e3;
     std::printf("step %lld/%lld | loss %.4f | lr %.3e | grad_norm %s | %.0f tok/s | MFU %.1f%% | %.1f ms (%s)%s | "
                 "left %s\n",

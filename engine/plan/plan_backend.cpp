@@ -136,7 +136,7 @@ void PlanBackend::matmul_backward(void* dinp, float* dweight, float* dbias, cons
   const double dw_bytes = double(es()) * (double(N) * OC + double(N) * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0);
   if (dweight) {
     cuda_scratch_for(cuda_scratch::matmul_backward(OC, dbias != nullptr));
-    autotune_scratch(N, C, OC, dbias);
+    autotune_scratch(N, C, OC, dbias ? Timed::Bgradb : Timed::Plain);
   }
   if (dinp && dweight) return count(4.0 * N * C * OC, dx_bytes + dw_bytes, true);
   if (dinp) count(2.0 * N * C * OC, dx_bytes, true);
@@ -179,7 +179,7 @@ void PlanBackend::matmul_backward_fp8(void* dinp, float* dweight, float* dbias, 
     count_fp8_product(2.0 * N * C * OC, double(OC) * C + double(N) * OC + double(es()) * N * C, op);
   }
   if (dweight) {
-    autotune_scratch(N, C, OC, false);  // no BGRADB epilogue in FP8: the bias gradient is a column sum
+    autotune_scratch(N, C, OC, Timed::Fp8);  // no BGRADB epilogue in FP8: the bias gradient is a column sum
     count_fp8_cast(double(N) * C, 1, op);  // x^T
     count_fp8_product(2.0 * N * C * OC, double(N) * C + double(N) * OC + 8.0 * OC * C, op);
     if (dbias) count(double(N) * OC, double(es()) * N * OC + 8.0 * OC, false, op);  // column sums of dy
@@ -189,7 +189,7 @@ void PlanBackend::matmul_gelu_backward(void*, float*, float* dbias, const void*,
                                        const void*, int N, int C, int OC) {
   // as matmul_backward, with gelu'(pre) applied as dinp is written: one more read (pre), no pass
   cuda_scratch_for(cuda_scratch::matmul_backward(OC, dbias != nullptr));
-  autotune_scratch(N, C, OC, dbias);
+  autotune_scratch(N, C, OC, dbias ? Timed::Bgradb : Timed::Plain);
   count(4.0 * N * C * OC + 12.0 * N * C,
         double(es()) * (2.0 * N * OC + double(OC) * C + 3.0 * N * C) + 8.0 * OC * C + (dbias ? 8.0 * OC : 0), true);
 }
@@ -210,10 +210,13 @@ void PlanBackend::cuda_scratch_for(int64_t floats) {
   scratch_bytes_ = bytes;
 }
 
-void PlanBackend::autotune_scratch(int N, int C, int OC, bool bias) {
-  if (kind_ != DeviceKind::CUDA || deterministic() || !timed_.insert({N, C, OC, bias}).second) return;
-  // the weight gradient's algorithms timed into a scratch (C, OC) output; with a bias, then the
-  // BGRADB epilogue against the column sums into that and a scratch bias gradient (Gemm::bgradb_pays)
+void PlanBackend::autotune_scratch(int N, int C, int OC, Timed what) {
+  if (kind_ != DeviceKind::CUDA || deterministic() || !timed_.insert({N, C, OC, what}).second) return;
+  if (what == Timed::Bgradb) timed_.insert({N, C, OC, Timed::Plain});  // Gemm::bgradb_pays times it too
+  // the weight gradient's algorithms timed into a scratch (C, OC) output; with BGRADB, then the
+  // epilogue against the column sums into that and a scratch bias gradient (Gemm::bgradb_pays):
+  // the largest of those transient allocations
+  const bool bias = what == Timed::Bgradb;
   free(alloc((size_t(C) + (bias ? 1 : 0)) * size_t(OC) * sizeof(float), MemTag::Other, MemKind::Device));
 }
 

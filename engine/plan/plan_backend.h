@@ -146,7 +146,10 @@ class PlanBackend final : public Backend {
   // the CUDA GEMMs' choice by measurement: the first weight-gradient GEMM of each shape is timed
   // into a scratch copy of its fp32 output, taken and given back at once (matmul.cu, fastest and
   // bgradb_pays)
-  void autotune_scratch(int N, int C, int OC, bool bias);
+  // Which weight-gradient GEMM the real autotune times (Gemm's plans, by types and epilogue): a plain
+  // accumulating one, one with the BGRADB epilogue (which also times the plain one), an FP8 one.
+  enum class Timed { Plain, Bgradb, Fp8 };
+  void autotune_scratch(int N, int C, int OC, Timed what);
 
   DeviceKind kind_;
   MemoryStats stats_;
@@ -159,7 +162,7 @@ class PlanBackend final : public Backend {
   uintptr_t next_ = uintptr_t(1) << 40;  // never dereferenced: outside any mapping
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
-  std::set<std::tuple<int, int, int, bool>> timed_;  // autotune_scratch's shapes (and bias)
+  std::set<std::tuple<int, int, int, Timed>> timed_;  // the GEMMs autotune_scratch has timed
   std::set<std::string> ops_called_;
   Work work_;
   std::vector<Op> ops_;

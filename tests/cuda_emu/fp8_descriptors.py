@@ -115,6 +115,9 @@ def main():
             "an fp16 bias with a bf16 D": lambda r: r.update(epilogue=4, bias_type="FP16"),
             "fast accumulation in a gradient product": lambda r: (r["B"].update(type="E5M2"),
                                                                    r.update(fast_accum=True)),
+            "a forward product without fast accumulation": lambda r: (r["A"].update(type="E4M3"),
+                                                                       r["B"].update(type="E4M3"),
+                                                                       r.update(fast_accum=False)),
         }
         for name, plant in plants.items():
             r = copy.deepcopy(fp8[0])
