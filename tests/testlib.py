@@ -193,6 +193,21 @@ def emulated_gpus(ap):
     return args, mpi_env(ZTRAIN_CUDA_PLUGIN=args.plugin, ZTRAIN_NCCL_PLUGIN=args.nccl)
 
 
+@contextlib.contextmanager
+def emulated_test(prefix, n_words, seed, ap=None):
+    """What a test of ranks on emulated GPUs starts with (emulated_gpus, then as mpi_test): yields
+    (args, env, failures, expect, work, data), data a byte-level dataset of n_words generated words.
+    Exits with SKIP at once when mpirun is missing."""
+    setup = emulated_gpus(ap or arg_parser())
+    if setup is None:
+        sys.exit(SKIP)
+    args, env = setup
+    failures, expect = checks(echo=True)
+    with workdir(prefix) as work:
+        yield args, env, failures, expect, work, make_byte_dataset(args.tokenize, os.path.join(work, "data"),
+                                                                   n_words, seed)
+
+
 def require(*modules, what=None, hint=None):
     """The named modules, imported; where one is missing, prints a SKIP line naming `what` (default:
     the modules) and the ImportError, then `hint` (how to install them), and exits SKIP."""

@@ -34,13 +34,7 @@ CASES = [  # name, model, ranks, [parallel] keys (GPT-2 on one GPU: the planted 
 def main():
     ap = testlib.arg_parser()
     ap.add_argument("--mutant", required=True, help="libztrain_cuda_emu_mutant_fp8_scale_not_inverted.so")
-    setup = testlib.emulated_gpus(ap)
-    if setup is None:
-        return testlib.SKIP
-    args, env = setup
-    failures, expect = testlib.checks(echo=True)
-    with testlib.workdir("fp8_parity") as work:
-        data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 5)
+    with testlib.emulated_test("fp8_parity", 20000, 5, ap) as (args, env, failures, expect, work, data):
 
         def train(name, model, ranks, keys, fp8, steps, run_env):
             out = os.path.join(work, name)

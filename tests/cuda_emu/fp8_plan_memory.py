@@ -16,13 +16,7 @@ import testlib  # noqa: E402
 
 
 def main():
-    setup = testlib.emulated_gpus(testlib.arg_parser())
-    if setup is None:
-        return testlib.SKIP
-    args, env = setup
-    failures, expect = testlib.checks(echo=True)
-    with testlib.workdir("zt_fp8_plan_") as work:
-        data = testlib.make_byte_dataset(args.tokenize, os.path.join(work, "data"), 20000, 5)
+    with testlib.emulated_test("zt_fp8_plan_", 20000, 5) as (args, env, failures, expect, work, data):
         spec = testlib.tiny_spec(
             os.path.join(work, "spec.toml"), os.path.join(work, "run"), data, seed=3, device="cuda",
             model={"n_layer": 2, "n_head": 2, "d_model": 64, "d_ff": 256, "vocab_size": 260, "seq_len": 32},
