@@ -24,7 +24,7 @@ void fp8_weight_copy(uint8_t* copy, const float* weight, int OC, int C) {
   std::vector<float> q(static_cast<size_t>(n));
   float* scales = reinterpret_cast<float*>(copy);
   scales[1] = fp8_quantize(weight, n, fp8_recipe::kForward, q.data());
-  scales[0] = 1.0f / scales[1];  // not read by the products: the GPU's copy holds it too
+  scales[0] = 1.0f / scales[1];  // the scale beside its inverse, as the GPU's copy holds them (the products read [1])
   uint8_t* bytes = copy + fp8_recipe::kWeightScalesBytes;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) bytes[i] = fp8::from_float(q[i], fp8_recipe::kForward);  // exact: q is an FP8 value
@@ -37,6 +37,7 @@ float weight_fp8(const float* weight, const uint8_t* copy, int OC, int C, std::v
   w.resize(size_t(n));
   if (!copy) return fp8_quantize(weight, n, fp8_recipe::kForward, w.data());
   const uint8_t* bytes = copy + fp8_recipe::kWeightScalesBytes;
+#pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) w[size_t(i)] = fp8::to_float(bytes[i], fp8_recipe::kForward);
   return reinterpret_cast<const float*>(copy)[1];
 }
