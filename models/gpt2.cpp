@@ -112,10 +112,10 @@ std::string GPT2::describe() const {
 std::array<DecoderLM::LinearShape, DecoderLM::kBlockLinears> GPT2::block_linears() const {
   const int64_t C = cfg_.d_model, F = cfg_.d_ff;
   const int64_t Ca = C_l_, Fl = F_l_;  // this rank's heads' width and MLP columns
-  return {{{"attn.c_attn", 3 * C, C, 3 * Ca, C},
-           {"attn.c_proj", C, C, C, Ca},
-           {"mlp.c_fc", F, C, Fl, C},
-           {"mlp.c_proj", C, F, C, Fl}}};
+  return {{{"attn.c_attn", 3 * C, C, 3 * Ca, C, 2},  // the block's tensors: block_params' order
+           {"attn.c_proj", C, C, C, Ca, 4},
+           {"mlp.c_fc", F, C, Fl, C, 8},
+           {"mlp.c_proj", C, F, C, Fl, 10}}};
 }
 
 template <typename P>

@@ -156,17 +156,18 @@ std::string Llama::describe() const {
 std::array<DecoderLM::LinearShape, DecoderLM::kBlockLinears> Llama::block_linears() const {
   const int64_t C = cfg_.d_model, F = cfg_.d_ff, q = int64_t(cfg_.n_head) * cfg_.head_size(),
                 kv = int64_t(cfg_.n_kv_head) * cfg_.head_size();
-  return {{{"q|k|v", q + 2 * kv, C, w_.qkv, C},
-           {"o", C, q, C, w_.q},
-           {"gate|up", 2 * F, C, 2 * w_.f, C},
-           {"down", C, F, C, w_.f}}};
+  const size_t o = o_tensor(), norm2 = norm2_tensor();
+  return {{{"q|k|v", q + 2 * kv, C, w_.qkv, C, 1},
+           {"o", C, q, C, w_.q, o},
+           {"gate|up", 2 * F, C, 2 * w_.f, C, norm2 + 1},
+           {"down", C, F, C, w_.f, norm2 + 3}}};
 }
 
 template <typename P>
 Llama::BlockParams<P> Llama::block_params(P g, int l) const {
   const size_t first = table_.groups()[1 + l].first_param;  // the block's tensors, in table order
   auto p = [&](size_t k) { return at(g, first + k); };
-  const size_t o = cfg_.qkv_bias ? 7 : 4, norm2 = o + (cfg_.qk_norm ? 3 : 1);
+  const size_t o = o_tensor(), norm2 = norm2_tensor();
   // q (k, v follow), o, norm2, gate (up follows), down; the q bias (k's and v's follow), the norms
   return {p(0), p(1), p(o), p(norm2), p(norm2 + 1), p(norm2 + 3),
           cfg_.qkv_bias ? p(4) : P{}, cfg_.qk_norm ? p(o + 1) : P{}, cfg_.qk_norm ? p(o + 2) : P{}};

@@ -134,6 +134,10 @@ class Llama final : public DecoderLM {
   static std::vector<ActSlot> activation_slots(const LlamaConfig& cfg, int max_batch, int tp, Acts& a);
   template <typename P>
   BlockParams<P> block_params(P group_base, int l) const;
+  // The places among a block's tensors (table order) of o_proj's weight and of the second norm
+  // (the optional q|k|v biases and q/k norms come before them)
+  size_t o_tensor() const { return cfg_.qkv_bias ? 7 : 4; }
+  size_t norm2_tensor() const { return o_tensor() + (cfg_.qk_norm ? 3 : 1); }
   BlockActs block_acts(int l) const;
   // The activations backward needs that recompute dropped, for block l whose input is `in`.
   void recompute_block(int l, const BlockParams<void*>& w, const void* in);

@@ -220,8 +220,20 @@ class DeviceOps {
   // += column sums of the unquantized dout. `weight_copy` (may be null: the weight is cast here):
   // the weight's FP8 copy that fp8_weight_copy made from `weight` as it is now. Shapes
   // fp8_recipe::applies() refuses run as matmul_forward / matmul_backward (no copy is made for
-  // them). The CPU backend computes the recipe as its reference.
+  // them). The CPU backend computes the recipe as its reference. `weight` may be null where
+  // `weight_copy` is given (ZeRO-3 gathered the copy alone): a product that cannot run in FP8 then
+  // fails, naming [precision] fp8_all_gather.
   virtual void fp8_weight_copy(void* copy, const void* weight, int OC, int C) { unsupported("fp8_weight_copy"); }
+  // A weight's copy cast piece by piece (ZeRO-3's FP8 shards, engine/parallel/param_store.h), with
+  // the scale of the whole weight: fp8_amax: amax[0] = max(amax[0], max |x|) over x's n
+  // compute-type elements; fp8_cast_with_amax: scales[0] = fp8_recipe::scale_for(amax[0]) (E4M3),
+  // scales[1] = its inverse, q (n bytes) = x in E4M3 times that scale. With amax[0] the whole
+  // weight's, the pieces' bytes and scales are fp8_weight_copy's (amax and scales: 1 and 2 floats
+  // in device memory).
+  virtual void fp8_amax(float* amax, const void* x, int64_t n) { unsupported("fp8_amax"); }
+  virtual void fp8_cast_with_amax(void* q, float* scales, const void* x, int64_t n, const float* amax) {
+    unsupported("fp8_cast_with_amax");
+  }
   virtual void matmul_forward_fp8(void* out, const void* inp, const void* weight, const void* bias, int N, int C,
                                   int OC, const void* weight_copy) { unsupported("matmul_forward_fp8"); }
   virtual void matmul_backward_fp8(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,

@@ -53,7 +53,7 @@ const std::vector<std::string>& DeviceOps::op_names() {
   static const std::vector<std::string> names = {
       "embedding_forward", "embedding_backward", "layernorm_forward", "residual_layernorm_forward",
       "layernorm_backward", "matmul_forward", "matmul_gelu_forward", "matmul_backward", "matmul_gelu_backward",
-      "fp8_weight_copy", "matmul_forward_fp8", "matmul_backward_fp8",
+      "fp8_weight_copy", "fp8_amax", "fp8_cast_with_amax", "matmul_forward_fp8", "matmul_backward_fp8",
       "attention_forward", "attention_backward", "rmsnorm_forward", "residual_rmsnorm_forward", "rmsnorm_backward",
       "head_rmsnorm_forward", "head_rmsnorm_backward", "rope", "swiglu_forward", "swiglu_backward", "gelu_forward", "gelu_backward", "softmax_crossentropy", "logits_row_max",
       "logits_row_sumexp", "logits_pick_target", "crossentropy_grad_from_lse", "add_rows_scaled", "dropout", "add", "scale",

@@ -62,6 +62,7 @@ constexpr int64_t attention_backward(int B, int T, int C, int NH, size_t elem, b
 // partials after them.
 // a weight's FP8 copy: its amax's block maxima
 constexpr int64_t fp8_weight_copy() { return fp8_recipe::kScalarsBytes / 4; }
+constexpr int64_t fp8_amax() { return fp8_recipe::kScalarsBytes / 4; }  // its block maxima
 constexpr int64_t matmul_forward_fp8(int N, int C, int OC) { return fp8_recipe::forward_scratch_bytes(N, C, OC) / 4; }
 constexpr int64_t matmul_backward_fp8(int N, int C, int OC, bool bias) {
   return fp8_recipe::backward_scratch_bytes(N, C, OC) / 4 + matmul_backward(OC, bias);

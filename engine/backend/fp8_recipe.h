@@ -8,6 +8,8 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <stdexcept>
 
 #include "engine/core/fp8.h"
 
@@ -49,5 +51,16 @@ constexpr int64_t backward_scratch_bytes(int64_t N, int64_t C, int64_t OC) {
 // in each product, since the weight and so its scale are the same until the next update.
 constexpr int64_t kWeightScalesBytes = 256;
 constexpr int64_t weight_copy_bytes(int64_t OC, int64_t C) { return kWeightScalesBytes + round256(OC * C); }
+
+// A product handed a weight copy without the weight (ZeRO-3 gathered the copy alone) that cannot
+// run in FP8 after all (no FP8 algorithm): the error it fails with.
+inline std::runtime_error weight_only_in_fp8(const char* pass, int N, int C, int OC) {
+  char msg[400];
+  std::snprintf(msg, sizeof msg,
+                "FP8: the %s of a (%d, %d) x (%d, %d) linear layer cannot run in FP8, and ZeRO-3 gathered its weight "
+                "as FP8 bytes only: set [precision] fp8_all_gather = false to gather it in the compute type",
+                pass, N, C, OC, C);
+  return std::runtime_error(msg);
+}
 
 }  // namespace zt::fp8_recipe

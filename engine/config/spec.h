@@ -128,6 +128,7 @@ struct RunSpec {
     Fp8Recipe fp8 = Fp8Recipe::None;
     Fp8Layers fp8_layers = Fp8Layers::Auto;
     bool fp8_reference = false;  // the CPU backend runs the recipe's reference (numerics checks)
+    bool fp8_all_gather = true;  // ZeRO-3 gathers the FP8 layers' weights as FP8 bytes
   } precision;
   struct Parallel {
     int64_t tensor = 1;       // tensor-parallel degree T; data-parallel D = world / T

@@ -96,6 +96,7 @@ const std::vector<SpecKey>& spec_schema() {
       ZT_RANGED(precision, min_scale, false, above(0), "fp16 dynamic loss scaling: overflow at this scale stops the run"),
       ZT_CHOICE(precision, fp8, "the transformer blocks' linear layers in FP8: \"none\" or \"tensorwise\" (per-tensor current scaling: E4M3 inputs and weights, E5M2 output gradients, fp32 accumulation; needs FP8 tensor cores, compute capability 8.9+)"),
       ZT_CHOICE(precision, fp8_layers, "which linear layers fp8 converts: \"auto\" (not those too small to gain: weight (out, in) with out <= 4096 and in <= 1024, torchao's H100 rule) or \"all\" (every one whose sizes are multiples of 16)"),
+      ZT_KEY(precision, fp8_all_gather, false, "ZeRO-3 with fp8: each rank casts its shards of the FP8 layers' weights once per update, with the whole weight's scale, and the passes gather those bytes (half the traffic of the compute type; the same numbers as casting the gathered weight); false gathers them in the compute type and casts in each product. No effect below ZeRO-3 (the weights are cast once per update there)"),
       ZT_KEY(precision, fp8_reference, false, "CPU backend only: run fp8's recipe as its quantize-dequantize reference, to check its numerics (no speed-up; slower than without)"),
       ZT_RANGED(parallel, tensor, false, at_least(1), "tensor-parallel degree (data-parallel = world / tensor)"),
       ZT_RANGED(parallel, zero_stage, false, between(0, 3), "ZeRO stage 0-3 over the data-parallel group"),

@@ -19,6 +19,7 @@ struct ZeroPlacement {
   double buffer_mb = 16;    // NVMe: MiB per I/O request
   int io_depth = 4;         // NVMe: requests in flight
   int host_threads = 0;     // the host optimizer's threads (0 = all cores)
+  bool fp8_all_gather = true;  // stage 3: the FP8 layers' weights travel as FP8 bytes ([precision])
   // The planner's store (engine/plan/layout_plan.cpp): the tiers count their memory and work in
   // the backend's books and create no files (engine/offload/state_tier.h).
   bool count_only = false;
@@ -34,7 +35,8 @@ struct ZeroPlacement {
         nvme_path(spec.offload.nvme_path),
         buffer_mb(spec.offload.buffer_mb),
         io_depth(int(spec.offload.io_depth)),
-        host_threads(int(spec.run.threads)) {}
+        host_threads(int(spec.run.threads)),
+        fp8_all_gather(spec.precision.fp8_all_gather) {}
 
   bool offloads_optimizer() const { return optimizer != Tier::Device; }
   bool offloads_params() const { return params != Tier::Device; }

@@ -77,9 +77,12 @@ Job::Job(const RunSpec& spec_in, Topology& topo_in, Backend& backend_in, const Z
       backend(backend_in),
       micro_batches(micro_batches_per_step(spec, topo)),
       model(build_model(spec, topo, backend, std::move(given))),
-      base(model->adapter_table() ? std::make_unique<ParamStore>(model->table(), backend, topo, placement, true)
-                                  : nullptr),
-      store(std::make_unique<ParamStore>(store_table(*model), backend, topo, placement)),
+      // the FP8 products' weights to the store of the model's own table (LoRA: the frozen base)
+      base(model->adapter_table()
+               ? std::make_unique<ParamStore>(model->table(), backend, topo, placement, true, model->fp8_weights())
+               : nullptr),
+      store(std::make_unique<ParamStore>(store_table(*model), backend, topo, placement, false,
+                                         base ? std::vector<Fp8WeightRange>{} : model->fp8_weights())),
       optimizer(std::make_unique<AdamW>(spec.optim, store->optimizer_backend())),
       early(*store),
       scaler(spec.precision, backend.compute_dtype()),

@@ -35,6 +35,9 @@ void DecoderLM::begin_batch(int B, int T, int seq_len, const char* model, bool t
   if (lora_) lora_->set_batch(training, origin_seed_, origin_sample_ * uint64_t(seq_len));
   cur_B_ = B;
   cur_T_ = T;
+  // every FP8 product of the batch has B*T rows: FP8 weights serve them where those are in 16s
+  if (std::any_of(fp8_.begin(), fp8_.end(), [](bool on) { return on; }))
+    prov_->set_fp8_products(fp8_recipe::applies(int64_t(B) * T, 16, 16));
 }
 
 std::vector<ActSlot> DecoderLM::sequence_slots(SequenceActs& s, bool sequence_parallel, int tp, int64_t max_rows,
@@ -64,21 +67,40 @@ std::string DecoderLM::fp8_note() const {
   return names.empty() ? "" : ", FP8 linear layers: " + names;
 }
 
-const void* DecoderLM::fp8_weight_copy(const void* w, int64_t N, int C, int OC) {
-  if (!fp8_recipe::applies(N, C, OC)) return nullptr;  // the product runs in the compute type
-  return fp8_copies_.get(w, OC, C, prov_->resident_params_version());
+std::vector<Fp8WeightRange> DecoderLM::fp8_weights() const {
+  std::vector<Fp8WeightRange> ws;
+  const std::array<LinearShape, kBlockLinears> shapes = block_linears();
+  for (int g = 1; g < head_group(); ++g)  // the blocks' groups
+    for (int l = 0; l < kBlockLinears; ++l)
+      if (fp8_[l]) {
+        const size_t first = table_.groups()[size_t(g)].first_param + shapes[l].first_tensor;
+        ws.push_back({g, size_t(table_.group_rel(first)), size_t(shapes[l].local_out * shapes[l].local_in)});
+      }
+  return ws;
+}
+
+DecoderLM::Fp8Operand DecoderLM::fp8_weight(const void* w, int64_t N, int C, int OC) {
+  const void* gathered = prov_->gathered_fp8_copy(w);
+  if (!fp8_recipe::applies(N, C, OC)) {  // the product runs in the compute type
+    ZT_CHECK(!gathered, "a ({}, {}) weight gathered in FP8 for a product of {} rows", OC, C, N);
+    return {nullptr, w};
+  }
+  if (gathered) return {gathered, nullptr};
+  return {fp8_copies_.get(w, OC, C, prov_->resident_params_version()), w};
 }
 
 void DecoderLM::linear_forward(BlockLinear l, void* y, const void* x, const void* w, const void* b, int64_t N, int C,
                                int OC) {
-  if (fp8_[l]) be_.matmul_forward_fp8(y, x, w, b, int(N), C, OC, fp8_weight_copy(w, N, C, OC));
-  else be_.matmul_forward(y, x, w, b, int(N), C, OC);
+  if (!fp8_[l]) return be_.matmul_forward(y, x, w, b, int(N), C, OC);
+  const Fp8Operand op = fp8_weight(w, N, C, OC);
+  be_.matmul_forward_fp8(y, x, op.w, b, int(N), C, OC, op.copy);
 }
 
 void DecoderLM::linear_backward(BlockLinear l, void* dx, float* dw, float* db, const void* dy, const void* x,
                                 const void* w, int64_t N, int C, int OC) {
-  if (fp8_[l]) be_.matmul_backward_fp8(dx, dw, db, dy, x, w, int(N), C, OC, dx ? fp8_weight_copy(w, N, C, OC) : nullptr);
-  else be_.matmul_backward(dx, dw, db, dy, x, w, int(N), C, OC);
+  if (!fp8_[l]) return be_.matmul_backward(dx, dw, db, dy, x, w, int(N), C, OC);
+  const Fp8Operand op = fp8_weight(w, N, C, OC);  // the weight gradient alone reads neither
+  be_.matmul_backward_fp8(dx, dw, db, dy, x, op.w, int(N), C, OC, dx ? op.copy : nullptr);
 }
 
 void DecoderLM::column_parallel_backward(BlockLinear l, void* dx_local, float* dw, float* db, const void* dout, const void* x_local,

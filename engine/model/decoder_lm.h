@@ -40,6 +40,7 @@ class DecoderLM : public Model {
   }
   double take_losses() override { return loss_.take(); }
   void set_fp8(Fp8Layers which) override;
+  std::vector<Fp8WeightRange> fp8_weights() const override;
 
  protected:
   // Buffers for batches of up to max_batch sequences of seq_len tokens, d_model wide, a
@@ -70,6 +71,7 @@ class DecoderLM : public Model {
     const char* name;
     int64_t out, in;              // the whole layer's weight (nn.Linear's (out, in)): fp8_layers' rule
     int64_t local_out, local_in;  // this rank's part of it (tensor parallelism): what its GEMMs take
+    size_t first_tensor;          // the weight's (first) tensor among its block's, in table order
   };
   virtual std::array<LinearShape, kBlockLinears> block_linears() const = 0;
   bool fp8(BlockLinear l) const { return fp8_[l]; }
@@ -158,8 +160,13 @@ class DecoderLM : public Model {
   bool last_logits_ready_ = false;  // the last forward was an inference forward (head_forward)
   std::array<bool, kBlockLinears> fp8_{};  // set_fp8
   Fp8WeightCopies fp8_copies_{be_};
-  // W (OC, C)'s FP8 copy for products of N rows, or null: none is kept, or the product is not in FP8
-  const void* fp8_weight_copy(const void* w, int64_t N, int C, int OC);
+  // What an FP8 product of N rows takes for W (OC, C): its FP8 copy (null: none is kept, or the
+  // product is not in FP8) and its compute-type values (null where only the copy was gathered).
+  struct Fp8Operand {
+    const void* copy;
+    const void* w;
+  };
+  Fp8Operand fp8_weight(const void* w, int64_t N, int C, int OC);
 };
 
 }  // namespace zt

@@ -12,15 +12,22 @@
 
 namespace zt {
 
-// Where the full parameters and the gradient accumulator of a parameter group live while the
-// model uses them. engine/parallel/zero_provider.h implements it for every ZeRO stage: with
-// stage 3 params() gathers the group's shards (prefetching along the announced order) and
-// release_params() frees them; with stages 2-3 grads_done() starts the group's reduce-scatter.
 // Activation recompute ([train] recompute): what a model keeps between forward and backward.
 inline const char* recompute_note(Recompute r) {  // for Model::describe()
   return r == Recompute::Full ? ", full recompute" : r == Recompute::Selective ? ", selective recompute" : "";
 }
 
+// A weight that FP8 linear products read (a block's linear layer: one tensor, or a packed run of
+// them such as Llama's q|k|v): its parameter group and its elements in the group.
+struct Fp8WeightRange {
+  int group = 0;
+  size_t rel = 0, numel = 0;
+};
+
+// Where the full parameters and the gradient accumulator of a parameter group live while the
+// model uses them. engine/parallel/param_store.h implements it for every ZeRO stage: with
+// stage 3 params() gathers the group's shards (prefetching along the announced order) and
+// release_params() frees them; with stages 2-3 grads_done() starts the group's reduce-scatter.
 class ParamProvider {
  public:
   virtual ~ParamProvider() = default;
@@ -34,6 +41,13 @@ class ParamProvider {
   // gathers them anew (stage 3). What the model derives from its parameters and keeps (the FP8
   // weight copies) is kept only while this number stays the same.
   virtual int64_t resident_params_version() const { return -1; }
+  // ZeRO-3's FP8 gather ([precision] fp8_all_gather): whether the coming passes' FP8 products take
+  // FP8 weights (their rows are in multiples of 16); false: every weight comes in the compute type.
+  virtual void set_fp8_products(bool on) { (void)on; }
+  // The FP8 copy (fp8_recipe::weight_copy_bytes' layout) of the weight at `w` in params()'s
+  // memory, where the provider gathered that weight as FP8 bytes: its compute-type values are
+  // then absent (the copy lies in their place). Null: the weight is there in the compute type.
+  virtual const void* gathered_fp8_copy(const void* w) const { (void)w; return nullptr; }
 };
 
 // The positions of `targets` (n) that carry loss (target >= 0).
@@ -72,6 +86,9 @@ class Model {
   // FP8 from now on, as `which` chooses (engine/backend/fp8_recipe.h). A model without FP8 linear
   // layers refuses (UserError).
   virtual void set_fp8(Fp8Layers which);
+  // The weights the FP8 products read, after set_fp8 (none without FP8): the store that holds this
+  // model's table may keep them as FP8 shards (engine/parallel/param_store.h).
+  virtual std::vector<Fp8WeightRange> fp8_weights() const { return {}; }
 
   // inputs, targets: host (B, T) int32; B <= max_batch, T <= seq_len. A target of -1 carries no
   // loss (a prompt token, padding, a document's last token). The batch's loss summed over the

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/backend/fp8_recipe.h"
 #include "engine/core/status.h"
 
 namespace zt {
@@ -16,10 +17,38 @@ std::vector<size_t> group_sizes(const ParamTable& t) {
   for (const ParamGroup& g : t.groups()) n.push_back(g.numel);
   return n;
 }
+
+// The FP8 gather's weights (param_store.h): at stage 3 with fp8_all_gather and the parameters on
+// the device, those of `ws` that are whole units with units padded to 4 P (they start and end on
+// multiples of it) at a 16-byte aligned place of the gathered group, whose compute-type bytes
+// hold their copy.
+std::vector<Fp8WeightRange> fp8_gathered(const std::vector<Fp8WeightRange>& ws, const ZeroPlacement& place,
+                                         size_t parts, size_t esize) {
+  std::vector<Fp8WeightRange> out;
+  if (place.stage != 3 || !place.fp8_all_gather || (place.offloads_optimizer() && place.offloads_params())) return out;
+  const size_t pad = 4 * parts;
+  for (const Fp8WeightRange& w : ws)
+    if (w.rel % pad == 0 && w.numel % pad == 0 && w.rel * esize % 16 == 0 &&
+        size_t(fp8_recipe::weight_copy_bytes(int64_t(w.numel), 1)) <= w.numel * esize)
+      out.push_back(w);
+  return out;
+}
+
+// The layout's cuts at the FP8 gather's weights' ends (ShardLayout: inside the group, ascending)
+std::vector<std::vector<size_t>> fp8_gather_cuts(const std::vector<Fp8WeightRange>& ws, const ParamTable& t) {
+  if (ws.empty()) return {};
+  std::vector<std::vector<size_t>> cuts(t.groups().size());
+  for (const Fp8WeightRange& w : ws)
+    for (const size_t at : {w.rel, w.rel + w.numel}) {
+      std::vector<size_t>& c = cuts[size_t(w.group)];
+      if (at > 0 && at < t.groups()[size_t(w.group)].numel && (c.empty() || c.back() < at)) c.push_back(at);
+    }
+  return cuts;
+}
 }  // namespace
 
 ParamStore::ParamStore(const ParamTable& table, Backend& be, const Topology& topo, const ZeroPlacement& place,
-                       bool frozen)
+                       bool frozen, const std::vector<Fp8WeightRange>& fp8_weights)
     : table_(table),
       frozen_(frozen),
       be_(be),
@@ -30,11 +59,14 @@ ParamStore::ParamStore(const ParamTable& table, Backend& be, const Topology& top
       ct_(be.compute_dtype()),
       esize_(dtype_size(ct_)),
       mixed_(ct_ != DType::F32 || place.offloads_optimizer()),
-      // Units padded to a multiple of 2P in mixed precision: whole 32-bit words per 16-bit shard.
-      // ZeRO's parts: the data-parallel ranks, or with replicas the ranks of one replica
+      fp8_(fp8_gathered(fp8_weights, place, size_t(topo.shard_size()), esize_)),
+      fp8_cuts_(fp8_gather_cuts(fp8_, table)),
+      // Units padded to a multiple of 2P in mixed precision: whole 32-bit words per 16-bit shard
+      // (4P with the FP8 gather: per byte shard). ZeRO's parts: the data-parallel ranks, or with
+      // replicas the ranks of one replica
       layout_(group_sizes(table), stage_ == 0 ? 1 : topo.shard_size(), stage_ == 0 ? 0 : topo.shard_rank(),
               size_t(place.bucket_mb * 1048576.0 / sizeof(float)),
-              size_t(stage_ == 0 ? 1 : topo.shard_size()) * (mixed_ ? 2 : 1)),
+              size_t(stage_ == 0 ? 1 : topo.shard_size()) * (!fp8_.empty() ? 4 : mixed_ ? 2 : 1), fp8_cuts_),
       units_(layout_.units()) {
   offload_params_ = place.offloads_optimizer() && place.offloads_params();
   flat_n_ = stage_ == 0 ? layout_.total_full() : layout_.total_shard();  // masters and moments alike
@@ -57,6 +89,22 @@ ParamStore::ParamStore(const ParamTable& table, Backend& be, const Topology& top
   if (mixed_ && stage_ <= 2) full_compute_ = be_.alloc(layout_.total_full() * esize_, MemTag::Params);
   if (mixed_ && stage_ == 3 && !offload_params_)
     shard_compute_ = be_.alloc(layout_.total_shard() * esize_, MemTag::Params);
+  unit_fp8_.assign(units_.size(), -1);
+  unit_fp8_off_.assign(units_.size(), 0);
+  size_t fp8_bytes = 0;
+  for (size_t i = 0; i < units_.size(); ++i)
+    for (size_t k = 0; k < fp8_.size(); ++k)
+      if (fp8_[k].group == units_[i].group && units_[i].begin >= fp8_[k].rel &&
+          units_[i].begin < fp8_[k].rel + fp8_[k].numel) {
+        unit_fp8_[i] = int(k);
+        unit_fp8_off_[i] = fp8_bytes;
+        fp8_bytes += units_[i].shard;
+      }
+  if (!fp8_.empty()) {
+    fp8_shards_ = static_cast<uint8_t*>(be_.alloc(fp8_bytes, MemTag::Params));
+    fp8_amax_ = static_cast<float*>(be_.alloc(fp8_.size() * sizeof(float), MemTag::Params));
+    fp8_scales_ = static_cast<float*>(be_.alloc(2 * fp8_.size() * sizeof(float), MemTag::Params));
+  }
   build_spans();
 }
 
@@ -75,7 +123,9 @@ ParamStore::~ParamStore() {
   } catch (...) {
   }
   for (auto& [g, buf] : grad_tmp_) be_.free(buf);
-  for (void* p : {(void*)full_grads_, (void*)grad_shard_, full_compute_, shard_compute_}) be_.free(p);
+  for (void* p : {(void*)full_grads_, (void*)grad_shard_, full_compute_, shard_compute_, (void*)fp8_shards_,
+                  (void*)fp8_amax_, (void*)fp8_scales_})
+    be_.free(p);
   tier_.reset();  // its reads finished and its arrays freed, after every upload from them
 }
 
@@ -187,6 +237,7 @@ void ParamStore::init(uint64_t seed) {
       table_.init_range(seed, lo, lo + n, host.data());
       write_compute(stage_ == 3 ? compute_copy(u) : cbyte(full_compute_, u.full_off), host.data(), n);
     }
+    cast_fp8_shards();
     return;
   }
   // masters into the tier's array (flat: its element)
@@ -216,6 +267,7 @@ void ParamStore::init(uint64_t seed) {
     return;
   }
   if (stage_ <= 2) gather_compute_copy();  // stages 1-2 (mixed): every rank needs the full copy
+  cast_fp8_shards();
 }
 
 void ParamStore::zero_grad() {
@@ -254,11 +306,37 @@ void ParamStore::read_ahead(int g) {
   tier_->read_ahead(g, group_shard_begin(g), group_shard_bytes(g));
 }
 
+void ParamStore::cast_fp8_shards() {
+  // The source of each FP8 unit's shard: what the gather would send in the compute type
+  if (fp8_.empty()) return;
+  auto source = [&](const Unit& u) -> const void* {
+    return mixed_ ? compute_copy(u) : static_cast<const void*>(shard_params_ + u.shard_off);
+  };
+  be_.fill_zero(fp8_amax_, fp8_.size() * sizeof(float));
+  for (size_t i = 0; i < units_.size(); ++i)
+    if (unit_fp8_[i] >= 0) be_.fp8_amax(fp8_amax_ + unit_fp8_[i], source(units_[i]), int64_t(units_[i].shard));
+  zero_.wait(zero_.all_reduce(fp8_amax_, fp8_.size(), ReduceOp::Max));  // each weight's, over its shards
+  for (size_t i = 0; i < units_.size(); ++i)
+    if (const int k = unit_fp8_[i]; k >= 0)
+      be_.fp8_cast_with_amax(fp8_shards_ + unit_fp8_off_[i], fp8_scales_ + 2 * k, source(units_[i]),
+                             int64_t(units_[i].shard), fp8_amax_ + k);
+}
+
+const void* ParamStore::gathered_fp8_copy(const void* w) const {
+  for (const auto& [g, gb] : gathered_)
+    if (gb.fp8)
+      for (size_t k = 0; k < fp8_.size(); ++k)
+        if (fp8_[k].group == g && fp8_weight_place(gb.buf, int(k)) == w) return w;
+  return nullptr;
+}
+
 void ParamStore::gather_group(int g) {
   auto it = gathered_.find(g);
-  if (it != gathered_.end()) return;  // launched already
-  read_ahead(g);                      // params on NVMe, unless read ahead already (else nothing)
+  if (it != gathered_.end() && it->second.fp8 == fp8_gather()) return;  // launched already
+  if (it != gathered_.end()) drop_gathered(it);  // in the other form (a pass of other rows)
+  read_ahead(g);                                 // params on NVMe, unless read ahead already (else nothing)
   Gathered& gb = gathered_[g];
+  gb.fp8 = fp8_gather();
   gb.buf = be_.alloc(layout_.group_padded(g) * esize_, MemTag::CommBuffers);
   const std::vector<int>& us = layout_.group_units(g);
   if (offload_params_) {  // this rank's shards of the group, one upload from pinned host memory
@@ -274,6 +352,13 @@ void ParamStore::gather_group(int g) {
   zero_.group_begin();  // the group's units: one launch
   for (int ui : us) {
     const Unit& u = units_[ui];
+    if (const int k = unit_fp8_[size_t(ui)]; gb.fp8 && k >= 0) {  // FP8 bytes, after the copy's scales
+      char* bytes = static_cast<char*>(fp8_weight_place(gb.buf, k)) + fp8_recipe::kWeightScalesBytes;
+      gb.handles.push_back(zero_.all_gather(reinterpret_cast<const float*>(fp8_shards_ + unit_fp8_off_[size_t(ui)]),
+                                            reinterpret_cast<float*>(bytes + (u.begin - fp8_[size_t(k)].rel)),
+                                            u.shard / sizeof(float)));
+      continue;
+    }
     const void* src = offload_params_ ? cbyte(gb.staging, off)
                       : mixed_        ? cbyte(shard_compute_, u.shard_off)
                                       : static_cast<const void*>(shard_params_ + u.shard_off);
@@ -281,6 +366,9 @@ void ParamStore::gather_group(int g) {
     off += u.shard;
   }
   zero_.group_end();
+  if (gb.fp8)  // each FP8 weight's scales at the head of its copy (written beside the gather's bytes)
+    for (size_t k = 0; k < fp8_.size(); ++k)
+      if (fp8_[k].group == g) be_.copy_device(fp8_weight_place(gb.buf, int(k)), fp8_scales_ + 2 * k, 2 * sizeof(float));
 }
 
 void* ParamStore::params(int g) {
@@ -475,6 +563,7 @@ Comm& ParamStore::norm_group() const {
 void ParamStore::publish_params() {
   new_params_version();  // every update and load ends here
   upload_compute_copy();
+  cast_fp8_shards();
   if (stage_ != 1 && stage_ != 2) return;  // every rank needs the full updated parameters again
   if (mixed_) {
     gather_compute_copy();  // in compute precision: half the bytes of the fp32 masters

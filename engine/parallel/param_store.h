@@ -26,6 +26,16 @@
 // group's reduced gradient goes to the host as soon as its reduction completes (stages 2-3).
 // params = "cpu" / "nvme" (stage 3) keeps the compute-precision shards in the tier too; a group's
 // shards are uploaded into the gather buffer when the group is gathered (prefetch groups ahead).
+// FP8 gather (stage 3, [precision] fp8 with fp8_all_gather, as torchao's float8 all-gather for
+// FSDP2): the model's FP8 weights are units of their own, and after every write of the parameters
+// each rank casts its shards of them to E4M3 bytes with the whole weight's scale (the amax
+// all-reduced over the shards). A pass whose FP8 products take FP8 weights gathers those bytes
+// instead of the compute type: half the traffic, and the copy fp8_weight_copy would make of the
+// gathered weight, bit for bit (one cast per update, not one per product). The copy lies in the
+// weight's place in the gathered group (its scales, then its bytes: fp8_recipe::weight_copy_bytes
+// fits in the weight's compute-type bytes). A weight qualifies when it starts and ends on a unit
+// boundary (multiples of 4 P elements, the bytes' 32-bit words) and its place is 16-byte aligned
+// (cuBLASLt's FP8 operands); the others are gathered as before. Not with parameter offload.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -53,8 +63,9 @@ class ParamStore final : public ParamProvider, public ModelStates {
   // only, in the compute precision (fp32 ones when the compute is fp32), sharded at stage 3 and
   // whole on every rank otherwise; no gradient (grads() is null), no optimizer state, no spans;
   // no offload. Its masters, written and read (imports, views), are the compute copy's values.
+  // fp8_weights: the weights the model's FP8 products read (Model::fp8_weights), for the FP8 gather.
   ParamStore(const ParamTable& table, Backend& be, const Topology& topo, const ZeroPlacement& placement,
-             bool frozen = false);
+             bool frozen = false, const std::vector<Fp8WeightRange>& fp8_weights = {});
   ~ParamStore() override;
   ParamStore(const ParamStore&) = delete;
   ParamStore& operator=(const ParamStore&) = delete;
@@ -128,6 +139,10 @@ class ParamStore final : public ParamProvider, public ModelStates {
   float* grads(int group) override;
   void grads_done(int group) override;
   int64_t resident_params_version() const override { return stage_ <= 2 ? params_version_ : -1; }
+  void set_fp8_products(bool on) override { fp8_products_ = on; }
+  const void* gathered_fp8_copy(const void* w) const override;
+  // The FP8 gather's weights (none without it), for the start-up log
+  size_t fp8_gathered_weights() const { return fp8_.size(); }
 
  private:
   using Unit = ShardUnit;
@@ -182,8 +197,23 @@ class ParamStore final : public ParamProvider, public ModelStates {
   bool offload_params_ = false;  // stage 3: compute shards in the tier (pinned host or NVMe)
   size_t flat_n_ = 0;   // elements of each state array (masters, moments)
   std::vector<size_t> span_flat_;  // each span's first element in the flat state arrays
+  // The FP8 gather's weights, and the layout's cuts at their ends (fp8_gather_cuts)
+  std::vector<Fp8WeightRange> fp8_;
+  std::vector<std::vector<size_t>> fp8_cuts_;
   ShardLayout layout_;
   const std::vector<Unit>& units_;  // layout_.units()
+  // Per unit: the FP8 weight it lies in (an index of fp8_, -1: none) and its first byte in
+  // fp8_shards_; this rank's E4M3 shards, each weight's amax and its scale and inverse
+  // (fp8_recipe's), on the device.
+  std::vector<int> unit_fp8_;
+  std::vector<size_t> unit_fp8_off_;
+  uint8_t* fp8_shards_ = nullptr;
+  float* fp8_amax_ = nullptr;
+  float* fp8_scales_ = nullptr;
+  bool fp8_products_ = true;  // set_fp8_products
+  bool fp8_gather() const { return !fp8_.empty() && fp8_products_; }  // the passes gather FP8 bytes
+  void cast_fp8_shards();  // after every write of the parameters
+  void* fp8_weight_place(void* buf, int k) const { return cbyte(buf, fp8_[size_t(k)].rel); }  // in its group
   OffloadClock clock_;              // before tier_: the tier counts its waits on it
   std::unique_ptr<StateTier> tier_;  // where masters and moments live (and offloaded, grads too)
   std::vector<StateSpan> spans_;
@@ -206,7 +236,8 @@ class ParamStore final : public ParamProvider, public ModelStates {
   std::vector<Comm::Handle> across_replicas_;  // hybrid sharding's all-reduces, waited by finish_backward
   bool closing_ = false;  // the destructor: no new collectives
   struct Gathered {
-    void* buf = nullptr;      // compute precision
+    void* buf = nullptr;      // compute precision (the FP8 gather: FP8 weights' copies in their places)
+    bool fp8 = false;         // gathered with the FP8 gather
     void* staging = nullptr;  // params offload: this rank's shards, uploaded for the gather
     std::vector<Comm::Handle> handles;
   };

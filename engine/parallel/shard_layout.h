@@ -3,9 +3,12 @@
 //
 // Each parameter group is split into chunks of at most `bucket` elements (units), each padded to
 // a multiple of `pad` (the partition count P, times 2 in mixed precision so that every 16-bit
-// shard is a whole number of 32-bit words for the type-blind all-gather) and cut into P equal
-// shards; part r owns shard r of every unit. The padded units laid end to end form the "full"
-// layout (stages 0-2 hold it whole); the shards end to end form the "shard" layout.
+// shard is a whole number of 32-bit words for the type-blind all-gather; times 4 where ZeRO-3
+// gathers FP8 bytes) and cut into P equal shards; part r owns shard r of every unit. The padded
+// units laid end to end form the "full" layout (stages 0-2 hold it whole); the shards end to end
+// form the "shard" layout. A group may also be cut at given elements (a unit then begins there:
+// ZeRO-3's FP8 weights are whole units); cuts on multiples of `pad` leave every unit but a group's
+// last unpadded, so that an element's place in the group's full layout is its place in the group.
 #pragma once
 #include <cstddef>
 #include <vector>
@@ -27,7 +30,10 @@ class ShardLayout {
  public:
   // group_numel: elements of each parameter group, in order; `bucket` >= parts is rounded down to
   // a multiple of `pad` (a multiple of parts).
-  ShardLayout(const std::vector<size_t>& group_numel, int parts, int my_part, size_t bucket, size_t pad);
+  // cuts: empty, or per group the group-local elements where a unit must begin (ascending,
+  // multiples of pad, inside the group).
+  ShardLayout(const std::vector<size_t>& group_numel, int parts, int my_part, size_t bucket, size_t pad,
+              const std::vector<std::vector<size_t>>& cuts = {});
 
   int parts() const { return parts_; }
   int my_part() const { return my_part_; }

@@ -157,6 +157,14 @@ void PlanBackend::fp8_weight_copy(void*, const void*, int OC, int C) {
   cuda_scratch_for(cuda_scratch::fp8_weight_copy());
   count_fp8_cast(double(OC) * C, 1, "fp8_weight_copy");
 }
+// ZeRO-3's FP8 shards: the amax pass reads the shard, the cast reads it again and writes bytes
+void PlanBackend::fp8_amax(float*, const void*, int64_t n) {
+  cuda_scratch_for(cuda_scratch::fp8_amax());
+  count(double(n), double(n) * double(es()), false, "fp8_amax");
+}
+void PlanBackend::fp8_cast_with_amax(void*, float*, const void*, int64_t n, const float*) {
+  count(3.0 * double(n), double(n) * (double(es()) + 1.0), false, "fp8_cast_with_amax");
+}
 void PlanBackend::matmul_forward_fp8(void* out, const void* inp, const void* w, const void* bias, int N, int C, int OC,
                                      const void* w_copy) {
   if (!fp8_recipe::applies(N, C, OC)) return matmul_forward(out, inp, w, bias, N, C, OC);

@@ -52,6 +52,8 @@ class PlanBackend final : public Backend {
   void matmul_gelu_forward(void*, void*, const void*, const void*, const void*, int N, int C, int OC) override;
   void matmul_backward(void*, float*, float*, const void*, const void*, const void*, int N, int C, int OC) override;
   void fp8_weight_copy(void*, const void*, int OC, int C) override;
+  void fp8_amax(float*, const void*, int64_t n) override;
+  void fp8_cast_with_amax(void*, float*, const void*, int64_t n, const float*) override;
   void matmul_forward_fp8(void*, const void*, const void*, const void*, int N, int C, int OC, const void* w_copy) override;
   void matmul_backward_fp8(void*, float*, float*, const void*, const void*, const void*, int N, int C, int OC,
                            const void* w_copy) override;

@@ -284,6 +284,16 @@ void Trainer::run() {
     spdlog::info("data: {}; samples of {} tokens; global batch {} = {} ranks x {} micro-batches x {}; {} steps",
                  data_->describe(), m.seq_len, t.global_batch, topo_.dp, micro_batches, t.micro_batch, t.max_steps);
   }
+  if (root && spec_.precision.fp8 != Fp8Recipe::None && spec_.parallel.zero_stage == 3) {
+    const size_t all = model().fp8_weights().size();
+    const size_t fp8 = (job().base ? *job().base : *job().store).fp8_gathered_weights();
+    spdlog::info("FP8 gather: {} of the {} FP8 weights gathered as FP8 bytes, cast once per update{}", fp8, all,
+                 !spec_.precision.fp8_all_gather ? " ([precision] fp8_all_gather = false)"
+                 : ZeroPlacement(spec_).offloads_params() ? " (not with [offload] params)"
+                 : fp8 < all ? "; the others in the compute type (they do not start and end on multiples of "
+                               "4 x the ZeRO ranks, or hold under 256 elements)"
+                             : "");
+  }
   log_memory(*run_.backend, store(), topo_, spec_);
   // MFU against one device's peak (found in build()), for every device of the job
   const double flops_per_token = model_flops_per_token(spec_.model, spec_.lora);

@@ -283,9 +283,20 @@ class CpuBackend final : public Backend {
     const Access access(*this);
     cpu::fp8_weight_copy(static_cast<uint8_t*>(copy), In(weight, int64_t(OC) * C, dt()).get(), OC, C);
   }
+  void fp8_amax(float* amax, const void* x, int64_t n) override {
+    const Access access(*this);
+    cpu::fp8_amax(amax, In(x, n, dt()).get(), n);
+  }
+  void fp8_cast_with_amax(void* q, float* scales, const void* x, int64_t n, const float* amax) override {
+    const Access access(*this);
+    cpu::fp8_cast_with_amax(static_cast<uint8_t*>(q), scales, In(x, n, dt()).get(), n, amax);
+  }
   void matmul_forward_fp8(void* out, const void* inp, const void* weight, const void* bias, int N, int C, int OC,
                           const void* w_copy) override {
-    if (!fp8_recipe::applies(N, C, OC)) return matmul_forward(out, inp, weight, bias, N, C, OC);
+    if (!fp8_recipe::applies(N, C, OC)) {
+      if (!weight) throw fp8_recipe::weight_only_in_fp8("forward", N, C, OC);
+      return matmul_forward(out, inp, weight, bias, N, C, OC);
+    }
     const Access access(*this);
     Out o(out, int64_t(N) * OC, dt(), false);
     cpu::matmul_forward_fp8(o.get(), In(inp, int64_t(N) * C, dt()).get(),
@@ -294,7 +305,10 @@ class CpuBackend final : public Backend {
   }
   void matmul_backward_fp8(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
                            const void* weight, int N, int C, int OC, const void* w_copy) override {
-    if (!fp8_recipe::applies(N, C, OC)) return matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    if (!fp8_recipe::applies(N, C, OC)) {
+      if (!weight && dinp) throw fp8_recipe::weight_only_in_fp8("backward", N, C, OC);
+      return matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    }
     const Access access(*this);
     Out d(dinp, int64_t(N) * C, dt(), false);
     cpu::matmul_backward_fp8(d.get(), dweight, dbias, In(dout, int64_t(N) * OC, dt()).get(),

@@ -30,6 +30,21 @@ void fp8_weight_copy(uint8_t* copy, const float* weight, int OC, int C) {
   for (int64_t i = 0; i < n; ++i) bytes[i] = fp8::from_float(q[i], fp8_recipe::kForward);  // exact: q is an FP8 value
 }
 
+void fp8_amax(float* amax, const float* x, int64_t n) {
+  float m = amax[0];
+#pragma omp parallel for reduction(max : m) schedule(static)
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  amax[0] = m;
+}
+
+void fp8_cast_with_amax(uint8_t* q, float* scales, const float* x, int64_t n, const float* amax) {
+  const float scale = fp8_recipe::scale_for(amax[0], fp8_recipe::kForward);
+  scales[0] = scale;
+  scales[1] = 1.0f / scale;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) q[i] = fp8::from_float(x[i] * scale, fp8_recipe::kForward);
+}
+
 namespace {
 // The weight's FP8 values (as floats) in w (OC C) and its inverse scale: cast here, or read from its copy
 float weight_fp8(const float* weight, const uint8_t* copy, int OC, int C, std::vector<float>& w) {

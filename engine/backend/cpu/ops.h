@@ -65,6 +65,9 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
 // the products take in place of the weight's own cast where w_copy is not null.
 float fp8_quantize(const float* x, int64_t n, fp8::Format f, float* q);
 void fp8_weight_copy(uint8_t* copy, const float* weight, int OC, int C);
+// Backend::fp8_amax and fp8_cast_with_amax (amax, scales: host floats)
+void fp8_amax(float* amax, const float* x, int64_t n);
+void fp8_cast_with_amax(uint8_t* q, float* scales, const float* x, int64_t n, const float* amax);
 void matmul_forward_fp8(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC,
                         const uint8_t* w_copy);
 void matmul_backward_fp8(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -276,9 +276,19 @@ class CudaBackend final : public Backend {
     float* sc = scratch(cuda_scratch::fp8_weight_copy());
     ZT_DISPATCH(dt(), T, cuda::fp8_weight_copy(static_cast<uint8_t*>(copy), tp<T>(w), OC, C, sc, stream_));
   }
+  void fp8_amax(float* amax, const void* x, int64_t n) override {
+    float* sc = scratch(cuda_scratch::fp8_amax());
+    ZT_DISPATCH(dt(), T, cuda::fp8_amax(amax, tp<T>(x), n, sc, stream_));
+  }
+  void fp8_cast_with_amax(void* q, float* scales, const void* x, int64_t n, const float* amax) override {
+    ZT_DISPATCH(dt(), T, cuda::fp8_cast_with_amax(static_cast<uint8_t*>(q), scales, tp<T>(x), n, amax, stream_));
+  }
   void matmul_forward_fp8(void* out, const void* inp, const void* w, const void* bias, int N, int C, int OC,
                           const void* w_copy) override {
-    if (!fp8_here(N, C, OC)) return matmul_forward(out, inp, w, bias, N, C, OC);
+    if (!fp8_here(N, C, OC)) {
+      if (!w) throw fp8_recipe::weight_only_in_fp8("forward", N, C, OC);
+      return matmul_forward(out, inp, w, bias, N, C, OC);
+    }
     float* sc = scratch(cuda_scratch::matmul_forward_fp8(N, C, OC));
     ZT_DISPATCH(dt(), T,
                 cuda::matmul_forward_fp8(gemm(), tp<T>(out), tp<T>(inp), tp<T>(w), tp<T>(bias), N, C, OC,
@@ -286,7 +296,10 @@ class CudaBackend final : public Backend {
   }
   void matmul_backward_fp8(void* dinp, float* dw, float* dbias, const void* dout, const void* inp, const void* w,
                            int N, int C, int OC, const void* w_copy) override {
-    if (!fp8_here(N, C, OC)) return matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    if (!fp8_here(N, C, OC)) {
+      if (!w && dinp) throw fp8_recipe::weight_only_in_fp8("backward", N, C, OC);
+      return matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC);
+    }
     float* sc = scratch(cuda_scratch::matmul_backward_fp8(N, C, OC, dbias != nullptr));
     float* bias_sc = sc + fp8_recipe::backward_scratch_bytes(N, C, OC) / 4;  // after the FP8 copies
     ZT_DISPATCH(dt(), T,

@@ -67,6 +67,14 @@ __global__ void __launch_bounds__(32) scale_kernel(float* scale, const float* pa
   }
 }
 
+// amax[0] = max(amax[0], the `blocks` block maxima): a piece of a weight's amax (fp8_amax)
+__global__ void __launch_bounds__(32) max_into_kernel(float* amax, const float* partial, int blocks) {
+  float m = 0.0f;
+  for (int i = threadIdx.x; i < blocks; i += 32) m = fmaxf(m, partial[i]);
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  if (threadIdx.x == 0) amax[0] = fmaxf(amax[0], m);
+}
+
 // x's element as FP8: scaled and rounded, or (T = uint8_t: an FP8 copy already, fp8_weight_copy's)
 // as it is
 template <typename T>
@@ -120,6 +128,15 @@ void quantize(uint8_t* q, uint8_t* qt, float* scales, float* partial, const T* x
   ZT_CUDA_LAUNCH_CHECK();
 }
 
+// q (n) = fp8(x * scale[0]), element by element (a weight's shard: any length)
+template <typename T>
+__global__ void __launch_bounds__(kThreads) cast_kernel(uint8_t* q, const T* x, int64_t n, const float* scale,
+                                                         fp8::Format f) {
+  const float sc = scale[0];
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n; i += int64_t(gridDim.x) * kThreads)
+    q[i] = to_fp8(to_float(x[i]) * sc, f);
+}
+
 // qt (cols, rows) = the FP8 bytes q (rows, cols) transposed
 void transpose_fp8(uint8_t* qt, const uint8_t* q, int64_t rows, int64_t cols, cudaStream_t s) {
   const dim3 grid(unsigned((rows + kTile - 1) / kTile), unsigned((cols + kTile - 1) / kTile));
@@ -169,6 +186,27 @@ void fp8_weight_copy(uint8_t* copy, const T* w, int OC, int C, void* scratch, cu
 }
 
 template <typename T>
+void fp8_amax(float* amax, const T* x, int64_t n, void* scratch, cudaStream_t s) {
+  if (n <= 0) return;
+  const int blocks = blocks_for_at_most(n, kThreads, kBlocks);
+  launch(amax_blocks_kernel<T>, blocks, kThreads, 0, s, static_cast<float*>(scratch), x, n);
+  ZT_CUDA_LAUNCH_CHECK();
+  launch(max_into_kernel, 1, 32, 0, s, amax, static_cast<const float*>(scratch), blocks);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void fp8_cast_with_amax(uint8_t* q, float* scales, const T* x, int64_t n, const float* amax, cudaStream_t s) {
+  // the scales as fp8_weight_copy makes them from a whole weight's block maxima: here one, the amax
+  launch(scale_kernel, 1, 32, 0, s, scales, amax, 1, fp8::max_finite(fp8_recipe::kForward));
+  ZT_CUDA_LAUNCH_CHECK();
+  if (n <= 0) return;
+  launch(cast_kernel<T>, blocks_for_at_most(n, kThreads, 4 * kBlocks), kThreads, 0, s, q, x, n,
+         static_cast<const float*>(scales), fp8_recipe::kForward);
+  ZT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
 void matmul_forward_fp8(Gemm& gemm, T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC,
                         const uint8_t* w_copy, void* scratch, cudaStream_t s) {
   const Regions r{static_cast<char*>(scratch)};
@@ -193,6 +231,7 @@ void matmul_forward_fp8(Gemm& gemm, T* out, const T* inp, const T* w, const T* b
     ran = gemm.run(a, s, true);
   }
   if (!ran) {
+    if (!w) throw fp8_recipe::weight_only_in_fp8("forward", N, C, OC);
     no_fp8_algorithm("forward", N, C, OC);
     return gemm.linear_forward(out, inp, w, bias, N, C, OC, dtype_of<T>(), s);
   }
@@ -217,6 +256,7 @@ void matmul_backward_fp8(Gemm& gemm, T* dinp, float* dw, float* dbias, const T* 
     a.ab_type = CUDA_R_8F_E4M3, a.b_type = CUDA_R_8F_E5M2, a.d_type = data_type<T>();
     a.a_scale = w_scales + 1, a.b_scale = r.scales(0) + 1;
     if (!gemm.run(a, s, /*may_fail=*/true)) {  // the whole backward in the compute type
+      if (!w) throw fp8_recipe::weight_only_in_fp8("input gradient", N, C, OC);
       no_fp8_algorithm("input gradient", N, C, OC);
       return gemm.linear_backward(dinp, dw, dbias, dout, inp, w, nullptr, N, C, OC, dtype_of<T>(), bias_scratch, s);
     }
@@ -229,6 +269,7 @@ void matmul_backward_fp8(Gemm& gemm, T* dinp, float* dw, float* dbias, const T* 
   a.ab_type = CUDA_R_8F_E4M3, a.b_type = CUDA_R_8F_E5M2, a.d_type = CUDA_R_32F;
   a.a_scale = r.scales(2) + 1, a.b_scale = r.scales(0) + 1;
   if (!gemm.run(a, s, /*may_fail=*/true)) {  // dinp (if asked) is written already; written again here
+    if (!w && dinp) throw fp8_recipe::weight_only_in_fp8("weight gradient", N, C, OC);
     no_fp8_algorithm("weight gradient", N, C, OC);
     return gemm.linear_backward(dinp, dw, dbias, dout, inp, w, nullptr, N, C, OC, dtype_of<T>(), bias_scratch, s);
   }
@@ -237,6 +278,8 @@ void matmul_backward_fp8(Gemm& gemm, T* dinp, float* dw, float* dbias, const T* 
 
 #define ZT_INSTANTIATE(T)                                                                                       \
   template void fp8_weight_copy<T>(uint8_t*, const T*, int, int, void*, cudaStream_t);                             \
+  template void fp8_amax<T>(float*, const T*, int64_t, void*, cudaStream_t);                                      \
+  template void fp8_cast_with_amax<T>(uint8_t*, float*, const T*, int64_t, const float*, cudaStream_t);           \
   template void matmul_forward_fp8<T>(Gemm&, T*, const T*, const T*, const T*, int, int, int, const uint8_t*, void*, \
                                       cudaStream_t);                                                                \
   template void matmul_backward_fp8<T>(Gemm&, T*, float*, float*, const T*, const T*, const T*, int, int, int,     \

@@ -60,6 +60,11 @@ void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t s);  // out (N,
 class Gemm;
 template <typename T>
 void fp8_weight_copy(uint8_t* copy, const T* w, int OC, int C, void* scratch, cudaStream_t s);
+// Backend::fp8_amax (scratch: cuda_scratch::fp8_amax) and fp8_cast_with_amax
+template <typename T>
+void fp8_amax(float* amax, const T* x, int64_t n, void* scratch, cudaStream_t s);
+template <typename T>
+void fp8_cast_with_amax(uint8_t* q, float* scales, const T* x, int64_t n, const float* amax, cudaStream_t s);
 template <typename T>
 void matmul_forward_fp8(Gemm& gemm, T* out, const T* inp, const T* w, const T* bias, int N, int C, int OC,
                         const uint8_t* w_copy, void* scratch, cudaStream_t s);
