@@ -3,6 +3,7 @@
 // once (the property a checkpoint written piecewise by each rank relies on).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -12,6 +13,7 @@
 #include "engine/parallel/param_store.h"
 #include "engine/parallel/shard_layout.h"
 #include "models/gpt2.h"
+#include "models/llama.h"
 
 using namespace zt;
 
@@ -37,6 +39,83 @@ TEST_CASE("shards of every unit cover each group element exactly once", "[zero][
       for (const auto& h : hits)
         for (int c : h) REQUIRE(c == 1);
       REQUIRE(shard * size_t(parts) == full);
+    }
+  }
+}
+
+TEST_CASE("cut groups: a unit begins at each cut, and only a group's last unit is padded", "[zero][layout][fp8]") {
+  // ZeRO-3's FP8 weights as units of their own (param_store.h): cuts on multiples of pad (4 P)
+  const std::vector<size_t> groups = {1000, 4096, 40};
+  const std::vector<std::vector<size_t>> cuts = {{64, 576}, {1024, 2048, 2112}, {}};
+  for (int parts : {1, 2, 4}) {
+    const size_t pad = 4 * size_t(parts), bucket = 256;
+    std::vector<std::vector<int>> hits(groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) hits[g].assign(groups[g], 0);
+    for (int r = 0; r < parts; ++r) {
+      const ShardLayout L(groups, parts, r, bucket, pad, cuts);
+      for (size_t g = 0; g < groups.size(); ++g) {
+        const std::vector<int>& us = L.group_units(int(g));
+        for (size_t c : cuts[g])
+          CHECK(std::any_of(us.begin(), us.end(), [&](int ui) { return L.units()[size_t(ui)].begin == c; }));
+        for (size_t i = 0; i < us.size(); ++i) {
+          const ShardUnit& u = L.units()[size_t(us[i])];
+          REQUIRE(u.len <= bucket);
+          // an element's place in the group's full layout is its place in the group
+          REQUIRE(u.full_off - L.group_full_off(int(g)) == u.begin);
+          if (i + 1 < us.size()) REQUIRE(u.padded == u.len);
+          for (size_t c : cuts[g]) REQUIRE(!(u.begin < c && c < u.begin + u.len));  // no unit across a cut
+          for (size_t k = 0; k < L.my_len(u); ++k) hits[g][u.begin + L.my_begin(u) + k]++;
+        }
+      }
+    }
+    for (const auto& h : hits)
+      for (int c : h) REQUIRE(c == 1);
+  }
+  // a cut off the padding's multiples, outside its group or out of order: refused
+  CHECK_THROWS(ShardLayout(groups, 2, 0, 256, 8, {{60}, {}, {}}));
+  CHECK_THROWS(ShardLayout(groups, 2, 0, 256, 8, {{1000}, {}, {}}));
+  CHECK_THROWS(ShardLayout(groups, 2, 0, 256, 8, {{64, 32}, {}, {}}));
+}
+
+TEST_CASE("the models' FP8 weights are their linear layers' weight tensors", "[zero][fp8]") {
+  auto be = make_cpu_backend(1);
+  const GPT2Config cfg{2, 4, 16, 48, 40, 8};
+  GPT2 model(cfg, *be, 1, nullptr);
+  CHECK(model.fp8_weights().empty());  // none before set_fp8
+  model.set_fp8(Fp8Layers::All);
+  const std::vector<Fp8WeightRange> ws = model.fp8_weights();
+  REQUIRE(ws.size() == 4 * size_t(cfg.n_layer));
+  const std::vector<std::string> names = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
+                                          "mlp.c_proj.weight"};
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const ParamGroup& g = model.groups()[size_t(ws[i].group)];
+    const ParamInfo* found = nullptr;
+    for (size_t p = g.first_param; p < g.first_param + g.n_params; ++p)
+      if (model.table().group_rel(p) == int64_t(ws[i].rel)) found = &model.params()[p];
+    REQUIRE(found != nullptr);
+    CHECK(found->name == "transformer.h." + std::to_string(i / 4) + "." + names[i % 4]);
+    CHECK(found->numel == ws[i].numel);
+  }
+  // Llama's packed q|k|v and gate|up: runs of tensors that start at q_proj's and gate_proj's, with
+  // Qwen's biases and norms between the weights
+  for (const bool extras : {false, true}) {
+    LlamaConfig lc;
+    lc.n_layer = 2, lc.n_head = 4, lc.n_kv_head = 2, lc.d_model = 32, lc.d_ff = 64, lc.vocab_size = 40, lc.seq_len = 8;
+    lc.qkv_bias = lc.qk_norm = extras;
+    Llama llama(lc, *be, 1);
+    llama.set_fp8(Fp8Layers::All);
+    const std::vector<Fp8WeightRange> lw = llama.fp8_weights();
+    REQUIRE(lw.size() == 8);
+    const std::vector<std::pair<std::string, size_t>> first = {
+        {"self_attn.q_proj.weight", 64 * 32}, {"self_attn.o_proj.weight", 32 * 32},
+        {"mlp.gate_proj.weight", 2 * 64 * 32}, {"mlp.down_proj.weight", 32 * 64}};
+    for (size_t i = 0; i < lw.size(); ++i) {
+      const ParamGroup& g = llama.groups()[size_t(lw[i].group)];
+      std::string name;
+      for (size_t p = g.first_param; p < g.first_param + g.n_params; ++p)
+        if (llama.table().group_rel(p) == int64_t(lw[i].rel)) name = llama.params()[p].name;
+      CHECK(name == "model.layers." + std::to_string(i / 4) + "." + first[i % 4].first);
+      CHECK(lw[i].numel == first[i % 4].second);
     }
   }
 }

@@ -425,8 +425,10 @@ TEST_CASE("FP8 linear layers are priced on the FP8 peak with their casts, and re
   CHECK(casts > 0);
   // The weights stay on the device (ZeRO stage 0): each is cast once per update into the copy every
   // product of the step takes (fp8_weight_copies.h), 8 casts for 2 blocks' 4 layers, not one in
-  // each of the 4 micro-batches' forwards and input gradients; at ZeRO-3 each product casts the
-  // weight it was gathered, and the casts move more bytes.
+  // each of the 4 micro-batches' forwards and input gradients. At ZeRO-3 with the FP8 gather each
+  // rank casts its shard of each weight once per update (fp8_cast_with_amax) and the passes gather
+  // those bytes, half the compute type's; without it (fp8_all_gather = false) each product casts
+  // the weight it was gathered, and the casts move more bytes.
   auto weight_copies = [](PlannedJob& p) {
     int n = 0;
     for (const PlanBackend::Op& op : p.backend().ops()) n += std::string(op.name) == "fp8_weight_copy";
@@ -450,13 +452,32 @@ TEST_CASE("FP8 linear layers are priced on the FP8 peak with their casts, and re
   z1.backend().reset_work();
   z1.step();
   CHECK(weight_copies(z1) == 8);
+  auto count = [](PlannedJob& p, const std::string& name) {
+    int n = 0;
+    for (const PlanBackend::Op& op : p.backend().ops()) n += name == op.name;
+    return n;
+  };
+  auto gathered_bytes = [](PlannedJob& p) {
+    double b = 0;
+    for (const auto& c : p.backend().collectives()) b += c.kind == CollectiveKind::AllGather ? c.bytes : 0;
+    return b;
+  };
   std::vector<std::string> z3_sets = fp8;
   z3_sets.push_back("parallel.zero_stage=3");
-  PlannedJob z3(parse_run_spec(kPlanSpec, "plan.toml", z3_sets), 1, DeviceKind::CUDA);
-  z3.backend().reset_work();
-  z3.step();
-  CHECK(weight_copies(z3) == 0);
-  CHECK(cast_bytes(z3) > cast_bytes(planned));
+  PlannedJob z3(parse_run_spec(kPlanSpec, "plan.toml", z3_sets), 2, DeviceKind::CUDA);
+  z3_sets.push_back("precision.fp8_all_gather=false");
+  PlannedJob z3_bf16(parse_run_spec(kPlanSpec, "plan.toml", z3_sets), 2, DeviceKind::CUDA);
+  for (PlannedJob* p : {&z3, &z3_bf16}) {
+    p->backend().reset_work();
+    p->step();
+    CHECK(weight_copies(*p) == 0);
+  }
+  CHECK(count(z3, "fp8_cast_with_amax") == 8);  // a unit a weight: one cast of each shard
+  CHECK(count(z3_bf16, "fp8_cast_with_amax") == 0);
+  CHECK(cast_bytes(z3_bf16) > cast_bytes(z1));  // both on 2 ranks
+  // each block's FP8 weights (per_row elements) travel as 1 byte instead of 2, in each gather of
+  // the block: a forward and a backward per micro-batch (2 a rank)
+  CHECK(gathered_bytes(z3_bf16) - gathered_bytes(z3) == Approx(2 * 2 * 2 * per_row));
   // the products on the FP8 peak: a faster FP8 peak prices the FP8 step faster, the bf16 one alike
   // (memory made fast enough that these tiny products are bound by their arithmetic)
   MachineProfile h100 = machine_profile("h100");
