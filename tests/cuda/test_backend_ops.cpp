@@ -343,6 +343,47 @@ int main() {
     dx_both.check_same_bits(dx_copy, "  dinp = without the copy");
     dw_a.check("matmul_backward_fp8 dweight, copy " + tag, 1e-4);
     dw_a.check_same_bits(dw_b, "  dweight = without the copy");
+    // The copy made piece by piece, as ZeRO-3's FP8 shards are (engine/parallel/param_store.h): the
+    // pieces' amax into one, then each piece cast with it: fp8_weight_copy's scales and bytes, on
+    // each backend; the products take it without the weight (gathered as FP8 alone): the same bits.
+    {
+      const int64_t n = int64_t(OC) * Ch, cut[] = {0, n / 3, n / 3 + n / 5 + 1, n};
+      const int64_t es = int64_t(dtype_size(dt)), head = fp8_recipe::kWeightScalesBytes;
+      Pair out_pieces(C, G, std::vector<float>(size_t(N) * OC), dt), dx_pieces(C, G, randn(size_t(N) * Ch, 61), dt);
+      for (Backend* be : {&C, &G}) {
+        const bool cpu = be == &C;
+        char* pc = static_cast<char*>(be->alloc(size_t(fp8_recipe::weight_copy_bytes(OC, Ch))));
+        float* amax = static_cast<float*>(be->alloc(sizeof(float)));
+        be->fill_zero(amax, sizeof(float));
+        const char* wp = static_cast<const char*>(cpu ? w.c : w.g);
+        for (int i = 0; i < 3; ++i) be->fp8_amax(amax, wp + cut[i] * es, cut[i + 1] - cut[i]);
+        for (int i = 0; i < 3; ++i)
+          be->fp8_cast_with_amax(pc + head + cut[i], reinterpret_cast<float*>(pc), wp + cut[i] * es, cut[i + 1] - cut[i],
+                                 amax);
+        be->synchronize();
+        std::vector<char> got(size_t(head + n)), want(got.size());
+        be->copy_to_host(got.data(), pc, got.size());
+        be->copy_to_host(want.data(), cpu ? wc : wg, want.size());
+        const bool same = std::equal(got.begin(), got.begin() + 8, want.begin()) &&
+                          std::equal(got.begin() + head, got.end(), want.begin() + head);
+        ++checks;
+        failures += !same;
+        std::printf("  %-4s %-44s %s\n", dtype_name(dt), (std::string(cpu ? "CPU" : "GPU") + " copy by pieces " + tag).c_str(),
+                    same ? "ok" : "FAIL: not fp8_weight_copy's scales and bytes");
+        if (cpu) {
+          C.matmul_forward_fp8(out_pieces.c, x.c, nullptr, b.c, N, Ch, OC, pc);
+          C.matmul_backward_fp8(dx_pieces.c, nullptr, nullptr, dout.c, x.c, nullptr, N, Ch, OC, pc);
+        } else {
+          G.matmul_forward_fp8(out_pieces.g, x.g, nullptr, b.g, N, Ch, OC, pc);
+          G.matmul_backward_fp8(dx_pieces.g, nullptr, nullptr, dout.g, x.g, nullptr, N, Ch, OC, pc);
+        }
+        be->synchronize();
+        be->free(pc);
+        be->free(amax);
+      }
+      out_pieces.check_same_bits(out, "  forward, pieces' copy, no weight = without the copy");
+      dx_pieces.check_same_bits(dx, "  dinp, pieces' copy, no weight = without the copy");
+    }
     Pair w2(C, G, randn(size_t(OC) * Ch, 59), dt), out_stale(C, G, std::vector<float>(size_t(N) * OC), dt);
     C.fp8_weight_copy(wc, w2.c, OC, Ch);
     G.fp8_weight_copy(wg, w2.g, OC, Ch);

@@ -19,17 +19,6 @@ float fp8_quantize(const float* x, int64_t n, fp8::Format f, float* q) {
   return 1.0f / scale;
 }
 
-void fp8_weight_copy(uint8_t* copy, const float* weight, int OC, int C) {
-  const int64_t n = int64_t(OC) * C;
-  std::vector<float> q(static_cast<size_t>(n));
-  float* scales = reinterpret_cast<float*>(copy);
-  scales[1] = fp8_quantize(weight, n, fp8_recipe::kForward, q.data());
-  scales[0] = 1.0f / scales[1];  // the scale beside its inverse, as the GPU's copy holds them (the products read [1])
-  uint8_t* bytes = copy + fp8_recipe::kWeightScalesBytes;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) bytes[i] = fp8::from_float(q[i], fp8_recipe::kForward);  // exact: q is an FP8 value
-}
-
 void fp8_amax(float* amax, const float* x, int64_t n) {
   float m = amax[0];
 #pragma omp parallel for reduction(max : m) schedule(static)
@@ -38,11 +27,19 @@ void fp8_amax(float* amax, const float* x, int64_t n) {
 }
 
 void fp8_cast_with_amax(uint8_t* q, float* scales, const float* x, int64_t n, const float* amax) {
-  const float scale = fp8_recipe::scale_for(amax[0], fp8_recipe::kForward);
+  const float scale = fp8_recipe::scale_for(amax[0], fp8_recipe::kForward);  // as fp8_quantize's
   scales[0] = scale;
   scales[1] = 1.0f / scale;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) q[i] = fp8::from_float(x[i] * scale, fp8_recipe::kForward);
+}
+
+void fp8_weight_copy(uint8_t* copy, const float* weight, int OC, int C) {
+  // the whole weight as one piece: its scales (the products read the inverse, [1]), then its bytes
+  const int64_t n = int64_t(OC) * C;
+  float amax = 0.0f;
+  fp8_amax(&amax, weight, n);
+  fp8_cast_with_amax(copy + fp8_recipe::kWeightScalesBytes, reinterpret_cast<float*>(copy), weight, n, &amax);
 }
 
 namespace {
