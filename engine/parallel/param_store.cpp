@@ -100,6 +100,8 @@ ParamStore::ParamStore(const ParamTable& table, Backend& be, const Topology& top
         unit_fp8_off_[i] = fp8_bytes;
         fp8_bytes += units_[i].shard;
       }
+  group_fp8_.resize(table_.groups().size());
+  for (size_t k = 0; k < fp8_.size(); ++k) group_fp8_[size_t(fp8_[k].group)].push_back(int(k));
   if (!fp8_.empty()) {
     fp8_shards_ = static_cast<uint8_t*>(be_.alloc(fp8_bytes, MemTag::Params));
     fp8_amax_ = static_cast<float*>(be_.alloc(fp8_.size() * sizeof(float), MemTag::Params));
@@ -325,8 +327,8 @@ void ParamStore::cast_fp8_shards() {
 const void* ParamStore::gathered_fp8_copy(const void* w) const {
   for (const auto& [g, gb] : gathered_)
     if (gb.fp8)
-      for (size_t k = 0; k < fp8_.size(); ++k)
-        if (fp8_[k].group == g && fp8_weight_place(gb.buf, int(k)) == w) return w;
+      for (const int k : group_fp8_[size_t(g)])
+        if (fp8_weight_place(gb.buf, k) == w) return w;
   return nullptr;
 }
 
@@ -367,8 +369,8 @@ void ParamStore::gather_group(int g) {
   }
   zero_.group_end();
   if (gb.fp8)  // each FP8 weight's scales at the head of its copy (written beside the gather's bytes)
-    for (size_t k = 0; k < fp8_.size(); ++k)
-      if (fp8_[k].group == g) be_.copy_device(fp8_weight_place(gb.buf, int(k)), fp8_scales_ + 2 * k, 2 * sizeof(float));
+    for (const int k : group_fp8_[size_t(g)])
+      be_.copy_device(fp8_weight_place(gb.buf, k), fp8_scales_ + 2 * k, 2 * sizeof(float));
 }
 
 void* ParamStore::params(int g) {

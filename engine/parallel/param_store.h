@@ -206,6 +206,7 @@ class ParamStore final : public ParamProvider, public ModelStates {
   // fp8_shards_; this rank's E4M3 shards, each weight's amax and its scale and inverse
   // (fp8_recipe's), on the device.
   std::vector<int> unit_fp8_;
+  std::vector<std::vector<int>> group_fp8_;  // per group: its FP8 weights (indices of fp8_)
   std::vector<size_t> unit_fp8_off_;
   uint8_t* fp8_shards_ = nullptr;
   float* fp8_amax_ = nullptr;
