@@ -34,15 +34,18 @@ std::vector<Fp8WeightRange> fp8_gathered(const std::vector<Fp8WeightRange>& ws, 
   return out;
 }
 
-// The layout's cuts at the FP8 gather's weights' ends (ShardLayout: inside the group, ascending)
+// The layout's cuts at the FP8 gather's weights' ends (ShardLayout: inside the group, ascending,
+// once each: one weight's end is often the next one's start)
 std::vector<std::vector<size_t>> fp8_gather_cuts(const std::vector<Fp8WeightRange>& ws, const ParamTable& t) {
   if (ws.empty()) return {};
   std::vector<std::vector<size_t>> cuts(t.groups().size());
   for (const Fp8WeightRange& w : ws)
-    for (const size_t at : {w.rel, w.rel + w.numel}) {
-      std::vector<size_t>& c = cuts[size_t(w.group)];
-      if (at > 0 && at < t.groups()[size_t(w.group)].numel && (c.empty() || c.back() < at)) c.push_back(at);
-    }
+    for (const size_t at : {w.rel, w.rel + w.numel})
+      if (at > 0 && at < t.groups()[size_t(w.group)].numel) cuts[size_t(w.group)].push_back(at);
+  for (std::vector<size_t>& c : cuts) {
+    std::sort(c.begin(), c.end());
+    c.erase(std::unique(c.begin(), c.end()), c.end());
+  }
   return cuts;
 }
 }  // namespace
@@ -334,11 +337,11 @@ const void* ParamStore::gathered_fp8_copy(const void* w) const {
 
 void ParamStore::gather_group(int g) {
   auto it = gathered_.find(g);
-  if (it != gathered_.end() && it->second.fp8 == fp8_gather()) return;  // launched already
+  if (it != gathered_.end() && it->second.fp8 == fp8_gather(g)) return;  // launched already
   if (it != gathered_.end()) drop_gathered(it);  // in the other form (a pass of other rows)
   read_ahead(g);                                 // params on NVMe, unless read ahead already (else nothing)
   Gathered& gb = gathered_[g];
-  gb.fp8 = fp8_gather();
+  gb.fp8 = fp8_gather(g);
   gb.buf = be_.alloc(layout_.group_padded(g) * esize_, MemTag::CommBuffers);
   const std::vector<int>& us = layout_.group_units(g);
   if (offload_params_) {  // this rank's shards of the group, one upload from pinned host memory

@@ -212,7 +212,8 @@ class ParamStore final : public ParamProvider, public ModelStates {
   float* fp8_amax_ = nullptr;
   float* fp8_scales_ = nullptr;
   bool fp8_products_ = true;  // set_fp8_products
-  bool fp8_gather() const { return !fp8_.empty() && fp8_products_; }  // the passes gather FP8 bytes
+  // whether group g is gathered with its FP8 weights as FP8 bytes now
+  bool fp8_gather(int g) const { return fp8_products_ && !group_fp8_[size_t(g)].empty(); }
   void cast_fp8_shards();  // after every write of the parameters
   void* fp8_weight_place(void* buf, int k) const { return cbyte(buf, fp8_[size_t(k)].rel); }  // in its group
   OffloadClock clock_;              // before tier_: the tier counts its waits on it

@@ -14,7 +14,7 @@ ShardLayout::ShardLayout(const std::vector<size_t>& group_numel, int parts, int 
            "bad shard layout: part {} of {}, pad {}", my_part, parts, pad);
   ZT_CHECK(cuts.empty() || cuts.size() == group_numel.size(), "shard layout: cuts for {} of {} groups", cuts.size(),
            group_numel.size());
-  bucket = std::max<size_t>(size_t(parts), bucket / pad * pad);
+  bucket = std::max<size_t>(pad, bucket / pad * pad);  // a multiple of pad: only a run's last unit is padded
   group_units_.resize(group_numel.size());
   for (size_t g = 0; g < group_numel.size(); ++g) {
     group_full_off_.push_back(total_full_);

@@ -28,8 +28,8 @@ struct ShardUnit {
 
 class ShardLayout {
  public:
-  // group_numel: elements of each parameter group, in order; `bucket` >= parts is rounded down to
-  // a multiple of `pad` (a multiple of parts).
+  // group_numel: elements of each parameter group, in order; `bucket` is rounded down to a
+  // multiple of `pad` (a multiple of parts), at least pad.
   // cuts: empty, or per group the group-local elements where a unit must begin (ascending,
   // multiples of pad, inside the group).
   ShardLayout(const std::vector<size_t>& group_numel, int parts, int my_part, size_t bucket, size_t pad,

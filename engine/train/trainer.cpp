@@ -291,7 +291,7 @@ void Trainer::run() {
                  !spec_.precision.fp8_all_gather ? " ([precision] fp8_all_gather = false)"
                  : ZeroPlacement(spec_).offloads_params() ? " (not with [offload] params)"
                  : fp8 < all ? "; the others in the compute type (they do not start and end on multiples of "
-                               "4 x the ZeRO ranks, or hold under 256 elements)"
+                               "4 x the ZeRO ranks in their layer, or their place is not 16-byte aligned)"
                              : "");
   }
   log_memory(*run_.backend, store(), topo_, spec_);

@@ -15,7 +15,9 @@ now, so every run trains exactly as one that casts in every product:
     the FP8 gather (its log says all 4 weights a block travel as FP8) and without it: the same
     train and eval losses, bit for bit, and the same sample;
   - resumed from step 3 at ZeRO-1 (copies made from the loaded weights) and at ZeRO-3 (FP8 shards
-    cast from the loaded weights): steps 4-6 as the run that went on.
+    cast from the loaded weights): steps 4-6 as the run that went on;
+- a tiny Qwen2 (Llama's packed q|k|v and gate|up weights, with the q, k, v biases between them):
+  one process and 2 ranks at ZeRO-3 with the FP8 gather (8 of 8 weights), the same losses.
 The bugs this guards against, each planted once: a copy kept past an update (the store's parameter
 version not renewed in ParamStore::publish_params) gives different losses from the second step on;
 FP8 shards cast each with its own scale (the amax all-reduce left out of
@@ -43,10 +45,10 @@ def main():
             precision__compute="bf16", precision__fp8="tensorwise", precision__fp8_layers="all",
             precision__fp8_reference=True, data__val=val)
 
-        def train(name, ranks, sets=(), resume=None):
+        def train(name, ranks, sets=(), resume=None, run_spec=spec):
             out = os.path.join(work, name)
             sets = [f"run.out_dir={out}", f"checkpoint.dir={out}/ckpt", "checkpoint.every_steps=3", *sets]
-            p = testlib.run(testlib.train_cmd(args.ztrain, spec, sets, ranks, resume), check=False,
+            p = testlib.run(testlib.train_cmd(args.ztrain, run_spec, sets, ranks, resume), check=False,
                             env=testlib.mpi_env(), timeout=600, errors="replace")
             if p.returncode != 0:
                 expect(False, f"{name}: exit {p.returncode}: {p.stderr[-1500:]}")
@@ -88,6 +90,22 @@ def main():
                     tail = [r for r in run["train"] if r[0] > 3]
                     expect(resumed["train"] == tail, f"{name} resumed steps 4-{STEPS} = the run that went on: "
                            f"{resumed['train']} vs {tail}")
+        # Llama-shaped: the FP8 weights are runs of tensors (q|k|v, gate|up)
+        qwen = testlib.tiny_spec(
+            os.path.join(work, "qwen.toml"), os.path.join(work, "run"), data, seed=12, threads=1,
+            model={"arch": "qwen2", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "d_model": 32, "d_ff": 64,
+                   "vocab_size": 260, "seq_len": 16},
+            train={"micro_batch": 2, "global_batch": 8, "max_steps": 3, "log_every": 1},
+            optim={"lr": 3e-3, "warmup_steps": 1}, train__sample_tokens=4,
+            precision__compute="bf16", precision__fp8="tensorwise", precision__fp8_layers="all",
+            precision__fp8_reference=True)
+        q1 = train("qwen_one", 1, run_spec=qwen)
+        q3 = train("qwen_zero3", 2, ["parallel.zero_stage=3"], run_spec=qwen)
+        if q3:
+            expect(q3["gathered"] == (8, 8), f"qwen2 ZeRO-3 gathers 8 of 8 FP8 weights as FP8: {q3['gathered']}")
+        if q1 and q3:
+            expect(len(q1["train"]) == 3 and q3["train"] == q1["train"] and q3["sample"] == q1["sample"],
+                   f"qwen2 ZeRO-3 (FP8 gather) = one process: {q3['train']} vs {q1['train']}")
     return testlib.report(failures, "FP8 weight copies: the same losses as a cast in every product")
 
 

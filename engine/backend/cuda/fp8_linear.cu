@@ -269,9 +269,10 @@ void matmul_backward_fp8(Gemm& gemm, T* dinp, float* dw, float* dbias, const T* 
   a.ab_type = CUDA_R_8F_E4M3, a.b_type = CUDA_R_8F_E5M2, a.d_type = CUDA_R_32F;
   a.a_scale = r.scales(2) + 1, a.b_scale = r.scales(0) + 1;
   if (!gemm.run(a, s, /*may_fail=*/true)) {  // dinp (if asked) is written already; written again here
-    if (!w && dinp) throw fp8_recipe::weight_only_in_fp8("weight gradient", N, C, OC);
     no_fp8_algorithm("weight gradient", N, C, OC);
-    return gemm.linear_backward(dinp, dw, dbias, dout, inp, w, nullptr, N, C, OC, dtype_of<T>(), bias_scratch, s);
+    // without the compute-type weight (gathered as FP8 alone) dinp stays the FP8 product's
+    return gemm.linear_backward(w ? dinp : nullptr, dw, dbias, dout, inp, w, nullptr, N, C, OC, dtype_of<T>(),
+                                bias_scratch, s);
   }
   if (dbias) bias_backward(dbias, dout, N, OC, bias_scratch, s);
 }

@@ -71,6 +71,9 @@ TEST_CASE("cut groups: a unit begins at each cut, and only a group's last unit i
     for (const auto& h : hits)
       for (int c : h) REQUIRE(c == 1);
   }
+  // a bucket below the padding: units of one padding each, still unpadded inside a run
+  const ShardLayout tiny(groups, 2, 0, 4, 8, cuts);
+  for (const ShardUnit& u : tiny.units()) REQUIRE(u.full_off - tiny.group_full_off(u.group) == u.begin);
   // a cut off the padding's multiples, outside its group or out of order: refused
   CHECK_THROWS(ShardLayout(groups, 2, 0, 256, 8, {{60}, {}, {}}));
   CHECK_THROWS(ShardLayout(groups, 2, 0, 256, 8, {{1000}, {}, {}}));
@@ -98,10 +101,10 @@ TEST_CASE("the models' FP8 weights are their linear layers' weight tensors", "[z
   }
   // Llama's packed q|k|v and gate|up: runs of tensors that start at q_proj's and gate_proj's, with
   // Qwen's biases and norms between the weights
-  for (const bool extras : {false, true}) {
+  for (const auto [bias, norm] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
     LlamaConfig lc;
     lc.n_layer = 2, lc.n_head = 4, lc.n_kv_head = 2, lc.d_model = 32, lc.d_ff = 64, lc.vocab_size = 40, lc.seq_len = 8;
-    lc.qkv_bias = lc.qk_norm = extras;
+    lc.qkv_bias = bias, lc.qk_norm = norm;  // Qwen2's biases, Qwen3's norms
     Llama llama(lc, *be, 1);
     llama.set_fp8(Fp8Layers::All);
     const std::vector<Fp8WeightRange> lw = llama.fp8_weights();
