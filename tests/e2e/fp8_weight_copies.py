@@ -16,6 +16,10 @@ now, so every run trains exactly as one that casts in every product:
     train and eval losses, bit for bit, and the same sample;
   - resumed from step 3 at ZeRO-1 (copies made from the loaded weights) and at ZeRO-3 (FP8 shards
     cast from the loaded weights): steps 4-6 as the run that went on;
+  - 4 ranks at ZeRO-3 in 2 replicas (hybrid sharding: the amax agreed inside a replica): the same
+    losses as one process; tensor 2 x data 2 at ZeRO-3 (each tensor rank's shards of its own
+    slices) as at ZeRO-1 (a rank's slice has its own scale under tensor parallelism, so the
+    reference is ZeRO-1 on the same layout);
 - a tiny Qwen2 (Llama's packed q|k|v and gate|up weights, with the q, k, v biases between them):
   one process and 2 ranks at ZeRO-3 with the FP8 gather (8 of 8 weights), the same losses.
 The bugs this guards against, each planted once: a copy kept past an update (the store's parameter
@@ -90,6 +94,17 @@ def main():
                     tail = [r for r in run["train"] if r[0] > 3]
                     expect(resumed["train"] == tail, f"{name} resumed steps 4-{STEPS} = the run that went on: "
                            f"{resumed['train']} vs {tail}")
+        rep = train("replicas", 4, ["parallel.zero_stage=3", "parallel.replicate=2"])
+        if one and rep:
+            expect(rep["gathered"] == (8, 8) and rep["train"] == one["train"] and rep["eval"] == one["eval"],
+                   f"ZeRO-3 in 2 replicas ({rep['gathered']} gathered as FP8) = one process: {rep['train']} vs "
+                   f"{one['train']}")
+        t2z1 = train("tensor2_zero1", 4, ["parallel.zero_stage=1", "parallel.tensor=2"])
+        t2z3 = train("tensor2_zero3", 4, ["parallel.zero_stage=3", "parallel.tensor=2"])
+        if t2z1 and t2z3:
+            expect(t2z3["gathered"] == (8, 8) and t2z3["train"] == t2z1["train"] and t2z3["sample"] == t2z1["sample"],
+                   f"tensor 2 ZeRO-3 ({t2z3['gathered']} gathered as FP8) = tensor 2 ZeRO-1: {t2z3['train']} vs "
+                   f"{t2z1['train']}")
         # Llama-shaped: the FP8 weights are runs of tensors (q|k|v, gate|up)
         qwen = testlib.tiny_spec(
             os.path.join(work, "qwen.toml"), os.path.join(work, "run"), data, seed=12, threads=1,
