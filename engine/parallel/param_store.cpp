@@ -99,6 +99,11 @@ ParamStore::ParamStore(const ParamTable& table, Backend& be, const Topology& top
     for (size_t k = 0; k < fp8_.size(); ++k)
       if (fp8_[k].group == units_[i].group && units_[i].begin >= fp8_[k].rel &&
           units_[i].begin < fp8_[k].rel + fp8_[k].numel) {
+        // whole units, unpadded: each rank's shard is whole 32-bit words of the weight's bytes
+        ZT_CHECK(units_[i].begin + units_[i].len <= fp8_[k].rel + fp8_[k].numel && units_[i].padded == units_[i].len &&
+                     units_[i].shard % sizeof(float) == 0,
+                 "FP8 gather: unit [{}, +{}) of group {} is not inside weight [{}, +{}) in whole words", units_[i].begin,
+                 units_[i].len, units_[i].group, fp8_[k].rel, fp8_[k].numel);
         unit_fp8_[i] = int(k);
         unit_fp8_off_[i] = fp8_bytes;
         fp8_bytes += units_[i].shard;
