@@ -215,6 +215,10 @@ class ParamStore final : public ParamProvider, public ModelStates {
   // whether group g is gathered with its FP8 weights as FP8 bytes now
   bool fp8_gather(int g) const { return fp8_products_ && !group_fp8_[size_t(g)].empty(); }
   void cast_fp8_shards();  // after every write of the parameters
+  void index_fp8_units();  // the constructor's: unit_fp8_, unit_fp8_off_, group_fp8_ and the shards
+  static std::vector<Fp8WeightRange> fp8_gathered_weights(const std::vector<Fp8WeightRange>& ws,
+                                                          const ZeroPlacement& place, size_t parts, size_t esize);
+  static std::vector<std::vector<size_t>> fp8_gather_cuts(const std::vector<Fp8WeightRange>& ws, const ParamTable& t);
   void* fp8_weight_place(void* buf, int k) const { return cbyte(buf, fp8_[size_t(k)].rel); }  // in its group
   OffloadClock clock_;              // before tier_: the tier counts its waits on it
   std::unique_ptr<StateTier> tier_;  // where masters and moments live (and offloaded, grads too)

@@ -101,7 +101,7 @@ TEST_CASE("the models' FP8 weights are their linear layers' weight tensors", "[z
   }
   // Llama's packed q|k|v and gate|up: runs of tensors that start at q_proj's and gate_proj's, with
   // Qwen's biases and norms between the weights
-  for (const auto [bias, norm] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
+  for (const auto& [bias, norm] : {std::pair{false, false}, {true, false}, {false, true}, {true, true}}) {
     LlamaConfig lc;
     lc.n_layer = 2, lc.n_head = 4, lc.n_kv_head = 2, lc.d_model = 32, lc.d_ff = 64, lc.vocab_size = 40, lc.seq_len = 8;
     lc.qkv_bias = bias, lc.qk_norm = norm;  // Qwen2's biases, Qwen3's norms
