@@ -12,7 +12,9 @@
 //           T 1024, 12 x 64); GPU_CHECK_ATTENTION_DUMP=DIR also writes each bf16 shape's inputs and
 //           results for tools/gpu_check/torch_attention.py
 //   zero3:  GPT-2 124M step time through the job's store with ZeRO-0 and ZeRO-3 at world size 1: the
-//           stage-3 machinery's own overhead (gathers into temporary buffers, per-group grads)
+//           stage-3 machinery's own overhead (gathers into temporary buffers, per-group grads);
+//           then with every block layer in FP8 at both: ZeRO-3's FP8 gather must give ZeRO-0's
+//           losses bit for bit (zero3_fp8_gather), with each one's step time
 // Output: one JSON object per check on stdout.
 #include <algorithm>
 #include <chrono>
@@ -472,6 +474,38 @@ int fp8_linear() {
   return failed;
 }
 
+// FP8 (every block layer) at ZeRO-0, weights cast once per update into copies, and at ZeRO-3, the
+// shards cast once per update and gathered as FP8 bytes into the gathered layer (issue 50): the
+// same losses bit for bit on the GPU's own cuBLASLt and casts, and each one's step time.
+int zero3_fp8(int steps) {
+  const RunSpec::Model cfg = bench_model();
+  const int T = int(cfg.seq_len), B = 4;
+  double ms[2] = {0, 0};
+  std::vector<float> losses[2];
+  for (int stage : {0, 3}) {
+    auto gpu = make_backend(DeviceChoice::Cuda, 0);
+    RunSpec spec = check_spec(cfg, B, DType::BF16, 6e-4, /*grad_clip=*/1.0, false, stage);
+    spec.precision.fp8 = Fp8Recipe::Tensorwise, spec.precision.fp8_layers = Fp8Layers::All;
+    SingleRank rank(spec, *gpu);
+    const auto in = tokens(size_t(B) * T, int(cfg.vocab_size), 1), tg = tokens(size_t(B) * T, int(cfg.vocab_size), 2);
+    StepHook unwatched;
+    int64_t s = 0;
+    for (int w = 0; w < 3; ++w) losses[stage ? 1 : 0].push_back(rank.step(s++, in, tg, unwatched).loss);
+    gpu->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) losses[stage ? 1 : 0].push_back(rank.step(s++, in, tg, unwatched).loss);
+    gpu->synchronize();
+    ms[stage ? 1 : 0] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  }
+  const bool same = losses[0] == losses[1];
+  std::printf("{\"check\": \"zero3_fp8_gather\", \"micro_batch\": %d, \"steps\": %d, \"zero0_fp8_step_ms\": %.2f, "
+              "\"zero3_fp8_step_ms\": %.2f, \"last_loss\": %.6f, \"losses_equal\": %s, \"ok\": %s}\n",
+              B, int(losses[0].size()), ms[0], ms[1], double(losses[1].back()), same ? "true" : "false",
+              same ? "true" : "false");
+  std::fflush(stdout);
+  return same ? 0 : 1;
+}
+
 // Step time of GPT-2 124M through the trainer's job and step at world size 1 (self communicators).
 int zero3(int steps, DType dt) {
   const RunSpec::Model cfg = bench_model();
@@ -495,7 +529,8 @@ int zero3(int steps, DType dt) {
   std::printf("{\"check\": \"zero3_overhead\", \"micro_batch\": %d, \"zero0_step_ms\": %.2f, \"zero3_step_ms\": %.2f, "
               "\"overhead\": %.3f, \"zero0_peak_gib\": %.2f, \"zero3_peak_gib\": %.2f}\n",
               B, ms[0], ms[1], ms[1] / ms[0] - 1.0, peak[0] / 1073741824.0, peak[1] / 1073741824.0);
-  return 0;
+  std::fflush(stdout);
+  return zero3_fp8(steps);
 }
 
 }  // namespace
