@@ -4,11 +4,13 @@
 // collectives run), and its tier books add up.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "engine/backend/fp8_recipe.h"
 #include "engine/comm/topology.h"
 #include "engine/job/job.h"
 #include "engine/job/step.h"
@@ -111,4 +113,59 @@ TEST_CASE("every ZeRO stage and state tier trains to the same bits at world size
     REQUIRE(train(p, /*early_update=*/true).params == ref.params);
   }
   std::filesystem::remove_all(nvme);
+}
+
+TEST_CASE("ZeRO-3's FP8 gather: the copy in the weight's place, in the passes whose rows are in 16s",
+          "[zero][fp8]") {
+  // A tiny GPT-2, every block layer in FP8 on the CPU reference, at ZeRO-3 on one rank: the store
+  // holds each FP8 weight's E4M3 shard (cast at init) and a pass of FP8 products gathers it into
+  // the weight's place; a pass of other rows gathers the compute type there instead, and the next
+  // FP8 pass the copy again (the group, still gathered, regathered in the other form each time).
+  auto be = make_cpu_backend(1);
+  Topology topo = self_topology();
+  RunSpec spec;
+  spec.model.n_layer = 2, spec.model.n_head = 2, spec.model.n_kv_head = 2, spec.model.d_model = 32;
+  spec.model.d_ff = 64, spec.model.vocab_size = 50, spec.model.seq_len = 16, spec.model.vocab_multiple = 1;
+  spec.train.micro_batch = 2, spec.train.global_batch = 2;
+  spec.precision.compute = PrecisionChoice::Bf16, spec.precision.fp8 = Fp8Recipe::Tensorwise;
+  spec.precision.fp8_layers = Fp8Layers::All, spec.precision.fp8_reference = true;
+  spec.parallel.zero_stage = 3;
+  Job job(spec, topo, *be, ZeroPlacement(spec));
+  job.init_params(5);
+  ParamStore& store = *job.store;
+  const std::vector<Fp8WeightRange> ws = job.model->fp8_weights();
+  REQUIRE(ws.size() == 8);
+  CHECK(store.fp8_gathered_weights() == 8);
+  const size_t es = be->compute_size();
+  const std::vector<float> compute = store.full_compute_params();  // the model's flat layout
+  for (const bool fp8 : {true, false, true}) {
+    store.set_fp8_products(fp8);
+    store.begin_pass({1});
+    const char* g = static_cast<const char*>(store.params(1));
+    for (const Fp8WeightRange& w : ws) {
+      if (w.group != 1) continue;
+      const void* place = g + w.rel * es;
+      const void* copy = store.gathered_fp8_copy(place);
+      if (!fp8) {  // the compute type, in place
+        CHECK(copy == nullptr);
+        std::vector<float> got(w.numel);
+        convert_host(got.data(), DType::F32, place, be->compute_dtype(), int64_t(w.numel));
+        const size_t flat = job.model->groups()[1].offset + w.rel;
+        CHECK(std::equal(got.begin(), got.end(), compute.begin() + int64_t(flat)));
+        continue;
+      }
+      REQUIRE(copy == place);
+      // fp8_weight_copy of the gathered compute values: its scales and bytes
+      const size_t flat = job.model->groups()[1].offset + w.rel;
+      std::vector<char> weight(w.numel * es);
+      convert_host(weight.data(), be->compute_dtype(), compute.data() + flat, DType::F32, int64_t(w.numel));
+      std::vector<char> want(size_t(fp8_recipe::weight_copy_bytes(int64_t(w.numel), 1)));
+      be->fp8_weight_copy(want.data(), weight.data(), int(w.numel), 1);
+      const char* got = static_cast<const char*>(copy);
+      CHECK(std::equal(got + 4, got + 8, want.data() + 4));  // the inverse scale the products read
+      CHECK(std::equal(got + fp8_recipe::kWeightScalesBytes, got + fp8_recipe::kWeightScalesBytes + w.numel,
+                       want.data() + fp8_recipe::kWeightScalesBytes));
+    }
+  }
+  store.release_params(1);
 }
