@@ -474,63 +474,53 @@ int fp8_linear() {
   return failed;
 }
 
-// FP8 (every block layer) at ZeRO-0, weights cast once per update into copies, and at ZeRO-3, the
-// shards cast once per update and gathered as FP8 bytes into the gathered layer (issue 50): the
-// same losses bit for bit on the GPU's own cuBLASLt and casts, and each one's step time.
-int zero3_fp8(int steps) {
+// GPT-2 124M through the trainer's job and step at world size 1 (self communicators), B = 4, in
+// bf16 at ZeRO `stage`, with every block layer in FP8 where `fp8`: 3 warm-up steps, then `steps`
+// timed; every step's loss, the timed steps' mean time and the peak device memory.
+struct StepsRun {
+  std::vector<float> losses;
+  double ms = 0;
+  size_t peak = 0;
+};
+StepsRun run_steps(int stage, bool fp8, int steps, DType dt) {
   const RunSpec::Model cfg = bench_model();
   const int T = int(cfg.seq_len), B = 4;
-  double ms[2] = {0, 0};
-  std::vector<float> losses[2];
-  for (int stage : {0, 3}) {
-    auto gpu = make_backend(DeviceChoice::Cuda, 0);
-    RunSpec spec = check_spec(cfg, B, DType::BF16, 6e-4, /*grad_clip=*/1.0, false, stage);
-    spec.precision.fp8 = Fp8Recipe::Tensorwise, spec.precision.fp8_layers = Fp8Layers::All;
-    SingleRank rank(spec, *gpu);
-    const auto in = tokens(size_t(B) * T, int(cfg.vocab_size), 1), tg = tokens(size_t(B) * T, int(cfg.vocab_size), 2);
-    StepHook unwatched;
-    int64_t s = 0;
-    for (int w = 0; w < 3; ++w) losses[stage ? 1 : 0].push_back(rank.step(s++, in, tg, unwatched).loss);
-    gpu->synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) losses[stage ? 1 : 0].push_back(rank.step(s++, in, tg, unwatched).loss);
-    gpu->synchronize();
-    ms[stage ? 1 : 0] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
-  }
-  const bool same = losses[0] == losses[1];
-  std::printf("{\"check\": \"zero3_fp8_gather\", \"micro_batch\": %d, \"steps\": %d, \"zero0_fp8_step_ms\": %.2f, "
+  auto gpu = make_backend(DeviceChoice::Cuda, 0);
+  RunSpec spec = check_spec(cfg, B, dt, 6e-4, /*grad_clip=*/1.0, false, stage);
+  if (fp8) spec.precision.fp8 = Fp8Recipe::Tensorwise, spec.precision.fp8_layers = Fp8Layers::All;
+  SingleRank rank(spec, *gpu);
+  const auto in = tokens(size_t(B) * T, int(cfg.vocab_size), 1), tg = tokens(size_t(B) * T, int(cfg.vocab_size), 2);
+  StepHook unwatched;
+  StepsRun r;
+  int64_t s = 0;
+  for (int w = 0; w < 3; ++w) r.losses.push_back(rank.step(s++, in, tg, unwatched).loss);
+  gpu->synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) r.losses.push_back(rank.step(s++, in, tg, unwatched).loss);
+  gpu->synchronize();
+  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+  r.peak = gpu->memory_stats().peak;
+  return r;
+}
+
+// ZeRO-3 against ZeRO-0 (the stage-3 machinery's own cost); then both with every block layer in
+// FP8: ZeRO-0 casts each weight once per update into a copy, ZeRO-3 casts its shards once per
+// update and gathers them as FP8 bytes (issue 50): the same losses bit for bit on the GPU's own
+// cuBLASLt and casts, and each one's step time.
+int zero3(int steps, DType dt) {
+  const StepsRun z0 = run_steps(0, false, steps, dt), z3 = run_steps(3, false, steps, dt);
+  std::printf("{\"check\": \"zero3_overhead\", \"micro_batch\": 4, \"zero0_step_ms\": %.2f, \"zero3_step_ms\": %.2f, "
+              "\"overhead\": %.3f, \"zero0_peak_gib\": %.2f, \"zero3_peak_gib\": %.2f}\n",
+              z0.ms, z3.ms, z3.ms / z0.ms - 1.0, z0.peak / 1073741824.0, z3.peak / 1073741824.0);
+  std::fflush(stdout);
+  const StepsRun f0 = run_steps(0, true, steps, DType::BF16), f3 = run_steps(3, true, steps, DType::BF16);
+  const bool same = f0.losses == f3.losses;
+  std::printf("{\"check\": \"zero3_fp8_gather\", \"micro_batch\": 4, \"steps\": %d, \"zero0_fp8_step_ms\": %.2f, "
               "\"zero3_fp8_step_ms\": %.2f, \"last_loss\": %.6f, \"losses_equal\": %s, \"ok\": %s}\n",
-              B, int(losses[0].size()), ms[0], ms[1], double(losses[1].back()), same ? "true" : "false",
+              int(f0.losses.size()), f0.ms, f3.ms, double(f3.losses.back()), same ? "true" : "false",
               same ? "true" : "false");
   std::fflush(stdout);
   return same ? 0 : 1;
-}
-
-// Step time of GPT-2 124M through the trainer's job and step at world size 1 (self communicators).
-int zero3(int steps, DType dt) {
-  const RunSpec::Model cfg = bench_model();
-  const int T = int(cfg.seq_len), B = 4;
-  double ms[2] = {0, 0};
-  size_t peak[2] = {0, 0};
-  for (int stage : {0, 3}) {
-    auto gpu = make_backend(DeviceChoice::Cuda, 0);
-    SingleRank rank(check_spec(cfg, B, dt, 6e-4, /*grad_clip=*/1.0, false, stage), *gpu);
-    const auto in = tokens(size_t(B) * T, int(cfg.vocab_size), 1), tg = tokens(size_t(B) * T, int(cfg.vocab_size), 2);
-    StepHook unwatched;
-    int64_t s = 0;
-    for (int w = 0; w < 3; ++w) rank.step(s++, in, tg, unwatched);
-    gpu->synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) rank.step(s++, in, tg, unwatched);
-    gpu->synchronize();
-    ms[stage ? 1 : 0] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
-    peak[stage ? 1 : 0] = gpu->memory_stats().peak;
-  }
-  std::printf("{\"check\": \"zero3_overhead\", \"micro_batch\": %d, \"zero0_step_ms\": %.2f, \"zero3_step_ms\": %.2f, "
-              "\"overhead\": %.3f, \"zero0_peak_gib\": %.2f, \"zero3_peak_gib\": %.2f}\n",
-              B, ms[0], ms[1], ms[1] / ms[0] - 1.0, peak[0] / 1073741824.0, peak[1] / 1073741824.0);
-  std::fflush(stdout);
-  return zero3_fp8(steps);
 }
 
 }  // namespace

@@ -11,8 +11,7 @@ namespace zt::cpu {
 
 float fp8_quantize(const float* x, int64_t n, fp8::Format f, float* q) {
   float amax = 0;
-#pragma omp parallel for reduction(max : amax) schedule(static)
-  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  fp8_amax(&amax, x, n);
   const float scale = fp8_recipe::scale_for(amax, f);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) q[i] = fp8::round_trip(x[i] * scale, f);

@@ -55,12 +55,18 @@ __global__ void __launch_bounds__(kThreads) amax_blocks_kernel(float* partial, c
   }
 }
 
-// scale[0] = the format's largest value / amax (fp8_recipe::scale_for) over the `blocks` block
-// maxima, scale[1] = 1 / scale[0]
-__global__ void __launch_bounds__(32) scale_kernel(float* scale, const float* partial, int blocks, float max_finite) {
+// The largest of the `blocks` block maxima, in every lane of the one warp that reads them
+__device__ __forceinline__ float max_of_blocks(const float* partial, int blocks) {
   float m = 0.0f;
   for (int i = threadIdx.x; i < blocks; i += 32) m = fmaxf(m, partial[i]);
   for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  return m;
+}
+
+// scale[0] = the format's largest value / amax (fp8_recipe::scale_for) over the `blocks` block
+// maxima, scale[1] = 1 / scale[0]
+__global__ void __launch_bounds__(32) scale_kernel(float* scale, const float* partial, int blocks, float max_finite) {
+  const float m = max_of_blocks(partial, blocks);
   if (threadIdx.x == 0) {
     scale[0] = max_finite / fmaxf(m, 1e-12f);
     scale[1] = 1.0f / scale[0];
@@ -69,9 +75,7 @@ __global__ void __launch_bounds__(32) scale_kernel(float* scale, const float* pa
 
 // amax[0] = max(amax[0], the `blocks` block maxima): a piece of a weight's amax (fp8_amax)
 __global__ void __launch_bounds__(32) max_into_kernel(float* amax, const float* partial, int blocks) {
-  float m = 0.0f;
-  for (int i = threadIdx.x; i < blocks; i += 32) m = fmaxf(m, partial[i]);
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const float m = max_of_blocks(partial, blocks);
   if (threadIdx.x == 0) amax[0] = fmaxf(amax[0], m);
 }
 
