@@ -60,6 +60,12 @@ nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
   if (p.time.step_s > 0) {
     j["predicted_step_ms"] = p.time.step_s * 1e3;
     j["compute_ms"] = p.time.compute_s * 1e3;
+    for (const auto& [name, k] : {std::pair<const char*, const StepTime::Kind&>{"gemm", p.time.gemm},
+                                  {"attention", p.time.attention}, {"other", p.time.other}})
+      j["compute_by_kind"][name] = {{"ms", k.seconds * 1e3}, {"flops", k.flops}, {"bytes", k.bytes}};
+    j["communication_by_group"] = nlohmann::json::object();
+    for (const auto& [group, g] : p.time.groups)
+      j["communication_by_group"][group] = {{"ms", g.seconds * 1e3}, {"exposed_ms", g.stalled * 1e3}};
     j["communication_ms"] = p.time.comm_s * 1e3;
     j["exposed_communication_ms"] = p.time.exposed_s() * 1e3;
     nlohmann::json stalls = nlohmann::json::array();

@@ -43,12 +43,16 @@ Calibration::Attention Calibration::attention_at(int hs, int T) const {
 
 namespace {
 
+bool is_attention(const PlanBackend::Op& op) {
+  return std::strncmp(op.name, "attention_forward", 17) == 0 || std::strncmp(op.name, "attention_backward", 18) == 0;
+}
+
 double op_seconds(const PlanBackend::Op& op, const DeviceSpec& gpu, const Calibration& c) {
   double rate = gpu.vector_tflops * 1e12 * c.vector;
   if (op.matrix) {
     double eff = c.gemm;
     const bool forward = std::strncmp(op.name, "attention_forward", 17) == 0;
-    if (forward || std::strncmp(op.name, "attention_backward", 18) == 0) {
+    if (is_attention(op)) {
       const Calibration::Attention a = c.attention_at(op.head_size, op.seq_len);
       eff = forward ? a.forward : a.backward;
       if (eff <= 0) eff = c.gemm;  // no attention measured: as the GEMMs
@@ -81,6 +85,7 @@ StepTime price_step(const std::vector<PlanBackend::Op>& ops, const std::vector<P
     const Link link = group_link(c.size, c.stride, machine, world);
     seconds[j] = collective_seconds(c.kind, c.bytes, c.size, link);
     t.comm_s += seconds[j];
+    t.groups[c.group].seconds += seconds[j];
     end[j] = -1;  // started below: now, or (no progress of its own) when waited for
     if (async) start(j);
     what[j] = fmt::format("{} over {} ({} ranks, {})", collective_name(c.kind), c.group, c.size, link.name);
@@ -89,18 +94,23 @@ StepTime price_step(const std::vector<PlanBackend::Op>& ops, const std::vector<P
     if (end[j] < 0) start(j);
     if (end[j] > now) {
       stalled[what[j]] += end[j] - now;
+      t.groups[collectives[j].group].stalled += end[j] - now;
       now = end[j];
     }
   };
   // Between two ops, the issues and waits there in the order the step made them.
   size_t next = 0;  // the next collective to issue
+  std::vector<std::vector<size_t>> waits_at(ops.size() + 1);  // the collectives first waited for before op i
+  for (size_t j = 0; j < collectives.size(); ++j)
+    if (collectives[j].waited_at >= 0 && size_t(collectives[j].waited_at) <= ops.size())
+      waits_at[collectives[j].waited_at].push_back(j);
   std::vector<std::tuple<uint64_t, bool, size_t>> events;  // (sequence, a wait, collective)
   auto between_ops = [&](size_t op) {
     events.clear();
     for (; next < collectives.size() && collectives[next].issued_at <= op; ++next)
       events.push_back({collectives[next].issue_seq, false, next});
-    for (size_t j = 0; j < next; ++j)
-      if (collectives[j].waited_at == int64_t(op)) events.push_back({collectives[j].wait_seq, true, j});
+    for (const size_t j : waits_at[op])
+      if (j < next) events.push_back({collectives[j].wait_seq, true, j});
     std::sort(events.begin(), events.end());  // a collective's issue comes before its wait
     for (const auto& [seq, waited, j] : events) waited ? wait(j) : issue(j);
   };
@@ -108,6 +118,8 @@ StepTime price_step(const std::vector<PlanBackend::Op>& ops, const std::vector<P
     between_ops(i);
     if (i == ops.size()) break;
     const double s = op_seconds(ops[i], machine.gpu, cal);
+    StepTime::Kind& kind = is_attention(ops[i]) ? t.attention : ops[i].matrix ? t.gemm : t.other;
+    kind.seconds += s, kind.flops += ops[i].flops, kind.bytes += ops[i].bytes;
     t.compute_s += s;
     now += s;
   }

@@ -6,6 +6,7 @@
 // finished. What overlaps is what the engine overlaps: the
 // timeline is the real step's (PlanBackend's books), not a formula of the layout.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,19 @@ struct StepTime {
     double seconds = 0;
   };
   std::vector<Stall> stalls;
+  // The compute by kind of op: matrix products, attention kernels and the rest (norms,
+  // activations, casts, the optimizer: memory-bound on a GPU), each its seconds, FLOPs and the
+  // bytes its ops move through device memory.
+  struct Kind {
+    double seconds = 0, flops = 0, bytes = 0;
+  };
+  Kind gemm, attention, other;
+  // Each communicator group's collectives ("tp", "dp", "world"...): their seconds on the link, and
+  // how long the compute stream stalled for them (the rest hid behind compute).
+  struct Group {
+    double seconds = 0, stalled = 0;
+  };
+  std::map<std::string, Group> groups;
   double exposed_s() const { return step_s - compute_s; }
 };
 

@@ -144,6 +144,38 @@ TEST_CASE("the step waits only where it waits: overlap from the recorded timelin
   CHECK(price_step(ops, {dp, world}, m, c).step_s == Approx(4));
 }
 
+TEST_CASE("the step's compute by kind of op and communication by group add up to its totals", "[plan][comm]") {
+  MachineProfile m = machine_profile("h100");
+  m.intra = {"test", 1e9, 0};  // 1 GB/s
+  Calibration c;
+  c.gemm = c.memory = c.vector = 1;
+  c.attention = {{64, 1024, 0.5, 0.5}};
+  const double matrix = m.gpu.tflops * 1e12, vector = m.gpu.vector_tflops * 1e12;
+  PlanBackend::Op attention{matrix, 0, true, "attention_forward"};
+  attention.head_size = 64, attention.seq_len = 1024;
+  // a GEMM of 1 s, attention of 2 s (half the peak), a memory-bound op of 1 s moving 3.35 TB
+  const std::vector<PlanBackend::Op> ops = {{matrix, 1e9, true, "matmul_forward"}, attention,
+                                            {vector / 1e3, m.gpu.bytes_per_s, false, "add"}};
+  // dp: 2 s issued at op 0 and waited before op 2 (hidden behind the GEMM and the attention);
+  // tp: 1 s waited at once before op 1 (exposed)
+  PlanBackend::Collective dp{CollectiveKind::AllGather, "dp", 2, 1, 4e9, 0, 2}, tp = dp;
+  tp.group = "tp", tp.bytes = 2e9, tp.issued_at = 1, tp.waited_at = 1;
+  const StepTime t = price_step(ops, {dp, tp}, m, c);
+  CHECK(t.gemm.seconds == Approx(1));
+  CHECK(t.gemm.flops == Approx(matrix));
+  CHECK(t.attention.seconds == Approx(2));
+  CHECK(t.other.seconds == Approx(1));
+  CHECK(t.other.bytes == Approx(m.gpu.bytes_per_s));
+  CHECK(t.gemm.seconds + t.attention.seconds + t.other.seconds == Approx(t.compute_s));
+  REQUIRE(t.groups.size() == 2);
+  CHECK(t.groups.at("dp").seconds == Approx(2));
+  CHECK(t.groups.at("dp").stalled == Approx(0));
+  CHECK(t.groups.at("tp").seconds == Approx(1));
+  CHECK(t.groups.at("tp").stalled == Approx(1));
+  CHECK(t.groups.at("dp").seconds + t.groups.at("tp").seconds == Approx(t.comm_s));
+  CHECK(t.groups.at("dp").stalled + t.groups.at("tp").stalled == Approx(t.exposed_s()));
+}
+
 TEST_CASE("attention runs at the efficiency measured at the nearest shape", "[plan]") {
   Calibration c;
   c.attention = {{64, 1024, 0.1, 0.2}, {128, 1024, 0.3, 0.4}, {128, 4096, 0.5, 0.6}};
