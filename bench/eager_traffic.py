@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""The device-memory traffic of a PyTorch engine's transformer layer run eagerly (no torch.compile):
+each ATen op's bytes read and written, counted as the op runs, per token of one layer, leaving out
+the matrix products and attention (the planner prices those as kernels; what is counted here are
+the norms, rotary embeddings, activations, casts, residual adds and copies that an eager engine
+runs as separate kernels, each a trip through device memory).
+
+bench/published_runs.py prices the published runs of eager PyTorch engines with it: ztrain's
+planner counts ztrain's fused kernels, and an eager engine moves several times those bytes.
+
+The layers, as the engines write them:
+- torchtitan's Llama (tools/gpu_check/torch_llama_layer.py's Layer: RMSNorm in fp32 then cast,
+  rotary embeddings through complex numbers, key/value heads repeated, SwiGLU);
+- llm-foundry's MPT block (low-precision LayerNorm, one fused qkv projection, GELU MLP, no biases;
+  the flash-attn call's inputs taken as views).
+
+Counted on the CPU in bf16 with torch's dispatch mode, at the layer's sizes divided by `shrink`:
+every counted op's bytes are linear in d_model, d_ff and the head sizes, so the count times
+`shrink` is the full layer's (checked: tests/plan/eager_traffic.py). A tensor an op both reads and
+writes in place counts once; views count nothing.
+
+  bench/eager_traffic.py --layer torchtitan-llama --d-model 4096 --n-head 32 --n-kv-head 8 --d-ff 14336
+  -> {"forward": bytes a token, "backward": bytes a token, "ops": {...}}
+"""
+import argparse
+import collections
+import json
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "gpu_check"))
+import torch_llama_layer  # noqa: E402  (torchtitan's layer, as the GPU check times it)
+
+# ops that move no data: views, metadata, allocations (an allocation's first write is its producer's)
+FREE = {"view", "_unsafe_view", "reshape", "_reshape_alias", "transpose", "t", "expand", "permute", "as_strided",
+        "unsqueeze", "squeeze", "slice", "select", "view_as_complex", "view_as_real", "alias", "detach", "split",
+        "unbind", "split_with_sizes", "chunk", "empty", "empty_like", "empty_strided", "new_empty",
+        "new_empty_strided", "ones", "ones_like", "zeros", "zeros_like", "new_zeros", "fill", "is_same_size",
+        "_conj", "conj", "lift_fresh", "_to_copy_meta"}
+MATMUL = {"mm", "addmm", "bmm", "matmul", "baddbmm"}
+
+
+class Traffic(TorchDispatchMode):
+    """Bytes each op reads and writes; `attention` ops (any touching a T x T tensor: the CPU's
+    materialized scores, a fused kernel on a GPU) and matrix products apart."""
+
+    def __init__(self, T):
+        super().__init__()
+        self.T = T
+        self.bytes = collections.Counter()
+        self.calls = collections.Counter()
+        self.matmul_flops = []  # each matrix product's FLOPs, in call order
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        name = func.__name__.split(".")[0].rstrip("_")
+        if name in FREE:
+            return out
+        tensors = [t for t in tree_flatten((args, kwargs))[0] + tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        seen, moved = set(), 0
+        for t in tensors:  # an in-place op's tensor is read and written once: count its storage once
+            key = (t.data_ptr(), t.numel(), t.dtype)
+            if key not in seen:
+                seen.add(key)
+                moved += t.numel() * t.element_size()
+        square = any(t.dim() >= 2 and t.shape[-1] == self.T and t.shape[-2] == self.T for t in tensors)
+        kind = "attention" if square else "matmul" if name in MATMUL else name
+        if kind == "matmul":  # (M, K) x (K, N), batched or not: 2 M N K a matrix
+            a, b = [t for t in args if isinstance(t, torch.Tensor)][-2:]  # mm(a, b), addmm(bias, a, b), bmm(a, b)
+            self.matmul_flops.append(2.0 * a.numel() * b.shape[-1])
+        self.bytes[kind] += moved
+        self.calls[kind] += 1
+        return out
+
+
+class LowPrecisionLayerNorm(nn.LayerNorm):
+    """llm-foundry's low_precision_layernorm: F.layer_norm on the bf16 input and weights."""
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class MptBlock(nn.Module):
+    """llm-foundry's MPTBlock (norm_type low_precision_layernorm, no_bias, ffn_type mptmlp, GELU)."""
+
+    def __init__(self, d, n_head, d_ff):
+        super().__init__()
+        self.n_head = n_head
+        self.norm_1, self.norm_2 = LowPrecisionLayerNorm(d), LowPrecisionLayerNorm(d)
+        for norm in (self.norm_1, self.norm_2):  # no_bias: the norms have no bias either
+            norm.register_parameter("bias", None)
+        self.Wqkv = nn.Linear(d, 3 * d, bias=False)
+        self.out_proj = nn.Linear(d, d, bias=False)
+        self.up_proj = nn.Linear(d, d_ff, bias=False)
+        self.down_proj = nn.Linear(d_ff, d, bias=False)
+
+    def forward(self, x, _cis=None):
+        B, T, d = x.shape
+        q, k, v = self.Wqkv(self.norm_1(x)).chunk(3, dim=2)
+        q, k, v = (t.reshape(B, T, self.n_head, d // self.n_head).transpose(1, 2) for t in (q, k, v))
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # the CPU's attention (apart in the count)
+        y = ((q @ k.transpose(-2, -1)).masked_fill(mask, float("-inf")).softmax(-1) @ v).transpose(1, 2)
+        x = x + self.out_proj(y.reshape(B, T, d))
+        return x + self.down_proj(F.gelu(self.up_proj(self.norm_2(x))))
+
+
+LAYERS = ("torchtitan-llama", "llm-foundry-mpt")
+
+
+def count(layer, d_model, n_head, n_kv_head, d_ff, shrink=8, T=64):
+    """Bytes a token of one layer, forward and backward, of the ops other than matrix products and
+    attention, with every size divided by `shrink` (the head count kept) and the count scaled back."""
+    if layer not in LAYERS:
+        raise ValueError(f"layer {layer!r}: one of {', '.join(LAYERS)}")
+    if d_model % (shrink * n_head) or d_ff % shrink or (d_model // n_head // shrink) % 2:
+        raise ValueError(f"d_model {d_model}, {n_head} heads, d_ff {d_ff}: not divisible by shrink {shrink}")
+    d, f = d_model // shrink, d_ff // shrink
+    torch.manual_seed(0)
+    if layer == "torchtitan-llama":
+        block = torch_llama_layer.Layer(d, n_head, n_kv_head, f)
+        cis = torch_llama_layer.rotary(T, d // n_head, torch.device("cpu"))
+    else:
+        block = MptBlock(d, n_head, f)
+        cis = None
+    block = block.to(torch.bfloat16)
+    x = torch.randn(1, T, d, dtype=torch.bfloat16, requires_grad=True)
+    dy = torch.randn(1, T, d, dtype=torch.bfloat16)
+    block(x, cis).backward(dy)  # the first pass allocates the weights' gradients; the count is a later one's
+    for p in block.parameters():
+        p.grad = None
+    fwd, bwd = Traffic(T), Traffic(T)
+    with fwd:
+        y = block(x, cis)
+    with bwd:
+        y.backward(dy)
+    per_token = lambda c: sum(v for k, v in c.bytes.items() if k not in ("matmul", "attention")) * shrink / T
+    ops = collections.Counter()
+    for c in (fwd, bwd):
+        for k, v in c.bytes.items():
+            if k not in ("matmul", "attention"):
+                ops[k] += v * shrink / T
+    # torchtitan's op-level selective checkpointing saves every op's output but every second matrix
+    # product's (torchtitan/models/llama/parallelize_llama.py, _apply_ac_to_transformer_block): the
+    # backward reruns those products, and every other op of the forward (counted in `forward`)
+    every_second = sum(fwd.matmul_flops[1::2]) * shrink * shrink / T  # FLOPs scale with both sizes of a product
+    return {"layer": layer, "forward": per_token(fwd), "backward": per_token(bwd),
+            "forward_matmul_flops": sum(fwd.matmul_flops) * shrink * shrink / T,
+            "op_sac_recompute_matmul_flops": every_second, "ops": dict(ops.most_common())}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layer", required=True, choices=LAYERS)
+    ap.add_argument("--d-model", type=int, required=True)
+    ap.add_argument("--n-head", type=int, required=True)
+    ap.add_argument("--n-kv-head", type=int, default=0)
+    ap.add_argument("--d-ff", type=int, required=True)
+    ap.add_argument("--shrink", type=int, default=8)
+    a = ap.parse_args()
+    print(json.dumps(count(a.layer, a.d_model, a.n_head, a.n_kv_head or a.n_head, a.d_ff, a.shrink), indent=1))
+
+
+if __name__ == "__main__":
+    main()
