@@ -12,12 +12,14 @@ The layers, as the engines write them:
 - torchtitan's Llama (tools/gpu_check/torch_llama_layer.py's Layer: RMSNorm in fp32 then cast,
   rotary embeddings through complex numbers, key/value heads repeated, SwiGLU);
 - llm-foundry's MPT block (low-precision LayerNorm, one fused qkv projection, GELU MLP, no biases;
-  the flash-attn call's inputs taken as views).
+  attn_impl flash: q, k and v gathered by the padding's indices and the output scattered back, as
+  llm-foundry's flash_attn_fn calls flash-attn's bert_padding around the varlen kernel).
 
-Counted on the CPU in bf16 with torch's dispatch mode, at the layer's sizes divided by `shrink`:
-every counted op's bytes are linear in d_model, d_ff and the head sizes, so the count times
-`shrink` is the full layer's (checked: tests/plan/eager_traffic.py). A tensor an op both reads and
-writes in place counts once; views count nothing.
+Counted on the CPU in bf16 with torch's dispatch mode, at the layer's sizes divided by `shrink` and
+by shrink / 2: a token's bytes are linear in d_model, d_ff and the head size plus a few that are
+not (a row's index or mean), and the two counts give the full layer's (checked against a count at
+full size: tests/plan/eager_traffic.py). A tensor an op both reads and writes in place counts
+once; views count nothing; a broadcast dimension counts one element.
 
   bench/eager_traffic.py --layer torchtitan-llama --d-model 4096 --n-head 32 --n-kv-head 8 --d-ff 14336
   -> {"forward": bytes a token, "backward": bytes a token, "ops": {...}}
@@ -47,6 +49,14 @@ FREE = {"view", "_unsafe_view", "reshape", "_reshape_alias", "transpose", "t", "
 MATMUL = {"mm", "addmm", "bmm", "matmul", "baddbmm"}
 
 
+def distinct_elements(t):
+    """The elements a tensor addresses: a broadcast (stride 0) dimension reads one, however long."""
+    n = 1
+    for size, stride in zip(t.shape, t.stride()):
+        n *= size if stride != 0 else 1
+    return n
+
+
 class Traffic(TorchDispatchMode):
     """Bytes each op reads and writes; `attention` ops (any touching a T x T tensor: the CPU's
     materialized scores, a fused kernel on a GPU) and matrix products apart."""
@@ -69,7 +79,7 @@ class Traffic(TorchDispatchMode):
             key = (t.data_ptr(), t.numel(), t.dtype)
             if key not in seen:
                 seen.add(key)
-                moved += t.numel() * t.element_size()
+                moved += distinct_elements(t) * t.element_size()
         square = any(t.dim() >= 2 and t.shape[-1] == self.T and t.shape[-2] == self.T for t in tensors)
         kind = "attention" if square else "matmul" if name in MATMUL else name
         if kind == "matmul":  # (M, K) x (K, N), batched or not: 2 M N K a matrix
@@ -104,30 +114,29 @@ class MptBlock(nn.Module):
     def forward(self, x, _cis=None):
         B, T, d = x.shape
         q, k, v = self.Wqkv(self.norm_1(x)).chunk(3, dim=2)
-        q, k, v = (t.reshape(B, T, self.n_head, d // self.n_head).transpose(1, 2) for t in (q, k, v))
+        # flash_attn_fn: the rows gathered by the padding's indices (flash-attn's bert_padding:
+        # index_first_axis, a torch.gather), the varlen kernel, the output scattered back (pad_input)
+        rows = torch.arange(B * T)
+        q, k, v = (torch.gather(t.reshape(B * T, d), 0, rows[:, None].expand(B * T, d)) for t in (q, k, v))
+        q, k, v = (t.view(B, T, self.n_head, d // self.n_head).transpose(1, 2) for t in (q, k, v))
         mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # the CPU's attention (apart in the count)
         y = ((q @ k.transpose(-2, -1)).masked_fill(mask, float("-inf")).softmax(-1) @ v).transpose(1, 2)
-        x = x + self.out_proj(y.reshape(B, T, d))
+        padded = torch.zeros(B * T, d, dtype=x.dtype).index_put((rows,), y.reshape(B * T, d))
+        x = x + self.out_proj(padded.view(B, T, d))
         return x + self.down_proj(F.gelu(self.up_proj(self.norm_2(x))))
 
 
 LAYERS = ("torchtitan-llama", "llm-foundry-mpt")
 
 
-def count(layer, d_model, n_head, n_kv_head, d_ff, shrink=8, T=64):
-    """Bytes a token of one layer, forward and backward, of the ops other than matrix products and
-    attention, with every size divided by `shrink` (the head count kept) and the count scaled back."""
-    if layer not in LAYERS:
-        raise ValueError(f"layer {layer!r}: one of {', '.join(LAYERS)}")
-    if d_model % (shrink * n_head) or d_ff % shrink or (d_model // n_head // shrink) % 2:
-        raise ValueError(f"d_model {d_model}, {n_head} heads, d_ff {d_ff}: not divisible by shrink {shrink}")
-    d, f = d_model // shrink, d_ff // shrink
+def run_layer(layer, d, n_head, n_kv_head, d_ff, T):
+    """One forward and backward of the layer at these sizes on T tokens: their Traffic."""
     torch.manual_seed(0)
     if layer == "torchtitan-llama":
-        block = torch_llama_layer.Layer(d, n_head, n_kv_head, f)
+        block = torch_llama_layer.Layer(d, n_head, n_kv_head, d_ff)
         cis = torch_llama_layer.rotary(T, d // n_head, torch.device("cpu"))
     else:
-        block = MptBlock(d, n_head, f)
+        block = MptBlock(d, n_head, d_ff)
         cis = None
     block = block.to(torch.bfloat16)
     x = torch.randn(1, T, d, dtype=torch.bfloat16, requires_grad=True)
@@ -140,19 +149,46 @@ def count(layer, d_model, n_head, n_kv_head, d_ff, shrink=8, T=64):
         y = block(x, cis)
     with bwd:
         y.backward(dy)
-    per_token = lambda c: sum(v for k, v in c.bytes.items() if k not in ("matmul", "attention")) * shrink / T
-    ops = collections.Counter()
-    for c in (fwd, bwd):
-        for k, v in c.bytes.items():
-            if k not in ("matmul", "attention"):
-                ops[k] += v * shrink / T
+    return fwd, bwd
+
+
+# tokens counted: an odd prime, so that no product of a layer's (even) sizes is T x T and taken for
+# attention
+TOKENS = 61
+
+
+def count(layer, d_model, n_head, n_kv_head, d_ff, shrink=8, T=TOKENS):
+    """Bytes a token of one layer, forward and backward, of the ops other than matrix products and
+    attention. Counted at every size divided by `shrink` and by shrink / 2 (the head count kept):
+    a token's bytes are a part linear in the sizes plus a part that is not (the row indices, a
+    row's mean), and the two counts give both."""
+    if layer not in LAYERS:
+        raise ValueError(f"layer {layer!r}: one of {', '.join(LAYERS)}")
+    hs = d_model // n_head
+    if shrink < 2 or shrink % 2 or d_model % n_head or hs % shrink or d_ff % shrink or (
+            layer == "torchtitan-llama" and (hs // shrink) % 2):  # rotary embeddings pair the head's values
+        raise ValueError(f"d_model {d_model}, {n_head} heads, d_ff {d_ff}: not divisible by shrink {shrink}")
+    runs = {k: run_layer(layer, d_model // k, n_head, n_kv_head, d_ff // k, T) for k in (shrink, shrink // 2)}
+
+    def full(key, pass_):  # the op's (None: every counted op's) bytes a token at full size
+        def scaled(k):  # the count at sizes / k, times k: the linear part at full size plus k x the rest
+            c = runs[k][pass_]
+            return sum(v for op, v in c.bytes.items() if (op == key if key else op not in ("matmul", "attention"))) * k / T
+        k1, k2 = shrink, shrink // 2
+        rest = (scaled(k1) - scaled(k2)) / (k1 - k2)
+        return scaled(k2) - rest * (k2 - 1)
+
+    fwd, bwd = runs[shrink // 2]
+    k = shrink // 2
+    ops = {op: full(op, 0) + full(op, 1) for op in set(fwd.bytes) | set(bwd.bytes) if op not in ("matmul", "attention")}
     # torchtitan's op-level selective checkpointing saves every op's output but every second matrix
     # product's (torchtitan/models/llama/parallelize_llama.py, _apply_ac_to_transformer_block): the
     # backward reruns those products, and every other op of the forward (counted in `forward`)
-    every_second = sum(fwd.matmul_flops[1::2]) * shrink * shrink / T  # FLOPs scale with both sizes of a product
-    return {"layer": layer, "forward": per_token(fwd), "backward": per_token(bwd),
-            "forward_matmul_flops": sum(fwd.matmul_flops) * shrink * shrink / T,
-            "op_sac_recompute_matmul_flops": every_second, "ops": dict(ops.most_common())}
+    flops = lambda products: sum(products) * k * k / T  # a product's FLOPs scale with both its sizes
+    return {"layer": layer, "forward": full(None, 0), "backward": full(None, 1),
+            "forward_matmul_flops": flops(fwd.matmul_flops),
+            "op_sac_recompute_matmul_flops": flops(fwd.matmul_flops[1::2]),
+            "ops": dict(sorted(ops.items(), key=lambda kv: -kv[1]))}
 
 
 def main():

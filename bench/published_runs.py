@@ -92,9 +92,9 @@ def spec_of(row, path):
 HOPPER = ("h100", "h200")  # where the H200's attention measurements stand for the kernel each engine runs
 
 
-def plan(ztrain, row, spec, calibration, n_layer=None):
-    """`ztrain plan --json` of the row's run (with `n_layer` layers where given)."""
-    spec_of(dict(row, n_layer=n_layer or row["n_layer"]), spec)
+def plan(ztrain, row, spec, calibration, **changes):
+    """`ztrain plan --json` of the row's run (with `changes` to the row: n_layer=..., ...)."""
+    spec_of(dict(row, **changes), spec)
     # the time, not the memory, is checked: the engines' own memory use is theirs
     cmd = [ztrain, "plan", spec, "--world", str(row["gpus"]), "--gpu", profile_of(row["gpu"]),
            "--calibration", calibration, "--device-memory", "100000GB", "--json"]
@@ -134,13 +134,23 @@ def as_the_engine_runs_it(ztrain, row, spec, calibrations):
                                       row.get("n_kv_head") or row["n_head"], row["d_ff"])
     if eager:
         engine_bytes = traffic["forward"] * (2 if rerun_forward else 1) + traffic["backward"]  # a token, a layer
-        more = plan(ztrain, row, spec, calibrations[attention], n_layer=L + 1)["compute_by_kind"]["other"]
-        ztrain_layer_bytes = more["bytes"] - kinds["other"]["bytes"]  # rank 0's, a step
+        # ztrain's bytes a token of one layer: the other ops' bytes of a layer more, at the row's
+        # micro-batch and at twice it (and twice the global batch: as many micro-steps); what a
+        # layer adds once a micro-step or a step (its optimizer update, ZeRO's copies) cancels out
+        micro = row.get("micro_batch") or 1
+        global_batch = row.get("global_batch") or micro * (row["gpus"] // T)
+
+        def layer_bytes(times):
+            other = [plan(ztrain, row, spec, calibrations[attention], n_layer=n, micro_batch=micro * times,
+                          global_batch=global_batch * times)["compute_by_kind"]["other"]["bytes"] for n in (L, L + 1)]
+            return other[1] - other[0]  # rank 0's, a step
+
+        ztrain_bytes = (layer_bytes(2) - layer_bytes(1)) / (group_tokens / T)  # rank 0's, a token of its group
         s_per_byte = kinds["other"]["ms"] / 1e3 / kinds["other"]["bytes"]
-        added = L * (group_tokens * engine_bytes / T - ztrain_layer_bytes) * s_per_byte
+        added = L * group_tokens / T * (engine_bytes - ztrain_bytes) * s_per_byte
         extra += added
         why.append(f"eager {eager}: {engine_bytes / 1e6:.2f} MB a token a layer, "
-                   f"ztrain {ztrain_layer_bytes / (group_tokens / T) / 1e6:.2f} ({1e3 * added:+.0f} ms)")
+                   f"ztrain {ztrain_bytes / 1e6:.2f} ({1e3 * added:+.0f} ms)")
     if k.get("op_sac"):
         s_per_flop = kinds["gemm"]["ms"] / 1e3 / kinds["gemm"]["flops"]
         added = L * group_tokens * traffic["op_sac_recompute_matmul_flops"] / T * s_per_flop
