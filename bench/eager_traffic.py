@@ -14,6 +14,8 @@ The layers, as the engines write them:
 - llm-foundry's MPT block (low-precision LayerNorm, one fused qkv projection, GELU MLP, no biases;
   attn_impl flash: q, k and v gathered by the padding's indices and the output scattered back, as
   llm-foundry's flash_attn_fn calls flash-attn's bert_padding around the varlen kernel).
+Attention itself runs as one kernel (Attention below) reading and writing the layout the GPU's
+fused kernels do: its bytes are apart, as the matrix products' are.
 
 Counted on the CPU in bf16 with torch's dispatch mode, at the layer's sizes divided by `shrink` and
 by shrink / 2: a token's bytes are linear in d_model, d_ff and the head size plus a few that are
@@ -40,13 +42,14 @@ ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)),
 sys.path.insert(0, os.path.join(ROOT, "tools", "gpu_check"))
 import torch_llama_layer  # noqa: E402  (torchtitan's layer, as the GPU check times it)
 
-# ops that move no data: views, metadata, allocations (an allocation's first write is its producer's)
+# ops that move no data: views, metadata, allocations (an allocation's first write is its producer's;
+# a fill or zero is a write of its own and counts)
 FREE = {"view", "_unsafe_view", "reshape", "_reshape_alias", "transpose", "t", "expand", "permute", "as_strided",
         "unsqueeze", "squeeze", "slice", "select", "view_as_complex", "view_as_real", "alias", "detach", "split",
         "unbind", "split_with_sizes", "chunk", "empty", "empty_like", "empty_strided", "new_empty",
-        "new_empty_strided", "ones", "ones_like", "zeros", "zeros_like", "new_zeros", "fill", "is_same_size",
-        "_conj", "conj", "lift_fresh", "_to_copy_meta"}
+        "new_empty_strided", "is_same_size", "_conj", "conj", "lift_fresh"}
 MATMUL = {"mm", "addmm", "bmm", "matmul", "baddbmm"}
+_in_attention = [0]  # > 0 while Attention runs: its ops are the fused kernel's, priced by the planner
 
 
 def distinct_elements(t):
@@ -57,13 +60,23 @@ def distinct_elements(t):
     return n
 
 
-class Traffic(TorchDispatchMode):
-    """Bytes each op reads and writes; `attention` ops (any touching a T x T tensor: the CPU's
-    materialized scores, a fused kernel on a GPU) and matrix products apart."""
+def storage_bytes(tensors):
+    """Bytes of the tensors, each storage once (an op reading one tensor twice reads it once)."""
+    seen, moved = set(), 0
+    for t in tensors:
+        key = (t.data_ptr(), t.numel(), t.dtype)
+        if key not in seen:
+            seen.add(key)
+            moved += distinct_elements(t) * t.element_size()
+    return moved
 
-    def __init__(self, T):
+
+class Traffic(TorchDispatchMode):
+    """Bytes each op reads and writes, by op; the attention kernel's (Attention) and the matrix
+    products apart. An in-place op reads and writes its tensor: both count."""
+
+    def __init__(self):
         super().__init__()
-        self.T = T
         self.bytes = collections.Counter()
         self.calls = collections.Counter()
         self.matmul_flops = []  # each matrix product's FLOPs, in call order
@@ -73,21 +86,59 @@ class Traffic(TorchDispatchMode):
         name = func.__name__.split(".")[0].rstrip("_")
         if name in FREE:
             return out
-        tensors = [t for t in tree_flatten((args, kwargs))[0] + tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        seen, moved = set(), 0
-        for t in tensors:  # an in-place op's tensor is read and written once: count its storage once
-            key = (t.data_ptr(), t.numel(), t.dtype)
-            if key not in seen:
-                seen.add(key)
-                moved += distinct_elements(t) * t.element_size()
-        square = any(t.dim() >= 2 and t.shape[-1] == self.T and t.shape[-2] == self.T for t in tensors)
-        kind = "attention" if square else "matmul" if name in MATMUL else name
+        tensors = lambda tree: [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+        moved = storage_bytes(tensors((args, kwargs))) + storage_bytes(tensors(out))
+        kind = "attention" if _in_attention[0] else "matmul" if name in MATMUL else name
         if kind == "matmul":  # (M, K) x (K, N), batched or not: 2 M N K a matrix
             a, b = [t for t in args if isinstance(t, torch.Tensor)][-2:]  # mm(a, b), addmm(bias, a, b), bmm(a, b)
             self.matmul_flops.append(2.0 * a.numel() * b.shape[-1])
         self.bytes[kind] += moved
         self.calls[kind] += 1
         return out
+
+
+def _causal_scores(q, k):  # (B, H, T, T) softmax of the causal scores
+    T = q.shape[2]
+    s = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5
+    return s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf")).softmax(-1)
+
+
+def _heads_last(t):  # a (B, H, T, hs) tensor laid out as (B, T, H, hs) rows, as the fused kernels write it
+    return t.transpose(1, 2).contiguous().transpose(1, 2)
+
+
+class Attention(torch.autograd.Function):
+    """Causal attention as a fused kernel (SDPA's flash backend, flash-attn) does it: q, k, v
+    (B, H, T, hs) read from (B, T, H, hs) rows, the output and the gradients written in that
+    layout, so the engine's transposes around it move nothing. The CPU's arithmetic inside counts
+    as the kernel's."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        _in_attention[0] += 1
+        try:
+            ctx.save_for_backward(q, k, v)
+            return _heads_last(_causal_scores(q, k) @ v)
+        finally:
+            _in_attention[0] -= 1
+
+    @staticmethod
+    def backward(ctx, dy):
+        _in_attention[0] += 1
+        try:
+            q, k, v = ctx.saved_tensors
+            p = _causal_scores(q, k)
+            dv = p.transpose(-2, -1) @ dy
+            dp = dy @ v.transpose(-2, -1)
+            ds = p * (dp - (dp * p).sum(-1, keepdim=True)) * q.shape[-1] ** -0.5
+            return tuple(_heads_last(g) for g in (ds @ k, ds.transpose(-2, -1) @ q, dv))
+        finally:
+            _in_attention[0] -= 1
+
+
+def scaled_dot_product_attention(q, k, v, is_causal=True, **_):  # torch_llama_layer's call, on Attention
+    assert is_causal
+    return Attention.apply(q, k, v)
 
 
 class LowPrecisionLayerNorm(nn.LayerNorm):
@@ -119,8 +170,7 @@ class MptBlock(nn.Module):
         rows = torch.arange(B * T)
         q, k, v = (torch.gather(t.reshape(B * T, d), 0, rows[:, None].expand(B * T, d)) for t in (q, k, v))
         q, k, v = (t.view(B, T, self.n_head, d // self.n_head).transpose(1, 2) for t in (q, k, v))
-        mask = torch.ones(T, T, dtype=torch.bool).triu(1)  # the CPU's attention (apart in the count)
-        y = ((q @ k.transpose(-2, -1)).masked_fill(mask, float("-inf")).softmax(-1) @ v).transpose(1, 2)
+        y = Attention.apply(q, k, v).transpose(1, 2)
         padded = torch.zeros(B * T, d, dtype=x.dtype).index_put((rows,), y.reshape(B * T, d))
         x = x + self.out_proj(padded.view(B, T, d))
         return x + self.down_proj(F.gelu(self.up_proj(self.norm_2(x))))
@@ -141,20 +191,24 @@ def run_layer(layer, d, n_head, n_kv_head, d_ff, T):
     block = block.to(torch.bfloat16)
     x = torch.randn(1, T, d, dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(1, T, d, dtype=torch.bfloat16)
-    block(x, cis).backward(dy)  # the first pass allocates the weights' gradients; the count is a later one's
-    for p in block.parameters():
-        p.grad = None
-    fwd, bwd = Traffic(T), Traffic(T)
-    with fwd:
-        y = block(x, cis)
-    with bwd:
-        y.backward(dy)
+    fwd, bwd = Traffic(), Traffic()
+    had_sdpa = hasattr(F, "scaled_dot_product_attention")
+    saved_sdpa = getattr(F, "scaled_dot_product_attention", None)
+    F.scaled_dot_product_attention = scaled_dot_product_attention  # torchtitan's layer calls it
+    try:
+        with fwd:
+            y = block(x, cis)
+        with bwd:
+            y.backward(dy)
+    finally:
+        if had_sdpa:
+            F.scaled_dot_product_attention = saved_sdpa
+        else:
+            del F.scaled_dot_product_attention
     return fwd, bwd
 
 
-# tokens counted: an odd prime, so that no product of a layer's (even) sizes is T x T and taken for
-# attention
-TOKENS = 61
+TOKENS = 61  # tokens a count runs (any: a token's bytes do not depend on it, but for attention's)
 
 
 def count(layer, d_model, n_head, n_kv_head, d_ff, shrink=8, T=TOKENS):

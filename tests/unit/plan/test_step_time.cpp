@@ -158,22 +158,30 @@ TEST_CASE("the step's compute by kind of op and communication by group add up to
                                             {vector / 1e3, m.gpu.bytes_per_s, false, "add"}};
   // dp: 2 s issued at op 0 and waited before op 2 (hidden behind the GEMM and the attention);
   // tp: 1 s waited at once before op 1 (exposed)
-  PlanBackend::Collective dp{CollectiveKind::AllGather, "dp", 2, 1, 4e9, 0, 2}, tp = dp;
+  // world: 2 s issued before the last op (1 s) and never waited for: the step ends when it has,
+  // 1 s after that op
+  PlanBackend::Collective dp{CollectiveKind::AllGather, "dp", 2, 1, 4e9, 0, 2}, tp = dp, world = dp;
   tp.group = "tp", tp.bytes = 2e9, tp.issued_at = 1, tp.waited_at = 1;
-  const StepTime t = price_step(ops, {dp, tp}, m, c);
+  world.group = "world", world.bytes = 4e9, world.issued_at = 2, world.waited_at = -1;
+  const StepTime t = price_step(ops, {dp, tp, world}, m, c);
   CHECK(t.gemm.seconds == Approx(1));
   CHECK(t.gemm.flops == Approx(matrix));
   CHECK(t.attention.seconds == Approx(2));
   CHECK(t.other.seconds == Approx(1));
   CHECK(t.other.bytes == Approx(m.gpu.bytes_per_s));
   CHECK(t.gemm.seconds + t.attention.seconds + t.other.seconds == Approx(t.compute_s));
-  REQUIRE(t.groups.size() == 2);
+  REQUIRE(t.groups.size() == 3);
   CHECK(t.groups.at("dp").seconds == Approx(2));
   CHECK(t.groups.at("dp").stalled == Approx(0));
   CHECK(t.groups.at("tp").seconds == Approx(1));
   CHECK(t.groups.at("tp").stalled == Approx(1));
-  CHECK(t.groups.at("dp").seconds + t.groups.at("tp").seconds == Approx(t.comm_s));
-  CHECK(t.groups.at("dp").stalled + t.groups.at("tp").stalled == Approx(t.exposed_s()));
+  CHECK(t.groups.at("world").seconds == Approx(2));
+  CHECK(t.groups.at("world").stalled == Approx(1));
+  CHECK(t.step_s == Approx(1 + 1 + 2 + 1 + 1));
+  double seconds = 0, stalled = 0;
+  for (const auto& [group, g] : t.groups) seconds += g.seconds, stalled += g.stalled;
+  CHECK(seconds == Approx(t.comm_s));
+  CHECK(stalled == Approx(t.exposed_s()));
 }
 
 TEST_CASE("attention runs at the efficiency measured at the nearest shape", "[plan]") {
