@@ -44,6 +44,30 @@ def profile_of(gpu):
     return None
 
 
+def kernels_of(row):
+    """What the row's engine runs (its "kernels" entry), or, where the row has none, what its
+    engine's source says it runs, by the engine's name (the entries in published_runs.json are
+    these rules written out, each with its source): PyTorch engines call SDPA's FlashAttention-2
+    backend or the flash-attn package and, without torch.compile, run their other ops eagerly;
+    torchtitan checkpoints selectively by op and waits for its tensor collectives in line unless
+    async TP is on; llm.c, Megatron and NeMo run fused kernels and cuDNN attention."""
+    if row.get("kernels") is not None:
+        return row["kernels"]
+    engine, compiled = row.get("engine", "").lower(), bool(row.get("compile"))
+    llama = "llama" in row.get("model", "").lower() or (row.get("n_kv_head") or row.get("n_head")) != row.get("n_head")
+    if "torchtitan" in engine or "torchtune" in engine:
+        k = {"attention": "flash", "eager_layer": None if compiled or not llama else "torchtitan-llama"}
+        if "torchtitan" in engine:
+            k["op_sac"] = row.get("recompute") == "selective"
+            other = (row.get("other") or "").lower()  # "vanilla (synchronous) TP; async TP gave ..."
+            if (row.get("tensor") or 1) > 1 and ("vanilla" in other or "async" not in other):
+                k["tp_overlap"] = False
+        return k
+    if "llm-foundry" in engine or "mosaicml" in engine:
+        return {"attention": "flash", "eager_layer": None if compiled or llama else "llm-foundry-mpt"}
+    return {"attention": "cudnn", "eager_layer": None}
+
+
 def why_not(row):
     """Why the planner cannot price this row as published, or None."""
     if (row.get("pipeline") or 1) > 1:
@@ -57,7 +81,7 @@ def why_not(row):
     for k in ("n_layer", "d_model", "n_head", "vocab_size", "seq_len", "gpus"):
         if not row.get(k):
             return f"{k} not given"
-    kernels = row.get("kernels") or {}
+    kernels = kernels_of(row)
     if (kernels.get("eager_layer") or kernels.get("op_sac")) and eager_traffic is None:
         return f"its engine's ops are counted with PyTorch: {NO_TORCH}"
     if kernels.get("eager_layer") and (row.get("tensor") or 1) > 1 and not row.get("sequence_parallel"):
@@ -123,7 +147,7 @@ def as_the_engine_runs_it(ztrain, row, spec, calibrations):
     - synchronous tensor parallelism: the tensor group's collectives that ztrain hides (behind
       compute, or another group's wait), waited for instead.
     Returns (tokens/s per GPU, the plan, what was added in words)."""
-    k = row.get("kernels") or {}
+    k = kernels_of(row)
     if k.get("attention", "cudnn") not in calibrations:
         raise ValueError(f"kernels.attention {k['attention']!r}: one of {', '.join(calibrations)}")
     hopper = profile_of(row["gpu"]) in HOPPER
@@ -189,6 +213,14 @@ def main():
     table = []
     with tempfile.TemporaryDirectory(prefix="zt_published_") as work:
         for i, row in enumerate(rows):
+            if row.get("kernels") is not None:  # the rules for rows without an entry agree with those written out
+                written, ruled = row["kernels"], kernels_of(dict(row, kernels=None))
+                keys = ["eager_layer", "op_sac", "tp_overlap"] + (["attention"] if profile_of(row.get("gpu")) in HOPPER else [])
+                for key in keys:
+                    says, rule = written.get(key), ruled.get(key)
+                    same = says == rule or (key != "tp_overlap" and not says and not rule)  # None and False alike
+                    expect(same, f"{row['engine']}: {row['model']}: kernels.{key} is {says!r}, "
+                                 f"the engine's rule says {rule!r}")
             label = (f"{row['engine']}: {row['model']}, {row.get('gpus')} x {row.get('gpu')}, "
                      f"T{row.get('tensor') or 1} {row.get('sharding')}, seq {row.get('seq_len')}, "
                      f"micro-batch {row.get('micro_batch')}" + (", torch.compile" if row.get("compile") else ""))
