@@ -283,6 +283,9 @@ int plan_command(const PlanOptions& c, const RunSpec& spec) {
       std::printf("  predicted step: %.1f ms (compute %.1f ms, communication %.1f ms of which %.1f ms exposed); "
                   "%.0f tokens/s per GPU, MFU %.1f%%\n", p.time.step_s * 1e3, p.time.compute_s * 1e3,
                   p.time.comm_s * 1e3, p.time.exposed_s() * 1e3, p.tokens_per_s_per_gpu(), 100 * p.mfu);
+      std::printf("    compute: GEMMs %.1f ms, attention %.1f ms, other ops %.1f ms (%.2f GB through memory)\n",
+                  p.time.gemm.seconds * 1e3, p.time.attention.seconds * 1e3, p.time.other.seconds * 1e3,
+                  p.time.other.bytes / 1e9);
       if (const double cost = cost_per_billion(p, *machine); cost > 0)  // the machines the job holds
         std::printf("    %g machine(s) at %g an hour: %.2f per billion tokens\n",
                     std::ceil(double(p.world) / machine->gpus_per_machine), machine->price_per_hour, cost);
