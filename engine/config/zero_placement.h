@@ -40,6 +40,8 @@ struct ZeroPlacement {
 
   bool offloads_optimizer() const { return optimizer != Tier::Device; }
   bool offloads_params() const { return params != Tier::Device; }
+  // ZeRO-3's compute shards live off the device (parameter offload rides on the optimizer's tier)
+  bool offloads_compute_shards() const { return offloads_optimizer() && offloads_params(); }
 
  private:
   static Tier tier(OffloadTier t) { return t == OffloadTier::Nvme ? Tier::Nvme : t == OffloadTier::Cpu ? Tier::Pinned : Tier::Device; }

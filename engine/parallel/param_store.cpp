@@ -40,7 +40,7 @@ ParamStore::ParamStore(const ParamTable& table, Backend& be, const Topology& top
               size_t(place.bucket_mb * 1048576.0 / sizeof(float)),
               size_t(stage_ == 0 ? 1 : topo.shard_size()) * (!fp8_.empty() ? 4 : mixed_ ? 2 : 1), fp8_cuts_),
       units_(layout_.units()) {
-  offload_params_ = place.offloads_optimizer() && place.offloads_params();
+  offload_params_ = place.offloads_compute_shards();
   flat_n_ = stage_ == 0 ? layout_.total_full() : layout_.total_shard();  // masters and moments alike
   ZT_CHECK(!frozen_ || !place.offloads_optimizer(), "a frozen store with offload");
   TierShape shape;

@@ -16,7 +16,7 @@ namespace zt {
 std::vector<Fp8WeightRange> ParamStore::fp8_gathered_weights(const std::vector<Fp8WeightRange>& ws,
                                                              const ZeroPlacement& place, size_t parts, size_t esize) {
   std::vector<Fp8WeightRange> out;
-  if (place.stage != 3 || !place.fp8_all_gather || (place.offloads_optimizer() && place.offloads_params())) return out;
+  if (place.stage != 3 || !place.fp8_all_gather || place.offloads_compute_shards()) return out;
   const size_t pad = 4 * parts;
   for (const Fp8WeightRange& w : ws)
     if (w.rel % pad == 0 && w.numel % pad == 0 && w.rel * esize % 16 == 0 &&

@@ -286,7 +286,7 @@ void Trainer::run() {
   }
   if (root && spec_.precision.fp8 != Fp8Recipe::None && spec_.parallel.zero_stage == 3) {
     const size_t all = model().fp8_weights().size();
-    const size_t fp8 = (job().base ? *job().base : *job().store).fp8_gathered_weights();
+    const size_t fp8 = job().weights().fp8_gathered_weights();
     spdlog::info("FP8 gather: {} of the {} FP8 weights gathered as FP8 bytes, cast once per update{}", fp8, all,
                  !spec_.precision.fp8_all_gather ? " ([precision] fp8_all_gather = false)"
                  : ZeroPlacement(spec_).offloads_params() ? " (not with [offload] params)"
