@@ -64,8 +64,11 @@ nlohmann::json plan_json(const LayoutPlan& p, double device_memory) {
                                   {"attention", p.time.attention}, {"other", p.time.other}})
       j["compute_by_kind"][name] = {{"ms", k.seconds * 1e3}, {"flops", k.flops}, {"bytes", k.bytes}};
     j["communication_by_group"] = nlohmann::json::object();
-    for (const auto& [group, g] : p.time.groups)
-      j["communication_by_group"][group] = {{"ms", g.seconds * 1e3}, {"exposed_ms", g.stalled * 1e3}};
+    for (const auto& [group, g] : p.time.groups) {
+      nlohmann::json kinds = nlohmann::json::object();
+      for (const auto& [kind, seconds] : g.kind_seconds) kinds[kind] = seconds * 1e3;
+      j["communication_by_group"][group] = {{"ms", g.seconds * 1e3}, {"exposed_ms", g.stalled * 1e3}, {"ms_by_kind", kinds}};
+    }
     j["communication_ms"] = p.time.comm_s * 1e3;
     j["exposed_communication_ms"] = p.time.exposed_s() * 1e3;
     nlohmann::json stalls = nlohmann::json::array();

@@ -86,6 +86,7 @@ StepTime price_step(const std::vector<PlanBackend::Op>& ops, const std::vector<P
     seconds[j] = collective_seconds(c.kind, c.bytes, c.size, link);
     t.comm_s += seconds[j];
     t.groups[c.group].seconds += seconds[j];
+    t.groups[c.group].kind_seconds[collective_name(c.kind)] += seconds[j];
     end[j] = -1;  // started below: now, or (no progress of its own) when waited for
     if (async) start(j);
     what[j] = fmt::format("{} over {} ({} ranks, {})", collective_name(c.kind), c.group, c.size, link.name);

@@ -35,10 +35,12 @@ struct StepTime {
     double seconds = 0, flops = 0, bytes = 0;
   };
   Kind gemm, attention, other;
-  // Each communicator group's collectives ("tp", "dp", "world"...): their seconds on the link, and
-  // how long the compute stream stalled for them (the rest hid behind compute).
+  // Each communicator group's collectives ("tp", "dp", "world"...): their seconds on the link (and
+  // by kind: "all-gather", ...), and how long the compute stream stalled for them (the rest hid
+  // behind compute).
   struct Group {
     double seconds = 0, stalled = 0;
+    std::map<std::string, double> kind_seconds;
   };
   std::map<std::string, Group> groups;
   double exposed_s() const { return step_s - compute_s; }

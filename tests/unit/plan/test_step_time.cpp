@@ -175,6 +175,7 @@ TEST_CASE("the step's compute by kind of op and communication by group add up to
   CHECK(t.groups.at("dp").stalled == Approx(0));
   CHECK(t.groups.at("tp").seconds == Approx(1));
   CHECK(t.groups.at("tp").stalled == Approx(1));
+  CHECK(t.groups.at("tp").kind_seconds.at("all-gather") == Approx(1));
   CHECK(t.groups.at("world").seconds == Approx(2));
   CHECK(t.groups.at("world").stalled == Approx(1));
   CHECK(t.step_s == Approx(1 + 1 + 2 + 1 + 1));
