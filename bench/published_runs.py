@@ -176,7 +176,8 @@ def as_the_engine_runs_it(ztrain, row, spec, calibrations):
                           global_batch=global_batch * times)["compute_by_kind"]["other"]["bytes"] for n in (L, L + 1)]
             return other[1] - other[0]  # rank 0's, a step
 
-        ztrain_bytes = (layer_bytes(2) - layer_bytes(1)) / (group_tokens / T)  # rank 0's, a token of its group
+        # a token of the whole layer, as the engine's count is (rank 0 holds 1/T of it)
+        ztrain_bytes = (layer_bytes(2) - layer_bytes(1)) / (group_tokens / T)
         s_per_byte = kinds["other"]["ms"] / 1e3 / kinds["other"]["bytes"]
         added = L * group_tokens / T * (engine_bytes - ztrain_bytes) * s_per_byte
         extra += added
