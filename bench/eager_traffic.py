@@ -78,7 +78,6 @@ class Traffic(TorchDispatchMode):
     def __init__(self):
         super().__init__()
         self.bytes = collections.Counter()
-        self.calls = collections.Counter()
         self.matmul_flops = []  # each matrix product's FLOPs, in call order
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -93,7 +92,6 @@ class Traffic(TorchDispatchMode):
             a, b = [t for t in args if isinstance(t, torch.Tensor)][-2:]  # mm(a, b), addmm(bias, a, b), bmm(a, b)
             self.matmul_flops.append(2.0 * a.numel() * b.shape[-1])
         self.bytes[kind] += moved
-        self.calls[kind] += 1
         return out
 
 

@@ -289,7 +289,7 @@ void Trainer::run() {
     const size_t fp8 = job().weights().fp8_gathered_weights();
     spdlog::info("FP8 gather: {} of the {} FP8 weights gathered as FP8 bytes, cast once per update{}", fp8, all,
                  !spec_.precision.fp8_all_gather ? " ([precision] fp8_all_gather = false)"
-                 : ZeroPlacement(spec_).offloads_params() ? " (not with [offload] params)"
+                 : ZeroPlacement(spec_).offloads_compute_shards() ? " (not with [offload] params)"
                  : fp8 < all ? "; the others in the compute type (they do not start and end on multiples of "
                                "4 x the ZeRO ranks in their layer, or their place is not 16-byte aligned)"
                              : "");
